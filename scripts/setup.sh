@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Idempotent set-up for building and testing mlperf-run. Safe to source or run; a second run
+# on the same machine takes about a second.
+#
+#   - Debian packages needed by the build (C/C++ toolchain bits, HDF5 and gloo headers)
+#   - a Python venv OUTSIDE the work tree with torch==2.11.0 (libtorch for tch 0.24.0) and
+#     mlperf-logging==4.1.68 (the official MLCommons checkers, our test oracle)
+#
+# Environment: MLPERF_RUN_VENV (default ~/.cache/mlperf-run/venv).
+# After sourcing: the venv's python first on PATH, LIBTORCH_USE_PYTORCH=1 for torch-sys.
+set -euo pipefail
+
+MLPERF_RUN_VENV=${MLPERF_RUN_VENV:-$HOME/.cache/mlperf-run/venv}
+TORCH_VERSION=2.11.0
+MLPERF_LOGGING_VERSION=4.1.68
+PY_EXTRA=(pillow torchvision==0.26.0 h5py)
+APT_PACKAGES=(pkg-config libhdf5-dev libgloo-dev)
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+missing_apt=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_apt+=("$p")
+done
+if [ ${#missing_apt[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing_apt[@]}" >/dev/null
+fi
+
+stamp="$MLPERF_RUN_VENV/.mlperf-run-setup-torch$TORCH_VERSION-mlperflogging$MLPERF_LOGGING_VERSION-$(printf '%s' "${PY_EXTRA[*]}" | sha256sum | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  log "creating venv $MLPERF_RUN_VENV (torch==$TORCH_VERSION, mlperf-logging==$MLPERF_LOGGING_VERSION; ~5 GB, 1-3 minutes)"
+  [ -x "$MLPERF_RUN_VENV/bin/python" ] || python3 -m venv "$MLPERF_RUN_VENV"
+  "$MLPERF_RUN_VENV/bin/pip" install -q --disable-pip-version-check \
+    "torch==$TORCH_VERSION" "mlperf-logging==$MLPERF_LOGGING_VERSION" "${PY_EXTRA[@]}"
+  "$MLPERF_RUN_VENV/bin/python" -c "import torch, mlperf_logging" 
+  touch "$stamp"
+fi
+
+export MLPERF_RUN_VENV
+export PATH="$MLPERF_RUN_VENV/bin:$PATH"
+export LIBTORCH_USE_PYTORCH=1
+# The official checkers, for tests that compare verdicts.
+export MLPERF_RUN_PYTHON="$MLPERF_RUN_VENV/bin/python"

@@ -1,0 +1,24 @@
+//! mlperf-run as a library: every subcommand's work, so tests and benchmarks can call it.
+//!
+//! Modules by concern:
+//! - [`mllog`]: the MLPerf log format (emit, parse)
+//! - [`benchmarks`]: per-benchmark definitions loaded from `benchmarks/<name>/benchmark.toml`
+//! - [`rules`]: compliance checks (`check`)
+//! - [`score`]: olympic scoring and reference convergence points (`score`)
+//! - [`regress`]: the CI regression gate (`regress`)
+//! - [`submission`]: system description, submitter tree, tarball, verify
+//! - [`train`], [`models`], [`optim`], [`dist`]: training on libtorch (feature `torch`)
+//! - [`data`]: data pipelines and synthetic data sets
+//! - [`fsutil`]: atomic file writes
+
+pub mod benchmarks;
+pub mod data;
+pub mod demo;
+pub mod fsutil;
+pub mod logging;
+pub mod mllog;
+pub mod regress;
+pub mod rules;
+pub mod score;
+pub mod submission;
+pub mod train;
