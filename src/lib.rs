@@ -17,6 +17,7 @@ pub mod demo;
 pub mod fsutil;
 pub mod logging;
 pub mod mllog;
+pub mod official;
 pub mod regress;
 pub mod rules;
 pub mod score;

@@ -1,0 +1,38 @@
+//! Shared test helpers: where the real result logs are, and whether the official tools run.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// True when CI demands the oracle and fixtures (scripts/test sets it under CI=true):
+/// tests that need them then fail instead of skipping.
+pub fn required() -> bool {
+    std::env::var_os("MLPERF_RUN_REQUIRE_ORACLE").is_some()
+}
+
+/// The real published result logs: `$MLPERF_RESULTS_FIXTURES`, else ../shared/fixtures/mlperf-results.
+/// None (with a message saying the test skips) when absent.
+pub fn fixtures(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("MLPERF_RESULTS_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/mlperf-results"));
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    if required() {
+        panic!("{test}: fixtures not found at {} (set MLPERF_RESULTS_FIXTURES)", dir.display());
+    }
+    eprintln!("SKIP {test}: real result logs not found at {} (set MLPERF_RESULTS_FIXTURES)", dir.display());
+    None
+}
+
+/// A python that imports mlperf_logging, or None (with a skip message).
+pub fn oracle(test: &str) -> Option<PathBuf> {
+    match mlperf_run::official::python() {
+        Some(p) => Some(p),
+        None if required() => panic!("{test}: the official mlperf-logging tools are not importable"),
+        None => {
+            eprintln!("SKIP {test}: official mlperf-logging not importable (run scripts/setup.sh)");
+            None
+        }
+    }
+}
