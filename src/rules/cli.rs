@@ -1,0 +1,272 @@
+//! `mlperf-run check`: verdicts for log files, optionally beside the official checker's.
+
+use super::{check_log, resolve_ruleset, tables, CheckOptions, Finding, Verdict};
+use crate::mllog::parse_file;
+use crate::official;
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Check MLPerf Training logs against the compliance rules.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Exit status: 0 when every file is compliant, 1 when any is not, 2 on usage or I/O errors.
+
+Findings print as `path:line: [rule] key: message`. The ruleset defaults to the
+benchmark's last round (resnet 4.0.0, bert 5.0.0; 4.0.0 when the log names no known
+benchmark). Supported rulesets: 2.0.0, 2.1.0, 3.0.0, 3.1.0, 4.0.0, 5.0.0.
+
+Examples:
+  mlperf-run check results/dgxa100/resnet/result_0.txt
+  mlperf-run check --ruleset 2.0.0 --official results/
+  mlperf-run check --format json results/ > verdicts.json")]
+pub struct CheckArgs {
+    /// Log files, or directories searched recursively for result_*.txt (every regular file
+    /// when a directory holds no result_*.txt).
+    #[arg(required = true, value_name = "FILE|DIR")]
+    pub paths: Vec<PathBuf>,
+    /// Training ruleset to check against (e.g. 4.0.0); default: the benchmark's own.
+    #[arg(long, value_name = "R")]
+    pub ruleset: Option<String>,
+    /// Also run the official checker (python3 -m mlperf_logging.compliance_checker) on each
+    /// file and print both verdicts side by side.
+    #[arg(long)]
+    pub official: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+/// Files to check under `paths`, in a stable order.
+pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for path in paths {
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+        if meta.is_dir() {
+            let mut all = Vec::new();
+            walk(path, &mut all)?;
+            all.sort();
+            let results: Vec<PathBuf> = all.iter().filter(|p| is_result_file(p)).cloned().collect();
+            let chosen = if results.is_empty() { all } else { results };
+            if chosen.is_empty() {
+                bail!("{}: the directory holds no files to check", path.display());
+            }
+            out.extend(chosen);
+        } else {
+            out.push(path.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn is_result_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("result_") && n.ends_with(".txt"))
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let path = entry.path();
+        let kind =
+            std::fs::metadata(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        if kind.is_dir() {
+            walk(&path, out)?;
+        } else if kind.is_file() {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The official checker's verdict on one file.
+#[derive(Debug, Clone)]
+pub struct OfficialVerdict {
+    pub compliant: bool,
+    /// The last line of its output (e.g. the error of a crash), for the side-by-side view.
+    pub summary: String,
+}
+
+/// Run `python -m mlperf_logging.compliance_checker --usage training --ruleset R FILE`.
+pub fn official_check(path: &Path, ruleset: &str) -> Result<OfficialVerdict> {
+    let log_output = std::env::temp_dir().join(format!("mlperf-run-cc-{}.log", std::process::id()));
+    let file = path.to_string_lossy();
+    let log_arg = log_output.to_string_lossy();
+    let out = official::run_module(
+        "mlperf_logging.compliance_checker",
+        &[
+            "--usage",
+            "training",
+            "--ruleset",
+            ruleset,
+            "--log_output",
+            &log_arg,
+            &file,
+        ],
+    );
+    let _ = std::fs::remove_file(&log_output);
+    let out = out?;
+    let text = out.text();
+    let compliant = out.code == Some(0) && text.contains("SUCCESS");
+    let summary = text
+        .lines()
+        .rev()
+        .find(|l| {
+            let l = l.trim();
+            !l.is_empty() && !l.starts_with("** Logging output")
+        })
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    Ok(OfficialVerdict { compliant, summary })
+}
+
+struct Checked {
+    path: PathBuf,
+    verdict: Verdict,
+    official: Option<Result<OfficialVerdict, String>>,
+}
+
+pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
+    if let Some(r) = &args.ruleset {
+        if tables::ruleset(r).is_none() {
+            bail!(
+                "unsupported ruleset '{r}' (supported: {})",
+                tables::names().join(", ")
+            );
+        }
+    }
+    if args.official && official::python().is_none() {
+        bail!(
+            "--official: the official tools (python -m mlperf_logging) are not importable; run \
+             scripts/setup.sh, `pip install mlperf-logging=={}`, or set MLPERF_RUN_PYTHON",
+            official::MLPERF_LOGGING_VERSION
+        );
+    }
+    let files = collect_files(&args.paths)?;
+    let opts = CheckOptions {
+        ruleset: args.ruleset.clone(),
+    };
+    let mut checked = Vec::new();
+    let mut io_errors = 0;
+    for path in files {
+        let log = match parse_file(&path) {
+            Ok(log) => log,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                io_errors += 1;
+                continue;
+            }
+        };
+        let verdict = check_log(&log, &opts);
+        let official = args.official.then(|| {
+            let ruleset = resolve_ruleset(verdict.benchmark.as_deref(), &opts);
+            official_check(&path, &ruleset).map_err(|e| format!("{e:#}"))
+        });
+        if args.format == OutputFormat::Text {
+            print_text(&path, &verdict, official.as_ref());
+        }
+        checked.push(Checked {
+            path,
+            verdict,
+            official,
+        });
+    }
+    if args.format == OutputFormat::Json {
+        let items: Vec<Value> = checked.iter().map(json_item).collect();
+        println!("{}", serde_json::to_string_pretty(&Value::Array(items))?);
+    }
+    let failing = checked
+        .iter()
+        .any(|c| !c.verdict.compliant() || matches!(&c.official, Some(Ok(o)) if !o.compliant));
+    let official_errors = checked.iter().any(|c| matches!(c.official, Some(Err(_))));
+    Ok(if io_errors > 0 || official_errors {
+        ExitCode::from(2)
+    } else if failing {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn label(compliant: bool) -> &'static str {
+    if compliant {
+        "COMPLIANT"
+    } else {
+        "NOT COMPLIANT"
+    }
+}
+
+fn print_text(path: &Path, v: &Verdict, official: Option<&Result<OfficialVerdict, String>>) {
+    let about = format!(
+        "{}, {}, ruleset {}",
+        v.benchmark.as_deref().unwrap_or("no benchmark"),
+        v.division.as_deref().unwrap_or("no division"),
+        v.ruleset
+    );
+    match official {
+        None => println!("{}: {} ({about})", path.display(), label(v.compliant())),
+        Some(Ok(o)) => {
+            let agree = if o.compliant == v.compliant() {
+                "agree"
+            } else {
+                "DISAGREE"
+            };
+            println!(
+                "{}: mlperf-run {} | official {} ({agree}; {about})",
+                path.display(),
+                label(v.compliant()),
+                label(o.compliant)
+            );
+            if !o.compliant && !o.summary.is_empty() {
+                println!("  official: {}", o.summary);
+            }
+        }
+        Some(Err(e)) => println!(
+            "{}: mlperf-run {} | official ERROR: {e} ({about})",
+            path.display(),
+            label(v.compliant())
+        ),
+    }
+    for f in &v.findings {
+        println!("  {}", f.located(path));
+    }
+    for w in &v.warnings {
+        println!("  warning: {}", w.located(path));
+    }
+}
+
+fn finding_json(f: &Finding) -> Value {
+    json!({"line": f.line, "key": f.key, "rule": f.rule, "message": f.message})
+}
+
+fn json_item(c: &Checked) -> Value {
+    let v = &c.verdict;
+    let mut item = json!({
+        "path": c.path.display().to_string(),
+        "compliant": v.compliant(),
+        "benchmark": v.benchmark,
+        "division": v.division,
+        "ruleset": v.ruleset,
+        "findings": v.findings.iter().map(finding_json).collect::<Vec<_>>(),
+        "warnings": v.warnings.iter().map(finding_json).collect::<Vec<_>>(),
+    });
+    if let Some(o) = &c.official {
+        item["official"] = match o {
+            Ok(o) => json!({"compliant": o.compliant, "summary": o.summary}),
+            Err(e) => json!({"error": e}),
+        };
+    }
+    item
+}
