@@ -1,12 +1,17 @@
-"""Run the official MLPerf Training compliance checker on many logs in one process.
+"""Run the official MLPerf Training checkers on many logs in one Python process.
 
-Usage: python official_batch.py RULESET FILE...
+Usage:
+  python official_batch.py RULESET FILE...          compliance checker, one verdict per file
+  python official_batch.py --seeds RULESET FILE...  seed checker over one result set
 
-Prints one JSON object per file: {"file": ..., "compliant": bool, "crash": str|null}.
-Per file it does what `python -m mlperf_logging.compliance_checker --usage training
---ruleset RULESET FILE` does (a fresh checker, the ruleset's common.yaml) but without
-starting a new interpreter each time. An exception inside the checker counts as FAILED,
-as the command line tool then exits non-zero.
+Compliance mode prints one JSON object per file: {"file": ..., "compliant": bool,
+"crash": str|null}. Per file it does what `python -m mlperf_logging.compliance_checker
+--usage training --ruleset RULESET FILE` does (a fresh checker starting from the ruleset's
+common.yaml) without starting a new interpreter each time; an exception inside the checker
+counts as FAILED, as the command line tool then exits non-zero.
+
+Seed mode prints {"errors": [...]}: the messages of package_checker's SeedChecker for the
+files taken as one result set.
 """
 import json
 import logging
@@ -26,13 +31,26 @@ def check_one(path, ruleset):
         return False, f'{type(exc).__name__}: {exc}'
 
 
+def check_seeds(ruleset, paths):
+    import warnings
+    from mlperf_logging.package_checker.seed_checker import SeedChecker
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        # The checker's own entry point only logs; its error list is what decides.
+        return SeedChecker(ruleset)._assert_unique_seed_per_run(paths)
+
+
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    if len(args) < 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     logging.disable(logging.CRITICAL)
-    ruleset = sys.argv[1]
-    for path in sys.argv[2:]:
+    if args[0] == '--seeds':
+        print(json.dumps({'errors': check_seeds(args[1], args[2:])}))
+        return
+    ruleset = args[0]
+    for path in args[1:]:
         ok, crash = check_one(path, ruleset)
         print(json.dumps({'file': path, 'compliant': ok, 'crash': crash}), flush=True)
 

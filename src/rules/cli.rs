@@ -119,17 +119,34 @@ pub fn official_check(path: &Path, ruleset: &str) -> Result<OfficialVerdict> {
     let out = out?;
     let text = out.text();
     let compliant = out.code == Some(0) && text.contains("SUCCESS");
-    let summary = text
-        .lines()
-        .rev()
-        .find(|l| {
-            let l = l.trim();
-            !l.is_empty() && !l.starts_with("** Logging output")
-        })
-        .unwrap_or("")
-        .trim()
-        .to_string();
+    let summary = official_summary(&text);
     Ok(OfficialVerdict { compliant, summary })
+}
+
+/// The official checker's reason in one line: the exception of a crash, else its first
+/// warning (the failed check), else its last line.
+fn official_summary(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let useful = |l: &&&str| !l.starts_with("** Logging output");
+    if text.contains("Traceback (most recent call last)") {
+        return lines
+            .iter()
+            .rev()
+            .find(useful)
+            .map(|l| format!("crashed: {l}"))
+            .unwrap_or_default();
+    }
+    let warning = lines
+        .iter()
+        .find(|l| l.starts_with("WARNING -") && !l.contains("Found parsing errors"));
+    warning
+        .or_else(|| lines.iter().rev().find(useful))
+        .map(|l| l.to_string())
+        .unwrap_or_default()
 }
 
 struct Checked {
@@ -175,7 +192,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
             official_check(&path, &ruleset).map_err(|e| format!("{e:#}"))
         });
         if args.format == OutputFormat::Text {
-            print_text(&path, &verdict, official.as_ref());
+            emit(&render_text(&path, &verdict, official.as_ref()))?;
         }
         checked.push(Checked {
             path,
@@ -185,7 +202,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
     }
     if args.format == OutputFormat::Json {
         let items: Vec<Value> = checked.iter().map(json_item).collect();
-        println!("{}", serde_json::to_string_pretty(&Value::Array(items))?);
+        emit(&(serde_json::to_string_pretty(&Value::Array(items))? + "\n"))?;
     }
     let failing = checked
         .iter()
@@ -208,43 +225,63 @@ fn label(compliant: bool) -> &'static str {
     }
 }
 
-fn print_text(path: &Path, v: &Verdict, official: Option<&Result<OfficialVerdict, String>>) {
+/// Write to stdout; a closed pipe (`| head`) ends the output quietly.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other.context("cannot write to stdout"),
+    }
+}
+
+fn render_text(
+    path: &Path,
+    v: &Verdict,
+    official: Option<&Result<OfficialVerdict, String>>,
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
     let about = format!(
         "{}, {}, ruleset {}",
         v.benchmark.as_deref().unwrap_or("no benchmark"),
         v.division.as_deref().unwrap_or("no division"),
         v.ruleset
     );
-    match official {
-        None => println!("{}: {} ({about})", path.display(), label(v.compliant())),
+    let _ = match official {
+        None => writeln!(s, "{}: {} ({about})", path.display(), label(v.compliant())),
         Some(Ok(o)) => {
             let agree = if o.compliant == v.compliant() {
                 "agree"
             } else {
                 "DISAGREE"
             };
-            println!(
+            let _ = writeln!(
+                s,
                 "{}: mlperf-run {} | official {} ({agree}; {about})",
                 path.display(),
                 label(v.compliant()),
                 label(o.compliant)
             );
             if !o.compliant && !o.summary.is_empty() {
-                println!("  official: {}", o.summary);
+                let _ = writeln!(s, "  official: {}", o.summary);
             }
+            Ok(())
         }
-        Some(Err(e)) => println!(
+        Some(Err(e)) => writeln!(
+            s,
             "{}: mlperf-run {} | official ERROR: {e} ({about})",
             path.display(),
             label(v.compliant())
         ),
-    }
+    };
     for f in &v.findings {
-        println!("  {}", f.located(path));
+        let _ = writeln!(s, "  {}", f.located(path));
     }
     for w in &v.warnings {
-        println!("  warning: {}", w.located(path));
+        let _ = writeln!(s, "  warning: {}", w.located(path));
     }
+    s
 }
 
 fn finding_json(f: &Finding) -> Value {

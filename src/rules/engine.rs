@@ -191,8 +191,8 @@ impl Run<'_> {
         for (rule, target, hits, last_line) in target_hits {
             if hits == 0 {
                 let wanted = match target.min {
-                    Some(min) => format!(">= {min} and < {}", target.below),
-                    None => format!("< {}", target.below),
+                    Some(min) => format!(">= {min:?} and < {:?}", target.below),
+                    None => format!("< {:?}", target.below),
                 };
                 let message = format!(
                     "no {} reached the quality target: one must be {wanted} ({})",
