@@ -138,3 +138,28 @@ fn official_side_by_side() {
         "{out}"
     );
 }
+
+#[test]
+fn sets_flag_checks_the_run_count() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..4 {
+        write(
+            dir.path(),
+            &format!("sys/bert/result_{i}.txt"),
+            &open_bert(),
+        );
+    }
+    let (code, out, _) = check(&[&dir.path().to_string_lossy()]);
+    assert_eq!(code, 0, "without --sets only files are checked: {out}");
+    let (code, out, _) = check(&["--sets", &dir.path().to_string_lossy()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("NOT OK") && out.contains("[run-count]") && out.contains("exactly 10"),
+        "{out}"
+    );
+    let (_, out, _) = check(&["--sets", "--format", "json", &dir.path().to_string_lossy()]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["files"].as_array().unwrap().len(), 4);
+    assert_eq!(v["sets"][0]["ok"], false);
+    assert_eq!(v["sets"][0]["findings"][0]["rule"], "run-count");
+}

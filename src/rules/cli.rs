@@ -1,10 +1,12 @@
 //! `mlperf-run check`: verdicts for log files, optionally beside the official checker's.
 
-use super::{check_log, resolve_ruleset, tables, CheckOptions, Finding, Verdict};
+use super::{check_log, check_set, resolve_ruleset, tables, CheckOptions, Finding, Verdict};
 use crate::mllog::parse_file;
+use crate::mllog::LogFile;
 use crate::official;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -39,6 +41,11 @@ pub struct CheckArgs {
     /// file and print both verdicts side by side.
     #[arg(long)]
     pub official: bool,
+    /// Also check each folder of result_*.txt files as one result set: the run count, one
+    /// global_batch_size, unique seeds in the closed division. (JSON output then becomes
+    /// {"files": [...], "sets": [...]}.)
+    #[arg(long)]
+    pub sets: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
@@ -88,6 +95,22 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Set-level findings of one folder of runs; benchmark and division come from the logs
+/// (the folder name when no log names its benchmark).
+fn check_result_set(dir: &Path, runs: &[(LogFile, Verdict)]) -> Vec<(PathBuf, Finding)> {
+    let benchmark = runs
+        .iter()
+        .find_map(|(_, v)| v.benchmark.clone())
+        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let division = runs
+        .iter()
+        .find_map(|(_, v)| v.division.clone())
+        .unwrap_or_default();
+    let logs: Vec<LogFile> = runs.iter().map(|(l, _)| l.clone()).collect();
+    check_set(&logs, &benchmark, &division)
 }
 
 /// The official checker's verdict on one file.
@@ -177,6 +200,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
     };
     let mut checked = Vec::new();
     let mut io_errors = 0;
+    let mut sets: BTreeMap<PathBuf, Vec<(LogFile, Verdict)>> = BTreeMap::new();
     for path in files {
         let log = match parse_file(&path) {
             Ok(log) => log,
@@ -194,19 +218,64 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
         if args.format == OutputFormat::Text {
             emit(&render_text(&path, &verdict, official.as_ref()))?;
         }
+        if args.sets && is_result_file(&path) {
+            let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            sets.entry(dir).or_default().push((log, verdict.clone()));
+        }
         checked.push(Checked {
             path,
             verdict,
             official,
         });
     }
+    let set_results: Vec<(PathBuf, Vec<(PathBuf, Finding)>)> = sets
+        .into_iter()
+        .map(|(dir, runs)| {
+            let found = check_result_set(&dir, &runs);
+            (dir, found)
+        })
+        .collect();
+    if args.format == OutputFormat::Text {
+        for (dir, found) in &set_results {
+            let mut text = format!(
+                "set {}: {}\n",
+                dir.display(),
+                if found.is_empty() { "OK" } else { "NOT OK" }
+            );
+            for (path, f) in found {
+                text += &format!("  {}\n", f.located(path));
+            }
+            emit(&text)?;
+        }
+    }
     if args.format == OutputFormat::Json {
         let items: Vec<Value> = checked.iter().map(json_item).collect();
-        emit(&(serde_json::to_string_pretty(&Value::Array(items))? + "\n"))?;
+        let doc = if args.sets {
+            let sets: Vec<Value> = set_results
+                .iter()
+                .map(|(dir, found)| {
+                    json!({
+                        "path": dir.display().to_string(),
+                        "ok": found.is_empty(),
+                        "findings": found.iter().map(|(p, f)| {
+                            let mut v = finding_json(f);
+                            v["path"] = Value::from(p.display().to_string());
+                            v
+                        }).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({"files": items, "sets": sets})
+        } else {
+            Value::Array(items)
+        };
+        emit(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
     }
-    let failing = checked
-        .iter()
-        .any(|c| !c.verdict.compliant() || matches!(&c.official, Some(Ok(o)) if !o.compliant));
+    let failing_sets = set_results.iter().any(|(_, f)| !f.is_empty());
+    let failing = failing_sets
+        || checked
+            .iter()
+            .any(|c| !c.verdict.compliant() || matches!(&c.official, Some(Ok(o)) if !o.compliant));
     let official_errors = checked.iter().any(|c| matches!(c.official, Some(Err(_))));
     Ok(if io_errors > 0 || official_errors {
         ExitCode::from(2)
