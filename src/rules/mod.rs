@@ -106,6 +106,19 @@ pub fn resolve_ruleset(benchmark: Option<&str>, opts: &CheckOptions) -> String {
         .unwrap_or_else(|| FALLBACK_RULESET.to_string())
 }
 
+/// A parse problem, saying so where the official checker would crash on the line.
+fn parse_message(message: &str) -> String {
+    let crashes = ["'time_ms'", "'key'", "'value'", "'metadata'"]
+        .iter()
+        .any(|f| message.contains(&format!("missing field {f}")))
+        || message.contains("not a JSON object");
+    if crashes {
+        format!("{message} (the official checker crashes on this line)")
+    } else {
+        message.to_string()
+    }
+}
+
 /// Check one parsed log against the rules.
 pub fn check_log(log: &LogFile, opts: &CheckOptions) -> Verdict {
     let first_str = |key: &str| {
@@ -124,7 +137,7 @@ pub fn check_log(log: &LogFile, opts: &CheckOptions) -> Verdict {
             line: Some(i.line),
             key: None,
             rule: "parse".into(),
-            message: i.message.clone(),
+            message: parse_message(&i.message),
         })
         .collect();
     if log.events.is_empty() {

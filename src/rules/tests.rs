@@ -506,3 +506,19 @@ fn other_benchmarks_are_unsupported() {
         v.findings
     );
 }
+
+#[test]
+fn missing_value_says_the_official_checker_crashes() {
+    let text = render(&resnet_closed()).replacen("\"value\": null, ", "", 1);
+    let v = verdict(&text, "4.0.0");
+    let f = v
+        .findings
+        .iter()
+        .find(|f| f.rule == "parse")
+        .expect("parse finding");
+    assert!(
+        f.message.contains("'value'") && f.message.contains("crashes"),
+        "{}",
+        f.message
+    );
+}
