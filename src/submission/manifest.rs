@@ -177,18 +177,38 @@ pub fn unpack_tarball(tarball: &Path, dest: &Path) -> Result<Manifest> {
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join("/");
-        if entry.header().entry_type().is_file() {
-            let mut bytes = Vec::new();
-            entry
-                .read_to_end(&mut bytes)
-                .with_context(|| format!("{}: cannot read {key}", tarball.display()))?;
-            m.insert(key.clone(), sha256_hex(&bytes));
-        }
-        if !entry.unpack_in(dest)? {
+        let safe = path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !safe {
             bail!(
                 "{}: entry {key} points outside the archive",
                 tarball.display()
             );
+        }
+        let target = dest.join(&path);
+        match entry.header().entry_type() {
+            t if t.is_file() => {
+                let mut bytes = Vec::new();
+                entry
+                    .read_to_end(&mut bytes)
+                    .with_context(|| format!("{}: cannot read {key}", tarball.display()))?;
+                m.insert(key.clone(), sha256_hex(&bytes));
+                if let Some(dir) = target.parent() {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("cannot create {}", dir.display()))?;
+                }
+                std::fs::write(&target, &bytes)
+                    .with_context(|| format!("cannot write {}", target.display()))?;
+            }
+            t if t.is_dir() => {
+                std::fs::create_dir_all(&target)
+                    .with_context(|| format!("cannot create {}", target.display()))?;
+            }
+            _ => bail!(
+                "{}: entry {key} is neither a file nor a folder",
+                tarball.display()
+            ),
         }
     }
     Ok(m)
