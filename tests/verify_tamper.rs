@@ -99,3 +99,59 @@ fn one_changed_byte_fails_verify_and_names_the_file() {
         r.problems
     );
 }
+
+#[test]
+fn cli_package_then_verify_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "cloud");
+    ps::write_set(
+        &dir.path().join("runs"),
+        "open",
+        "sys_cli",
+        &ps::distinct_seeds(5),
+    );
+    let out = dir.path().join("out");
+    let exe = env!("CARGO_BIN_EXE_mlperf-run");
+    let run =
+        |args: &[&std::ffi::OsStr]| std::process::Command::new(exe).args(args).output().unwrap();
+    let o = run(&[
+        "package".as_ref(),
+        "--submitter".as_ref(),
+        "Org".as_ref(),
+        "--system".as_ref(),
+        "sys_cli".as_ref(),
+        "--division".as_ref(),
+        "open".as_ref(),
+        "--system-config".as_ref(),
+        toml.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--tarball".as_ref(),
+        dir.path().join("runs").as_os_str(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains("olympic mean") && stdout.contains("tarball:"),
+        "{stdout}"
+    );
+    let o = run(&["verify".as_ref(), out.join("Org.tar.gz").as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file = out.join("Org/systems/sys_cli.json");
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("Available cloud", "Available clouD");
+    std::fs::write(&file, text).unwrap();
+    let o = run(&["verify".as_ref(), out.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Org/systems/sys_cli.json: changed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("status 'Available clouD'"), "{stderr}");
+}
