@@ -116,21 +116,25 @@ fn v2_0_fixture_logs_pass_4_0_0_with_a_new_system_json() {
             "8xA100_80GB-methods",
             "open",
             "v2.0/MosaicML/results/8xA100_80GB-methods/resnet",
+            "23.7885",
         ),
         (
             "MosaicML",
             "8xA100_80GB-baseline",
             "open",
             "v2.0/MosaicML/results/8xA100_80GB-baseline/resnet",
+            "110.5131",
         ),
         (
             "NVIDIA",
             "dgxa100_ngc22.04_mxnet",
             "closed",
             "v2.0/NVIDIA/results/dgxa100_ngc22.04_mxnet/resnet",
+            "28.6854",
         ),
     ];
-    for (org, system, division, rel) in cases {
+    // Scores: the official result summarizer's unscaled olympic means (mlperf-facts.md section 7).
+    for (org, system, division, rel, score) in cases {
         let out = dir.path().join(format!("out-{system}"));
         let opts = ps::options(org, system, division, vec![fixtures.join(rel)], &out, &toml);
         let report = package::package(&opts).unwrap_or_else(|e| panic!("{system}: {e:#}"));
@@ -141,8 +145,10 @@ fn v2_0_fixture_logs_pass_4_0_0_with_a_new_system_json() {
         assert_eq!(json["status"], "Available on-premise");
         assert_eq!(json.as_object().unwrap().len(), 33);
         assert!(
-            report.score_table.contains("olympic mean"),
-            "{}",
+            report
+                .score_table
+                .contains(&format!("olympic mean {score} minutes")),
+            "{system}: {}",
             report.score_table
         );
         if oracle.is_some() {
