@@ -443,7 +443,10 @@ mod tests {
         let p = t.points.iter().find(|p| p.batch_size == 3264.0).unwrap();
         assert!((p.mean - 35.1538).abs() < 1e-3, "{}", p.mean);
         assert!((p.min_mean - 34.31).abs() < 5e-3, "{}", p.min_mean);
-        let p = t.points.iter().find(|p| p.batch_size == 2048.0).unwrap();
+        // 2048 has no point of its own: interpolated between 1632 and 3264.
+        let c = t.check(2048.0, &[Some(40.0); 5]);
+        assert_eq!(c.matched, Some(RcpMatch::Interpolated));
+        let p = c.reference.unwrap();
         assert!(
             (p.mean - 35.04).abs() < 5e-3 && (p.min_mean - 33.86).abs() < 5e-3,
             "{p:?}"
