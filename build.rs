@@ -83,31 +83,55 @@ fn compile_shim(lib: &Path) {
     build.compile("mlperf_run_shim");
 }
 
-/// nccl.h and the CUDA headers: the torch venv's nvidia packages (site-packages/nvidia/...,
-/// the parent of torch/), else CUDA_HOME/include. Panics naming what is missing.
+/// nccl.h and the CUDA headers: MLPERF_RUN_CUDA_INCLUDE (colon-separated folders), the torch
+/// venv's nvidia packages (site-packages/nvidia/*/include, the parent of torch/; the pip
+/// packages nvidia-cuda-crt and nvidia-cuda-cccl complete them), CUDA_HOME/include and
+/// /usr/local/cuda/include. Panics naming what is missing.
 fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
+    println!("cargo:rerun-if-env-changed=MLPERF_RUN_CUDA_INCLUDE");
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(extra) = std::env::var("MLPERF_RUN_CUDA_INCLUDE") {
+        candidates.extend(std::env::split_paths(&extra));
+    }
     if let Some(site) = torch_root.parent() {
-        let nv = site.join("nvidia");
-        if let Ok(entries) = std::fs::read_dir(&nv) {
-            for e in entries.flatten() {
-                let inc = e.path().join("include");
-                if inc.is_dir() {
-                    dirs.push(inc);
-                }
-            }
+        if let Ok(entries) = std::fs::read_dir(site.join("nvidia")) {
+            let mut found: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path().join("include"))
+                .collect();
+            found.sort();
+            candidates.extend(found);
         }
     }
     if let Ok(home) = std::env::var("CUDA_HOME") {
-        dirs.push(Path::new(&home).join("include"));
+        candidates.push(Path::new(&home).join("include"));
     }
-    dirs.push(PathBuf::from("/usr/local/cuda/include"));
+    candidates.push(PathBuf::from("/usr/local/cuda/include"));
+    let mut dirs = Vec::new();
+    for d in candidates.into_iter().filter(|d| d.is_dir()) {
+        // CUDA 13 keeps libcu++ (cuda/std/...) under include/cccl.
+        let cccl = d.join("cccl");
+        dirs.push(d);
+        if cccl.is_dir() {
+            dirs.push(cccl);
+        }
+    }
     let has = |f: &str| dirs.iter().any(|d| d.join(f).exists());
-    for needed in ["nccl.h", "cuda_runtime_api.h"] {
+    for (needed, from) in [
+        ("nccl.h", "the nvidia-nccl pip package or NCCL"),
+        (
+            "cuda_runtime_api.h",
+            "the CUDA toolkit (pip: nvidia-cuda-runtime)",
+        ),
+        (
+            "crt/host_config.h",
+            "the CUDA toolkit (pip: nvidia-cuda-crt)",
+        ),
+    ] {
         if !has(needed) {
             panic!(
-                "feature `nccl`: {needed} not found in {dirs:?}; install the CUDA toolkit and set \
-                 CUDA_HOME, or build without `--features nccl`"
+                "feature `nccl`: {needed} not found in {dirs:?}; it comes with {from}. Install it \
+                 and set CUDA_HOME or MLPERF_RUN_CUDA_INCLUDE, or build without `--features nccl`"
             );
         }
     }
