@@ -17,12 +17,15 @@ pub mod demo;
 #[cfg(feature = "torch")]
 pub mod dist;
 pub mod fsutil;
+pub mod interrupt;
 pub mod launch;
 pub mod logging;
 pub mod mllog;
 pub mod official;
+pub mod plot;
 pub mod regress;
 pub mod rules;
+pub mod runset;
 pub mod score;
 pub mod submission;
 pub mod train;
