@@ -5,15 +5,13 @@
 
 mod common;
 
-use mlperf_run::meta;
-use mlperf_run::mllog::{parse_file, Emitter, Sink};
+use common::emitter_logs::{write_bert, write_resnet};
+use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, check_set, CheckOptions};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 
 const BATCH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/compliance/official_batch.py");
 
@@ -65,130 +63,6 @@ fn official_seed_errors(python: &Path, ruleset: &str, files: &[PathBuf]) -> Vec<
         .iter()
         .map(|e| e.as_str().unwrap_or("").to_string())
         .collect()
-}
-
-// ---------- logs written by our emitter ----------
-
-struct Writer {
-    em: Emitter,
-    now: Arc<AtomicI64>,
-}
-
-impl Writer {
-    fn new(path: &Path) -> Writer {
-        let now = Arc::new(AtomicI64::new(1_700_000_000_000));
-        let clock = now.clone();
-        let em = Emitter::new(vec![Sink::file(path, false).unwrap()])
-            .with_clock(move || clock.fetch_add(1, Ordering::SeqCst));
-        Writer { em, now }
-    }
-    fn wait_ms(&self, ms: i64) {
-        self.now.fetch_add(ms, Ordering::SeqCst);
-    }
-}
-
-fn header(w: &mut Writer, benchmark: &str, division: &str, seed: i64) {
-    let em = &mut w.em;
-    em.start("cache_clear", true, meta! {}).unwrap();
-    em.start("init_start", Value::Null, meta! {}).unwrap();
-    em.event("submission_benchmark", benchmark).unwrap();
-    em.event("submission_org", "mlperf-run").unwrap();
-    em.event("submission_division", division).unwrap();
-    em.event("submission_status", "onprem").unwrap();
-    em.event("submission_platform", "1xTEST").unwrap();
-    em.event("seed", seed).unwrap();
-}
-
-fn write_resnet(path: &Path, division: &str, seed: i64) {
-    let mut w = Writer::new(path);
-    header(&mut w, "resnet", division, seed);
-    let em = &mut w.em;
-    em.event("global_batch_size", 3264).unwrap();
-    em.event("gradient_accumulation_steps", 1).unwrap();
-    em.event("train_samples", 1_281_167).unwrap();
-    em.event("eval_samples", 50_000).unwrap();
-    em.event("opt_name", "lars").unwrap();
-    em.event("lars_opt_base_learning_rate", 10.5).unwrap();
-    em.event("lars_opt_end_learning_rate", 0.0001).unwrap();
-    em.event("lars_opt_learning_rate_decay_poly_power", 2)
-        .unwrap();
-    em.event("lars_opt_learning_rate_decay_steps", 13_000)
-        .unwrap();
-    em.event("lars_epsilon", 0.0).unwrap();
-    em.event("lars_opt_learning_rate_warmup_epochs", 2).unwrap();
-    em.event("lars_opt_momentum", 0.9).unwrap();
-    em.event("lars_opt_weight_decay", 5e-5).unwrap();
-    w.wait_ms(5 * 60_000);
-    w.em.end("init_stop", Value::Null, meta! {}).unwrap();
-    w.em.start("run_start", Value::Null, meta! {}).unwrap();
-    for (block, acc) in [(0, 0.52), (4, 0.71), (8, 0.7612)] {
-        w.em.start(
-            "block_start",
-            Value::Null,
-            meta! {"first_epoch_num" => block, "epoch_count" => 4},
-        )
-        .unwrap();
-        w.wait_ms(60_000);
-        w.em.end(
-            "block_stop",
-            Value::Null,
-            meta! {"first_epoch_num" => block},
-        )
-        .unwrap();
-        w.em.start("eval_start", Value::Null, meta! {"epoch_num" => block + 4})
-            .unwrap();
-        w.em.end("eval_stop", Value::Null, meta! {"epoch_num" => block + 4})
-            .unwrap();
-        w.em.event_with("eval_accuracy", acc, meta! {"epoch_num" => block + 4})
-            .unwrap();
-    }
-    w.em.end("run_stop", Value::Null, meta! {"status" => "success"})
-        .unwrap();
-}
-
-fn write_bert(path: &Path, division: &str, seed: i64) {
-    let mut w = Writer::new(path);
-    header(&mut w, "bert", division, seed);
-    let em = &mut w.em;
-    em.event("global_batch_size", 448).unwrap();
-    em.event("gradient_accumulation_steps", 1).unwrap();
-    em.event("train_samples", 2_254_000).unwrap();
-    em.event("eval_samples", 10_000).unwrap();
-    em.event("opt_base_learning_rate", 4.25e-4).unwrap();
-    em.event("opt_lamb_epsilon", 1e-6).unwrap();
-    em.event("opt_learning_rate_training_steps", 6700).unwrap();
-    em.event("opt_learning_rate_warmup_steps", 0).unwrap();
-    em.event("num_warmup_steps", 0).unwrap();
-    em.event("start_warmup_step", 0).unwrap();
-    em.event("opt_lamb_beta_1", 0.9).unwrap();
-    em.event("opt_lamb_beta_2", 0.999).unwrap();
-    em.event("opt_lamb_weight_decay_rate", 0.01).unwrap();
-    w.wait_ms(2 * 60_000);
-    w.em.end("init_stop", Value::Null, meta! {}).unwrap();
-    w.em.start("run_start", Value::Null, meta! {}).unwrap();
-    for (samples, acc) in [(150_000, 0.41), (300_000, 0.70), (450_000, 0.7205)] {
-        w.em.start(
-            "block_start",
-            Value::Null,
-            meta! {"first_epoch_num" => samples - 150_000, "epoch_count" => 150_000},
-        )
-        .unwrap();
-        w.wait_ms(60_000);
-        w.em.end(
-            "block_stop",
-            Value::Null,
-            meta! {"first_epoch_num" => samples - 150_000},
-        )
-        .unwrap();
-        w.em.start("eval_start", Value::Null, meta! {"epoch_num" => samples})
-            .unwrap();
-        w.em.end("eval_stop", Value::Null, meta! {"epoch_num" => samples})
-            .unwrap();
-        w.em.event_with("eval_accuracy", acc, meta! {"epoch_num" => samples})
-            .unwrap();
-    }
-    w.em.end("run_stop", Value::Null, meta! {"status" => "success"})
-        .unwrap();
 }
 
 // ---------- mutations ----------

@@ -1,6 +1,7 @@
 //! Tamper test: one changed byte in a packaged result file makes `verify` fail and name the
 //! file, in the folder and in the tarball.
 
+mod common;
 mod package_support;
 
 use mlperf_run::submission::{manifest, package, verify};
@@ -136,7 +137,9 @@ fn cli_package_then_verify_exit_codes() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(
-        stdout.contains("olympic mean") && stdout.contains("tarball:"),
+        stdout.contains("olympic_min")
+            && stdout.contains("packaged from:")
+            && stdout.contains("tarball:"),
         "{stdout}"
     );
     let o = run(&["verify".as_ref(), out.join("Org.tar.gz").as_os_str()]);

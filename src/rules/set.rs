@@ -181,7 +181,7 @@ fn seed_findings(logs: &[LogFile]) -> Vec<(PathBuf, Finding)> {
                         Some("seed"),
                         "seed",
                         format!(
-                            "seed {} from {}:{} is also logged by {} from the same line; closed runs need distinct seeds",
+                            "seed {} from {}:{} is also logged by {}: the same seed on the same line (closed runs need distinct seeds)",
                             rec.seed,
                             rec.file.as_str().map(String::from).unwrap_or_else(|| rec.file.to_string()),
                             rec.lineno,

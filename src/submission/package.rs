@@ -12,10 +12,10 @@ use super::sysinfo::{self, DescribeOptions};
 use super::system_desc::{self, normalize_division, SystemDesc};
 use super::tree_check;
 use crate::fsutil::write_atomic;
-use crate::mllog::keys;
+use crate::score;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// What to package.
@@ -35,7 +35,8 @@ pub struct PackageOptions {
     pub implementation: String,
     /// mlperf-run's source folder for the snapshot.
     pub source: PathBuf,
-    /// Ruleset for compliance (None: each benchmark's default).
+    /// Ruleset for compliance, RCP and the package (None: the benchmark's default, 4.0.0 for a
+    /// tree holding both benchmarks; see `result_sets::package_ruleset`).
     pub ruleset: Option<String>,
     /// System description detection (TOML, host root, NVML).
     pub describe: DescribeOptions,
@@ -166,24 +167,20 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
     let (desc, desc_warnings) = system_description(opts, &sets)?;
     warnings.extend(desc_warnings);
 
+    let ruleset = result_sets::package_ruleset(
+        opts.ruleset.as_deref(),
+        tree_benchmarks(opts, &sets).iter().map(String::as_str),
+    );
+
     let mut errors = Vec::new();
     for p in desc.problems() {
         errors.push(format!("system description: {p}"));
     }
     for set in &sets {
-        let report = result_sets::check_set(set, division, opts.ruleset.as_deref());
+        let report = result_sets::check_set(set, division, &ruleset);
         errors.extend(report.errors);
         warnings.extend(report.warnings);
     }
-    if division == "closed" {
-        // Integration point: the RCP check comes with the score module (score::score_path).
-        warnings.push(
-            "closed: the reference convergence point (RCP) check is not run by mlperf-run yet; \
-             run the official package checker (it runs it) before submitting"
-                .into(),
-        );
-    }
-    let score_table = score_table(&sets);
     if !errors.is_empty() {
         bail!(
             "refusing to package ({} problems):\n  - {}",
@@ -200,12 +197,18 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         ));
     }
     let staging = staging_dir(&opts.out)?;
-    let result = stage_and_install(opts, &desc, &sets, &origin, &snap, &staging);
+    let result = (|| -> Result<(String, usize)> {
+        let mut staged = stage(opts, &desc, &sets, &origin, &snap, &staging)?;
+        let (table, score_warnings) = score_staged(opts, &sets, &ruleset, &staging, &mut staged)?;
+        warnings.extend(score_warnings);
+        let written = install(opts, &sets, &staged, &staging)?;
+        Ok((table, written))
+    })();
     let _ = std::fs::remove_dir_all(&staging);
-    let written = result?;
+    let (score_table, written) = result?;
 
     let org_dir = opts.out.join(&opts.submitter);
-    let (tree_errors, _) = tree_check::check_tree(&org_dir);
+    let (tree_errors, _) = tree_check::check_tree(&org_dir, Some(&ruleset));
     if !tree_errors.is_empty() {
         bail!(
             "the packaged tree {} fails its checks:\n  - {}",
@@ -231,6 +234,116 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         warnings,
         score_table,
     })
+}
+
+/// The benchmarks the tree in OUT will hold: the sets packaged now, and with --add the other
+/// systems' sets already there (this system's are replaced).
+fn tree_benchmarks(opts: &PackageOptions, sets: &[ResultSet]) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = sets.iter().map(|s| s.benchmark.name.clone()).collect();
+    if opts.add {
+        let results = opts.out.join(&opts.submitter).join("results");
+        for system in std::fs::read_dir(&results).into_iter().flatten().flatten() {
+            if system.file_name().to_string_lossy() == opts.system.as_str() {
+                continue;
+            }
+            for b in std::fs::read_dir(system.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = b.file_name().to_string_lossy().into_owned();
+                if b.path().is_dir() && crate::benchmarks::get(&name).is_ok() {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Score the staged sets with [`score::score_set`] at `ruleset` and print the table (paths as
+/// they will be in OUT, each result file with the log it comes from). Closed sets: a set that
+/// fails the RCP check is refused; one that passes faster than the RCP mean gets scaling.json
+/// with the RCP normalization factor, as the official package checker writes it. Returns the
+/// table and warnings (score problems other than the RCP).
+fn score_staged(
+    opts: &PackageOptions,
+    sets: &[ResultSet],
+    ruleset: &str,
+    staging: &Path,
+    staged: &mut BTreeMap<String, String>,
+) -> Result<(String, Vec<String>)> {
+    let org = &opts.submitter;
+    let score_opts = score::ScoreOptions {
+        ruleset: Some(ruleset.to_string()),
+    };
+    let mut scored = Vec::new();
+    let mut sources = String::new();
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for set in sets {
+        let b = &set.benchmark.name;
+        let rel_dir = format!("{org}/results/{}/{b}", opts.system);
+        let mut s = score::score_set(&staging.join(&rel_dir), &score_opts)?;
+        s.dir = opts.out.join(&rel_dir);
+        for r in &mut s.runs {
+            if let Some(name) = r.file.file_name() {
+                r.file = s.dir.join(name);
+            }
+        }
+        let given = set
+            .logs
+            .iter()
+            .map(|l| l.path.display().to_string())
+            .collect::<Vec<_>>();
+        for (i, g) in given.iter().enumerate() {
+            sources.push_str(&format!("{}/result_{i}.txt <- {g}\n", s.dir.display()));
+        }
+        warnings.extend(
+            s.problems
+                .iter()
+                .filter(|p| !p.starts_with("RCP check failed"))
+                .map(|p| format!("{}: {p}", s.dir.display())),
+        );
+        if let Some(rcp) = &s.rcp {
+            if !rcp.passed {
+                let detail = match (&rcp.reference, rcp.set_mean) {
+                    (Some(r), Some(m)) => format!(
+                        "; the set converges at {m:.4} on average (olympic), the RCP {} at batch size {} needs at least {:.4} (mean {:.4})",
+                        r.name, r.batch_size, r.min_mean, r.mean
+                    ),
+                    _ => String::new(),
+                };
+                errors.push(format!(
+                    "{b}: the closed set fails the RCP check at ruleset {ruleset}: {}{detail} (logs: {})",
+                    rcp.message,
+                    given.join(", ")
+                ));
+            } else if let Some(f) = tree_check::scaling_json_factor(rcp) {
+                let rel = format!("{rel_dir}/{}", tree_check::SCALING_JSON);
+                write_file(
+                    &staging.join(&rel),
+                    tree_check::scaling_json_text(f).as_bytes(),
+                    false,
+                )?;
+                staged.insert(rel, format!("system:{}", opts.system));
+            }
+        }
+        scored.push(s);
+    }
+    let table = format!(
+        "{}packaged from:\n{sources}",
+        score::render(&scored, score::Format::Table)
+    );
+    print!("{table}");
+    if !errors.is_empty() {
+        bail!(
+            "refusing to package ({} problems):\n  - {}",
+            errors.len(),
+            errors.join("\n  - ")
+        );
+    }
+    Ok((table, warnings))
 }
 
 fn check_out_dir(opts: &PackageOptions) -> Result<()> {
@@ -323,16 +436,16 @@ fn write_file(path: &Path, bytes: &[u8], exec: bool) -> Result<()> {
         .with_context(|| format!("cannot set permissions of {}", path.display()))
 }
 
-/// Write everything into `staging` (same layout as OUT), check it, then move it into OUT.
-/// Returns the number of files written.
-fn stage_and_install(
+/// Write everything into `staging` (same layout as OUT) and check the repository rules.
+/// Returns what was staged: path relative to OUT -> owner.
+fn stage(
     opts: &PackageOptions,
     desc: &SystemDesc,
     sets: &[ResultSet],
     origin: &Origin,
     snap: &snapshot::Snapshot,
     staging: &Path,
-) -> Result<usize> {
+) -> Result<BTreeMap<String, String>> {
     let org = &opts.submitter;
     let sys_owner = format!("system:{}", opts.system);
     let mut staged: BTreeMap<String, String> = BTreeMap::new();
@@ -379,7 +492,19 @@ fn stage_and_install(
                 .join("\n  - ")
         );
     }
+    Ok(staged)
+}
 
+/// Move what `stage` (and the scoring) wrote into OUT, replacing only what mlperf-run wrote
+/// there before. Returns the number of files written.
+fn install(
+    opts: &PackageOptions,
+    sets: &[ResultSet],
+    staged: &BTreeMap<String, String>,
+    staging: &Path,
+) -> Result<usize> {
+    let org = &opts.submitter;
+    let sys_owner = format!("system:{}", opts.system);
     // Decide what may be replaced in OUT.
     let out = &opts.out;
     let record_path = out.join(RECORD_NAME);
@@ -445,7 +570,7 @@ fn stage_and_install(
         record.files.remove(rel);
         remove_empty_parents(&p, out);
     }
-    for (rel, owner) in &staged {
+    for (rel, owner) in staged {
         let target = out.join(rel);
         if let Some(dir) = target.parent() {
             std::fs::create_dir_all(dir)
@@ -471,50 +596,4 @@ fn remove_empty_parents(file: &Path, stop: &Path) {
         }
         dir = d.parent();
     }
-}
-
-/// The score table printed before writing.
-///
-/// Integration point: once `score::score_path`/`score::render` are in main this prints their
-/// table; until then it shows per-run minutes and the olympic mean computed from the logs.
-pub fn score_table(sets: &[ResultSet]) -> String {
-    let mut out = String::new();
-    for set in sets {
-        out.push_str(&format!(
-            "{} ({} runs)\n",
-            set.benchmark.name,
-            set.logs.len()
-        ));
-        let mut minutes = Vec::new();
-        for (i, l) in set.logs.iter().enumerate() {
-            let start = l.log.first(keys::RUN_START).map(|e| e.time_ms);
-            let stop = l.log.last(keys::RUN_STOP);
-            let converged = stop
-                .map(|e| e.status() == Some(keys::STATUS_SUCCESS))
-                .unwrap_or(false);
-            let m = match (start, stop) {
-                (Some(s), Some(e)) if converged => Some((e.time_ms - s) / 60000.0),
-                _ => None,
-            };
-            out.push_str(&format!(
-                "  result_{i}  {:>10}  {}\n",
-                m.map(|m| format!("{m:.4}"))
-                    .unwrap_or_else(|| "not conv.".into()),
-                l.path.display()
-            ));
-            minutes.push(m.unwrap_or(f64::INFINITY));
-        }
-        minutes.sort_by(f64::total_cmp);
-        let failed = minutes.iter().filter(|m| m.is_infinite()).count();
-        if minutes.len() >= 3 && failed <= 1 {
-            let inner = &minutes[1..minutes.len() - 1];
-            let mean = inner.iter().sum::<f64>() / inner.len() as f64;
-            out.push_str(&format!(
-                "  olympic mean {mean:.4} minutes (before any RCP scaling)\n"
-            ));
-        } else {
-            out.push_str("  no score: more than one run did not converge\n");
-        }
-    }
-    out
 }

@@ -1,12 +1,13 @@
 //! The result logs to package: found on disk, grouped into one set per benchmark, and checked
-//! as the official package checker does (run count, compliance per file, closed seeds).
+//! as the official package checker does: compliance per file at the package's ruleset and the
+//! set rules (run count, one batch size, closed seeds), both from [`crate::rules`].
 //! Every refusal names the path concerned and what to do.
 
 use crate::benchmarks::{self, Benchmark};
 use crate::mllog::{self, keys, LogFile};
 use crate::rules::{self, CheckOptions, Verdict};
 use anyhow::{bail, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Benchmark folder names of the MLPerf Training rounds (any ruleset): a folder with one of
@@ -175,7 +176,7 @@ pub struct ResultSet {
 }
 
 /// Group logs by benchmark, checking division and system consistency. Runs are numbered in
-/// the order they started.
+/// the order they started; the run count is checked by [`check_set`].
 pub fn group(logs: Vec<ResultLog>, division: &str) -> Result<Vec<ResultSet>> {
     for l in &logs {
         match l.division() {
@@ -214,25 +215,30 @@ pub fn group(logs: Vec<ResultLog>, division: &str) -> Result<Vec<ResultSet>> {
             );
             x.total_cmp(&y).then_with(|| a.path.cmp(&b.path))
         });
-        if logs.len() != benchmark.runs {
-            let given = logs.len();
-            let need = benchmark.runs;
-            let list = logs
-                .iter()
-                .map(|l| l.path.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ");
-            if given < need {
-                bail!(
-                    "{name}: {given} result logs given, a set needs exactly {need}: {} missing (given: {list})",
-                    need - given
-                );
-            }
-            bail!("{name}: {given} result logs given, a set needs exactly {need}: pass {need} consecutive runs (given: {list})");
-        }
         sets.push(ResultSet { benchmark, logs });
     }
     Ok(sets)
+}
+
+/// The ruleset a package is checked under: `requested` (--ruleset), else the one ruleset that
+/// covers every benchmark in the tree: the benchmark's own default (resnet 4.0.0, bert 5.0.0)
+/// when the tree holds one benchmark, else [`rules::FALLBACK_RULESET`] (4.0.0, the last round
+/// that lists both). The official package checker runs every file's compliance check at the
+/// package's ruleset, so ours does too.
+pub fn package_ruleset<'a>(
+    requested: Option<&str>,
+    benchmark_names: impl IntoIterator<Item = &'a str>,
+) -> String {
+    if let Some(r) = requested {
+        return r.to_string();
+    }
+    let names: BTreeSet<&str> = benchmark_names.into_iter().collect();
+    match names.iter().next() {
+        Some(only) if names.len() == 1 => benchmarks::get(only)
+            .map(|b| b.default_ruleset.clone())
+            .unwrap_or_else(|_| rules::FALLBACK_RULESET.to_string()),
+        _ => rules::FALLBACK_RULESET.to_string(),
+    }
 }
 
 /// What the checks of one set found.
@@ -246,16 +252,17 @@ pub struct SetReport {
     pub verdicts: Vec<Verdict>,
 }
 
-/// Check one set as the official package checker does: compliance per file (one failing file
-/// is accepted under olympic scoring, more are not), closed division: seeds and one global
-/// batch size.
-pub fn check_set(set: &ResultSet, division: &str, ruleset: Option<&str>) -> SetReport {
+/// Check one set as the official package checker does: compliance per file at `ruleset`
+/// ([`rules::check_log`]; one failing file is accepted under olympic scoring, more are not),
+/// then the set rules ([`rules::check_set`]: run count, one global batch size, closed seeds).
+/// The official checker looks at the batch size only through the closed RCP check, so in the
+/// open division a batch-size finding is a warning.
+pub fn check_set(set: &ResultSet, division: &str, ruleset: &str) -> SetReport {
     let mut report = SetReport::default();
     let opts = CheckOptions {
-        ruleset: ruleset
-            .map(String::from)
-            .or_else(|| Some(set.benchmark.default_ruleset.clone())),
+        ruleset: Some(ruleset.to_string()),
     };
+    let name = &set.benchmark.name;
     let mut failing = Vec::new();
     for l in &set.logs {
         let v = rules::check_log(&l.log, &opts);
@@ -264,11 +271,14 @@ pub fn check_set(set: &ResultSet, division: &str, ruleset: Option<&str>) -> SetR
                 .findings
                 .iter()
                 .take(3)
-                .map(|f| f.message.clone())
+                .map(|f| match f.line {
+                    Some(line) => format!("line {line}: {f}"),
+                    None => f.to_string(),
+                })
                 .collect::<Vec<_>>()
                 .join("; ");
             failing.push(format!(
-                "{} ({} findings: {first})",
+                "{} ({} findings at ruleset {ruleset}: {first})",
                 l.path.display(),
                 v.findings.len()
             ));
@@ -278,101 +288,39 @@ pub fn check_set(set: &ResultSet, division: &str, ruleset: Option<&str>) -> SetR
     match failing.len() {
         0 => {}
         1 => report.warnings.push(format!(
-            "{}: 1 file does not comply, accepted under olympic scoring: {}",
-            set.benchmark.name, failing[0]
+            "{name}: 1 file does not comply, accepted under olympic scoring: {}",
+            failing[0]
         )),
         n => report.errors.push(format!(
-            "{}: {n} files do not comply, the set cannot be accepted: {}",
-            set.benchmark.name,
+            "{name}: {n} files do not comply, the set cannot be accepted: {}",
             failing.join(" | ")
         )),
     }
-    if division == "closed" {
-        report.errors.extend(seed_problems(set));
-        report.errors.extend(batch_size_problems(set));
+    let logs: Vec<LogFile> = set.logs.iter().map(|l| l.log.clone()).collect();
+    for (path, f) in rules::check_set(&logs, name, division) {
+        match f.rule.as_str() {
+            "run-count" => {
+                let given = set.logs.len();
+                let need = set.benchmark.runs;
+                let how = if given < need {
+                    format!("{} missing", need - given)
+                } else {
+                    format!("{} too many: pass {need} consecutive runs", given - need)
+                };
+                let list = set
+                    .logs
+                    .iter()
+                    .map(|l| l.path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                report.errors.push(format!(
+                    "{name}: {given} result logs given: {} ({how}; given: {list})",
+                    f.message
+                ));
+            }
+            "batch-size" if division != "closed" => report.warnings.push(f.located(&path)),
+            _ => report.errors.push(f.located(&path)),
+        }
     }
     report
-}
-
-/// The closed-division seed rule (`package_checker.seed_checker`): every run logs at least one
-/// integer seed; no two runs log the same seed from the same file and line.
-pub fn seed_problems(set: &ResultSet) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut seen: HashMap<(String, String, i128), &Path> = HashMap::new();
-    for l in &set.logs {
-        let mut count = 0;
-        for e in l.log.with_key(keys::SEED) {
-            let value = match &e.value {
-                serde_json::Value::Number(n) => n
-                    .as_i64()
-                    .map(i128::from)
-                    .or_else(|| n.as_u64().map(i128::from)),
-                serde_json::Value::String(s) => s.trim().parse::<i128>().ok(),
-                _ => None,
-            };
-            let Some(seed) = value else {
-                problems.push(format!(
-                    "{}:{}: seed {} is not an integer",
-                    l.path.display(),
-                    e.line,
-                    e.value
-                ));
-                continue;
-            };
-            count += 1;
-            let file = e.meta("file").map(|v| {
-                v.as_str()
-                    .map(String::from)
-                    .unwrap_or_else(|| v.to_string())
-            });
-            let lineno = e.meta("lineno").map(|v| v.to_string());
-            let key = (file.unwrap_or_default(), lineno.unwrap_or_default(), seed);
-            if let Some(prev) = seen.get(&key) {
-                problems.push(format!(
-                    "{} logs seed {seed} on {}:{}; {} already logs the same seed on the same line (closed runs need distinct seeds)",
-                    l.path.display(),
-                    key.0,
-                    key.1,
-                    prev.display()
-                ));
-            } else {
-                seen.insert(key, &l.path);
-            }
-        }
-        if count == 0 {
-            problems.push(format!(
-                "{} logs no seed (closed runs must log their seed)",
-                l.path.display()
-            ));
-        }
-    }
-    problems
-}
-
-/// All runs of a closed set must log one and the same global_batch_size.
-pub fn batch_size_problems(set: &ResultSet) -> Vec<String> {
-    let mut sizes: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for l in &set.logs {
-        let v = l
-            .log
-            .first(keys::GLOBAL_BATCH_SIZE)
-            .map(|e| e.value.to_string())
-            .unwrap_or_else(|| "none".into());
-        sizes
-            .entry(v)
-            .or_default()
-            .push(l.path.display().to_string());
-    }
-    if sizes.len() <= 1 {
-        return Vec::new();
-    }
-    let detail = sizes
-        .iter()
-        .map(|(v, files)| format!("{v} in {}", files.join(", ")))
-        .collect::<Vec<_>>()
-        .join("; ");
-    vec![format!(
-        "{}: runs log different global_batch_size values ({detail})",
-        set.benchmark.name
-    )]
 }

@@ -7,6 +7,7 @@ use super::result_sets::{self, ResultLog, ResultSet};
 use super::system_desc::{SystemDesc, FIELDS};
 use crate::benchmarks;
 use crate::mllog;
+use crate::score;
 use std::path::Path;
 
 /// Load a system JSON as a [`SystemDesc`]; problems name the file.
@@ -56,9 +57,10 @@ fn sub_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
     v
 }
 
-/// Everything wrong with the tree at `org_dir` (empty: it passes our checks). Warnings (one
-/// non-compliant run accepted under olympic scoring) are returned separately.
-pub fn check_tree(org_dir: &Path) -> (Vec<String>, Vec<String>) {
+/// Everything wrong with the tree at `org_dir` (empty: it passes our checks), at the ruleset
+/// `ruleset`, else the one covering the tree's benchmarks ([`result_sets::package_ruleset`]).
+/// Warnings (one non-compliant run accepted under olympic scoring) are returned separately.
+pub fn check_tree(org_dir: &Path, ruleset: Option<&str>) -> (Vec<String>, Vec<String>) {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let results_dir = org_dir.join("results");
@@ -69,6 +71,14 @@ pub fn check_tree(org_dir: &Path) -> (Vec<String>, Vec<String>) {
         ));
         return (errors, warnings);
     }
+    // The ruleset covering every benchmark in the tree, as `package` chose it.
+    let names: Vec<String> = sub_dirs(&results_dir)
+        .iter()
+        .flat_map(|s| sub_dirs(s))
+        .filter_map(|b| b.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| benchmarks::get(n).is_ok())
+        .collect();
+    let ruleset = result_sets::package_ruleset(ruleset, names.iter().map(String::as_str));
     for system_dir in sub_dirs(&results_dir) {
         let system = system_dir
             .file_name()
@@ -117,18 +127,15 @@ pub fn check_tree(org_dir: &Path) -> (Vec<String>, Vec<String>) {
                     Err(e) => errors.push(format!("{e:#}")),
                 }
             }
-            if logs.len() != benchmark.runs {
-                errors.push(format!(
-                    "{}: {} result files, exactly {} required",
-                    bench_dir.display(),
-                    logs.len(),
-                    benchmark.runs
-                ));
-            }
             let set = ResultSet { benchmark, logs };
-            let report = result_sets::check_set(&set, &division, None);
+            let report = result_sets::check_set(&set, &division, &ruleset);
+            // The RCP check needs a set that passed the others (one batch size, all runs).
+            let rcp = division == "closed" && report.errors.is_empty();
             errors.extend(report.errors);
             warnings.extend(report.warnings);
+            if rcp {
+                check_rcp(&bench_dir, &ruleset, &mut errors, &mut warnings);
+            }
             let impls = org_dir
                 .join("benchmarks")
                 .join(&name)
@@ -147,4 +154,71 @@ pub fn check_tree(org_dir: &Path) -> (Vec<String>, Vec<String>) {
             .map(|p| p.to_string()),
     );
     (errors, warnings)
+}
+
+/// Closed sets: the RCP check ([`score::score_set`]) must pass, and scaling.json must hold
+/// the RCP normalization factor when the set converged faster than the RCP mean (what the
+/// official package checker writes and the result summarizer reads).
+fn check_rcp(
+    bench_dir: &Path,
+    ruleset: &str,
+    errors: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) {
+    let opts = score::ScoreOptions {
+        ruleset: Some(ruleset.to_string()),
+    };
+    let scored = match score::score_set(bench_dir, &opts) {
+        Ok(s) => s,
+        Err(e) => {
+            errors.push(format!("{}: cannot score: {e:#}", bench_dir.display()));
+            return;
+        }
+    };
+    let Some(rcp) = &scored.rcp else { return };
+    if !rcp.passed {
+        errors.push(format!(
+            "{}: RCP check failed at ruleset {ruleset}: {}",
+            bench_dir.display(),
+            rcp.message
+        ));
+        return;
+    }
+    let expected = scaling_json_factor(rcp);
+    let path = bench_dir.join(SCALING_JSON);
+    let found = std::fs::read_to_string(&path).ok().and_then(|t| {
+        serde_json::from_str::<serde_json::Value>(&t)
+            .ok()?
+            .get("scaling_factor")?
+            .as_f64()
+    });
+    match (expected, found) {
+        (None, None) => {}
+        (Some(e), Some(f)) if (e - f).abs() <= 1e-9 * e => {}
+        (Some(e), _) => warnings.push(format!(
+            "{}: should hold scaling_factor {e} (the RCP normalization factor; the result summarizer reads it)",
+            path.display()
+        )),
+        (None, Some(f)) => warnings.push(format!(
+            "{}: scaling_factor {f}, but the set converges no faster than the RCP mean",
+            path.display()
+        )),
+    }
+}
+
+/// The name of the file holding a set's score scaling factor.
+pub const SCALING_JSON: &str = "scaling.json";
+
+/// The factor the official RCP checker writes to scaling.json: the normalization factor when
+/// the set passed and converged faster than the RCP mean; None: no scaling.json.
+pub fn scaling_json_factor(rcp: &score::RcpCheck) -> Option<f64> {
+    rcp.scaling_factor.filter(|f| rcp.passed && *f > 1.0)
+}
+
+/// scaling.json as the official RCP checker writes it (`json.dumps({'scaling_factor': f})`).
+pub fn scaling_json_text(factor: f64) -> String {
+    format!(
+        "{{\"scaling_factor\": {}}}",
+        serde_json::Value::from(factor)
+    )
 }

@@ -111,7 +111,7 @@ fn verify_tarball(tarball: &Path) -> Result<VerifyReport> {
             expected.len(),
             art.manifest.display()
         ));
-        let (errors, warnings) = tree_check::check_tree(&tmp.join(&org));
+        let (errors, warnings) = tree_check::check_tree(&tmp.join(&org), None);
         report.problems.extend(
             errors
                 .into_iter()
@@ -205,7 +205,7 @@ fn verify_dir(dir: &Path) -> Result<VerifyReport> {
             expected.len(),
             art.manifest.display()
         ));
-        let (errors, warnings) = tree_check::check_tree(&org_dir);
+        let (errors, warnings) = tree_check::check_tree(&org_dir, None);
         report.problems.extend(errors);
         report.warnings.extend(warnings);
         report.checked.push(format!(

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod emitter_logs;
+
 /// True when CI demands the oracle and fixtures (scripts/test sets it under CI=true):
 /// tests that need them then fail instead of skipping.
 pub fn required() -> bool {

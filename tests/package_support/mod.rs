@@ -1,115 +1,12 @@
-//! Helpers for the packaging tests: compliant synthetic ResNet logs written by our own
-//! emitter (ruleset 4.0.0), a system TOML, package options and the official package checker.
+//! Helpers for the packaging tests: sets of compliant logs written by our own emitter
+//! (tests/common/emitter_logs.rs), a system TOML, package options and the official package
+//! checker. Test crates using it declare `mod common;` too.
 #![allow(dead_code)]
 
-use mlperf_run::meta;
-use mlperf_run::mllog::{keys, Emitter, Sink};
+pub use crate::common::emitter_logs::{os_seed, write_bert_run, write_resnet_log, BertRun, Run};
 use mlperf_run::submission::package::PackageOptions;
 use mlperf_run::submission::sysinfo::DescribeOptions;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-
-/// One synthetic run.
-#[derive(Debug, Clone)]
-pub struct Run {
-    pub division: &'static str,
-    pub status: &'static str,
-    pub platform: String,
-    pub seed: u64,
-    /// Epoch at which eval_accuracy first reaches the target.
-    pub converge_epoch: u32,
-    pub minutes: f64,
-}
-
-/// A fresh seed from the OS, as the closed rules want.
-pub fn os_seed() -> u64 {
-    let mut b = [0u8; 4];
-    getrandom::getrandom(&mut b).expect("OS randomness");
-    u32::from_le_bytes(b) as u64
-}
-
-/// Write a closed- or open-division ResNet log (LARS, GBS 3264, evals every 4 epochs from
-/// epoch 3) that passes the 4.0.0 compliance checker.
-pub fn write_resnet_log(path: &Path, run: &Run) {
-    let _ = std::fs::remove_file(path);
-    let t0: i64 = 1_700_000_000_000 + (run.seed as i64 % 1000) * 100_000;
-    let clock = Arc::new(AtomicI64::new(t0));
-    let c = clock.clone();
-    let mut e = Emitter::new(vec![Sink::file(path, false).unwrap()])
-        .with_clock(move || c.load(Ordering::SeqCst));
-    let tick = |ms: i64| {
-        clock.fetch_add(ms, Ordering::SeqCst);
-    };
-    e.start(keys::CACHE_CLEAR, Value::Bool(true), meta! {})
-        .unwrap();
-    e.start(keys::INIT_START, Value::Null, meta! {}).unwrap();
-    e.event(keys::SUBMISSION_BENCHMARK, "resnet").unwrap();
-    e.event(keys::SUBMISSION_ORG, "SynthOrg").unwrap();
-    e.event(keys::SUBMISSION_DIVISION, run.division).unwrap();
-    e.event(keys::SUBMISSION_STATUS, run.status).unwrap();
-    e.event(keys::SUBMISSION_PLATFORM, run.platform.clone())
-        .unwrap();
-    e.event(keys::SEED, run.seed).unwrap();
-    e.event(keys::GLOBAL_BATCH_SIZE, 3264).unwrap();
-    e.event(keys::TRAIN_SAMPLES, 1_281_167).unwrap();
-    e.event(keys::EVAL_SAMPLES, 50_000).unwrap();
-    e.event(keys::GRADIENT_ACCUMULATION_STEPS, 1).unwrap();
-    e.event(keys::OPT_NAME, "lars").unwrap();
-    e.event("lars_opt_base_learning_rate", 10.5).unwrap();
-    e.event("lars_opt_end_learning_rate", 0.0001).unwrap();
-    e.event("lars_opt_learning_rate_decay_poly_power", 2)
-        .unwrap();
-    e.event("lars_opt_learning_rate_decay_steps", 14523)
-        .unwrap();
-    e.event("lars_epsilon", 0.0).unwrap();
-    e.event("lars_opt_learning_rate_warmup_epochs", 2).unwrap();
-    e.event("lars_opt_momentum", 0.9).unwrap();
-    e.event("lars_opt_weight_decay", 0.00005).unwrap();
-    tick(60_000);
-    e.end(keys::INIT_STOP, Value::Null, meta! {}).unwrap();
-    e.start(keys::RUN_START, Value::Null, meta! {}).unwrap();
-    let total_ms = (run.minutes * 60_000.0) as i64;
-    let blocks: Vec<u32> = (0..)
-        .map(|k| 3 + 4 * k)
-        .take_while(|ep| *ep <= run.converge_epoch)
-        .collect();
-    let per_block = total_ms / blocks.len() as i64;
-    let mut first = 0;
-    for (i, ep) in blocks.iter().enumerate() {
-        let count = ep - first;
-        e.start(
-            keys::BLOCK_START,
-            Value::Null,
-            meta! {"first_epoch_num" => first, "epoch_count" => count},
-        )
-        .unwrap();
-        tick(per_block - 1000);
-        e.end(
-            keys::BLOCK_STOP,
-            Value::Null,
-            meta! {"first_epoch_num" => first},
-        )
-        .unwrap();
-        e.start(keys::EVAL_START, Value::Null, meta! {"epoch_num" => *ep})
-            .unwrap();
-        tick(1000);
-        let last = i + 1 == blocks.len();
-        let acc = if last { 0.7605 } else { 0.3 + 0.01 * i as f64 };
-        e.event_with(keys::EVAL_ACCURACY, acc, meta! {"epoch_num" => *ep})
-            .unwrap();
-        e.end(keys::EVAL_STOP, Value::Null, meta! {"epoch_num" => *ep})
-            .unwrap();
-        first = *ep;
-    }
-    e.end(
-        keys::RUN_STOP,
-        Value::Null,
-        meta! {"status" => keys::STATUS_SUCCESS},
-    )
-    .unwrap();
-}
 
 /// Write `seeds.len()` runs into `dir/result_<i>.txt`; returns the paths.
 pub fn write_set(
@@ -133,6 +30,28 @@ pub fn write_set(
                 minutes: 28.0 + i as f64 * 0.7,
             };
             write_resnet_log(&p, &run);
+            p
+        })
+        .collect()
+}
+
+/// Write a closed- or open-division BERT set (GBS 448) into `dir/result_<i>.txt`, one run per
+/// seed, each converging after `n_evals` evals of 150,000 samples; returns the paths.
+pub fn write_bert_set(
+    dir: &Path,
+    division: &'static str,
+    seeds: &[u64],
+    n_evals: u64,
+) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    seeds
+        .iter()
+        .enumerate()
+        .map(|(i, seed)| {
+            let p = dir.join(format!("result_{i}.txt"));
+            let mut run = BertRun::converging_after(division, *seed as i64, n_evals);
+            run.block_ms = 60_000 + 1000 * i as i64;
+            write_bert_run(&p, &run);
             p
         })
         .collect()
@@ -262,4 +181,25 @@ pub fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(&p, &t).unwrap();
         }
     }
+}
+
+/// scaling_factor of `set_dir`/scaling.json, if the file exists. The file must be what the
+/// official RCP checker writes: `{"scaling_factor": <float>}`.
+pub fn scaling_factor(set_dir: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(set_dir.join("scaling.json")).ok()?;
+    assert!(
+        text.starts_with("{\"scaling_factor\": ") && text.ends_with('}'),
+        "scaling.json is not as the official RCP checker writes it: {text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    Some(v["scaling_factor"].as_f64().unwrap())
+}
+
+/// The official package checker's log says it set the same scaling factor (it logs 4 decimals).
+pub fn assert_same_scaling(log: &str, factor: f64) {
+    let line = format!("Results scaling set to normalization factor of {factor:.4}");
+    assert!(
+        log.contains(&line),
+        "official checker did not log '{line}':\n{log}"
+    );
 }
