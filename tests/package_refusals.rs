@@ -258,3 +258,59 @@ fn bad_input_errors_name_the_path() {
         "{err}"
     );
 }
+
+#[test]
+fn closed_set_failing_the_rcp_check_is_refused_by_both() {
+    let test = "closed_set_failing_the_rcp_check_is_refused_by_both";
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    // Every run converges at epoch 31: under the 4.0.0 RCP minimum at GBS 3264 (34.31).
+    let fast = dir.path().join("fast");
+    std::fs::create_dir_all(&fast).unwrap();
+    let logs: Vec<PathBuf> = ps::distinct_seeds(5)
+        .into_iter()
+        .enumerate()
+        .map(|(i, seed)| {
+            let p = fast.join(format!("result_{i}.txt"));
+            let run = ps::Run {
+                division: "closed",
+                status: "onprem",
+                platform: "sys_a".into(),
+                seed,
+                converge_epoch: 31,
+                minutes: 25.0 + i as f64,
+            };
+            ps::write_resnet_log(&p, &run);
+            p
+        })
+        .collect();
+    let out = dir.path().join("o2");
+    let err = format!(
+        "{:#}",
+        package::package(&ps::options(
+            "Org",
+            "sys_a",
+            "closed",
+            logs.clone(),
+            &out,
+            &toml
+        ))
+        .unwrap_err()
+    );
+    assert!(
+        err.contains("fails the RCP check at ruleset 4.0.0")
+            && err.contains("34.3096")
+            && err.contains(&logs[0].display().to_string()),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing may be written on refusal");
+    // The same logs in a tree of ours (open, so we write it), then marked closed by hand.
+    if common::oracle(test).is_none() {
+        return;
+    }
+    let (org, _, _) = packaged_closed(dir.path());
+    for (i, l) in logs.iter().enumerate() {
+        std::fs::copy(l, org.join(format!("results/sys_a/resnet/result_{i}.txt"))).unwrap();
+    }
+    official_fails_with(&org, "RCP Test Failed", test);
+}
