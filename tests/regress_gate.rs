@@ -10,31 +10,12 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
 }
 
-fn line(time_ms: i64, key: &str, value: &str, meta: &str) -> String {
-    format!(
-        ":::MLLOG {{\"namespace\": \"\", \"time_ms\": {time_ms}, \"event_type\": \"POINT_IN_TIME\", \"key\": \"{key}\", \
-         \"value\": {value}, \"metadata\": {{\"file\": \"t.py\", \"lineno\": 1{meta}}}}}\n"
-    )
-}
-
 /// An open ResNet set of 5 runs taking `minutes[i]` each, logging `throughput`.
 fn write_set(dir: &Path, minutes: [f64; 5], throughput: f64) {
     std::fs::create_dir_all(dir).unwrap();
-    let t0 = 1_700_000_000_000i64;
     for (i, m) in minutes.iter().enumerate() {
-        let mut s = String::new();
-        s += &line(t0 - 1000, "submission_benchmark", "\"resnet\"", "");
-        s += &line(t0 - 1000, "submission_division", "\"open\"", "");
-        s += &line(t0, "run_start", "null", "");
-        s += &line(t0 + 1000, "throughput", &throughput.to_string(), "");
-        s += &line(t0 + 2000, "eval_accuracy", "0.76", ", \"epoch_num\": 30");
-        s += &line(
-            t0 + (m * 60_000.0) as i64,
-            "run_stop",
-            "null",
-            ", \"status\": \"success\"",
-        );
-        std::fs::write(dir.join(format!("result_{i}.txt")), s).unwrap();
+        let log = common::emitter_logs::open_resnet_text(*m, Some("success"), 256, throughput);
+        std::fs::write(dir.join(format!("result_{i}.txt")), log).unwrap();
     }
 }
 

@@ -284,3 +284,55 @@ pub fn write_resnet_log(path: &Path, run: &Run) {
     )
     .unwrap();
 }
+
+/// The text of a small open-division ResNet log that passes the 4.0.0 checks: run_start at a
+/// fixed t0, one 30-epoch block, eval_accuracy 0.76, a `throughput` event, and (when `status`
+/// is given) run_stop `minutes` after run_start. Score and regress tests vary these.
+pub fn open_resnet_text(minutes: f64, status: Option<&str>, gbs: u32, throughput: f64) -> String {
+    let t0: i64 = 1_700_000_000_000;
+    let now = Arc::new(AtomicI64::new(t0 - 10_000));
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let clock = now.clone();
+    let mut e = Emitter::new(vec![Sink::Memory(lines.clone())])
+        .with_clock(move || clock.load(Ordering::SeqCst));
+    e.start(keys::CACHE_CLEAR, true, meta! {}).unwrap();
+    e.start(keys::INIT_START, Value::Null, meta! {}).unwrap();
+    e.event(keys::SUBMISSION_BENCHMARK, "resnet").unwrap();
+    e.event(keys::SUBMISSION_ORG, "SynthOrg").unwrap();
+    e.event(keys::SUBMISSION_DIVISION, "open").unwrap();
+    e.event(keys::SUBMISSION_STATUS, "onprem").unwrap();
+    e.event(keys::SUBMISSION_PLATFORM, "1xTEST").unwrap();
+    e.event(keys::SEED, 1).unwrap();
+    e.event(keys::GLOBAL_BATCH_SIZE, gbs).unwrap();
+    e.event(keys::TRAIN_SAMPLES, 1_281_167).unwrap();
+    e.event(keys::EVAL_SAMPLES, 50_000).unwrap();
+    e.end(keys::INIT_STOP, Value::Null, meta! {}).unwrap();
+    now.store(t0, Ordering::SeqCst);
+    e.start(keys::RUN_START, Value::Null, meta! {}).unwrap();
+    e.event(keys::THROUGHPUT, throughput).unwrap();
+    e.start(
+        keys::BLOCK_START,
+        Value::Null,
+        meta! {"first_epoch_num" => 0, "epoch_count" => 30},
+    )
+    .unwrap();
+    e.end(
+        keys::BLOCK_STOP,
+        Value::Null,
+        meta! {"first_epoch_num" => 0},
+    )
+    .unwrap();
+    e.start(keys::EVAL_START, Value::Null, meta! {"epoch_num" => 30})
+        .unwrap();
+    e.event_with(keys::EVAL_ACCURACY, 0.76, meta! {"epoch_num" => 30})
+        .unwrap();
+    e.end(keys::EVAL_STOP, Value::Null, meta! {"epoch_num" => 30})
+        .unwrap();
+    if let Some(st) = status {
+        now.store(t0 + (minutes * 60_000.0) as i64, Ordering::SeqCst);
+        e.end(keys::RUN_STOP, Value::Null, meta! {"status" => st})
+            .unwrap();
+    }
+    let lines = lines.lock().unwrap();
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
