@@ -16,8 +16,12 @@ pub mod data;
 pub mod demo;
 pub mod fsutil;
 pub mod logging;
+pub mod methods;
 pub mod mllog;
+#[cfg(feature = "torch")]
+pub mod models;
 pub mod official;
+pub mod optim;
 pub mod regress;
 pub mod rules;
 pub mod score;
