@@ -36,12 +36,12 @@ fn run_case(case: &Case) {
     let vs = VarStore::new(Device::Cpu);
     let root = vs.root();
     let (n, d, h, k) = (32i64, 8i64, 16i64, 4i64);
-    let l1w = root.var("l1.weight", &[h, d], nn::Init::Randn { mean: 0.0, stdev: 0.4 });
-    let l1b = root.var("l1.bias", &[h], nn::Init::Randn { mean: 0.0, stdev: 0.1 });
-    let bnw = root.var("bn.weight", &[h], nn::Init::Uniform { lo: 0.5, up: 1.5 });
-    let bnb = root.var("bn.bias", &[h], nn::Init::Randn { mean: 0.0, stdev: 0.1 });
-    let l2w = root.var("l2.weight", &[k, h], nn::Init::Randn { mean: 0.0, stdev: 0.4 });
-    let l2b = root.var("l2.bias", &[k], nn::Init::Const(0.0));
+    let l1w = (&root / "l1").var("weight", &[h, d], nn::Init::Randn { mean: 0.0, stdev: 0.4 });
+    let l1b = (&root / "l1").var("bias", &[h], nn::Init::Randn { mean: 0.0, stdev: 0.1 });
+    let bnw = (&root / "bn").var("weight", &[h], nn::Init::Uniform { lo: 0.5, up: 1.5 });
+    let bnb = (&root / "bn").var("bias", &[h], nn::Init::Randn { mean: 0.0, stdev: 0.1 });
+    let l2w = (&root / "l2").var("weight", &[k, h], nn::Init::Randn { mean: 0.0, stdev: 0.4 });
+    let l2b = (&root / "l2").var("bias", &[k], nn::Init::Const(0.0));
     let xs = Tensor::randn([STEPS as i64, n, d], (Kind::Float, Device::Cpu));
     let ys = Tensor::randint(k, [STEPS as i64, n], (Kind::Int64, Device::Cpu));
 
@@ -103,7 +103,7 @@ fn run_case(case: &Case) {
         let x = xs.get(step as i64);
         let y = ys.get(step as i64);
         let hdn = x.linear(&l1w, Some(&l1b));
-        let hdn = Tensor::batch_norm(&hdn, Some(&bnw), Some(&bnb), None::<Tensor>, None::<Tensor>, true, 0.1, 1e-5, false);
+        let hdn = Tensor::batch_norm(&hdn, Some(&bnw), Some(&bnb), None::<&Tensor>, None::<&Tensor>, true, 0.1, 1e-5, false);
         let logits = hdn.relu().linear(&l2w, Some(&l2b));
         let loss = cross_entropy_smoothed(&logits, &y, case.label_smoothing);
         loss.backward();
