@@ -144,6 +144,9 @@ pub struct RunOutcome {
     pub steps: u64,
     /// Seconds spent inside `Workload::train_step` (the rest of the loop is trainer overhead).
     pub step_seconds: f64,
+    /// Seconds in the training part of the blocks (block_start to block_stop, logging and
+    /// the loop included, evals excluded).
+    pub train_seconds: f64,
     pub log_path: Option<PathBuf>,
 }
 
@@ -207,6 +210,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         run_seconds: 0.0,
         steps: 0,
         step_seconds: 0.0,
+        train_seconds: 0.0,
         log_path: opts.log_path.clone(),
     };
     let mut run_start: Option<Instant> = None;
@@ -264,6 +268,7 @@ fn run_inner(
 
     let target = w.target();
     for block in w.blocks() {
+        let block_t0 = Instant::now();
         log.start(
             keys::BLOCK_START,
             Value::Null,
@@ -294,6 +299,7 @@ fn run_inner(
             }
         }
         log.end(keys::BLOCK_STOP, Value::Null, meta! {"first_epoch_num" => block.first_epoch_num})?;
+        out.train_seconds += block_t0.elapsed().as_secs_f64();
         log.start(keys::EVAL_START, Value::Null, meta! {"epoch_num" => block.eval_epoch_num})?;
         let acc = w.evaluate(opts.grad_sync.as_mut())?;
         log.event_with(keys::EVAL_ACCURACY, json!(acc), meta! {"epoch_num" => block.eval_epoch_num})?;

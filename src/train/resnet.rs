@@ -14,6 +14,7 @@ use crate::optim::{Optimizer, ParamGroups};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 use tch::nn::{ModuleT, VarStore};
 use tch::{Device, Kind, Tensor};
 
@@ -73,11 +74,28 @@ pub struct ResnetWorkload {
     division: Division,
     data: Box<dyn ImageData>,
     state: Option<State>,
+    timing: StepTiming,
+}
+
+/// Where training-step time goes (seconds, summed over all steps).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepTiming {
+    /// Waiting for the data pipeline's next batch.
+    pub data_wait: f64,
+    /// Hand-off: u8 batch to a normalised device tensor.
+    pub handoff: f64,
+    /// Forward, backward, gradient sync, optimizer, EMA, loss read-back.
+    pub compute: f64,
 }
 
 impl ResnetWorkload {
     pub fn new(cfg: ResnetRunConfig, division: Division, data: Box<dyn ImageData>) -> Self {
-        ResnetWorkload { cfg, division, data, state: None }
+        ResnetWorkload { cfg, division, data, state: None, timing: StepTiming::default() }
+    }
+
+    /// Time spent in the parts of the training steps so far.
+    pub fn timing(&self) -> StepTiming {
+        self.timing
     }
 
     fn state(&mut self) -> Result<&mut State> {
@@ -237,14 +255,21 @@ impl Workload for ResnetWorkload {
         if s.iter.is_none() {
             s.iter = Some(self.data.train_epoch(s.epoch, size, s.local_batch, s.seed, s.shard)?);
         }
+        let t_start = Instant::now();
+        let (mut data_wait, mut handoff) = (0.0, 0.0);
         s.params.zero_grad();
         let mut total = Tensor::zeros([], (Kind::Float, s.device));
         for _ in 0..accum {
+            let t0 = Instant::now();
             let batch = match s.iter.as_mut().and_then(|it| it.next()) {
                 Some(b) => b?,
                 None => bail!("the data pipeline ran out of batches in epoch {}", s.epoch),
             };
+            let t1 = Instant::now();
             let (x, y) = to_device(&batch, s.device, channels_last)?;
+            let t2 = Instant::now();
+            data_wait += (t1 - t0).as_secs_f64();
+            handoff += (t2 - t1).as_secs_f64();
             let logits = s.net.forward_t(&x, true);
             let loss = cross_entropy_smoothed(&logits, &y, smoothing) / accum as f64;
             loss.backward();
@@ -263,7 +288,12 @@ impl Workload for ResnetWorkload {
             s.epoch += 1;
             s.iter = None;
         }
-        Ok(total.double_value(&[]))
+        let loss = total.double_value(&[]);
+        let all = t_start.elapsed().as_secs_f64();
+        self.timing.data_wait += data_wait;
+        self.timing.handoff += handoff;
+        self.timing.compute += all - data_wait - handoff;
+        Ok(loss)
     }
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
