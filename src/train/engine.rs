@@ -290,6 +290,11 @@ fn run_inner(
                 )?;
                 return Ok(());
             }
+            if crate::interrupt::requested() {
+                out.status = Status::Aborted("interrupted".into());
+                log.end(keys::BLOCK_STOP, Value::Null, meta! {"first_epoch_num" => block.first_epoch_num})?;
+                return Ok(());
+            }
             if let Some(limit) = opts.time_limit {
                 if started.elapsed() > limit {
                     out.status = Status::Aborted(format!("time limit of {:.1} min reached", limit.as_secs_f64() / 60.0));
