@@ -109,7 +109,8 @@ fn run_case(case: &Case) {
         loss.backward();
         let ref_loss = reference[&format!("{step}.loss")].double_value(&[]);
         assert!((loss.double_value(&[]) - ref_loss).abs() < 1e-5, "step {step}: loss differs");
-        opt.step(&mut params, lr);
+        let grads = params.grads();
+        opt.step(&mut params, &grads, lr);
         for p in &params.params {
             let r = &reference[&format!("{step}.{}", p.name)];
             let diff = (&p.tensor - r).abs().max().double_value(&[]);

@@ -31,27 +31,26 @@ impl Lars {
 }
 
 impl Optimizer for Lars {
-    fn step(&mut self, params: &mut ParamGroups, lr: f64) {
+    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) {
         let c = self.cfg;
         if self.velocity.len() != params.params.len() {
             self.velocity = params.params.iter().map(|_| None).collect();
         }
         tch::no_grad(|| {
-            for (p, v) in params.params.iter_mut().zip(self.velocity.iter_mut()) {
-                let g = p.tensor.grad();
+            for ((p, v), g) in params.params.iter_mut().zip(self.velocity.iter_mut()).zip(grads) {
                 if !g.defined() {
                     continue;
                 }
                 // the scaled gradient: lr * g, or lr * trust * (g + wd * w)
                 let scaled = if p.bn_or_bias {
-                    &g * lr
+                    g * lr
                 } else {
                     let w_norm = p.tensor.norm();
                     let g_norm = g.norm();
                     let trust = (&w_norm * c.eta) / (&g_norm + &w_norm * c.weight_decay + c.epsilon);
                     let ok = w_norm.gt(0.0).logical_and(&g_norm.gt(0.0));
                     let trust = trust.where_self(&ok, &trust.ones_like());
-                    (&g + &p.tensor * c.weight_decay) * (trust * lr)
+                    (g + &p.tensor * c.weight_decay) * (trust * lr)
                 };
                 let vel = match v {
                     Some(vel) => {

@@ -47,13 +47,23 @@ mod params {
             ParamGroups { params }
         }
 
-        /// Set every gradient to zero (or leave undefined ones alone).
+        /// The accumulated `.grad()` of every parameter (after `loss.backward()`), in order;
+        /// undefined tensors where a parameter got no gradient.
+        pub fn grads(&self) -> Vec<Tensor> {
+            self.params.iter().map(|p| p.tensor.grad()).collect()
+        }
+
+        /// Gradients of `loss` with respect to every parameter, in order, as fresh tensors
+        /// (`torch.autograd.grad`): no `.grad` buffers to zero or accumulate into.
+        pub fn gradients_of(&self, loss: &Tensor) -> anyhow::Result<Vec<Tensor>> {
+            let inputs: Vec<&Tensor> = self.params.iter().map(|p| &p.tensor).collect();
+            Ok(Tensor::f_run_backward(&[loss], &inputs, false, false)?)
+        }
+
+        /// Set every `.grad` to zero (for the `backward()` path).
         pub fn zero_grad(&mut self) {
             for p in &mut self.params {
-                let mut g = p.tensor.grad();
-                if g.defined() {
-                    let _ = g.detach_().zero_();
-                }
+                p.tensor.zero_grad();
             }
         }
 
@@ -63,8 +73,15 @@ mod params {
     }
 }
 
-/// An optimizer that updates [`ParamGroups`] in place given this step's learning rate.
+/// An optimizer: updates the parameters in place from their gradients (`grads[i]` belongs to
+/// `params.params[i]`; undefined tensors are skipped) at this step's learning rate.
 #[cfg(feature = "torch")]
 pub trait Optimizer {
-    fn step(&mut self, params: &mut ParamGroups, lr: f64);
+    fn step(&mut self, params: &mut ParamGroups, grads: &[tch::Tensor], lr: f64);
+}
+
+/// A 0-dim tensor holding `v` like `like` (kind and device), for fused `addcmul_` updates.
+#[cfg(feature = "torch")]
+pub(crate) fn scalar_like(v: f64, like: &tch::Tensor) -> tch::Tensor {
+    tch::Tensor::from(v).to_kind(like.kind()).to_device(like.device())
 }

@@ -30,22 +30,27 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
-    fn step(&mut self, params: &mut ParamGroups, lr: f64) {
+    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) {
         let c = self.cfg;
         if self.buffers.len() != params.params.len() {
             self.buffers = params.params.iter().map(|_| None).collect();
         }
         tch::no_grad(|| {
-            for (p, b) in params.params.iter_mut().zip(self.buffers.iter_mut()) {
-                let mut g = p.tensor.grad();
-                if !g.defined() {
+            for ((p, b), grad) in params.params.iter_mut().zip(self.buffers.iter_mut()).zip(grads) {
+                if !grad.defined() {
                     continue;
                 }
+                let neg_lr = super::scalar_like(-lr, &p.tensor);
                 let wd = if p.bn_or_bias && !c.decay_bn_bias { 0.0 } else { c.weight_decay };
-                if wd != 0.0 {
-                    g = &g + &p.tensor * wd;
-                }
-                let step = if c.momentum != 0.0 {
+                // g = grad + wd * w (one fused pass; the gradient itself is left untouched)
+                let mut g = if wd != 0.0 {
+                    let mut g = grad.copy();
+                    let _ = g.addcmul_(&p.tensor, &super::scalar_like(wd, &p.tensor));
+                    g
+                } else {
+                    grad.shallow_clone()
+                };
+                if c.momentum != 0.0 {
                     let buf = match b {
                         Some(buf) => {
                             *buf *= c.momentum;
@@ -55,14 +60,16 @@ impl Optimizer for Sgd {
                         None => b.insert(g.detach().copy()),
                     };
                     if c.nesterov {
-                        &g + &*buf * c.momentum
+                        if wd == 0.0 {
+                            g = g.copy();
+                        }
+                        let _ = g.addcmul_(buf, &super::scalar_like(c.momentum, buf));
                     } else {
-                        buf.shallow_clone()
+                        g = buf.shallow_clone();
                     }
-                } else {
-                    g
-                };
-                p.tensor -= step * lr;
+                }
+                // w = w - lr * step
+                let _ = p.tensor.addcmul_(&g, &neg_lr);
             }
         });
     }

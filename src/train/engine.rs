@@ -25,8 +25,8 @@ pub trait GradSync {
     fn world_size(&self) -> usize {
         1
     }
-    /// Average gradients of `params` across ranks (in place).
-    fn all_reduce_grads(&mut self, params: &[tch::Tensor]) -> Result<()>;
+    /// Average `grads` (one per parameter, in the parameters' order) across ranks, in place.
+    fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()>;
     /// Sum `values` across ranks (in place): eval counts, stop decisions.
     fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()>;
 }
@@ -35,7 +35,7 @@ pub trait GradSync {
 pub struct NoSync;
 
 impl GradSync for NoSync {
-    fn all_reduce_grads(&mut self, _params: &[tch::Tensor]) -> Result<()> {
+    fn all_reduce_grads(&mut self, _grads: &[tch::Tensor]) -> Result<()> {
         Ok(())
     }
     fn all_reduce_sum(&mut self, _values: &mut [f64]) -> Result<()> {
@@ -250,14 +250,20 @@ fn run_inner(
     log.event(keys::SUBMISSION_PLATFORM, s.platform.as_str())?;
     log_seed(log, seed)?;
 
-    tch::manual_seed(seed as i64);
     let ctx = BuildContext {
         seed,
         device: opts.device,
         rank: opts.grad_sync.rank(),
         world_size: opts.grad_sync.world_size(),
     };
-    w.build(&ctx)?;
+    {
+        // libtorch's generator is process-global: hold it while seeding and drawing the
+        // initial weights so concurrent runs in one process (tests) cannot interleave draws
+        static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        tch::manual_seed(seed as i64);
+        w.build(&ctx)?;
+    }
     for (k, v) in w.hyperparameters() {
         log.event(k, v)?;
     }

@@ -257,8 +257,8 @@ impl Workload for ResnetWorkload {
         }
         let t_start = Instant::now();
         let (mut data_wait, mut handoff) = (0.0, 0.0);
-        s.params.zero_grad();
         let mut total = Tensor::zeros([], (Kind::Float, s.device));
+        let mut grads: Vec<Tensor> = Vec::new();
         for _ in 0..accum {
             let t0 = Instant::now();
             let batch = match s.iter.as_mut().and_then(|it| it.next()) {
@@ -272,12 +272,22 @@ impl Workload for ResnetWorkload {
             handoff += (t2 - t1).as_secs_f64();
             let logits = s.net.forward_t(&x, true);
             let loss = cross_entropy_smoothed(&logits, &y, smoothing) / accum as f64;
-            loss.backward();
+            // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
+            let g = s.params.gradients_of(&loss)?;
+            if grads.is_empty() {
+                grads = g;
+            } else {
+                tch::no_grad(|| {
+                    for (acc, g) in grads.iter_mut().zip(&g) {
+                        *acc += g;
+                    }
+                });
+            }
             total += loss.detach();
         }
-        sync.all_reduce_grads(&s.params.tensors())?;
+        sync.all_reduce_grads(&grads)?;
         let lr = s.schedule.lr(s.global_step);
-        s.opt.step(&mut s.params, lr);
+        s.opt.step(&mut s.params, &grads, lr);
         s.global_step += 1;
         if let Some(ema) = &mut s.ema {
             ema.update(&s.vs, s.global_step);
