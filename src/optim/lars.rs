@@ -26,7 +26,10 @@ pub struct Lars {
 
 impl Lars {
     pub fn new(cfg: LarsConfig) -> Lars {
-        Lars { cfg, velocity: Vec::new() }
+        Lars {
+            cfg,
+            velocity: Vec::new(),
+        }
     }
 }
 
@@ -37,7 +40,12 @@ impl Optimizer for Lars {
             self.velocity = params.params.iter().map(|_| None).collect();
         }
         tch::no_grad(|| {
-            for ((p, v), g) in params.params.iter_mut().zip(self.velocity.iter_mut()).zip(grads) {
+            for ((p, v), g) in params
+                .params
+                .iter_mut()
+                .zip(self.velocity.iter_mut())
+                .zip(grads)
+            {
                 if !g.defined() {
                     continue;
                 }
@@ -47,7 +55,8 @@ impl Optimizer for Lars {
                 } else {
                     let w_norm = p.tensor.norm();
                     let g_norm = g.norm();
-                    let trust = (&w_norm * c.eta) / (&g_norm + &w_norm * c.weight_decay + c.epsilon);
+                    let trust =
+                        (&w_norm * c.eta) / (&g_norm + &w_norm * c.weight_decay + c.epsilon);
                     let ok = w_norm.gt(0.0).logical_and(&g_norm.gt(0.0));
                     let trust = trust.where_self(&ok, &trust.ones_like());
                     (g + &p.tensor * c.weight_decay) * (trust * lr)
@@ -60,7 +69,11 @@ impl Optimizer for Lars {
                     }
                     None => v.insert(scaled.copy()),
                 };
-                let update = if c.nesterov { &*vel * c.momentum + &scaled } else { vel.shallow_clone() };
+                let update = if c.nesterov {
+                    &*vel * c.momentum + &scaled
+                } else {
+                    vel.shallow_clone()
+                };
                 p.tensor -= &update;
             }
         });

@@ -25,7 +25,10 @@ pub struct Sgd {
 
 impl Sgd {
     pub fn new(cfg: SgdConfig) -> Sgd {
-        Sgd { cfg, buffers: Vec::new() }
+        Sgd {
+            cfg,
+            buffers: Vec::new(),
+        }
     }
 }
 
@@ -36,12 +39,21 @@ impl Optimizer for Sgd {
             self.buffers = params.params.iter().map(|_| None).collect();
         }
         tch::no_grad(|| {
-            for ((p, b), grad) in params.params.iter_mut().zip(self.buffers.iter_mut()).zip(grads) {
+            for ((p, b), grad) in params
+                .params
+                .iter_mut()
+                .zip(self.buffers.iter_mut())
+                .zip(grads)
+            {
                 if !grad.defined() {
                     continue;
                 }
                 let neg_lr = super::scalar_like(-lr, &p.tensor);
-                let wd = if p.bn_or_bias && !c.decay_bn_bias { 0.0 } else { c.weight_decay };
+                let wd = if p.bn_or_bias && !c.decay_bn_bias {
+                    0.0
+                } else {
+                    c.weight_decay
+                };
                 // g = grad + wd * w (one fused pass; the gradient itself is left untouched)
                 let mut g = if wd != 0.0 {
                     let mut g = grad.copy();
