@@ -14,8 +14,11 @@
 pub mod benchmarks;
 pub mod data;
 pub mod demo;
+#[cfg(feature = "torch")]
+pub mod dist;
 pub mod fsutil;
 pub mod interrupt;
+pub mod launch;
 pub mod logging;
 pub mod methods;
 pub mod mllog;
