@@ -20,8 +20,12 @@ pub mod fsutil;
 pub mod interrupt;
 pub mod launch;
 pub mod logging;
+pub mod methods;
 pub mod mllog;
+#[cfg(feature = "torch")]
+pub mod models;
 pub mod official;
+pub mod optim;
 pub mod plot;
 pub mod regress;
 pub mod rules;

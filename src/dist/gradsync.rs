@@ -87,3 +87,35 @@ impl GradSync for BucketedGradSync {
         self.pg.size()
     }
 }
+
+/// The trainer's hook ([`crate::train::engine::GradSync`]): the trainer hands over fresh
+/// gradient tensors (from `autograd.grad`, not `.grad` buffers), averaged in the same buckets;
+/// eval counts and stop decisions are summed across ranks.
+impl crate::train::engine::GradSync for BucketedGradSync {
+    fn rank(&self) -> usize {
+        self.pg.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.pg.size()
+    }
+    fn all_reduce_grads(&mut self, grads: &[Tensor]) -> Result<()> {
+        if let Some(i) = grads.iter().position(|g| !g.defined()) {
+            bail!(
+                "trainable parameter #{i} has no gradient on rank {}; every trainable \
+                 parameter must take part in the loss on every rank",
+                self.pg.rank()
+            );
+        }
+        self.buckets
+            .allreduce(&mut self.pg, grads, ReduceOp::Avg)
+            .context("averaging gradients across ranks")
+    }
+    fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()> {
+        let device = self.params[0].device();
+        let t = Tensor::from_slice(values).to_device(device);
+        self.pg.allreduce(&[&t], ReduceOp::Sum).context("summing metrics across ranks")?;
+        let back = Vec::<f64>::try_from(t.to_device(tch::Device::Cpu))?;
+        values.copy_from_slice(&back);
+        Ok(())
+    }
+}
