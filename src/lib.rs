@@ -17,7 +17,11 @@ pub mod demo;
 pub mod fsutil;
 pub mod logging;
 pub mod mllog;
+#[cfg(feature = "torch")]
+pub mod models;
 pub mod official;
+#[cfg(feature = "torch")]
+pub mod optim;
 pub mod regress;
 pub mod rules;
 pub mod score;

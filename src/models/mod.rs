@@ -1,0 +1,3 @@
+//! Models (feature `torch`).
+
+pub mod bert;

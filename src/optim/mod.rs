@@ -1,0 +1,3 @@
+//! Optimizers and learning-rate schedules (feature `torch`).
+
+pub mod lamb;
