@@ -9,7 +9,7 @@ cls.predictions.bias, cls.seq_relationship.weight, ...), attention as the refere
 equations in src/optim/lamb.rs.
 
 Subcommands (run with the venv's python, see scripts/setup.sh):
-  count      --config JSON                         print the parameter count
+  count      --config JSON [--config JSON ...]     print parameter counts, one a line
   make-ckpt  --config JSON --seed N --out X.pt     random init, saved as {'model': state_dict}
   forward    --config JSON --ckpt X.pt --inputs IN.safetensors --out OUT.safetensors
   lamb       --inputs IN.safetensors --out OUT.safetensors --hparams JSON
@@ -199,9 +199,10 @@ class BertForPreTraining(nn.Module):
 
 
 def cmd_count(a):
-    with torch.device("meta"):  # shapes only: no memory, no init time
-        m = BertForPreTraining(cfg_from(a.config))
-    print(sum(p.numel() for p in m.parameters()))
+    for js in a.config:  # one count per line
+        with torch.device("meta"):  # shapes only: no memory, no init time
+            m = BertForPreTraining(cfg_from(js))
+        print(sum(p.numel() for p in m.parameters()))
 
 
 def cmd_make_ckpt(a):
@@ -312,7 +313,7 @@ def cmd_bench(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("count"); p.add_argument("--config", required=True)
+    p = sub.add_parser("count"); p.add_argument("--config", required=True, action="append")
     p = sub.add_parser("make-ckpt"); p.add_argument("--config", required=True); p.add_argument("--seed", type=int, default=0); p.add_argument("--out", required=True)
     p = sub.add_parser("forward")
     for k in ("--config", "--ckpt", "--inputs", "--out"):

@@ -103,7 +103,13 @@ impl BertConfig {
 
     /// BERT-Base (12 layers, hidden 768, 12 heads, intermediate 3072).
     pub fn base() -> Self {
-        BertConfig { hidden_size: 768, num_layers: 12, num_heads: 12, intermediate_size: 3072, ..Self::large() }
+        BertConfig {
+            hidden_size: 768,
+            num_layers: 12,
+            num_heads: 12,
+            intermediate_size: 3072,
+            ..Self::large()
+        }
     }
 
     /// Check the shape is buildable; errors name the field.
@@ -128,7 +134,10 @@ impl BertConfig {
                 self.num_heads
             );
         }
-        for (name, p) in [("hidden_dropout", self.hidden_dropout), ("attention_dropout", self.attention_dropout)] {
+        for (name, p) in [
+            ("hidden_dropout", self.hidden_dropout),
+            ("attention_dropout", self.attention_dropout),
+        ] {
             if !(0.0..1.0).contains(&p) {
                 bail!("model.{name} must be in [0, 1) (got {p})");
             }
@@ -165,7 +174,14 @@ struct Dense {
 impl Dense {
     fn new(p: VPath, input: i64, output: i64) -> Dense {
         Dense {
-            w: p.var("weight", &[output, input], Init::Randn { mean: 0.0, stdev: 0.02 }),
+            w: p.var(
+                "weight",
+                &[output, input],
+                Init::Randn {
+                    mean: 0.0,
+                    stdev: 0.02,
+                },
+            ),
             b: p.var("bias", &[output], Init::Const(0.0)),
         }
     }
@@ -174,7 +190,8 @@ impl Dense {
         if kind == Kind::Float {
             x.linear(&self.w, Some(&self.b))
         } else {
-            x.to_kind(kind).linear(&self.w.to_kind(kind), Some(&self.b.to_kind(kind)))
+            x.to_kind(kind)
+                .linear(&self.w.to_kind(kind), Some(&self.b.to_kind(kind)))
         }
     }
 }
@@ -189,12 +206,18 @@ struct LayerNorm {
 
 impl LayerNorm {
     fn new(p: VPath, dim: i64, eps: f64) -> LayerNorm {
-        LayerNorm { w: p.var("weight", &[dim], Init::Const(1.0)), b: p.var("bias", &[dim], Init::Const(0.0)), eps, dim }
+        LayerNorm {
+            w: p.var("weight", &[dim], Init::Const(1.0)),
+            b: p.var("bias", &[dim], Init::Const(0.0)),
+            eps,
+            dim,
+        }
     }
 
     /// Always in fp32 (the input is promoted).
     fn forward(&self, x: &Tensor) -> Tensor {
-        x.to_kind(Kind::Float).layer_norm([self.dim], Some(&self.w), Some(&self.b), self.eps, true)
+        x.to_kind(Kind::Float)
+            .layer_norm([self.dim], Some(&self.w), Some(&self.b), self.eps, true)
     }
 }
 
@@ -243,12 +266,21 @@ impl BertForPreTraining {
     pub fn new(root: &VPath, config: &BertConfig) -> Result<Self> {
         config.validate()?;
         let c = config;
-        let emb_init = Init::Randn { mean: 0.0, stdev: 0.02 };
+        let emb_init = Init::Randn {
+            mean: 0.0,
+            stdev: 0.02,
+        };
         let bert = root / "bert";
         let e = &bert / "embeddings";
-        let word_emb = (&e / "word_embeddings").var("weight", &[c.vocab_size, c.hidden_size], emb_init);
-        let pos_emb = (&e / "position_embeddings").var("weight", &[c.max_position, c.hidden_size], emb_init);
-        let type_emb = (&e / "token_type_embeddings").var("weight", &[c.type_vocab_size, c.hidden_size], emb_init);
+        let word_emb =
+            (&e / "word_embeddings").var("weight", &[c.vocab_size, c.hidden_size], emb_init);
+        let pos_emb =
+            (&e / "position_embeddings").var("weight", &[c.max_position, c.hidden_size], emb_init);
+        let type_emb = (&e / "token_type_embeddings").var(
+            "weight",
+            &[c.type_vocab_size, c.hidden_size],
+            emb_init,
+        );
         let emb_ln = LayerNorm::new(&e / "LayerNorm", c.hidden_size, c.layer_norm_eps);
         let mut layers = Vec::with_capacity(c.num_layers as usize);
         for n in 0..c.num_layers {
@@ -270,7 +302,11 @@ impl BertForPreTraining {
         let cls = root / "cls";
         let pred = &cls / "predictions";
         let transform = Dense::new(&pred / "transform" / "dense", c.hidden_size, c.hidden_size);
-        let transform_ln = LayerNorm::new(&pred / "transform" / "LayerNorm", c.hidden_size, c.layer_norm_eps);
+        let transform_ln = LayerNorm::new(
+            &pred / "transform" / "LayerNorm",
+            c.hidden_size,
+            c.layer_norm_eps,
+        );
         let mlm_bias = pred.var("bias", &[c.vocab_size], Init::Const(0.0));
         let nsp = Dense::new(&cls / "seq_relationship", c.hidden_size, 2);
         Ok(BertForPreTraining {
@@ -291,7 +327,13 @@ impl BertForPreTraining {
     }
 
     /// The encoder's output `[B, S, H]` (fp32). Padding rows are zeros when `unpad` is on.
-    pub fn encode(&self, input_ids: &Tensor, segment_ids: &Tensor, input_mask: &Tensor, train: bool) -> Tensor {
+    pub fn encode(
+        &self,
+        input_ids: &Tensor,
+        segment_ids: &Tensor,
+        input_mask: &Tensor,
+        train: bool,
+    ) -> Tensor {
         let c = &self.config;
         let (b, s) = input_ids.size2().expect("input_ids must be [batch, seq]");
         let h = c.hidden_size;
@@ -303,13 +345,22 @@ impl BertForPreTraining {
         let attn_mask = input_mask.ne(0).view([b, 1, 1, s]);
         if self.unpad {
             let idx = input_mask.reshape([b * s]).nonzero().squeeze_dim(1);
-            let mut x = self.emb_ln.forward(&emb.view([b * s, h]).index_select(0, &idx)).dropout(c.hidden_dropout, train);
+            let mut x = self
+                .emb_ln
+                .forward(&emb.view([b * s, h]).index_select(0, &idx))
+                .dropout(c.hidden_dropout, train);
             for layer in &self.layers {
                 x = self.layer_forward(layer, &x, &attn_mask, Some(&idx), b, s, train);
             }
-            Tensor::zeros([b * s, h], (x.kind(), x.device())).index_copy(0, &idx, &x).view([b, s, h])
+            Tensor::zeros([b * s, h], (x.kind(), x.device()))
+                .index_copy(0, &idx, &x)
+                .view([b, s, h])
         } else {
-            let mut x = self.emb_ln.forward(&emb).dropout(c.hidden_dropout, train).view([b * s, h]);
+            let mut x = self
+                .emb_ln
+                .forward(&emb)
+                .dropout(c.hidden_dropout, train)
+                .view([b * s, h]);
             for layer in &self.layers {
                 x = self.layer_forward(layer, &x, &attn_mask, None, b, s, train);
             }
@@ -333,16 +384,34 @@ impl BertForPreTraining {
         let (h, nh) = (c.hidden_size, c.num_heads);
         let d = h / nh;
         let k = self.compute_kind;
-        let qkv = Tensor::cat(&[l.query.forward(x, k), l.key.forward(x, k), l.value.forward(x, k)], 1);
+        let qkv = Tensor::cat(
+            &[
+                l.query.forward(x, k),
+                l.key.forward(x, k),
+                l.value.forward(x, k),
+            ],
+            1,
+        );
         let qkv = match idx {
-            Some(idx) => Tensor::zeros([b * s, 3 * h], (qkv.kind(), qkv.device())).index_copy(0, idx, &qkv),
+            Some(idx) => {
+                Tensor::zeros([b * s, 3 * h], (qkv.kind(), qkv.device())).index_copy(0, idx, &qkv)
+            }
             None => qkv,
         };
         // [B, S, 3, nh, d] -> three [B, nh, S, d]
         let qkv = qkv.view([b, s, 3, nh, d]).permute([2, 0, 3, 1, 4]);
         let (q, kk, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
         let p = if train { c.attention_dropout } else { 0.0 };
-        let ctx = Tensor::scaled_dot_product_attention(&q, &kk, &v, Some(attn_mask), p, false, None, false);
+        let ctx = Tensor::scaled_dot_product_attention(
+            &q,
+            &kk,
+            &v,
+            Some(attn_mask),
+            p,
+            false,
+            None,
+            false,
+        );
         let ctx = ctx.permute([0, 2, 1, 3]).reshape([b * s, h]);
         let ctx = match idx {
             Some(idx) => ctx.index_select(0, idx),
@@ -370,16 +439,26 @@ impl BertForPreTraining {
         let nsp = self.nsp.forward(&pooled, k).to_kind(Kind::Float);
         let picked = match mlm_on {
             MlmOn::Positions(pos) => {
-                let (b, p) = pos.size2().expect("masked positions must be [batch, predictions]");
-                seq.gather(1, &pos.unsqueeze(-1).expand([b, p, self.config.hidden_size], false), false)
+                let (b, p) = pos
+                    .size2()
+                    .expect("masked positions must be [batch, predictions]");
+                seq.gather(
+                    1,
+                    &pos.unsqueeze(-1)
+                        .expand([b, p, self.config.hidden_size], false),
+                    false,
+                )
             }
             MlmOn::All => seq,
         };
-        let t = self.transform_ln.forward(&self.transform.forward(&picked, k).gelu("none"));
+        let t = self
+            .transform_ln
+            .forward(&self.transform.forward(&picked, k).gelu("none"));
         let logits = if k == Kind::Float {
             t.matmul(&self.word_emb.tr()) + &self.mlm_bias
         } else {
-            (t.to_kind(k).matmul(&self.word_emb.to_kind(k).tr())).to_kind(Kind::Float) + &self.mlm_bias
+            (t.to_kind(k).matmul(&self.word_emb.to_kind(k).tr())).to_kind(Kind::Float)
+                + &self.mlm_bias
         };
         (logits, nsp)
     }
@@ -404,7 +483,10 @@ impl BertForPreTraining {
                 continue;
             }
             if ckpt.insert(canon.clone(), t).is_some() {
-                bail!("{}: two tensors map to the same name '{canon}' (one is '{name}')", path.display());
+                bail!(
+                    "{}: two tensors map to the same name '{canon}' (one is '{name}')",
+                    path.display()
+                );
             }
         }
         let decoder = ckpt.remove("cls.predictions.decoder.weight");
@@ -433,20 +515,24 @@ impl BertForPreTraining {
                 let dst = &vars[name];
                 let src = src.to_kind(dst.kind()).to_device(dst.device());
                 let (ds, ss) = (dst.size(), src.size());
-                let vocab_padded = (name == "bert.embeddings.word_embeddings.weight" || name == "cls.predictions.bias")
+                let vocab_padded = (name == "bert.embeddings.word_embeddings.weight"
+                    || name == "cls.predictions.bias")
                     && ss.len() == ds.len()
                     && ss[0] < ds[0]
                     && ss[1..] == ds[1..];
                 if vocab_padded {
                     let mut dst = dst.shallow_clone();
-                    dst.zero_();
+                    let _ = dst.zero_();
                     dst.narrow(0, 0, ss[0]).copy_(&src);
                     report.padded_vocab = Some((ss[0], ds[0]));
                 } else if ds == ss {
                     let mut dst = dst.shallow_clone();
                     dst.copy_(&src);
                 } else {
-                    bail!("{}: tensor '{name}' has shape {ss:?}, the model wants {ds:?}", path.display());
+                    bail!(
+                        "{}: tensor '{name}' has shape {ss:?}, the model wants {ds:?}",
+                        path.display()
+                    );
                 }
                 report.loaded += 1;
             }
@@ -457,7 +543,12 @@ impl BertForPreTraining {
             let rows = dec.size()[0];
             let same = dec.size().len() == 2
                 && rows <= emb.size()[0]
-                && emb.narrow(0, 0, rows).to_device(Device::Cpu).allclose(&dec.to_kind(emb.kind()), 0.0, 0.0, false);
+                && emb.narrow(0, 0, rows).to_device(Device::Cpu).allclose(
+                    &dec.to_kind(emb.kind()),
+                    0.0,
+                    0.0,
+                    false,
+                );
             if !same {
                 bail!(
                     "{}: cls.predictions.decoder.weight differs from bert.embeddings.word_embeddings.weight; \
@@ -465,7 +556,9 @@ impl BertForPreTraining {
                     path.display()
                 );
             }
-            report.ignored.push("cls.predictions.decoder.weight (tied)".into());
+            report
+                .ignored
+                .push("cls.predictions.decoder.weight (tied)".into());
         }
         Ok(report)
     }
@@ -509,17 +602,39 @@ pub fn pretraining_loss(
     nsp_labels: &Tensor,
 ) -> Tensor {
     let v = mlm_logits.size()[mlm_logits.dim() - 1];
-    let labels = masked_ids.where_self(&masked_weights.gt(0.0), &masked_ids.full_like(-1)).reshape([-1]);
-    let mlm = mlm_logits.reshape([-1, v]).cross_entropy_loss::<Tensor>(&labels, None, tch::Reduction::Mean, -1, 0.0);
-    let nsp = nsp_logits.cross_entropy_loss::<Tensor>(&nsp_labels.reshape([-1]), None, tch::Reduction::Mean, -100, 0.0);
+    let labels = masked_ids
+        .where_self(&masked_weights.gt(0.0), &masked_ids.full_like(-1))
+        .reshape([-1]);
+    let mlm = mlm_logits.reshape([-1, v]).cross_entropy_loss::<Tensor>(
+        &labels,
+        None,
+        tch::Reduction::Mean,
+        -1,
+        0.0,
+    );
+    let nsp = nsp_logits.cross_entropy_loss::<Tensor>(
+        &nsp_labels.reshape([-1]),
+        None,
+        tch::Reduction::Mean,
+        -100,
+        0.0,
+    );
     mlm + nsp
 }
 
 /// (correct masked predictions, all masked predictions) for one batch.
-pub fn mlm_correct(mlm_logits: &Tensor, masked_ids: &Tensor, masked_weights: &Tensor) -> (i64, i64) {
+pub fn mlm_correct(
+    mlm_logits: &Tensor,
+    masked_ids: &Tensor,
+    masked_weights: &Tensor,
+) -> (i64, i64) {
     let valid = masked_weights.gt(0.0);
     let pred = mlm_logits.argmax(-1, false);
-    let correct = pred.eq_tensor(masked_ids).logical_and(&valid).sum(Kind::Int64).int64_value(&[]);
+    let correct = pred
+        .eq_tensor(masked_ids)
+        .logical_and(&valid)
+        .sum(Kind::Int64)
+        .int64_value(&[]);
     let total = valid.sum(Kind::Int64).int64_value(&[]);
     (correct, total)
 }
@@ -530,18 +645,30 @@ mod tests {
 
     #[test]
     fn canonical_names() {
-        assert_eq!(canonical_name("module.bert.pooler.dense_act.weight"), "bert.pooler.dense.weight");
+        assert_eq!(
+            canonical_name("module.bert.pooler.dense_act.weight"),
+            "bert.pooler.dense.weight"
+        );
         assert_eq!(
             canonical_name("bert.encoder.layer.3.output.LayerNorm.gamma"),
             "bert.encoder.layer.3.output.LayerNorm.weight"
         );
-        assert_eq!(canonical_name("cls.predictions.bias"), "cls.predictions.bias");
+        assert_eq!(
+            canonical_name("cls.predictions.bias"),
+            "cls.predictions.bias"
+        );
     }
 
     #[test]
     fn large_formula() {
         assert_eq!(BertConfig::large().param_count(), 336_226_108);
-        let padded = BertConfig { vocab_size: 30528, ..BertConfig::large() };
-        assert_eq!(padded.param_count() - BertConfig::large().param_count(), 6 * 1024 + 6);
+        let padded = BertConfig {
+            vocab_size: 30528,
+            ..BertConfig::large()
+        };
+        assert_eq!(
+            padded.param_count() - BertConfig::large().param_count(),
+            6 * 1024 + 6
+        );
     }
 }

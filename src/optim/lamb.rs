@@ -37,7 +37,14 @@ pub struct LambConfig {
 
 impl Default for LambConfig {
     fn default() -> Self {
-        LambConfig { beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.01, max_grad_norm: Some(1.0), trust_ratio: true }
+        LambConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-6,
+            weight_decay: 0.01,
+            max_grad_norm: Some(1.0),
+            trust_ratio: true,
+        }
     }
 }
 
@@ -65,8 +72,14 @@ pub struct Lamb {
 impl Lamb {
     /// `vars`: (name, variable) pairs, e.g. from `VarStore::variables()` (sorted here by name so
     /// the order, and thus floating-point sums, are deterministic).
-    pub fn new(vars: impl IntoIterator<Item = (String, Tensor)>, config: LambConfig) -> Result<Lamb> {
-        for (name, v, lo, hi) in [("beta1", config.beta1, 0.0, 1.0), ("beta2", config.beta2, 0.0, 1.0)] {
+    pub fn new(
+        vars: impl IntoIterator<Item = (String, Tensor)>,
+        config: LambConfig,
+    ) -> Result<Lamb> {
+        for (name, v, lo, hi) in [
+            ("beta1", config.beta1, 0.0, 1.0),
+            ("beta2", config.beta2, 0.0, 1.0),
+        ] {
             if !(lo..hi).contains(&v) {
                 bail!("optimizer.{name} must be in [0, 1) (got {v})");
             }
@@ -86,12 +99,20 @@ impl Lamb {
                 w,
             })
             .collect();
-        Ok(Lamb { config, params, step: 0 })
+        Ok(Lamb {
+            config,
+            params,
+            step: 0,
+        })
     }
 
     /// Names of the parameters excluded from decay and trust ratio.
     pub fn excluded_names(&self) -> Vec<&str> {
-        self.params.iter().filter(|p| p.excluded).map(|p| p.name.as_str()).collect()
+        self.params
+            .iter()
+            .filter(|p| p.excluded)
+            .map(|p| p.name.as_str())
+            .collect()
     }
 
     /// Zero every gradient.
@@ -119,7 +140,11 @@ impl Lamb {
                     g.defined().then(|| g.to_kind(Kind::Float))
                 })
                 .collect();
-            let sq: Vec<Tensor> = grads.iter().flatten().map(|g| g.square().sum(Kind::Float)).collect();
+            let sq: Vec<Tensor> = grads
+                .iter()
+                .flatten()
+                .map(|g| g.square().sum(Kind::Float))
+                .collect();
             if sq.is_empty() {
                 return Tensor::from(0.0f32);
             }
@@ -131,7 +156,9 @@ impl Lamb {
                     g = g * coef;
                 }
                 let _ = p.m.g_mul_scalar_(c.beta1).g_add_(&(&g * (1.0 - c.beta1)));
-                let _ = p.v.g_mul_scalar_(c.beta2).g_add_(&(g.square() * (1.0 - c.beta2)));
+                let _ =
+                    p.v.g_mul_scalar_(c.beta2)
+                        .g_add_(&(g.square() * (1.0 - c.beta2)));
                 let w32 = p.w.to_kind(Kind::Float);
                 let mut u = (&p.m / bc1) / ((&p.v / bc2).sqrt() + c.eps);
                 if !p.excluded && c.weight_decay != 0.0 {
@@ -170,7 +197,8 @@ impl PolyWarmup {
     pub fn lr_at(&self, step: i64) -> f64 {
         let total = self.total_steps.max(1) as f64;
         let s = (step.min(self.total_steps)) as f64;
-        let decayed = (self.base_lr - self.end_lr) * (1.0 - s / total).powf(self.power) + self.end_lr;
+        let decayed =
+            (self.base_lr - self.end_lr) * (1.0 - s / total).powf(self.power) + self.end_lr;
         let w = step - self.start_warmup_step;
         if self.warmup_steps > 0 && w < self.warmup_steps {
             // Before start_warmup_step the reference would go negative; we hold at 0.
@@ -187,20 +215,34 @@ mod tests {
 
     #[test]
     fn schedule_warmup_then_linear_decay() {
-        let s = PolyWarmup { base_lr: 1.0, end_lr: 0.0, power: 1.0, total_steps: 100, warmup_steps: 10, start_warmup_step: 0 };
+        let s = PolyWarmup {
+            base_lr: 1.0,
+            end_lr: 0.0,
+            power: 1.0,
+            total_steps: 100,
+            warmup_steps: 10,
+            start_warmup_step: 0,
+        };
         assert_eq!(s.lr_at(0), 0.0);
         assert!((s.lr_at(5) - 0.5).abs() < 1e-12);
         assert!((s.lr_at(10) - 0.9).abs() < 1e-12);
         assert_eq!(s.lr_at(100), 0.0);
         assert_eq!(s.lr_at(150), 0.0);
-        let shifted = PolyWarmup { start_warmup_step: -10, ..s.clone() };
+        let shifted = PolyWarmup {
+            start_warmup_step: -10,
+            ..s.clone()
+        };
         assert!((shifted.lr_at(0) - 1.0).abs() < 1e-12);
     }
 
     #[test]
     fn exclusions() {
-        assert!(excluded_from_decay("bert.encoder.layer.0.output.LayerNorm.weight"));
+        assert!(excluded_from_decay(
+            "bert.encoder.layer.0.output.LayerNorm.weight"
+        ));
         assert!(excluded_from_decay("cls.predictions.bias"));
-        assert!(!excluded_from_decay("bert.encoder.layer.0.output.dense.weight"));
+        assert!(!excluded_from_decay(
+            "bert.encoder.layer.0.output.dense.weight"
+        ));
     }
 }
