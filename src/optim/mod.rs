@@ -1,3 +1,73 @@
-//! Optimizers and learning-rate schedules (feature `torch`).
+//! Optimizers, learning-rate schedules and losses, written out as the reference equations
+//! (tests/optim_equivalence.rs checks them step by step against plain PyTorch).
+//!
+//! - [`lars`]: LARS as the MLPerf ResNet reference (no trust ratio or weight decay on BN/bias)
+//! - [`lamb`]: LAMB and AdamW as the MLPerf BERT reference, with its warmup + polynomial schedule
+//! - [`sgd`]: SGD with momentum and optional Nesterov, PyTorch semantics
+//! - [`schedule`]: linear warmup then polynomial (MLPerf) or cosine (Composer) decay
+//! - [`loss`]: cross-entropy with label smoothing
+//! - [`crate::methods::ema`]: weight EMA
 
+#[cfg(feature = "torch")]
 pub mod lamb;
+#[cfg(feature = "torch")]
+pub mod lars;
+#[cfg(feature = "torch")]
+pub mod loss;
+pub mod schedule;
+#[cfg(feature = "torch")]
+pub mod sgd;
+
+#[cfg(feature = "torch")]
+pub use params::{Param, ParamGroups};
+
+#[cfg(feature = "torch")]
+mod params {
+    use tch::{nn::VarStore, Tensor};
+
+    /// One trainable tensor and whether it is a BN parameter or bias (1-d), which the MLPerf
+    /// reference exempts from weight decay and LARS trust ratios.
+    pub struct Param {
+        pub name: String,
+        pub tensor: Tensor,
+        pub bn_or_bias: bool,
+    }
+
+    /// The trainable variables of a var store in a stable (name) order.
+    pub struct ParamGroups {
+        pub params: Vec<Param>,
+    }
+
+    impl ParamGroups {
+        pub fn from_var_store(vs: &VarStore) -> ParamGroups {
+            let mut named: Vec<(String, Tensor)> =
+                vs.variables().into_iter().filter(|(_, t)| t.requires_grad()).collect();
+            named.sort_by(|a, b| a.0.cmp(&b.0));
+            let params = named
+                .into_iter()
+                .map(|(name, tensor)| Param { bn_or_bias: tensor.dim() <= 1, name, tensor })
+                .collect();
+            ParamGroups { params }
+        }
+
+        /// Set every gradient to zero (or leave undefined ones alone).
+        pub fn zero_grad(&mut self) {
+            for p in &mut self.params {
+                let mut g = p.tensor.grad();
+                if g.defined() {
+                    let _ = g.detach_().zero_();
+                }
+            }
+        }
+
+        pub fn tensors(&self) -> Vec<Tensor> {
+            self.params.iter().map(|p| p.tensor.shallow_clone()).collect()
+        }
+    }
+}
+
+/// An optimizer that updates [`ParamGroups`] in place given this step's learning rate.
+#[cfg(feature = "torch")]
+pub trait Optimizer {
+    fn step(&mut self, params: &mut ParamGroups, lr: f64);
+}
