@@ -190,8 +190,9 @@ fn converted_checkpoint_forward_matches_pytorch() {
     let report = model.load_reference(&vs, &st).unwrap();
     assert_eq!(report.loaded, vs.variables().len());
     let valid = mask.unsqueeze(-1).to_kind(Kind::Float);
-    for unpad in [false, true] {
+    for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
         model.unpad = unpad;
+        model.fused_attention = fused;
         let (mlm, nsp) = tch::no_grad(|| model.forward(&ids, &seg, &mask, MlmOn::All, false));
         let d_nsp = (&nsp - &theirs["nsp"]).abs().max().double_value(&[]);
         // Padding positions are outputs nobody uses; compare the real tokens.

@@ -251,6 +251,9 @@ pub struct BertForPreTraining {
     pub unpad: bool,
     /// Matmul precision: `Kind::Float` (default) or `Kind::BFloat16` (GPU).
     pub compute_kind: Kind,
+    /// true: `scaled_dot_product_attention` (fused kernels where libtorch has them); false: the
+    /// reference's explicit softmax(QK^T/sqrt(d) - 10000*padding) V.
+    pub fused_attention: bool,
 }
 
 /// Masked positions per sequence for the MLM head, or the whole sequence.
@@ -323,6 +326,7 @@ impl BertForPreTraining {
             nsp,
             unpad: false,
             compute_kind: Kind::Float,
+            fused_attention: true,
         })
     }
 
@@ -402,16 +406,13 @@ impl BertForPreTraining {
         let qkv = qkv.view([b, s, 3, nh, d]).permute([2, 0, 3, 1, 4]);
         let (q, kk, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
         let p = if train { c.attention_dropout } else { 0.0 };
-        let ctx = Tensor::scaled_dot_product_attention(
-            &q,
-            &kk,
-            &v,
-            Some(attn_mask),
-            p,
-            false,
-            None,
-            false,
-        );
+        let ctx = if self.fused_attention {
+            Tensor::scaled_dot_product_attention(&q, &kk, &v, Some(attn_mask), p, false, None, false)
+        } else {
+            let scores = q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt();
+            let scores = scores.to_kind(Kind::Float) + (attn_mask.logical_not().to_kind(Kind::Float) * -10000.0);
+            scores.softmax(-1, Kind::Float).dropout(p, train).to_kind(v.kind()).matmul(&v)
+        };
         let ctx = ctx.permute([0, 2, 1, 3]).reshape([b * s, h]);
         let ctx = match idx {
             Some(idx) => ctx.index_select(0, idx),

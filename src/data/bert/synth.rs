@@ -109,7 +109,7 @@ pub fn extract_sentences(text: &str) -> Vec<String> {
             .collect();
         let table_like = lines
             .iter()
-            .any(|l| l.trim_start().contains("   ") || l.starts_with("    "));
+            .any(|l| l.trim().contains("   "));
         let rule_like = lines
             .iter()
             .any(|l| l.chars().all(|c| "=-_*".contains(c) || c.is_whitespace()));
@@ -121,11 +121,11 @@ pub fn extract_sentences(text: &str) -> Vec<String> {
         let chars: Vec<char> = joined.chars().collect();
         for (i, &c) in chars.iter().enumerate() {
             cur.push(c);
+            // a sentence ends at . ? or ! followed by whitespace, then a capital, "(" or '"'
+            let next = chars[i + 1..].iter().find(|n| !n.is_whitespace());
             let end = matches!(c, '.' | '?' | '!')
                 && chars.get(i + 1).is_none_or(|n| n.is_whitespace())
-                && chars
-                    .get(i + 2)
-                    .is_none_or(|n| n.is_uppercase() || *n == '(' || *n == '"');
+                && next.is_none_or(|n| n.is_uppercase() || *n == '(' || *n == '"');
             if end {
                 push_sentence(&mut out, &cur);
                 cur.clear();
