@@ -37,13 +37,30 @@ fn main() -> anyhow::Result<()> {
     model.unpad = unpad;
     let mut opt = Lamb::new(
         vs.variables(),
-        LambConfig { eps: 1e-6, weight_decay: 0.01, trust_ratio: false, ..LambConfig::default() },
+        LambConfig {
+            eps: 1e-6,
+            weight_decay: 0.01,
+            trust_ratio: false,
+            ..LambConfig::default()
+        },
     )?;
     let len = ((s as f64) * (1.0 - pad)).round() as i64;
-    let mask = Tensor::arange(s, (Kind::Int64, Device::Cpu)).lt(len).to_kind(Kind::Int64).unsqueeze(0).expand([b, s], false).contiguous();
+    let mask = Tensor::arange(s, (Kind::Int64, Device::Cpu))
+        .lt(len)
+        .to_kind(Kind::Int64)
+        .unsqueeze(0)
+        .expand([b, s], false)
+        .contiguous();
     let ids = Tensor::randint_low(5, cfg.vocab_size, [b, s], (Kind::Int64, Device::Cpu)) * &mask;
     let seg = ids.zeros_like();
-    let pos = Tensor::stack(&(0..b).map(|_| Tensor::randperm(len - 1, (Kind::Int64, Device::Cpu)).narrow(0, 0, p) + 1).collect::<Vec<_>>(), 0).sort(1, false).0;
+    let pos = Tensor::stack(
+        &(0..b)
+            .map(|_| Tensor::randperm(len - 1, (Kind::Int64, Device::Cpu)).narrow(0, 0, p) + 1)
+            .collect::<Vec<_>>(),
+        0,
+    )
+    .sort(1, false)
+    .0;
     let mids = ids.gather(1, &pos, false);
     let w = mids.ones_like().to_kind(Kind::Float);
     let nsp = Tensor::randint(2, [b], (Kind::Int64, Device::Cpu));

@@ -28,7 +28,14 @@ impl ImageData for FixedImages {
     fn eval_len(&self) -> usize {
         self.batch.len()
     }
-    fn train_epoch(&self, _e: u64, _size: usize, batch: usize, _seed: u64, _s: Shard) -> Result<BatchIter> {
+    fn train_epoch(
+        &self,
+        _e: u64,
+        _size: usize,
+        batch: usize,
+        _seed: u64,
+        _s: Shard,
+    ) -> Result<BatchIter> {
         let b = self.batch.clone();
         Ok(Box::new((0..self.len / batch).map(move |_| Ok(b.clone()))))
     }
@@ -55,7 +62,11 @@ fn main() -> Result<()> {
     let width: i64 = arg(&args, "--width", 64);
     let classes: usize = arg(&args, "--classes", 1000);
     let blocks: String = arg(&args, "--blocks", "3,4,6,3".to_string());
-    let blocks: Vec<i64> = blocks.split(',').map(|b| b.parse()).collect::<Result<_, _>>().context("--blocks")?;
+    let blocks: Vec<i64> = blocks
+        .split(',')
+        .map(|b| b.parse())
+        .collect::<Result<_, _>>()
+        .context("--blocks")?;
     tch::set_num_threads(threads);
 
     let warm = bench_once(warmup.max(1), batch, size, threads, width, classes, &blocks)?;
@@ -93,9 +104,20 @@ fn bench_once(
     blocks: &[i64],
 ) -> Result<(engine::RunOutcome, mlperf_run::train::resnet::StepTiming)> {
     let mut rng = SplitMix64::new(1);
-    let images: Vec<u8> = (0..batch * size * size * 3).map(|_| rng.next_u64() as u8).collect();
+    let images: Vec<u8> = (0..batch * size * size * 3)
+        .map(|_| rng.next_u64() as u8)
+        .collect();
     let labels: Vec<i64> = (0..batch).map(|_| rng.below(classes) as i64).collect();
-    let data = FixedImages { classes, len: batch * total_steps, batch: Batch { images, labels, height: size, width: size } };
+    let data = FixedImages {
+        classes,
+        len: batch * total_steps,
+        batch: Batch {
+            images,
+            labels,
+            height: size,
+            width: size,
+        },
+    };
 
     let cfg_text = format!(
         r#"
@@ -142,7 +164,12 @@ weight_decay = 0.00005
     std::fs::create_dir_all(&dir)?;
     let mut opts = RunOptions::new(
         tch::Device::Cpu,
-        Submission { org: "bench".into(), platform: "cpu".into(), division: "open".into(), status: "research".into() },
+        Submission {
+            org: "bench".into(),
+            platform: "cpu".into(),
+            division: "open".into(),
+            status: "research".into(),
+        },
     );
     opts.seed = Some(1);
     opts.log_path = Some(dir.join("bench_log.txt"));

@@ -36,11 +36,39 @@ fn run_case(case: &Case) {
     let vs = VarStore::new(Device::Cpu);
     let root = vs.root();
     let (n, d, h, k) = (32i64, 8i64, 16i64, 4i64);
-    let l1w = (&root / "l1").var("weight", &[h, d], nn::Init::Randn { mean: 0.0, stdev: 0.4 });
-    let l1b = (&root / "l1").var("bias", &[h], nn::Init::Randn { mean: 0.0, stdev: 0.1 });
+    let l1w = (&root / "l1").var(
+        "weight",
+        &[h, d],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.4,
+        },
+    );
+    let l1b = (&root / "l1").var(
+        "bias",
+        &[h],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.1,
+        },
+    );
     let bnw = (&root / "bn").var("weight", &[h], nn::Init::Uniform { lo: 0.5, up: 1.5 });
-    let bnb = (&root / "bn").var("bias", &[h], nn::Init::Randn { mean: 0.0, stdev: 0.1 });
-    let l2w = (&root / "l2").var("weight", &[k, h], nn::Init::Randn { mean: 0.0, stdev: 0.4 });
+    let bnb = (&root / "bn").var(
+        "bias",
+        &[h],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.1,
+        },
+    );
+    let l2w = (&root / "l2").var(
+        "weight",
+        &[k, h],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.4,
+        },
+    );
     let l2b = (&root / "l2").var("bias", &[k], nn::Init::Const(0.0));
     let xs = Tensor::randn([STEPS as i64, n, d], (Kind::Float, Device::Cpu));
     let ys = Tensor::randint(k, [STEPS as i64, n], (Kind::Int64, Device::Cpu));
@@ -75,8 +103,18 @@ fn run_case(case: &Case) {
         "label_smoothing": case.label_smoothing, "lrs": lrs,
     });
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/optim_reference.py");
-    let out = Command::new(&py).arg(&script).arg(&input).arg(&output).arg(cfg.to_string()).output().unwrap();
-    assert!(out.status.success(), "reference failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&py)
+        .arg(&script)
+        .arg(&input)
+        .arg(&output)
+        .arg(cfg.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "reference failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let reference: std::collections::HashMap<String, Tensor> =
         Tensor::read_npz(&output).unwrap().into_iter().collect();
 
@@ -103,45 +141,103 @@ fn run_case(case: &Case) {
         let x = xs.get(step as i64);
         let y = ys.get(step as i64);
         let hdn = x.linear(&l1w, Some(&l1b));
-        let hdn = Tensor::batch_norm(&hdn, Some(&bnw), Some(&bnb), None::<&Tensor>, None::<&Tensor>, true, 0.1, 1e-5, false);
+        let hdn = Tensor::batch_norm(
+            &hdn,
+            Some(&bnw),
+            Some(&bnb),
+            None::<&Tensor>,
+            None::<&Tensor>,
+            true,
+            0.1,
+            1e-5,
+            false,
+        );
         let logits = hdn.relu().linear(&l2w, Some(&l2b));
         let loss = cross_entropy_smoothed(&logits, &y, case.label_smoothing);
         loss.backward();
         let ref_loss = reference[&format!("{step}.loss")].double_value(&[]);
-        assert!((loss.double_value(&[]) - ref_loss).abs() < 1e-5, "step {step}: loss differs");
+        assert!(
+            (loss.double_value(&[]) - ref_loss).abs() < 1e-5,
+            "step {step}: loss differs"
+        );
         opt.step(&mut params, lr);
         for p in &params.params {
             let r = &reference[&format!("{step}.{}", p.name)];
             let diff = (&p.tensor - r).abs().max().double_value(&[]);
             worst = worst.max(diff);
-            assert!(diff < 1e-5, "{} step {step}: {} max abs diff {diff}", case.name, p.name);
+            assert!(
+                diff < 1e-5,
+                "{} step {step}: {} max abs diff {diff}",
+                case.name,
+                p.name
+            );
         }
     }
     for (name, t) in [("l1.weight", &l1w), ("l2.weight", &l2w)] {
-        let start = named.iter().find(|(n, _)| *n == name).unwrap().1.shallow_clone();
+        let start = named
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap()
+            .1
+            .shallow_clone();
         moved = moved.max((t - start).abs().max().double_value(&[]));
     }
     // the comparison means something only if training moved the weights well beyond 1e-5
-    assert!(moved > 1e-3, "{}: weights barely moved ({moved})", case.name);
-    eprintln!("{} nesterov={}: {STEPS} steps, max abs diff {worst:e}, weights moved {moved:.3}", case.name, case.nesterov);
+    assert!(
+        moved > 1e-3,
+        "{}: weights barely moved ({moved})",
+        case.name
+    );
+    eprintln!(
+        "{} nesterov={}: {STEPS} steps, max abs diff {worst:e}, weights moved {moved:.3}",
+        case.name, case.nesterov
+    );
 }
 
 #[test]
 fn lars_matches_pytorch_reference() {
-    run_case(&Case { name: "lars", nesterov: false, momentum: 0.9, weight_decay: 5e-5, label_smoothing: 0.1, base_lr: 8.0 });
+    run_case(&Case {
+        name: "lars",
+        nesterov: false,
+        momentum: 0.9,
+        weight_decay: 5e-5,
+        label_smoothing: 0.1,
+        base_lr: 8.0,
+    });
 }
 
 #[test]
 fn lars_nesterov_matches_pytorch_reference() {
-    run_case(&Case { name: "lars", nesterov: true, momentum: 0.9, weight_decay: 1e-4, label_smoothing: 0.0, base_lr: 5.0 });
+    run_case(&Case {
+        name: "lars",
+        nesterov: true,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        label_smoothing: 0.0,
+        base_lr: 5.0,
+    });
 }
 
 #[test]
 fn sgd_matches_torch_optim_sgd() {
-    run_case(&Case { name: "sgd", nesterov: false, momentum: 0.875, weight_decay: 5e-4, label_smoothing: 0.08, base_lr: 0.5 });
+    run_case(&Case {
+        name: "sgd",
+        nesterov: false,
+        momentum: 0.875,
+        weight_decay: 5e-4,
+        label_smoothing: 0.08,
+        base_lr: 0.5,
+    });
 }
 
 #[test]
 fn sgd_nesterov_matches_torch_optim_sgd() {
-    run_case(&Case { name: "sgd", nesterov: true, momentum: 0.9, weight_decay: 1e-4, label_smoothing: 0.1, base_lr: 0.5 });
+    run_case(&Case {
+        name: "sgd",
+        nesterov: true,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        label_smoothing: 0.1,
+        base_lr: 0.5,
+    });
 }

@@ -14,10 +14,22 @@ fn resnet50_has_25_557_032_parameters() {
     let (vs, _) = build(&ResnetSpec::resnet50(1001), Device::Cpu);
     assert_eq!(parameter_count(&vs), 25_557_032 + 2048 + 1);
     // BlurPool adds fixed filters, not parameters; names follow torchvision
-    let (vs, _) = build(&ResnetSpec { blurpool: true, ..ResnetSpec::resnet50(1000) }, Device::Cpu);
+    let (vs, _) = build(
+        &ResnetSpec {
+            blurpool: true,
+            ..ResnetSpec::resnet50(1000)
+        },
+        Device::Cpu,
+    );
     assert_eq!(parameter_count(&vs), 25_557_032);
     let names = vs.variables();
-    for n in ["conv1.weight", "layer1.0.conv2.weight", "layer4.2.bn3.weight", "layer2.0.downsample.0.weight", "fc.bias"] {
+    for n in [
+        "conv1.weight",
+        "layer1.0.conv2.weight",
+        "layer4.2.bn3.weight",
+        "layer2.0.downsample.0.weight",
+        "fc.bias",
+    ] {
         assert!(names.contains_key(n), "missing {n}");
     }
     assert!(names.contains_key("layer3.5.bn3.running_var"));
@@ -26,7 +38,13 @@ fn resnet50_has_25_557_032_parameters() {
 
 #[test]
 fn tiny_resnet_forward_shapes_and_zero_init() {
-    let spec = ResnetSpec { classes: 10, width: 8, blocks: [1, 1, 1, 1], zero_init_last_bn: true, blurpool: true };
+    let spec = ResnetSpec {
+        classes: 10,
+        width: 8,
+        blocks: [1, 1, 1, 1],
+        zero_init_last_bn: true,
+        blurpool: true,
+    };
     let (vs, net) = build(&spec, Device::Cpu);
     let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
     assert_eq!(net.forward_t(&x, true).size(), vec![2, 10]);
@@ -40,7 +58,13 @@ fn tiny_resnet_forward_shapes_and_zero_init() {
 #[test]
 fn channels_last_gives_the_same_output() {
     tch::manual_seed(3);
-    let spec = ResnetSpec { classes: 5, width: 8, blocks: [1, 1, 1, 1], zero_init_last_bn: false, blurpool: false };
+    let spec = ResnetSpec {
+        classes: 5,
+        width: 8,
+        blocks: [1, 1, 1, 1],
+        zero_init_last_bn: false,
+        blurpool: false,
+    };
     let (vs, net) = build(&spec, Device::Cpu);
     let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
     let a = net.forward_t(&x, false);

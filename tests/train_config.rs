@@ -5,7 +5,9 @@ use mlperf_run::train::config::{Division, ResnetRunConfig};
 use std::path::PathBuf;
 
 fn preset(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("configs/resnet")
+        .join(name);
     std::fs::read_to_string(p).unwrap()
 }
 
@@ -23,7 +25,11 @@ fn presets_load_in_their_divisions() {
     ] {
         let text = preset(name);
         ResnetRunConfig::parse(&text, Division::Open).unwrap_or_else(|e| panic!("{name}: {e:#}"));
-        assert_eq!(ResnetRunConfig::parse(&text, Division::Closed).is_ok(), closed_ok, "{name}");
+        assert_eq!(
+            ResnetRunConfig::parse(&text, Division::Closed).is_ok(),
+            closed_ok,
+            "{name}"
+        );
     }
     let c = ResnetRunConfig::parse(&preset("closed_8xA100.toml"), Division::Closed).unwrap();
     assert_eq!(c.train.global_batch_size, 3264);
@@ -34,13 +40,31 @@ fn presets_load_in_their_divisions() {
 #[test]
 fn unknown_keys_and_bad_values_name_the_key_and_the_choices() {
     let text = preset("tiny_cpu.toml");
-    let e = err(&text.replace("name = \"lars\"", "name = \"adam\""), Division::Open);
-    assert!(e.contains("adam") && e.contains("lars") && e.contains("sgd"), "{e}");
-    let e = err(&text.replace("momentum = 0.9", "momentum = 0.9\nmomentun = 0.8"), Division::Open);
+    let e = err(
+        &text.replace("name = \"lars\"", "name = \"adam\""),
+        Division::Open,
+    );
+    assert!(
+        e.contains("adam") && e.contains("lars") && e.contains("sgd"),
+        "{e}"
+    );
+    let e = err(
+        &text.replace("momentum = 0.9", "momentum = 0.9\nmomentun = 0.8"),
+        Division::Open,
+    );
     assert!(e.contains("momentun"), "{e}");
-    let e = err(&text.replace("submission_status = \"research\"", "submission_status = \"lab\""), Division::Open);
+    let e = err(
+        &text.replace(
+            "submission_status = \"research\"",
+            "submission_status = \"lab\"",
+        ),
+        Division::Open,
+    );
     assert!(e.contains("onprem") && e.contains("research"), "{e}");
-    let e = err(&text.replace("global_batch_size = 64", "global_batch_size = 0"), Division::Open);
+    let e = err(
+        &text.replace("global_batch_size = 64", "global_batch_size = 0"),
+        Division::Open,
+    );
     assert!(e.contains("global_batch_size"), "{e}");
 }
 
@@ -50,14 +74,30 @@ fn closed_rule_breakers_are_refused() {
     for (from, to, key) in [
         ("end_lr = 0.0001", "end_lr = 0.001", "end_lr"),
         ("poly_power = 2.0", "poly_power = 1.0", "poly_power"),
-        ("weight_decay = 0.00005", "weight_decay = 0.00003", "weight_decay"),
-        ("lars_epsilon = 0.0", "lars_epsilon = 0.00001", "lars_epsilon"),
+        (
+            "weight_decay = 0.00005",
+            "weight_decay = 0.00003",
+            "weight_decay",
+        ),
+        (
+            "lars_epsilon = 0.0",
+            "lars_epsilon = 0.00001",
+            "lars_epsilon",
+        ),
         ("eval_period = 4", "eval_period = 2", "eval_period"),
         ("eval_offset = 0", "eval_offset = 4", "eval_offset"),
         ("decay = \"poly\"", "decay = \"cosine\"", "decay"),
         ("target = 0.80", "target = 0.5", "target"),
-        ("label_smoothing = 0.1", "label_smoothing = 0.2", "label_smoothing"),
-        ("label_smoothing = 0.1", "label_smoothing = 0.1\nblurpool = true", "blurpool"),
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.2",
+            "label_smoothing",
+        ),
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.1\nblurpool = true",
+            "blurpool",
+        ),
     ] {
         let changed = text.replace(from, to);
         assert_ne!(changed, text, "{from}");
@@ -65,10 +105,13 @@ fn closed_rule_breakers_are_refused() {
         assert!(e.contains("closed") && e.contains(key), "{key}: {e}");
         // the same file is fine in the open division, except where it is invalid anywhere
         if key != "eval_offset" {
-            ResnetRunConfig::parse(&changed, Division::Open).unwrap_or_else(|e| panic!("{key}: {e:#}"));
+            ResnetRunConfig::parse(&changed, Division::Open)
+                .unwrap_or_else(|e| panic!("{key}: {e:#}"));
         }
     }
-    let sgd = text.replace("name = \"lars\"", "name = \"sgd\"").replace("base_lr = 4.0", "base_lr = 0.2345");
+    let sgd = text
+        .replace("name = \"lars\"", "name = \"sgd\"")
+        .replace("base_lr = 4.0", "base_lr = 0.2345");
     assert!(err(&sgd, Division::Closed).contains("multiple of 0.001"));
 }
 
@@ -76,16 +119,26 @@ fn closed_rule_breakers_are_refused() {
 fn hyperparameters_come_from_the_config() {
     let c = ResnetRunConfig::parse(&preset("closed_8xA100.toml"), Division::Closed).unwrap();
     let kv = c.hyperparameters(Division::Closed, 392, 1_281_167, 50_000, 8);
-    let get = |k: &str| kv.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("{k}"));
+    let get = |k: &str| {
+        kv.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{k}"))
+    };
     assert_eq!(get("opt_name"), "lars");
     assert_eq!(get("lars_opt_base_learning_rate"), 10.5);
     assert_eq!(get("lars_opt_weight_decay"), 5e-5);
     assert_eq!(get("lars_opt_learning_rate_warmup_epochs"), 2.0);
     assert_eq!(get("lars_opt_learning_rate_decay_steps"), 35 * 392);
     assert_eq!(get("gradient_accumulation_steps"), 1);
-    assert!(kv.iter().all(|(k, _)| !k.starts_with("method_")), "closed logs no open-method keys");
+    assert!(
+        kv.iter().all(|(k, _)| !k.starts_with("method_")),
+        "closed logs no open-method keys"
+    );
     let o = ResnetRunConfig::parse(&preset("open_8xA100.toml"), Division::Open).unwrap();
     let kv = o.hyperparameters(Division::Open, 625, 1_281_167, 50_000, 8);
-    assert!(kv.iter().any(|(k, v)| *k == "method_blurpool" && *v == true));
+    assert!(kv
+        .iter()
+        .any(|(k, v)| *k == "method_blurpool" && *v == true));
     assert!(kv.iter().any(|(k, v)| *k == "model_bn_span" && *v == 256));
 }

@@ -13,7 +13,9 @@ use mlperf_run::train::resnet::{run_once, ResnetRun};
 use std::path::{Path, PathBuf};
 
 fn config(name: &str, division: Division) -> ResnetRunConfig {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("configs/resnet")
+        .join(name);
     ResnetRunConfig::load(&path, division).unwrap()
 }
 
@@ -29,20 +31,43 @@ fn train(cfg: &ResnetRunConfig, division: Division, seed: u64, log: &Path) -> Ru
     );
     opts.seed = Some(seed);
     opts.log_path = Some(log.to_path_buf());
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(cfg.system.time_limit_minutes * 60.0));
-    run_once(&ResnetRun { config: cfg, division, data_dir: None }, opts).unwrap()
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        cfg.system.time_limit_minutes * 60.0,
+    ));
+    run_once(
+        &ResnetRun {
+            config: cfg,
+            division,
+            data_dir: None,
+        },
+        opts,
+    )
+    .unwrap()
 }
 
 fn official_check(test: &str, log: &Path) {
-    let Some(py) = common::oracle(test) else { return };
+    let Some(py) = common::oracle(test) else {
+        return;
+    };
     // run beside the log: the checker writes compliance_checker.log into its working directory
     let out = std::process::Command::new(py)
-        .args(["-m", "mlperf_logging.compliance_checker", "--usage", "training", "--ruleset", "4.0.0"])
+        .args([
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+            "--ruleset",
+            "4.0.0",
+        ])
         .arg(log)
         .current_dir(log.parent().unwrap())
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         out.status.success() && text.contains("SUCCESS"),
         "official compliance checker rejected {}:\n{text}",
@@ -67,20 +92,36 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
     let (last_epoch, last_acc) = *out.evals.last().unwrap();
     assert!(last_acc >= cfg.train.target);
     // it stopped at the first eval over target
-    assert!(out.evals[..out.evals.len() - 1].iter().all(|&(_, a)| a < cfg.train.target));
+    assert!(out.evals[..out.evals.len() - 1]
+        .iter()
+        .all(|&(_, a)| a < cfg.train.target));
     // and it did have to learn: the first eval was well below target
     assert!(out.evals.len() >= 2 || out.evals[0].1 < 1.0);
     let first_loss = out.losses[..5].iter().sum::<f64>() / 5.0;
     let last_loss = out.losses[out.losses.len() - 5..].iter().sum::<f64>() / 5.0;
-    assert!(last_loss < 0.7 * first_loss, "loss {first_loss} -> {last_loss}");
+    assert!(
+        last_loss < 0.7 * first_loss,
+        "loss {first_loss} -> {last_loss}"
+    );
 
     let log = parse_file(&log_path).unwrap();
     let stop = log.last("run_stop").unwrap();
     assert_eq!(stop.status(), Some("success"));
-    assert_eq!(log.last("eval_accuracy").unwrap().epoch_num(), Some(last_epoch as f64));
+    assert_eq!(
+        log.last("eval_accuracy").unwrap().epoch_num(),
+        Some(last_epoch as f64)
+    );
     assert_eq!(log.first("seed").unwrap().value, serde_json::json!(seed));
-    assert_eq!(log.first("submission_division").unwrap().value, serde_json::json!(division.as_str()));
-    let verdict = check_log(&log, &CheckOptions { ruleset: Some("4.0.0".into()) });
+    assert_eq!(
+        log.first("submission_division").unwrap().value,
+        serde_json::json!(division.as_str())
+    );
+    let verdict = check_log(
+        &log,
+        &CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
     assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
     official_check(name, &log_path);
 }

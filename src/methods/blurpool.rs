@@ -11,14 +11,27 @@ pub const MIN_CHANNELS: i64 = 16;
 pub fn filter(channels: i64, device: Device) -> Tensor {
     let k = Tensor::from_slice(&[1f32, 2., 1.]);
     let k2 = k.outer(&k) / 16.0;
-    k2.view([1, 1, 3, 3]).repeat([channels, 1, 1, 1]).to_device(device)
+    k2.view([1, 1, 3, 3])
+        .repeat([channels, 1, 1, 1])
+        .to_device(device)
 }
 
 /// Blur `xs` (NCHW) with `filter` at `stride`, padding 1 (same size at stride 1).
 pub fn blur(xs: &Tensor, filter: &Tensor, stride: i64) -> Tensor {
     let channels = xs.size()[1];
-    let f = if filter.kind() == xs.kind() { filter.shallow_clone() } else { filter.to_kind(xs.kind()) };
-    xs.conv2d(&f, None::<Tensor>, [stride, stride], [1, 1], [1, 1], channels)
+    let f = if filter.kind() == xs.kind() {
+        filter.shallow_clone()
+    } else {
+        filter.to_kind(xs.kind())
+    };
+    xs.conv2d(
+        &f,
+        None::<Tensor>,
+        [stride, stride],
+        [1, 1],
+        [1, 1],
+        channels,
+    )
 }
 
 #[cfg(test)]
@@ -38,6 +51,9 @@ mod tests {
         let out = blur(&spike, &filter(1, Device::Cpu), 1);
         assert!((out.double_value(&[0, 0, 2, 2]) - 4.0).abs() < 1e-6);
         assert!((out.double_value(&[0, 0, 1, 1]) - 1.0).abs() < 1e-6);
-        assert_eq!(blur(&spike, &filter(1, Device::Cpu), 2).size(), vec![1, 1, 3, 3]);
+        assert_eq!(
+            blur(&spike, &filter(1, Device::Cpu), 2).size(),
+            vec![1, 1, 3, 3]
+        );
     }
 }

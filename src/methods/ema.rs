@@ -16,8 +16,17 @@ impl Ema {
     pub fn new(vs: &VarStore, half_life_steps: f64, update_interval: u64) -> Ema {
         let update_interval = update_interval.max(1);
         let smoothing = 2f64.powf(-(update_interval as f64) / half_life_steps);
-        let shadow = tch::no_grad(|| vs.variables().into_iter().map(|(k, v)| (k, v.detach().copy())).collect());
-        Ema { smoothing, update_interval, shadow }
+        let shadow = tch::no_grad(|| {
+            vs.variables()
+                .into_iter()
+                .map(|(k, v)| (k, v.detach().copy()))
+                .collect()
+        });
+        Ema {
+            smoothing,
+            update_interval,
+            shadow,
+        }
     }
 
     pub fn smoothing(&self) -> f64 {
@@ -45,7 +54,11 @@ impl Ema {
         let vars = vs.variables();
         let backup: Vec<(Tensor, Tensor)> = tch::no_grad(|| {
             vars.iter()
-                .filter_map(|(k, v)| self.shadow.get(k).map(|e| (v.shallow_clone(), v.detach().copy(), e)))
+                .filter_map(|(k, v)| {
+                    self.shadow
+                        .get(k)
+                        .map(|e| (v.shallow_clone(), v.detach().copy(), e))
+                })
                 .map(|(mut v, saved, e)| {
                     v.copy_(e);
                     (v, saved)

@@ -17,7 +17,12 @@ pub struct ProgressiveResizing {
 impl Default for ProgressiveResizing {
     /// Composer's defaults as MosaicML's ResNet-50 recipes use them.
     fn default() -> Self {
-        ProgressiveResizing { initial_scale: 0.5, delay_fraction: 0.5, finetune_fraction: 0.2, size_increment: 4 }
+        ProgressiveResizing {
+            initial_scale: 0.5,
+            delay_fraction: 0.5,
+            finetune_fraction: 0.2,
+            size_increment: 4,
+        }
     }
 }
 
@@ -25,9 +30,15 @@ impl ProgressiveResizing {
     /// The problems with these settings, if any (for config validation).
     pub fn validate(&self) -> Result<(), String> {
         if !(self.initial_scale > 0.0 && self.initial_scale <= 1.0) {
-            return Err(format!("initial_scale must be in (0, 1], got {}", self.initial_scale));
+            return Err(format!(
+                "initial_scale must be in (0, 1], got {}",
+                self.initial_scale
+            ));
         }
-        for (name, v) in [("delay_fraction", self.delay_fraction), ("finetune_fraction", self.finetune_fraction)] {
+        for (name, v) in [
+            ("delay_fraction", self.delay_fraction),
+            ("finetune_fraction", self.finetune_fraction),
+        ] {
             if !(0.0..=1.0).contains(&v) {
                 return Err(format!("{name} must be in [0, 1], got {v}"));
             }
@@ -36,7 +47,10 @@ impl ProgressiveResizing {
             return Err("delay_fraction + finetune_fraction must be at most 1".into());
         }
         if self.size_increment < 1 {
-            return Err(format!("size_increment must be at least 1, got {}", self.size_increment));
+            return Err(format!(
+                "size_increment must be at least 1, got {}",
+                self.size_increment
+            ));
         }
         Ok(())
     }
@@ -75,6 +89,11 @@ mod tests {
         assert!(mid > 88 && mid < 176 && mid % 4 == 0, "{mid}");
         assert_eq!(p.size(0.8, 176), 176);
         assert_eq!(p.size(1.0, 176), 176);
-        assert!(ProgressiveResizing { delay_fraction: 0.9, ..p }.validate().is_err());
+        assert!(ProgressiveResizing {
+            delay_fraction: 0.9,
+            ..p
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -407,11 +407,25 @@ impl BertForPreTraining {
         let (q, kk, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
         let p = if train { c.attention_dropout } else { 0.0 };
         let ctx = if self.fused_attention {
-            Tensor::scaled_dot_product_attention(&q, &kk, &v, Some(attn_mask), p, false, None, false)
+            Tensor::scaled_dot_product_attention(
+                &q,
+                &kk,
+                &v,
+                Some(attn_mask),
+                p,
+                false,
+                None,
+                false,
+            )
         } else {
             let scores = q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt();
-            let scores = scores.to_kind(Kind::Float) + (attn_mask.logical_not().to_kind(Kind::Float) * -10000.0);
-            scores.softmax(-1, Kind::Float).dropout(p, train).to_kind(v.kind()).matmul(&v)
+            let scores = scores.to_kind(Kind::Float)
+                + (attn_mask.logical_not().to_kind(Kind::Float) * -10000.0);
+            scores
+                .softmax(-1, Kind::Float)
+                .dropout(p, train)
+                .to_kind(v.kind())
+                .matmul(&v)
         };
         let ctx = ctx.permute([0, 2, 1, 3]).reshape([b * s, h]);
         let ctx = match idx {

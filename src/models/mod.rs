@@ -16,5 +16,8 @@ pub fn to_channels_last(t: &Tensor) -> Tensor {
 
 /// Number of trainable parameters (elements) of a var store.
 pub fn parameter_count(vs: &tch::nn::VarStore) -> i64 {
-    vs.trainable_variables().iter().map(|t| t.numel() as i64).sum()
+    vs.trainable_variables()
+        .iter()
+        .map(|t| t.numel() as i64)
+        .sum()
 }

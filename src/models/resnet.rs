@@ -27,7 +27,13 @@ pub struct ResnetSpec {
 impl ResnetSpec {
     /// ResNet-50 v1.5 at `classes` classes.
     pub fn resnet50(classes: i64) -> Self {
-        ResnetSpec { classes, width: 64, blocks: [3, 4, 6, 3], zero_init_last_bn: false, blurpool: false }
+        ResnetSpec {
+            classes,
+            width: 64,
+            blocks: [3, 4, 6, 3],
+            zero_init_last_bn: false,
+            blurpool: false,
+        }
     }
 }
 
@@ -44,13 +50,28 @@ fn conv_init() -> nn::Init {
 }
 
 fn conv(p: nn::Path, c_in: i64, c_out: i64, k: i64, stride: i64, padding: i64) -> nn::Conv2D {
-    let cfg = nn::ConvConfig { stride, padding, bias: false, ws_init: conv_init(), ..Default::default() };
+    let cfg = nn::ConvConfig {
+        stride,
+        padding,
+        bias: false,
+        ws_init: conv_init(),
+        ..Default::default()
+    };
     nn::conv2d(p, c_in, c_out, k, cfg)
 }
 
 fn bn(p: nn::Path, c: i64, zero_gamma: bool) -> nn::BatchNorm {
-    let ws_init = if zero_gamma { nn::Init::Const(0.0) } else { nn::Init::Const(1.0) };
-    let cfg = nn::BatchNormConfig { eps: BN_EPS, momentum: BN_MOMENTUM, ws_init, ..Default::default() };
+    let ws_init = if zero_gamma {
+        nn::Init::Const(0.0)
+    } else {
+        nn::Init::Const(1.0)
+    };
+    let cfg = nn::BatchNormConfig {
+        eps: BN_EPS,
+        momentum: BN_MOMENTUM,
+        ws_init,
+        ..Default::default()
+    };
     nn::batch_norm2d(p, c, cfg)
 }
 
@@ -62,10 +83,21 @@ struct MaybeBlurConv {
 }
 
 impl MaybeBlurConv {
-    fn new(p: nn::Path, c_in: i64, c_out: i64, k: i64, stride: i64, padding: i64, blurpool: bool) -> Self {
+    fn new(
+        p: nn::Path,
+        c_in: i64,
+        c_out: i64,
+        k: i64,
+        stride: i64,
+        padding: i64,
+        blurpool: bool,
+    ) -> Self {
         let blur = (blurpool && stride > 1 && c_in >= blurpool::MIN_CHANNELS)
             .then(|| blurpool::filter(c_in, p.device()));
-        MaybeBlurConv { conv: conv(p, c_in, c_out, k, stride, padding), blur }
+        MaybeBlurConv {
+            conv: conv(p, c_in, c_out, k, stride, padding),
+            blur,
+        }
     }
 
     fn forward(&self, xs: &Tensor) -> Tensor {
@@ -92,7 +124,15 @@ impl Bottleneck {
         let c_out = planes * EXPANSION;
         let downsample = (stride != 1 || c_in != c_out).then(|| {
             (
-                MaybeBlurConv::new(&p / "downsample" / "0", c_in, c_out, 1, stride, 0, spec.blurpool),
+                MaybeBlurConv::new(
+                    &p / "downsample" / "0",
+                    c_in,
+                    c_out,
+                    1,
+                    stride,
+                    0,
+                    spec.blurpool,
+                ),
                 bn(&p / "downsample" / "1", c_out, false),
             )
         });
@@ -166,7 +206,9 @@ impl ModuleT for Resnet {
         for layer in &self.layers {
             ys = layer.forward_t(&ys, train);
         }
-        ys.adaptive_avg_pool2d([1, 1]).flatten(1, -1).apply(&self.fc)
+        ys.adaptive_avg_pool2d([1, 1])
+            .flatten(1, -1)
+            .apply(&self.fc)
     }
 }
 
@@ -186,8 +228,10 @@ pub fn convert_channels_last(vs: &nn::VarStore) {
 /// std. The result has channels-last strides (a permuted view); `contiguous` makes it NCHW.
 pub fn normalize_nhwc_u8(images: &Tensor, channels_last: bool, kind: Kind) -> Tensor {
     let device = images.device();
-    let mean = Tensor::from_slice(&[0.485f32 * 255.0, 0.456 * 255.0, 0.406 * 255.0]).to_device(device);
-    let std = Tensor::from_slice(&[0.229f32 * 255.0, 0.224 * 255.0, 0.225 * 255.0]).to_device(device);
+    let mean =
+        Tensor::from_slice(&[0.485f32 * 255.0, 0.456 * 255.0, 0.406 * 255.0]).to_device(device);
+    let std =
+        Tensor::from_slice(&[0.229f32 * 255.0, 0.224 * 255.0, 0.225 * 255.0]).to_device(device);
     let x = (images.to_kind(Kind::Float) - mean) / std;
     let x = x.permute([0, 3, 1, 2]);
     let x = if channels_last { x } else { x.contiguous() };

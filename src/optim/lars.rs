@@ -26,7 +26,10 @@ pub struct Lars {
 
 impl Lars {
     pub fn new(cfg: LarsConfig) -> Lars {
-        Lars { cfg, velocity: Vec::new() }
+        Lars {
+            cfg,
+            velocity: Vec::new(),
+        }
     }
 }
 
@@ -48,7 +51,8 @@ impl Optimizer for Lars {
                 } else {
                     let w_norm = p.tensor.norm();
                     let g_norm = g.norm();
-                    let trust = (&w_norm * c.eta) / (&g_norm + &w_norm * c.weight_decay + c.epsilon);
+                    let trust =
+                        (&w_norm * c.eta) / (&g_norm + &w_norm * c.weight_decay + c.epsilon);
                     let ok = w_norm.gt(0.0).logical_and(&g_norm.gt(0.0));
                     let trust = trust.where_self(&ok, &trust.ones_like());
                     (&g + &p.tensor * c.weight_decay) * (trust * lr)
@@ -61,7 +65,11 @@ impl Optimizer for Lars {
                     }
                     None => v.insert(scaled.copy()),
                 };
-                let update = if c.nesterov { &*vel * c.momentum + &scaled } else { vel.shallow_clone() };
+                let update = if c.nesterov {
+                    &*vel * c.momentum + &scaled
+                } else {
+                    vel.shallow_clone()
+                };
                 p.tensor -= &update;
             }
         });

@@ -40,12 +40,19 @@ mod params {
 
     impl ParamGroups {
         pub fn from_var_store(vs: &VarStore) -> ParamGroups {
-            let mut named: Vec<(String, Tensor)> =
-                vs.variables().into_iter().filter(|(_, t)| t.requires_grad()).collect();
+            let mut named: Vec<(String, Tensor)> = vs
+                .variables()
+                .into_iter()
+                .filter(|(_, t)| t.requires_grad())
+                .collect();
             named.sort_by(|a, b| a.0.cmp(&b.0));
             let params = named
                 .into_iter()
-                .map(|(name, tensor)| Param { bn_or_bias: tensor.dim() <= 1, name, tensor })
+                .map(|(name, tensor)| Param {
+                    bn_or_bias: tensor.dim() <= 1,
+                    name,
+                    tensor,
+                })
                 .collect();
             ParamGroups { params }
         }
@@ -61,7 +68,10 @@ mod params {
         }
 
         pub fn tensors(&self) -> Vec<Tensor> {
-            self.params.iter().map(|p| p.tensor.shallow_clone()).collect()
+            self.params
+                .iter()
+                .map(|p| p.tensor.shallow_clone())
+                .collect()
         }
     }
 }

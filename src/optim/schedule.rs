@@ -46,14 +46,24 @@ mod tests {
 
     #[test]
     fn warmup_then_poly_to_end() {
-        let s = Schedule { base: 10.0, end: 1e-4, warmup_steps: 4, decay_steps: 10, decay: Decay::Poly { power: 2.0 } };
+        let s = Schedule {
+            base: 10.0,
+            end: 1e-4,
+            warmup_steps: 4,
+            decay_steps: 10,
+            decay: Decay::Poly { power: 2.0 },
+        };
         assert_eq!(s.lr(0), 2.5);
         assert_eq!(s.lr(3), 10.0);
         let mid = s.lr(8);
         assert!((mid - (1e-4 + (10.0 - 1e-4) * 0.25)).abs() < 1e-9, "{mid}");
         assert!((s.lr(13) - 1e-4).abs() < 1e-12);
         assert!((s.lr(100) - 1e-4).abs() < 1e-12);
-        let c = Schedule { decay: Decay::Cosine, end: 0.0, ..s };
+        let c = Schedule {
+            decay: Decay::Cosine,
+            end: 0.0,
+            ..s
+        };
         assert_eq!(c.lr(4), 10.0);
         assert!((c.lr(9) - 5.0).abs() < 1e-9);
         assert!(c.lr(14).abs() < 1e-12);

@@ -25,7 +25,10 @@ pub struct Sgd {
 
 impl Sgd {
     pub fn new(cfg: SgdConfig) -> Sgd {
-        Sgd { cfg, buffers: Vec::new() }
+        Sgd {
+            cfg,
+            buffers: Vec::new(),
+        }
     }
 }
 
@@ -41,7 +44,11 @@ impl Optimizer for Sgd {
                 if !g.defined() {
                     continue;
                 }
-                let wd = if p.bn_or_bias && !c.decay_bn_bias { 0.0 } else { c.weight_decay };
+                let wd = if p.bn_or_bias && !c.decay_bn_bias {
+                    0.0
+                } else {
+                    c.weight_decay
+                };
                 if wd != 0.0 {
                     g = &g + &p.tensor * wd;
                 }

@@ -120,7 +120,8 @@ pub struct BertRunConfig {
 
 impl BertRunConfig {
     pub fn load(path: &Path, division: Division) -> Result<BertRunConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
         Self::parse(&text, division).with_context(|| format!("config {}", path.display()))
     }
 
@@ -157,7 +158,10 @@ impl BertRunConfig {
         match division {
             Division::Closed => {
                 if t.target < 0.720 {
-                    bail!("train.target = {} is below the closed BERT quality target 0.720", t.target);
+                    bail!(
+                        "train.target = {} is below the closed BERT quality target 0.720",
+                        t.target
+                    );
                 }
                 if o.name != BertOpt::Lamb {
                     bail!("optimizer.name must be \"lamb\" in the closed division (the reference optimizer)");
@@ -169,7 +173,10 @@ impl BertRunConfig {
                     );
                 }
                 if o.max_grad_norm != 1.0 {
-                    bail!("optimizer.max_grad_norm must be 1.0 in the closed division (got {})", o.max_grad_norm);
+                    bail!(
+                        "optimizer.max_grad_norm must be 1.0 in the closed division (got {})",
+                        o.max_grad_norm
+                    );
                 }
             }
             Division::Open => {
@@ -202,7 +209,11 @@ impl BertRunConfig {
         while seen < self.train.max_samples {
             let point = k * interval;
             let steps = (point.saturating_sub(seen)).div_ceil(gbs).max(1);
-            out.push(Block { first_epoch_num: seen, epoch_count: steps * gbs, eval_epoch_num: seen + steps * gbs });
+            out.push(Block {
+                first_epoch_num: seen,
+                epoch_count: steps * gbs,
+                eval_epoch_num: seen + steps * gbs,
+            });
             seen += steps * gbs;
             while k * interval <= seen {
                 k += 1;
@@ -212,14 +223,28 @@ impl BertRunConfig {
     }
 
     /// The hyperparameter keys of the log, from this config.
-    pub fn hyperparameters(&self, division: Division, train_samples: u64, max_seq_len: i64) -> Vec<(&'static str, Value)> {
+    pub fn hyperparameters(
+        &self,
+        division: Division,
+        train_samples: u64,
+        max_seq_len: i64,
+    ) -> Vec<(&'static str, Value)> {
         let t = &self.train;
         let o = &self.optimizer;
         let m = &self.methods;
         let mut kv: Vec<(&'static str, Value)> = vec![
             ("global_batch_size", json!(t.global_batch_size)),
-            ("gradient_accumulation_steps", json!(t.gradient_accumulation_steps)),
-            ("opt_name", json!(match o.name { BertOpt::Lamb => "lamb", BertOpt::Adamw => "adamw" })),
+            (
+                "gradient_accumulation_steps",
+                json!(t.gradient_accumulation_steps),
+            ),
+            (
+                "opt_name",
+                json!(match o.name {
+                    BertOpt::Lamb => "lamb",
+                    BertOpt::Adamw => "adamw",
+                }),
+            ),
             ("opt_base_learning_rate", json!(o.base_learning_rate)),
             ("opt_lamb_epsilon", json!(o.epsilon)),
             ("opt_learning_rate_training_steps", json!(o.training_steps)),
@@ -229,7 +254,10 @@ impl BertRunConfig {
             ("opt_lamb_beta_1", json!(o.beta1)),
             ("opt_lamb_beta_2", json!(o.beta2)),
             ("opt_lamb_weight_decay_rate", json!(o.weight_decay)),
-            ("opt_lamb_learning_rate_decay_poly_power", json!(o.poly_power)),
+            (
+                "opt_lamb_learning_rate_decay_poly_power",
+                json!(o.poly_power),
+            ),
             ("opt_end_learning_rate", json!(o.end_learning_rate)),
             ("opt_gradient_clip_norm", json!(o.max_grad_norm)),
             ("max_sequence_length", json!(max_seq_len)),
@@ -238,9 +266,15 @@ impl BertRunConfig {
             ("method_bf16", json!(m.bf16)),
         ];
         if division == Division::Open {
-            kv.push(("eval_interval_samples", json!(self.eval_interval(division).unwrap_or(0))));
+            kv.push((
+                "eval_interval_samples",
+                json!(self.eval_interval(division).unwrap_or(0)),
+            ));
         }
-        kv.extend([("train_samples", json!(train_samples)), ("eval_samples", json!(self.data.eval_samples))]);
+        kv.extend([
+            ("train_samples", json!(train_samples)),
+            ("eval_samples", json!(self.data.eval_samples)),
+        ]);
         kv
     }
 }
@@ -268,12 +302,25 @@ pub struct BertWorkload {
 }
 
 impl BertWorkload {
-    pub fn new(cfg: BertRunConfig, division: Division, data_dir: PathBuf, init_checkpoint: Option<PathBuf>) -> Self {
-        BertWorkload { cfg, division, data_dir, init_checkpoint, state: None }
+    pub fn new(
+        cfg: BertRunConfig,
+        division: Division,
+        data_dir: PathBuf,
+        init_checkpoint: Option<PathBuf>,
+    ) -> Self {
+        BertWorkload {
+            cfg,
+            division,
+            data_dir,
+            init_checkpoint,
+            state: None,
+        }
     }
 
     fn state(&mut self) -> Result<&mut State> {
-        self.state.as_mut().context("the BERT workload was not built")
+        self.state
+            .as_mut()
+            .context("the BERT workload was not built")
     }
 }
 
@@ -283,7 +330,11 @@ impl Workload for BertWorkload {
     }
 
     fn hyperparameters(&self) -> Vec<(&'static str, Value)> {
-        let (n, s) = self.state.as_ref().map(|s| (s.loader.total_samples as u64, s.seq_len)).unwrap_or((0, 0));
+        let (n, s) = self
+            .state
+            .as_ref()
+            .map(|s| (s.loader.total_samples as u64, s.seq_len))
+            .unwrap_or((0, 0));
         self.cfg.hyperparameters(self.division, n, s)
     }
 
@@ -305,7 +356,12 @@ impl Workload for BertWorkload {
         }
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
-            tracing::info!("loaded {} tensors from {} (padded vocabulary: {:?})", r.loaded, ck.display(), r.padded_vocab);
+            tracing::info!(
+                "loaded {} tensors from {} (padded vocabulary: {:?})",
+                r.loaded,
+                ck.display(),
+                r.padded_vocab
+            );
         }
         let world = ctx.world_size as u64;
         let t = &cfg.train;
@@ -318,13 +374,35 @@ impl Workload for BertWorkload {
         }
         let local = (t.global_batch_size / world / t.gradient_accumulation_steps) as usize;
         let train_dir = self.data_dir.join("train");
-        let loader = TrainLoader::new(&train_dir, ctx.seed, ctx.rank, ctx.world_size, local, ctx.device)?;
+        let loader = TrainLoader::new(
+            &train_dir,
+            ctx.seed,
+            ctx.rank,
+            ctx.world_size,
+            local,
+            ctx.device,
+        )?;
         let eval = EvalSet::load(&self.data_dir.join("eval"), cfg.data.eval_samples)?;
-        check_vocab(eval.max_token(), cfg.model.vocab_size, &self.data_dir.join("eval"))?;
-        let eval_batches = eval.batches(cfg.data.eval_batch_size, ctx.rank, ctx.world_size, ctx.device)?;
-        let seq_len = eval_batches.first().map(|b| b.input_ids.size()[1]).unwrap_or(0);
+        check_vocab(
+            eval.max_token(),
+            cfg.model.vocab_size,
+            &self.data_dir.join("eval"),
+        )?;
+        let eval_batches = eval.batches(
+            cfg.data.eval_batch_size,
+            ctx.rank,
+            ctx.world_size,
+            ctx.device,
+        )?;
+        let seq_len = eval_batches
+            .first()
+            .map(|b| b.input_ids.size()[1])
+            .unwrap_or(0);
         if seq_len > cfg.model.max_position {
-            bail!("the data's seq_len {seq_len} exceeds model.max_position {}", cfg.model.max_position);
+            bail!(
+                "the data's seq_len {seq_len} exceeds model.max_position {}",
+                cfg.model.max_position
+            );
         }
         let o = &cfg.optimizer;
         let opt = Lamb::new(
@@ -377,10 +455,16 @@ impl Workload for BertWorkload {
         let mut total = 0.0;
         for _ in 0..s.micro_batches {
             let b = s.loader.next_batch()?;
-            let (mlm, nsp) =
-                s.model.forward(&b.input_ids, &b.segment_ids, &b.input_mask, MlmOn::Positions(&b.masked_positions), true);
-            let loss = pretraining_loss(&mlm, &nsp, &b.masked_ids, &b.masked_weights, &b.nsp_labels)
-                / s.micro_batches as f64;
+            let (mlm, nsp) = s.model.forward(
+                &b.input_ids,
+                &b.segment_ids,
+                &b.input_mask,
+                MlmOn::Positions(&b.masked_positions),
+                true,
+            );
+            let loss =
+                pretraining_loss(&mlm, &nsp, &b.masked_ids, &b.masked_weights, &b.nsp_labels)
+                    / s.micro_batches as f64;
             loss.backward();
             total += loss.double_value(&[]);
         }
@@ -429,7 +513,12 @@ pub fn run_once(
     init_checkpoint: Option<&Path>,
     opts: RunOptions,
 ) -> Result<RunOutcome> {
-    let mut w = BertWorkload::new(cfg.clone(), division, data_dir.to_path_buf(), init_checkpoint.map(Path::to_path_buf));
+    let mut w = BertWorkload::new(
+        cfg.clone(),
+        division,
+        data_dir.to_path_buf(),
+        init_checkpoint.map(Path::to_path_buf),
+    );
     engine::run_once(&mut w, opts)
 }
 

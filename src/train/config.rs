@@ -270,13 +270,18 @@ impl ResnetRunConfig {
         let o = &self.optimizer;
         let m = &self.methods;
         if self.model.classes < 2 {
-            bail!("model.classes must be at least 2, got {}", self.model.classes);
+            bail!(
+                "model.classes must be at least 2, got {}",
+                self.model.classes
+            );
         }
         if self.model.width < 1 || self.model.blocks.iter().any(|&b| b < 1) {
             bail!("model.width and every model.blocks entry must be at least 1");
         }
         if t.global_batch_size == 0 || t.gradient_accumulation_steps == 0 {
-            bail!("train.global_batch_size and train.gradient_accumulation_steps must be at least 1");
+            bail!(
+                "train.global_batch_size and train.gradient_accumulation_steps must be at least 1"
+            );
         }
         if t.global_batch_size % t.gradient_accumulation_steps != 0 {
             bail!(
@@ -289,10 +294,17 @@ impl ResnetRunConfig {
             bail!("train.max_epochs and train.eval_period must be at least 1");
         }
         if t.eval_offset >= t.max_epochs {
-            bail!("train.eval_offset ({}) must be below train.max_epochs ({})", t.eval_offset, t.max_epochs);
+            bail!(
+                "train.eval_offset ({}) must be below train.max_epochs ({})",
+                t.eval_offset,
+                t.max_epochs
+            );
         }
         if !(t.target > 0.0 && t.target < 1.0) {
-            bail!("train.target must be a fraction in (0, 1), got {}", t.target);
+            bail!(
+                "train.target must be a fraction in (0, 1), got {}",
+                t.target
+            );
         }
         if self.data.train_image_size < 8 || self.data.eval_image_size < 8 {
             bail!("data.train_image_size and data.eval_image_size must be at least 8");
@@ -300,17 +312,25 @@ impl ResnetRunConfig {
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
         }
-        if !(o.base_lr > 0.0) || o.end_lr < 0.0 || o.warmup_epochs < 0.0 || o.schedule_epochs <= o.warmup_epochs {
+        if !(o.base_lr > 0.0)
+            || o.end_lr < 0.0
+            || o.warmup_epochs < 0.0
+            || o.schedule_epochs <= o.warmup_epochs
+        {
             bail!("optimizer: need base_lr > 0, end_lr >= 0, warmup_epochs >= 0 and schedule_epochs > warmup_epochs");
         }
         if !(0.0..1.0).contains(&o.momentum) || o.weight_decay < 0.0 {
             bail!("optimizer: momentum must be in [0, 1) and weight_decay >= 0");
         }
         if !(0.0..1.0).contains(&m.label_smoothing) {
-            bail!("methods.label_smoothing must be in [0, 1), got {}", m.label_smoothing);
+            bail!(
+                "methods.label_smoothing must be in [0, 1), got {}",
+                m.label_smoothing
+            );
         }
         if let Some(p) = &m.progressive_resizing {
-            p.validate().map_err(|e| anyhow::anyhow!("methods.progressive_resizing: {e}"))?;
+            p.validate()
+                .map_err(|e| anyhow::anyhow!("methods.progressive_resizing: {e}"))?;
         }
         if let Some(e) = &m.ema {
             if !(e.half_life_steps > 0.0) {
@@ -329,7 +349,10 @@ impl ResnetRunConfig {
         let m = &self.methods;
         let refuse = |msg: String| -> Result<()> { bail!("closed division: {msg}") };
         if t.target < 0.759 {
-            refuse(format!("train.target must be at least 0.759 (the ResNet quality target), got {}", t.target))?;
+            refuse(format!(
+                "train.target must be at least 0.759 (the ResNet quality target), got {}",
+                t.target
+            ))?;
         }
         if o.decay != DecayKind::Poly {
             refuse("optimizer.decay must be \"poly\" (allowed: poly)".into())?;
@@ -338,18 +361,28 @@ impl ResnetRunConfig {
             refuse(format!("optimizer.end_lr must be 0.0001, got {}", o.end_lr))?;
         }
         if o.poly_power != 2.0 {
-            refuse(format!("optimizer.poly_power must be 2, got {}", o.poly_power))?;
+            refuse(format!(
+                "optimizer.poly_power must be 2, got {}",
+                o.poly_power
+            ))?;
         }
         let n = (o.weight_decay / 1e-4).log2();
         if !(o.weight_decay > 0.0 && (n - n.round()).abs() < 1e-9) {
-            refuse(format!("optimizer.weight_decay must be 0.0001 * 2^N, got {}", o.weight_decay))?;
+            refuse(format!(
+                "optimizer.weight_decay must be 0.0001 * 2^N, got {}",
+                o.weight_decay
+            ))?;
         }
         match o.name {
-            OptName::Lars if o.lars_epsilon != 0.0 => {
-                refuse(format!("optimizer.lars_epsilon must be 0.0, got {}", o.lars_epsilon))?
-            }
+            OptName::Lars if o.lars_epsilon != 0.0 => refuse(format!(
+                "optimizer.lars_epsilon must be 0.0, got {}",
+                o.lars_epsilon
+            ))?,
             OptName::Sgd if ((o.base_lr / 0.001) - (o.base_lr / 0.001).round()).abs() > 1e-6 => {
-                refuse(format!("optimizer.base_lr must be a multiple of 0.001 with sgd, got {}", o.base_lr))?
+                refuse(format!(
+                    "optimizer.base_lr must be a multiple of 0.001 with sgd, got {}",
+                    o.base_lr
+                ))?
             }
             _ => {}
         }
@@ -360,7 +393,10 @@ impl ResnetRunConfig {
             ))?;
         }
         if m.label_smoothing != 0.0 && m.label_smoothing != 0.1 {
-            refuse(format!("methods.label_smoothing must be 0 or 0.1, got {}", m.label_smoothing))?;
+            refuse(format!(
+                "methods.label_smoothing must be 0 or 0.1, got {}",
+                m.label_smoothing
+            ))?;
         }
         if m.blurpool || m.progressive_resizing.is_some() || m.ema.is_some() {
             refuse("methods.blurpool, methods.progressive_resizing and methods.ema are open-division methods".into())?;
@@ -394,51 +430,82 @@ impl ResnetRunConfig {
     ) -> Vec<(&'static str, Value)> {
         let t = &self.train;
         let o = &self.optimizer;
-        let decay_steps = ((o.schedule_epochs - o.warmup_epochs) * steps_per_epoch as f64).round() as u64;
+        let decay_steps =
+            ((o.schedule_epochs - o.warmup_epochs) * steps_per_epoch as f64).round() as u64;
         let mut kv: Vec<(&'static str, Value)> = vec![
             ("global_batch_size", json!(t.global_batch_size)),
-            ("gradient_accumulation_steps", json!(t.gradient_accumulation_steps)),
+            (
+                "gradient_accumulation_steps",
+                json!(t.gradient_accumulation_steps),
+            ),
             ("opt_name", json!(o.name.as_str())),
         ];
         match o.name {
             OptName::Lars => kv.extend([
                 ("lars_opt_base_learning_rate", json!(o.base_lr)),
                 ("lars_opt_end_learning_rate", json!(o.end_lr)),
-                ("lars_opt_learning_rate_decay_poly_power", json!(o.poly_power)),
+                (
+                    "lars_opt_learning_rate_decay_poly_power",
+                    json!(o.poly_power),
+                ),
                 ("lars_opt_learning_rate_decay_steps", json!(decay_steps)),
                 ("lars_epsilon", json!(o.lars_epsilon)),
-                ("lars_opt_learning_rate_warmup_epochs", json!(o.warmup_epochs)),
+                (
+                    "lars_opt_learning_rate_warmup_epochs",
+                    json!(o.warmup_epochs),
+                ),
                 ("lars_opt_momentum", json!(o.momentum)),
                 ("lars_opt_weight_decay", json!(o.weight_decay)),
             ]),
             OptName::Sgd => kv.extend([
                 ("sgd_opt_base_learning_rate", json!(o.base_lr)),
                 ("sgd_opt_end_learning_rate", json!(o.end_lr)),
-                ("sgd_opt_learning_rate_decay_poly_power", json!(o.poly_power)),
+                (
+                    "sgd_opt_learning_rate_decay_poly_power",
+                    json!(o.poly_power),
+                ),
                 ("sgd_opt_learning_rate_decay_steps", json!(decay_steps)),
                 ("sgd_opt_weight_decay", json!(o.weight_decay)),
                 ("sgd_opt_momentum", json!(o.momentum)),
-                ("model_bn_span", json!(self.local_batch(world_size).unwrap_or(t.global_batch_size))),
+                (
+                    "model_bn_span",
+                    json!(self.local_batch(world_size).unwrap_or(t.global_batch_size)),
+                ),
                 ("opt_learning_rate_warmup_epochs", json!(o.warmup_epochs)),
             ]),
         }
         if division == Division::Open {
             let m = &self.methods;
             kv.extend([
-                ("opt_learning_rate_decay_schedule", json!(format!("{:?}", o.decay).to_lowercase())),
+                (
+                    "opt_learning_rate_decay_schedule",
+                    json!(format!("{:?}", o.decay).to_lowercase()),
+                ),
                 ("method_blurpool", json!(m.blurpool)),
                 ("method_channels_last", json!(m.channels_last)),
                 ("method_label_smoothing", json!(m.label_smoothing)),
-                ("method_progressive_resizing", json!(m.progressive_resizing.is_some())),
+                (
+                    "method_progressive_resizing",
+                    json!(m.progressive_resizing.is_some()),
+                ),
                 ("method_ema", json!(m.ema.is_some())),
                 ("method_amp", json!(format!("{:?}", m.amp).to_lowercase())),
             ]);
             if let Some(p) = &m.progressive_resizing {
                 kv.extend([
                     ("progressive_resizing_initial_scale", json!(p.initial_scale)),
-                    ("progressive_resizing_delay_fraction", json!(p.delay_fraction)),
-                    ("progressive_resizing_finetune_fraction", json!(p.finetune_fraction)),
-                    ("progressive_resizing_size_increment", json!(p.size_increment)),
+                    (
+                        "progressive_resizing_delay_fraction",
+                        json!(p.delay_fraction),
+                    ),
+                    (
+                        "progressive_resizing_finetune_fraction",
+                        json!(p.finetune_fraction),
+                    ),
+                    (
+                        "progressive_resizing_size_increment",
+                        json!(p.size_increment),
+                    ),
                 ]);
             }
             if let Some(e) = &m.ema {
@@ -448,14 +515,19 @@ impl ResnetRunConfig {
                 ]);
             }
         }
-        kv.extend([("train_samples", json!(train_samples)), ("eval_samples", json!(eval_samples))]);
+        kv.extend([
+            ("train_samples", json!(train_samples)),
+            ("eval_samples", json!(eval_samples)),
+        ]);
         kv
     }
 
     /// 0-based epochs after which the closed cadence evaluates, up to max_epochs.
     pub fn eval_epochs(&self) -> Vec<u64> {
         let t = &self.train;
-        let mut out: Vec<u64> = (t.eval_offset..t.max_epochs).step_by(t.eval_period as usize).collect();
+        let mut out: Vec<u64> = (t.eval_offset..t.max_epochs)
+            .step_by(t.eval_period as usize)
+            .collect();
         // always evaluate after the last epoch so a run never ends without a verdict
         if out.last() != Some(&(t.max_epochs - 1)) {
             out.push(t.max_epochs - 1);

@@ -40,7 +40,14 @@ pub trait ImageData: Send {
     fn eval_len(&self) -> usize;
     /// One epoch of training batches of `batch` images of `size` px for `shard`: the order and
     /// augmentation derive from (`seed`, `epoch`); only whole batches, the same count on every rank.
-    fn train_epoch(&self, epoch: u64, size: usize, batch: usize, seed: u64, shard: Shard) -> Result<BatchIter>;
+    fn train_epoch(
+        &self,
+        epoch: u64,
+        size: usize,
+        batch: usize,
+        seed: u64,
+        shard: Shard,
+    ) -> Result<BatchIter>;
     /// The evaluation set for `shard` (every sample once across ranks; the last batch may be short).
     fn eval(&self, size: usize, batch: usize, shard: Shard) -> Result<BatchIter>;
 }
@@ -83,7 +90,9 @@ pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
 
 /// Mix a seed with stream numbers (epoch, purpose) into an independent seed.
 pub fn derive_seed(seed: u64, a: u64, b: u64) -> u64 {
-    let mut r = SplitMix64::new(seed ^ a.wrapping_mul(0xA076_1D64_78BD_642F) ^ b.wrapping_mul(0xE703_7ED1_A0B4_28DB));
+    let mut r = SplitMix64::new(
+        seed ^ a.wrapping_mul(0xA076_1D64_78BD_642F) ^ b.wrapping_mul(0xE703_7ED1_A0B4_28DB),
+    );
     r.next_u64()
 }
 
@@ -116,7 +125,13 @@ impl SyntheticImages {
                 p
             })
             .collect();
-        SyntheticImages { classes, train_per_class, eval_per_class, noise, patterns: std::sync::Arc::new(patterns) }
+        SyntheticImages {
+            classes,
+            train_per_class,
+            eval_per_class,
+            noise,
+            patterns: std::sync::Arc::new(patterns),
+        }
     }
 }
 
@@ -144,12 +159,18 @@ impl Renderer {
         for y in 0..size {
             for x in 0..size {
                 let sx = if flip { size - 1 - x } else { x };
-                let gx = (((sx as isize + shift_x * (cell as isize / 2)).clamp(0, size as isize - 1) as f32) / cell) as usize;
-                let gy = (((y as isize + shift_y * (cell as isize / 2)).clamp(0, size as isize - 1) as f32) / cell) as usize;
+                let gx = (((sx as isize + shift_x * (cell as isize / 2)).clamp(0, size as isize - 1)
+                    as f32)
+                    / cell) as usize;
+                let gy = (((y as isize + shift_y * (cell as isize / 2)).clamp(0, size as isize - 1)
+                    as f32)
+                    / cell) as usize;
                 let g = (gy.min(GRID - 1) * GRID + gx.min(GRID - 1)) * 3;
                 for ch in 0..3 {
                     let n = (rng.next_f64() + rng.next_f64() - 1.0) as f32 * self.noise;
-                    let v = 128.0 + 90.0 * (SIGNAL * class[g + ch] + (1.0 - SIGNAL) * distractor[g + ch]) + n;
+                    let v = 128.0
+                        + 90.0 * (SIGNAL * class[g + ch] + (1.0 - SIGNAL) * distractor[g + ch])
+                        + n;
                     out.push(v.clamp(0.0, 255.0) as u8);
                 }
             }
@@ -160,7 +181,11 @@ impl Renderer {
 
 impl SyntheticImages {
     fn renderer(&self) -> Renderer {
-        Renderer { patterns: self.patterns.clone(), classes: self.classes, noise: self.noise as f32 }
+        Renderer {
+            patterns: self.patterns.clone(),
+            classes: self.classes,
+            noise: self.noise as f32,
+        }
     }
 }
 
@@ -175,33 +200,69 @@ impl ImageData for SyntheticImages {
         self.classes * self.eval_per_class
     }
 
-    fn train_epoch(&self, epoch: u64, size: usize, batch: usize, seed: u64, shard: Shard) -> Result<BatchIter> {
+    fn train_epoch(
+        &self,
+        epoch: u64,
+        size: usize,
+        batch: usize,
+        seed: u64,
+        shard: Shard,
+    ) -> Result<BatchIter> {
         let n = self.train_len();
         let order = permutation(n, derive_seed(seed, epoch, 2));
         let per_rank = n / shard.world_size / batch * batch;
-        let mine: Vec<usize> = order.into_iter().skip(shard.rank).step_by(shard.world_size).take(per_rank).collect();
+        let mine: Vec<usize> = order
+            .into_iter()
+            .skip(shard.rank)
+            .step_by(shard.world_size)
+            .take(per_rank)
+            .collect();
         let r = self.renderer();
         let mut aug = SplitMix64::new(derive_seed(seed, epoch, 3 + shard.rank as u64));
         let flips: Vec<bool> = mine.iter().map(|_| aug.next_u64() & 1 == 1).collect();
-        let chunks: Vec<Vec<(usize, bool)>> =
-            mine.into_iter().zip(flips).collect::<Vec<_>>().chunks(batch).map(|c| c.to_vec()).collect();
+        let chunks: Vec<Vec<(usize, bool)>> = mine
+            .into_iter()
+            .zip(flips)
+            .collect::<Vec<_>>()
+            .chunks(batch)
+            .map(|c| c.to_vec())
+            .collect();
         Ok(Box::new(chunks.into_iter().map(move |items| {
             let mut images = Vec::with_capacity(items.len() * size * size * 3);
-            let labels = items.iter().map(|&(i, flip)| r.render(i as u64, size, flip, &mut images)).collect();
-            Ok(Batch { images, labels, height: size, width: size })
+            let labels = items
+                .iter()
+                .map(|&(i, flip)| r.render(i as u64, size, flip, &mut images))
+                .collect();
+            Ok(Batch {
+                images,
+                labels,
+                height: size,
+                width: size,
+            })
         })))
     }
 
     fn eval(&self, size: usize, batch: usize, shard: Shard) -> Result<BatchIter> {
         let base = self.train_len() as u64;
-        let ids: Vec<u64> =
-            (0..self.eval_len() as u64).skip(shard.rank).step_by(shard.world_size).map(|i| base + i).collect();
+        let ids: Vec<u64> = (0..self.eval_len() as u64)
+            .skip(shard.rank)
+            .step_by(shard.world_size)
+            .map(|i| base + i)
+            .collect();
         let r = self.renderer();
         let chunks: Vec<Vec<u64>> = ids.chunks(batch.max(1)).map(|c| c.to_vec()).collect();
         Ok(Box::new(chunks.into_iter().map(move |items| {
             let mut images = Vec::with_capacity(items.len() * size * size * 3);
-            let labels = items.iter().map(|&i| r.render(i, size, false, &mut images)).collect();
-            Ok(Batch { images, labels, height: size, width: size })
+            let labels = items
+                .iter()
+                .map(|&i| r.render(i, size, false, &mut images))
+                .collect();
+            Ok(Batch {
+                images,
+                labels,
+                height: size,
+                width: size,
+            })
         })))
     }
 }
@@ -214,16 +275,39 @@ mod tests {
     fn epochs_are_deterministic_per_seed_and_sharded() {
         let d = SyntheticImages::new(4, 8, 2, 20.0);
         let one = |seed, shard| -> Vec<i64> {
-            d.train_epoch(0, 8, 4, seed, shard).unwrap().flat_map(|b| b.unwrap().labels).collect()
+            d.train_epoch(0, 8, 4, seed, shard)
+                .unwrap()
+                .flat_map(|b| b.unwrap().labels)
+                .collect()
         };
-        let all = Shard { rank: 0, world_size: 1 };
+        let all = Shard {
+            rank: 0,
+            world_size: 1,
+        };
         assert_eq!(one(1, all), one(1, all));
         assert_ne!(one(1, all), one(2, all));
-        let a = one(1, Shard { rank: 0, world_size: 2 });
-        let b = one(1, Shard { rank: 1, world_size: 2 });
+        let a = one(
+            1,
+            Shard {
+                rank: 0,
+                world_size: 2,
+            },
+        );
+        let b = one(
+            1,
+            Shard {
+                rank: 1,
+                world_size: 2,
+            },
+        );
         assert_eq!(a.len(), 16);
         assert_eq!(b.len(), 16);
-        let b0 = d.train_epoch(0, 8, 4, 1, all).unwrap().next().unwrap().unwrap();
+        let b0 = d
+            .train_epoch(0, 8, 4, 1, all)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
         assert_eq!(b0.images.len(), 4 * 8 * 8 * 3);
         let eval: usize = d.eval(8, 3, all).unwrap().map(|b| b.unwrap().len()).sum();
         assert_eq!(eval, 8);

@@ -159,7 +159,8 @@ impl RunOutcome {
 /// A seed from the OS (getrandom), below 2^31 so every consumer can take it.
 pub fn os_seed() -> Result<u64> {
     let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b).map_err(|e| anyhow::anyhow!("cannot draw a seed from the OS: {e}"))?;
+    getrandom::getrandom(&mut b)
+        .map_err(|e| anyhow::anyhow!("cannot draw a seed from the OS: {e}"))?;
     Ok(u64::from_le_bytes(b) & 0x7fff_ffff)
 }
 
@@ -169,7 +170,9 @@ fn open_log(opts: &mut RunOptions, rank: usize) -> Result<Emitter> {
         return Ok(Emitter::null());
     }
     match &opts.log_path {
-        Some(p) => sinks.push(Sink::file(p, false).with_context(|| format!("cannot open log {}", p.display()))?),
+        Some(p) => sinks.push(
+            Sink::file(p, false).with_context(|| format!("cannot open log {}", p.display()))?,
+        ),
         None if sinks.is_empty() => sinks.push(Sink::Stdout),
         None => {}
     }
@@ -177,7 +180,9 @@ fn open_log(opts: &mut RunOptions, rank: usize) -> Result<Emitter> {
 }
 
 fn clear_caches(cmd: Option<&str>) -> Result<bool> {
-    let Some(cmd) = cmd.filter(|c| !c.trim().is_empty()) else { return Ok(false) };
+    let Some(cmd) = cmd.filter(|c| !c.trim().is_empty()) else {
+        return Ok(false);
+    };
     let status = std::process::Command::new("sh")
         .args(["-c", cmd])
         .status()
@@ -219,14 +224,17 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     let stop_meta = match &result {
         Ok(()) => match &out.status {
             Status::Success => meta! {"status" => keys::STATUS_SUCCESS},
-            Status::Aborted(why) => meta! {"status" => keys::STATUS_ABORTED, "reason" => why.clone()},
+            Status::Aborted(why) => {
+                meta! {"status" => keys::STATUS_ABORTED, "reason" => why.clone()}
+            }
         },
         Err(e) => {
             out.status = Status::Aborted(format!("error: {e:#}"));
             meta! {"status" => keys::STATUS_ABORTED, "reason" => format!("error: {e:#}")}
         }
     };
-    log.end(keys::RUN_STOP, Value::Null, stop_meta).context("cannot write run_stop to the log")?;
+    log.end(keys::RUN_STOP, Value::Null, stop_meta)
+        .context("cannot write run_stop to the log")?;
     // an error is recorded in the log and the outcome; the caller decides what it means
     Ok(out)
 }
@@ -282,7 +290,8 @@ fn run_inner(
             out.steps += 1;
             out.losses.push(loss);
             if !loss.is_finite() || loss > opts.divergence_loss {
-                out.status = Status::Aborted(format!("diverged: loss {loss} at step {}", out.steps));
+                out.status =
+                    Status::Aborted(format!("diverged: loss {loss} at step {}", out.steps));
                 log.end(
                     keys::BLOCK_STOP,
                     Value::Null,
@@ -292,23 +301,50 @@ fn run_inner(
             }
             if crate::interrupt::requested() {
                 out.status = Status::Aborted("interrupted".into());
-                log.end(keys::BLOCK_STOP, Value::Null, meta! {"first_epoch_num" => block.first_epoch_num})?;
+                log.end(
+                    keys::BLOCK_STOP,
+                    Value::Null,
+                    meta! {"first_epoch_num" => block.first_epoch_num},
+                )?;
                 return Ok(());
             }
             if let Some(limit) = opts.time_limit {
                 if started.elapsed() > limit {
-                    out.status = Status::Aborted(format!("time limit of {:.1} min reached", limit.as_secs_f64() / 60.0));
-                    log.end(keys::BLOCK_STOP, Value::Null, meta! {"first_epoch_num" => block.first_epoch_num})?;
+                    out.status = Status::Aborted(format!(
+                        "time limit of {:.1} min reached",
+                        limit.as_secs_f64() / 60.0
+                    ));
+                    log.end(
+                        keys::BLOCK_STOP,
+                        Value::Null,
+                        meta! {"first_epoch_num" => block.first_epoch_num},
+                    )?;
                     return Ok(());
                 }
             }
         }
-        log.end(keys::BLOCK_STOP, Value::Null, meta! {"first_epoch_num" => block.first_epoch_num})?;
+        log.end(
+            keys::BLOCK_STOP,
+            Value::Null,
+            meta! {"first_epoch_num" => block.first_epoch_num},
+        )?;
         out.train_seconds += block_t0.elapsed().as_secs_f64();
-        log.start(keys::EVAL_START, Value::Null, meta! {"epoch_num" => block.eval_epoch_num})?;
+        log.start(
+            keys::EVAL_START,
+            Value::Null,
+            meta! {"epoch_num" => block.eval_epoch_num},
+        )?;
         let acc = w.evaluate(opts.grad_sync.as_mut())?;
-        log.event_with(keys::EVAL_ACCURACY, json!(acc), meta! {"epoch_num" => block.eval_epoch_num})?;
-        log.end(keys::EVAL_STOP, Value::Null, meta! {"epoch_num" => block.eval_epoch_num})?;
+        log.event_with(
+            keys::EVAL_ACCURACY,
+            json!(acc),
+            meta! {"epoch_num" => block.eval_epoch_num},
+        )?;
+        log.end(
+            keys::EVAL_STOP,
+            Value::Null,
+            meta! {"epoch_num" => block.eval_epoch_num},
+        )?;
         out.evals.push((block.eval_epoch_num, acc));
         tracing::info!("epoch {}: eval accuracy {acc:.4}", block.eval_epoch_num);
         if acc >= target {

@@ -2,9 +2,9 @@
 //! [`engine::Workload`]; [`resnet`] is the ResNet-50 workload. The config types ([`config`])
 //! build without libtorch; everything that trains needs the `torch` feature.
 
-pub mod config;
 #[cfg(feature = "torch")]
 pub mod bert;
+pub mod config;
 #[cfg(feature = "torch")]
 pub mod data;
 #[cfg(feature = "torch")]
@@ -71,13 +71,26 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
     opts.seed = args.seed;
     opts.log_path = args.log.clone();
     opts.cache_clear_command = sys.cache_clear_command.clone();
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(sys.time_limit_minutes * 60.0));
-    let run = resnet::ResnetRun { config: &cfg, division: args.division, data_dir: args.data.clone() };
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        sys.time_limit_minutes * 60.0,
+    ));
+    let run = resnet::ResnetRun {
+        config: &cfg,
+        division: args.division,
+        data_dir: args.data.clone(),
+    };
     let out = resnet::run_once(&run, opts)?;
-    let last = out.evals.last().map(|(e, a)| format!("eval accuracy {a:.4} at epoch {e}")).unwrap_or_default();
+    let last = out
+        .evals
+        .last()
+        .map(|(e, a)| format!("eval accuracy {a:.4} at epoch {e}"))
+        .unwrap_or_default();
     match &out.status {
         Status::Success => {
-            eprintln!("run succeeded in {:.1} s ({last}), seed {}", out.run_seconds, out.seed);
+            eprintln!(
+                "run succeeded in {:.1} s ({last}), seed {}",
+                out.run_seconds, out.seed
+            );
             Ok(ExitCode::SUCCESS)
         }
         Status::Aborted(why) => {
@@ -136,12 +149,27 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
     opts.seed = args.seed;
     opts.log_path = args.log.clone();
     opts.cache_clear_command = sys.cache_clear_command.clone();
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(sys.time_limit_minutes * 60.0));
-    let out = bert::run_once(&cfg, args.division, &args.data, args.init_checkpoint.as_deref(), opts)?;
-    let last = out.evals.last().map(|(e, a)| format!("MLM accuracy {a:.4} at {e} samples")).unwrap_or_default();
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        sys.time_limit_minutes * 60.0,
+    ));
+    let out = bert::run_once(
+        &cfg,
+        args.division,
+        &args.data,
+        args.init_checkpoint.as_deref(),
+        opts,
+    )?;
+    let last = out
+        .evals
+        .last()
+        .map(|(e, a)| format!("MLM accuracy {a:.4} at {e} samples"))
+        .unwrap_or_default();
     match &out.status {
         Status::Success => {
-            eprintln!("run succeeded in {:.1} s ({last}), seed {}", out.run_seconds, out.seed);
+            eprintln!(
+                "run succeeded in {:.1} s ({last}), seed {}",
+                out.run_seconds, out.seed
+            );
             Ok(ExitCode::SUCCESS)
         }
         Status::Aborted(why) => {

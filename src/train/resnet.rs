@@ -30,11 +30,21 @@ pub struct ResnetRun<'a> {
 pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<dyn ImageData>> {
     match cfg.data.source {
         DataSource::SyntheticMemory => {
-            let s = cfg.data.synthetic.as_ref().context("data.synthetic is missing")?;
-            Ok(Box::new(SyntheticImages::new(cfg.model.classes as usize, s.train_per_class, s.eval_per_class, s.noise)))
+            let s = cfg
+                .data
+                .synthetic
+                .as_ref()
+                .context("data.synthetic is missing")?;
+            Ok(Box::new(SyntheticImages::new(
+                cfg.model.classes as usize,
+                s.train_per_class,
+                s.eval_per_class,
+                s.noise,
+            )))
         }
         DataSource::Imagefolder => {
-            let dir = data_dir.context("data.source = \"imagefolder\" needs --data DIR (with train/ and val/)")?;
+            let dir = data_dir
+                .context("data.source = \"imagefolder\" needs --data DIR (with train/ and val/)")?;
             bail!(
                 "ImageFolder data ({}) needs the data::imagenet pipeline, which this build does not have yet; \
                  use a config with data.source = \"synthetic-memory\"",
@@ -90,7 +100,13 @@ pub struct StepTiming {
 
 impl ResnetWorkload {
     pub fn new(cfg: ResnetRunConfig, division: Division, data: Box<dyn ImageData>) -> Self {
-        ResnetWorkload { cfg, division, data, state: None, timing: StepTiming::default() }
+        ResnetWorkload {
+            cfg,
+            division,
+            data,
+            state: None,
+            timing: StepTiming::default(),
+        }
     }
 
     /// Time spent in the parts of the training steps so far.
@@ -106,7 +122,10 @@ impl ResnetWorkload {
     pub fn train_size(&self, epoch: u64) -> i64 {
         let full = self.cfg.data.train_image_size;
         match &self.cfg.methods.progressive_resizing {
-            Some(p) => p.size((epoch as f64 / self.cfg.optimizer.schedule_epochs).min(1.0), full),
+            Some(p) => p.size(
+                (epoch as f64 / self.cfg.optimizer.schedule_epochs).min(1.0),
+                full,
+            ),
             None => full,
         }
     }
@@ -116,12 +135,24 @@ impl ResnetWorkload {
     }
 }
 
-fn to_device(b: &super::data::Batch, device: Device, channels_last: bool) -> Result<(Tensor, Tensor)> {
+fn to_device(
+    b: &super::data::Batch,
+    device: Device,
+    channels_last: bool,
+) -> Result<(Tensor, Tensor)> {
     let n = b.len() as i64;
     if b.images.len() != b.len() * b.height * b.width * 3 {
-        bail!("a batch of {} labels carries {} image bytes at {}x{}", b.len(), b.images.len(), b.height, b.width);
+        bail!(
+            "a batch of {} labels carries {} image bytes at {}x{}",
+            b.len(),
+            b.images.len(),
+            b.height,
+            b.width
+        );
     }
-    let x = Tensor::from_slice(&b.images).view([n, b.height as i64, b.width as i64, 3]).to_device(device);
+    let x = Tensor::from_slice(&b.images)
+        .view([n, b.height as i64, b.width as i64, 3])
+        .to_device(device);
     let x = resnet::normalize_nhwc_u8(&x, channels_last, Kind::Float);
     let y = Tensor::from_slice(&b.labels).to_device(device);
     Ok((x, y))
@@ -137,7 +168,13 @@ impl Workload for ResnetWorkload {
             Some(s) => (s.steps_per_epoch, s.shard.world_size as u64),
             None => (0, 1),
         };
-        self.cfg.hyperparameters(self.division, steps, self.data.train_len() as u64, self.data.eval_len() as u64, world)
+        self.cfg.hyperparameters(
+            self.division,
+            steps,
+            self.data.train_len() as u64,
+            self.data.eval_len() as u64,
+            world,
+        )
     }
 
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
@@ -203,11 +240,17 @@ impl Workload for ResnetWorkload {
             warmup_steps,
             decay_steps: total.saturating_sub(warmup_steps).max(1),
             decay: match o.decay {
-                DecayKind::Poly => Decay::Poly { power: o.poly_power },
+                DecayKind::Poly => Decay::Poly {
+                    power: o.poly_power,
+                },
                 DecayKind::Cosine => Decay::Cosine,
             },
         };
-        let ema = cfg.methods.ema.as_ref().map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
+        let ema = cfg
+            .methods
+            .ema
+            .as_ref()
+            .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
         self.state = Some(State {
             device: ctx.device,
             vs,
@@ -217,7 +260,10 @@ impl Workload for ResnetWorkload {
             schedule,
             ema,
             seed: ctx.seed,
-            shard: Shard { rank: ctx.rank, world_size: ctx.world_size },
+            shard: Shard {
+                rank: ctx.rank,
+                world_size: ctx.world_size,
+            },
             local_batch,
             steps_per_epoch,
             global_step: 0,
@@ -232,7 +278,11 @@ impl Workload for ResnetWorkload {
         let mut out = Vec::new();
         let mut first = 0u64;
         for e in self.cfg.eval_epochs() {
-            out.push(Block { first_epoch_num: first + 1, epoch_count: e + 1 - first, eval_epoch_num: e + 1 });
+            out.push(Block {
+                first_epoch_num: first + 1,
+                epoch_count: e + 1 - first,
+                eval_epoch_num: e + 1,
+            });
             first = e + 1;
         }
         out
@@ -253,7 +303,10 @@ impl Workload for ResnetWorkload {
         };
         let s = self.state.as_mut().context("the workload was not built")?;
         if s.iter.is_none() {
-            s.iter = Some(self.data.train_epoch(s.epoch, size, s.local_batch, s.seed, s.shard)?);
+            s.iter = Some(
+                self.data
+                    .train_epoch(s.epoch, size, s.local_batch, s.seed, s.shard)?,
+            );
         }
         let t_start = Instant::now();
         let (mut data_wait, mut handoff) = (0.0, 0.0);

@@ -107,9 +107,7 @@ pub fn extract_sentences(text: &str) -> Vec<String> {
             .map(str::trim_end)
             .filter(|l| !l.trim().is_empty())
             .collect();
-        let table_like = lines
-            .iter()
-            .any(|l| l.trim().contains("   "));
+        let table_like = lines.iter().any(|l| l.trim().contains("   "));
         let rule_like = lines
             .iter()
             .any(|l| l.chars().all(|c| "=-_*".contains(c) || c.is_whitespace()));
