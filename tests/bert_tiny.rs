@@ -191,3 +191,28 @@ fn closed_configs_breaking_the_rules_are_refused() {
     );
     assert!(err.contains("num_heads"), "{err}");
 }
+
+#[test]
+fn full_size_configs_load_with_the_reference_recipe() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert");
+    let c = BertRunConfig::load(&dir.join("closed_8xA100.toml"), Division::Closed).unwrap();
+    assert_eq!(
+        (c.train.global_batch_size, c.optimizer.training_steps),
+        (448, 6700)
+    );
+    assert_eq!(
+        (
+            c.optimizer.base_learning_rate,
+            c.optimizer.beta1,
+            c.optimizer.beta2,
+            c.optimizer.weight_decay
+        ),
+        (4.25e-4, 0.9, 0.999, 0.01)
+    );
+    assert_eq!(c.eval_interval(Division::Closed).unwrap(), 150_000);
+    assert_eq!(c.model.param_count(), 336_232_258);
+    let o = BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Open).unwrap();
+    assert!(o.methods.unpad && o.methods.fused_attention);
+    assert_eq!(o.eval_interval(Division::Open).unwrap(), 100_000);
+    assert!(BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Closed).is_err());
+}
