@@ -140,40 +140,40 @@ impl Lamb {
                     g.defined().then(|| g.to_kind(Kind::Float))
                 })
                 .collect();
-            let sq: Vec<Tensor> = grads
-                .iter()
-                .flatten()
-                .map(|g| g.square().sum(Kind::Float))
-                .collect();
-            if sq.is_empty() {
+            // Per-parameter norms (no temporaries), then the global norm.
+            let norms: Vec<Tensor> = grads.iter().flatten().map(|g| g.norm()).collect();
+            if norms.is_empty() {
                 return Tensor::from(0.0f32);
             }
-            let total = Tensor::stack(&sq, 0).sum(Kind::Float).sqrt();
+            let total = Tensor::stack(&norms, 0).norm();
             let coef = c.max_grad_norm.map(|mx| mx / total.clamp_min(mx));
+            let wd = Tensor::from(c.weight_decay as f32).to_device(total.device());
             for (p, g) in self.params.iter_mut().zip(grads) {
                 let Some(mut g) = g else { continue };
+                // In place where possible: full-size temporaries cost page faults on big models.
                 if let Some(coef) = &coef {
-                    g = g * coef;
+                    let _ = g.g_mul_(coef);
                 }
-                let _ = p.m.g_mul_scalar_(c.beta1).g_add_(&(&g * (1.0 - c.beta1)));
-                let _ =
-                    p.v.g_mul_scalar_(c.beta2)
-                        .g_add_(&(g.square() * (1.0 - c.beta2)));
+                let _ = p.m.lerp_(&g, 1.0 - c.beta1);
+                let _ = p.v.lerp_(&g.square(), 1.0 - c.beta2);
+                let mut denom = p.v.sqrt();
+                let _ = denom.g_div_scalar_(bc2.sqrt()).g_add_scalar_(c.eps);
+                let mut u = &p.m / &denom;
+                let _ = u.g_mul_scalar_(1.0 / bc1);
                 let w32 = p.w.to_kind(Kind::Float);
-                let mut u = (&p.m / bc1) / ((&p.v / bc2).sqrt() + c.eps);
                 if !p.excluded && c.weight_decay != 0.0 {
-                    u += &w32 * c.weight_decay;
+                    let _ = u.addcmul_(&w32, &wd);
                 }
-                let delta = if c.trust_ratio && !p.excluded {
+                if c.trust_ratio && !p.excluded {
                     let wn = w32.norm();
                     let un = u.norm();
                     let ok = wn.gt(0.0).logical_and(&un.gt(0.0));
                     let r = (&wn / &un).where_self(&ok, &wn.ones_like());
-                    u * (r * lr)
+                    let _ = u.g_mul_(&(r * lr));
                 } else {
-                    u * lr
-                };
-                let _ = p.w.g_sub_(&delta.to_kind(p.w.kind()));
+                    let _ = u.g_mul_scalar_(lr);
+                }
+                let _ = p.w.g_sub_(&u.to_kind(p.w.kind()));
             }
             total
         })
