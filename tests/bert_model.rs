@@ -200,6 +200,7 @@ fn converted_checkpoint_forward_matches_pytorch() {
             .abs()
             .max()
             .double_value(&[]);
+        eprintln!("unpad={unpad} fused={fused}: max abs diff mlm {d_mlm:e}, nsp {d_nsp:e}");
         assert!(
             d_nsp < 1e-4 && d_mlm < 1e-4,
             "unpad={unpad}: max abs diff mlm {d_mlm}, nsp {d_nsp}"

@@ -307,7 +307,7 @@ def cmd_bench(a):
             times.append(time.perf_counter() - t0)
     times.sort()
     med = times[len(times) // 2]
-    print(json.dumps({"impl": "pytorch-eager", "median_step_s": med, "seq_per_s": b / med, "loss": float(loss)}))
+    print(json.dumps({"impl": "pytorch-eager", "median_step_s": med, "seq_per_s": b / med, "loss": float(loss.detach())}))
 
 
 def main():
