@@ -1,8 +1,24 @@
 //! Data pipelines and synthetic data sets.
 
-#[derive(clap::Args, Debug)]
-pub struct DataArgs {}
+#[cfg(feature = "torch")]
+pub mod bert;
 
-pub fn run_data(_args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+#[derive(clap::Args, Debug)]
+pub struct DataArgs {
+    #[command(subcommand)]
+    pub command: DataCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum DataCommand {
+    /// Write BERT pre-training shards (reference HDF5 layout) from English text.
+    #[cfg(feature = "torch")]
+    SynthBert(bert::synth::SynthBertArgs),
+}
+
+pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
+    match args.command {
+        #[cfg(feature = "torch")]
+        DataCommand::SynthBert(a) => bert::synth::run_synth_bert(a),
+    }
 }

@@ -113,7 +113,9 @@ impl crate::train::engine::GradSync for BucketedGradSync {
     fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()> {
         let device = self.params[0].device();
         let t = Tensor::from_slice(values).to_device(device);
-        self.pg.allreduce(&[&t], ReduceOp::Sum).context("summing metrics across ranks")?;
+        self.pg
+            .allreduce(&[&t], ReduceOp::Sum)
+            .context("summing metrics across ranks")?;
         let back = Vec::<f64>::try_from(t.to_device(tch::Device::Cpu))?;
         values.copy_from_slice(&back);
         Ok(())

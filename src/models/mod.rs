@@ -1,5 +1,6 @@
 //! Model definitions in plain tch (tch-rs examples style). Feature `torch`.
 
+pub mod bert;
 pub mod resnet;
 
 use tch::Tensor;

@@ -2,11 +2,14 @@
 //! (tests/optim_equivalence.rs checks them step by step against plain PyTorch).
 //!
 //! - [`lars`]: LARS as the MLPerf ResNet reference (no trust ratio or weight decay on BN/bias)
+//! - [`lamb`]: LAMB and AdamW as the MLPerf BERT reference, with its warmup + polynomial schedule
 //! - [`sgd`]: SGD with momentum and optional Nesterov, PyTorch semantics
 //! - [`schedule`]: linear warmup then polynomial (MLPerf) or cosine (Composer) decay
 //! - [`loss`]: cross-entropy with label smoothing
 //! - [`crate::methods::ema`]: weight EMA
 
+#[cfg(feature = "torch")]
+pub mod lamb;
 #[cfg(feature = "torch")]
 pub mod lars;
 #[cfg(feature = "torch")]

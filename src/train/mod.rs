@@ -2,6 +2,8 @@
 //! [`engine::Workload`]; [`resnet`] is the ResNet-50 workload. The config types ([`config`])
 //! build without libtorch; everything that trains needs the `torch` feature.
 
+#[cfg(feature = "torch")]
+pub mod bert;
 pub mod config;
 #[cfg(feature = "torch")]
 pub mod data;
@@ -99,8 +101,80 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct BertArgs {}
+pub struct BertArgs {
+    /// MLPerf division: closed configs are checked against the closed rules before the run.
+    #[arg(long, value_enum)]
+    pub division: Division,
+    /// Run configuration (TOML), e.g. configs/bert/tiny_cpu.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Data directory with train/ and eval/ HDF5 shards (`mlperf-run data synth-bert` makes one).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Starting checkpoint: the reference checkpoint converted to safetensors
+    /// (scripts/convert_bert_checkpoint); absent: random initialisation.
+    #[arg(long)]
+    pub init_checkpoint: Option<PathBuf>,
+    /// Seed of the run (default: drawn from the OS).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// MLPerf log file (appended; default: standard output).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Device to train on.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+}
 
+#[cfg(not(feature = "torch"))]
 pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`mlperf-run bert` is not implemented yet")
+    anyhow::bail!("this mlperf-run binary was built without libtorch (feature `torch`); rebuild with default features to train")
+}
+
+#[cfg(feature = "torch")]
+pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
+    use engine::{RunOptions, Status, Submission};
+    let cfg = bert::BertRunConfig::load(&args.config, args.division)?;
+    let device = bert::device(args.device == DeviceArg::Cuda)?;
+    let sys = &cfg.system;
+    let mut opts = RunOptions::new(
+        device,
+        Submission {
+            org: sys.submission_org.clone(),
+            platform: sys.submission_platform.clone(),
+            division: args.division.as_str().into(),
+            status: sys.submission_status.as_str().into(),
+        },
+    );
+    opts.seed = args.seed;
+    opts.log_path = args.log.clone();
+    opts.cache_clear_command = sys.cache_clear_command.clone();
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        sys.time_limit_minutes * 60.0,
+    ));
+    let out = bert::run_once(
+        &cfg,
+        args.division,
+        &args.data,
+        args.init_checkpoint.as_deref(),
+        opts,
+    )?;
+    let last = out
+        .evals
+        .last()
+        .map(|(e, a)| format!("MLM accuracy {a:.4} at {e} samples"))
+        .unwrap_or_default();
+    match &out.status {
+        Status::Success => {
+            eprintln!(
+                "run succeeded in {:.1} s ({last}), seed {}",
+                out.run_seconds, out.seed
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Status::Aborted(why) => {
+            eprintln!("run aborted: {why} ({last}), seed {}", out.seed);
+            Ok(ExitCode::from(1))
+        }
+    }
 }
