@@ -11,7 +11,7 @@ use crate::mllog::{self, keys, Emitter, LogFile, Sink};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// What set to run and where.
 #[derive(Debug, Clone)]
@@ -319,6 +319,7 @@ pub fn parse_seed_list(text: &str) -> Result<Vec<u64>> {
 mod tests {
     use super::*;
     use crate::meta;
+    use std::path::Path;
 
     /// A fake run: a minimal log with seed, run_start and (unless `crash`) run_stop.
     fn fake_run(req: &RunRequest, crash: bool) -> Result<()> {
