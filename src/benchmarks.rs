@@ -48,14 +48,22 @@ impl Benchmark {
     /// BERT's closed-division eval interval in samples for a global batch size.
     pub fn eval_interval_samples(&self, global_batch_size: u64) -> Option<u64> {
         let e = &self.eval;
-        let (a, b, c, r) = (e.interval_a?, e.interval_b?, e.interval_c?, e.interval_round_to?);
+        let (a, b, c, r) = (
+            e.interval_a?,
+            e.interval_b?,
+            e.interval_c?,
+            e.interval_round_to?,
+        );
         let raw = a * (b * global_batch_size as f64 + c);
         Some(((raw / r as f64).floor() as u64) * r)
     }
 }
 
 const EMBEDDED: &[(&str, &str)] = &[
-    ("resnet", include_str!("../benchmarks/resnet/benchmark.toml")),
+    (
+        "resnet",
+        include_str!("../benchmarks/resnet/benchmark.toml"),
+    ),
     ("bert", include_str!("../benchmarks/bert/benchmark.toml")),
 ];
 
@@ -71,8 +79,9 @@ fn load_all() -> Result<Vec<Benchmark>> {
     } else {
         for (name, text) in EMBEDDED {
             out.push(
-                toml::from_str(text)
-                    .with_context(|| format!("invalid embedded benchmarks/{name}/benchmark.toml"))?,
+                toml::from_str(text).with_context(|| {
+                    format!("invalid embedded benchmarks/{name}/benchmark.toml")
+                })?,
             );
         }
     }

@@ -30,9 +30,11 @@ pub fn python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("MLPERF_RUN_PYTHON") {
         candidates.push(PathBuf::from(p));
     }
-    let venv = std::env::var_os("MLPERF_RUN_VENV").map(PathBuf::from).or_else(|| {
-        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mlperf-run/venv"))
-    });
+    let venv = std::env::var_os("MLPERF_RUN_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mlperf-run/venv"))
+        });
     if let Some(v) = venv {
         candidates.push(v.join("bin/python"));
     }

@@ -1,8 +1,33 @@
-//! Data pipelines and synthetic data sets.
+//! Data pipelines and synthetic data sets (the `data` subcommand).
+//!
+//! - [`imagenet`]: the ImageFolder reader and the ResNet batch pipeline
+//! - [`synth_imagenet`]: `data synth-imagenet`, a synthetic ImageNet-style JPEG data set
+//! - [`rng`]: counter-based random streams shared by the pipelines
+
+pub mod imagenet;
+pub mod rng;
+pub mod synth_imagenet;
+
+use clap::Subcommand;
 
 #[derive(clap::Args, Debug)]
-pub struct DataArgs {}
+pub struct DataArgs {
+    #[command(subcommand)]
+    pub command: DataCommand,
+}
 
-pub fn run_data(_args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Write a synthetic ImageNet-style data set (train/ and val/ ImageFolders of JPEG files).
+    SynthImagenet(synth_imagenet::SynthImagenetArgs),
+    /// Time the ImageNet training pipeline on an ImageFolder (for scripts/bench_data.sh).
+    #[command(hide = true)]
+    BenchImagenet(imagenet::bench::BenchImagenetArgs),
+}
+
+pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
+    match args.command {
+        DataCommand::SynthImagenet(a) => synth_imagenet::run_synth_imagenet(a),
+        DataCommand::BenchImagenet(a) => imagenet::bench::run_bench_imagenet(a),
+    }
 }

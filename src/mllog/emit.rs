@@ -16,7 +16,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Where log lines go.
 pub enum Sink {
     /// Append to a file (created if missing).
-    File { path: PathBuf, file: File, sync: bool },
+    File {
+        path: PathBuf,
+        file: File,
+        sync: bool,
+    },
     /// Standard output.
     Stdout,
     /// Collected in memory (tests).
@@ -34,7 +38,11 @@ impl Sink {
             }
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Sink::File { path: path.to_path_buf(), file, sync })
+        Ok(Sink::File {
+            path: path.to_path_buf(),
+            file,
+            sync,
+        })
     }
 
     fn write_line(&mut self, line: &str) -> io::Result<()> {
@@ -75,7 +83,11 @@ pub struct Emitter {
 
 impl Emitter {
     pub fn new(sinks: Vec<Sink>) -> Self {
-        Emitter { sinks, namespace: String::new(), clock: None }
+        Emitter {
+            sinks,
+            namespace: String::new(),
+            clock: None,
+        }
     }
 
     /// An emitter that writes nothing (ranks other than 0).
@@ -117,7 +129,15 @@ impl Emitter {
         metadata: Map<String, Value>,
     ) -> io::Result<()> {
         let time_ms = self.now_ms();
-        let line = encode_line(&self.namespace, time_ms, event_type, key, &value, location, metadata);
+        let line = encode_line(
+            &self.namespace,
+            time_ms,
+            event_type,
+            key,
+            &value,
+            location,
+            metadata,
+        );
         for sink in &mut self.sinks {
             sink.write_line(&line)?;
         }
@@ -127,25 +147,64 @@ impl Emitter {
     /// POINT_IN_TIME event.
     #[track_caller]
     pub fn event(&mut self, key: &str, value: impl Into<Value>) -> io::Result<()> {
-        self.log_at(Location::caller(), EventType::PointInTime, key, value.into(), Map::new())
+        self.log_at(
+            Location::caller(),
+            EventType::PointInTime,
+            key,
+            value.into(),
+            Map::new(),
+        )
     }
 
     /// POINT_IN_TIME event with metadata.
     #[track_caller]
-    pub fn event_with(&mut self, key: &str, value: impl Into<Value>, meta: Map<String, Value>) -> io::Result<()> {
-        self.log_at(Location::caller(), EventType::PointInTime, key, value.into(), meta)
+    pub fn event_with(
+        &mut self,
+        key: &str,
+        value: impl Into<Value>,
+        meta: Map<String, Value>,
+    ) -> io::Result<()> {
+        self.log_at(
+            Location::caller(),
+            EventType::PointInTime,
+            key,
+            value.into(),
+            meta,
+        )
     }
 
     /// INTERVAL_START event.
     #[track_caller]
-    pub fn start(&mut self, key: &str, value: impl Into<Value>, meta: Map<String, Value>) -> io::Result<()> {
-        self.log_at(Location::caller(), EventType::IntervalStart, key, value.into(), meta)
+    pub fn start(
+        &mut self,
+        key: &str,
+        value: impl Into<Value>,
+        meta: Map<String, Value>,
+    ) -> io::Result<()> {
+        self.log_at(
+            Location::caller(),
+            EventType::IntervalStart,
+            key,
+            value.into(),
+            meta,
+        )
     }
 
     /// INTERVAL_END event.
     #[track_caller]
-    pub fn end(&mut self, key: &str, value: impl Into<Value>, meta: Map<String, Value>) -> io::Result<()> {
-        self.log_at(Location::caller(), EventType::IntervalEnd, key, value.into(), meta)
+    pub fn end(
+        &mut self,
+        key: &str,
+        value: impl Into<Value>,
+        meta: Map<String, Value>,
+    ) -> io::Result<()> {
+        self.log_at(
+            Location::caller(),
+            EventType::IntervalEnd,
+            key,
+            value.into(),
+            meta,
+        )
     }
 }
 
@@ -205,7 +264,8 @@ mod tests {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let mut e = Emitter::new(vec![Sink::Memory(lines.clone())]).with_clock(|| 1653030513397);
         e.start("cache_clear", Value::Null, Map::new()).unwrap();
-        e.event_with("eval_accuracy", 0.759, crate::meta! {"epoch_num" => 4}).unwrap();
+        e.event_with("eval_accuracy", 0.759, crate::meta! {"epoch_num" => 4})
+            .unwrap();
         let lines = lines.lock().unwrap();
         let file = file!();
         assert!(lines[0].starts_with(

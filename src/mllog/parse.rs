@@ -79,15 +79,23 @@ pub fn parse_bytes(bytes: &[u8]) -> LogFile {
 }
 
 fn parse_lines(lines: impl Iterator<Item = String>, looks_binary: bool) -> LogFile {
-    let mut log = LogFile { looks_binary, ..LogFile::default() };
+    let mut log = LogFile {
+        looks_binary,
+        ..LogFile::default()
+    };
     for (idx, raw) in lines.enumerate() {
         log.total_lines = idx + 1;
-        let Some(pos) = raw.rfind(PREFIX) else { continue };
+        let Some(pos) = raw.rfind(PREFIX) else {
+            continue;
+        };
         let rest = &raw[pos + PREFIX.len()..];
         let body = rest.trim();
         match parse_event(body, idx + 1) {
             Ok(event) => log.events.push(event),
-            Err(message) => log.issues.push(ParseIssue { line: idx + 1, message }),
+            Err(message) => log.issues.push(ParseIssue {
+                line: idx + 1,
+                message,
+            }),
         }
     }
     log
@@ -105,7 +113,10 @@ fn parse_event(body: &str, line: usize) -> Result<Event, String> {
     let Value::Object(mut obj) = value else {
         return Err("the text after :::MLLOG is not a JSON object".into());
     };
-    let mut take = |name: &str| obj.remove(name).ok_or_else(|| format!("missing field '{name}'"));
+    let mut take = |name: &str| {
+        obj.remove(name)
+            .ok_or_else(|| format!("missing field '{name}'"))
+    };
     let namespace = take("namespace").ok();
     let time_ms = take("time_ms")?;
     let event_type = take("event_type")?;
@@ -114,7 +125,10 @@ fn parse_event(body: &str, line: usize) -> Result<Event, String> {
     let metadata = take("metadata")?;
     let time_ms = match &time_ms {
         Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
-        Value::String(s) => s.trim().parse::<f64>().map_err(|_| format!("time_ms is not a number: {s:?}"))?,
+        Value::String(s) => s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| format!("time_ms is not a number: {s:?}"))?,
         other => return Err(format!("time_ms is not a number: {other}")),
     };
     let event_type = event_type
@@ -134,7 +148,15 @@ fn parse_event(body: &str, line: usize) -> Result<Event, String> {
         Some(Value::String(s)) => s,
         _ => String::new(),
     };
-    Ok(Event { namespace, time_ms, event_type, key, value, metadata, line })
+    Ok(Event {
+        namespace,
+        time_ms,
+        event_type,
+        key,
+        value,
+        metadata,
+        line,
+    })
 }
 
 /// Replace bare NaN/Infinity/-Infinity tokens (outside strings) with null.

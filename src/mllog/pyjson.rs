@@ -89,7 +89,9 @@ pub fn float_repr(x: f64) -> String {
     }
     // Rust's `{:e}` yields the shortest round-trip digits, e.g. "-1.2345e-5".
     let sci = format!("{x:e}");
-    let (mantissa, exp) = sci.split_once('e').expect("LowerExp always has an exponent");
+    let (mantissa, exp) = sci
+        .split_once('e')
+        .expect("LowerExp always has an exponent");
     let exp: i32 = exp.parse().expect("integer exponent");
     let (sign, mantissa) = match mantissa.strip_prefix('-') {
         Some(m) => ("-", m),

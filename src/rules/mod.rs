@@ -48,11 +48,22 @@ pub fn check_log(log: &LogFile, opts: &CheckOptions) -> Verdict {
     let findings = log
         .issues
         .iter()
-        .map(|i| Finding { line: Some(i.line), key: None, rule: "parse".into(), message: i.message.clone() })
+        .map(|i| Finding {
+            line: Some(i.line),
+            key: None,
+            rule: "parse".into(),
+            message: i.message.clone(),
+        })
         .collect();
     Verdict {
-        benchmark: log.first("submission_benchmark").and_then(|e| e.value.as_str()).map(String::from),
-        division: log.first("submission_division").and_then(|e| e.value.as_str()).map(String::from),
+        benchmark: log
+            .first("submission_benchmark")
+            .and_then(|e| e.value.as_str())
+            .map(String::from),
+        division: log
+            .first("submission_division")
+            .and_then(|e| e.value.as_str())
+            .map(String::from),
         ruleset: opts.ruleset.clone().unwrap_or_default(),
         findings,
     }
