@@ -3,9 +3,9 @@
 //! Each class is a (hue, texture) pair: objects (ellipses and rectangles) filled with the
 //! class's texture (horizontal stripes, vertical stripes, checkerboard or rings, at one of two
 //! frequencies) in the class's hue, placed at random positions and scales near the middle of
-//! a random gradient background with plain distractor shapes and pixel noise. Several classes
-//! share a hue and several share a texture, so neither colour nor texture alone separates them;
-//! the textures are mirror-symmetric so horizontal flips keep the label, and they survive
+//! a random gradient background with plain distractor shapes and pixel noise. Neighbouring
+//! hues overlap and alternate textures, so colour alone confuses neighbours and the texture
+//! separates them (with many classes, hues are also shared between textures); the textures are mirror-symmetric so horizontal flips keep the label, and they survive
 //! random-resized crops. Images have random sizes between --min-size and --max-size.
 //!
 //! The set is written into a temporary directory next to --out and renamed at the end.
@@ -140,12 +140,21 @@ pub struct ClassStyle {
     pub period: f64,
 }
 
-/// Classes are laid out as hue x texture: `textures` = clamp(classes / 5, 1, 8) texture kinds,
-/// and as many hues, evenly spread, as that needs.
+/// Classes are laid out as hue x texture. Up to 12 classes each get their own hue (evenly
+/// spread) and neighbouring hues alternate between two textures; more classes use
+/// max(12, classes/8) hues and up to 8 textures. Hue jitter (see [`render_image`]) makes
+/// neighbouring hues overlap, so colour alone confuses neighbours and the texture tells them
+/// apart.
 pub fn class_style(class: usize, classes: usize) -> ClassStyle {
-    let textures = (classes / 5).clamp(1, TEXTURES.len() * PERIODS.len());
-    let hues = classes.div_ceil(textures);
-    let (hue_index, texture_index) = (class / textures, class % textures);
+    let max_textures = TEXTURES.len() * PERIODS.len();
+    let hues = if classes <= 12 {
+        classes
+    } else {
+        12.max(classes.div_ceil(max_textures))
+    };
+    let textures = classes.div_ceil(hues).max(classes.min(2)).min(max_textures);
+    let (hue_index, row) = (class % hues, class / hues);
+    let texture_index = (row + hue_index) % textures;
     ClassStyle {
         hue: 360.0 * hue_index as f64 / hues as f64,
         hue_spacing: 360.0 / hues as f64,
@@ -237,9 +246,10 @@ pub fn render_image(spec: &SynthSpec, split: Split, class: usize, index: usize) 
         })
         .collect();
 
-    // Class objects: textured in the class's hue (jittered by up to 40% of the hue spacing).
+    // Class objects: textured in the class's hue (jittered by up to 60% of the hue spacing, so
+    // neighbouring classes' hues overlap).
     let style = class_style(class, spec.classes);
-    let hue = style.hue + rng.uniform(-0.4, 0.4) * style.hue_spacing;
+    let hue = style.hue + rng.uniform(-0.6, 0.6) * style.hue_spacing;
     let bright = hsv_to_rgb(hue, rng.uniform(0.55, 1.0), rng.uniform(0.65, 1.0));
     let dark = hsv_to_rgb(hue, rng.uniform(0.4, 1.0), rng.uniform(0.1, 0.4));
     let period = style.period * short * rng.uniform(0.8, 1.25);
@@ -443,26 +453,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn class_styles_are_distinct_and_share_hues_and_textures() {
-        let styles: Vec<ClassStyle> = (0..10).map(|c| class_style(c, 10)).collect();
-        for i in 0..10 {
-            for j in 0..i {
-                let (a, b) = (styles[i], styles[j]);
-                assert!(
-                    a.hue != b.hue || a.texture != b.texture || a.period != b.period,
-                    "{i} {j}"
-                );
-            }
-        }
-        // 10 classes: 2 textures x 5 hues, so each hue is shared by two classes.
-        assert_eq!(styles.iter().filter(|s| s.hue == styles[0].hue).count(), 2);
-        assert_eq!(
-            styles
+    fn class_styles_are_distinct_and_neighbours_differ_in_texture() {
+        for classes in [1, 2, 10, 12, 13, 100, 1000] {
+            let styles: Vec<ClassStyle> = (0..classes).map(|c| class_style(c, classes)).collect();
+            let mut keys: Vec<(u64, String, u64)> = styles
                 .iter()
-                .filter(|s| s.texture == styles[0].texture)
-                .count(),
-            5
-        );
+                .map(|s| {
+                    (
+                        s.hue.to_bits(),
+                        format!("{:?}", s.texture),
+                        s.period.to_bits(),
+                    )
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(
+                keys.len(),
+                classes,
+                "{classes} classes must have distinct styles"
+            );
+        }
+        // 10 classes: 10 hues, neighbouring hues alternate between two textures.
+        let styles: Vec<ClassStyle> = (0..10).map(|c| class_style(c, 10)).collect();
+        for c in 0..10 {
+            let next = styles[(c + 1) % 10];
+            assert!((next.hue - styles[c].hue).rem_euclid(360.0) - 36.0 < 1e-9);
+            assert_ne!(next.texture, styles[c].texture, "{c}");
+        }
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub struct BenchImagenetArgs {
     /// Epochs to time (after one untimed warm-up batch).
     #[arg(long, default_value_t = 1)]
     pub epochs: u64,
+    /// RandomResizedCrop's smallest crop area (0.08 as torchvision's default; MLPerf uses 0.05).
+    #[arg(long, default_value_t = 0.08)]
+    pub scale_min: f64,
 }
 
 pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
