@@ -212,10 +212,11 @@ fn colour_histograms_beat_chance_widely_but_do_not_solve_the_task() {
     }
     let accuracy = correct as f64 / set.val.len() as f64;
     eprintln!("nearest-class-mean on colour histograms: val top-1 {accuracy:.3} (chance 0.100)");
-    // Colour carries the hue half of each class; the texture half needs spatial features.
-    assert!(accuracy >= 0.25, "colour signal too weak: {accuracy}");
+    // Each class has its own hue, but hue jitter brings neighbouring classes' hues together,
+    // so colour alone confuses neighbours; their textures (which a histogram cannot see) differ.
+    assert!(accuracy >= 0.35, "colour signal too weak: {accuracy}");
     assert!(
-        accuracy <= 0.75,
+        accuracy <= 0.9,
         "colour alone nearly solves the task: {accuracy}"
     );
 }

@@ -4,7 +4,7 @@
 //! class's texture (horizontal stripes, vertical stripes, checkerboard or rings, at one of two
 //! frequencies) in the class's hue, placed at random positions and scales near the middle of
 //! a random gradient background with plain distractor shapes and pixel noise. Neighbouring
-//! hues overlap and alternate textures, so colour alone confuses neighbours and the texture
+//! hues nearly touch and alternate textures, so colour alone confuses neighbours and the texture
 //! separates them (with many classes, hues are also shared between textures); the textures are mirror-symmetric so horizontal flips keep the label, and they survive
 //! random-resized crops. Images have random sizes between --min-size and --max-size.
 //!
@@ -142,8 +142,8 @@ pub struct ClassStyle {
 
 /// Classes are laid out as hue x texture. Up to 12 classes each get their own hue (evenly
 /// spread) and neighbouring hues alternate between two textures; more classes use
-/// max(12, classes/8) hues and up to 8 textures. Hue jitter (see [`render_image`]) makes
-/// neighbouring hues overlap, so colour alone confuses neighbours and the texture tells them
+/// max(12, classes/8) hues and up to 8 textures. Hue jitter (see [`render_image`]) brings
+/// neighbouring hues together, so colour alone confuses neighbours and the texture tells them
 /// apart.
 pub fn class_style(class: usize, classes: usize) -> ClassStyle {
     let max_textures = TEXTURES.len() * PERIODS.len();
@@ -246,16 +246,16 @@ pub fn render_image(spec: &SynthSpec, split: Split, class: usize, index: usize) 
         })
         .collect();
 
-    // Class objects: textured in the class's hue (jittered by up to 60% of the hue spacing, so
-    // neighbouring classes' hues overlap).
+    // Class objects: textured in the class's hue (jittered by up to 45% of the hue spacing, so
+    // neighbouring classes' hues nearly touch).
     let style = class_style(class, spec.classes);
-    let hue = style.hue + rng.uniform(-0.6, 0.6) * style.hue_spacing;
+    let hue = style.hue + rng.uniform(-0.45, 0.45) * style.hue_spacing;
     let bright = hsv_to_rgb(hue, rng.uniform(0.55, 1.0), rng.uniform(0.65, 1.0));
     let dark = hsv_to_rgb(hue, rng.uniform(0.4, 1.0), rng.uniform(0.1, 0.4));
     let period = style.period * short * rng.uniform(0.8, 1.25);
     let phase = rng.uniform(0.0, period);
     let objects: Vec<Shape> = (0..rng.range_inclusive(1, 3))
-        .map(|_| Shape::random(&mut rng, w, h, short, (0.14, 0.32)))
+        .map(|_| Shape::random(&mut rng, w, h, short, (0.16, 0.36)))
         .collect();
     let noise = rng.uniform(6.0, 22.0);
 
