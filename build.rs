@@ -1,16 +1,139 @@
-//! Links libtorch correctly when the `torch` feature is on.
+//! Links libtorch correctly when the `torch` feature is on, and compiles the project's C++
+//! shim (`shim/`) against the same libtorch's headers.
 //!
-//! Without these flags rustc's `--as-needed` drops libtorch_cuda (CUDA is then never
+//! Without the link flags rustc's `--as-needed` drops libtorch_cuda (CUDA is then never
 //! available at run time) and no rpath is set, so the binary cannot find libtorch.
+//!
+//! The shim (c10d process groups) needs gloo's headers, which the torch wheel lacks: Debian's
+//! `libgloo-dev` provides them (`scripts/setup.sh` installs it). With the `nccl` feature the
+//! shim also compiles ProcessGroupNCCL, which needs nccl.h and the CUDA headers (found in the
+//! torch venv's `nvidia/` packages, or under CUDA_HOME).
+use std::path::{Path, PathBuf};
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=shim");
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
+    println!("cargo:rerun-if-env-changed=CUDA_HOME");
     if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
     }
     println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
     println!("cargo:rustc-link-arg=-ltorch");
-    if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
-        println!("cargo:rustc-link-arg=-Wl,-rpath={lib}");
+    let lib = match std::env::var("DEP_TCH_LIBTORCH_LIB") {
+        Ok(lib) => PathBuf::from(lib),
+        Err(_) => {
+            panic!(
+                "DEP_TCH_LIBTORCH_LIB is not set: torch-sys did not report libtorch's lib folder. \
+                 Run `source scripts/setup.sh` (it sets LIBTORCH_USE_PYTORCH=1) and rebuild."
+            )
+        }
+    };
+    println!("cargo:rustc-link-arg=-Wl,-rpath={}", lib.display());
+    compile_shim(&lib);
+}
+
+fn compile_shim(lib: &Path) {
+    let root = lib.parent().expect("libtorch lib folder has a parent");
+    let inc = root.join("include");
+    let api = inc.join("torch/csrc/api/include");
+    for dir in [&inc, &api] {
+        if !dir.is_dir() {
+            panic!(
+                "libtorch headers not found at {}: the torch installation next to {} is incomplete",
+                dir.display(),
+                lib.display()
+            );
+        }
     }
+    if !Path::new("/usr/include/gloo/config.h").exists() {
+        panic!(
+            "gloo headers not found (/usr/include/gloo/config.h): install Debian's libgloo-dev \
+             (`source scripts/setup.sh` does it)"
+        );
+    }
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .pic(true)
+        .std("c++17")
+        // libtorch's headers as system headers: their own warnings are not ours to fix.
+        .flag("-isystem")
+        .flag(inc.to_str().expect("utf-8 libtorch path"))
+        .flag("-isystem")
+        .flag(api.to_str().expect("utf-8 libtorch path"))
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .define("GLOG_USE_GLOG_EXPORT", None)
+        .define("USE_C10D_GLOO", None)
+        .warnings(true)
+        .extra_warnings(true)
+        .opt_level(2)
+        .file("shim/dist.cpp");
+    if std::env::var_os("CARGO_FEATURE_NCCL").is_some() {
+        for dir in cuda_include_dirs(root) {
+            build
+                .flag("-isystem")
+                .flag(dir.to_str().expect("utf-8 CUDA path"));
+        }
+        build
+            .define("USE_C10D_NCCL", None)
+            .define("MLPERF_RUN_NCCL", None);
+        println!("cargo:rustc-link-arg=-ltorch_cuda");
+    }
+    build.compile("mlperf_run_shim");
+}
+
+/// nccl.h and the CUDA headers: MLPERF_RUN_CUDA_INCLUDE (colon-separated folders), the torch
+/// venv's nvidia packages (site-packages/nvidia/*/include, the parent of torch/; the pip
+/// packages nvidia-cuda-crt and nvidia-cuda-cccl complete them), CUDA_HOME/include and
+/// /usr/local/cuda/include. Panics naming what is missing.
+fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
+    println!("cargo:rerun-if-env-changed=MLPERF_RUN_CUDA_INCLUDE");
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(extra) = std::env::var("MLPERF_RUN_CUDA_INCLUDE") {
+        candidates.extend(std::env::split_paths(&extra));
+    }
+    if let Some(site) = torch_root.parent() {
+        if let Ok(entries) = std::fs::read_dir(site.join("nvidia")) {
+            let mut found: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path().join("include"))
+                .collect();
+            found.sort();
+            candidates.extend(found);
+        }
+    }
+    if let Ok(home) = std::env::var("CUDA_HOME") {
+        candidates.push(Path::new(&home).join("include"));
+    }
+    candidates.push(PathBuf::from("/usr/local/cuda/include"));
+    let mut dirs = Vec::new();
+    for d in candidates.into_iter().filter(|d| d.is_dir()) {
+        // CUDA 13 keeps libcu++ (cuda/std/...) under include/cccl.
+        let cccl = d.join("cccl");
+        dirs.push(d);
+        if cccl.is_dir() {
+            dirs.push(cccl);
+        }
+    }
+    let has = |f: &str| dirs.iter().any(|d| d.join(f).exists());
+    for (needed, from) in [
+        ("nccl.h", "the nvidia-nccl pip package or NCCL"),
+        (
+            "cuda_runtime_api.h",
+            "the CUDA toolkit (pip: nvidia-cuda-runtime)",
+        ),
+        (
+            "crt/host_config.h",
+            "the CUDA toolkit (pip: nvidia-cuda-crt)",
+        ),
+    ] {
+        if !has(needed) {
+            panic!(
+                "feature `nccl`: {needed} not found in {dirs:?}; it comes with {from}. Install it \
+                 and set CUDA_HOME or MLPERF_RUN_CUDA_INCLUDE, or build without `--features nccl`"
+            );
+        }
+    }
+    dirs
 }

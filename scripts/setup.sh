@@ -13,7 +13,7 @@ set -euo pipefail
 MLPERF_RUN_VENV=${MLPERF_RUN_VENV:-$HOME/.cache/mlperf-run/venv}
 TORCH_VERSION=2.11.0
 MLPERF_LOGGING_VERSION=4.1.68
-PY_EXTRA=(pillow torchvision==0.26.0 h5py)
+PY_EXTRA=(pillow torchvision==0.26.0 h5py safetensors)
 APT_PACKAGES=(pkg-config libhdf5-dev libgloo-dev)
 
 log() { printf '[setup] %s\n' "$*" >&2; }

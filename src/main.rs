@@ -1,7 +1,7 @@
 //! mlperf-run: the command line. Parsing and dispatch only; the work lives in the library.
 
 use clap::{Parser, Subcommand};
-use mlperf_run::{data, demo, regress, rules, score, submission, train};
+use mlperf_run::{data, demo, launch, regress, rules, score, submission, train};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -42,6 +42,10 @@ enum Command {
     Data(data::DataArgs),
     /// The one-command tour: synthesize tiny data, train, score, package and verify.
     Demo(demo::DemoArgs),
+    /// Start N local data-parallel workers: `launch --nproc-per-node N -- resnet ...`.
+    Launch(launch::LaunchArgs),
+    #[command(hide = true)]
+    DistSelftest(launch::SelftestArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,8 @@ fn main() -> ExitCode {
         Command::Bert(a) => train::run_bert(a),
         Command::Data(a) => data::run_data(a),
         Command::Demo(a) => demo::run_demo(a),
+        Command::Launch(a) => launch::run_launch(a),
+        Command::DistSelftest(a) => launch::run_selftest(a),
     };
     match result {
         Ok(code) => code,

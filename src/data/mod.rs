@@ -3,7 +3,10 @@
 //! - [`imagenet`]: the ImageFolder reader and the ResNet batch pipeline
 //! - [`synth_imagenet`]: `data synth-imagenet`, a synthetic ImageNet-style JPEG data set
 //! - [`rng`]: counter-based random streams shared by the pipelines
+//! - `bert` (feature `torch`): BERT pre-training data
 
+#[cfg(feature = "torch")]
+pub mod bert;
 pub mod imagenet;
 pub mod rng;
 pub mod synth_imagenet;
@@ -23,11 +26,16 @@ pub enum DataCommand {
     /// Time the ImageNet training pipeline on an ImageFolder (for scripts/bench_data.sh).
     #[command(hide = true)]
     BenchImagenet(imagenet::bench::BenchImagenetArgs),
+    /// Write BERT pre-training shards (reference HDF5 layout) from English text.
+    #[cfg(feature = "torch")]
+    SynthBert(bert::synth::SynthBertArgs),
 }
 
 pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
     match args.command {
         DataCommand::SynthImagenet(a) => synth_imagenet::run_synth_imagenet(a),
         DataCommand::BenchImagenet(a) => imagenet::bench::run_bench_imagenet(a),
+        #[cfg(feature = "torch")]
+        DataCommand::SynthBert(a) => bert::synth::run_synth_bert(a),
     }
 }

@@ -66,7 +66,7 @@ pub fn parse_file(path: &Path) -> anyhow::Result<LogFile> {
 
 /// Parse log text (already decoded).
 pub fn parse_str(text: &str) -> LogFile {
-    parse_lines(text.split('\n').map(|l| l.to_string()), false)
+    parse_lines(text.split('\n').map(|l| l.to_string()), text.contains('\0'))
 }
 
 /// Parse raw bytes, decoded as Latin-1 like `mlp_parser.parse_file`.

@@ -1,22 +1,164 @@
-//! System description, submitter tree, tarball and verification.
+//! System description, submitter tree, tarball and verification
+//! (`mlperf-run sysinfo`, `package`, `verify`).
+//!
+//! - [`system_desc`]: the 33-field system JSON, status strings, TOML overrides
+//! - [`detect`], [`gpu`], [`framework`]: what this machine is (host files, NVML, libtorch)
+//! - [`sysinfo`]: the two combined
+//! - [`result_sets`], [`repo_rules`], [`tree_check`]: the checks run before writing and by verify
+//! - [`package`], [`snapshot`], [`manifest`]: the tree, the source snapshot, manifest and tarball
+//! - [`verify`]: re-checking a packaged tree or tarball
+
+pub mod detect;
+pub mod framework;
+pub mod gpu;
+pub mod manifest;
+pub mod package;
+pub mod repo_rules;
+pub mod result_sets;
+pub mod snapshot;
+pub mod sysinfo;
+pub mod system_desc;
+pub mod tree_check;
+pub mod verify;
+
+use anyhow::Result;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
-pub struct SysinfoArgs {}
+pub struct SysinfoArgs {
+    /// A system TOML (e.g. configs/systems/NAME.toml) whose keys override detected fields.
+    #[arg(long, value_name = "FILE")]
+    pub system_config: Option<PathBuf>,
+    /// Print the system JSON (as written to systems/<system>.json) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run_sysinfo(_args: SysinfoArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run_sysinfo(args: SysinfoArgs) -> Result<ExitCode> {
+    let opts = sysinfo::DescribeOptions {
+        system_config: args.system_config,
+        ..Default::default()
+    };
+    let described = sysinfo::describe(&opts)?;
+    if args.json {
+        print!("{}", described.desc.to_json_string());
+    } else {
+        let json = described.desc.to_json();
+        for (k, v) in json.as_object().into_iter().flatten() {
+            let text = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            println!("{k:34} {text}");
+        }
+    }
+    for w in &described.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(clap::Args, Debug)]
-pub struct PackageArgs {}
+pub struct PackageArgs {
+    /// Submitting organization (the top folder of the tree).
+    #[arg(long, value_name = "ORG")]
+    pub submitter: String,
+    /// System name (systems/NAME.json, results/NAME/).
+    #[arg(long, value_name = "NAME")]
+    pub system: String,
+    /// closed or open (every log must say the same).
+    #[arg(long)]
+    pub division: String,
+    /// Result logs, or folders holding them (*.txt, *.log).
+    #[arg(required = true, value_name = "RESULTS")]
+    pub results: Vec<PathBuf>,
+    /// Output folder: the tree goes to OUT/ORG, the manifest to OUT/ORG.sha256sums.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Also write OUT/ORG.tar.gz and OUT/ORG.tar.gz.sha256.
+    #[arg(long)]
+    pub tarball: bool,
+    /// Replace what mlperf-run wrote in OUT before (other files are never touched).
+    #[arg(long)]
+    pub force: bool,
+    /// Add this system to the tree already in OUT (closed and open systems can share one tree).
+    #[arg(long)]
+    pub add: bool,
+    /// A system TOML (configs/systems/NAME.toml) whose keys override detected fields.
+    #[arg(long, value_name = "FILE")]
+    pub system_config: Option<PathBuf>,
+    /// Implementation folder name under benchmarks/<benchmark>/implementations/.
+    #[arg(long, default_value = "mlperf-run")]
+    pub implementation: String,
+    /// mlperf-run's source checkout to snapshot (default: the one this binary was built from).
+    #[arg(long, value_name = "DIR")]
+    pub source: Option<PathBuf>,
+    /// Training ruleset for the compliance, RCP and package checks (default: the benchmark's
+    /// own, resnet 4.0.0, bert 5.0.0; 4.0.0 for a tree holding both).
+    #[arg(long)]
+    pub ruleset: Option<String>,
+}
 
-pub fn run_package(_args: PackageArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run_package(args: PackageArgs) -> Result<ExitCode> {
+    let opts = package::PackageOptions {
+        submitter: args.submitter,
+        system: args.system,
+        division: args.division,
+        results: args.results,
+        out: args.out,
+        tarball: args.tarball,
+        force: args.force,
+        add: args.add,
+        implementation: args.implementation,
+        source: args.source.unwrap_or_else(snapshot::default_source),
+        ruleset: args.ruleset,
+        describe: sysinfo::DescribeOptions {
+            system_config: args.system_config,
+            ..Default::default()
+        },
+    };
+    // package() prints the score table itself, before it writes anything.
+    let report = package::package(&opts)?;
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    println!("source snapshot: {}", report.origin.describe());
+    println!("tree:     {}", report.org_dir.display());
+    println!("manifest: {}", report.manifest.display());
+    if let Some((path, hex)) = &report.tarball {
+        println!("tarball:  {} (SHA-256 {hex})", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(clap::Args, Debug)]
-pub struct VerifyArgs {}
+pub struct VerifyArgs {
+    /// OUT/ORG.tar.gz, OUT or OUT/ORG as written by `mlperf-run package`.
+    #[arg(value_name = "TARBALL|DIR")]
+    pub path: PathBuf,
+}
 
-pub fn run_verify(_args: VerifyArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
+    let report = verify::verify(&args.path)?;
+    for c in &report.checked {
+        println!("checked {c}");
+    }
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    if report.ok() {
+        println!("verified: {}", args.path.display());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for p in &report.problems {
+            eprintln!("FAILED: {p}");
+        }
+        eprintln!(
+            "verify failed: {} problems in {}",
+            report.problems.len(),
+            args.path.display()
+        );
+        Ok(ExitCode::from(1))
+    }
 }

@@ -1,15 +1,180 @@
-//! Training runs (feature `torch`).
+//! Training runs. The generic trainer ([`engine`]) carries out one MLPerf run of any
+//! [`engine::Workload`]; [`resnet`] is the ResNet-50 workload. The config types ([`config`])
+//! build without libtorch; everything that trains needs the `torch` feature.
 
-#[derive(clap::Args, Debug)]
-pub struct ResnetArgs {}
+#[cfg(feature = "torch")]
+pub mod bert;
+pub mod config;
+#[cfg(feature = "torch")]
+pub mod data;
+#[cfg(feature = "torch")]
+pub mod engine;
+#[cfg(feature = "torch")]
+pub mod resnet;
 
-pub fn run_resnet(_args: ResnetArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+use config::Division;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceArg {
+    Cpu,
+    Cuda,
 }
 
 #[derive(clap::Args, Debug)]
-pub struct BertArgs {}
+pub struct ResnetArgs {
+    /// MLPerf division: closed configs are checked against the closed rules before the run.
+    #[arg(long, value_enum)]
+    pub division: Division,
+    /// Run configuration (TOML), e.g. configs/resnet/tiny_cpu.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// ImageFolder root with train/ and val/ (not needed for synthetic-memory configs).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Seed of the run (default: drawn from the OS).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// MLPerf log file (appended; default: standard output).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Device to train on.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+}
 
-pub fn run_bert(_args: BertArgs) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("not implemented yet")
+#[cfg(not(feature = "torch"))]
+pub fn run_resnet(_args: ResnetArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("this mlperf-run binary was built without libtorch (feature `torch`); rebuild with default features to train")
+}
+
+#[cfg(feature = "torch")]
+pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
+    use engine::{RunOptions, Status, Submission};
+    let cfg = config::ResnetRunConfig::load(&args.config, args.division)?;
+    let device = match args.device {
+        DeviceArg::Cpu => tch::Device::Cpu,
+        DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
+        DeviceArg::Cuda => anyhow::bail!("--device cuda: no CUDA device is available to libtorch"),
+    };
+    let sys = &cfg.system;
+    let mut opts = RunOptions::new(
+        device,
+        Submission {
+            org: sys.submission_org.clone(),
+            platform: sys.submission_platform.clone(),
+            division: args.division.as_str().into(),
+            status: sys.submission_status.as_str().into(),
+        },
+    );
+    opts.seed = args.seed;
+    opts.log_path = args.log.clone();
+    opts.cache_clear_command = sys.cache_clear_command.clone();
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        sys.time_limit_minutes * 60.0,
+    ));
+    let run = resnet::ResnetRun {
+        config: &cfg,
+        division: args.division,
+        data_dir: args.data.clone(),
+    };
+    let out = resnet::run_once(&run, opts)?;
+    let last = out
+        .evals
+        .last()
+        .map(|(e, a)| format!("eval accuracy {a:.4} at epoch {e}"))
+        .unwrap_or_default();
+    match &out.status {
+        Status::Success => {
+            eprintln!(
+                "run succeeded in {:.1} s ({last}), seed {}",
+                out.run_seconds, out.seed
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Status::Aborted(why) => {
+            eprintln!("run aborted: {why} ({last}), seed {}", out.seed);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BertArgs {
+    /// MLPerf division: closed configs are checked against the closed rules before the run.
+    #[arg(long, value_enum)]
+    pub division: Division,
+    /// Run configuration (TOML), e.g. configs/bert/tiny_cpu.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Data directory with train/ and eval/ HDF5 shards (`mlperf-run data synth-bert` makes one).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Starting checkpoint: the reference checkpoint converted to safetensors
+    /// (scripts/convert_bert_checkpoint); absent: random initialisation.
+    #[arg(long)]
+    pub init_checkpoint: Option<PathBuf>,
+    /// Seed of the run (default: drawn from the OS).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// MLPerf log file (appended; default: standard output).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Device to train on.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+}
+
+#[cfg(not(feature = "torch"))]
+pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("this mlperf-run binary was built without libtorch (feature `torch`); rebuild with default features to train")
+}
+
+#[cfg(feature = "torch")]
+pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
+    use engine::{RunOptions, Status, Submission};
+    let cfg = bert::BertRunConfig::load(&args.config, args.division)?;
+    let device = bert::device(args.device == DeviceArg::Cuda)?;
+    let sys = &cfg.system;
+    let mut opts = RunOptions::new(
+        device,
+        Submission {
+            org: sys.submission_org.clone(),
+            platform: sys.submission_platform.clone(),
+            division: args.division.as_str().into(),
+            status: sys.submission_status.as_str().into(),
+        },
+    );
+    opts.seed = args.seed;
+    opts.log_path = args.log.clone();
+    opts.cache_clear_command = sys.cache_clear_command.clone();
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        sys.time_limit_minutes * 60.0,
+    ));
+    let out = bert::run_once(
+        &cfg,
+        args.division,
+        &args.data,
+        args.init_checkpoint.as_deref(),
+        opts,
+    )?;
+    let last = out
+        .evals
+        .last()
+        .map(|(e, a)| format!("MLM accuracy {a:.4} at {e} samples"))
+        .unwrap_or_default();
+    match &out.status {
+        Status::Success => {
+            eprintln!(
+                "run succeeded in {:.1} s ({last}), seed {}",
+                out.run_seconds, out.seed
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Status::Aborted(why) => {
+            eprintln!("run aborted: {why} ({last}), seed {}", out.seed);
+            Ok(ExitCode::from(1))
+        }
+    }
 }

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod emitter_logs;
+
 /// True when CI demands the oracle and fixtures (scripts/test sets it under CI=true):
 /// tests that need them then fail instead of skipping.
 pub fn required() -> bool {
@@ -14,14 +16,22 @@ pub fn required() -> bool {
 pub fn fixtures(test: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("MLPERF_RESULTS_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/mlperf-results"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/mlperf-results")
+        });
     if dir.is_dir() {
         return Some(dir);
     }
     if required() {
-        panic!("{test}: fixtures not found at {} (set MLPERF_RESULTS_FIXTURES)", dir.display());
+        panic!(
+            "{test}: fixtures not found at {} (set MLPERF_RESULTS_FIXTURES)",
+            dir.display()
+        );
     }
-    eprintln!("SKIP {test}: real result logs not found at {} (set MLPERF_RESULTS_FIXTURES)", dir.display());
+    eprintln!(
+        "SKIP {test}: real result logs not found at {} (set MLPERF_RESULTS_FIXTURES)",
+        dir.display()
+    );
     None
 }
 
@@ -29,7 +39,9 @@ pub fn fixtures(test: &str) -> Option<PathBuf> {
 pub fn oracle(test: &str) -> Option<PathBuf> {
     match mlperf_run::official::python() {
         Some(p) => Some(p),
-        None if required() => panic!("{test}: the official mlperf-logging tools are not importable"),
+        None if required() => {
+            panic!("{test}: the official mlperf-logging tools are not importable")
+        }
         None => {
             eprintln!("SKIP {test}: official mlperf-logging not importable (run scripts/setup.sh)");
             None

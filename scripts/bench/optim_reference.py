@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Plain-PyTorch reference of the optimizer equations, for tests/optim_equivalence.rs.
+
+Reads IN.npz (parameters l1.weight, l1.bias, bn.weight, bn.bias, l2.weight, l2.bias; data x
+[K, N, D] float32 and y [K, N] int64), trains the small model
+    logits = linear(relu(batch_norm(linear(x, l1), bn, training=True)), l2)
+with torch's own cross_entropy(label_smoothing=a) for K steps with the optimizer in the JSON
+config (argv[3]) and writes the parameters after every step to OUT.npz as "<step>.<name>".
+
+LARS (MLPerf reference / TF LARSOptimizer), no trust ratio or weight decay on BN and bias:
+    trust = eta * |w| / (|g| + wd * |w| + eps)   (1 if |w| == 0 or |g| == 0)
+    v = m * v + lr * trust * (g + wd * w);  w -= v       (BN/bias: v = m * v + lr * g)
+SGD: torch.optim.SGD itself (momentum, nesterov, weight decay only on non-BN/bias params).
+"""
+import json
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def main():
+    inp, out, cfg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    torch.use_deterministic_algorithms(True)
+    data = np.load(inp)
+    names = ["l1.weight", "l1.bias", "bn.weight", "bn.bias", "l2.weight", "l2.bias"]
+    p = {n: torch.tensor(data[n], dtype=torch.float32, requires_grad=True) for n in names}
+    xs = torch.tensor(data["x"])
+    ys = torch.tensor(data["y"]).long()
+    lrs = cfg["lrs"]
+    m, wd = cfg["momentum"], cfg["weight_decay"]
+    decayed = [p[n] for n in names if p[n].ndim > 1]
+    flat = [p[n] for n in names if p[n].ndim <= 1]
+    if cfg["name"] == "sgd":
+        opt = torch.optim.SGD(
+            [{"params": decayed, "weight_decay": wd}, {"params": flat, "weight_decay": 0.0}],
+            lr=lrs[0], momentum=m, nesterov=cfg["nesterov"], foreach=False,
+        )
+    velocity = {n: torch.zeros_like(p[n]) for n in names}
+    result = {}
+    for step, lr in enumerate(lrs):
+        for t in p.values():
+            t.grad = None
+        h = F.linear(xs[step], p["l1.weight"], p["l1.bias"])
+        h = F.batch_norm(h, None, None, p["bn.weight"], p["bn.bias"], training=True, momentum=0.1, eps=1e-5)
+        logits = F.linear(torch.relu(h), p["l2.weight"], p["l2.bias"])
+        loss = F.cross_entropy(logits, ys[step], label_smoothing=cfg["label_smoothing"])
+        loss.backward()
+        with torch.no_grad():
+            if cfg["name"] == "sgd":
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                opt.step()
+            else:
+                for n in names:
+                    w, g = p[n], p[n].grad
+                    if w.ndim <= 1:
+                        scaled = lr * g
+                    else:
+                        wn, gn = torch.linalg.vector_norm(w), torch.linalg.vector_norm(g)
+                        if wn > 0 and gn > 0:
+                            trust = cfg["eta"] * wn / (gn + wd * wn + cfg["epsilon"])
+                        else:
+                            trust = torch.tensor(1.0)
+                        scaled = lr * trust * (g + wd * w)
+                    velocity[n] = m * velocity[n] + scaled
+                    update = m * velocity[n] + scaled if cfg["nesterov"] else velocity[n]
+                    w -= update
+        for n in names:
+            result[f"{step}.{n}"] = p[n].detach().numpy().copy()
+        result[f"{step}.loss"] = np.array(loss.item(), dtype=np.float64)
+    np.savez(out, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+// mlperf-run's c10d shim: a process group (TCPStore rendezvous + Gloo or NCCL backend) with
+// allreduce, broadcast and barrier, behind a small C API for Rust (src/dist/ffi.rs).
+//
+// Rules of this file: no C++ exception crosses the C boundary (every entry point catches and
+// returns the message through `err`, freed with mr_dist_free_str); every collective waits
+// with the group's timeout, so a dead or stuck peer ends the call with an error.
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef MLPERF_RUN_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Group {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  std::chrono::milliseconds timeout;
+  int rank;
+  int size;
+  bool failed = false;
+};
+
+void set_err(char** err, const std::string& msg) {
+  if (err == nullptr) return;
+  char* s = static_cast<char*>(std::malloc(msg.size() + 1));
+  if (s == nullptr) return;
+  std::memcpy(s, msg.c_str(), msg.size() + 1);
+  *err = s;
+}
+
+// Runs f; on an exception stores its message in *err, marks the group failed, returns -1.
+template <typename F>
+int guarded(Group* g, char** err, F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const c10::Error& e) {
+    if (g) g->failed = true;
+    set_err(err, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    if (g) g->failed = true;
+    set_err(err, e.what());
+  } catch (...) {
+    if (g) g->failed = true;
+    set_err(err, "unknown C++ exception in the c10d shim");
+  }
+  return -1;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    if (*ifname) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  // All ranks on this host talking to a loopback master: bind gloo to loopback too.
+  if (is_loopback(master)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+void wait_all(Group* g, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  for (auto& w : works) {
+    if (!w->wait(g->timeout)) {
+      throw std::runtime_error("collective did not complete within " +
+                               std::to_string(g->timeout.count()) + " ms");
+    }
+  }
+}
+
+std::vector<at::Tensor> collect(at::Tensor** tensors, size_t n) {
+  std::vector<at::Tensor> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (tensors[i] == nullptr || !tensors[i]->defined()) {
+      throw std::runtime_error("tensor #" + std::to_string(i) + " is undefined");
+    }
+    out.push_back(*tensors[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+// backend: 0 = gloo (CPU tensors), 1 = nccl (CUDA tensors; needs the `nccl` build).
+void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, int backend,
+                  int64_t timeout_ms, char** err) {
+  Group* g = nullptr;
+  int rc = guarded(nullptr, err, [&] {
+    if (size < 1 || rank < 0 || rank >= size) {
+      throw std::runtime_error("invalid rank " + std::to_string(rank) + " for world size " +
+                               std::to_string(size));
+    }
+    auto timeout = std::chrono::milliseconds(timeout_ms);
+    c10d::TCPStoreOptions so;
+    so.port = port;
+    so.isServer = rank == 0;
+    so.numWorkers = static_cast<size_t>(size);
+    so.waitWorkers = true;
+    so.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(std::string(master_addr), so);
+    c10::intrusive_ptr<c10d::Backend> be;
+    if (backend == 0) {
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      opts->devices.push_back(gloo_device(master_addr));
+      be = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+    } else if (backend == 1) {
+#ifdef MLPERF_RUN_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      be = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+#else
+      throw std::runtime_error(
+          "this mlperf-run was built without NCCL; rebuild with `--features nccl` on a CUDA "
+          "machine, or use the gloo backend");
+#endif
+    } else {
+      throw std::runtime_error("unknown backend id " + std::to_string(backend));
+    }
+    g = new Group{store, be, timeout, rank, size};
+  });
+  return rc == 0 ? g : nullptr;
+}
+
+// A group that saw an error may have a worker thread stuck in a dead connection; joining it
+// could hang, so such a group is leaked on purpose (the process is about to end anyway).
+void mr_dist_free(void* handle) {
+  auto* g = static_cast<Group*>(handle);
+  if (g == nullptr) return;
+  if (g->failed) {
+    g->backend.release();
+    g->store.release();
+    return;
+  }
+  try {
+    delete g;
+  } catch (...) {
+  }
+}
+
+// op: 0 = sum, 1 = average, 2 = max, 3 = min. In place on every tensor.
+int mr_dist_allreduce(void* handle, at::Tensor** tensors, size_t n, int op, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  return guarded(g, err, [&] {
+    auto ts = collect(tensors, n);
+    c10d::AllreduceOptions o;
+    o.timeout = g->timeout;
+    switch (op) {
+      case 0: case 1: o.reduceOp = c10d::ReduceOp::SUM; break;
+      case 2: o.reduceOp = c10d::ReduceOp::MAX; break;
+      case 3: o.reduceOp = c10d::ReduceOp::MIN; break;
+      default: throw std::runtime_error("unknown reduce op id " + std::to_string(op));
+    }
+    // c10d treats a multi-tensor list as one tensor per device; reduce each on its own.
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (auto& t : ts) {
+      std::vector<at::Tensor> one{t};
+      works.push_back(g->backend->allreduce(one, o));
+    }
+    wait_all(g, works);
+    if (op == 1 && g->size > 1) {
+      for (auto& t : ts) t.div_(g->size);
+    }
+  });
+}
+
+int mr_dist_broadcast(void* handle, at::Tensor** tensors, size_t n, int root, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  return guarded(g, err, [&] {
+    auto ts = collect(tensors, n);
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.timeout = g->timeout;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (auto& t : ts) {
+      std::vector<at::Tensor> one{t};
+      works.push_back(g->backend->broadcast(one, o));
+    }
+    wait_all(g, works);
+  });
+}
+
+int mr_dist_barrier(void* handle, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  return guarded(g, err, [&] {
+    c10d::BarrierOptions o;
+    o.timeout = g->timeout;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works{g->backend->barrier(o)};
+    wait_all(g, works);
+  });
+}
+
+void mr_dist_free_str(char* s) { std::free(s); }
+
+}  // extern "C"

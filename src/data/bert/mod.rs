@@ -1,0 +1,493 @@
+//! BERT pre-training data in the MLPerf reference's HDF5 layout, read natively.
+//!
+//! A shard is one HDF5 file with six datasets (`N` samples, `S` max sequence length, `P` max
+//! predictions per sequence; any integer type, the reference uses int16/int8):
+//! `input_ids [N,S]`, `input_mask [N,S]`, `segment_ids [N,S]`, `masked_lm_positions [N,P]`,
+//! `masked_lm_ids [N,P]`, `next_sentence_labels [N]`. Unused prediction slots hold position 0
+//! (the `[CLS]` token is never masked), so a sequence's predictions end at its first zero position,
+//! as in the reference's data loader.
+//!
+//! Data directory: `DIR/train/*.hdf5` (or `.h5`), `DIR/eval/*.hdf5`, and for synthetic data
+//! `DIR/vocab.txt` (see [`synth`]).
+//!
+//! Training order ([`TrainLoader`]): per epoch, the shard files are permuted with a stream drawn
+//! from (seed, epoch); each shard's samples are permuted with (seed, epoch, shard); rank `r` of
+//! `w` takes the permuted samples `r, r+w, r+2w, ...` of every shard. So each sample is seen by
+//! exactly one rank, exactly once per epoch; one shard is in memory at a time. Batches are
+//! exactly `local_batch` samples and run across shard and epoch boundaries.
+
+pub mod synth;
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use tch::{Device, Tensor};
+
+/// The six reference datasets, in the order above.
+pub const DATASETS: [&str; 6] = [
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "next_sentence_labels",
+];
+
+/// One shard in memory (values widened to i32).
+#[derive(Debug, Clone)]
+pub struct Shard {
+    pub path: PathBuf,
+    pub n: usize,
+    pub seq: usize,
+    pub preds: usize,
+    input_ids: Vec<i32>,
+    input_mask: Vec<i32>,
+    segment_ids: Vec<i32>,
+    masked_positions: Vec<i32>,
+    masked_ids: Vec<i32>,
+    nsp: Vec<i32>,
+}
+
+fn read_ds(file: &hdf5::File, path: &Path, name: &str) -> Result<(Vec<usize>, Vec<i32>)> {
+    let ds = file.dataset(name).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: no dataset '{name}' ({e}); a BERT shard needs {}",
+            path.display(),
+            DATASETS.join(", ")
+        )
+    })?;
+    let shape = ds.shape();
+    let data = ds.read_raw::<i32>().with_context(|| {
+        format!(
+            "{}: cannot read dataset '{name}' as integers",
+            path.display()
+        )
+    })?;
+    Ok((shape, data))
+}
+
+impl Shard {
+    /// Read and validate one shard.
+    pub fn read(path: &Path) -> Result<Shard> {
+        let file = hdf5::File::open(path)
+            .with_context(|| format!("cannot open {} as HDF5", path.display()))?;
+        let (s_ids, input_ids) = read_ds(&file, path, "input_ids")?;
+        if s_ids.len() != 2 || s_ids[1] == 0 {
+            bail!(
+                "{}: input_ids must be [samples, seq_len], got {s_ids:?}",
+                path.display()
+            );
+        }
+        let (n, seq) = (s_ids[0], s_ids[1]);
+        let get = |name: &str, want: &[usize]| -> Result<Vec<i32>> {
+            let (shape, data) = read_ds(&file, path, name)?;
+            if shape != want {
+                bail!(
+                    "{}: dataset '{name}' has shape {shape:?}, expected {want:?} (from input_ids)",
+                    path.display()
+                );
+            }
+            Ok(data)
+        };
+        let input_mask = get("input_mask", &[n, seq])?;
+        let segment_ids = get("segment_ids", &[n, seq])?;
+        let (s_pos, masked_positions) = read_ds(&file, path, "masked_lm_positions")?;
+        if s_pos.len() != 2 || s_pos[0] != n {
+            bail!(
+                "{}: masked_lm_positions must be [{n}, predictions], got {s_pos:?}",
+                path.display()
+            );
+        }
+        let preds = s_pos[1];
+        let masked_ids = get("masked_lm_ids", &[n, preds])?;
+        let nsp = get("next_sentence_labels", &[n])?;
+        if let Some(p) = masked_positions
+            .iter()
+            .find(|&&p| p < 0 || p as usize >= seq)
+        {
+            bail!(
+                "{}: masked_lm_positions holds {p}, outside 0..{seq}",
+                path.display()
+            );
+        }
+        if let Some(v) = input_ids.iter().chain(&masked_ids).find(|&&v| v < 0) {
+            bail!("{}: negative token id {v}", path.display());
+        }
+        Ok(Shard {
+            path: path.to_path_buf(),
+            n,
+            seq,
+            preds,
+            input_ids,
+            input_mask,
+            segment_ids,
+            masked_positions,
+            masked_ids,
+            nsp,
+        })
+    }
+
+    /// Number of samples without reading the data.
+    pub fn count(path: &Path) -> Result<usize> {
+        let file = hdf5::File::open(path)
+            .with_context(|| format!("cannot open {} as HDF5", path.display()))?;
+        let ds = file
+            .dataset("input_ids")
+            .with_context(|| format!("{}: no dataset 'input_ids'", path.display()))?;
+        Ok(ds.shape().first().copied().unwrap_or(0))
+    }
+
+    /// Largest token id (vocabulary size check).
+    pub fn max_token(&self) -> i32 {
+        self.input_ids
+            .iter()
+            .chain(&self.masked_ids)
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// One batch on a device: `[B,S]` int64 inputs, `[B,P]` masked positions/ids, `[B,P]` float
+/// weights (1 = real prediction), `[B]` NSP labels.
+pub struct BertBatch {
+    pub input_ids: Tensor,
+    pub segment_ids: Tensor,
+    pub input_mask: Tensor,
+    pub masked_positions: Tensor,
+    pub masked_ids: Tensor,
+    pub masked_weights: Tensor,
+    pub nsp_labels: Tensor,
+    pub size: usize,
+}
+
+/// Samples gathered from shards, before they become tensors.
+#[derive(Default)]
+struct Builder {
+    seq: usize,
+    preds: usize,
+    ids: Vec<i64>,
+    mask: Vec<i64>,
+    seg: Vec<i64>,
+    pos: Vec<i64>,
+    mids: Vec<i64>,
+    w: Vec<f32>,
+    nsp: Vec<i64>,
+}
+
+impl Builder {
+    fn push(&mut self, sh: &Shard, i: usize) -> Result<()> {
+        if self.nsp.is_empty() {
+            self.seq = sh.seq;
+            self.preds = sh.preds;
+        } else if (self.seq, self.preds) != (sh.seq, sh.preds) {
+            bail!(
+                "{}: seq_len {} / predictions {} differ from the other shards' {} / {}",
+                sh.path.display(),
+                sh.seq,
+                sh.preds,
+                self.seq,
+                self.preds
+            );
+        }
+        let (s, p) = (sh.seq, sh.preds);
+        let wide = |v: &[i32]| v.iter().map(|&x| x as i64).collect::<Vec<_>>();
+        self.ids.extend(wide(&sh.input_ids[i * s..(i + 1) * s]));
+        self.mask.extend(wide(&sh.input_mask[i * s..(i + 1) * s]));
+        self.seg.extend(wide(&sh.segment_ids[i * s..(i + 1) * s]));
+        let pos = &sh.masked_positions[i * p..(i + 1) * p];
+        let end = pos.iter().position(|&x| x == 0).unwrap_or(p);
+        self.pos.extend(wide(pos));
+        self.mids.extend(wide(&sh.masked_ids[i * p..(i + 1) * p]));
+        self.w
+            .extend((0..p).map(|j| if j < end { 1.0f32 } else { 0.0 }));
+        self.nsp.push(sh.nsp[i] as i64);
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.nsp.len()
+    }
+
+    fn take(&mut self, device: Device) -> BertBatch {
+        let b = self.len() as i64;
+        let (s, p) = (self.seq as i64, self.preds as i64);
+        let t = |v: &mut Vec<i64>, cols: i64| {
+            Tensor::from_slice(&std::mem::take(v))
+                .view([b, cols])
+                .to_device(device)
+        };
+        BertBatch {
+            input_ids: t(&mut self.ids, s),
+            input_mask: t(&mut self.mask, s),
+            segment_ids: t(&mut self.seg, s),
+            masked_positions: t(&mut self.pos, p),
+            masked_ids: t(&mut self.mids, p),
+            masked_weights: Tensor::from_slice(&std::mem::take(&mut self.w))
+                .view([b, p])
+                .to_device(device),
+            nsp_labels: Tensor::from_slice(&std::mem::take(&mut self.nsp)).to_device(device),
+            size: b as usize,
+        }
+    }
+}
+
+/// The shard files (`*.hdf5`, `*.h5`) of a directory, sorted by name.
+pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let rd = std::fs::read_dir(dir).with_context(|| {
+        format!("cannot read {} (a BERT data directory holds train/ and eval/ with HDF5 shards; `mlperf-run data synth-bert --out DIR` makes one)", dir.display())
+    })?;
+    let mut files: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "hdf5" || x == "h5"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("{}: no .hdf5 or .h5 shards", dir.display());
+    }
+    Ok(files)
+}
+
+/// SplitMix64: a small, fully specified generator so data order is reproducible everywhere.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    /// A stream derived from a seed and a path of integers (epoch, shard, ...).
+    pub fn derive(seed: u64, path: &[u64]) -> Rng {
+        let mut r = Rng(seed);
+        for &x in path {
+            let v = r.next_u64();
+            r = Rng(v ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        }
+        r
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() as u128 * n as u128) >> 64) as usize
+    }
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+/// Endless, seeded, rank-sharded training batches.
+pub struct TrainLoader {
+    files: Vec<PathBuf>,
+    seed: u64,
+    rank: usize,
+    world: usize,
+    local_batch: usize,
+    device: Device,
+    epoch: u64,
+    file_order: Vec<usize>,
+    next_file: usize,
+    current: Option<(Shard, Vec<usize>, usize)>,
+    /// Samples in the whole training set (all ranks).
+    pub total_samples: usize,
+}
+
+impl TrainLoader {
+    pub fn new(
+        dir: &Path,
+        seed: u64,
+        rank: usize,
+        world: usize,
+        local_batch: usize,
+        device: Device,
+    ) -> Result<Self> {
+        if world == 0 || rank >= world || local_batch == 0 {
+            bail!("invalid sharding: rank {rank} of world {world}, local batch {local_batch}");
+        }
+        let files = shard_files(dir)?;
+        let mut total = 0;
+        for f in &files {
+            total += Shard::count(f)?;
+        }
+        if total < world {
+            bail!(
+                "{}: {total} training samples cannot be shared by {world} ranks",
+                dir.display()
+            );
+        }
+        let mut l = TrainLoader {
+            files,
+            seed,
+            rank,
+            world,
+            local_batch,
+            device,
+            epoch: 0,
+            file_order: Vec::new(),
+            next_file: 0,
+            current: None,
+            total_samples: total,
+        };
+        l.start_epoch(0);
+        Ok(l)
+    }
+
+    fn start_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
+        self.file_order = (0..self.files.len()).collect();
+        Rng::derive(self.seed, &[epoch]).shuffle(&mut self.file_order);
+        self.next_file = 0;
+    }
+
+    /// The epoch the next sample comes from (0-based).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn next_index(&mut self) -> Result<()> {
+        loop {
+            if let Some((_, order, at)) = &self.current {
+                if *at < order.len() {
+                    return Ok(());
+                }
+            }
+            if self.next_file == self.file_order.len() {
+                self.start_epoch(self.epoch + 1);
+            }
+            let fi = self.file_order[self.next_file];
+            self.next_file += 1;
+            let shard = Shard::read(&self.files[fi])?;
+            let mut order: Vec<usize> = (0..shard.n).collect();
+            Rng::derive(self.seed, &[self.epoch, fi as u64 + 1]).shuffle(&mut order);
+            let mine: Vec<usize> = order
+                .into_iter()
+                .skip(self.rank)
+                .step_by(self.world)
+                .collect();
+            self.current = Some((shard, mine, 0));
+        }
+    }
+
+    /// The sample indices (file, index in file) of the next `n` samples, advancing the loader
+    /// (tests use it to check the order).
+    pub fn next_ids(&mut self, n: usize) -> Result<Vec<(usize, usize)>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            self.next_index()?;
+            let (shard, order, at) = self.current.as_mut().expect("loaded");
+            let fi = self
+                .files
+                .iter()
+                .position(|f| f == &shard.path)
+                .unwrap_or(usize::MAX);
+            out.push((fi, order[*at]));
+            *at += 1;
+        }
+        Ok(out)
+    }
+
+    /// The next batch of exactly `local_batch` samples.
+    pub fn next_batch(&mut self) -> Result<BertBatch> {
+        let mut b = Builder::default();
+        while b.len() < self.local_batch {
+            self.next_index()?;
+            let (shard, order, at) = self.current.as_mut().expect("loaded");
+            b.push(shard, order[*at])?;
+            *at += 1;
+        }
+        Ok(b.take(self.device))
+    }
+}
+
+/// The fixed evaluation set: the first `max_samples` samples of the eval shards, in file order.
+pub struct EvalSet {
+    shards: Vec<Shard>,
+    pub samples: usize,
+}
+
+impl EvalSet {
+    pub fn load(dir: &Path, max_samples: usize) -> Result<EvalSet> {
+        let mut shards = Vec::new();
+        let mut n = 0;
+        for f in shard_files(dir)? {
+            if n >= max_samples {
+                break;
+            }
+            let s = Shard::read(&f)?;
+            n += s.n;
+            shards.push(s);
+        }
+        let samples = n.min(max_samples);
+        if samples < max_samples {
+            bail!(
+                "{}: eval set has {samples} samples, the config asks for {max_samples}",
+                dir.display()
+            );
+        }
+        Ok(EvalSet { shards, samples })
+    }
+
+    /// The eval set in batches of `batch` (the last may be smaller); for rank `rank` of `world`,
+    /// batch `k` belongs to rank `k % world`.
+    pub fn batches(
+        &self,
+        batch: usize,
+        rank: usize,
+        world: usize,
+        device: Device,
+    ) -> Result<Vec<BertBatch>> {
+        let mut out = Vec::new();
+        let mut b = Builder::default();
+        let mut k = 0usize;
+        let mut seen = 0;
+        'outer: for sh in &self.shards {
+            for i in 0..sh.n {
+                if seen == self.samples {
+                    break 'outer;
+                }
+                seen += 1;
+                if k % world == rank {
+                    b.push(sh, i)?;
+                }
+                if seen % batch == 0 {
+                    if b.len() > 0 {
+                        out.push(b.take(device));
+                    }
+                    k += 1;
+                }
+            }
+        }
+        if b.len() > 0 {
+            out.push(b.take(device));
+        }
+        Ok(out)
+    }
+
+    /// Largest token id in the eval set.
+    pub fn max_token(&self) -> i32 {
+        self.shards.iter().map(|s| s.max_token()).max().unwrap_or(0)
+    }
+}
+
+/// Every token id of a data set must index the model's embedding table.
+pub fn check_vocab(max_token: i32, vocab_size: i64, what: &Path) -> Result<()> {
+    if max_token as i64 >= vocab_size {
+        bail!(
+            "{}: token id {max_token} does not fit the model's vocab_size {vocab_size}; set model.vocab_size to at least {}",
+            what.display(),
+            max_token as i64 + 1
+        );
+    }
+    Ok(())
+}

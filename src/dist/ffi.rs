@@ -1,0 +1,49 @@
+//! Raw bindings to the C++ shim (`shim/dist.cpp`). Use [`super::ProcessGroup`] instead.
+//!
+//! Tensors cross as `at::Tensor*`, which is what tch's `Tensor::as_ptr()` returns
+//! (torch-sys: `typedef torch::Tensor *tensor`). Errors come back as malloc'd C strings that
+//! the caller frees with [`mr_dist_free_str`].
+use std::os::raw::{c_char, c_int, c_void};
+use torch_sys::C_tensor;
+
+extern "C" {
+    pub fn mr_dist_new(
+        master_addr: *const c_char,
+        port: u16,
+        rank: c_int,
+        size: c_int,
+        backend: c_int,
+        timeout_ms: i64,
+        err: *mut *mut c_char,
+    ) -> *mut c_void;
+    pub fn mr_dist_free(group: *mut c_void);
+    pub fn mr_dist_allreduce(
+        group: *mut c_void,
+        tensors: *const *const C_tensor,
+        n: usize,
+        op: c_int,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn mr_dist_broadcast(
+        group: *mut c_void,
+        tensors: *const *const C_tensor,
+        n: usize,
+        root: c_int,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn mr_dist_barrier(group: *mut c_void, err: *mut *mut c_char) -> c_int;
+    pub fn mr_dist_free_str(s: *mut c_char);
+}
+
+/// Takes ownership of an error string from the shim (null: a generic message).
+///
+/// # Safety
+/// `err` is null or a string returned through an `err` out-parameter of this shim, not yet freed.
+pub unsafe fn take_err(err: *mut c_char) -> String {
+    if err.is_null() {
+        return "the c10d shim reported an error without a message".to_owned();
+    }
+    let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+    mr_dist_free_str(err);
+    msg
+}

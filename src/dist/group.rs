@@ -1,0 +1,269 @@
+//! A c10d process group (TCPStore rendezvous + Gloo or NCCL) behind a safe, Drop-safe handle.
+use super::ffi;
+use super::rendezvous::Rendezvous;
+use anyhow::{bail, Result};
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr::NonNull;
+use std::time::Duration;
+use tch::{Device, Kind, Tensor};
+
+/// The communication backend: Gloo for CPU tensors, NCCL for CUDA tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Gloo,
+    Nccl,
+}
+
+impl Backend {
+    /// NCCL when training on CUDA, Gloo otherwise.
+    pub fn for_device(device: Device) -> Backend {
+        if device.is_cuda() {
+            Backend::Nccl
+        } else {
+            Backend::Gloo
+        }
+    }
+
+    fn id(self) -> c_int {
+        match self {
+            Backend::Gloo => 0,
+            Backend::Nccl => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Gloo => "gloo",
+            Backend::Nccl => "nccl",
+        }
+    }
+}
+
+/// Element-wise reduction for [`ProcessGroup::allreduce`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    /// Sum divided by the world size.
+    Avg,
+    Max,
+    Min,
+}
+
+impl ReduceOp {
+    fn id(self) -> c_int {
+        match self {
+            ReduceOp::Sum => 0,
+            ReduceOp::Avg => 1,
+            ReduceOp::Max => 2,
+            ReduceOp::Min => 3,
+        }
+    }
+}
+
+/// One process's membership in a group of `size` processes. Every collective waits at most
+/// the group's timeout: a peer that died or stopped ends the call with an error, never a hang.
+/// After an error the group is unusable (the run must end as aborted).
+pub struct ProcessGroup {
+    raw: NonNull<c_void>,
+    rank: usize,
+    size: usize,
+    backend: Backend,
+    timeout: Duration,
+    /// Where small control tensors (eval counts, flags) live: CPU for Gloo, the local GPU
+    /// (`cuda:LOCAL_RANK`) for NCCL.
+    control_device: Device,
+    failed: bool,
+}
+
+// The shim's group may be used from any one thread at a time (not shared).
+unsafe impl Send for ProcessGroup {}
+
+impl ProcessGroup {
+    /// Joins the group described by `rdv` (rank 0 hosts the TCPStore). Blocks until every rank
+    /// has joined or `timeout` passes.
+    pub fn new(rdv: &Rendezvous, backend: Backend, timeout: Duration) -> Result<ProcessGroup> {
+        if timeout.is_zero() {
+            bail!("the distributed timeout must be positive");
+        }
+        let addr = CString::new(rdv.master_addr.as_str())
+            .map_err(|_| anyhow::anyhow!("MASTER_ADDR contains a NUL byte"))?;
+        let (rank, size) = (to_c_int(rdv.rank)?, to_c_int(rdv.world_size)?);
+        let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        let mut err: *mut c_char = std::ptr::null_mut();
+        // SAFETY: addr outlives the call; err is a valid out-pointer.
+        let raw = unsafe {
+            ffi::mr_dist_new(
+                addr.as_ptr(),
+                rdv.master_port,
+                rank,
+                size,
+                backend.id(),
+                timeout_ms,
+                &mut err,
+            )
+        };
+        match NonNull::new(raw) {
+            Some(raw) => Ok(ProcessGroup {
+                raw,
+                rank: rdv.rank,
+                size: rdv.world_size,
+                backend,
+                timeout,
+                control_device: match backend {
+                    Backend::Gloo => Device::Cpu,
+                    Backend::Nccl => Device::Cuda(rdv.local_rank),
+                },
+                failed: false,
+            }),
+            None => {
+                // SAFETY: on failure the shim set err (or left it null).
+                let msg = unsafe { ffi::take_err(err) };
+                bail!(
+                    "could not form the {} process group as rank {} of {} through {}:{} \
+                     (timeout {} s): {msg}. Check that every rank was started with the same \
+                     MASTER_ADDR, MASTER_PORT and WORLD_SIZE, that the port is free on the \
+                     master, and that rank 0 is running",
+                    backend.name(),
+                    rdv.rank,
+                    rdv.world_size,
+                    rdv.master_addr,
+                    rdv.master_port,
+                    timeout.as_secs_f64()
+                )
+            }
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// Reduces every tensor in place across all ranks (each tensor on its own; dense,
+    /// contiguous, on the backend's device).
+    pub fn allreduce(&mut self, tensors: &[&Tensor], op: ReduceOp) -> Result<()> {
+        let ptrs = self.ptrs(tensors)?;
+        self.call("allreduce", |raw, err| unsafe {
+            ffi::mr_dist_allreduce(raw, ptrs.as_ptr(), ptrs.len(), op.id(), err)
+        })
+    }
+
+    /// Overwrites every tensor with rank `root`'s values.
+    pub fn broadcast(&mut self, tensors: &[&Tensor], root: usize) -> Result<()> {
+        if root >= self.size {
+            bail!(
+                "broadcast root {root} is outside the world of {} ranks",
+                self.size
+            );
+        }
+        let root = to_c_int(root)?;
+        let ptrs = self.ptrs(tensors)?;
+        self.call("broadcast", |raw, err| unsafe {
+            ffi::mr_dist_broadcast(raw, ptrs.as_ptr(), ptrs.len(), root, err)
+        })
+    }
+
+    /// Waits until every rank reaches this point.
+    pub fn barrier(&mut self) -> Result<()> {
+        self.call("barrier", |raw, err| unsafe {
+            ffi::mr_dist_barrier(raw, err)
+        })
+    }
+
+    /// Sums (correct, total) eval counts over all ranks: the global accuracy is
+    /// `correct / total` of the result, identical on every rank.
+    pub fn reduce_counts(&mut self, correct: f64, total: f64) -> Result<(f64, f64)> {
+        let t = Tensor::from_slice(&[correct, total]).to_device(self.control_device);
+        self.allreduce(&[&t], ReduceOp::Sum)?;
+        let v = Vec::<f64>::try_from(&t.to_device(Device::Cpu))?;
+        Ok((v[0], v[1]))
+    }
+
+    /// True on every rank if `flag` is true on any rank: lets all ranks stop together (target
+    /// reached, or one rank must abort).
+    pub fn any(&mut self, flag: bool) -> Result<bool> {
+        let t = Tensor::from_slice(&[flag as i32])
+            .to_kind(Kind::Float)
+            .to_device(self.control_device);
+        self.allreduce(&[&t], ReduceOp::Max)?;
+        Ok(t.double_value(&[0]) > 0.5)
+    }
+
+    fn ptrs(&self, tensors: &[&Tensor]) -> Result<Vec<*const torch_sys::C_tensor>> {
+        if self.failed {
+            bail!(
+                "the process group (rank {} of {}) already failed; the run must end as aborted",
+                self.rank,
+                self.size
+            );
+        }
+        for (i, t) in tensors.iter().enumerate() {
+            if !t.defined() {
+                bail!("tensor #{i} passed to a collective is undefined");
+            }
+            let dev = t.device();
+            match (self.backend, dev) {
+                (Backend::Gloo, Device::Cpu) | (Backend::Nccl, Device::Cuda(_)) => {}
+                _ => bail!(
+                    "tensor #{i} is on {dev:?}, which the {} backend cannot reduce \
+                     (gloo: CPU tensors, nccl: CUDA tensors)",
+                    self.backend.name()
+                ),
+            }
+            if !t.is_contiguous() {
+                bail!("tensor #{i} passed to a collective is not contiguous");
+            }
+        }
+        Ok(tensors.iter().map(|t| t.as_ptr()).collect())
+    }
+
+    fn call(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(*mut c_void, *mut *mut c_char) -> c_int,
+    ) -> Result<()> {
+        let mut err: *mut c_char = std::ptr::null_mut();
+        if f(self.raw.as_ptr(), &mut err) == 0 {
+            return Ok(());
+        }
+        self.failed = true;
+        // SAFETY: the shim set err (or left it null) on failure.
+        let msg = unsafe { ffi::take_err(err) };
+        bail!(
+            "{what} failed on rank {} of {} ({}, timeout {} s): {msg}. A peer probably died, \
+             stopped, or failed; this run is aborted",
+            self.rank,
+            self.size,
+            self.backend.name(),
+            self.timeout.as_secs_f64()
+        )
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // SAFETY: raw came from mr_dist_new and is freed once. A failed group is leaked by the
+        // shim (its threads may be stuck on a dead peer).
+        unsafe { ffi::mr_dist_free(self.raw.as_ptr()) }
+    }
+}
+
+fn to_c_int(v: usize) -> Result<c_int> {
+    c_int::try_from(v).map_err(|_| anyhow::anyhow!("rank or world size {v} is too large"))
+}

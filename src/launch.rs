@@ -1,0 +1,239 @@
+//! `mlperf-run launch`: start N local workers of this binary with torchrun's environment
+//! (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), prefix and
+//! forward their output, and fail fast: when a worker fails, the others get a grace period
+//! to notice (their next collective fails, so they can log the run as aborted), then are
+//! terminated, and launch exits non-zero naming the failed rank.
+//!
+//! Also holds the arguments of the hidden `dist-selftest` subcommand (its work is in
+//! `dist::selftest`, which needs the `torch` feature).
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Example: mlperf-run launch --nproc-per-node 8 -- resnet --config closed_8xA100"
+)]
+pub struct LaunchArgs {
+    /// Worker processes to start on this node (one per GPU).
+    #[arg(long)]
+    pub nproc_per_node: usize,
+    /// Rendezvous port on 127.0.0.1 (0: pick a free one).
+    #[arg(long, default_value_t = 29500)]
+    pub master_port: u16,
+    /// Seconds the other workers get to stop on their own after one fails, before they are
+    /// terminated.
+    #[arg(long, default_value_t = 30.0)]
+    pub grace_s: f64,
+    /// The mlperf-run arguments every worker runs, after `--`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub worker_args: Vec<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelftestMode {
+    /// Check every collective's result.
+    Collectives,
+    /// Train a tiny model data-parallel and save its trainable parameters (see --out).
+    Equiv,
+    /// Allreduce every --step-ms for --steps steps (failure tests: --die-rank).
+    Loop,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SelftestArgs {
+    #[arg(long, value_enum, default_value = "collectives")]
+    pub mode: SelftestMode,
+    /// Use NCCL on cuda:LOCAL_RANK instead of Gloo on the CPU.
+    #[arg(long)]
+    pub nccl: bool,
+    /// Collective timeout in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_s: f64,
+    /// Training steps (equiv) or allreduce steps (loop).
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    /// Micro-batches accumulated per step on each rank (equiv).
+    #[arg(long, default_value_t = 1)]
+    pub accum: usize,
+    /// Gradient bucket size in bytes (equiv; small values exercise several buckets).
+    #[arg(long, default_value_t = 1024)]
+    pub bucket_bytes: usize,
+    /// Folder for rank<r>.safetensors with the final trainable parameters (equiv).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// This rank exits with status 3 at step --die-after (loop).
+    #[arg(long)]
+    pub die_rank: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub die_after: usize,
+    /// Pause between loop steps, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub step_ms: u64,
+}
+
+pub fn run_selftest(args: SelftestArgs) -> Result<ExitCode> {
+    #[cfg(feature = "torch")]
+    {
+        crate::dist::selftest::run(&args)
+    }
+    #[cfg(not(feature = "torch"))]
+    {
+        let _ = args;
+        bail!("dist-selftest needs libtorch: rebuild mlperf-run with the `torch` feature")
+    }
+}
+
+/// A TCP port that was free on 127.0.0.1 a moment ago.
+pub fn free_local_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .context("binding 127.0.0.1:0 to find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// How a finished worker ended.
+fn describe(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "an unknown status".into(),
+    }
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid; a child that already exited (zombie until
+    // waited) ignores the signal.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, sig);
+    }
+}
+
+/// Forwards a worker's stream line by line with a `[rank r]` prefix.
+fn forward(
+    stream: impl std::io::Read + Send + 'static,
+    rank: usize,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).split(b'\n') {
+            let Ok(line) = line else { break };
+            let line = String::from_utf8_lossy(&line);
+            if to_stderr {
+                let _ = writeln!(std::io::stderr().lock(), "[rank {rank}] {line}");
+            } else {
+                let _ = writeln!(std::io::stdout().lock(), "[rank {rank}] {line}");
+            }
+        }
+    })
+}
+
+pub fn run_launch(args: LaunchArgs) -> Result<ExitCode> {
+    let n = args.nproc_per_node;
+    if n == 0 {
+        bail!("--nproc-per-node must be at least 1");
+    }
+    if !(args.grace_s >= 0.0 && args.grace_s.is_finite()) {
+        bail!("--grace-s must be a non-negative number of seconds");
+    }
+    if args.worker_args.first().map(String::as_str) == Some("launch") {
+        bail!("the worker arguments start with `launch`: workers must run a training command");
+    }
+    let port = if args.master_port == 0 {
+        free_local_port()?
+    } else {
+        args.master_port
+    };
+    let exe = std::env::current_exe().context("finding this mlperf-run binary to start workers")?;
+    eprintln!(
+        "launch: starting {n} workers of {} on 127.0.0.1:{port}: {}",
+        exe.display(),
+        args.worker_args.join(" ")
+    );
+    let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
+    let mut pipes = Vec::new();
+    for rank in 0..n {
+        let spawned = Command::new(&exe)
+            .args(&args.worker_args)
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", n.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("LOCAL_WORLD_SIZE", n.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        match spawned {
+            Ok(mut c) => {
+                pipes.push(forward(c.stdout.take().expect("piped stdout"), rank, false));
+                pipes.push(forward(c.stderr.take().expect("piped stderr"), rank, true));
+                children.push(Some(c));
+            }
+            Err(e) => {
+                for c in children.iter_mut().flatten() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                bail!("starting worker rank {rank} ({}): {e}", exe.display());
+            }
+        }
+    }
+    let code = supervise(&mut children, Duration::from_secs_f64(args.grace_s))?;
+    for p in pipes {
+        let _ = p.join();
+    }
+    Ok(code)
+}
+
+/// Waits for every worker; on the first failure gives the rest `grace`, then SIGTERM, then
+/// (5 s later) SIGKILL.
+fn supervise(children: &mut [Option<Child>], grace: Duration) -> Result<ExitCode> {
+    let mut first_failure: Option<(usize, String, i32)> = None;
+    let mut deadline: Option<Instant> = None;
+    let mut termed = false;
+    loop {
+        for (rank, slot) in children.iter_mut().enumerate() {
+            let Some(child) = slot else { continue };
+            if let Some(status) = child.try_wait().context("waiting for a worker")? {
+                *slot = None;
+                if !status.success() && first_failure.is_none() {
+                    let how = describe(&status);
+                    eprintln!("launch: worker rank {rank} failed ({how}); stopping the others");
+                    first_failure = Some((rank, how, status.code().unwrap_or(1)));
+                    deadline = Some(Instant::now() + grace);
+                }
+            }
+        }
+        if children.iter().all(Option::is_none) {
+            break;
+        }
+        if let Some(d) = deadline {
+            let now = Instant::now();
+            if now >= d && !termed {
+                for c in children.iter().flatten() {
+                    signal(c, libc::SIGTERM);
+                }
+                termed = true;
+                deadline = Some(now + Duration::from_secs(5));
+            } else if now >= d {
+                for c in children.iter_mut().flatten() {
+                    let _ = c.kill();
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    match first_failure {
+        None => Ok(ExitCode::SUCCESS),
+        Some((rank, how, code)) => {
+            eprintln!("launch: failed: worker rank {rank} ended with {how}");
+            Ok(ExitCode::from(
+                u8::try_from(code).ok().filter(|c| *c != 0).unwrap_or(1),
+            ))
+        }
+    }
+}

@@ -1,0 +1,689 @@
+//! BERT for pre-training (masked LM + next-sentence prediction), as the MLPerf reference has it.
+//!
+//! Architecture (post-LayerNorm BERT, Devlin et al.; the MLPerf phase-2 reference model):
+//! embeddings (word + position + token type) -> LayerNorm -> dropout; `num_layers` encoder layers
+//! of self-attention (query/key/value projections, `scaled_dot_product_attention`, output dense,
+//! dropout, residual, LayerNorm) and a feed-forward block (dense, erf-GELU, dense, dropout,
+//! residual, LayerNorm); a pooler (dense + tanh on the first token) feeding the NSP classifier
+//! `cls.seq_relationship`; and the MLM head (dense, GELU, LayerNorm, then a decoder whose weight
+//! is tied to the word embeddings, plus its own bias `cls.predictions.bias`).
+//!
+//! # Parameter names and the checkpoint name map
+//! Our variables carry the reference's (HuggingFace / NVIDIA `modeling.py`) names, so the map
+//! from a converted reference checkpoint (see `scripts/convert_bert_checkpoint`) to ours is
+//! the identity after these canonicalisations, applied by [`BertForPreTraining::load_reference`]:
+//!
+//! | checkpoint name                                  | ours                                 |
+//! |--------------------------------------------------|--------------------------------------|
+//! | `module.X` / `model.X` (DDP / wrapper prefixes)  | `X`                                  |
+//! | `*.dense_act.*` (NVIDIA's fused LinearActivation) | `*.dense.*`                          |
+//! | `*LayerNorm.gamma` / `*LayerNorm.beta` (old TF port) | `*LayerNorm.weight` / `*LayerNorm.bias` |
+//! | `cls.predictions.decoder.weight`                 | tied: must equal `bert.embeddings.word_embeddings.weight`; not stored |
+//! | `bert.embeddings.position_ids` (buffer)          | ignored                              |
+//!
+//! Everything else keeps its name, e.g. `bert.encoder.layer.N.attention.self.query.weight`,
+//! `bert.encoder.layer.N.attention.output.LayerNorm.weight`, `bert.encoder.layer.N.intermediate.dense.weight`,
+//! `bert.encoder.layer.N.output.dense.bias`, `bert.pooler.dense.weight`,
+//! `cls.predictions.transform.dense.weight`, `cls.predictions.transform.LayerNorm.bias`,
+//! `cls.predictions.bias`, `cls.seq_relationship.weight`. A checkpoint with the unpadded
+//! vocabulary (30,522 rows) loads into a model padded to 30,528: the extra embedding rows and
+//! decoder-bias entries are set to zero.
+//!
+//! # Parameter count
+//! With V vocab, H hidden, L layers, I intermediate, P positions, T token types:
+//! `V*H + P*H + T*H + 2H` (embeddings) `+ L*(4*(H*H+H) + 2*(H*I) + I + H + 4H)` (layers)
+//! `+ H*H + H` (pooler) `+ H*H + H + 2H + V` (MLM transform, LayerNorm, bias; decoder tied)
+//! `+ 2H + 2` (NSP). BERT-Large at V=30,522: 336,226,108; at V=30,528: 336,232,258.
+//!
+//! # Open-division methods
+//! - `unpad`: the embeddings' output is gathered to the non-padding tokens (`[T, H]`); every
+//!   dense layer, LayerNorm, GELU and dropout runs on those T tokens only. Attention scatters
+//!   q/k/v back to `[B, S]` for `scaled_dot_product_attention` (with the key-padding mask) and
+//!   gathers its output again.
+//! - `compute_kind`: `Kind::BFloat16` runs the matmuls (linear layers, attention, decoder) in
+//!   bf16 while weights, LayerNorm and the losses stay fp32 (autocast-style; GPU only).
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use tch::nn::{Init, Path as VPath};
+use tch::{Device, Kind, Tensor};
+
+/// Model shape. `BertConfig::large()` is the MLPerf model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertConfig {
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub num_layers: i64,
+    pub num_heads: i64,
+    pub intermediate_size: i64,
+    #[serde(default = "default_max_position")]
+    pub max_position: i64,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: i64,
+    #[serde(default = "default_dropout")]
+    pub hidden_dropout: f64,
+    #[serde(default = "default_dropout")]
+    pub attention_dropout: f64,
+    #[serde(default = "default_ln_eps")]
+    pub layer_norm_eps: f64,
+}
+
+fn default_max_position() -> i64 {
+    512
+}
+fn default_type_vocab() -> i64 {
+    2
+}
+fn default_dropout() -> f64 {
+    0.1
+}
+fn default_ln_eps() -> f64 {
+    1e-12
+}
+
+impl BertConfig {
+    /// BERT-Large as MLPerf trains it (uncased vocabulary of 30,522; NVIDIA pads to 30,528).
+    pub fn large() -> Self {
+        BertConfig {
+            vocab_size: 30522,
+            hidden_size: 1024,
+            num_layers: 24,
+            num_heads: 16,
+            intermediate_size: 4096,
+            max_position: 512,
+            type_vocab_size: 2,
+            hidden_dropout: 0.1,
+            attention_dropout: 0.1,
+            layer_norm_eps: 1e-12,
+        }
+    }
+
+    /// BERT-Base (12 layers, hidden 768, 12 heads, intermediate 3072).
+    pub fn base() -> Self {
+        BertConfig {
+            hidden_size: 768,
+            num_layers: 12,
+            num_heads: 12,
+            intermediate_size: 3072,
+            ..Self::large()
+        }
+    }
+
+    /// Check the shape is buildable; errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_layers", self.num_layers),
+            ("num_heads", self.num_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position", self.max_position),
+            ("type_vocab_size", self.type_vocab_size),
+        ] {
+            if v <= 0 {
+                bail!("model.{name} must be > 0 (got {v})");
+            }
+        }
+        if self.hidden_size % self.num_heads != 0 {
+            bail!(
+                "model.hidden_size ({}) must be a multiple of model.num_heads ({})",
+                self.hidden_size,
+                self.num_heads
+            );
+        }
+        for (name, p) in [
+            ("hidden_dropout", self.hidden_dropout),
+            ("attention_dropout", self.attention_dropout),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                bail!("model.{name} must be in [0, 1) (got {p})");
+            }
+        }
+        Ok(())
+    }
+
+    /// The exact number of trainable parameters (formula in the module docs).
+    pub fn param_count(&self) -> i64 {
+        let (v, h, l, i, p, t) = (
+            self.vocab_size,
+            self.hidden_size,
+            self.num_layers,
+            self.intermediate_size,
+            self.max_position,
+            self.type_vocab_size,
+        );
+        let embeddings = v * h + p * h + t * h + 2 * h;
+        let layer = 4 * (h * h + h) + 2 * (h * i) + i + h + 4 * h;
+        let pooler = h * h + h;
+        let mlm = h * h + h + 2 * h + v;
+        let nsp = 2 * h + 2;
+        embeddings + l * layer + pooler + mlm + nsp
+    }
+}
+
+/// A dense layer `y = x W^T + b` with the reference's init (normal 0.02, zero bias).
+#[derive(Debug)]
+struct Dense {
+    w: Tensor,
+    b: Tensor,
+}
+
+impl Dense {
+    fn new(p: VPath, input: i64, output: i64) -> Dense {
+        Dense {
+            w: p.var(
+                "weight",
+                &[output, input],
+                Init::Randn {
+                    mean: 0.0,
+                    stdev: 0.02,
+                },
+            ),
+            b: p.var("bias", &[output], Init::Const(0.0)),
+        }
+    }
+
+    fn forward(&self, x: &Tensor, kind: Kind) -> Tensor {
+        if kind == Kind::Float {
+            x.linear(&self.w, Some(&self.b))
+        } else {
+            x.to_kind(kind)
+                .linear(&self.w.to_kind(kind), Some(&self.b.to_kind(kind)))
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LayerNorm {
+    w: Tensor,
+    b: Tensor,
+    eps: f64,
+    dim: i64,
+}
+
+impl LayerNorm {
+    fn new(p: VPath, dim: i64, eps: f64) -> LayerNorm {
+        LayerNorm {
+            w: p.var("weight", &[dim], Init::Const(1.0)),
+            b: p.var("bias", &[dim], Init::Const(0.0)),
+            eps,
+            dim,
+        }
+    }
+
+    /// Always in fp32 (the input is promoted).
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.to_kind(Kind::Float)
+            .layer_norm([self.dim], Some(&self.w), Some(&self.b), self.eps, true)
+    }
+}
+
+#[derive(Debug)]
+struct Layer {
+    query: Dense,
+    key: Dense,
+    value: Dense,
+    attn_out: Dense,
+    attn_ln: LayerNorm,
+    intermediate: Dense,
+    output: Dense,
+    out_ln: LayerNorm,
+}
+
+/// BERT with the pre-training heads (MLM + NSP).
+#[derive(Debug)]
+pub struct BertForPreTraining {
+    pub config: BertConfig,
+    word_emb: Tensor,
+    pos_emb: Tensor,
+    type_emb: Tensor,
+    emb_ln: LayerNorm,
+    layers: Vec<Layer>,
+    pooler: Dense,
+    transform: Dense,
+    transform_ln: LayerNorm,
+    mlm_bias: Tensor,
+    nsp: Dense,
+    /// Open method: compute dense layers on non-padding tokens only.
+    pub unpad: bool,
+    /// Matmul precision: `Kind::Float` (default) or `Kind::BFloat16` (GPU).
+    pub compute_kind: Kind,
+    /// true: `scaled_dot_product_attention` (fused kernels where libtorch has them); false: the
+    /// reference's explicit softmax(QK^T/sqrt(d) - 10000*padding) V.
+    pub fused_attention: bool,
+}
+
+/// Masked positions per sequence for the MLM head, or the whole sequence.
+pub enum MlmOn<'a> {
+    /// `[B, P]` positions (int64); the head runs on these only.
+    Positions(&'a Tensor),
+    /// Every position (`[B, S, V]` logits; tests and debugging).
+    All,
+}
+
+impl BertForPreTraining {
+    /// Create the variables under `root` (use `vs.root()`) with the reference names.
+    pub fn new(root: &VPath, config: &BertConfig) -> Result<Self> {
+        config.validate()?;
+        let c = config;
+        let emb_init = Init::Randn {
+            mean: 0.0,
+            stdev: 0.02,
+        };
+        let bert = root / "bert";
+        let e = &bert / "embeddings";
+        let word_emb =
+            (&e / "word_embeddings").var("weight", &[c.vocab_size, c.hidden_size], emb_init);
+        let pos_emb =
+            (&e / "position_embeddings").var("weight", &[c.max_position, c.hidden_size], emb_init);
+        let type_emb = (&e / "token_type_embeddings").var(
+            "weight",
+            &[c.type_vocab_size, c.hidden_size],
+            emb_init,
+        );
+        let emb_ln = LayerNorm::new(&e / "LayerNorm", c.hidden_size, c.layer_norm_eps);
+        let mut layers = Vec::with_capacity(c.num_layers as usize);
+        for n in 0..c.num_layers {
+            let l = &bert / "encoder" / "layer" / n;
+            let a = &l / "attention";
+            let h = c.hidden_size;
+            layers.push(Layer {
+                query: Dense::new(&a / "self" / "query", h, h),
+                key: Dense::new(&a / "self" / "key", h, h),
+                value: Dense::new(&a / "self" / "value", h, h),
+                attn_out: Dense::new(&a / "output" / "dense", h, h),
+                attn_ln: LayerNorm::new(&a / "output" / "LayerNorm", h, c.layer_norm_eps),
+                intermediate: Dense::new(&l / "intermediate" / "dense", h, c.intermediate_size),
+                output: Dense::new(&l / "output" / "dense", c.intermediate_size, h),
+                out_ln: LayerNorm::new(&l / "output" / "LayerNorm", h, c.layer_norm_eps),
+            });
+        }
+        let pooler = Dense::new(&bert / "pooler" / "dense", c.hidden_size, c.hidden_size);
+        let cls = root / "cls";
+        let pred = &cls / "predictions";
+        let transform = Dense::new(&pred / "transform" / "dense", c.hidden_size, c.hidden_size);
+        let transform_ln = LayerNorm::new(
+            &pred / "transform" / "LayerNorm",
+            c.hidden_size,
+            c.layer_norm_eps,
+        );
+        let mlm_bias = pred.var("bias", &[c.vocab_size], Init::Const(0.0));
+        let nsp = Dense::new(&cls / "seq_relationship", c.hidden_size, 2);
+        Ok(BertForPreTraining {
+            config: c.clone(),
+            word_emb,
+            pos_emb,
+            type_emb,
+            emb_ln,
+            layers,
+            pooler,
+            transform,
+            transform_ln,
+            mlm_bias,
+            nsp,
+            unpad: false,
+            compute_kind: Kind::Float,
+            fused_attention: true,
+        })
+    }
+
+    /// The encoder's output `[B, S, H]` (fp32). Padding rows are zeros when `unpad` is on.
+    pub fn encode(
+        &self,
+        input_ids: &Tensor,
+        segment_ids: &Tensor,
+        input_mask: &Tensor,
+        train: bool,
+    ) -> Tensor {
+        let c = &self.config;
+        let (b, s) = input_ids.size2().expect("input_ids must be [batch, seq]");
+        let h = c.hidden_size;
+        let positions = Tensor::arange(s, (Kind::Int64, input_ids.device()));
+        let emb = Tensor::embedding(&self.word_emb, input_ids, -1, false, false)
+            + Tensor::embedding(&self.pos_emb, &positions, -1, false, false).unsqueeze(0)
+            + Tensor::embedding(&self.type_emb, segment_ids, -1, false, false);
+        // SDPA boolean mask: true = attend. Shape [B, 1, 1, S] broadcasts over heads and queries.
+        let attn_mask = input_mask.ne(0).view([b, 1, 1, s]);
+        if self.unpad {
+            let idx = input_mask.reshape([b * s]).nonzero().squeeze_dim(1);
+            let mut x = self
+                .emb_ln
+                .forward(&emb.view([b * s, h]).index_select(0, &idx))
+                .dropout(c.hidden_dropout, train);
+            for layer in &self.layers {
+                x = self.layer_forward(layer, &x, &attn_mask, Some(&idx), b, s, train);
+            }
+            Tensor::zeros([b * s, h], (x.kind(), x.device()))
+                .index_copy(0, &idx, &x)
+                .view([b, s, h])
+        } else {
+            let mut x = self
+                .emb_ln
+                .forward(&emb)
+                .dropout(c.hidden_dropout, train)
+                .view([b * s, h]);
+            for layer in &self.layers {
+                x = self.layer_forward(layer, &x, &attn_mask, None, b, s, train);
+            }
+            x.view([b, s, h])
+        }
+    }
+
+    /// One encoder layer on `x`: `[B*S, H]`, or `[T, H]` (non-padding tokens `idx`) when unpadded.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_forward(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        attn_mask: &Tensor,
+        idx: Option<&Tensor>,
+        b: i64,
+        s: i64,
+        train: bool,
+    ) -> Tensor {
+        let c = &self.config;
+        let (h, nh) = (c.hidden_size, c.num_heads);
+        let d = h / nh;
+        let k = self.compute_kind;
+        let qkv = Tensor::cat(
+            &[
+                l.query.forward(x, k),
+                l.key.forward(x, k),
+                l.value.forward(x, k),
+            ],
+            1,
+        );
+        let qkv = match idx {
+            Some(idx) => {
+                Tensor::zeros([b * s, 3 * h], (qkv.kind(), qkv.device())).index_copy(0, idx, &qkv)
+            }
+            None => qkv,
+        };
+        // [B, S, 3, nh, d] -> three [B, nh, S, d]
+        let qkv = qkv.view([b, s, 3, nh, d]).permute([2, 0, 3, 1, 4]);
+        let (q, kk, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
+        let p = if train { c.attention_dropout } else { 0.0 };
+        let ctx = if self.fused_attention {
+            Tensor::scaled_dot_product_attention(
+                &q,
+                &kk,
+                &v,
+                Some(attn_mask),
+                p,
+                false,
+                None,
+                false,
+            )
+        } else {
+            let scores = q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt();
+            let scores = scores.to_kind(Kind::Float)
+                + (attn_mask.logical_not().to_kind(Kind::Float) * -10000.0);
+            scores
+                .softmax(-1, Kind::Float)
+                .dropout(p, train)
+                .to_kind(v.kind())
+                .matmul(&v)
+        };
+        let ctx = ctx.permute([0, 2, 1, 3]).reshape([b * s, h]);
+        let ctx = match idx {
+            Some(idx) => ctx.index_select(0, idx),
+            None => ctx,
+        };
+        let attn = l.attn_out.forward(&ctx, k).dropout(c.hidden_dropout, train);
+        let x = l.attn_ln.forward(&(attn.to_kind(Kind::Float) + x));
+        let inter = l.intermediate.forward(&x, k).gelu("none");
+        let out = l.output.forward(&inter, k).dropout(c.hidden_dropout, train);
+        l.out_ln.forward(&(out.to_kind(Kind::Float) + x))
+    }
+
+    /// MLM logits (`[B, P, V]` at `Positions`, `[B, S, V]` for `All`) and NSP logits `[B, 2]`.
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        segment_ids: &Tensor,
+        input_mask: &Tensor,
+        mlm_on: MlmOn<'_>,
+        train: bool,
+    ) -> (Tensor, Tensor) {
+        let seq = self.encode(input_ids, segment_ids, input_mask, train);
+        let k = self.compute_kind;
+        let pooled = self.pooler.forward(&seq.select(1, 0), k).tanh();
+        let nsp = self.nsp.forward(&pooled, k).to_kind(Kind::Float);
+        let picked = match mlm_on {
+            MlmOn::Positions(pos) => {
+                let (b, p) = pos
+                    .size2()
+                    .expect("masked positions must be [batch, predictions]");
+                seq.gather(
+                    1,
+                    &pos.unsqueeze(-1)
+                        .expand([b, p, self.config.hidden_size], false),
+                    false,
+                )
+            }
+            MlmOn::All => seq,
+        };
+        let t = self
+            .transform_ln
+            .forward(&self.transform.forward(&picked, k).gelu("none"));
+        let logits = if k == Kind::Float {
+            t.matmul(&self.word_emb.tr()) + &self.mlm_bias
+        } else {
+            (t.to_kind(k).matmul(&self.word_emb.to_kind(k).tr())).to_kind(Kind::Float)
+                + &self.mlm_bias
+        };
+        (logits, nsp)
+    }
+
+    /// Load a converted reference checkpoint (safetensors) into the variables of `vs`.
+    /// Names are mapped as the module docs describe; a missing, unexpected or mis-shaped tensor
+    /// is an error naming it.
+    pub fn load_reference(&self, vs: &tch::nn::VarStore, path: &Path) -> Result<LoadReport> {
+        let tensors = Tensor::read_safetensors(path).with_context(|| {
+            format!(
+                "cannot read {} as safetensors (convert the reference .pt checkpoint first: \
+                 scripts/convert_bert_checkpoint IN.pt OUT.safetensors)",
+                path.display()
+            )
+        })?;
+        let mut ckpt: BTreeMap<String, Tensor> = BTreeMap::new();
+        let mut report = LoadReport::default();
+        for (name, t) in tensors {
+            let canon = canonical_name(&name);
+            if canon == "bert.embeddings.position_ids" {
+                report.ignored.push(name);
+                continue;
+            }
+            if ckpt.insert(canon.clone(), t).is_some() {
+                bail!(
+                    "{}: two tensors map to the same name '{canon}' (one is '{name}')",
+                    path.display()
+                );
+            }
+        }
+        let decoder = ckpt.remove("cls.predictions.decoder.weight");
+        let vars: HashMap<String, Tensor> = vs.variables();
+        let mut missing: Vec<&String> = vars.keys().filter(|k| !ckpt.contains_key(*k)).collect();
+        missing.sort();
+        if !missing.is_empty() {
+            bail!(
+                "{}: checkpoint lacks {} of the model's tensors, e.g. {:?} (is the model config the checkpoint's?)",
+                path.display(),
+                missing.len(),
+                &missing[..missing.len().min(5)]
+            );
+        }
+        let unexpected: Vec<&String> = ckpt.keys().filter(|k| !vars.contains_key(*k)).collect();
+        if !unexpected.is_empty() {
+            bail!(
+                "{}: checkpoint has {} tensors the model does not know, e.g. {:?} (see the name map in src/models/bert.rs)",
+                path.display(),
+                unexpected.len(),
+                &unexpected[..unexpected.len().min(5)]
+            );
+        }
+        tch::no_grad(|| -> Result<()> {
+            for (name, src) in &ckpt {
+                let dst = &vars[name];
+                let src = src.to_kind(dst.kind()).to_device(dst.device());
+                let (ds, ss) = (dst.size(), src.size());
+                let vocab_padded = (name == "bert.embeddings.word_embeddings.weight"
+                    || name == "cls.predictions.bias")
+                    && ss.len() == ds.len()
+                    && ss[0] < ds[0]
+                    && ss[1..] == ds[1..];
+                if vocab_padded {
+                    let mut dst = dst.shallow_clone();
+                    let _ = dst.zero_();
+                    dst.narrow(0, 0, ss[0]).copy_(&src);
+                    report.padded_vocab = Some((ss[0], ds[0]));
+                } else if ds == ss {
+                    let mut dst = dst.shallow_clone();
+                    dst.copy_(&src);
+                } else {
+                    bail!(
+                        "{}: tensor '{name}' has shape {ss:?}, the model wants {ds:?}",
+                        path.display()
+                    );
+                }
+                report.loaded += 1;
+            }
+            Ok(())
+        })?;
+        if let Some(dec) = decoder {
+            let emb = &vars["bert.embeddings.word_embeddings.weight"];
+            let rows = dec.size()[0];
+            let same = dec.size().len() == 2
+                && rows <= emb.size()[0]
+                && emb.narrow(0, 0, rows).to_device(Device::Cpu).allclose(
+                    &dec.to_kind(emb.kind()),
+                    0.0,
+                    0.0,
+                    false,
+                );
+            if !same {
+                bail!(
+                    "{}: cls.predictions.decoder.weight differs from bert.embeddings.word_embeddings.weight; \
+                     this model ties them (the reference does too)",
+                    path.display()
+                );
+            }
+            report
+                .ignored
+                .push("cls.predictions.decoder.weight (tied)".into());
+        }
+        Ok(report)
+    }
+}
+
+/// What [`BertForPreTraining::load_reference`] did.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub loaded: usize,
+    pub ignored: Vec<String>,
+    /// (rows in the checkpoint, rows in the model) when the vocabulary was padded.
+    pub padded_vocab: Option<(i64, i64)>,
+}
+
+/// Reference checkpoint name -> our name (see the table in the module docs).
+pub fn canonical_name(name: &str) -> String {
+    let mut n = name;
+    for prefix in ["module.", "model."] {
+        if let Some(rest) = n.strip_prefix(prefix) {
+            n = rest;
+        }
+    }
+    let mut n = n.replace(".dense_act.", ".dense.");
+    if n.contains("LayerNorm.") {
+        if let Some(stem) = n.strip_suffix(".gamma") {
+            n = format!("{stem}.weight");
+        } else if let Some(stem) = n.strip_suffix(".beta") {
+            n = format!("{stem}.bias");
+        }
+    }
+    n
+}
+
+/// Masked-LM and NSP losses (summed, as the reference does) for one batch.
+/// `masked_ids` `[B, P]` with `masked_weights` `[B, P]` (1 = a real prediction, 0 = padding).
+pub fn pretraining_loss(
+    mlm_logits: &Tensor,
+    nsp_logits: &Tensor,
+    masked_ids: &Tensor,
+    masked_weights: &Tensor,
+    nsp_labels: &Tensor,
+) -> Tensor {
+    let v = mlm_logits.size()[mlm_logits.dim() - 1];
+    let labels = masked_ids
+        .where_self(&masked_weights.gt(0.0), &masked_ids.full_like(-1))
+        .reshape([-1]);
+    let mlm = mlm_logits.reshape([-1, v]).cross_entropy_loss::<Tensor>(
+        &labels,
+        None,
+        tch::Reduction::Mean,
+        -1,
+        0.0,
+    );
+    let nsp = nsp_logits.cross_entropy_loss::<Tensor>(
+        &nsp_labels.reshape([-1]),
+        None,
+        tch::Reduction::Mean,
+        -100,
+        0.0,
+    );
+    mlm + nsp
+}
+
+/// (correct masked predictions, all masked predictions) for one batch.
+pub fn mlm_correct(
+    mlm_logits: &Tensor,
+    masked_ids: &Tensor,
+    masked_weights: &Tensor,
+) -> (i64, i64) {
+    let valid = masked_weights.gt(0.0);
+    let pred = mlm_logits.argmax(-1, false);
+    let correct = pred
+        .eq_tensor(masked_ids)
+        .logical_and(&valid)
+        .sum(Kind::Int64)
+        .int64_value(&[]);
+    let total = valid.sum(Kind::Int64).int64_value(&[]);
+    (correct, total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_names() {
+        assert_eq!(
+            canonical_name("module.bert.pooler.dense_act.weight"),
+            "bert.pooler.dense.weight"
+        );
+        assert_eq!(
+            canonical_name("bert.encoder.layer.3.output.LayerNorm.gamma"),
+            "bert.encoder.layer.3.output.LayerNorm.weight"
+        );
+        assert_eq!(
+            canonical_name("cls.predictions.bias"),
+            "cls.predictions.bias"
+        );
+    }
+
+    #[test]
+    fn large_formula() {
+        assert_eq!(BertConfig::large().param_count(), 336_226_108);
+        let padded = BertConfig {
+            vocab_size: 30528,
+            ..BertConfig::large()
+        };
+        assert_eq!(
+            padded.param_count() - BertConfig::large().param_count(),
+            6 * 1024 + 6
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! ResNet v1.5 (the MLPerf ResNet-50 and torchvision's `resnet50`): a 7x7/2 conv-BN-ReLU stem,
+//! a 3x3/2 max-pool, four stages of bottlenecks with the stride on the 3x3 conv (v1.5) and on
+//! the projection, global average pooling and a fully connected classifier. BN momentum 0.1
+//! (TF/MXNet 0.9), eps 1e-5. Width and blocks per stage are configurable for tiny presets.
+//!
+//! Open-division switches: BlurPool (Composer's `apply_blurpool`: strided convs with at least
+//! 16 input channels blur first, the max-pool becomes a max-blur-pool) and channels-last.
+
+use crate::methods::blurpool;
+use tch::nn::{self, ModuleT};
+use tch::{Device, Kind, Tensor};
+
+/// Shape and switches of a ResNet v1.5.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResnetSpec {
+    pub classes: i64,
+    /// Planes of the first stage (64 in ResNet-50); stages use width x 1, 2, 4, 8.
+    pub width: i64,
+    /// Bottlenecks per stage (3, 4, 6, 3 in ResNet-50).
+    pub blocks: [i64; 4],
+    /// Zero-init the gamma of the last BN of every bottleneck (Goyal et al.).
+    pub zero_init_last_bn: bool,
+    /// Composer BlurPool (replace_convs, replace_maxpools, blur_first, min_channels 16).
+    pub blurpool: bool,
+}
+
+impl ResnetSpec {
+    /// ResNet-50 v1.5 at `classes` classes.
+    pub fn resnet50(classes: i64) -> Self {
+        ResnetSpec {
+            classes,
+            width: 64,
+            blocks: [3, 4, 6, 3],
+            zero_init_last_bn: false,
+            blurpool: false,
+        }
+    }
+}
+
+const EXPANSION: i64 = 4;
+const BN_EPS: f64 = 1e-5;
+const BN_MOMENTUM: f64 = 0.1;
+
+fn conv_init() -> nn::Init {
+    nn::Init::Kaiming {
+        dist: nn::init::NormalOrUniform::Normal,
+        fan: nn::init::FanInOut::FanOut,
+        non_linearity: nn::init::NonLinearity::ReLU,
+    }
+}
+
+fn conv(p: nn::Path, c_in: i64, c_out: i64, k: i64, stride: i64, padding: i64) -> nn::Conv2D {
+    let cfg = nn::ConvConfig {
+        stride,
+        padding,
+        bias: false,
+        ws_init: conv_init(),
+        ..Default::default()
+    };
+    nn::conv2d(p, c_in, c_out, k, cfg)
+}
+
+fn bn(p: nn::Path, c: i64, zero_gamma: bool) -> nn::BatchNorm {
+    let ws_init = if zero_gamma {
+        nn::Init::Const(0.0)
+    } else {
+        nn::Init::Const(1.0)
+    };
+    let cfg = nn::BatchNormConfig {
+        eps: BN_EPS,
+        momentum: BN_MOMENTUM,
+        ws_init,
+        ..Default::default()
+    };
+    nn::batch_norm2d(p, c, cfg)
+}
+
+/// A convolution that may blur its input first (BlurPool on strided convs).
+#[derive(Debug)]
+struct MaybeBlurConv {
+    conv: nn::Conv2D,
+    blur: Option<Tensor>,
+}
+
+impl MaybeBlurConv {
+    fn new(
+        p: nn::Path,
+        c_in: i64,
+        c_out: i64,
+        k: i64,
+        stride: i64,
+        padding: i64,
+        blurpool: bool,
+    ) -> Self {
+        let blur = (blurpool && stride > 1 && c_in >= blurpool::MIN_CHANNELS)
+            .then(|| blurpool::filter(c_in, p.device()));
+        MaybeBlurConv {
+            conv: conv(p, c_in, c_out, k, stride, padding),
+            blur,
+        }
+    }
+
+    fn forward(&self, xs: &Tensor) -> Tensor {
+        match &self.blur {
+            Some(f) => blurpool::blur(xs, f, 1).apply(&self.conv),
+            None => xs.apply(&self.conv),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Bottleneck {
+    conv1: nn::Conv2D,
+    bn1: nn::BatchNorm,
+    conv2: MaybeBlurConv,
+    bn2: nn::BatchNorm,
+    conv3: nn::Conv2D,
+    bn3: nn::BatchNorm,
+    downsample: Option<(MaybeBlurConv, nn::BatchNorm)>,
+}
+
+impl Bottleneck {
+    fn new(p: nn::Path, c_in: i64, planes: i64, stride: i64, spec: &ResnetSpec) -> Self {
+        let c_out = planes * EXPANSION;
+        let downsample = (stride != 1 || c_in != c_out).then(|| {
+            (
+                MaybeBlurConv::new(
+                    &p / "downsample" / "0",
+                    c_in,
+                    c_out,
+                    1,
+                    stride,
+                    0,
+                    spec.blurpool,
+                ),
+                bn(&p / "downsample" / "1", c_out, false),
+            )
+        });
+        Bottleneck {
+            conv1: conv(&p / "conv1", c_in, planes, 1, 1, 0),
+            bn1: bn(&p / "bn1", planes, false),
+            conv2: MaybeBlurConv::new(&p / "conv2", planes, planes, 3, stride, 1, spec.blurpool),
+            bn2: bn(&p / "bn2", planes, false),
+            conv3: conv(&p / "conv3", planes, c_out, 1, 1, 0),
+            bn3: bn(&p / "bn3", c_out, spec.zero_init_last_bn),
+            downsample,
+        }
+    }
+}
+
+impl ModuleT for Bottleneck {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        // in-place ReLU and residual add, as torchvision (fewer large allocations)
+        let mut ys = xs.apply(&self.conv1).apply_t(&self.bn1, train);
+        let _ = ys.relu_();
+        let mut ys = self.conv2.forward(&ys).apply_t(&self.bn2, train);
+        let _ = ys.relu_();
+        let mut ys = ys.apply(&self.conv3).apply_t(&self.bn3, train);
+        match &self.downsample {
+            Some((c, b)) => ys += c.forward(xs).apply_t(b, train),
+            None => ys += xs,
+        };
+        let _ = ys.relu_();
+        ys
+    }
+}
+
+/// ResNet v1.5. Parameter names follow torchvision (`conv1.weight`, `layer1.0.bn3.weight`, ...).
+#[derive(Debug)]
+pub struct Resnet {
+    conv1: nn::Conv2D,
+    bn1: nn::BatchNorm,
+    maxpool_blur: Option<Tensor>,
+    layers: Vec<Bottleneck>,
+    fc: nn::Linear,
+}
+
+impl Resnet {
+    pub fn new(root: &nn::Path, spec: &ResnetSpec) -> Resnet {
+        let w = spec.width;
+        let mut layers = Vec::new();
+        let mut c_in = w;
+        for (stage, &n) in spec.blocks.iter().enumerate() {
+            let planes = w << stage;
+            let p = root / format!("layer{}", stage + 1);
+            for i in 0..n {
+                let stride = if stage > 0 && i == 0 { 2 } else { 1 };
+                layers.push(Bottleneck::new(&p / i, c_in, planes, stride, spec));
+                c_in = planes * EXPANSION;
+            }
+        }
+        Resnet {
+            conv1: conv(root / "conv1", 3, w, 7, 2, 3),
+            bn1: bn(root / "bn1", w, false),
+            maxpool_blur: spec.blurpool.then(|| blurpool::filter(w, root.device())),
+            layers,
+            fc: nn::linear(root / "fc", c_in, spec.classes, Default::default()),
+        }
+    }
+}
+
+impl ModuleT for Resnet {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        let mut ys = xs.apply(&self.conv1).apply_t(&self.bn1, train);
+        let _ = ys.relu_();
+        let mut ys = match &self.maxpool_blur {
+            // Composer MaxBlurPool2d: max-pool at stride 1, then blur at stride 2.
+            Some(f) => blurpool::blur(&ys.max_pool2d([3, 3], [1, 1], [1, 1], [1, 1], false), f, 2),
+            None => ys.max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false),
+        };
+        for layer in &self.layers {
+            ys = layer.forward_t(&ys, train);
+        }
+        ys.adaptive_avg_pool2d([1, 1])
+            .flatten(1, -1)
+            .apply(&self.fc)
+    }
+}
+
+/// Give every 4-d variable (conv weights) channels-last strides in place.
+pub fn convert_channels_last(vs: &nn::VarStore) {
+    tch::no_grad(|| {
+        for (_, mut t) in vs.variables() {
+            if t.dim() == 4 {
+                let cl = super::to_channels_last(&t);
+                t.set_data(&cl);
+            }
+        }
+    });
+}
+
+/// Normalise a u8 NHWC batch (already on the device) to float NCHW with the ImageNet mean and
+/// std. The result has channels-last strides (a permuted view); `contiguous` makes it NCHW.
+pub fn normalize_nhwc_u8(images: &Tensor, channels_last: bool, kind: Kind) -> Tensor {
+    let device = images.device();
+    let mean =
+        Tensor::from_slice(&[0.485f32 * 255.0, 0.456 * 255.0, 0.406 * 255.0]).to_device(device);
+    let std =
+        Tensor::from_slice(&[0.229f32 * 255.0, 0.224 * 255.0, 0.225 * 255.0]).to_device(device);
+    let x = (images.to_kind(Kind::Float) - mean) / std;
+    let x = x.permute([0, 3, 1, 2]);
+    let x = if channels_last { x } else { x.contiguous() };
+    if kind == Kind::Float {
+        x
+    } else {
+        x.to_kind(kind)
+    }
+}
+
+/// A ResNet on `device` with its var store.
+pub fn build(spec: &ResnetSpec, device: Device) -> (nn::VarStore, Resnet) {
+    let vs = nn::VarStore::new(device);
+    let net = Resnet::new(&vs.root(), spec);
+    (vs, net)
+}

@@ -1,0 +1,416 @@
+//! Run sets: N seeded runs of one benchmark into `RESULTS/SYSTEM/BENCHMARK/result_<i>.txt`,
+//! resumable, with the set going on after a run that crashes or diverges.
+//!
+//! Durability: a run's log is appended line by line, each line flushed as it is written
+//! (see [`crate::mllog::Sink`]), so Ctrl-C or a crash leaves a valid partial log. A result file
+//! is *finished* once it holds a `run_stop` event; finished files are never rewritten. On
+//! `--resume`, an unfinished file (killed mid-run) is moved to `interrupted/` beside the set
+//! and its run is done again with a fresh seed.
+
+use crate::mllog::{self, keys, Emitter, LogFile, Sink};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// What set to run and where.
+#[derive(Debug, Clone)]
+pub struct SetSpec {
+    /// Root of the results tree (`--results`).
+    pub results_root: PathBuf,
+    /// System name (`--system`): the folder under the results root.
+    pub system: String,
+    /// Benchmark name (resnet, bert): the folder under the system.
+    pub benchmark: String,
+    /// Number of runs (`--runs`).
+    pub runs: usize,
+    /// Seeds to use, by run index (`--seeds`); None draws each from the OS.
+    pub seeds: Option<Vec<u64>>,
+    /// Continue an existing set (`--resume`).
+    pub resume: bool,
+}
+
+impl SetSpec {
+    /// `RESULTS/SYSTEM/BENCHMARK`.
+    pub fn set_dir(&self) -> PathBuf {
+        self.results_root.join(&self.system).join(&self.benchmark)
+    }
+
+    /// `RESULTS/SYSTEM/BENCHMARK/result_<i>.txt`.
+    pub fn result_path(&self, index: usize) -> PathBuf {
+        self.set_dir().join(format!("result_{index}.txt"))
+    }
+}
+
+/// One run for the executor to perform.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub index: usize,
+    pub runs: usize,
+    pub seed: u64,
+    /// The log to append to (created by the executor's emitter).
+    pub log_path: PathBuf,
+}
+
+/// Performs one seeded run, writing its MLPerf log to `req.log_path`. An `Err` means the run
+/// crashed; the set records it as aborted and goes on.
+pub trait RunExecutor {
+    fn run(&mut self, req: &RunRequest) -> Result<()>;
+}
+
+impl<F: FnMut(&RunRequest) -> Result<()>> RunExecutor for F {
+    fn run(&mut self, req: &RunRequest) -> Result<()> {
+        self(req)
+    }
+}
+
+/// How one run of the set ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub index: usize,
+    pub seed: Option<u64>,
+    /// run_stop status (success, aborted), or None when the log has no run_stop.
+    pub status: Option<String>,
+    /// True when this invocation ran it (false: kept from an earlier, resumed invocation).
+    pub ran_now: bool,
+    /// The crash message, when the executor failed.
+    pub error: Option<String>,
+}
+
+/// The outcome of [`run_set`].
+#[derive(Debug, Clone)]
+pub struct SetOutcome {
+    pub set_dir: PathBuf,
+    pub runs: Vec<RunRecord>,
+    /// Files moved aside on resume (unfinished logs of killed runs).
+    pub moved_aside: Vec<PathBuf>,
+    /// True when Ctrl-C stopped the set early.
+    pub interrupted: bool,
+}
+
+/// Progress notifications for a display.
+#[derive(Debug, Clone)]
+pub enum SetEvent<'a> {
+    Kept(&'a RunRecord),
+    Starting(&'a RunRequest),
+    Finished(&'a RunRecord),
+}
+
+fn seed_of(log: &LogFile) -> Option<u64> {
+    log.first(keys::SEED).and_then(|e| e.value.as_u64())
+}
+
+fn status_of(log: &LogFile) -> Option<String> {
+    log.last(keys::RUN_STOP)
+        .map(|e| e.status().unwrap_or("unknown").to_string())
+}
+
+/// Draw a seed from the OS that is not in `used`.
+pub fn os_seed(used: &BTreeSet<u64>) -> Result<u64> {
+    loop {
+        let mut buf = [0u8; 4];
+        getrandom::getrandom(&mut buf)
+            .map_err(|e| anyhow::anyhow!("cannot draw a seed from the OS: {e}"))?;
+        let seed = u32::from_le_bytes(buf) as u64;
+        if !used.contains(&seed) {
+            return Ok(seed);
+        }
+    }
+}
+
+/// Run (or resume) a set. `on_event` sees every run kept, started and finished.
+pub fn run_set(
+    spec: &SetSpec,
+    executor: &mut dyn RunExecutor,
+    mut on_event: impl FnMut(SetEvent<'_>),
+) -> Result<SetOutcome> {
+    if spec.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    if let Some(seeds) = &spec.seeds {
+        if seeds.len() < spec.runs {
+            bail!(
+                "--seeds lists {} seeds for {} runs: give one seed per run",
+                seeds.len(),
+                spec.runs
+            );
+        }
+        let distinct: BTreeSet<_> = seeds.iter().collect();
+        if distinct.len() != seeds.len() {
+            bail!("--seeds repeats a seed: every run of a set needs its own seed");
+        }
+    }
+    let set_dir = spec.set_dir();
+    std::fs::create_dir_all(&set_dir)
+        .with_context(|| format!("cannot create {}", set_dir.display()))?;
+
+    let existing: Vec<usize> = (0..spec.runs.max(64))
+        .filter(|i| spec.result_path(*i).exists())
+        .collect();
+    if !existing.is_empty() && !spec.resume {
+        bail!(
+            "{} already holds {} result file(s): pass --resume to continue this set, or choose another --results or --system",
+            set_dir.display(),
+            existing.len()
+        );
+    }
+    if let Some(extra) = existing.iter().find(|i| **i >= spec.runs) {
+        bail!(
+            "{} holds {} beyond the {} runs asked for: pass the set's original --runs",
+            set_dir.display(),
+            spec.result_path(*extra).display(),
+            spec.runs
+        );
+    }
+
+    let mut outcome = SetOutcome {
+        set_dir: set_dir.clone(),
+        runs: Vec::new(),
+        moved_aside: Vec::new(),
+        interrupted: false,
+    };
+    let mut used_seeds = BTreeSet::new();
+    let mut todo = Vec::new();
+    for index in 0..spec.runs {
+        let path = spec.result_path(index);
+        if !path.exists() {
+            todo.push(index);
+            continue;
+        }
+        let log = mllog::parse_file(&path)?;
+        match status_of(&log) {
+            Some(status) => {
+                let record = RunRecord {
+                    index,
+                    seed: seed_of(&log),
+                    status: Some(status),
+                    ran_now: false,
+                    error: None,
+                };
+                if let Some(s) = record.seed {
+                    used_seeds.insert(s);
+                }
+                on_event(SetEvent::Kept(&record));
+                outcome.runs.push(record);
+            }
+            None => {
+                // Killed mid-run: keep the partial log for the user, outside the set.
+                let aside_dir = set_dir.join("interrupted");
+                std::fs::create_dir_all(&aside_dir)?;
+                let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+                let aside = aside_dir.join(format!("result_{index}-{stamp}.txt"));
+                std::fs::rename(&path, &aside)
+                    .with_context(|| format!("cannot move unfinished {} aside", path.display()))?;
+                tracing::warn!(
+                    "{} had no run_stop (killed mid-run): moved to {}",
+                    path.display(),
+                    aside.display()
+                );
+                if let Some(s) = seed_of(&log) {
+                    used_seeds.insert(s);
+                }
+                outcome.moved_aside.push(aside);
+                todo.push(index);
+            }
+        }
+    }
+    if let Some(seeds) = &spec.seeds {
+        used_seeds.extend(seeds.iter().copied());
+    }
+
+    for index in todo {
+        if crate::interrupt::requested() {
+            outcome.interrupted = true;
+            break;
+        }
+        let seed = match &spec.seeds {
+            Some(seeds) => seeds[index],
+            None => os_seed(&used_seeds)?,
+        };
+        used_seeds.insert(seed);
+        let req = RunRequest {
+            index,
+            runs: spec.runs,
+            seed,
+            log_path: spec.result_path(index),
+        };
+        on_event(SetEvent::Starting(&req));
+        let error = executor.run(&req).err().map(|e| format!("{e:#}"));
+        if let Some(msg) = &error {
+            tracing::error!("run {index} crashed: {msg}");
+        }
+        let mut log = mllog::parse_file(&req.log_path).unwrap_or_default();
+        if status_of(&log).is_none() {
+            // The run died without closing its log: close it as aborted so it counts as a
+            // non-converged run and a resume does not redo it.
+            let mut emitter = Emitter::new(vec![Sink::file(&req.log_path, true)?]);
+            let reason = error
+                .clone()
+                .unwrap_or_else(|| "run ended without run_stop".into());
+            emitter.end(
+                keys::RUN_STOP,
+                Value::Null,
+                crate::meta! {"status" => keys::STATUS_ABORTED, "reason" => reason},
+            )?;
+            log = mllog::parse_file(&req.log_path)?;
+        }
+        let record = RunRecord {
+            index,
+            seed: Some(seed),
+            status: status_of(&log),
+            ran_now: true,
+            error,
+        };
+        on_event(SetEvent::Finished(&record));
+        outcome.runs.push(record);
+        if crate::interrupt::requested() {
+            outcome.interrupted = true;
+            break;
+        }
+    }
+    outcome.runs.sort_by_key(|r| r.index);
+    Ok(outcome)
+}
+
+/// Parse `--seeds 1,2,3`.
+pub fn parse_seed_list(text: &str) -> Result<Vec<u64>> {
+    text.split(',')
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u64>()
+                .with_context(|| format!("--seeds: '{s}' is not a non-negative integer"))
+        })
+        .collect()
+}
+
+/// The result files of a finished or partial set, in index order.
+pub fn result_files(set_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(set_dir)
+        .with_context(|| format!("cannot read {}", set_dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let idx = name
+                .strip_prefix("result_")?
+                .strip_suffix(".txt")?
+                .parse()
+                .ok()?;
+            Some((idx, e.path()))
+        })
+        .collect();
+    files.sort();
+    Ok(files.into_iter().map(|(_, p)| p).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta;
+
+    /// A fake run: a minimal log with seed, run_start and (unless `crash`) run_stop.
+    fn fake_run(req: &RunRequest, crash: bool) -> Result<()> {
+        let mut e = Emitter::new(vec![Sink::file(&req.log_path, false)?]);
+        e.event(keys::SEED, req.seed)?;
+        e.start(keys::RUN_START, Value::Null, meta!())?;
+        if crash {
+            bail!("simulated crash");
+        }
+        e.end(keys::RUN_STOP, Value::Null, meta! {"status" => "success"})?;
+        Ok(())
+    }
+
+    fn spec(root: &Path, resume: bool) -> SetSpec {
+        SetSpec {
+            results_root: root.into(),
+            system: "sys".into(),
+            benchmark: "resnet".into(),
+            runs: 5,
+            seeds: None,
+            resume,
+        }
+    }
+
+    #[test]
+    fn crashed_run_is_closed_as_aborted_and_set_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut exec = |req: &RunRequest| fake_run(req, req.index == 1);
+        let out = run_set(&spec(dir.path(), false), &mut exec, |_| {}).unwrap();
+        assert_eq!(out.runs.len(), 5);
+        assert_eq!(out.runs[1].status.as_deref(), Some("aborted"));
+        assert!(out.runs[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("simulated crash"));
+        assert_eq!(
+            out.runs
+                .iter()
+                .filter(|r| r.status.as_deref() == Some("success"))
+                .count(),
+            4
+        );
+        let seeds: BTreeSet<_> = out.runs.iter().map(|r| r.seed.unwrap()).collect();
+        assert_eq!(seeds.len(), 5, "seeds must be distinct");
+    }
+
+    #[test]
+    fn resume_keeps_finished_runs_and_redoes_killed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = spec(dir.path(), false);
+        // First invocation: two finished runs, then killed during the third (no run_stop).
+        for i in 0..2 {
+            fake_run(
+                &RunRequest {
+                    index: i,
+                    runs: 5,
+                    seed: 100 + i as u64,
+                    log_path: s.result_path(i),
+                },
+                false,
+            )
+            .unwrap();
+        }
+        let mut partial = Emitter::new(vec![Sink::file(&s.result_path(2), false).unwrap()]);
+        partial.event(keys::SEED, 102u64).unwrap();
+        let before0 = std::fs::read(s.result_path(0)).unwrap();
+
+        assert!(
+            run_set(&s, &mut |r: &RunRequest| fake_run(r, false), |_| {}).is_err(),
+            "refuses without --resume"
+        );
+        let mut ran = Vec::new();
+        let out = run_set(
+            &spec(dir.path(), true),
+            &mut |r: &RunRequest| {
+                ran.push(r.index);
+                fake_run(r, false)
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(ran, vec![2, 3, 4]);
+        assert_eq!(out.moved_aside.len(), 1);
+        assert_eq!(result_files(&s.set_dir()).unwrap().len(), 5);
+        assert_eq!(
+            std::fs::read(s.result_path(0)).unwrap(),
+            before0,
+            "finished file untouched"
+        );
+        let seeds: BTreeSet<_> = out.runs.iter().map(|r| r.seed.unwrap()).collect();
+        assert_eq!(seeds.len(), 5);
+        assert!(!seeds.contains(&102), "the killed run's seed is not reused");
+    }
+
+    #[test]
+    fn seed_list_is_validated() {
+        assert_eq!(parse_seed_list("1, 2,3").unwrap(), vec![1, 2, 3]);
+        assert!(parse_seed_list("1,x").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let s = SetSpec {
+            seeds: Some(vec![1, 1, 2, 3, 4]),
+            ..spec(dir.path(), false)
+        };
+        assert!(run_set(&s, &mut |r: &RunRequest| fake_run(r, false), |_| {}).is_err());
+    }
+}

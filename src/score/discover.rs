@@ -1,0 +1,217 @@
+//! Finding result sets under a path, and choosing the ruleset to score them under.
+
+use crate::benchmarks::Benchmark;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// How deep below the given path result sets are looked for (a folder of rounds holding
+/// submitter trees is 5 levels: round/submitter/results/system/benchmark).
+const MAX_DEPTH: usize = 6;
+
+/// The `result_<i>.txt` files directly in `dir`, ordered by index (then name).
+pub fn result_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read directory {}", dir.display()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot read directory {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("result_") && name.ends_with(".txt") && entry.path().is_file() {
+            files.push(entry.path());
+        }
+    }
+    files.sort_by_key(|p| {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let index = name
+            .trim_start_matches("result_")
+            .trim_end_matches(".txt")
+            .parse::<u64>()
+            .ok();
+        (index.is_none(), index, name)
+    });
+    Ok(files)
+}
+
+/// Every result-set folder at or below `path`: `path` itself when it holds result_*.txt
+/// (one results/<system>/<benchmark> folder), otherwise its sub-folders recursively (a
+/// results/<system> folder, a submitter tree, or a folder of submitter trees). Sorted by path.
+pub fn find_sets(path: &Path) -> Result<Vec<PathBuf>> {
+    if !path.exists() {
+        bail!("{} does not exist", path.display());
+    }
+    if !path.is_dir() {
+        bail!(
+            "{} is not a directory: pass a submitter tree, a results/<system> folder or a \
+             results/<system>/<benchmark> folder",
+            path.display()
+        );
+    }
+    let mut sets = Vec::new();
+    walk(path, 0, &mut sets)?;
+    if sets.is_empty() {
+        bail!(
+            "no result files (result_*.txt) under {}: pass a submitter tree, a results/<system> \
+             folder or a results/<system>/<benchmark> folder",
+            path.display()
+        );
+    }
+    Ok(sets)
+}
+
+fn walk(dir: &Path, depth: usize, sets: &mut Vec<PathBuf>) -> Result<()> {
+    if !result_files(dir)?.is_empty() {
+        sets.push(dir.to_path_buf());
+        return Ok(());
+    }
+    if depth >= MAX_DEPTH {
+        return Ok(());
+    }
+    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read directory {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    subdirs.sort();
+    for sub in subdirs {
+        walk(&sub, depth + 1, sets)?;
+    }
+    Ok(())
+}
+
+/// Where the ruleset of a set came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RulesetSource {
+    /// --ruleset
+    User,
+    /// A `vX.Y` component of the set's path (training_results_v2.0/..., v2.1/...).
+    Path,
+    /// The round whose submission window holds the logs' run_start date.
+    LogDate,
+    /// The benchmark's default (benchmarks/<name>/benchmark.toml).
+    Default,
+}
+
+/// MLPerf Training rounds by submission window: logs whose run_start falls before the end
+/// (Unix ms, exclusive) and not before 2022-02-01 belong to that round.
+const ROUND_WINDOWS: &[(i64, &str)] = &[
+    (1_659_312_000_000, "2.0.0"), // 2022-08-01
+    (1_675_209_600_000, "2.1.0"), // 2023-02-01
+    (1_690_848_000_000, "3.0.0"), // 2023-08-01
+    (1_706_745_600_000, "3.1.0"), // 2024-02-01
+    (1_722_470_400_000, "4.0.0"), // 2024-08-01
+    (1_738_368_000_000, "4.1.0"), // 2025-02-01
+    (1_754_006_400_000, "5.0.0"), // 2025-08-01
+];
+const FIRST_WINDOW_START_MS: i64 = 1_643_673_600_000; // 2022-02-01
+
+/// The ruleset for a set: the user's, else a `vX.Y` path component, else the round of the
+/// logs' run_start date, else the benchmark default. Inferred rulesets the benchmark does not
+/// know (e.g. resnet at 4.1.0, after its last round) fall back to the default.
+pub fn choose_ruleset(
+    user: Option<&str>,
+    dir: &Path,
+    run_start_ms: Option<f64>,
+    bench: &Benchmark,
+) -> (String, RulesetSource) {
+    if let Some(r) = user {
+        return (r.to_string(), RulesetSource::User);
+    }
+    let known = |r: &str| bench.rulesets.iter().any(|k| k == r);
+    if let Some(r) = ruleset_from_path(dir).filter(|r| known(r)) {
+        return (r, RulesetSource::Path);
+    }
+    if let Some(r) = run_start_ms
+        .and_then(ruleset_from_date)
+        .filter(|r| known(r))
+    {
+        return (r.to_string(), RulesetSource::LogDate);
+    }
+    (bench.default_ruleset.clone(), RulesetSource::Default)
+}
+
+/// "X.Y.0" from the deepest path component ending in `vX.Y` (e.g. `training_results_v2.0`).
+pub fn ruleset_from_path(dir: &Path) -> Option<String> {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    abs.components().rev().find_map(|c| {
+        let s = c.as_os_str().to_string_lossy();
+        let pos = s.rfind('v')?;
+        if pos > 0 && s.as_bytes()[pos - 1].is_ascii_alphanumeric() {
+            return None;
+        }
+        let (major, minor) = s[pos + 1..].split_once('.')?;
+        if major.is_empty()
+            || minor.is_empty()
+            || !major
+                .bytes()
+                .chain(minor.bytes())
+                .all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        Some(format!(
+            "{}.{}.0",
+            major.parse::<u32>().ok()?,
+            minor.parse::<u32>().ok()?
+        ))
+    })
+}
+
+/// The round whose submission window holds `time_ms`.
+pub fn ruleset_from_date(time_ms: f64) -> Option<&'static str> {
+    let t = time_ms as i64;
+    if t < FIRST_WINDOW_START_MS {
+        return None;
+    }
+    ROUND_WINDOWS
+        .iter()
+        .find(|(end, _)| t < *end)
+        .map(|(_, r)| *r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ruleset_from_path_components() {
+        assert_eq!(
+            ruleset_from_path(Path::new("/x/v2.0/NVIDIA/results/s/resnet")).as_deref(),
+            Some("2.0.0")
+        );
+        assert_eq!(
+            ruleset_from_path(Path::new("/x/training_results_v3.1/A/results")).as_deref(),
+            Some("3.1.0")
+        );
+        assert_eq!(ruleset_from_path(Path::new("/x/dev2.0/y")), None);
+        assert_eq!(ruleset_from_path(Path::new("/x/v2/y")), None);
+    }
+
+    #[test]
+    fn ruleset_from_run_start_date() {
+        assert_eq!(ruleset_from_date(1_652_653_411_923.0), Some("2.0.0")); // 2022-05-15
+        assert_eq!(ruleset_from_date(1_665_709_593_574.0), Some("2.1.0")); // 2022-10-14
+        assert_eq!(ruleset_from_date(1_600_000_000_000.0), None); // 2020
+        assert_eq!(ruleset_from_date(1_800_000_000_000.0), None); // 2027
+    }
+
+    #[test]
+    fn choose_falls_back_to_default_for_unknown_rounds() {
+        let resnet = crate::benchmarks::get("resnet").unwrap();
+        let (r, s) = choose_ruleset(
+            None,
+            Path::new("/nowhere"),
+            Some(1_730_000_000_000.0),
+            resnet,
+        );
+        assert_eq!((r.as_str(), s), ("4.0.0", RulesetSource::Default)); // 4.1.0 has no resnet
+        let (r, s) = choose_ruleset(Some("3.0.0"), Path::new("/x/v2.0"), None, resnet);
+        assert_eq!((r.as_str(), s), ("3.0.0", RulesetSource::User));
+    }
+}

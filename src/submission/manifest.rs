@@ -1,0 +1,246 @@
+//! SHA-256 manifests (`sha256sum -c` format: "<hex>  <path>"), the gzipped tarball of a
+//! submitter tree and the comparison that `verify` reports.
+
+use crate::fsutil::write_atomic;
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Relative path (with "/" separators, starting with the submitter folder) -> SHA-256 hex.
+pub type Manifest = BTreeMap<String, String>;
+
+/// Hex SHA-256 of bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every regular file below `base/top` (symbolic links are recorded by their target's content),
+/// keyed "top/...".
+pub fn manifest_of_dir(base: &Path, top: &str) -> Result<Manifest> {
+    let mut m = Manifest::new();
+    let mut stack = vec![base.join(top)];
+    while let Some(dir) = stack.pop() {
+        for e in
+            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
+        {
+            let path = e?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                m.insert(rel_key(base, &path), sha256_hex(&bytes));
+            }
+        }
+    }
+    Ok(m)
+}
+
+fn rel_key(base: &Path, path: &Path) -> String {
+    let rel = path.strip_prefix(base).unwrap_or(path);
+    rel.components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Manifest text, sorted by path.
+pub fn render(m: &Manifest) -> String {
+    m.iter().map(|(p, h)| format!("{h}  {p}\n")).collect()
+}
+
+/// Parse manifest text; errors name the file and line.
+pub fn parse(text: &str, origin: &Path) -> Result<Manifest> {
+    let mut m = Manifest::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some((hash, path)) = line.split_once("  ") else {
+            bail!(
+                "{}:{}: expected '<sha256>  <path>'",
+                origin.display(),
+                i + 1
+            );
+        };
+        if hash.len() != 64 || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
+            bail!(
+                "{}:{}: '{hash}' is not a SHA-256 hex digest",
+                origin.display(),
+                i + 1
+            );
+        }
+        m.insert(path.to_string(), hash.to_ascii_lowercase());
+    }
+    Ok(m)
+}
+
+/// Differences between what the manifest records and what is there.
+pub fn compare(expected: &Manifest, actual: &Manifest) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, hash) in expected {
+        match actual.get(path) {
+            None => out.push(format!("{path}: missing (listed in the manifest)")),
+            Some(h) if h != hash => out.push(format!(
+                "{path}: changed (SHA-256 {h}, manifest says {hash})"
+            )),
+            Some(_) => {}
+        }
+    }
+    for path in actual.keys() {
+        if !expected.contains_key(path) {
+            out.push(format!("{path}: not in the manifest"));
+        }
+    }
+    out
+}
+
+/// Paths of the files written beside the submitter folder `out/ORG`.
+#[derive(Debug, Clone)]
+pub struct Artifacts {
+    pub manifest: PathBuf,
+    pub tarball: PathBuf,
+    pub tarball_sha: PathBuf,
+}
+
+impl Artifacts {
+    pub fn new(out: &Path, org: &str) -> Self {
+        Artifacts {
+            manifest: out.join(format!("{org}.sha256sums")),
+            tarball: out.join(format!("{org}.tar.gz")),
+            tarball_sha: out.join(format!("{org}.tar.gz.sha256")),
+        }
+    }
+}
+
+/// Write the tarball of `out/org` (entries "org/...", sorted, file modes kept) atomically, and
+/// its own SHA-256 file. Returns the tarball's digest.
+pub fn write_tarball(out: &Path, org: &str, art: &Artifacts) -> Result<String> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut stack = vec![out.join(org)];
+    while let Some(dir) = stack.pop() {
+        for e in
+            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
+        {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut builder = tar::Builder::new(gz);
+    builder.follow_symlinks(true);
+    for f in &files {
+        builder
+            .append_path_with_name(f, rel_key(out, f))
+            .with_context(|| format!("cannot add {} to the tarball", f.display()))?;
+    }
+    let bytes = builder
+        .into_inner()
+        .context("cannot finish the tarball")?
+        .finish()
+        .context("cannot compress")?;
+    write_atomic(&art.tarball, &bytes)?;
+    let hex = sha256_hex(&bytes);
+    let name = art
+        .tarball
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    write_atomic(&art.tarball_sha, format!("{hex}  {name}\n").as_bytes())?;
+    Ok(hex)
+}
+
+/// Extract a tarball into `dest`, refusing entries that would leave it; returns the manifest
+/// of its regular files.
+pub fn unpack_tarball(tarball: &Path, dest: &Path) -> Result<Manifest> {
+    let file = std::fs::File::open(tarball)
+        .with_context(|| format!("cannot open {}", tarball.display()))?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let mut m = Manifest::new();
+    for entry in archive
+        .entries()
+        .with_context(|| format!("{} is not a gzipped tar file", tarball.display()))?
+    {
+        let mut entry =
+            entry.with_context(|| format!("{}: damaged tar entry", tarball.display()))?;
+        let path = entry.path()?.into_owned();
+        let key = path
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        let safe = path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !safe {
+            bail!(
+                "{}: entry {key} points outside the archive",
+                tarball.display()
+            );
+        }
+        let target = dest.join(&path);
+        match entry.header().entry_type() {
+            t if t.is_file() => {
+                let mut bytes = Vec::new();
+                entry
+                    .read_to_end(&mut bytes)
+                    .with_context(|| format!("{}: cannot read {key}", tarball.display()))?;
+                m.insert(key.clone(), sha256_hex(&bytes));
+                if let Some(dir) = target.parent() {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("cannot create {}", dir.display()))?;
+                }
+                std::fs::write(&target, &bytes)
+                    .with_context(|| format!("cannot write {}", target.display()))?;
+            }
+            t if t.is_dir() => {
+                std::fs::create_dir_all(&target)
+                    .with_context(|| format!("cannot create {}", target.display()))?;
+            }
+            _ => bail!(
+                "{}: entry {key} is neither a file nor a folder",
+                tarball.display()
+            ),
+        }
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_roundtrip_and_compare() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("Org/results")).unwrap();
+        std::fs::write(dir.path().join("Org/results/a.txt"), b"abc").unwrap();
+        let m = manifest_of_dir(dir.path(), "Org").unwrap();
+        assert_eq!(
+            m.get("Org/results/a.txt").unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let text = render(&m);
+        assert_eq!(parse(&text, Path::new("m")).unwrap(), m);
+        std::fs::write(dir.path().join("Org/results/a.txt"), b"abd").unwrap();
+        let now = manifest_of_dir(dir.path(), "Org").unwrap();
+        let diff = compare(&m, &now);
+        assert_eq!(diff.len(), 1);
+        assert!(
+            diff[0].starts_with("Org/results/a.txt: changed"),
+            "{diff:?}"
+        );
+        assert!(parse("xyz  a\n", Path::new("m"))
+            .unwrap_err()
+            .to_string()
+            .contains("m:1"));
+    }
+}

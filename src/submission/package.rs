@@ -1,0 +1,599 @@
+//! `mlperf-run package`: checks result logs, then writes the submitter tree
+//! `OUT/ORG/{systems,results,benchmarks}`, a SHA-256 manifest beside it and, on request, the
+//! tarball. Files are staged next to OUT and moved into place only after every check passed;
+//! a record (OUT/mlperf-run-package.json) lists what mlperf-run wrote, so `--force` replaces
+//! exactly that and never touches the user's other files.
+
+use super::manifest::{self, Artifacts};
+use super::repo_rules;
+use super::result_sets::{self, ResultSet};
+use super::snapshot::{self, Origin};
+use super::sysinfo::{self, DescribeOptions};
+use super::system_desc::{self, normalize_division, SystemDesc};
+use super::tree_check;
+use crate::fsutil::write_atomic;
+use crate::score;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// What to package.
+#[derive(Debug, Clone)]
+pub struct PackageOptions {
+    pub submitter: String,
+    pub system: String,
+    pub division: String,
+    pub results: Vec<PathBuf>,
+    pub out: PathBuf,
+    pub tarball: bool,
+    /// Replace what mlperf-run wrote in OUT before.
+    pub force: bool,
+    /// Add this system to an existing tree in OUT.
+    pub add: bool,
+    /// Implementation folder name under benchmarks/<b>/implementations/.
+    pub implementation: String,
+    /// mlperf-run's source folder for the snapshot.
+    pub source: PathBuf,
+    /// Ruleset for compliance, RCP and the package (None: the benchmark's default, 4.0.0 for a
+    /// tree holding both benchmarks; see `result_sets::package_ruleset`).
+    pub ruleset: Option<String>,
+    /// System description detection (TOML, host root, NVML).
+    pub describe: DescribeOptions,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct PackageReport {
+    pub org_dir: PathBuf,
+    pub manifest: PathBuf,
+    pub tarball: Option<(PathBuf, String)>,
+    pub origin: Origin,
+    pub warnings: Vec<String>,
+    pub score_table: String,
+}
+
+/// OUT/mlperf-run-package.json: the files mlperf-run wrote, by owner.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Record {
+    submitter: String,
+    /// Path relative to OUT -> owner ("system:NAME" or "implementation:BENCHMARK/IMPL").
+    files: BTreeMap<String, String>,
+}
+
+const RECORD_NAME: &str = "mlperf-run-package.json";
+
+fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') || name.contains('\\') || name == ".." {
+        bail!("{what} '{name}' must be a plain folder name (no '/')");
+    }
+    if let Some(reason) = repo_rules::bad_name_reason(name) {
+        bail!("{what} '{name}' {reason}: the submission repository refuses such names");
+    }
+    Ok(())
+}
+
+/// Build the system description for the package: TOML and detection, then the command
+/// line's submitter, division and system name, and the status from the logs when not given.
+pub fn system_description(
+    opts: &PackageOptions,
+    sets: &[ResultSet],
+) -> Result<(SystemDesc, Vec<String>)> {
+    let described = sysinfo::describe(&opts.describe)?;
+    let mut desc = described.desc;
+    let identity = ["submitter", "division", "system_name"];
+    let mut warnings: Vec<String> = described
+        .warnings
+        .into_iter()
+        .filter(|w| {
+            !identity
+                .iter()
+                .any(|f| w.starts_with(&format!("{f} is not set")))
+        })
+        .collect();
+    for (field, value) in [
+        ("submitter", &opts.submitter),
+        ("division", &opts.division),
+        ("system_name", &opts.system),
+    ] {
+        let current = desc.get(field);
+        if !current.is_empty() && current != value {
+            bail!(
+                "the system config says {field} = \"{current}\" but the command line says \"{value}\": make them agree"
+            );
+        }
+        desc.set(field, value.clone())?;
+    }
+    let log_statuses: Vec<(String, PathBuf)> = sets
+        .iter()
+        .flat_map(|s| s.logs.iter())
+        .filter_map(|l| l.status().map(|st| (st, l.path.clone())))
+        .collect();
+    if desc.get("status").is_empty() {
+        if let Some((st, path)) = log_statuses.first() {
+            let status = system_desc::normalize_status(st).with_context(|| {
+                format!(
+                    "submission_status of {}; set status in the system config",
+                    path.display()
+                )
+            })?;
+            desc.set("status", status)?;
+        } else {
+            warnings.push(
+                "status: no log has submission_status; set status in the system config".into(),
+            );
+        }
+    }
+    if let Some(expected) = system_desc::log_status_for(desc.get("status")) {
+        for (st, path) in &log_statuses {
+            if st != expected {
+                warnings.push(format!(
+                    "{} logs submission_status '{st}' but the system status is \"{}\" ('{expected}' in logs)",
+                    path.display(),
+                    desc.get("status")
+                ));
+            }
+        }
+    }
+    Ok((desc, warnings))
+}
+
+/// Run every check, then write the tree.
+pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
+    check_name("--submitter", &opts.submitter)?;
+    check_name("--system", &opts.system)?;
+    check_name("--implementation", &opts.implementation)?;
+    let division = normalize_division(&opts.division)?;
+    let opts = &PackageOptions {
+        division: division.to_string(),
+        ..opts.clone()
+    };
+    check_out_dir(opts)?;
+
+    let logs = result_sets::find_logs(&opts.results)?;
+    let sets = result_sets::group(logs, division)?;
+    let mut warnings = Vec::new();
+    for l in sets.iter().flat_map(|s| s.logs.iter()) {
+        if let Some(org) = l.org() {
+            if org != opts.submitter {
+                warnings.push(format!(
+                    "{} logs submission_org '{org}', packaged as '{}'",
+                    l.path.display(),
+                    opts.submitter
+                ));
+            }
+        }
+    }
+    let (desc, desc_warnings) = system_description(opts, &sets)?;
+    warnings.extend(desc_warnings);
+
+    let ruleset = result_sets::package_ruleset(
+        opts.ruleset.as_deref(),
+        tree_benchmarks(opts, &sets).iter().map(String::as_str),
+    );
+
+    let mut errors = Vec::new();
+    for p in desc.problems() {
+        errors.push(format!("system description: {p}"));
+    }
+    for set in &sets {
+        let report = result_sets::check_set(set, division, &ruleset);
+        errors.extend(report.errors);
+        warnings.extend(report.warnings);
+    }
+    if !errors.is_empty() {
+        bail!(
+            "refusing to package ({} problems):\n  - {}",
+            errors.len(),
+            errors.join("\n  - ")
+        );
+    }
+
+    let (origin, snap) = snapshot::take(&opts.source)?;
+    if !snap.skipped.is_empty() {
+        warnings.push(format!(
+            "source snapshot leaves out {}",
+            snap.skipped.join(", ")
+        ));
+    }
+    let staging = staging_dir(&opts.out)?;
+    let result = (|| -> Result<(String, usize)> {
+        let mut staged = stage(opts, &desc, &sets, &origin, &snap, &staging)?;
+        let (table, score_warnings) = score_staged(opts, &sets, &ruleset, &staging, &mut staged)?;
+        warnings.extend(score_warnings);
+        let written = install(opts, &sets, &staged, &staging)?;
+        Ok((table, written))
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    let (score_table, written) = result?;
+
+    let org_dir = opts.out.join(&opts.submitter);
+    let (tree_errors, _) = tree_check::check_tree(&org_dir, Some(&ruleset));
+    if !tree_errors.is_empty() {
+        bail!(
+            "the packaged tree {} fails its checks:\n  - {}",
+            org_dir.display(),
+            tree_errors.join("\n  - ")
+        );
+    }
+    let art = Artifacts::new(&opts.out, &opts.submitter);
+    let m = manifest::manifest_of_dir(&opts.out, &opts.submitter)?;
+    write_atomic(&art.manifest, manifest::render(&m).as_bytes())?;
+    let tarball = if opts.tarball {
+        let hex = manifest::write_tarball(&opts.out, &opts.submitter, &art)?;
+        Some((art.tarball.clone(), hex))
+    } else {
+        None
+    };
+    tracing::info!("wrote {} files under {}", written, org_dir.display());
+    Ok(PackageReport {
+        org_dir,
+        manifest: art.manifest,
+        tarball,
+        origin,
+        warnings,
+        score_table,
+    })
+}
+
+/// The benchmarks the tree in OUT will hold: the sets packaged now, and with --add the other
+/// systems' sets already there (this system's are replaced).
+fn tree_benchmarks(opts: &PackageOptions, sets: &[ResultSet]) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = sets.iter().map(|s| s.benchmark.name.clone()).collect();
+    if opts.add {
+        let results = opts.out.join(&opts.submitter).join("results");
+        for system in std::fs::read_dir(&results).into_iter().flatten().flatten() {
+            if system.file_name().to_string_lossy() == opts.system.as_str() {
+                continue;
+            }
+            for b in std::fs::read_dir(system.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = b.file_name().to_string_lossy().into_owned();
+                if b.path().is_dir() && crate::benchmarks::get(&name).is_ok() {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Score the staged sets with [`score::score_set`] at `ruleset` and print the table (paths as
+/// they will be in OUT, each result file with the log it comes from). Closed sets: a set that
+/// fails the RCP check is refused; one that passes faster than the RCP mean gets scaling.json
+/// with the RCP normalization factor, as the official package checker writes it. Returns the
+/// table and warnings (score problems other than the RCP).
+fn score_staged(
+    opts: &PackageOptions,
+    sets: &[ResultSet],
+    ruleset: &str,
+    staging: &Path,
+    staged: &mut BTreeMap<String, String>,
+) -> Result<(String, Vec<String>)> {
+    let org = &opts.submitter;
+    let score_opts = score::ScoreOptions {
+        ruleset: Some(ruleset.to_string()),
+    };
+    let mut scored = Vec::new();
+    let mut sources = String::new();
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for set in sets {
+        let b = &set.benchmark.name;
+        let rel_dir = format!("{org}/results/{}/{b}", opts.system);
+        let mut s = score::score_set(&staging.join(&rel_dir), &score_opts)?;
+        s.dir = opts.out.join(&rel_dir);
+        for r in &mut s.runs {
+            if let Some(name) = r.file.file_name() {
+                r.file = s.dir.join(name);
+            }
+        }
+        let given = set
+            .logs
+            .iter()
+            .map(|l| l.path.display().to_string())
+            .collect::<Vec<_>>();
+        for (i, g) in given.iter().enumerate() {
+            sources.push_str(&format!("{}/result_{i}.txt <- {g}\n", s.dir.display()));
+        }
+        warnings.extend(
+            s.problems
+                .iter()
+                .filter(|p| !p.starts_with("RCP check failed"))
+                .map(|p| format!("{}: {p}", s.dir.display())),
+        );
+        if let Some(rcp) = &s.rcp {
+            if !rcp.passed {
+                let detail = match (&rcp.reference, rcp.set_mean) {
+                    (Some(r), Some(m)) => format!(
+                        "; the set converges at {m:.4} on average (olympic), the RCP {} at batch size {} needs at least {:.4} (mean {:.4})",
+                        r.name, r.batch_size, r.min_mean, r.mean
+                    ),
+                    _ => String::new(),
+                };
+                errors.push(format!(
+                    "{b}: the closed set fails the RCP check at ruleset {ruleset}: {}{detail} (logs: {})",
+                    rcp.message,
+                    given.join(", ")
+                ));
+            } else if let Some(f) = tree_check::scaling_json_factor(rcp) {
+                let rel = format!("{rel_dir}/{}", tree_check::SCALING_JSON);
+                write_file(
+                    &staging.join(&rel),
+                    tree_check::scaling_json_text(f).as_bytes(),
+                    false,
+                )?;
+                staged.insert(rel, format!("system:{}", opts.system));
+            }
+        }
+        scored.push(s);
+    }
+    let table = format!(
+        "{}packaged from:\n{sources}",
+        score::render(&scored, score::Format::Table)
+    );
+    print!("{table}");
+    if !errors.is_empty() {
+        bail!(
+            "refusing to package ({} problems):\n  - {}",
+            errors.len(),
+            errors.join("\n  - ")
+        );
+    }
+    Ok((table, warnings))
+}
+
+fn check_out_dir(opts: &PackageOptions) -> Result<()> {
+    let out = &opts.out;
+    if out.exists() && !out.is_dir() {
+        bail!("output {} exists and is not a folder", out.display());
+    }
+    let non_empty = out.is_dir()
+        && std::fs::read_dir(out)
+            .map(|mut r| r.next().is_some())
+            .unwrap_or(false);
+    if non_empty && !opts.force && !opts.add {
+        bail!(
+            "output folder {} already exists: pass --add to add this system to the tree there, \
+             --force to replace what mlperf-run wrote there before, or choose another --out",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+fn staging_dir(out: &Path) -> Result<PathBuf> {
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)
+        .with_context(|| format!("cannot create {}", parent.display()))?;
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let dir = parent.join(format!(".{name}.mlperf-run-staging-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create staging folder {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The implementation templates, with their placeholders filled.
+fn templates(
+    set: &ResultSet,
+    opts: &PackageOptions,
+    origin: &Origin,
+) -> Vec<(&'static str, String, bool)> {
+    const FILES: [(&str, &str, bool); 4] = [
+        ("README.md", include_str!("templates/README.md"), false),
+        (
+            "run_and_time.sh",
+            include_str!("templates/run_and_time.sh"),
+            true,
+        ),
+        ("setup.sh", include_str!("templates/setup.sh"), true),
+        (
+            "init_datasets.sh",
+            include_str!("templates/init_datasets.sh"),
+            true,
+        ),
+    ];
+    let vars = [
+        ("{{BENCHMARK}}", set.benchmark.name.clone()),
+        ("{{TITLE}}", set.benchmark.title.clone()),
+        ("{{RUNS}}", set.benchmark.runs.to_string()),
+        ("{{VERSION}}", env!("CARGO_PKG_VERSION").to_string()),
+        ("{{SOURCE}}", origin.describe()),
+        ("{{SUBMITTER}}", opts.submitter.clone()),
+        ("{{SYSTEM}}", opts.system.clone()),
+        ("{{DIVISION}}", opts.division.clone()),
+    ];
+    FILES
+        .iter()
+        .map(|(name, text, exec)| {
+            let mut t = text.to_string();
+            for (k, v) in &vars {
+                t = t.replace(k, v);
+            }
+            (*name, t, *exec)
+        })
+        .collect()
+}
+
+fn write_file(path: &Path, bytes: &[u8], exec: bool) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if exec { 0o755 } else { 0o644 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set permissions of {}", path.display()))
+}
+
+/// Write everything into `staging` (same layout as OUT) and check the repository rules.
+/// Returns what was staged: path relative to OUT -> owner.
+fn stage(
+    opts: &PackageOptions,
+    desc: &SystemDesc,
+    sets: &[ResultSet],
+    origin: &Origin,
+    snap: &snapshot::Snapshot,
+    staging: &Path,
+) -> Result<BTreeMap<String, String>> {
+    let org = &opts.submitter;
+    let sys_owner = format!("system:{}", opts.system);
+    let mut staged: BTreeMap<String, String> = BTreeMap::new();
+    let rel_sys = format!("{org}/systems/{}.json", opts.system);
+    write_file(
+        &staging.join(&rel_sys),
+        desc.to_json_string().as_bytes(),
+        false,
+    )?;
+    staged.insert(rel_sys, sys_owner.clone());
+    for set in sets {
+        let b = &set.benchmark.name;
+        for (i, l) in set.logs.iter().enumerate() {
+            let rel = format!("{org}/results/{}/{b}/result_{i}.txt", opts.system);
+            let bytes = std::fs::read(&l.path)
+                .with_context(|| format!("cannot read {}", l.path.display()))?;
+            write_file(&staging.join(&rel), &bytes, false)?;
+            staged.insert(rel, sys_owner.clone());
+        }
+        let impl_rel = format!(
+            "{org}/benchmarks/{b}/implementations/{}",
+            opts.implementation
+        );
+        let impl_owner = format!("implementation:{b}/{}", opts.implementation);
+        for (name, text, exec) in templates(set, opts, origin) {
+            let rel = format!("{impl_rel}/{name}");
+            write_file(&staging.join(&rel), text.as_bytes(), exec)?;
+            staged.insert(rel, impl_owner.clone());
+        }
+        for (path, bytes, exec) in &snap.files {
+            let rel = format!("{impl_rel}/mlperf-run/{path}");
+            write_file(&staging.join(&rel), bytes, *exec)?;
+            staged.insert(rel, impl_owner.clone());
+        }
+    }
+    let problems = repo_rules::check_tree(&staging.join(org));
+    if !problems.is_empty() {
+        bail!(
+            "refusing to package: the tree breaks the repository rules:\n  - {}",
+            problems
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join("\n  - ")
+        );
+    }
+    Ok(staged)
+}
+
+/// Move what `stage` (and the scoring) wrote into OUT, replacing only what mlperf-run wrote
+/// there before. Returns the number of files written.
+fn install(
+    opts: &PackageOptions,
+    sets: &[ResultSet],
+    staged: &BTreeMap<String, String>,
+    staging: &Path,
+) -> Result<usize> {
+    let org = &opts.submitter;
+    let sys_owner = format!("system:{}", opts.system);
+    // Decide what may be replaced in OUT.
+    let out = &opts.out;
+    let record_path = out.join(RECORD_NAME);
+    let mut record: Record = match std::fs::read_to_string(&record_path) {
+        Ok(text) => serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is damaged: remove it or choose another --out",
+                record_path.display()
+            )
+        })?,
+        Err(_) => Record {
+            submitter: org.clone(),
+            ..Record::default()
+        },
+    };
+    if !record.files.is_empty() && record.submitter != *org {
+        bail!(
+            "{} holds a tree of submitter '{}' (see {}): one submitter per output folder",
+            out.display(),
+            record.submitter,
+            record_path.display()
+        );
+    }
+    if opts.add && !opts.force && record.files.values().any(|o| *o == sys_owner) {
+        bail!(
+            "system '{}' is already in {}: pass --force to replace it",
+            opts.system,
+            out.join(org).display()
+        );
+    }
+    let impl_owners: Vec<String> = sets
+        .iter()
+        .map(|s| {
+            format!(
+                "implementation:{}/{}",
+                s.benchmark.name, opts.implementation
+            )
+        })
+        .collect();
+    let replaced: Vec<String> = record
+        .files
+        .iter()
+        .filter(|(_, owner)| {
+            (opts.force && !opts.add) || **owner == sys_owner || impl_owners.contains(owner)
+        })
+        .map(|(p, _)| p.clone())
+        .collect();
+    for rel in staged.keys() {
+        let target = out.join(rel);
+        if target.symlink_metadata().is_ok() && !record.files.contains_key(rel) {
+            bail!(
+                "{} exists and was not written by mlperf-run: move it away or choose another --out",
+                target.display()
+            );
+        }
+    }
+    // Nothing refused: replace.
+    for rel in &replaced {
+        let p = out.join(rel);
+        if p.symlink_metadata().is_ok() {
+            std::fs::remove_file(&p).with_context(|| format!("cannot remove {}", p.display()))?;
+        }
+        record.files.remove(rel);
+        remove_empty_parents(&p, out);
+    }
+    for (rel, owner) in staged {
+        let target = out.join(rel);
+        if let Some(dir) = target.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        std::fs::rename(staging.join(rel), &target)
+            .with_context(|| format!("cannot move {} into place", target.display()))?;
+        record.files.insert(rel.clone(), owner.clone());
+    }
+    record.submitter = org.clone();
+    write_atomic(
+        &record_path,
+        serde_json::to_string_pretty(&record)?.as_bytes(),
+    )?;
+    Ok(staged.len())
+}
+
+fn remove_empty_parents(file: &Path, stop: &Path) {
+    let mut dir = file.parent();
+    while let Some(d) = dir {
+        if d == stop || std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Checks (or, for a dry run, synthesizes) the {{BENCHMARK}} data set folder for mlperf-run
+# {{VERSION}} (see README.md).
+# Usage: ./init_datasets.sh DATA_DIR          check a prepared data set
+#        ./init_datasets.sh --synthetic DIR   write a tiny synthetic one (proves the pipeline only)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MLPERF_RUN="${MLPERF_RUN:-$HERE/mlperf-run/target/release/mlperf-run}"
+if [ "${1:-}" = "--synthetic" ]; then
+    out="${2:?usage: init_datasets.sh --synthetic DIR}"
+    case "{{BENCHMARK}}" in
+        resnet) "$MLPERF_RUN" data synth-imagenet --out "$out" --classes 10 --per-class 64 ;;
+        bert) "$MLPERF_RUN" data synth-bert --out "$out" ;;
+    esac
+    exit 0
+fi
+DATADIR="${1:-${DATADIR:-/data/{{BENCHMARK}}}}"
+fail() { echo "init_datasets.sh: $*" >&2; exit 1; }
+[ -d "$DATADIR" ] || fail "$DATADIR does not exist: prepare the {{BENCHMARK}} data set as the MLPerf reference describes"
+case "{{BENCHMARK}}" in
+    resnet)
+        # ImageFolder layout: train/<wnid>/*.JPEG and val/<wnid>/*.JPEG
+        for split in train val; do
+            [ -d "$DATADIR/$split" ] || fail "$DATADIR/$split is missing (expected ImageFolder train/ and val/)"
+        done
+        echo "classes: $(find "$DATADIR/train" -mindepth 1 -maxdepth 1 -type d | wc -l) train, $(find "$DATADIR/val" -mindepth 1 -maxdepth 1 -type d | wc -l) val"
+        ;;
+    bert)
+        # The reference HDF5 shards and the 10,000-sample eval set
+        n=$(find "$DATADIR" -name '*.hdf5' -o -name '*.h5' | wc -l)
+        [ "$n" -gt 0 ] || fail "no HDF5 shards (*.hdf5) under $DATADIR"
+        echo "HDF5 shards: $n"
+        ;;
+esac
+echo "init_datasets.sh: $DATADIR looks ready"

@@ -1,0 +1,217 @@
+//! `mlperf-run verify TARBALL|DIR`: the tarball's own SHA-256, every file against the
+//! manifest (naming each changed, missing or extra file), then the tree's contents against
+//! our checks.
+
+use super::manifest::{self, Artifacts, Manifest};
+use super::tree_check;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// What verify found.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyReport {
+    /// What was checked, for the user.
+    pub checked: Vec<String>,
+    /// Mismatches and rule problems; empty: verified.
+    pub problems: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+impl VerifyReport {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+fn is_tarball(p: &Path) -> bool {
+    let n = p.to_string_lossy();
+    p.is_file() && (n.ends_with(".tar.gz") || n.ends_with(".tgz"))
+}
+
+/// Verify a tarball (`OUT/ORG.tar.gz`), an output folder (`OUT`, holding `ORG/` and
+/// `ORG.sha256sums`) or a submitter folder (`OUT/ORG`).
+pub fn verify(path: &Path) -> Result<VerifyReport> {
+    if !path.exists() {
+        bail!("{} does not exist", path.display());
+    }
+    if is_tarball(path) {
+        verify_tarball(path)
+    } else if path.is_dir() {
+        verify_dir(path)
+    } else {
+        bail!("{}: expected a .tar.gz written by `mlperf-run package --tarball`, or a packaged folder", path.display())
+    }
+}
+
+fn read_manifest(path: &Path) -> Result<Manifest> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read manifest {} (written by mlperf-run package)",
+            path.display()
+        )
+    })?;
+    manifest::parse(&text, path)
+}
+
+fn verify_tarball(tarball: &Path) -> Result<VerifyReport> {
+    let name = tarball
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let org = name
+        .trim_end_matches(".tar.gz")
+        .trim_end_matches(".tgz")
+        .to_string();
+    let dir = tarball
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let art = Artifacts::new(dir, &org);
+    let mut report = VerifyReport::default();
+    let sha_file = PathBuf::from(format!("{}.sha256", tarball.display()));
+    let bytes =
+        std::fs::read(tarball).with_context(|| format!("cannot read {}", tarball.display()))?;
+    match std::fs::read_to_string(&sha_file) {
+        Ok(text) => {
+            let expected = text
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            let actual = manifest::sha256_hex(&bytes);
+            if expected != actual {
+                report.problems.push(format!(
+                    "{}: SHA-256 {actual} does not match {} ({expected})",
+                    tarball.display(),
+                    sha_file.display()
+                ));
+            }
+            report.checked.push(format!(
+                "{} against {}",
+                tarball.display(),
+                sha_file.display()
+            ));
+        }
+        Err(_) => report.warnings.push(format!(
+            "{} not found: the tarball's own digest is not checked",
+            sha_file.display()
+        )),
+    }
+    let expected = read_manifest(&art.manifest)?;
+    let tmp = tempdir_near(dir)?;
+    let result = (|| -> Result<()> {
+        let actual = manifest::unpack_tarball(tarball, &tmp)?;
+        report.problems.extend(
+            manifest::compare(&expected, &actual)
+                .into_iter()
+                .map(|d| format!("{} in {}", d, tarball.display())),
+        );
+        report.checked.push(format!(
+            "{} files against {}",
+            expected.len(),
+            art.manifest.display()
+        ));
+        let (errors, warnings) = tree_check::check_tree(&tmp.join(&org), None);
+        report.problems.extend(
+            errors
+                .into_iter()
+                .map(|e| e.replace(&tmp.display().to_string(), &name)),
+        );
+        report.warnings.extend(
+            warnings
+                .into_iter()
+                .map(|e| e.replace(&tmp.display().to_string(), &name)),
+        );
+        report.checked.push(format!(
+            "contents of {} against the rules",
+            tarball.display()
+        ));
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&tmp);
+    result?;
+    Ok(report)
+}
+
+fn tempdir_near(dir: &Path) -> Result<PathBuf> {
+    let base = std::env::temp_dir().join(format!("mlperf-run-verify-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).with_context(|| {
+        format!(
+            "cannot create {} (verifying {})",
+            base.display(),
+            dir.display()
+        )
+    })?;
+    Ok(base)
+}
+
+fn verify_dir(dir: &Path) -> Result<VerifyReport> {
+    // OUT/ORG given (manifest beside it) or OUT given (one or more ORG.sha256sums inside).
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut pairs: Vec<(PathBuf, String)> = Vec::new();
+    if Artifacts::new(parent, &name).manifest.is_file() {
+        pairs.push((parent.to_path_buf(), name));
+    } else {
+        let mut found: Vec<String> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .strip_suffix(".sha256sums")
+                    .map(String::from)
+            })
+            .collect();
+        found.sort();
+        for org in found {
+            pairs.push((dir.to_path_buf(), org));
+        }
+    }
+    if pairs.is_empty() {
+        bail!(
+            "{}: no SHA-256 manifest (ORG.sha256sums) found in it or beside it: is it a folder written by mlperf-run package?",
+            dir.display()
+        );
+    }
+    let mut report = VerifyReport::default();
+    for (out, org) in pairs {
+        let art = Artifacts::new(&out, &org);
+        let expected = read_manifest(&art.manifest)?;
+        let org_dir = out.join(&org);
+        if !org_dir.is_dir() {
+            report.problems.push(format!(
+                "{}: missing (the manifest {} lists it)",
+                org_dir.display(),
+                art.manifest.display()
+            ));
+            continue;
+        }
+        let actual = manifest::manifest_of_dir(&out, &org)?;
+        report.problems.extend(
+            manifest::compare(&expected, &actual)
+                .into_iter()
+                .map(|d| format!("{}", out.join(d).display())),
+        );
+        report.checked.push(format!(
+            "{} files against {}",
+            expected.len(),
+            art.manifest.display()
+        ));
+        let (errors, warnings) = tree_check::check_tree(&org_dir, None);
+        report.problems.extend(errors);
+        report.warnings.extend(warnings);
+        report.checked.push(format!(
+            "contents of {} against the rules",
+            org_dir.display()
+        ));
+    }
+    Ok(report)
+}

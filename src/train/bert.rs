@@ -1,0 +1,535 @@
+//! BERT-Large phase-2 pre-training as a [`Workload`] of the generic trainer, and its run
+//! configuration (`configs/bert/*.toml`).
+//!
+//! - Model: [`crate::models::bert`], optionally initialised from the converted reference
+//!   checkpoint (`--init-checkpoint`, safetensors from `scripts/convert_bert_checkpoint`).
+//! - Data: [`crate::data::bert`] (reference HDF5 shards in `DIR/train`, the eval set in `DIR/eval`).
+//! - Optimizer: LAMB (closed) or LAMB/AdamW (open) with the reference's warmup + polynomial
+//!   schedule, global-norm clip; hyperparameter keys logged from the loaded config.
+//! - Eval: masked-LM accuracy = correct masked tokens / all masked tokens over the eval set;
+//!   closed: every FLOOR(0.05*(230.23*GBS + 3,000,000), 25,000) samples (from
+//!   benchmarks/bert/benchmark.toml); open: `train.eval_interval_samples`. `epoch_num` is the
+//!   number of training samples seen.
+
+use super::config::{Division, SystemConfig};
+use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use crate::data::bert::{check_vocab, BertBatch, EvalSet, TrainLoader};
+use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
+use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use tch::nn::VarStore;
+use tch::{Device, Kind};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertDataConfig {
+    /// Eval samples (the reference: 10,000); the first ones of DIR/eval in file order.
+    pub eval_samples: usize,
+    #[serde(default = "default_eval_batch")]
+    pub eval_batch_size: usize,
+}
+
+fn default_eval_batch() -> usize {
+    64
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertTrainConfig {
+    /// eval_accuracy (MLM accuracy) at which the run succeeds; closed: at least 0.720.
+    pub target: f64,
+    pub global_batch_size: u64,
+    pub gradient_accumulation_steps: u64,
+    /// Sample limit: the run stops aborted after this many training samples.
+    pub max_samples: u64,
+    /// Open division only: evaluate every this many samples (closed: the MLPerf formula).
+    #[serde(default)]
+    pub eval_interval_samples: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BertOpt {
+    Lamb,
+    Adamw,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertOptimizerConfig {
+    /// "lamb" (the reference; required in the closed division) or "adamw".
+    pub name: BertOpt,
+    pub base_learning_rate: f64,
+    #[serde(default)]
+    pub end_learning_rate: f64,
+    /// Polynomial decay power (the reference: 1.0).
+    #[serde(default = "one")]
+    pub poly_power: f64,
+    /// opt_learning_rate_training_steps: the decay reaches end_learning_rate here.
+    pub training_steps: i64,
+    pub warmup_steps: i64,
+    #[serde(default)]
+    pub start_warmup_step: i64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub epsilon: f64,
+    pub weight_decay: f64,
+    /// Global gradient-norm clip (the reference: 1.0).
+    #[serde(default = "one")]
+    pub max_grad_norm: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct BertMethodsConfig {
+    /// Dense layers on non-padding tokens only.
+    #[serde(default)]
+    pub unpad: bool,
+    /// scaled_dot_product_attention (fused kernels) instead of explicit softmax attention.
+    #[serde(default = "yes")]
+    pub fused_attention: bool,
+    /// bf16 matmuls on GPU (ignored with a warning on CPU).
+    #[serde(default)]
+    pub bf16: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertRunConfig {
+    #[serde(default)]
+    pub description: String,
+    pub system: SystemConfig,
+    pub model: BertConfig,
+    pub data: BertDataConfig,
+    pub train: BertTrainConfig,
+    pub optimizer: BertOptimizerConfig,
+    #[serde(default)]
+    pub methods: BertMethodsConfig,
+}
+
+impl BertRunConfig {
+    pub fn load(path: &Path, division: Division) -> Result<BertRunConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        Self::parse(&text, division).with_context(|| format!("config {}", path.display()))
+    }
+
+    pub fn parse(text: &str, division: Division) -> Result<BertRunConfig> {
+        let cfg: BertRunConfig = toml::from_str(text)?;
+        cfg.validate(division)?;
+        Ok(cfg)
+    }
+
+    /// Refuse configs that cannot run, or that break the closed rules in the closed division.
+    pub fn validate(&self, division: Division) -> Result<()> {
+        self.model.validate()?;
+        let t = &self.train;
+        let o = &self.optimizer;
+        if t.global_batch_size == 0 || t.gradient_accumulation_steps == 0 {
+            bail!("train.global_batch_size and train.gradient_accumulation_steps must be > 0");
+        }
+        if t.global_batch_size % t.gradient_accumulation_steps != 0 {
+            bail!(
+                "train.global_batch_size ({}) must be a multiple of train.gradient_accumulation_steps ({})",
+                t.global_batch_size,
+                t.gradient_accumulation_steps
+            );
+        }
+        if !(t.target > 0.0 && t.target < 1.0) {
+            bail!("train.target must be in (0, 1) (got {})", t.target);
+        }
+        if o.training_steps <= 0 || o.warmup_steps < 0 || o.base_learning_rate <= 0.0 {
+            bail!("optimizer.training_steps and optimizer.base_learning_rate must be > 0, optimizer.warmup_steps >= 0");
+        }
+        if self.data.eval_samples == 0 || self.data.eval_batch_size == 0 {
+            bail!("data.eval_samples and data.eval_batch_size must be > 0");
+        }
+        match division {
+            Division::Closed => {
+                if t.target < 0.720 {
+                    bail!(
+                        "train.target = {} is below the closed BERT quality target 0.720",
+                        t.target
+                    );
+                }
+                if o.name != BertOpt::Lamb {
+                    bail!("optimizer.name must be \"lamb\" in the closed division (the reference optimizer)");
+                }
+                if t.eval_interval_samples.is_some() {
+                    bail!(
+                        "train.eval_interval_samples is open-division only; the closed division evaluates every \
+                         FLOOR(0.05*(230.23*GBS + 3,000,000), 25,000) samples: remove the key"
+                    );
+                }
+                if o.max_grad_norm != 1.0 {
+                    bail!(
+                        "optimizer.max_grad_norm must be 1.0 in the closed division (got {})",
+                        o.max_grad_norm
+                    );
+                }
+            }
+            Division::Open => {
+                if t.eval_interval_samples == Some(0) {
+                    bail!("train.eval_interval_samples must be > 0");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Samples between evals in `division`.
+    pub fn eval_interval(&self, division: Division) -> Result<u64> {
+        let gbs = self.train.global_batch_size;
+        match (division, self.train.eval_interval_samples) {
+            (Division::Open, Some(n)) => Ok(n),
+            _ => crate::benchmarks::get("bert")?
+                .eval_interval_samples(gbs)
+                .context("benchmarks/bert/benchmark.toml lacks the eval interval formula"),
+        }
+    }
+
+    /// The blocks of a run: train until the next eval point (rounded up to whole steps), eval.
+    pub fn blocks(&self, division: Division) -> Result<Vec<Block>> {
+        let interval = self.eval_interval(division)?.max(1);
+        let gbs = self.train.global_batch_size;
+        let mut out = Vec::new();
+        let mut seen = 0u64;
+        let mut k = 1u64;
+        while seen < self.train.max_samples {
+            let point = k * interval;
+            let steps = (point.saturating_sub(seen)).div_ceil(gbs).max(1);
+            out.push(Block {
+                first_epoch_num: seen,
+                epoch_count: steps * gbs,
+                eval_epoch_num: seen + steps * gbs,
+            });
+            seen += steps * gbs;
+            while k * interval <= seen {
+                k += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The hyperparameter keys of the log, from this config.
+    pub fn hyperparameters(
+        &self,
+        division: Division,
+        train_samples: u64,
+        max_seq_len: i64,
+    ) -> Vec<(&'static str, Value)> {
+        let t = &self.train;
+        let o = &self.optimizer;
+        let m = &self.methods;
+        let mut kv: Vec<(&'static str, Value)> = vec![
+            ("global_batch_size", json!(t.global_batch_size)),
+            (
+                "gradient_accumulation_steps",
+                json!(t.gradient_accumulation_steps),
+            ),
+            (
+                "opt_name",
+                json!(match o.name {
+                    BertOpt::Lamb => "lamb",
+                    BertOpt::Adamw => "adamw",
+                }),
+            ),
+            ("opt_base_learning_rate", json!(o.base_learning_rate)),
+            ("opt_lamb_epsilon", json!(o.epsilon)),
+            ("opt_learning_rate_training_steps", json!(o.training_steps)),
+            ("opt_learning_rate_warmup_steps", json!(o.warmup_steps)),
+            ("num_warmup_steps", json!(o.warmup_steps)),
+            ("start_warmup_step", json!(o.start_warmup_step)),
+            ("opt_lamb_beta_1", json!(o.beta1)),
+            ("opt_lamb_beta_2", json!(o.beta2)),
+            ("opt_lamb_weight_decay_rate", json!(o.weight_decay)),
+            (
+                "opt_lamb_learning_rate_decay_poly_power",
+                json!(o.poly_power),
+            ),
+            ("opt_end_learning_rate", json!(o.end_learning_rate)),
+            ("opt_gradient_clip_norm", json!(o.max_grad_norm)),
+            ("max_sequence_length", json!(max_seq_len)),
+            ("method_unpad", json!(m.unpad)),
+            ("method_fused_attention", json!(m.fused_attention)),
+            ("method_bf16", json!(m.bf16)),
+        ];
+        if division == Division::Open {
+            kv.push((
+                "eval_interval_samples",
+                json!(self.eval_interval(division).unwrap_or(0)),
+            ));
+        }
+        kv.extend([
+            ("train_samples", json!(train_samples)),
+            ("eval_samples", json!(self.data.eval_samples)),
+        ]);
+        kv
+    }
+}
+
+struct State {
+    _vs: VarStore,
+    model: BertForPreTraining,
+    params: Vec<tch::Tensor>,
+    opt: Lamb,
+    schedule: PolyWarmup,
+    loader: TrainLoader,
+    eval_batches: Vec<BertBatch>,
+    micro_batches: u64,
+    step: i64,
+    seq_len: i64,
+}
+
+/// BERT as a trainer workload.
+pub struct BertWorkload {
+    pub cfg: BertRunConfig,
+    pub division: Division,
+    pub data_dir: PathBuf,
+    pub init_checkpoint: Option<PathBuf>,
+    state: Option<State>,
+}
+
+impl BertWorkload {
+    pub fn new(
+        cfg: BertRunConfig,
+        division: Division,
+        data_dir: PathBuf,
+        init_checkpoint: Option<PathBuf>,
+    ) -> Self {
+        BertWorkload {
+            cfg,
+            division,
+            data_dir,
+            init_checkpoint,
+            state: None,
+        }
+    }
+
+    fn state(&mut self) -> Result<&mut State> {
+        self.state
+            .as_mut()
+            .context("the BERT workload was not built")
+    }
+}
+
+impl Workload for BertWorkload {
+    fn benchmark(&self) -> &'static str {
+        "bert"
+    }
+
+    fn hyperparameters(&self) -> Vec<(&'static str, Value)> {
+        let (n, s) = self
+            .state
+            .as_ref()
+            .map(|s| (s.loader.total_samples as u64, s.seq_len))
+            .unwrap_or((0, 0));
+        self.cfg.hyperparameters(self.division, n, s)
+    }
+
+    fn build(&mut self, ctx: &BuildContext) -> Result<()> {
+        let cfg = &self.cfg;
+        if let Some(t) = cfg.system.threads.filter(|&t| t > 0) {
+            tch::set_num_threads(t);
+        }
+        let vs = VarStore::new(ctx.device);
+        let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
+        model.unpad = cfg.methods.unpad;
+        model.fused_attention = cfg.methods.fused_attention;
+        if cfg.methods.bf16 {
+            if ctx.device.is_cuda() {
+                model.compute_kind = Kind::BFloat16;
+            } else {
+                tracing::warn!("methods.bf16 applies on GPU only: training in fp32 on the CPU");
+            }
+        }
+        if let Some(ck) = &self.init_checkpoint {
+            let r = model.load_reference(&vs, ck)?;
+            tracing::info!(
+                "loaded {} tensors from {} (padded vocabulary: {:?})",
+                r.loaded,
+                ck.display(),
+                r.padded_vocab
+            );
+        }
+        let world = ctx.world_size as u64;
+        let t = &cfg.train;
+        if t.global_batch_size % (world * t.gradient_accumulation_steps) != 0 {
+            bail!(
+                "train.global_batch_size ({}) must divide by world size ({world}) x gradient_accumulation_steps ({})",
+                t.global_batch_size,
+                t.gradient_accumulation_steps
+            );
+        }
+        let local = (t.global_batch_size / world / t.gradient_accumulation_steps) as usize;
+        let train_dir = self.data_dir.join("train");
+        let loader = TrainLoader::new(
+            &train_dir,
+            ctx.seed,
+            ctx.rank,
+            ctx.world_size,
+            local,
+            ctx.device,
+        )?;
+        let eval = EvalSet::load(&self.data_dir.join("eval"), cfg.data.eval_samples)?;
+        check_vocab(
+            eval.max_token(),
+            cfg.model.vocab_size,
+            &self.data_dir.join("eval"),
+        )?;
+        let eval_batches = eval.batches(
+            cfg.data.eval_batch_size,
+            ctx.rank,
+            ctx.world_size,
+            ctx.device,
+        )?;
+        let seq_len = eval_batches
+            .first()
+            .map(|b| b.input_ids.size()[1])
+            .unwrap_or(0);
+        if seq_len > cfg.model.max_position {
+            bail!(
+                "the data's seq_len {seq_len} exceeds model.max_position {}",
+                cfg.model.max_position
+            );
+        }
+        let o = &cfg.optimizer;
+        let opt = Lamb::new(
+            vs.variables(),
+            LambConfig {
+                beta1: o.beta1,
+                beta2: o.beta2,
+                eps: o.epsilon,
+                weight_decay: o.weight_decay,
+                max_grad_norm: Some(o.max_grad_norm),
+                trust_ratio: o.name == BertOpt::Lamb,
+            },
+        )?;
+        let schedule = PolyWarmup {
+            base_lr: o.base_learning_rate,
+            end_lr: o.end_learning_rate,
+            power: o.poly_power,
+            total_steps: o.training_steps,
+            warmup_steps: o.warmup_steps,
+            start_warmup_step: o.start_warmup_step,
+        };
+        let mut names: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        self.state = Some(State {
+            params: names.into_iter().map(|(_, t)| t).collect(),
+            _vs: vs,
+            model,
+            opt,
+            schedule,
+            loader,
+            eval_batches,
+            micro_batches: t.gradient_accumulation_steps,
+            step: 0,
+            seq_len,
+        });
+        Ok(())
+    }
+
+    fn blocks(&self) -> Vec<Block> {
+        self.cfg.blocks(self.division).unwrap_or_default()
+    }
+
+    fn start_block(&mut self, block: &Block) -> Result<u64> {
+        Ok(block.epoch_count / self.cfg.train.global_batch_size)
+    }
+
+    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+        let s = self.state()?;
+        s.opt.zero_grad();
+        let mut total = 0.0;
+        for _ in 0..s.micro_batches {
+            let b = s.loader.next_batch()?;
+            let (mlm, nsp) = s.model.forward(
+                &b.input_ids,
+                &b.segment_ids,
+                &b.input_mask,
+                MlmOn::Positions(&b.masked_positions),
+                true,
+            );
+            let loss =
+                pretraining_loss(&mlm, &nsp, &b.masked_ids, &b.masked_weights, &b.nsp_labels)
+                    / s.micro_batches as f64;
+            loss.backward();
+            total += loss.double_value(&[]);
+        }
+        sync.all_reduce_grads(&s.params)?;
+        let lr = s.schedule.lr_at(s.step);
+        let _grad_norm = s.opt.step(lr);
+        s.step += 1;
+        Ok(total)
+    }
+
+    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+        let s = self.state()?;
+        let (mut correct, mut total) = (0i64, 0i64);
+        tch::no_grad(|| {
+            for b in &s.eval_batches {
+                let (mlm, _) = s.model.forward(
+                    &b.input_ids,
+                    &b.segment_ids,
+                    &b.input_mask,
+                    MlmOn::Positions(&b.masked_positions),
+                    false,
+                );
+                let (c, t) = mlm_correct(&mlm, &b.masked_ids, &b.masked_weights);
+                correct += c;
+                total += t;
+            }
+        });
+        let mut v = [correct as f64, total as f64];
+        sync.all_reduce_sum(&mut v)?;
+        if v[1] == 0.0 {
+            bail!("the eval set has no masked tokens");
+        }
+        Ok(v[0] / v[1])
+    }
+
+    fn target(&self) -> f64 {
+        self.cfg.train.target
+    }
+}
+
+/// One BERT run through the generic trainer.
+pub fn run_once(
+    cfg: &BertRunConfig,
+    division: Division,
+    data_dir: &Path,
+    init_checkpoint: Option<&Path>,
+    opts: RunOptions,
+) -> Result<RunOutcome> {
+    let mut w = BertWorkload::new(
+        cfg.clone(),
+        division,
+        data_dir.to_path_buf(),
+        init_checkpoint.map(Path::to_path_buf),
+    );
+    engine::run_once(&mut w, opts)
+}
+
+/// Pick the device from the CLI flag.
+pub fn device(cuda: bool) -> Result<Device> {
+    if !cuda {
+        return Ok(Device::Cpu);
+    }
+    if tch::Cuda::is_available() {
+        Ok(Device::Cuda(0))
+    } else {
+        bail!("--device cuda: no CUDA device is available to libtorch")
+    }
+}

@@ -1,0 +1,537 @@
+//! ResNet run configuration (`configs/resnet/*.toml`): hyperparameters and system settings.
+//! Unknown keys are refused (`deny_unknown_fields`), enum values list the allowed ones, and
+//! [`ResnetRunConfig::validate`] refuses closed-division configs that break the closed rules
+//! before a run starts. The hyperparameter keys of the log come from these values
+//! ([`ResnetRunConfig::hyperparameters`]), never retyped.
+
+use crate::methods::progressive_resizing::ProgressiveResizing;
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Division {
+    Closed,
+    Open,
+}
+
+impl Division {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Division::Closed => "closed",
+            Division::Open => "open",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubmissionStatus {
+    Onprem,
+    Cloud,
+    Preview,
+    Research,
+}
+
+impl SubmissionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubmissionStatus::Onprem => "onprem",
+            SubmissionStatus::Cloud => "cloud",
+            SubmissionStatus::Preview => "preview",
+            SubmissionStatus::Research => "research",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemConfig {
+    pub submission_org: String,
+    pub submission_platform: String,
+    pub submission_status: SubmissionStatus,
+    /// Shell command run before each run to drop the page cache (logged as cache_clear true);
+    /// absent or empty: none, logged as cache_clear false.
+    #[serde(default)]
+    pub cache_clear_command: Option<String>,
+    /// Intra-op threads for libtorch on CPU (0 or absent: libtorch's default).
+    #[serde(default)]
+    pub threads: Option<i32>,
+    /// Abort the run (run_stop aborted) after this many minutes of training.
+    pub time_limit_minutes: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub classes: i64,
+    /// Planes of the first stage (64 in ResNet-50).
+    pub width: i64,
+    /// Bottlenecks per stage ([3, 4, 6, 3] in ResNet-50).
+    pub blocks: [i64; 4],
+    #[serde(default)]
+    pub zero_init_last_bn: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataSource {
+    /// train/<class>/*.JPEG and val/<class>/*.JPEG under --data.
+    Imagefolder,
+    /// Images generated in memory from the run's data seed (no files; --data is ignored).
+    SyntheticMemory,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyntheticConfig {
+    pub train_per_class: usize,
+    pub eval_per_class: usize,
+    /// Per-pixel noise (std, in u8 levels) added to the class patterns; higher is harder.
+    pub noise: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    pub source: DataSource,
+    /// Full training image size (224 in the reference; 176 in MosaicML's recipe).
+    pub train_image_size: i64,
+    pub eval_image_size: i64,
+    /// Decode workers for image folders (0: all cores).
+    #[serde(default)]
+    pub workers: usize,
+    #[serde(default)]
+    pub synthetic: Option<SyntheticConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// The eval_accuracy at which the run stops with status success.
+    pub target: f64,
+    pub global_batch_size: u64,
+    pub gradient_accumulation_steps: u64,
+    /// Epoch limit: the run stops aborted after this many epochs without reaching the target.
+    pub max_epochs: u64,
+    /// Evaluate after 0-based epoch e when e >= eval_offset and (e - eval_offset) % eval_period == 0.
+    pub eval_offset: u64,
+    pub eval_period: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptName {
+    Lars,
+    Sgd,
+}
+
+impl OptName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OptName::Lars => "lars",
+            OptName::Sgd => "sgd",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecayKind {
+    Poly,
+    Cosine,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    pub name: OptName,
+    pub base_lr: f64,
+    pub end_lr: f64,
+    pub warmup_epochs: f64,
+    pub decay: DecayKind,
+    /// Power of the polynomial decay (2 in the closed division).
+    #[serde(default = "default_power")]
+    pub poly_power: f64,
+    /// Length of the schedule in epochs, warmup included (NVIDIA: 37 at GBS 3264).
+    pub schedule_epochs: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    #[serde(default)]
+    pub nesterov: bool,
+    /// LARS trust coefficient (0.001 in the reference).
+    #[serde(default = "default_eta")]
+    pub lars_eta: f64,
+    #[serde(default)]
+    pub lars_epsilon: f64,
+    /// SGD only: also decay BN parameters and biases (torch's default).
+    #[serde(default)]
+    pub decay_bn_bias: bool,
+}
+
+fn default_power() -> f64 {
+    2.0
+}
+fn default_eta() -> f64 {
+    0.001
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Amp {
+    None,
+    Bf16,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmaConfig {
+    pub half_life_steps: f64,
+    #[serde(default = "one")]
+    pub update_interval: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodsConfig {
+    #[serde(default)]
+    pub blurpool: bool,
+    #[serde(default)]
+    pub channels_last: bool,
+    /// 0 = off (closed: 0 or 0.1).
+    #[serde(default)]
+    pub label_smoothing: f64,
+    #[serde(default)]
+    pub progressive_resizing: Option<ProgressiveResizing>,
+    #[serde(default)]
+    pub ema: Option<EmaConfig>,
+    /// bf16 on CUDA; ignored (fp32) on CPU.
+    #[serde(default = "no_amp")]
+    pub amp: Amp,
+}
+
+fn no_amp() -> Amp {
+    Amp::None
+}
+
+impl Default for MethodsConfig {
+    fn default() -> Self {
+        MethodsConfig {
+            blurpool: false,
+            channels_last: false,
+            label_smoothing: 0.0,
+            progressive_resizing: None,
+            ema: None,
+            amp: Amp::None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResnetRunConfig {
+    /// What this preset is (shown in errors and logs).
+    pub description: String,
+    pub system: SystemConfig,
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    pub train: TrainConfig,
+    pub optimizer: OptimizerConfig,
+    #[serde(default)]
+    pub methods: MethodsConfig,
+}
+
+/// Samples of the full ImageNet training and validation sets.
+pub const IMAGENET_TRAIN_SAMPLES: u64 = 1_281_167;
+
+impl ResnetRunConfig {
+    /// Read and validate `path` for `division`.
+    pub fn load(path: &Path, division: Division) -> Result<ResnetRunConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        Self::parse(&text, division).with_context(|| format!("invalid config {}", path.display()))
+    }
+
+    pub fn parse(text: &str, division: Division) -> Result<ResnetRunConfig> {
+        let cfg: ResnetRunConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        cfg.validate(division)?;
+        Ok(cfg)
+    }
+
+    /// Sanity checks for every division, then the closed rules for `Division::Closed`.
+    pub fn validate(&self, division: Division) -> Result<()> {
+        let t = &self.train;
+        let o = &self.optimizer;
+        let m = &self.methods;
+        if self.model.classes < 2 {
+            bail!(
+                "model.classes must be at least 2, got {}",
+                self.model.classes
+            );
+        }
+        if self.model.width < 1 || self.model.blocks.iter().any(|&b| b < 1) {
+            bail!("model.width and every model.blocks entry must be at least 1");
+        }
+        if t.global_batch_size == 0 || t.gradient_accumulation_steps == 0 {
+            bail!(
+                "train.global_batch_size and train.gradient_accumulation_steps must be at least 1"
+            );
+        }
+        if t.global_batch_size % t.gradient_accumulation_steps != 0 {
+            bail!(
+                "train.global_batch_size ({}) must be a multiple of train.gradient_accumulation_steps ({})",
+                t.global_batch_size,
+                t.gradient_accumulation_steps
+            );
+        }
+        if t.max_epochs == 0 || t.eval_period == 0 {
+            bail!("train.max_epochs and train.eval_period must be at least 1");
+        }
+        if t.eval_offset >= t.max_epochs {
+            bail!(
+                "train.eval_offset ({}) must be below train.max_epochs ({})",
+                t.eval_offset,
+                t.max_epochs
+            );
+        }
+        if !(t.target > 0.0 && t.target < 1.0) {
+            bail!(
+                "train.target must be a fraction in (0, 1), got {}",
+                t.target
+            );
+        }
+        if self.data.train_image_size < 8 || self.data.eval_image_size < 8 {
+            bail!("data.train_image_size and data.eval_image_size must be at least 8");
+        }
+        if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
+            bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
+        }
+        if !(o.base_lr > 0.0)
+            || o.end_lr < 0.0
+            || o.warmup_epochs < 0.0
+            || o.schedule_epochs <= o.warmup_epochs
+        {
+            bail!("optimizer: need base_lr > 0, end_lr >= 0, warmup_epochs >= 0 and schedule_epochs > warmup_epochs");
+        }
+        if !(0.0..1.0).contains(&o.momentum) || o.weight_decay < 0.0 {
+            bail!("optimizer: momentum must be in [0, 1) and weight_decay >= 0");
+        }
+        if !(0.0..1.0).contains(&m.label_smoothing) {
+            bail!(
+                "methods.label_smoothing must be in [0, 1), got {}",
+                m.label_smoothing
+            );
+        }
+        if let Some(p) = &m.progressive_resizing {
+            p.validate()
+                .map_err(|e| anyhow::anyhow!("methods.progressive_resizing: {e}"))?;
+        }
+        if let Some(e) = &m.ema {
+            if !(e.half_life_steps > 0.0) {
+                bail!("methods.ema.half_life_steps must be > 0");
+            }
+        }
+        if division == Division::Closed {
+            self.validate_closed()?;
+        }
+        Ok(())
+    }
+
+    fn validate_closed(&self) -> Result<()> {
+        let o = &self.optimizer;
+        let t = &self.train;
+        let m = &self.methods;
+        let refuse = |msg: String| -> Result<()> { bail!("closed division: {msg}") };
+        if t.target < 0.759 {
+            refuse(format!(
+                "train.target must be at least 0.759 (the ResNet quality target), got {}",
+                t.target
+            ))?;
+        }
+        if o.decay != DecayKind::Poly {
+            refuse("optimizer.decay must be \"poly\" (allowed: poly)".into())?;
+        }
+        if o.end_lr != 1e-4 {
+            refuse(format!("optimizer.end_lr must be 0.0001, got {}", o.end_lr))?;
+        }
+        if o.poly_power != 2.0 {
+            refuse(format!(
+                "optimizer.poly_power must be 2, got {}",
+                o.poly_power
+            ))?;
+        }
+        let n = (o.weight_decay / 1e-4).log2();
+        if !(o.weight_decay > 0.0 && (n - n.round()).abs() < 1e-9) {
+            refuse(format!(
+                "optimizer.weight_decay must be 0.0001 * 2^N, got {}",
+                o.weight_decay
+            ))?;
+        }
+        match o.name {
+            OptName::Lars if o.lars_epsilon != 0.0 => refuse(format!(
+                "optimizer.lars_epsilon must be 0.0, got {}",
+                o.lars_epsilon
+            ))?,
+            OptName::Sgd if ((o.base_lr / 0.001) - (o.base_lr / 0.001).round()).abs() > 1e-6 => {
+                refuse(format!(
+                    "optimizer.base_lr must be a multiple of 0.001 with sgd, got {}",
+                    o.base_lr
+                ))?
+            }
+            _ => {}
+        }
+        if t.eval_period != 4 || t.eval_offset > 3 {
+            refuse(format!(
+                "evaluate every 4 epochs with an offset 0..=3 (train.eval_period = 4, train.eval_offset in 0..=3), got period {} offset {}",
+                t.eval_period, t.eval_offset
+            ))?;
+        }
+        if m.label_smoothing != 0.0 && m.label_smoothing != 0.1 {
+            refuse(format!(
+                "methods.label_smoothing must be 0 or 0.1, got {}",
+                m.label_smoothing
+            ))?;
+        }
+        if m.blurpool || m.progressive_resizing.is_some() || m.ema.is_some() {
+            refuse("methods.blurpool, methods.progressive_resizing and methods.ema are open-division methods".into())?;
+        }
+        Ok(())
+    }
+
+    /// Local (per-process, per-micro-batch) batch size for `world_size` processes.
+    pub fn local_batch(&self, world_size: u64) -> Result<u64> {
+        let t = &self.train;
+        let div = world_size * t.gradient_accumulation_steps;
+        if t.global_batch_size % div != 0 {
+            bail!(
+                "train.global_batch_size ({}) must be divisible by world size x gradient_accumulation_steps ({div})",
+                t.global_batch_size
+            );
+        }
+        Ok(t.global_batch_size / div)
+    }
+
+    /// The hyperparameter keys the log carries (after the submission keys and the seed), in
+    /// order, with values straight from this config. `steps_per_epoch` turns epochs into the
+    /// logged decay steps; `train_samples`/`eval_samples` come from the data set.
+    pub fn hyperparameters(
+        &self,
+        division: Division,
+        steps_per_epoch: u64,
+        train_samples: u64,
+        eval_samples: u64,
+        world_size: u64,
+    ) -> Vec<(&'static str, Value)> {
+        let t = &self.train;
+        let o = &self.optimizer;
+        let decay_steps =
+            ((o.schedule_epochs - o.warmup_epochs) * steps_per_epoch as f64).round() as u64;
+        let mut kv: Vec<(&'static str, Value)> = vec![
+            ("global_batch_size", json!(t.global_batch_size)),
+            (
+                "gradient_accumulation_steps",
+                json!(t.gradient_accumulation_steps),
+            ),
+            ("opt_name", json!(o.name.as_str())),
+        ];
+        match o.name {
+            OptName::Lars => kv.extend([
+                ("lars_opt_base_learning_rate", json!(o.base_lr)),
+                ("lars_opt_end_learning_rate", json!(o.end_lr)),
+                (
+                    "lars_opt_learning_rate_decay_poly_power",
+                    json!(o.poly_power),
+                ),
+                ("lars_opt_learning_rate_decay_steps", json!(decay_steps)),
+                ("lars_epsilon", json!(o.lars_epsilon)),
+                (
+                    "lars_opt_learning_rate_warmup_epochs",
+                    json!(o.warmup_epochs),
+                ),
+                ("lars_opt_momentum", json!(o.momentum)),
+                ("lars_opt_weight_decay", json!(o.weight_decay)),
+            ]),
+            OptName::Sgd => kv.extend([
+                ("sgd_opt_base_learning_rate", json!(o.base_lr)),
+                ("sgd_opt_end_learning_rate", json!(o.end_lr)),
+                (
+                    "sgd_opt_learning_rate_decay_poly_power",
+                    json!(o.poly_power),
+                ),
+                ("sgd_opt_learning_rate_decay_steps", json!(decay_steps)),
+                ("sgd_opt_weight_decay", json!(o.weight_decay)),
+                ("sgd_opt_momentum", json!(o.momentum)),
+                (
+                    "model_bn_span",
+                    json!(self.local_batch(world_size).unwrap_or(t.global_batch_size)),
+                ),
+                ("opt_learning_rate_warmup_epochs", json!(o.warmup_epochs)),
+            ]),
+        }
+        if division == Division::Open {
+            let m = &self.methods;
+            kv.extend([
+                (
+                    "opt_learning_rate_decay_schedule",
+                    json!(format!("{:?}", o.decay).to_lowercase()),
+                ),
+                ("method_blurpool", json!(m.blurpool)),
+                ("method_channels_last", json!(m.channels_last)),
+                ("method_label_smoothing", json!(m.label_smoothing)),
+                (
+                    "method_progressive_resizing",
+                    json!(m.progressive_resizing.is_some()),
+                ),
+                ("method_ema", json!(m.ema.is_some())),
+                ("method_amp", json!(format!("{:?}", m.amp).to_lowercase())),
+            ]);
+            if let Some(p) = &m.progressive_resizing {
+                kv.extend([
+                    ("progressive_resizing_initial_scale", json!(p.initial_scale)),
+                    (
+                        "progressive_resizing_delay_fraction",
+                        json!(p.delay_fraction),
+                    ),
+                    (
+                        "progressive_resizing_finetune_fraction",
+                        json!(p.finetune_fraction),
+                    ),
+                    (
+                        "progressive_resizing_size_increment",
+                        json!(p.size_increment),
+                    ),
+                ]);
+            }
+            if let Some(e) = &m.ema {
+                kv.extend([
+                    ("ema_half_life_steps", json!(e.half_life_steps)),
+                    ("ema_update_interval", json!(e.update_interval)),
+                ]);
+            }
+        }
+        kv.extend([
+            ("train_samples", json!(train_samples)),
+            ("eval_samples", json!(eval_samples)),
+        ]);
+        kv
+    }
+
+    /// 0-based epochs after which the closed cadence evaluates, up to max_epochs.
+    pub fn eval_epochs(&self) -> Vec<u64> {
+        let t = &self.train;
+        let mut out: Vec<u64> = (t.eval_offset..t.max_epochs)
+            .step_by(t.eval_period as usize)
+            .collect();
+        // always evaluate after the last epoch so a run never ends without a verdict
+        if out.last() != Some(&(t.max_epochs - 1)) {
+            out.push(t.max_epochs - 1);
+        }
+        out
+    }
+}

@@ -1,0 +1,395 @@
+//! The ResNet-50 workload: model, optimizer and data from a [`ResnetRunConfig`], trained by
+//! the generic [`engine`](super::engine). [`run_once`] is the library entry point for one run.
+
+use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
+use super::data::{BatchIter, ImageData, Shard, SyntheticImages};
+use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use crate::methods::ema::Ema;
+use crate::models::resnet::{self, Resnet, ResnetSpec};
+use crate::optim::lars::{Lars, LarsConfig};
+use crate::optim::loss::cross_entropy_smoothed;
+use crate::optim::schedule::{Decay, Schedule};
+use crate::optim::sgd::{Sgd, SgdConfig};
+use crate::optim::{Optimizer, ParamGroups};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tch::nn::{ModuleT, VarStore};
+use tch::{Device, Kind, Tensor};
+
+/// One ResNet run's inputs besides the [`RunOptions`].
+pub struct ResnetRun<'a> {
+    pub config: &'a ResnetRunConfig,
+    pub division: Division,
+    /// ImageFolder root (train/, val/); unused for synthetic-memory data.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Open the configured data set.
+pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<dyn ImageData>> {
+    match cfg.data.source {
+        DataSource::SyntheticMemory => {
+            let s = cfg
+                .data
+                .synthetic
+                .as_ref()
+                .context("data.synthetic is missing")?;
+            Ok(Box::new(SyntheticImages::new(
+                cfg.model.classes as usize,
+                s.train_per_class,
+                s.eval_per_class,
+                s.noise,
+            )))
+        }
+        DataSource::Imagefolder => {
+            let dir = data_dir
+                .context("data.source = \"imagefolder\" needs --data DIR (with train/ and val/)")?;
+            bail!(
+                "ImageFolder data ({}) needs the data::imagenet pipeline, which this build does not have yet; \
+                 use a config with data.source = \"synthetic-memory\"",
+                dir.display()
+            )
+        }
+    }
+}
+
+/// Carry out one ResNet run (cache clear to run_stop) and return what happened.
+pub fn run_once(run: &ResnetRun<'_>, opts: RunOptions) -> Result<RunOutcome> {
+    let data = open_data(run.config, run.data_dir.as_deref())?;
+    let mut w = ResnetWorkload::new(run.config.clone(), run.division, data);
+    engine::run_once(&mut w, opts)
+}
+
+struct State {
+    device: Device,
+    vs: VarStore,
+    net: Resnet,
+    params: ParamGroups,
+    opt: Box<dyn Optimizer>,
+    schedule: Schedule,
+    ema: Option<Ema>,
+    seed: u64,
+    shard: Shard,
+    local_batch: usize,
+    steps_per_epoch: u64,
+    global_step: u64,
+    epoch: u64,
+    step_in_epoch: u64,
+    iter: Option<BatchIter>,
+}
+
+pub struct ResnetWorkload {
+    cfg: ResnetRunConfig,
+    division: Division,
+    data: Box<dyn ImageData>,
+    state: Option<State>,
+    timing: StepTiming,
+}
+
+/// Where training-step time goes (seconds, summed over all steps).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepTiming {
+    /// Waiting for the data pipeline's next batch.
+    pub data_wait: f64,
+    /// Hand-off: u8 batch to a normalised device tensor.
+    pub handoff: f64,
+    /// Forward, backward, gradient sync, optimizer, EMA, loss read-back.
+    pub compute: f64,
+}
+
+impl ResnetWorkload {
+    pub fn new(cfg: ResnetRunConfig, division: Division, data: Box<dyn ImageData>) -> Self {
+        ResnetWorkload {
+            cfg,
+            division,
+            data,
+            state: None,
+            timing: StepTiming::default(),
+        }
+    }
+
+    /// Time spent in the parts of the training steps so far.
+    pub fn timing(&self) -> StepTiming {
+        self.timing
+    }
+
+    fn state(&mut self) -> Result<&mut State> {
+        self.state.as_mut().context("the workload was not built")
+    }
+
+    /// Training image size of 0-based `epoch` (progressive resizing or the full size).
+    pub fn train_size(&self, epoch: u64) -> i64 {
+        let full = self.cfg.data.train_image_size;
+        match &self.cfg.methods.progressive_resizing {
+            Some(p) => p.size(
+                (epoch as f64 / self.cfg.optimizer.schedule_epochs).min(1.0),
+                full,
+            ),
+            None => full,
+        }
+    }
+
+    fn channels_last(&self) -> bool {
+        self.cfg.methods.channels_last
+    }
+}
+
+fn to_device(
+    b: &super::data::Batch,
+    device: Device,
+    channels_last: bool,
+) -> Result<(Tensor, Tensor)> {
+    let n = b.len() as i64;
+    if b.images.len() != b.len() * b.height * b.width * 3 {
+        bail!(
+            "a batch of {} labels carries {} image bytes at {}x{}",
+            b.len(),
+            b.images.len(),
+            b.height,
+            b.width
+        );
+    }
+    let x = Tensor::from_slice(&b.images)
+        .view([n, b.height as i64, b.width as i64, 3])
+        .to_device(device);
+    let x = resnet::normalize_nhwc_u8(&x, channels_last, Kind::Float);
+    let y = Tensor::from_slice(&b.labels).to_device(device);
+    Ok((x, y))
+}
+
+impl Workload for ResnetWorkload {
+    fn benchmark(&self) -> &'static str {
+        "resnet"
+    }
+
+    fn hyperparameters(&self) -> Vec<(&'static str, Value)> {
+        let (steps, world) = match &self.state {
+            Some(s) => (s.steps_per_epoch, s.shard.world_size as u64),
+            None => (0, 1),
+        };
+        self.cfg.hyperparameters(
+            self.division,
+            steps,
+            self.data.train_len() as u64,
+            self.data.eval_len() as u64,
+            world,
+        )
+    }
+
+    fn build(&mut self, ctx: &BuildContext) -> Result<()> {
+        let cfg = &self.cfg;
+        if let Some(t) = cfg.system.threads.filter(|&t| t > 0) {
+            tch::set_num_threads(t);
+        }
+        if self.data.num_classes() as i64 != cfg.model.classes {
+            bail!(
+                "the data set has {} classes but model.classes is {}",
+                self.data.num_classes(),
+                cfg.model.classes
+            );
+        }
+        if cfg.methods.amp == Amp::Bf16 {
+            tracing::warn!(
+                "methods.amp = \"bf16\" is not applied yet (tch lacks bf16 autocast; planned in the C++ shim): training in fp32"
+            );
+        }
+        let spec = ResnetSpec {
+            classes: cfg.model.classes,
+            width: cfg.model.width,
+            blocks: cfg.model.blocks,
+            zero_init_last_bn: cfg.model.zero_init_last_bn,
+            blurpool: cfg.methods.blurpool,
+        };
+        let (vs, net) = resnet::build(&spec, ctx.device);
+        if self.channels_last() {
+            resnet::convert_channels_last(&vs);
+        }
+        let params = ParamGroups::from_var_store(&vs);
+        let o = &cfg.optimizer;
+        let opt: Box<dyn Optimizer> = match o.name {
+            OptName::Lars => Box::new(Lars::new(LarsConfig {
+                momentum: o.momentum,
+                weight_decay: o.weight_decay,
+                eta: o.lars_eta,
+                epsilon: o.lars_epsilon,
+                nesterov: o.nesterov,
+            })),
+            OptName::Sgd => Box::new(Sgd::new(SgdConfig {
+                momentum: o.momentum,
+                weight_decay: o.weight_decay,
+                nesterov: o.nesterov,
+                decay_bn_bias: o.decay_bn_bias,
+            })),
+        };
+        let world = ctx.world_size as u64;
+        let local_batch = cfg.local_batch(world)? as usize;
+        let steps_per_epoch = self.data.train_len() as u64 / cfg.train.global_batch_size;
+        if steps_per_epoch == 0 {
+            bail!(
+                "the training set ({} images) is smaller than train.global_batch_size ({})",
+                self.data.train_len(),
+                cfg.train.global_batch_size
+            );
+        }
+        let warmup_steps = (o.warmup_epochs * steps_per_epoch as f64).round() as u64;
+        let total = (o.schedule_epochs * steps_per_epoch as f64).round() as u64;
+        let schedule = Schedule {
+            base: o.base_lr,
+            end: o.end_lr,
+            warmup_steps,
+            decay_steps: total.saturating_sub(warmup_steps).max(1),
+            decay: match o.decay {
+                DecayKind::Poly => Decay::Poly {
+                    power: o.poly_power,
+                },
+                DecayKind::Cosine => Decay::Cosine,
+            },
+        };
+        let ema = cfg
+            .methods
+            .ema
+            .as_ref()
+            .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
+        self.state = Some(State {
+            device: ctx.device,
+            vs,
+            net,
+            params,
+            opt,
+            schedule,
+            ema,
+            seed: ctx.seed,
+            shard: Shard {
+                rank: ctx.rank,
+                world_size: ctx.world_size,
+            },
+            local_batch,
+            steps_per_epoch,
+            global_step: 0,
+            epoch: 0,
+            step_in_epoch: 0,
+            iter: None,
+        });
+        Ok(())
+    }
+
+    fn blocks(&self) -> Vec<Block> {
+        let mut out = Vec::new();
+        let mut first = 0u64;
+        for e in self.cfg.eval_epochs() {
+            out.push(Block {
+                first_epoch_num: first + 1,
+                epoch_count: e + 1 - first,
+                eval_epoch_num: e + 1,
+            });
+            first = e + 1;
+        }
+        out
+    }
+
+    fn start_block(&mut self, block: &Block) -> Result<u64> {
+        let s = self.state()?;
+        Ok(block.epoch_count * s.steps_per_epoch)
+    }
+
+    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+        let accum = self.cfg.train.gradient_accumulation_steps;
+        let smoothing = self.cfg.methods.label_smoothing;
+        let channels_last = self.channels_last();
+        let size = {
+            let epoch = self.state()?.epoch;
+            self.train_size(epoch) as usize
+        };
+        let s = self.state.as_mut().context("the workload was not built")?;
+        if s.iter.is_none() {
+            s.iter = Some(
+                self.data
+                    .train_epoch(s.epoch, size, s.local_batch, s.seed, s.shard)?,
+            );
+        }
+        let t_start = Instant::now();
+        let (mut data_wait, mut handoff) = (0.0, 0.0);
+        let mut total = Tensor::zeros([], (Kind::Float, s.device));
+        let mut grads: Vec<Tensor> = Vec::new();
+        for _ in 0..accum {
+            let t0 = Instant::now();
+            let batch = match s.iter.as_mut().and_then(|it| it.next()) {
+                Some(b) => b?,
+                None => bail!("the data pipeline ran out of batches in epoch {}", s.epoch),
+            };
+            let t1 = Instant::now();
+            let (x, y) = to_device(&batch, s.device, channels_last)?;
+            let t2 = Instant::now();
+            data_wait += (t1 - t0).as_secs_f64();
+            handoff += (t2 - t1).as_secs_f64();
+            let logits = s.net.forward_t(&x, true);
+            let loss = cross_entropy_smoothed(&logits, &y, smoothing) / accum as f64;
+            // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
+            let g = s.params.gradients_of(&loss)?;
+            if grads.is_empty() {
+                grads = g;
+            } else {
+                tch::no_grad(|| {
+                    for (acc, g) in grads.iter_mut().zip(&g) {
+                        *acc += g;
+                    }
+                });
+            }
+            total += loss.detach();
+        }
+        sync.all_reduce_grads(&grads)?;
+        let lr = s.schedule.lr(s.global_step);
+        s.opt.step(&mut s.params, &grads, lr);
+        s.global_step += 1;
+        if let Some(ema) = &mut s.ema {
+            ema.update(&s.vs, s.global_step);
+        }
+        s.step_in_epoch += 1;
+        if s.step_in_epoch == s.steps_per_epoch {
+            s.step_in_epoch = 0;
+            s.epoch += 1;
+            s.iter = None;
+        }
+        let loss = total.double_value(&[]);
+        let all = t_start.elapsed().as_secs_f64();
+        self.timing.data_wait += data_wait;
+        self.timing.handoff += handoff;
+        self.timing.compute += all - data_wait - handoff;
+        Ok(loss)
+    }
+
+    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+        let size = self.cfg.data.eval_image_size as usize;
+        let channels_last = self.channels_last();
+        let s = self.state.as_ref().context("the workload was not built")?;
+        let iter = self.data.eval(size, s.local_batch.max(1), s.shard)?;
+        let eval_all = || -> Result<[f64; 2]> {
+            let mut counts = [0f64; 2];
+            tch::no_grad(|| -> Result<()> {
+                for b in iter {
+                    let b = b?;
+                    let (x, y) = to_device(&b, s.device, channels_last)?;
+                    let pred = s.net.forward_t(&x, false).argmax(-1, false);
+                    counts[0] += pred.eq_tensor(&y).sum(Kind::Int64).int64_value(&[]) as f64;
+                    counts[1] += b.len() as f64;
+                }
+                Ok(())
+            })?;
+            Ok(counts)
+        };
+        let mut counts = match &s.ema {
+            Some(ema) => ema.with_ema_weights(&s.vs, eval_all)?,
+            None => eval_all()?,
+        };
+        sync.all_reduce_sum(&mut counts)?;
+        if counts[1] == 0.0 {
+            bail!("the evaluation set is empty");
+        }
+        Ok(counts[0] / counts[1])
+    }
+
+    fn target(&self) -> f64 {
+        self.cfg.train.target
+    }
+}

@@ -1,0 +1,279 @@
+//! BERT model: parameter count against the reference module (PyTorch), checkpoint conversion and
+//! forward equivalence with PyTorch on a randomly initialised reference-layout checkpoint.
+#![cfg(feature = "torch")]
+
+mod common;
+
+use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tch::{nn, Device, Kind, Tensor};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A python with torch + safetensors (the project venv), or None (skip unless CI requires it).
+fn torch_python(test: &str) -> Option<PathBuf> {
+    let py = common::oracle(test)?;
+    let ok = Command::new(&py)
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .map(|o| o.status.success());
+    if ok.unwrap_or(false) {
+        Some(py)
+    } else if common::required() {
+        panic!("{test}: the venv python lacks torch or safetensors (run scripts/setup.sh)");
+    } else {
+        eprintln!("SKIP {test}: torch/safetensors not importable (run scripts/setup.sh)");
+        None
+    }
+}
+
+fn py(python: &Path, args: &[&str]) -> String {
+    let out = Command::new(python)
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "python {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn cfg_json(c: &BertConfig) -> String {
+    serde_json::to_string(c).unwrap()
+}
+
+fn count_ours(c: &BertConfig) -> i64 {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let _m = BertForPreTraining::new(&vs.root(), c).unwrap();
+    vs.variables().values().map(|t| t.numel() as i64).sum()
+}
+
+fn tiny() -> BertConfig {
+    BertConfig {
+        vocab_size: 97,
+        hidden_size: 32,
+        num_layers: 2,
+        num_heads: 4,
+        intermediate_size: 64,
+        max_position: 24,
+        type_vocab_size: 2,
+        hidden_dropout: 0.1,
+        attention_dropout: 0.1,
+        layer_norm_eps: 1e-12,
+    }
+}
+
+#[test]
+fn parameter_count_matches_reference() {
+    // Ours, built for real, at BERT-Large (padded vocabulary, as NVIDIA trains it) and tiny.
+    let large = BertConfig {
+        vocab_size: 30528,
+        ..BertConfig::large()
+    };
+    let ours_large = count_ours(&large);
+    assert_eq!(ours_large, large.param_count());
+    assert_eq!(count_ours(&tiny()), tiny().param_count());
+    // The reference module's own count (PyTorch, shapes only), at 30,522 and 30,528.
+    let Some(python) = torch_python("parameter_count_matches_reference") else {
+        return;
+    };
+    let script = root().join("scripts/bench/bert_ref.py");
+    let configs = [BertConfig::large(), large.clone(), tiny()];
+    let mut args = vec![script.to_str().unwrap().to_string(), "count".into()];
+    for c in &configs {
+        args.extend(["--config".to_string(), cfg_json(c)]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let counts = py(&python, &args);
+    let theirs: Vec<i64> = counts.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(theirs.len(), configs.len());
+    for (c, t) in configs.iter().zip(theirs) {
+        assert_eq!(t, c.param_count(), "reference count for {c:?}");
+    }
+    assert_eq!(BertConfig::large().param_count(), 336_226_108);
+}
+
+/// Inputs with padding: sequence k has `len - 3k` real tokens.
+fn inputs(c: &BertConfig, b: i64, s: i64) -> (Tensor, Tensor, Tensor) {
+    tch::manual_seed(3);
+    let lengths: Vec<i64> = (0..b).map(|k| s - 3 * k).collect();
+    let mask = Tensor::arange(s, (Kind::Int64, Device::Cpu))
+        .unsqueeze(0)
+        .lt_tensor(&Tensor::from_slice(&lengths).unsqueeze(1))
+        .to_kind(Kind::Int64);
+    let ids = Tensor::randint_low(1, c.vocab_size, [b, s], (Kind::Int64, Device::Cpu)) * &mask;
+    let seg = Tensor::arange(s, (Kind::Int64, Device::Cpu))
+        .unsqueeze(0)
+        .ge(s / 2)
+        .to_kind(Kind::Int64)
+        .expand([b, s], false)
+        * &mask;
+    (ids, seg.contiguous(), mask)
+}
+
+#[test]
+fn converted_checkpoint_forward_matches_pytorch() {
+    let Some(python) = torch_python("converted_checkpoint_forward_matches_pytorch") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let c = tiny();
+    let ckpt = dir.path().join("ref.pt");
+    let st = dir.path().join("ref.safetensors");
+    let script = root().join("scripts/bench/bert_ref.py");
+    py(
+        &python,
+        &[
+            script.to_str().unwrap(),
+            "make-ckpt",
+            "--config",
+            &cfg_json(&c),
+            "--seed",
+            "5",
+            "--out",
+            ckpt.to_str().unwrap(),
+        ],
+    );
+    py(
+        &python,
+        &[
+            root()
+                .join("scripts/convert_bert_checkpoint")
+                .to_str()
+                .unwrap(),
+            ckpt.to_str().unwrap(),
+            st.to_str().unwrap(),
+        ],
+    );
+
+    let (b, s) = (4, 20);
+    let (ids, seg, mask) = inputs(&c, b, s);
+    let inp = dir.path().join("in.safetensors");
+    Tensor::write_safetensors(
+        &[
+            ("input_ids", &ids),
+            ("segment_ids", &seg),
+            ("input_mask", &mask),
+        ],
+        &inp,
+    )
+    .unwrap();
+    let out = dir.path().join("out.safetensors");
+    py(
+        &python,
+        &[
+            script.to_str().unwrap(),
+            "forward",
+            "--config",
+            &cfg_json(&c),
+            "--ckpt",
+            ckpt.to_str().unwrap(),
+            "--inputs",
+            inp.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let theirs: std::collections::HashMap<String, Tensor> = Tensor::read_safetensors(&out)
+        .unwrap()
+        .into_iter()
+        .collect();
+
+    let vs = nn::VarStore::new(Device::Cpu);
+    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let report = model.load_reference(&vs, &st).unwrap();
+    assert_eq!(report.loaded, vs.variables().len());
+    let valid = mask.unsqueeze(-1).to_kind(Kind::Float);
+    for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
+        model.unpad = unpad;
+        model.fused_attention = fused;
+        let (mlm, nsp) = tch::no_grad(|| model.forward(&ids, &seg, &mask, MlmOn::All, false));
+        let d_nsp = (&nsp - &theirs["nsp"]).abs().max().double_value(&[]);
+        // Padding positions are outputs nobody uses; compare the real tokens.
+        let d_mlm = ((&mlm - &theirs["mlm"]) * &valid)
+            .abs()
+            .max()
+            .double_value(&[]);
+        eprintln!("unpad={unpad} fused={fused}: max abs diff mlm {d_mlm:e}, nsp {d_nsp:e}");
+        assert!(
+            d_nsp < 1e-4 && d_mlm < 1e-4,
+            "unpad={unpad}: max abs diff mlm {d_mlm}, nsp {d_nsp}"
+        );
+        assert!(
+            theirs["mlm"].abs().max().double_value(&[]) > 0.1,
+            "outputs are not trivially zero"
+        );
+        if !unpad {
+            let full = (&mlm - &theirs["mlm"]).abs().max().double_value(&[]);
+            assert!(
+                full < 1e-4,
+                "padded mode differs at padding positions: {full}"
+            );
+        }
+    }
+    // Positions mode equals gathering the full logits.
+    let pos = Tensor::from_slice(&[1i64, 5, 2, 7, 3, 3, 4, 9]).view([4, 2]);
+    let (mlm_pos, _) =
+        tch::no_grad(|| model.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), false));
+    let gathered = theirs["mlm"].gather(
+        1,
+        &pos.unsqueeze(-1).expand([4, 2, c.vocab_size], false),
+        false,
+    );
+    assert!((mlm_pos - gathered).abs().max().double_value(&[]) < 1e-4);
+
+    // A perturbed checkpoint must not match (the comparison can fail).
+    let mut bad: Vec<(String, Tensor)> = Tensor::read_safetensors(&st).unwrap();
+    for (n, t) in bad.iter_mut() {
+        if n == "bert.encoder.layer.1.attention.self.value.bias" {
+            *t = &*t + 0.5;
+        }
+    }
+    let bad_path = dir.path().join("bad.safetensors");
+    Tensor::write_safetensors(&bad, &bad_path).unwrap();
+    model.load_reference(&vs, &bad_path).unwrap();
+    model.unpad = false;
+    let (mlm_bad, _) = tch::no_grad(|| model.forward(&ids, &seg, &mask, MlmOn::All, false));
+    assert!((mlm_bad - &theirs["mlm"]).abs().max().double_value(&[]) > 1e-3);
+}
+
+#[test]
+fn loading_reports_missing_and_misshaped_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = tiny();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let vars = vs.variables();
+    let mut named: Vec<(String, Tensor)> =
+        vars.iter().map(|(k, v)| (k.clone(), v.detach())).collect();
+    named.retain(|(k, _)| k != "cls.seq_relationship.bias");
+    let p = dir.path().join("missing.safetensors");
+    Tensor::write_safetensors(&named, &p).unwrap();
+    let err = format!("{:#}", model.load_reference(&vs, &p).unwrap_err());
+    assert!(
+        err.contains("cls.seq_relationship.bias") && err.contains("missing.safetensors"),
+        "{err}"
+    );
+    named.push((
+        "cls.seq_relationship.bias".into(),
+        Tensor::zeros([3], (Kind::Float, Device::Cpu)),
+    ));
+    Tensor::write_safetensors(&named, &p).unwrap();
+    let err = format!("{:#}", model.load_reference(&vs, &p).unwrap_err());
+    assert!(err.contains("shape [3]"), "{err}");
+    let err = format!(
+        "{:#}",
+        model
+            .load_reference(&vs, &dir.path().join("nope.safetensors"))
+            .unwrap_err()
+    );
+    assert!(err.contains("convert_bert_checkpoint"), "{err}");
+    // An invalid shape is an error, not a panic.
+    assert!(BertForPreTraining::new(&vs.root(), &BertConfig { num_heads: 5, ..c }).is_err());
+}

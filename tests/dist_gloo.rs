@@ -1,0 +1,311 @@
+//! Multi-process c10d tests on CPU (Gloo over localhost): collectives, the launcher, the
+//! data-parallel equivalence of the bucketed gradient averaging, and failure handling.
+//! Each test starts `mlperf-run dist-selftest` workers on its own free port.
+#![cfg(feature = "torch")]
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mlperf-run");
+
+fn free_port() -> u16 {
+    mlperf_run::launch::free_local_port().expect("a free localhost port")
+}
+
+/// Starts rank `rank` of `world` running `dist-selftest <args>`.
+fn worker(rank: usize, world: usize, port: u16, args: &[&str]) -> Child {
+    Command::new(BIN)
+        .arg("dist-selftest")
+        .args(args)
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mlperf-run dist-selftest")
+}
+
+/// Waits at most `limit`; a worker still running then is killed and the test fails.
+fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn two_process_gloo_collectives() {
+    let port = free_port();
+    let kids: Vec<Child> = (0..2).map(|r| worker(r, 2, port, &[])).collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let out = finish(k, Duration::from_secs(120), &format!("rank {r}"));
+        assert!(out.status.success(), "rank {r}: {}", text(&out));
+        let s = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            s.contains(&format!("dist-selftest ok: rank {r} of 2 (gloo)")),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn launch_runs_workers_and_prefixes_their_output() {
+    let out = Command::new(BIN)
+        .args([
+            "launch",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            "--",
+            "dist-selftest",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    for r in 0..2 {
+        assert!(
+            s.contains(&format!("[rank {r}] dist-selftest ok: rank {r} of 2")),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn launch_fails_fast_naming_the_failed_rank() {
+    let start = Instant::now();
+    let child = Command::new(BIN)
+        .args([
+            "launch",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            "--",
+        ])
+        .args([
+            "dist-selftest",
+            "--mode",
+            "loop",
+            "--steps",
+            "100000",
+            "--die-rank",
+            "1",
+        ])
+        .args(["--die-after", "2", "--timeout-s", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish(child, Duration::from_secs(90), "launch");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("worker rank 1 ended with exit status 3"),
+        "{err}"
+    );
+    // The surviving rank noticed through its collective, not by being killed.
+    assert!(
+        err.contains("[rank 0] error:") && err.contains("allreduce failed on rank 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn launch_rejects_bad_arguments() {
+    let out = Command::new(BIN)
+        .args(["launch", "--nproc-per-node", "0", "--", "dist-selftest"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--nproc-per-node must be at least 1"));
+}
+
+#[test]
+fn killing_one_rank_ends_the_other_with_an_error() {
+    let port = free_port();
+    let args = ["--mode", "loop", "--steps", "100000", "--timeout-s", "30"];
+    let r0 = worker(0, 2, port, &args);
+    let mut r1 = worker(1, 2, port, &args);
+    // Wait until rank 1 is training, then kill it without warning.
+    let mut stdout = r1.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    let start = Instant::now();
+    while !String::from_utf8_lossy(&seen).contains("step 2 ok") {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "rank 1 never reached step 2"
+        );
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "rank 1 stopped early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    r1.kill().unwrap();
+    r1.wait().unwrap();
+    let killed = Instant::now();
+    let out = finish(
+        r0,
+        Duration::from_secs(90),
+        "rank 0 after its peer was killed",
+    );
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(60),
+        "rank 0 took {took:?} to notice"
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("allreduce failed on rank 0 of 2") && err.contains("aborted"),
+        "{err}"
+    );
+    eprintln!("rank 0 ended {took:?} after rank 1 was killed");
+}
+
+#[test]
+fn rendezvous_times_out_with_a_clear_error_when_a_rank_never_comes() {
+    let port = free_port();
+    let start = Instant::now();
+    let out = finish(
+        worker(0, 2, port, &["--timeout-s", "3"]),
+        Duration::from_secs(60),
+        "lonely rank 0",
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("could not form the gloo process group as rank 0 of 2"),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+fn load(path: &Path) -> Vec<(String, tch::Tensor)> {
+    let mut v = tch::Tensor::read_safetensors(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Largest relative difference (per tensor, by norm) between two parameter sets.
+fn max_rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
+    assert_eq!(
+        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        b.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    a.iter()
+        .zip(b)
+        .map(|((_, x), (_, y))| {
+            let d = (x - y).norm().double_value(&[]);
+            d / y.norm().double_value(&[]).max(1e-12)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// 2 processes x 1 micro-batch == 1 process accumulating the same 2 micro-batches (batch norm
+/// sees the same batches), after K steps of SGD with momentum, through the bucketed averaging.
+#[test]
+fn two_process_training_equals_one_process_accumulating() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = "4";
+    let port = free_port();
+    let d2 = dir.path().join("2x1");
+    let d2s = d2.to_str().unwrap();
+    let kids: Vec<Child> = (0..2)
+        .map(|r| {
+            worker(
+                r,
+                2,
+                port,
+                &["--mode", "equiv", "--steps", steps, "--out", d2s],
+            )
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let out = finish(k, Duration::from_secs(180), &format!("rank {r}"));
+        assert!(out.status.success(), "rank {r}: {}", text(&out));
+        // 1 KiB buckets: the tiny model's gradients span several buckets.
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("2 buckets"),
+            "{}",
+            text(&out)
+        );
+    }
+    let single = |accum: &str, out: &Path| {
+        let o = Command::new(BIN)
+            .args([
+                "dist-selftest",
+                "--mode",
+                "equiv",
+                "--steps",
+                steps,
+                "--accum",
+                accum,
+            ])
+            .arg("--out")
+            .arg(out)
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .env_remove("SLURM_PROCID")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        load(&out.join("rank0.safetensors"))
+    };
+    let reference = single("2", &dir.path().join("1x2"));
+    let (p0, p1) = (
+        load(&d2.join("rank0.safetensors")),
+        load(&d2.join("rank1.safetensors")),
+    );
+    assert_eq!(reference.len(), 6, "conv, bn, fc weights and biases");
+    assert_eq!(max_rel_diff(&p0, &p1), 0.0, "replicas diverged");
+    let diff = max_rel_diff(&p0, &reference);
+    eprintln!("2x1 vs 1x2: max relative difference {diff:e}");
+    assert!(
+        diff < 1e-5,
+        "2-process and accumulating 1-process runs differ by {diff:e}"
+    );
+    // Control: the comparison is sensitive (one micro-batch per step trains differently).
+    let control = single("1", &dir.path().join("1x1"));
+    let cdiff = max_rel_diff(&control, &reference);
+    assert!(cdiff > 1e-3, "control differs by only {cdiff:e}");
+}

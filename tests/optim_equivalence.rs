@@ -1,0 +1,244 @@
+//! LARS and SGD (with the MLPerf schedule and label smoothing) step by step against a plain
+//! PyTorch implementation of the same equations (scripts/bench/optim_reference.py, venv torch).
+#![cfg(feature = "torch")]
+
+mod common;
+
+use mlperf_run::optim::lars::{Lars, LarsConfig};
+use mlperf_run::optim::loss::cross_entropy_smoothed;
+use mlperf_run::optim::schedule::{Decay, Schedule};
+use mlperf_run::optim::sgd::{Sgd, SgdConfig};
+use mlperf_run::optim::{Optimizer, ParamGroups};
+use std::path::PathBuf;
+use std::process::Command;
+use tch::nn::{self, VarStore};
+use tch::{Device, Kind, Tensor};
+
+const STEPS: usize = 8;
+
+struct Case {
+    name: &'static str,
+    nesterov: bool,
+    momentum: f64,
+    weight_decay: f64,
+    label_smoothing: f64,
+    base_lr: f64,
+}
+
+fn python() -> Option<PathBuf> {
+    // the venv python has torch and numpy; mlperf-logging's presence marks the set-up venv
+    common::oracle("optim_equivalence")
+}
+
+fn run_case(case: &Case) {
+    let Some(py) = python() else { return };
+    tch::manual_seed(7);
+    let vs = VarStore::new(Device::Cpu);
+    let root = vs.root();
+    let (n, d, h, k) = (32i64, 8i64, 16i64, 4i64);
+    let l1w = (&root / "l1").var(
+        "weight",
+        &[h, d],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.4,
+        },
+    );
+    let l1b = (&root / "l1").var(
+        "bias",
+        &[h],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.1,
+        },
+    );
+    let bnw = (&root / "bn").var("weight", &[h], nn::Init::Uniform { lo: 0.5, up: 1.5 });
+    let bnb = (&root / "bn").var(
+        "bias",
+        &[h],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.1,
+        },
+    );
+    let l2w = (&root / "l2").var(
+        "weight",
+        &[k, h],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 0.4,
+        },
+    );
+    let l2b = (&root / "l2").var("bias", &[k], nn::Init::Const(0.0));
+    let xs = Tensor::randn([STEPS as i64, n, d], (Kind::Float, Device::Cpu));
+    let ys = Tensor::randint(k, [STEPS as i64, n], (Kind::Int64, Device::Cpu));
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.npz");
+    let output = dir.path().join("out.npz");
+    let named: Vec<(&str, Tensor)> = vec![
+        ("l1.weight", l1w.detach().copy()),
+        ("l1.bias", l1b.detach().copy()),
+        ("bn.weight", bnw.detach().copy()),
+        ("bn.bias", bnb.detach().copy()),
+        ("l2.weight", l2w.detach().copy()),
+        ("l2.bias", l2b.detach().copy()),
+        ("x", xs.copy()),
+        ("y", ys.copy()),
+    ];
+    Tensor::write_npz(&named, &input).unwrap();
+
+    let schedule = Schedule {
+        base: case.base_lr,
+        end: 1e-4,
+        warmup_steps: 3,
+        decay_steps: STEPS as u64 - 3,
+        decay: Decay::Poly { power: 2.0 },
+    };
+    let lrs: Vec<f64> = (0..STEPS as u64).map(|s| schedule.lr(s)).collect();
+    let (eta, eps) = (0.001, 0.0);
+    let cfg = serde_json::json!({
+        "name": case.name, "momentum": case.momentum, "weight_decay": case.weight_decay,
+        "nesterov": case.nesterov, "eta": eta, "epsilon": eps,
+        "label_smoothing": case.label_smoothing, "lrs": lrs,
+    });
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/optim_reference.py");
+    let out = Command::new(&py)
+        .arg(&script)
+        .arg(&input)
+        .arg(&output)
+        .arg(cfg.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "reference failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reference: std::collections::HashMap<String, Tensor> =
+        Tensor::read_npz(&output).unwrap().into_iter().collect();
+
+    let mut opt: Box<dyn Optimizer> = match case.name {
+        "lars" => Box::new(Lars::new(LarsConfig {
+            momentum: case.momentum,
+            weight_decay: case.weight_decay,
+            eta,
+            epsilon: eps,
+            nesterov: case.nesterov,
+        })),
+        _ => Box::new(Sgd::new(SgdConfig {
+            momentum: case.momentum,
+            weight_decay: case.weight_decay,
+            nesterov: case.nesterov,
+            decay_bn_bias: false,
+        })),
+    };
+    let mut params = ParamGroups::from_var_store(&vs);
+    let mut worst = 0f64;
+    let mut moved = 0f64;
+    for (step, &lr) in lrs.iter().enumerate() {
+        params.zero_grad();
+        let x = xs.get(step as i64);
+        let y = ys.get(step as i64);
+        let hdn = x.linear(&l1w, Some(&l1b));
+        let hdn = Tensor::batch_norm(
+            &hdn,
+            Some(&bnw),
+            Some(&bnb),
+            None::<&Tensor>,
+            None::<&Tensor>,
+            true,
+            0.1,
+            1e-5,
+            false,
+        );
+        let logits = hdn.relu().linear(&l2w, Some(&l2b));
+        let loss = cross_entropy_smoothed(&logits, &y, case.label_smoothing);
+        loss.backward();
+        let ref_loss = reference[&format!("{step}.loss")].double_value(&[]);
+        assert!(
+            (loss.double_value(&[]) - ref_loss).abs() < 1e-5,
+            "step {step}: loss differs"
+        );
+        let grads = params.grads();
+        opt.step(&mut params, &grads, lr);
+        for p in &params.params {
+            let r = &reference[&format!("{step}.{}", p.name)];
+            let diff = (&p.tensor - r).abs().max().double_value(&[]);
+            worst = worst.max(diff);
+            assert!(
+                diff < 1e-5,
+                "{} step {step}: {} max abs diff {diff}",
+                case.name,
+                p.name
+            );
+        }
+    }
+    for (name, t) in [("l1.weight", &l1w), ("l2.weight", &l2w)] {
+        let start = named
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap()
+            .1
+            .shallow_clone();
+        moved = moved.max((t - start).abs().max().double_value(&[]));
+    }
+    // the comparison means something only if training moved the weights well beyond 1e-5
+    assert!(
+        moved > 1e-3,
+        "{}: weights barely moved ({moved})",
+        case.name
+    );
+    eprintln!(
+        "{} nesterov={}: {STEPS} steps, max abs diff {worst:e}, weights moved {moved:.3}",
+        case.name, case.nesterov
+    );
+}
+
+#[test]
+fn lars_matches_pytorch_reference() {
+    run_case(&Case {
+        name: "lars",
+        nesterov: false,
+        momentum: 0.9,
+        weight_decay: 5e-5,
+        label_smoothing: 0.1,
+        base_lr: 8.0,
+    });
+}
+
+#[test]
+fn lars_nesterov_matches_pytorch_reference() {
+    run_case(&Case {
+        name: "lars",
+        nesterov: true,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        label_smoothing: 0.0,
+        base_lr: 5.0,
+    });
+}
+
+#[test]
+fn sgd_matches_torch_optim_sgd() {
+    run_case(&Case {
+        name: "sgd",
+        nesterov: false,
+        momentum: 0.875,
+        weight_decay: 5e-4,
+        label_smoothing: 0.08,
+        base_lr: 0.5,
+    });
+}
+
+#[test]
+fn sgd_nesterov_matches_torch_optim_sgd() {
+    run_case(&Case {
+        name: "sgd",
+        nesterov: true,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        label_smoothing: 0.1,
+        base_lr: 0.5,
+    });
+}

@@ -1,0 +1,144 @@
+//! Config errors name the key and the allowed values; closed configs that break the closed
+//! rules are refused before a run starts; the shipped presets load.
+
+use mlperf_run::train::config::{Division, ResnetRunConfig};
+use std::path::PathBuf;
+
+fn preset(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("configs/resnet")
+        .join(name);
+    std::fs::read_to_string(p).unwrap()
+}
+
+fn err(text: &str, division: Division) -> String {
+    format!("{:#}", ResnetRunConfig::parse(text, division).unwrap_err())
+}
+
+#[test]
+fn presets_load_in_their_divisions() {
+    for (name, closed_ok) in [
+        ("tiny_cpu.toml", true),
+        ("closed_8xA100.toml", true),
+        ("tiny_cpu_open.toml", false),
+        ("open_8xA100.toml", false),
+    ] {
+        let text = preset(name);
+        ResnetRunConfig::parse(&text, Division::Open).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert_eq!(
+            ResnetRunConfig::parse(&text, Division::Closed).is_ok(),
+            closed_ok,
+            "{name}"
+        );
+    }
+    let c = ResnetRunConfig::parse(&preset("closed_8xA100.toml"), Division::Closed).unwrap();
+    assert_eq!(c.train.global_batch_size, 3264);
+    assert_eq!(c.optimizer.base_lr, 10.5);
+    assert_eq!(c.eval_epochs()[..3], [2, 6, 10]);
+}
+
+#[test]
+fn unknown_keys_and_bad_values_name_the_key_and_the_choices() {
+    let text = preset("tiny_cpu.toml");
+    let e = err(
+        &text.replace("name = \"lars\"", "name = \"adam\""),
+        Division::Open,
+    );
+    assert!(
+        e.contains("adam") && e.contains("lars") && e.contains("sgd"),
+        "{e}"
+    );
+    let e = err(
+        &text.replace("momentum = 0.9", "momentum = 0.9\nmomentun = 0.8"),
+        Division::Open,
+    );
+    assert!(e.contains("momentun"), "{e}");
+    let e = err(
+        &text.replace(
+            "submission_status = \"research\"",
+            "submission_status = \"lab\"",
+        ),
+        Division::Open,
+    );
+    assert!(e.contains("onprem") && e.contains("research"), "{e}");
+    let e = err(
+        &text.replace("global_batch_size = 64", "global_batch_size = 0"),
+        Division::Open,
+    );
+    assert!(e.contains("global_batch_size"), "{e}");
+}
+
+#[test]
+fn closed_rule_breakers_are_refused() {
+    let text = preset("tiny_cpu.toml");
+    for (from, to, key) in [
+        ("end_lr = 0.0001", "end_lr = 0.001", "end_lr"),
+        ("poly_power = 2.0", "poly_power = 1.0", "poly_power"),
+        (
+            "weight_decay = 0.00005",
+            "weight_decay = 0.00003",
+            "weight_decay",
+        ),
+        (
+            "lars_epsilon = 0.0",
+            "lars_epsilon = 0.00001",
+            "lars_epsilon",
+        ),
+        ("eval_period = 4", "eval_period = 2", "eval_period"),
+        ("eval_offset = 0", "eval_offset = 4", "eval_offset"),
+        ("decay = \"poly\"", "decay = \"cosine\"", "decay"),
+        ("target = 0.80", "target = 0.5", "target"),
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.2",
+            "label_smoothing",
+        ),
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.1\nblurpool = true",
+            "blurpool",
+        ),
+    ] {
+        let changed = text.replace(from, to);
+        assert_ne!(changed, text, "{from}");
+        let e = err(&changed, Division::Closed);
+        assert!(e.contains("closed") && e.contains(key), "{key}: {e}");
+        // the same file is fine in the open division, except where it is invalid anywhere
+        if key != "eval_offset" {
+            ResnetRunConfig::parse(&changed, Division::Open)
+                .unwrap_or_else(|e| panic!("{key}: {e:#}"));
+        }
+    }
+    let sgd = text
+        .replace("name = \"lars\"", "name = \"sgd\"")
+        .replace("base_lr = 4.0", "base_lr = 0.2345");
+    assert!(err(&sgd, Division::Closed).contains("multiple of 0.001"));
+}
+
+#[test]
+fn hyperparameters_come_from_the_config() {
+    let c = ResnetRunConfig::parse(&preset("closed_8xA100.toml"), Division::Closed).unwrap();
+    let kv = c.hyperparameters(Division::Closed, 392, 1_281_167, 50_000, 8);
+    let get = |k: &str| {
+        kv.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{k}"))
+    };
+    assert_eq!(get("opt_name"), "lars");
+    assert_eq!(get("lars_opt_base_learning_rate"), 10.5);
+    assert_eq!(get("lars_opt_weight_decay"), 5e-5);
+    assert_eq!(get("lars_opt_learning_rate_warmup_epochs"), 2.0);
+    assert_eq!(get("lars_opt_learning_rate_decay_steps"), 35 * 392);
+    assert_eq!(get("gradient_accumulation_steps"), 1);
+    assert!(
+        kv.iter().all(|(k, _)| !k.starts_with("method_")),
+        "closed logs no open-method keys"
+    );
+    let o = ResnetRunConfig::parse(&preset("open_8xA100.toml"), Division::Open).unwrap();
+    let kv = o.hyperparameters(Division::Open, 625, 1_281_167, 50_000, 8);
+    assert!(kv
+        .iter()
+        .any(|(k, v)| *k == "method_blurpool" && *v == true));
+    assert!(kv.iter().any(|(k, v)| *k == "model_bn_span" && *v == 256));
+}

@@ -1,0 +1,204 @@
+//! The generic trainer's protocol with a scripted workload: event order, success at target,
+//! aborted on NaN, on the epoch limit and on an error (the log still ends with run_stop).
+#![cfg(feature = "torch")]
+
+use anyhow::Result;
+use mlperf_run::mllog::{parse_str, Sink};
+use mlperf_run::train::engine::{
+    self, Block, BuildContext, GradSync, RunOptions, Status, Submission, Workload,
+};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+
+struct Scripted {
+    accuracies: Vec<f64>,
+    losses: Vec<f64>,
+    fail_at_step: Option<usize>,
+    step: usize,
+    eval: usize,
+}
+
+impl Workload for Scripted {
+    fn benchmark(&self) -> &'static str {
+        "resnet"
+    }
+    fn hyperparameters(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("global_batch_size", json!(8)),
+            ("train_samples", json!(16)),
+            ("eval_samples", json!(4)),
+        ]
+    }
+    fn build(&mut self, _ctx: &BuildContext) -> Result<()> {
+        Ok(())
+    }
+    fn blocks(&self) -> Vec<Block> {
+        (0..self.accuracies.len() as u64)
+            .map(|i| Block {
+                first_epoch_num: 2 * i + 1,
+                epoch_count: 2,
+                eval_epoch_num: 2 * i + 2,
+            })
+            .collect()
+    }
+    fn start_block(&mut self, _block: &Block) -> Result<u64> {
+        Ok(2)
+    }
+    fn train_step(&mut self, _sync: &mut dyn GradSync) -> Result<f64> {
+        self.step += 1;
+        if self.fail_at_step == Some(self.step) {
+            anyhow::bail!("disk on fire");
+        }
+        Ok(self.losses.get(self.step - 1).copied().unwrap_or(1.0))
+    }
+    fn evaluate(&mut self, _sync: &mut dyn GradSync) -> Result<f64> {
+        self.eval += 1;
+        Ok(self.accuracies[self.eval - 1])
+    }
+    fn target(&self) -> f64 {
+        0.75
+    }
+}
+
+fn run(mut w: Scripted) -> (engine::RunOutcome, Vec<String>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let mut opts = RunOptions::new(
+        tch::Device::Cpu,
+        Submission {
+            org: "o".into(),
+            platform: "p".into(),
+            division: "open".into(),
+            status: "research".into(),
+        },
+    );
+    opts.seed = Some(42);
+    opts.extra_sinks.push(Sink::Memory(lines.clone()));
+    let out = engine::run_once(&mut w, opts).unwrap();
+    let lines = lines.lock().unwrap().clone();
+    (out, lines)
+}
+
+fn keys(lines: &[String]) -> Vec<String> {
+    parse_str(&lines.join("\n"))
+        .events
+        .iter()
+        .map(|e| e.key.clone())
+        .collect()
+}
+
+#[test]
+fn success_stops_at_the_first_eval_over_target() {
+    let (out, lines) = run(Scripted {
+        accuracies: vec![0.3, 0.8, 0.9],
+        losses: vec![],
+        fail_at_step: None,
+        step: 0,
+        eval: 0,
+    });
+    assert_eq!(out.status, Status::Success);
+    assert_eq!(out.evals, vec![(2, 0.3), (4, 0.8)]);
+    assert_eq!(out.seed, 42);
+    let k = keys(&lines);
+    let expect_prefix = [
+        "cache_clear",
+        "init_start",
+        "submission_benchmark",
+        "submission_org",
+        "submission_division",
+        "submission_status",
+        "submission_platform",
+        "seed",
+        "global_batch_size",
+        "train_samples",
+        "eval_samples",
+        "init_stop",
+        "run_start",
+        "block_start",
+        "block_stop",
+        "eval_start",
+        "eval_accuracy",
+        "eval_stop",
+        "block_start",
+    ];
+    assert_eq!(&k[..expect_prefix.len()], &expect_prefix);
+    assert_eq!(k.last().unwrap(), "run_stop");
+    let log = parse_str(&lines.join("\n"));
+    assert_eq!(log.last("run_stop").unwrap().status(), Some("success"));
+    assert_eq!(log.first("cache_clear").unwrap().value, json!(false));
+    let b = log.with_key("block_start").nth(1).unwrap();
+    assert_eq!(b.meta("first_epoch_num"), Some(&json!(3)));
+    assert_eq!(b.meta("epoch_count"), Some(&json!(2)));
+}
+
+#[test]
+fn nan_loss_aborts() {
+    let (out, lines) = run(Scripted {
+        accuracies: vec![0.3, 0.8],
+        losses: vec![2.0, f64::NAN],
+        fail_at_step: None,
+        step: 0,
+        eval: 0,
+    });
+    assert!(
+        matches!(out.status, Status::Aborted(ref why) if why.contains("diverged")),
+        "{:?}",
+        out.status
+    );
+    let log = parse_str(&lines.join("\n"));
+    assert_eq!(log.last("run_stop").unwrap().status(), Some("aborted"));
+    assert!(log.first("eval_accuracy").is_none());
+    assert_eq!(
+        log.with_key("block_start").count(),
+        log.with_key("block_stop").count()
+    );
+}
+
+#[test]
+fn epoch_limit_aborts() {
+    let (out, lines) = run(Scripted {
+        accuracies: vec![0.3, 0.5],
+        losses: vec![],
+        fail_at_step: None,
+        step: 0,
+        eval: 0,
+    });
+    assert!(matches!(out.status, Status::Aborted(ref why) if why.contains("epoch limit")));
+    assert_eq!(
+        parse_str(&lines.join("\n"))
+            .last("run_stop")
+            .unwrap()
+            .status(),
+        Some("aborted")
+    );
+}
+
+#[test]
+fn an_error_still_ends_the_log_with_run_stop_aborted() {
+    let (out, lines) = run(Scripted {
+        accuracies: vec![0.3, 0.8],
+        losses: vec![],
+        fail_at_step: Some(3),
+        step: 0,
+        eval: 0,
+    });
+    assert!(matches!(out.status, Status::Aborted(ref why) if why.contains("disk on fire")));
+    let log = parse_str(&lines.join("\n"));
+    let stop = log.events.last().unwrap();
+    assert_eq!(stop.key, "run_stop");
+    assert_eq!(stop.status(), Some("aborted"));
+    assert!(stop
+        .meta("reason")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("disk on fire"));
+}
+
+#[test]
+fn seeds_come_from_the_os_when_not_given() {
+    let a = engine::os_seed().unwrap();
+    let b = engine::os_seed().unwrap();
+    let c = engine::os_seed().unwrap();
+    assert!(a != b || b != c, "three equal OS seeds");
+    assert!(a < (1 << 31));
+}

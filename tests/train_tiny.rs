@@ -1,0 +1,154 @@
+//! The tiny CPU presets really train: a closed and an open run on the synthetic set reach
+//! their stated target and stop there, and their logs pass our checker and the official
+//! compliance checker (ruleset 4.0.0). Also: same seed and config give the same loss curve.
+#![cfg(feature = "torch")]
+
+mod common;
+
+use mlperf_run::mllog::parse_file;
+use mlperf_run::rules::{check_log, CheckOptions};
+use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::train::engine::{RunOptions, RunOutcome, Status, Submission};
+use mlperf_run::train::resnet::{run_once, ResnetRun};
+use std::path::{Path, PathBuf};
+
+fn config(name: &str, division: Division) -> ResnetRunConfig {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("configs/resnet")
+        .join(name);
+    ResnetRunConfig::load(&path, division).unwrap()
+}
+
+fn train(cfg: &ResnetRunConfig, division: Division, seed: u64, log: &Path) -> RunOutcome {
+    let mut opts = RunOptions::new(
+        tch::Device::Cpu,
+        Submission {
+            org: cfg.system.submission_org.clone(),
+            platform: cfg.system.submission_platform.clone(),
+            division: division.as_str().into(),
+            status: cfg.system.submission_status.as_str().into(),
+        },
+    );
+    opts.seed = Some(seed);
+    opts.log_path = Some(log.to_path_buf());
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        cfg.system.time_limit_minutes * 60.0,
+    ));
+    run_once(
+        &ResnetRun {
+            config: cfg,
+            division,
+            data_dir: None,
+        },
+        opts,
+    )
+    .unwrap()
+}
+
+fn official_check(test: &str, log: &Path) {
+    let Some(py) = common::oracle(test) else {
+        return;
+    };
+    // run beside the log: the checker writes compliance_checker.log into its working directory
+    let out = std::process::Command::new(py)
+        .args([
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+            "--ruleset",
+            "4.0.0",
+        ])
+        .arg(log)
+        .current_dir(log.parent().unwrap())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("SUCCESS"),
+        "official compliance checker rejected {}:\n{text}",
+        log.display()
+    );
+}
+
+fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
+    let cfg = config(name, division);
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("result_0.txt");
+    let t0 = std::time::Instant::now();
+    let out = train(&cfg, division, seed, &log_path);
+    eprintln!(
+        "{name} {division:?}: {:?} after {} steps, evals {:?}, {:.1} s",
+        out.status,
+        out.steps,
+        out.evals,
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.status, Status::Success, "evals {:?}", out.evals);
+    let (last_epoch, last_acc) = *out.evals.last().unwrap();
+    assert!(last_acc >= cfg.train.target);
+    // it stopped at the first eval over target
+    assert!(out.evals[..out.evals.len() - 1]
+        .iter()
+        .all(|&(_, a)| a < cfg.train.target));
+    // and it did have to learn: the first eval was well below target
+    assert!(out.evals.len() >= 2 || out.evals[0].1 < 1.0);
+    let first_loss = out.losses[..5].iter().sum::<f64>() / 5.0;
+    let last_loss = out.losses[out.losses.len() - 5..].iter().sum::<f64>() / 5.0;
+    assert!(
+        last_loss < 0.7 * first_loss,
+        "loss {first_loss} -> {last_loss}"
+    );
+
+    let log = parse_file(&log_path).unwrap();
+    let stop = log.last("run_stop").unwrap();
+    assert_eq!(stop.status(), Some("success"));
+    assert_eq!(
+        log.last("eval_accuracy").unwrap().epoch_num(),
+        Some(last_epoch as f64)
+    );
+    assert_eq!(log.first("seed").unwrap().value, serde_json::json!(seed));
+    assert_eq!(
+        log.first("submission_division").unwrap().value,
+        serde_json::json!(division.as_str())
+    );
+    let verdict = check_log(
+        &log,
+        &CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    official_check(name, &log_path);
+}
+
+#[test]
+fn tiny_cpu_closed_reaches_target_and_passes_the_checkers() {
+    reaches_target_and_passes("tiny_cpu.toml", Division::Closed, 1234);
+}
+
+#[test]
+fn tiny_cpu_open_methods_reach_target_and_pass_the_checkers() {
+    reaches_target_and_passes("tiny_cpu_open.toml", Division::Open, 99);
+}
+
+#[test]
+fn same_seed_same_loss_curve() {
+    let mut cfg = config("tiny_cpu_open.toml", Division::Open);
+    cfg.train.max_epochs = 2;
+    cfg.train.eval_offset = 0;
+    cfg.train.eval_period = 1;
+    cfg.train.target = 0.999;
+    let dir = tempfile::tempdir().unwrap();
+    let a = train(&cfg, Division::Open, 5, &dir.path().join("a.txt"));
+    let b = train(&cfg, Division::Open, 5, &dir.path().join("b.txt"));
+    let c = train(&cfg, Division::Open, 6, &dir.path().join("c.txt"));
+    assert_eq!(a.losses.len(), 40);
+    assert_eq!(a.losses, b.losses, "same seed, different loss curves");
+    assert_eq!(a.evals, b.evals);
+    assert_ne!(a.losses, c.losses, "a different seed gave the same curve");
+}
