@@ -15,6 +15,7 @@ use std::time::Instant;
 
 const RESNET_CONFIG: &str = include_str!("../configs/resnet/tiny_cpu_open.toml");
 const BERT_CONFIG: &str = include_str!("../configs/bert/tiny_cpu_open.toml");
+const SYSTEM_CONFIG: &str = include_str!("../configs/systems/cpu_only.toml");
 const SUBMITTER: &str = "mlperf-run-demo";
 
 #[derive(clap::Args, Debug)]
@@ -71,6 +72,8 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitCode> {
     let bert_cfg = configs.join("bert_tiny_cpu_open.toml");
     crate::fsutil::write_atomic(&resnet_cfg, RESNET_CONFIG.as_bytes())?;
     crate::fsutil::write_atomic(&bert_cfg, BERT_CONFIG.as_bytes())?;
+    let system_cfg = configs.join("system_cpu_only.toml");
+    crate::fsutil::write_atomic(&system_cfg, SYSTEM_CONFIG.as_bytes())?;
 
     let bert_data = out.join("data/bert");
     if !bert_data.join("vocab.txt").exists() {
@@ -138,6 +141,8 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitCode> {
             s(&results.join(system).join(bench)),
             "--out".into(),
             s(&submission),
+            "--system-config".into(),
+            s(&system_cfg),
         ];
         v.extend(extra.iter().map(|x| x.to_string()));
         v
