@@ -42,6 +42,14 @@ pub struct ResnetArgs {
     /// Device to train on.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
+    /// Write the final trainable parameters to this safetensors file (ranks above 0:
+    /// FILE.rank<r>). For equivalence checks.
+    #[arg(long, hide = true)]
+    pub dump_params: Option<PathBuf>,
+    /// Train in one process as N data-parallel ranks would (every rank's micro-batch
+    /// accumulated per step). For the data-parallel equivalence check.
+    #[arg(long, hide = true, default_value_t = 1)]
+    pub emulate_world: usize,
 }
 
 #[cfg(not(feature = "torch"))]
@@ -74,12 +82,17 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
     opts.time_limit = Some(std::time::Duration::from_secs_f64(
         sys.time_limit_minutes * 60.0,
     ));
+    opts.dump_params = args.dump_params.clone();
     let run = resnet::ResnetRun {
         config: &cfg,
         division: args.division,
         data_dir: args.data.clone(),
     };
-    let out = resnet::run_once(&run, opts)?;
+    let out = if args.emulate_world > 1 {
+        resnet::run_once_emulating(&run, opts, args.emulate_world)?
+    } else {
+        resnet::run_once(&run, opts)?
+    };
     let last = out
         .evals
         .last()
@@ -124,6 +137,10 @@ pub struct BertArgs {
     /// Device to train on.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
+    /// Write the final trainable parameters to this safetensors file (ranks above 0:
+    /// FILE.rank<r>).
+    #[arg(long, hide = true)]
+    pub dump_params: Option<PathBuf>,
 }
 
 #[cfg(not(feature = "torch"))]
@@ -152,6 +169,7 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
     opts.time_limit = Some(std::time::Duration::from_secs_f64(
         sys.time_limit_minutes * 60.0,
     ));
+    opts.dump_params = args.dump_params.clone();
     let out = bert::run_once(
         &cfg,
         args.division,
