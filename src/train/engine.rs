@@ -468,6 +468,18 @@ fn run_inner(
             Value::Null,
             meta! {"epoch_num" => block.eval_epoch_num},
         )?;
+        if opts.grad_sync.world_size() > 1 {
+            // like PyTorch DDP's broadcast_buffers: every rank evaluates with rank 0's buffers
+            // (batch norm statistics), so the reduced accuracy is that of one model
+            let buffers: Vec<tch::Tensor> = w
+                .state_tensors()
+                .into_iter()
+                .filter(|t| !t.requires_grad())
+                .collect();
+            opts.grad_sync
+                .broadcast_from_root(&buffers)
+                .context("broadcasting rank 0's buffers before the eval")?;
+        }
         let acc = w.evaluate(opts.grad_sync.as_mut())?;
         log.event_with(
             keys::EVAL_ACCURACY,

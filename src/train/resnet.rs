@@ -353,10 +353,13 @@ impl Workload for ResnetWorkload {
         let s = self.state.as_mut().context("the workload was not built")?;
         if s.iters.is_empty() {
             for shard in &s.train_shards {
-                s.iters.push(
-                    self.data
-                        .train_epoch(s.epoch, size, s.local_batch, s.seed, *shard)?,
-                );
+                s.iters.push(self.data.train_epoch(
+                    s.epoch,
+                    size,
+                    s.local_batch,
+                    s.seed,
+                    *shard,
+                )?);
             }
         }
         let n_iters = s.iters.len();
