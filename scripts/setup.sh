@@ -18,6 +18,8 @@ APT_PACKAGES=(pkg-config libhdf5-dev libgloo-dev)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+# synth-bert's default English text is Python's LICENSE.txt from Debian's libpython3.X-stdlib
+compgen -G "/usr/lib/python3*/LICENSE.txt" >/dev/null || APT_PACKAGES+=(libpython3-stdlib)
 missing_apt=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_apt+=("$p")

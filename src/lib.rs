@@ -27,6 +27,7 @@ pub mod models;
 pub mod official;
 pub mod optim;
 pub mod plot;
+pub mod progress;
 pub mod regress;
 pub mod rules;
 pub mod runset;

@@ -11,7 +11,7 @@ use crate::mllog::{self, keys, Emitter, LogFile, Sink};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// What set to run and where.
 #[derive(Debug, Clone)]
@@ -28,6 +28,10 @@ pub struct SetSpec {
     pub seeds: Option<Vec<u64>>,
     /// Continue an existing set (`--resume`).
     pub resume: bool,
+    /// True on the process that owns the result files (rank 0). Other ranks of a data-parallel
+    /// set run the same runs in step but only read the results folder (which must then be on
+    /// a file system all ranks share) and never write, move or close a log.
+    pub writer: bool,
 }
 
 impl SetSpec {
@@ -141,13 +145,17 @@ pub fn run_set(
         }
     }
     let set_dir = spec.set_dir();
-    std::fs::create_dir_all(&set_dir)
-        .with_context(|| format!("cannot create {}", set_dir.display()))?;
+    if spec.writer {
+        std::fs::create_dir_all(&set_dir)
+            .with_context(|| format!("cannot create {}", set_dir.display()))?;
+    } else if spec.seeds.is_none() {
+        bail!("a data-parallel run set needs --seeds so that every rank runs the same seeds");
+    }
 
     let existing: Vec<usize> = (0..spec.runs.max(64))
         .filter(|i| spec.result_path(*i).exists())
         .collect();
-    if !existing.is_empty() && !spec.resume {
+    if spec.writer && !existing.is_empty() && !spec.resume {
         bail!(
             "{} already holds {} result file(s): pass --resume to continue this set, or choose another --results or --system",
             set_dir.display(),
@@ -193,6 +201,7 @@ pub fn run_set(
                 on_event(SetEvent::Kept(&record));
                 outcome.runs.push(record);
             }
+            None if !spec.writer => todo.push(index),
             None => {
                 // Killed mid-run: keep the partial log for the user, outside the set.
                 let aside_dir = set_dir.join("interrupted");
@@ -239,6 +248,28 @@ pub fn run_set(
         if let Some(msg) = &error {
             tracing::error!("run {index} crashed: {msg}");
         }
+        if !spec.writer {
+            let status = Some(
+                if error.is_some() {
+                    keys::STATUS_ABORTED
+                } else {
+                    "unknown"
+                }
+                .to_string(),
+            );
+            outcome.runs.push(RunRecord {
+                index,
+                seed: Some(seed),
+                status,
+                ran_now: true,
+                error,
+            });
+            if crate::interrupt::requested() {
+                outcome.interrupted = true;
+                break;
+            }
+            continue;
+        }
         let mut log = mllog::parse_file(&req.log_path).unwrap_or_default();
         if status_of(&log).is_none() {
             // The run died without closing its log: close it as aborted so it counts as a
@@ -284,29 +315,11 @@ pub fn parse_seed_list(text: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
-/// The result files of a finished or partial set, in index order.
-pub fn result_files(set_dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(set_dir)
-        .with_context(|| format!("cannot read {}", set_dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let idx = name
-                .strip_prefix("result_")?
-                .strip_suffix(".txt")?
-                .parse()
-                .ok()?;
-            Some((idx, e.path()))
-        })
-        .collect();
-    files.sort();
-    Ok(files.into_iter().map(|(_, p)| p).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::meta;
+    use std::path::Path;
 
     /// A fake run: a minimal log with seed, run_start and (unless `crash`) run_stop.
     fn fake_run(req: &RunRequest, crash: bool) -> Result<()> {
@@ -328,6 +341,7 @@ mod tests {
             runs: 5,
             seeds: None,
             resume,
+            writer: true,
         }
     }
 
@@ -391,7 +405,7 @@ mod tests {
         .unwrap();
         assert_eq!(ran, vec![2, 3, 4]);
         assert_eq!(out.moved_aside.len(), 1);
-        assert_eq!(result_files(&s.set_dir()).unwrap().len(), 5);
+        assert_eq!(crate::score::result_files(&s.set_dir()).unwrap().len(), 5);
         assert_eq!(
             std::fs::read(s.result_path(0)).unwrap(),
             before0,
@@ -412,5 +426,52 @@ mod tests {
             ..spec(dir.path(), false)
         };
         assert!(run_set(&s, &mut |r: &RunRequest| fake_run(r, false), |_| {}).is_err());
+    }
+
+    #[test]
+    fn non_writer_rank_runs_the_same_runs_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = spec(dir.path(), true);
+        for i in 0..2 {
+            let req = RunRequest {
+                index: i,
+                runs: 5,
+                seed: 10 + i as u64,
+                log_path: writer.result_path(i),
+            };
+            fake_run(&req, false).unwrap();
+        }
+        let mut partial = Emitter::new(vec![Sink::file(&writer.result_path(2), false).unwrap()]);
+        partial.event(keys::SEED, 12u64).unwrap();
+        let other = SetSpec {
+            writer: false,
+            seeds: Some(vec![10, 11, 12, 13, 14]),
+            ..writer.clone()
+        };
+        let mut ran = Vec::new();
+        let out = run_set(
+            &other,
+            &mut |r: &RunRequest| {
+                ran.push((r.index, r.seed));
+                Ok(())
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(ran, vec![(2, 12), (3, 13), (4, 14)]);
+        assert!(out.moved_aside.is_empty());
+        assert!(
+            !writer.result_path(3).exists(),
+            "a non-writer rank creates no result file"
+        );
+        assert!(
+            writer.result_path(2).exists(),
+            "a non-writer rank moves nothing aside"
+        );
+        let no_seeds = SetSpec {
+            seeds: None,
+            ..other
+        };
+        assert!(run_set(&no_seeds, &mut |_: &RunRequest| Ok(()), |_| {}).is_err());
     }
 }

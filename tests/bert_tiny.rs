@@ -30,32 +30,7 @@ fn data(dir: &Path) {
 }
 
 fn official_check(test: &str, log: &Path) {
-    let Some(py) = common::oracle(test) else {
-        return;
-    };
-    let out = std::process::Command::new(py)
-        .args([
-            "-m",
-            "mlperf_logging.compliance_checker",
-            "--usage",
-            "training",
-            "--ruleset",
-            "5.0.0",
-        ])
-        .arg(log)
-        .current_dir(log.parent().unwrap())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && text.contains("SUCCESS"),
-        "official compliance checker rejected {}:\n{text}",
-        log.display()
-    );
+    common::official::assert_compliant(test, log, "5.0.0");
 }
 
 fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {

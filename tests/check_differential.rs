@@ -11,59 +11,8 @@ use mlperf_run::rules::{check_log, check_set, CheckOptions};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const BATCH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/compliance/official_batch.py");
-
-/// The official verdict (compliant or not) of each file, at `ruleset`.
-fn official_verdicts(python: &Path, ruleset: &str, files: &[PathBuf]) -> HashMap<PathBuf, bool> {
-    let out = Command::new(python)
-        .arg(BATCH)
-        .arg(ruleset)
-        .args(files)
-        .output()
-        .expect("run official_batch.py");
-    assert!(
-        out.status.success(),
-        "official_batch.py failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut verdicts = HashMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: Value = serde_json::from_str(line).expect("official_batch.py output");
-        verdicts.insert(
-            PathBuf::from(v["file"].as_str().unwrap()),
-            v["compliant"].as_bool().unwrap(),
-        );
-    }
-    assert_eq!(
-        verdicts.len(),
-        files.len(),
-        "official_batch.py skipped files"
-    );
-    verdicts
-}
-
-fn official_seed_errors(python: &Path, ruleset: &str, files: &[PathBuf]) -> Vec<String> {
-    let out = Command::new(python)
-        .arg(BATCH)
-        .args(["--seeds", ruleset])
-        .args(files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap_or("").to_string())
-        .collect()
-}
+use common::official::{seed_errors as official_seed_errors, verdicts as official_verdicts};
 
 // ---------- mutations ----------
 

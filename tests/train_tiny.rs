@@ -46,33 +46,7 @@ fn train(cfg: &ResnetRunConfig, division: Division, seed: u64, log: &Path) -> Ru
 }
 
 fn official_check(test: &str, log: &Path) {
-    let Some(py) = common::oracle(test) else {
-        return;
-    };
-    // run beside the log: the checker writes compliance_checker.log into its working directory
-    let out = std::process::Command::new(py)
-        .args([
-            "-m",
-            "mlperf_logging.compliance_checker",
-            "--usage",
-            "training",
-            "--ruleset",
-            "4.0.0",
-        ])
-        .arg(log)
-        .current_dir(log.parent().unwrap())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && text.contains("SUCCESS"),
-        "official compliance checker rejected {}:\n{text}",
-        log.display()
-    );
+    common::official::assert_compliant(test, log, "4.0.0");
 }
 
 fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {

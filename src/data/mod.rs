@@ -1,7 +1,17 @@
-//! Data pipelines and synthetic data sets.
+//! Data pipelines and synthetic data sets (the `data` subcommand).
+//!
+//! - [`imagenet`]: the ImageFolder reader and the ResNet batch pipeline
+//! - [`synth_imagenet`]: `data synth-imagenet`, a synthetic ImageNet-style JPEG data set
+//! - [`rng`]: counter-based random streams shared by the pipelines
+//! - `bert` (feature `torch`): BERT pre-training data
 
 #[cfg(feature = "torch")]
 pub mod bert;
+pub mod imagenet;
+pub mod rng;
+pub mod synth_imagenet;
+
+use clap::Subcommand;
 
 #[derive(clap::Args, Debug)]
 pub struct DataArgs {
@@ -9,8 +19,13 @@ pub struct DataArgs {
     pub command: DataCommand,
 }
 
-#[derive(clap::Subcommand, Debug)]
+#[derive(Subcommand, Debug)]
 pub enum DataCommand {
+    /// Write a synthetic ImageNet-style data set (train/ and val/ ImageFolders of JPEG files).
+    SynthImagenet(synth_imagenet::SynthImagenetArgs),
+    /// Time the ImageNet training pipeline on an ImageFolder (for scripts/bench_data.sh).
+    #[command(hide = true)]
+    BenchImagenet(imagenet::bench::BenchImagenetArgs),
     /// Write BERT pre-training shards (reference HDF5 layout) from English text.
     #[cfg(feature = "torch")]
     SynthBert(bert::synth::SynthBertArgs),
@@ -18,6 +33,8 @@ pub enum DataCommand {
 
 pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
     match args.command {
+        DataCommand::SynthImagenet(a) => synth_imagenet::run_synth_imagenet(a),
+        DataCommand::BenchImagenet(a) => imagenet::bench::run_bench_imagenet(a),
         #[cfg(feature = "torch")]
         DataCommand::SynthBert(a) => bert::synth::run_synth_bert(a),
     }

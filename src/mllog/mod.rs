@@ -6,7 +6,7 @@ mod parse;
 pub mod pyjson;
 
 pub use emit::{Emitter, Sink};
-pub use parse::{parse_file, parse_str, LogFile, ParseIssue};
+pub use parse::{parse_bytes, parse_file, parse_str, LogFile, ParseIssue};
 
 use serde_json::{Map, Value};
 

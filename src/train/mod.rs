@@ -11,6 +11,7 @@ pub mod data;
 pub mod engine;
 #[cfg(feature = "torch")]
 pub mod resnet;
+pub mod set;
 
 use config::Division;
 use std::path::PathBuf;
@@ -33,15 +34,17 @@ pub struct ResnetArgs {
     /// ImageFolder root with train/ and val/ (not needed for synthetic-memory configs).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Seed of the run (default: drawn from the OS).
-    #[arg(long)]
+    /// One run with this seed (with --log: into that file; else standard output).
+    #[arg(long, conflicts_with_all = ["runs", "seeds", "resume"])]
     pub seed: Option<u64>,
-    /// MLPerf log file (appended; default: standard output).
-    #[arg(long)]
+    /// One run into this MLPerf log file (appended) instead of a run set.
+    #[arg(long, conflicts_with_all = ["runs", "seeds", "resume"])]
     pub log: Option<PathBuf>,
     /// Device to train on.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
+    #[command(flatten)]
+    pub set: set::SetArgs,
     /// Write the final trainable parameters to this safetensors file (ranks above 0:
     /// FILE.rank<r>). For equivalence checks.
     #[arg(long, hide = true)]
@@ -58,59 +61,88 @@ pub fn run_resnet(_args: ResnetArgs) -> anyhow::Result<ExitCode> {
 }
 
 #[cfg(feature = "torch")]
+fn submission(sys: &config::SystemConfig, division: Division) -> engine::Submission {
+    engine::Submission {
+        org: sys.submission_org.clone(),
+        platform: sys.submission_platform.clone(),
+        division: division.as_str().into(),
+        status: sys.submission_status.as_str().into(),
+    }
+}
+
+#[cfg(feature = "torch")]
+fn run_options(
+    device: tch::Device,
+    sys: &config::SystemConfig,
+    division: Division,
+    seed: Option<u64>,
+    log: Option<PathBuf>,
+) -> engine::RunOptions {
+    let mut opts = engine::RunOptions::new(device, submission(sys, division));
+    opts.seed = seed;
+    opts.log_path = log;
+    opts.cache_clear_command = sys.cache_clear_command.clone();
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        sys.time_limit_minutes * 60.0,
+    ));
+    opts
+}
+
+/// Say how a single run ended; exit 0 on success, 1 when aborted.
+#[cfg(feature = "torch")]
+fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode {
+    let last = out
+        .evals
+        .last()
+        .map(|(e, a)| format!("{metric} {a:.4} at {unit} {e}"))
+        .unwrap_or_default();
+    match &out.status {
+        engine::Status::Success => {
+            eprintln!(
+                "run succeeded in {:.1} s ({last}), seed {}",
+                out.run_seconds, out.seed
+            );
+            ExitCode::SUCCESS
+        }
+        engine::Status::Aborted(why) => {
+            eprintln!("run aborted: {why} ({last}), seed {}", out.seed);
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(feature = "torch")]
 pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
-    use engine::{RunOptions, Status, Submission};
     let cfg = config::ResnetRunConfig::load(&args.config, args.division)?;
     let device = match args.device {
         DeviceArg::Cpu => tch::Device::Cpu,
         DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
         DeviceArg::Cuda => anyhow::bail!("--device cuda: no CUDA device is available to libtorch"),
     };
-    let sys = &cfg.system;
-    let mut opts = RunOptions::new(
-        device,
-        Submission {
-            org: sys.submission_org.clone(),
-            platform: sys.submission_platform.clone(),
-            division: args.division.as_str().into(),
-            status: sys.submission_status.as_str().into(),
-        },
-    );
-    opts.seed = args.seed;
-    opts.log_path = args.log.clone();
-    opts.cache_clear_command = sys.cache_clear_command.clone();
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(
-        sys.time_limit_minutes * 60.0,
-    ));
-    opts.dump_params = args.dump_params.clone();
-    let run = resnet::ResnetRun {
-        config: &cfg,
-        division: args.division,
-        data_dir: args.data.clone(),
-    };
-    let out = if args.emulate_world > 1 {
-        resnet::run_once_emulating(&run, opts, args.emulate_world)?
-    } else {
-        resnet::run_once(&run, opts)?
-    };
-    let last = out
-        .evals
-        .last()
-        .map(|(e, a)| format!("eval accuracy {a:.4} at epoch {e}"))
-        .unwrap_or_default();
-    match &out.status {
-        Status::Success => {
-            eprintln!(
-                "run succeeded in {:.1} s ({last}), seed {}",
-                out.run_seconds, out.seed
-            );
-            Ok(ExitCode::SUCCESS)
+    let one = |seed: Option<u64>, log: Option<PathBuf>| {
+        let run = resnet::ResnetRun {
+            config: &cfg,
+            division: args.division,
+            data_dir: args.data.clone(),
+        };
+        let mut opts = run_options(device, &cfg.system, args.division, seed, log);
+        opts.dump_params = args.dump_params.clone();
+        if args.emulate_world > 1 {
+            resnet::run_once_emulating(&run, opts, args.emulate_world)
+        } else {
+            resnet::run_once(&run, opts)
         }
-        Status::Aborted(why) => {
-            eprintln!("run aborted: {why} ({last}), seed {}", out.seed);
-            Ok(ExitCode::from(1))
-        }
+    };
+    if args.log.is_some() || args.seed.is_some() {
+        let out = one(args.seed, args.log.clone())?;
+        return Ok(report_single(&out, "eval accuracy", "epoch"));
     }
+    set::run_set(
+        "resnet",
+        &args.set,
+        &cfg.system.submission_platform,
+        |seed, log| one(Some(seed), Some(log)).map(|_| ()),
+    )
 }
 
 #[derive(clap::Args, Debug)]
@@ -128,17 +160,19 @@ pub struct BertArgs {
     /// (scripts/convert_bert_checkpoint); absent: random initialisation.
     #[arg(long)]
     pub init_checkpoint: Option<PathBuf>,
-    /// Seed of the run (default: drawn from the OS).
-    #[arg(long)]
+    /// One run with this seed (with --log: into that file; else standard output).
+    #[arg(long, conflicts_with_all = ["runs", "seeds", "resume"])]
     pub seed: Option<u64>,
-    /// MLPerf log file (appended; default: standard output).
-    #[arg(long)]
+    /// One run into this MLPerf log file (appended) instead of a run set.
+    #[arg(long, conflicts_with_all = ["runs", "seeds", "resume"])]
     pub log: Option<PathBuf>,
     /// Device to train on.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
+    #[command(flatten)]
+    pub set: set::SetArgs,
     /// Write the final trainable parameters to this safetensors file (ranks above 0:
-    /// FILE.rank<r>).
+    /// FILE.rank<r>). For equivalence checks.
     #[arg(long, hide = true)]
     pub dump_params: Option<PathBuf>,
 }
@@ -150,49 +184,27 @@ pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(feature = "torch")]
 pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
-    use engine::{RunOptions, Status, Submission};
     let cfg = bert::BertRunConfig::load(&args.config, args.division)?;
     let device = bert::device(args.device == DeviceArg::Cuda)?;
-    let sys = &cfg.system;
-    let mut opts = RunOptions::new(
-        device,
-        Submission {
-            org: sys.submission_org.clone(),
-            platform: sys.submission_platform.clone(),
-            division: args.division.as_str().into(),
-            status: sys.submission_status.as_str().into(),
-        },
-    );
-    opts.seed = args.seed;
-    opts.log_path = args.log.clone();
-    opts.cache_clear_command = sys.cache_clear_command.clone();
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(
-        sys.time_limit_minutes * 60.0,
-    ));
-    opts.dump_params = args.dump_params.clone();
-    let out = bert::run_once(
-        &cfg,
-        args.division,
-        &args.data,
-        args.init_checkpoint.as_deref(),
-        opts,
-    )?;
-    let last = out
-        .evals
-        .last()
-        .map(|(e, a)| format!("MLM accuracy {a:.4} at {e} samples"))
-        .unwrap_or_default();
-    match &out.status {
-        Status::Success => {
-            eprintln!(
-                "run succeeded in {:.1} s ({last}), seed {}",
-                out.run_seconds, out.seed
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Status::Aborted(why) => {
-            eprintln!("run aborted: {why} ({last}), seed {}", out.seed);
-            Ok(ExitCode::from(1))
-        }
+    let one = |seed: Option<u64>, log: Option<PathBuf>| {
+        let mut opts = run_options(device, &cfg.system, args.division, seed, log);
+        opts.dump_params = args.dump_params.clone();
+        bert::run_once(
+            &cfg,
+            args.division,
+            &args.data,
+            args.init_checkpoint.as_deref(),
+            opts,
+        )
+    };
+    if args.log.is_some() || args.seed.is_some() {
+        let out = one(args.seed, args.log.clone())?;
+        return Ok(report_single(&out, "MLM accuracy", "samples"));
     }
+    set::run_set(
+        "bert",
+        &args.set,
+        &cfg.system.submission_platform,
+        |seed, log| one(Some(seed), Some(log)).map(|_| ()),
+    )
 }

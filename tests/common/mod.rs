@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 pub mod emitter_logs;
+pub mod official;
 
 /// True when CI demands the oracle and fixtures (scripts/test sets it under CI=true):
 /// tests that need them then fail instead of skipping.

@@ -1,0 +1,66 @@
+//! `mlperf-run data bench-imagenet` (hidden): time the training pipeline on an ImageFolder,
+//! for scripts/bench_data.sh.
+
+use super::{ImageFolder, Loader, LoaderConfig};
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchImagenetArgs {
+    /// An ImageFolder directory (<class>/<image>.JPEG), e.g. DIR/train.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Output crop size.
+    #[arg(long, default_value_t = 224)]
+    pub size: u32,
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Epochs to time (after one untimed warm-up batch).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// RandomResizedCrop's smallest crop area (0.08 as torchvision's default; MLPerf uses 0.05).
+    #[arg(long, default_value_t = 0.08)]
+    pub scale_min: f64,
+}
+
+pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
+    let folder = ImageFolder::open(&args.dir)?;
+    let config = LoaderConfig {
+        threads: args.threads,
+        drop_last: false,
+        ..LoaderConfig::train(args.batch_size, 1)
+    };
+    let loader = Loader::new(&folder, config)?;
+    // Warm up (page cache, thread start) on one batch.
+    if let Some(batch) = loader.epoch(1000, args.size).next() {
+        batch?;
+    }
+    let start = std::time::Instant::now();
+    let mut images = 0usize;
+    let mut checksum = 0u64;
+    for epoch in 0..args.epochs {
+        for batch in loader.epoch(epoch, args.size) {
+            let batch = batch?;
+            images += batch.len();
+            checksum = checksum.wrapping_add(
+                batch
+                    .images
+                    .iter()
+                    .step_by(4099)
+                    .map(|&b| b as u64)
+                    .sum::<u64>(),
+            );
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "mlperf-run pipeline: {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
+        images as f64 / secs,
+        args.threads,
+        images as f64 / secs / args.threads as f64
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}

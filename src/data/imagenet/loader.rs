@@ -1,0 +1,461 @@
+//! The batch pipeline: read, decode, crop and resize on a rayon pool, hand ready u8 batches to
+//! the trainer through a bounded crossbeam channel, in a deterministic order.
+//!
+//! Determinism: the epoch's permutation comes from (seed, epoch) and every sample's
+//! augmentation draws from (seed, epoch, sample index), so the bytes of each batch do not
+//! depend on thread count or timing. Batches are yielded in order (a small reorder buffer
+//! holds those that finish early).
+//!
+//! Sharding: rank r of w takes positions r, r+w, r+2w, ... of the epoch's permutation, so
+//! ranks are disjoint and together cover the epoch. With `drop_last` (training) every rank gets
+//! floor(n/w) samples and the same number of full batches; without it (evaluation) nothing is
+//! dropped and ranks differ by at most one sample (and one batch).
+
+use super::decode::decode_jpeg;
+use super::folder::{ImageFolder, Sample};
+use super::transform::{center_crop_box, crop_resize_into, RandomResizedCrop};
+use crate::data::rng::Rng;
+use anyhow::{bail, Context, Result};
+use crossbeam_channel::{Receiver, Sender};
+use rayon::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Stream tags keep the shuffle and augmentation streams apart for the same (seed, epoch).
+const STREAM_SHUFFLE: u64 = 0x5348_5546;
+const STREAM_AUGMENT: u64 = 0x4155_474d;
+
+/// One batch, ready for the device: `images` is N*H*W*3 bytes, NHWC, RGB; `labels` has N
+/// entries; `indices` are the samples' positions in the ImageFolder (for tracing and tests).
+/// N is the batch size except for a last partial batch (without drop_last) or when corrupt
+/// images were skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub images: Vec<u8>,
+    pub labels: Vec<i64>,
+    pub indices: Vec<usize>,
+    pub height: u32,
+    pub width: u32,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// The bytes of image `i` (H*W*3).
+    pub fn image(&self, i: usize) -> &[u8] {
+        let n = self.height as usize * self.width as usize * 3;
+        &self.images[i * n..(i + 1) * n]
+    }
+}
+
+/// How a loader draws and shapes its batches.
+#[derive(Clone, Debug)]
+pub struct LoaderConfig {
+    pub batch_size: usize,
+    /// Worker threads decoding and transforming (the rayon pool's size).
+    pub threads: usize,
+    pub seed: u64,
+    pub rank: usize,
+    pub world_size: usize,
+    /// Training: shuffle each epoch, random-resized-crop and flip. Otherwise: in order,
+    /// resize and center crop.
+    pub train: bool,
+    /// Drop each rank's last partial batch (and the samples that do not divide by world_size).
+    pub drop_last: bool,
+    pub crop: RandomResizedCrop,
+    pub flip_probability: f64,
+    /// Eval: the short side is resized to round(size * ratio) before the center crop
+    /// (256/224 as in the reference).
+    pub eval_resize_ratio: f64,
+    /// Fail the epoch when more than this fraction of its samples are unreadable.
+    pub max_bad_fraction: f64,
+    /// Batches in flight at once (decoded ahead of the trainer).
+    pub prefetch_batches: usize,
+}
+
+impl LoaderConfig {
+    /// Training defaults: MLPerf crop scale 0.05..1, flip 0.5, drop_last, 1% bad-image limit.
+    pub fn train(batch_size: usize, seed: u64) -> LoaderConfig {
+        LoaderConfig {
+            batch_size,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            seed,
+            rank: 0,
+            world_size: 1,
+            train: true,
+            drop_last: true,
+            crop: RandomResizedCrop::MLPERF,
+            flip_probability: 0.5,
+            eval_resize_ratio: 256.0 / 224.0,
+            max_bad_fraction: 0.01,
+            prefetch_batches: 3,
+        }
+    }
+
+    /// Evaluation defaults: in order, resize 256/224 then center crop, keep every sample.
+    pub fn eval(batch_size: usize) -> LoaderConfig {
+        LoaderConfig {
+            train: false,
+            drop_last: false,
+            ..LoaderConfig::train(batch_size, 0)
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.batch_size == 0 {
+            bail!("batch size must be at least 1");
+        }
+        if self.threads == 0 {
+            bail!("data loader threads must be at least 1");
+        }
+        if self.world_size == 0 || self.rank >= self.world_size {
+            bail!(
+                "rank {} must be below world size {} (and world size at least 1)",
+                self.rank,
+                self.world_size
+            );
+        }
+        if !(0.0..=1.0).contains(&self.flip_probability) {
+            bail!(
+                "flip probability {} must be within 0..1",
+                self.flip_probability
+            );
+        }
+        if !(self.eval_resize_ratio >= 1.0 && self.eval_resize_ratio.is_finite()) {
+            bail!(
+                "eval resize ratio {} must be at least 1 (256/224 in the reference)",
+                self.eval_resize_ratio
+            );
+        }
+        if !(0.0..=1.0).contains(&self.max_bad_fraction) {
+            bail!(
+                "maximum bad-image fraction {} must be within 0..1",
+                self.max_bad_fraction
+            );
+        }
+        self.crop.validate().map_err(anyhow::Error::msg)
+    }
+}
+
+struct Shared {
+    samples: Vec<Sample>,
+    root: PathBuf,
+    config: LoaderConfig,
+    /// Files already reported as unreadable (each is warned about once per loader).
+    reported_bad: Mutex<BTreeSet<PathBuf>>,
+}
+
+/// A data loader over one ImageFolder for one rank. Cheap to iterate many epochs; the worker
+/// pool lives as long as the loader.
+pub struct Loader {
+    shared: Arc<Shared>,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl Loader {
+    pub fn new(folder: &ImageFolder, config: LoaderConfig) -> Result<Loader> {
+        config
+            .validate()
+            .with_context(|| format!("data loader for {}", folder.root.display()))?;
+        if folder.samples.is_empty() {
+            bail!("image folder {} has no images", folder.root.display());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(config.threads)
+            .thread_name(|i| format!("data-{i}"))
+            .build()
+            .context("cannot start the data loader's worker threads")?;
+        let shared = Shared {
+            samples: folder.samples.clone(),
+            root: folder.root.clone(),
+            config,
+            reported_bad: Mutex::new(BTreeSet::new()),
+        };
+        Ok(Loader {
+            shared: Arc::new(shared),
+            pool: Arc::new(pool),
+        })
+    }
+
+    pub fn config(&self) -> &LoaderConfig {
+        &self.shared.config
+    }
+
+    /// This rank's samples for `epoch`, in the order they are batched (before drop_last trims
+    /// the last partial batch).
+    pub fn epoch_indices(&self, epoch: u64) -> Vec<usize> {
+        let c = &self.shared.config;
+        let n = self.shared.samples.len();
+        let mut order: Vec<usize> = (0..n).collect();
+        if c.train {
+            Rng::keyed(&[c.seed, epoch, STREAM_SHUFFLE]).shuffle(&mut order);
+        }
+        let per_rank = if c.drop_last {
+            n / c.world_size
+        } else {
+            n.div_ceil(c.world_size)
+        };
+        (0..per_rank)
+            .map(|k| c.rank + k * c.world_size)
+            .filter(|&p| p < n)
+            .map(|p| order[p])
+            .collect()
+    }
+
+    /// Batches per epoch for this rank (the same on every rank with drop_last).
+    pub fn batches_per_epoch(&self) -> usize {
+        let c = &self.shared.config;
+        let n = self.epoch_indices(0).len();
+        if c.drop_last {
+            n / c.batch_size
+        } else {
+            n.div_ceil(c.batch_size)
+        }
+    }
+
+    /// Iterate one epoch's batches at `image_size` x `image_size` (the size may change from
+    /// epoch to epoch, for progressive resizing).
+    pub fn epoch(&self, epoch: u64, image_size: u32) -> EpochIter {
+        let c = &self.shared.config;
+        let mut indices = self.epoch_indices(epoch);
+        if c.drop_last {
+            indices.truncate(indices.len() / c.batch_size * c.batch_size);
+        }
+        let batches: Vec<Vec<usize>> = indices
+            .chunks(c.batch_size)
+            .map(<[usize]>::to_vec)
+            .collect();
+        let window = c.prefetch_batches.max(1);
+        let (tx, rx) = crossbeam_channel::bounded(window);
+        let mut iter = EpochIter {
+            shared: self.shared.clone(),
+            pool: self.pool.clone(),
+            epoch,
+            image_size,
+            samples_in_epoch: indices.len(),
+            batches: batches.into_iter().map(Some).collect(),
+            next_spawn: 0,
+            next_yield: 0,
+            tx,
+            rx,
+            ready: BTreeMap::new(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+            bad: Vec::new(),
+            failed: false,
+        };
+        while iter.next_spawn < iter.batches.len() && iter.next_spawn < window {
+            iter.spawn_next();
+        }
+        iter
+    }
+}
+
+/// One unreadable image: its file and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadImage {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+type BatchResult = (usize, Batch, Vec<BadImage>);
+
+/// The batches of one epoch, in order. Yields `Err` (and then stops) when image_size is 0 or
+/// when unreadable images exceed the configured fraction.
+pub struct EpochIter {
+    shared: Arc<Shared>,
+    pool: Arc<rayon::ThreadPool>,
+    epoch: u64,
+    image_size: u32,
+    samples_in_epoch: usize,
+    batches: Vec<Option<Vec<usize>>>,
+    next_spawn: usize,
+    next_yield: usize,
+    tx: Sender<BatchResult>,
+    rx: Receiver<BatchResult>,
+    ready: BTreeMap<usize, (Batch, Vec<BadImage>)>,
+    cancelled: Arc<AtomicBool>,
+    bad: Vec<BadImage>,
+    failed: bool,
+}
+
+impl EpochIter {
+    /// Number of batches this epoch yields (when no error stops it).
+    pub fn num_batches(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// The unreadable images met so far in this epoch (skipped).
+    pub fn bad_images(&self) -> &[BadImage] {
+        &self.bad
+    }
+
+    fn spawn_next(&mut self) {
+        let b = self.next_spawn;
+        self.next_spawn += 1;
+        let Some(indices) = self.batches[b].take() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let tx = self.tx.clone();
+        let cancelled = self.cancelled.clone();
+        let (epoch, size) = (self.epoch, self.image_size);
+        self.pool.spawn(move || {
+            if cancelled.load(Ordering::Relaxed) {
+                return;
+            }
+            let (batch, bad) = build_batch(&shared, epoch, size, &indices);
+            // The receiver is gone only when the iterator was dropped: nothing to do then.
+            let _ = tx.send((b, batch, bad));
+        });
+    }
+}
+
+impl Iterator for EpochIter {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        if self.failed || self.next_yield >= self.batches.len() {
+            return None;
+        }
+        if self.image_size == 0 {
+            self.failed = true;
+            return Some(Err(anyhow::anyhow!(
+                "image size for epoch {} must be at least 1 pixel",
+                self.epoch
+            )));
+        }
+        while !self.ready.contains_key(&self.next_yield) {
+            match self.rx.recv() {
+                Ok((b, batch, bad)) => {
+                    self.ready.insert(b, (batch, bad));
+                }
+                Err(_) => {
+                    self.failed = true;
+                    return Some(Err(anyhow::anyhow!(
+                        "data loader workers stopped unexpectedly"
+                    )));
+                }
+            }
+        }
+        let (batch, bad) = self.ready.remove(&self.next_yield).expect("checked above");
+        self.next_yield += 1;
+        if self.next_spawn < self.batches.len() {
+            self.spawn_next();
+        }
+        self.bad.extend(bad);
+        let limit = self.shared.config.max_bad_fraction * self.samples_in_epoch as f64;
+        if self.bad.len() as f64 > limit {
+            self.failed = true;
+            self.cancelled.store(true, Ordering::Relaxed);
+            let examples: Vec<String> = self
+                .bad
+                .iter()
+                .take(5)
+                .map(|b| format!("{} ({})", b.path.display(), b.reason))
+                .collect();
+            return Some(Err(anyhow::anyhow!(
+                "{}: {} unreadable images in epoch {} exceed the allowed {:.2}% of {} samples; \
+                 fix or remove them (or raise the bad-image limit). First ones: {}",
+                self.shared.root.display(),
+                self.bad.len(),
+                self.epoch,
+                self.shared.config.max_bad_fraction * 100.0,
+                self.samples_in_epoch,
+                examples.join("; ")
+            )));
+        }
+        Some(Ok(batch))
+    }
+}
+
+impl Drop for EpochIter {
+    fn drop(&mut self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Read, decode and transform one sample into `out`.
+fn load_sample(
+    shared: &Shared,
+    epoch: u64,
+    size: u32,
+    index: usize,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let c = &shared.config;
+    let sample = &shared.samples[index];
+    let bytes = std::fs::read(&sample.path).map_err(|e| format!("cannot read: {e}"))?;
+    let image = decode_jpeg(&bytes)?;
+    if c.train {
+        let mut rng = Rng::keyed(&[c.seed, epoch, STREAM_AUGMENT, index as u64]);
+        let crop = c.crop.sample(image.width, image.height, &mut rng);
+        let flip = rng.chance(c.flip_probability);
+        crop_resize_into(&image, crop, size, flip, out)
+    } else {
+        let crop = center_crop_box(image.width, image.height, size, c.eval_resize_ratio);
+        crop_resize_into(&image, crop, size, false, out)
+    }
+}
+
+/// Build one batch; unreadable samples are left out and returned.
+fn build_batch(
+    shared: &Shared,
+    epoch: u64,
+    size: u32,
+    indices: &[usize],
+) -> (Batch, Vec<BadImage>) {
+    let per_image = size as usize * size as usize * 3;
+    let mut images = vec![0u8; per_image * indices.len()];
+    let results: Vec<Result<(), String>> = images
+        .par_chunks_mut(per_image)
+        .zip(indices.par_iter())
+        .map(|(out, &index)| load_sample(shared, epoch, size, index, out))
+        .collect();
+    let mut bad = Vec::new();
+    let mut kept = 0;
+    let mut labels = Vec::with_capacity(indices.len());
+    let mut kept_indices = Vec::with_capacity(indices.len());
+    for (slot, (result, &index)) in results.into_iter().zip(indices).enumerate() {
+        match result {
+            Ok(()) => {
+                if kept != slot {
+                    images.copy_within(slot * per_image..(slot + 1) * per_image, kept * per_image);
+                }
+                kept += 1;
+                labels.push(shared.samples[index].label);
+                kept_indices.push(index);
+            }
+            Err(reason) => {
+                let path = shared.samples[index].path.clone();
+                let first_time = shared
+                    .reported_bad
+                    .lock()
+                    .map(|mut s| s.insert(path.clone()))
+                    .unwrap_or(true);
+                if first_time {
+                    tracing::warn!("skipping unreadable image {}: {reason}", path.display());
+                }
+                bad.push(BadImage { path, reason });
+            }
+        }
+    }
+    images.truncate(kept * per_image);
+    let batch = Batch {
+        images,
+        labels,
+        indices: kept_indices,
+        height: size,
+        width: size,
+    };
+    (batch, bad)
+}

@@ -1,0 +1,163 @@
+//! `mlperf-run resnet|bert` run sets: N seeded runs into RESULTS/SYSTEM/BENCHMARK, with a
+//! live progress line, the score table and an accuracy plot at the end.
+
+use crate::progress::{fmt_duration, RunProgress};
+use crate::runset::{self, RunRequest, SetEvent, SetSpec};
+use crate::{benchmarks, plot, score};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Flags shared by the training subcommands for run sets.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SetArgs {
+    /// Runs in the set (default: the benchmark's required count, 5 for resnet, 10 for bert).
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// Results root: run i goes to RESULTS/SYSTEM/BENCHMARK/result_<i>.txt.
+    #[arg(long, default_value = "runs/results")]
+    pub results: PathBuf,
+    /// System name, the folder under RESULTS (default: the config's submission_platform).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Comma-separated seeds, one per run (default: a fresh seed from the OS for each run).
+    #[arg(long)]
+    pub seeds: Option<String>,
+    /// Continue an interrupted set: finished runs are kept, an unfinished one is moved to
+    /// interrupted/ and run again.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+/// True on the process that writes logs (rank 0 of a data-parallel job, or a lone process).
+pub fn is_writer_rank() -> bool {
+    ["RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .and_then(|r| r.trim().parse::<u64>().ok())
+        .is_none_or(|r| r == 0)
+}
+
+/// Run a set of `benchmark` with `run_one(seed, log_path)` performing one run.
+pub fn run_set(
+    benchmark: &str,
+    args: &SetArgs,
+    default_system: &str,
+    mut run_one: impl FnMut(u64, PathBuf) -> Result<()>,
+) -> Result<ExitCode> {
+    let bench = benchmarks::get(benchmark)?;
+    let runs = args.runs.unwrap_or(bench.runs);
+    if runs != bench.runs {
+        eprintln!(
+            "note: {runs} runs; an MLPerf {benchmark} result set needs exactly {}",
+            bench.runs
+        );
+    }
+    let spec = SetSpec {
+        results_root: args.results.clone(),
+        system: args
+            .system
+            .clone()
+            .unwrap_or_else(|| default_system.to_string()),
+        benchmark: benchmark.to_string(),
+        runs,
+        seeds: args
+            .seeds
+            .as_deref()
+            .map(runset::parse_seed_list)
+            .transpose()?,
+        resume: args.resume,
+        writer: is_writer_rank(),
+    };
+    crate::interrupt::install();
+    let train_samples = bench.train_samples.map(|n| n as f64);
+    let set_started = Instant::now();
+    let mut durations: Vec<Duration> = Vec::new();
+    let mut remaining = runs;
+    let mut executor = |req: &RunRequest| {
+        let eta = (!durations.is_empty()).then(|| {
+            let mean = durations.iter().sum::<Duration>() / durations.len() as u32;
+            mean * remaining.saturating_sub(1) as u32
+        });
+        let _progress = spec.writer.then(|| {
+            RunProgress::follow(
+                indicatif::ProgressBar::new_spinner(),
+                format!("run {}/{} (seed {})", req.index + 1, req.runs, req.seed),
+                req.log_path.clone(),
+                train_samples,
+                eta,
+            )
+        });
+        let started = Instant::now();
+        let result = run_one(req.seed, req.log_path.clone());
+        durations.push(started.elapsed());
+        remaining = remaining.saturating_sub(1);
+        result
+    };
+    let outcome = runset::run_set(&spec, &mut executor, |event| match event {
+        SetEvent::Kept(r) => eprintln!(
+            "run {}/{runs}: kept from before (seed {}, {})",
+            r.index + 1,
+            r.seed.map_or("?".into(), |s| s.to_string()),
+            r.status.as_deref().unwrap_or("?")
+        ),
+        SetEvent::Starting(_) => {}
+        SetEvent::Finished(r) => eprintln!(
+            "run {}/{runs}: {} (seed {}){}",
+            r.index + 1,
+            r.status.as_deref().unwrap_or("?"),
+            r.seed.unwrap_or_default(),
+            r.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+    })?;
+    if !spec.writer {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for aside in &outcome.moved_aside {
+        eprintln!("unfinished log of a killed run kept at {}", aside.display());
+    }
+    eprintln!(
+        "set: {} in {}",
+        outcome.set_dir.display(),
+        fmt_duration(set_started.elapsed())
+    );
+    if outcome.interrupted {
+        eprintln!("interrupted: continue with the same command and --resume");
+        return Ok(ExitCode::from(130));
+    }
+    report(&outcome.set_dir, bench.target)?;
+    let all_succeeded = outcome
+        .runs
+        .iter()
+        .all(|r| r.status.as_deref() == Some("success"));
+    Ok(if all_succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Print the score table (with any reason the set has no valid score) and write
+/// accuracy.svg beside the results.
+pub fn report(set_dir: &std::path::Path, target: f64) -> Result<()> {
+    let set = score::score_set(set_dir, &score::ScoreOptions::default())?;
+    println!(
+        "{}",
+        score::render(std::slice::from_ref(&set), score::Format::Table)
+    );
+    let logs = score::result_files(set_dir)?
+        .iter()
+        .map(|p| crate::mllog::parse_file(p))
+        .collect::<Result<Vec<_>>>()?;
+    let title = format!("{} accuracy", set_dir.display());
+    let svg = plot::accuracy_svg(&title, &logs, Some(target))?;
+    let plot_path = set_dir.join("accuracy.svg");
+    crate::fsutil::write_atomic(&plot_path, svg.as_bytes())
+        .with_context(|| format!("cannot write {}", plot_path.display()))?;
+    println!("plot: {}", plot_path.display());
+    Ok(())
+}

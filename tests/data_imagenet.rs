@@ -1,0 +1,501 @@
+//! The ImageNet ImageFolder reader and batch pipeline: listing, shapes, determinism,
+//! sharding, corrupt files, eval center crop.
+
+use mlperf_run::data::imagenet::{
+    center_crop_box, crop_resize_into, decode_jpeg, Batch, ImageFolder, ImagenetDir, Loader,
+    LoaderConfig, RgbImage,
+};
+use mlperf_run::data::synth_imagenet::{encode_jpeg, write_synth_imagenet, SynthSpec};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn small_spec(classes: usize, per_class: usize) -> SynthSpec {
+    SynthSpec {
+        classes,
+        per_class,
+        val_per_class: 2,
+        seed: 11,
+        min_size: 40,
+        max_size: 72,
+        quality: 85,
+    }
+}
+
+/// A synthetic set in a temp dir; returns the dir guard and the train ImageFolder.
+fn synth_train(classes: usize, per_class: usize) -> (tempfile::TempDir, ImageFolder) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("set");
+    write_synth_imagenet(&root, &small_spec(classes, per_class), false).unwrap();
+    let folder = ImageFolder::open(&root.join("train")).unwrap();
+    (dir, folder)
+}
+
+fn collect(loader: &Loader, epoch: u64, size: u32) -> Vec<Batch> {
+    loader
+        .epoch(epoch, size)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .unwrap()
+}
+
+fn config(batch: usize, seed: u64, threads: usize) -> LoaderConfig {
+    LoaderConfig {
+        threads,
+        ..LoaderConfig::train(batch, seed)
+    }
+}
+
+fn write_jpeg(path: &Path, w: u32, h: u32) {
+    let image = RgbImage {
+        width: w,
+        height: h,
+        pixels: (0..w * h * 3).map(|i| (i % 251) as u8).collect(),
+    };
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, encode_jpeg(&image, 90).unwrap()).unwrap();
+}
+
+#[test]
+fn image_folder_lists_sorted_classes_and_jpeg_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // Created out of order; torchvision sorts class names.
+    write_jpeg(&root.join("n02/b.JPEG"), 8, 8);
+    write_jpeg(&root.join("n02/a.jpg"), 8, 8);
+    write_jpeg(&root.join("n01/z.jpeg"), 8, 8);
+    write_jpeg(&root.join("n10/x.JPG"), 8, 8);
+    std::fs::write(root.join("n01/readme.txt"), "not an image").unwrap();
+    std::fs::write(root.join("n01/pic.png"), "not a jpeg").unwrap();
+    std::fs::write(root.join("labels.txt"), "stray file at the root").unwrap();
+    std::fs::create_dir_all(root.join(".cache")).unwrap();
+
+    let folder = ImageFolder::open(root).unwrap();
+    assert_eq!(folder.classes, vec!["n01", "n02", "n10"]);
+    let listed: Vec<(String, i64)> = folder
+        .samples
+        .iter()
+        .map(|s| {
+            (
+                s.path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                s.label,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("n01/z.jpeg".into(), 0),
+            ("n02/a.jpg".into(), 1),
+            ("n02/b.JPEG".into(), 1),
+            ("n10/x.JPG".into(), 2)
+        ]
+    );
+}
+
+#[test]
+fn image_folder_errors_name_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let err = format!("{:#}", ImageFolder::open(&missing).unwrap_err());
+    assert!(
+        err.contains(&missing.display().to_string()) && err.contains("does not exist"),
+        "{err}"
+    );
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let err = format!("{:#}", ImageFolder::open(&empty).unwrap_err());
+    assert!(
+        err.contains(&empty.display().to_string()) && err.contains("no class subdirectories"),
+        "{err}"
+    );
+
+    let class_dir = dir.path().join("noimages/n01");
+    std::fs::create_dir_all(&class_dir).unwrap();
+    std::fs::write(class_dir.join("a.txt"), "x").unwrap();
+    let err = format!(
+        "{:#}",
+        ImageFolder::open(&dir.path().join("noimages")).unwrap_err()
+    );
+    assert!(
+        err.contains(&class_dir.display().to_string()) && err.contains("no .JPEG"),
+        "{err}"
+    );
+
+    // train/ and val/ with different classes.
+    write_jpeg(&dir.path().join("inet/train/n01/a.JPEG"), 8, 8);
+    write_jpeg(&dir.path().join("inet/train/n02/a.JPEG"), 8, 8);
+    write_jpeg(&dir.path().join("inet/val/n01/a.JPEG"), 8, 8);
+    let err = format!(
+        "{:#}",
+        ImagenetDir::open(&dir.path().join("inet")).unwrap_err()
+    );
+    assert!(
+        err.contains("train/ has 2 classes and val/ has 1") && err.contains("n02"),
+        "{err}"
+    );
+}
+
+#[test]
+fn train_batches_have_the_asked_shape_and_labels() {
+    let (_dir, folder) = synth_train(3, 7); // 21 images
+    let loader = Loader::new(&folder, config(4, 5, 2)).unwrap();
+    assert_eq!(loader.batches_per_epoch(), 5); // drop_last: 21 -> 5 batches of 4
+    let batches = collect(&loader, 0, 32);
+    assert_eq!(batches.len(), 5);
+    for b in &batches {
+        assert_eq!((b.len(), b.height, b.width), (4, 32, 32));
+        assert_eq!(b.images.len(), 4 * 32 * 32 * 3);
+        for (i, &index) in b.indices.iter().enumerate() {
+            assert_eq!(b.labels[i], folder.samples[index].label);
+        }
+    }
+    // Progressive resizing: the caller picks each epoch's size.
+    let batches = collect(&loader, 1, 24);
+    assert!(batches
+        .iter()
+        .all(|b| b.height == 24 && b.images.len() == 4 * 24 * 24 * 3));
+    // An epoch's shuffle is a fresh permutation.
+    let order0: Vec<usize> = collect(&loader, 0, 8)
+        .iter()
+        .flat_map(|b| b.indices.clone())
+        .collect();
+    let order1: Vec<usize> = collect(&loader, 1, 8)
+        .iter()
+        .flat_map(|b| b.indices.clone())
+        .collect();
+    assert_ne!(order0, order1);
+}
+
+#[test]
+fn train_output_is_deterministic_per_seed_and_independent_of_threads() {
+    let (_dir, folder) = synth_train(2, 6);
+    let a = collect(&Loader::new(&folder, config(3, 42, 1)).unwrap(), 2, 28);
+    let b = collect(&Loader::new(&folder, config(3, 42, 3)).unwrap(), 2, 28);
+    assert_eq!(
+        a, b,
+        "same seed, different thread counts must give identical batches"
+    );
+    let c = collect(&Loader::new(&folder, config(3, 43, 2)).unwrap(), 2, 28);
+    assert_ne!(a, c, "a different seed must change order or augmentation");
+    // Same sample, different seed: its augmented pixels differ (not only the order).
+    let find = |batches: &[Batch], index: usize| -> Vec<u8> {
+        batches
+            .iter()
+            .find_map(|b| {
+                b.indices
+                    .iter()
+                    .position(|&i| i == index)
+                    .map(|p| b.image(p).to_vec())
+            })
+            .unwrap()
+    };
+    let common = a[0]
+        .indices
+        .iter()
+        .find(|i| c.iter().any(|b| b.indices.contains(i)))
+        .copied()
+        .unwrap();
+    assert_ne!(find(&a, common), find(&c, common));
+}
+
+#[test]
+fn eval_is_in_order_keeps_every_sample_and_is_repeatable() {
+    let (_dir, folder) = synth_train(2, 5); // 10 images
+    let loader = Loader::new(
+        &folder,
+        LoaderConfig {
+            threads: 2,
+            ..LoaderConfig::eval(4)
+        },
+    )
+    .unwrap();
+    let a = collect(&loader, 0, 20);
+    assert_eq!(a.iter().map(Batch::len).collect::<Vec<_>>(), vec![4, 4, 2]);
+    let order: Vec<usize> = a.iter().flat_map(|b| b.indices.clone()).collect();
+    assert_eq!(order, (0..10).collect::<Vec<_>>());
+    assert_eq!(
+        a,
+        collect(&loader, 7, 20),
+        "eval must not depend on the epoch"
+    );
+}
+
+#[test]
+fn shards_are_disjoint_cover_the_epoch_and_have_equal_batch_counts() {
+    let (_dir, folder) = synth_train(5, 5); // 25 images
+    for drop_last in [true, false] {
+        let world = 3;
+        let mut all = Vec::new();
+        let mut counts = Vec::new();
+        for rank in 0..world {
+            let cfg = LoaderConfig {
+                rank,
+                world_size: world,
+                drop_last,
+                ..config(2, 9, 1)
+            };
+            let loader = Loader::new(&folder, cfg).unwrap();
+            let batches = collect(&loader, 4, 8);
+            counts.push(batches.len());
+            assert_eq!(batches.len(), loader.batches_per_epoch());
+            // The rank's own listing agrees with what it yields.
+            let yielded: Vec<usize> = batches.iter().flat_map(|b| b.indices.clone()).collect();
+            assert_eq!(yielded, loader.epoch_indices(4)[..yielded.len()]);
+            all.extend(yielded);
+        }
+        let unique: BTreeSet<usize> = all.iter().copied().collect();
+        assert_eq!(
+            unique.len(),
+            all.len(),
+            "ranks overlap (drop_last={drop_last})"
+        );
+        if drop_last {
+            // 25 / 3 = 8 per rank, 4 batches of 2 each.
+            assert_eq!(counts, vec![4, 4, 4]);
+            assert_eq!(all.len(), 24);
+        } else {
+            // Nothing dropped: 9, 8, 8 samples; batches differ by at most one.
+            assert_eq!(unique, (0..25).collect::<BTreeSet<_>>());
+            assert_eq!(counts, vec![5, 4, 4]);
+        }
+    }
+}
+
+fn corrupt_folder() -> (tempfile::TempDir, ImageFolder) {
+    let (dir, _) = synth_train(2, 5);
+    let train = dir.path().join("set/train");
+    let good = std::fs::read(train.join("n00000000/n00000000_000000.JPEG")).unwrap();
+    std::fs::write(
+        train.join("n00000000/truncated.JPEG"),
+        &good[..good.len() / 2],
+    )
+    .unwrap();
+    std::fs::write(
+        train.join("n00000001/text.JPEG"),
+        "this is not a JPEG file\n",
+    )
+    .unwrap();
+    let folder = ImageFolder::open(&train).unwrap();
+    assert_eq!(folder.len(), 12);
+    (dir, folder)
+}
+
+#[test]
+fn corrupt_images_are_skipped_and_reported_below_the_limit() {
+    let (_dir, folder) = corrupt_folder();
+    let cfg = LoaderConfig {
+        max_bad_fraction: 0.25,
+        drop_last: false,
+        ..config(4, 1, 2)
+    };
+    let loader = Loader::new(&folder, cfg).unwrap();
+    let mut it = loader.epoch(0, 16);
+    let batches: Vec<Batch> = it.by_ref().collect::<anyhow::Result<_>>().unwrap();
+    let mut bad: Vec<String> = it
+        .bad_images()
+        .iter()
+        .map(|b| b.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    bad.sort();
+    assert_eq!(bad, vec!["text.JPEG", "truncated.JPEG"]);
+    let yielded: usize = batches.iter().map(Batch::len).sum();
+    assert_eq!(yielded, 10);
+    for b in &batches {
+        assert_eq!(b.images.len(), b.len() * 16 * 16 * 3);
+        assert!(b
+            .indices
+            .iter()
+            .all(|&i| !folder.samples[i].path.to_string_lossy().contains("t.JPEG")));
+    }
+}
+
+#[test]
+fn corrupt_images_above_the_limit_are_fatal_and_named() {
+    let (_dir, folder) = corrupt_folder();
+    let cfg = LoaderConfig {
+        max_bad_fraction: 0.01,
+        drop_last: false,
+        ..config(4, 1, 2)
+    };
+    let loader = Loader::new(&folder, cfg).unwrap();
+    let results: Vec<anyhow::Result<Batch>> = loader.epoch(0, 16).collect();
+    let err = results
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .expect("an error past the limit");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("unreadable images") && msg.contains(".JPEG"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("truncated.JPEG") || msg.contains("text.JPEG"),
+        "{msg}"
+    );
+    assert!(
+        results.last().unwrap().is_err(),
+        "the iterator stops at the error"
+    );
+}
+
+#[test]
+fn truncated_and_non_jpeg_bytes_fail_to_decode() {
+    let image = RgbImage {
+        width: 64,
+        height: 48,
+        pixels: (0..64 * 48 * 3).map(|i| (i * 7 % 256) as u8).collect(),
+    };
+    let jpeg = encode_jpeg(&image, 90).unwrap();
+    let decoded = decode_jpeg(&jpeg).unwrap();
+    assert_eq!(
+        (decoded.width, decoded.height, decoded.pixels.len()),
+        (64, 48, 64 * 48 * 3)
+    );
+    assert!(decode_jpeg(&jpeg[..jpeg.len() / 2]).is_err());
+    assert!(decode_jpeg(b"hello").is_err());
+}
+
+/// A horizontal and vertical ramp: R = x/2, G = y/2 (so a linear resample is predictable).
+fn ramp(width: u32, height: u32) -> RgbImage {
+    let mut pixels = Vec::new();
+    for y in 0..height {
+        for x in 0..width {
+            pixels.extend([(x / 2) as u8, (y / 2) as u8, 128]);
+        }
+    }
+    RgbImage {
+        width,
+        height,
+        pixels,
+    }
+}
+
+#[test]
+fn eval_center_crop_takes_the_middle_as_torchvision_does() {
+    // 300x200, size 32, ratio 256/224: Resize -> short side 37 (55x37), CenterCrop(32) at
+    // left round(11.5)=12, top round(2.5)=2 in the resized image: source box left 65.45,
+    // top 10.81, 174.5 x 172.97.
+    let image = ramp(300, 200);
+    let crop = center_crop_box(300, 200, 32, 256.0 / 224.0);
+    assert!((crop.left - 12.0 * 300.0 / 55.0).abs() < 1e-9, "{crop:?}");
+    assert!((crop.top - 2.0 * 200.0 / 37.0).abs() < 1e-9, "{crop:?}");
+    let mut out = vec![0u8; 32 * 32 * 3];
+    crop_resize_into(&image, crop, 32, false, &mut out).unwrap();
+    // Interior output pixels sample the source at crop.left + (j + 0.5) * crop.width / 32.
+    for i in 4..28usize {
+        for j in 4..28usize {
+            let sx = crop.left + (j as f64 + 0.5) * crop.width / 32.0;
+            let sy = crop.top + (i as f64 + 0.5) * crop.height / 32.0;
+            let px = &out[(i * 32 + j) * 3..][..3];
+            assert!(
+                (px[0] as f64 - (sx - 0.5) / 2.0).abs() <= 1.5,
+                "R at ({i},{j}): {} vs {}",
+                px[0],
+                sx / 2.0
+            );
+            assert!(
+                (px[1] as f64 - (sy - 0.5) / 2.0).abs() <= 1.5,
+                "G at ({i},{j}): {} vs {}",
+                px[1],
+                sy / 2.0
+            );
+            assert_eq!(px[2], 128);
+        }
+    }
+    // Flip mirrors each row.
+    let mut flipped = vec![0u8; 32 * 32 * 3];
+    crop_resize_into(&image, crop, 32, true, &mut flipped).unwrap();
+    assert_eq!(&flipped[..3], &out[31 * 3..32 * 3]);
+}
+
+#[test]
+fn eval_loader_center_crops_a_jpeg_with_a_marked_middle() {
+    // A 160x120 JPEG: white everywhere except a black border band outside the centre crop
+    // region, so an eval crop (of 224/256 of the short side) sees only white, while the full
+    // image would include the black band.
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (160u32, 120u32);
+    let mut pixels = Vec::new();
+    for y in 0..h {
+        for x in 0..w {
+            // Eval box for size 56 (resize 64): side 105 source px centred: x 27.5..132.5, y 7.5..112.5.
+            let inside = (22..138).contains(&x) && (3..117).contains(&y);
+            pixels.extend(if inside { [250, 250, 250] } else { [0, 0, 0] });
+        }
+    }
+    let path = dir.path().join("c/a.JPEG");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        encode_jpeg(
+            &RgbImage {
+                width: w,
+                height: h,
+                pixels,
+            },
+            95,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let folder = ImageFolder::open(dir.path()).unwrap();
+    let loader = Loader::new(
+        &folder,
+        LoaderConfig {
+            threads: 1,
+            ..LoaderConfig::eval(1)
+        },
+    )
+    .unwrap();
+    let batch = collect(&loader, 0, 56).remove(0);
+    let min = *batch.images.iter().min().unwrap();
+    assert!(min > 200, "eval crop reached the black border (min {min})");
+    // Training crops are random and sometimes include the border.
+    let train = Loader::new(
+        &folder,
+        LoaderConfig {
+            threads: 1,
+            drop_last: false,
+            ..LoaderConfig::train(1, 3)
+        },
+    )
+    .unwrap();
+    let darkest = (0..20)
+        .map(|e| *collect(&train, e, 56)[0].images.iter().min().unwrap())
+        .min()
+        .unwrap();
+    assert!(darkest < 50, "20 random-resized crops never saw the border");
+}
+
+#[test]
+fn bad_loader_settings_are_refused_with_the_setting_named() {
+    let (_dir, folder) = synth_train(1, 2);
+    let check = |cfg: LoaderConfig, needle: &str| {
+        let err = format!("{:#}", Loader::new(&folder, cfg).err().expect("refused"));
+        assert!(err.contains(needle), "{err}");
+    };
+    check(config(0, 1, 1), "batch size");
+    check(config(1, 1, 0), "threads");
+    check(
+        LoaderConfig {
+            rank: 2,
+            world_size: 2,
+            ..config(1, 1, 1)
+        },
+        "rank 2",
+    );
+    let mut bad_crop = config(1, 1, 1);
+    bad_crop.crop.scale = (0.5, 0.1);
+    check(bad_crop, "crop scale");
+    let err = loader_size_zero(&folder);
+    assert!(err.contains("image size"), "{err}");
+}
+
+fn loader_size_zero(folder: &ImageFolder) -> String {
+    let loader = Loader::new(folder, config(1, 1, 1)).unwrap();
+    format!("{:#}", loader.epoch(0, 0).next().unwrap().unwrap_err())
+}
