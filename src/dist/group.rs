@@ -151,6 +151,11 @@ impl ProcessGroup {
         self.timeout
     }
 
+    /// Where small control tensors (counts, flags) must live for this backend.
+    pub fn control_device(&self) -> Device {
+        self.control_device
+    }
+
     pub fn is_root(&self) -> bool {
         self.rank == 0
     }

@@ -5,7 +5,8 @@
 //! - [`Rendezvous`]: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK, or Slurm's variables
 //! - [`ProcessGroup`]: allreduce, broadcast, barrier, eval-count reduction, stop agreement;
 //!   every call bounded by a timeout, so a dead peer aborts the run instead of hanging it
-//! - [`BucketedGradSync`]: gradient averaging in ~25 MB buckets ([`GradSync`])
+//! - [`BucketedGradSync`]: gradient averaging in ~25 MB buckets, the trainer's
+//!   [`GradSync`](crate::train::engine::GradSync)
 //! - [`broadcast_from_root`]: rank 0's initial parameters to every rank
 //!
 //! Failure contract: any error from a collective means this run is aborted on this rank;
@@ -20,7 +21,7 @@ mod rendezvous;
 pub mod selftest;
 
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
-pub use gradsync::{BucketedGradSync, GradSync, NoSync};
+pub use gradsync::BucketedGradSync;
 pub use group::{Backend, ProcessGroup, ReduceOp};
 pub use rendezvous::{timeout_from_env, Rendezvous, Source, DEFAULT_PORT, DEFAULT_TIMEOUT};
 

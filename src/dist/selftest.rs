@@ -9,6 +9,7 @@ use super::{
     broadcast_from_root, Backend, BucketedGradSync, Buckets, ProcessGroup, ReduceOp, Rendezvous,
 };
 use crate::launch::{SelftestArgs, SelftestMode};
+use crate::train::engine::GradSync;
 use anyhow::{bail, ensure, Context, Result};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -191,7 +192,7 @@ fn equiv(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
     let params: Vec<Tensor> = sorted_vars(&vs, true).into_iter().map(|(_, t)| t).collect();
     let mut pg = pg;
     broadcast_from_root(&mut pg, &all)?;
-    let mut sync = BucketedGradSync::new(pg, params, args.bucket_bytes)?;
+    let mut sync = BucketedGradSync::new(pg, args.bucket_bytes)?;
     let mut opt = nn::Sgd {
         momentum: 0.9,
         ..Default::default()
@@ -210,7 +211,8 @@ fn equiv(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
             let loss = model.forward(&x).cross_entropy_for_logits(&y) / accum as f64;
             loss.backward();
         }
-        sync.sync()?;
+        let grads: Vec<Tensor> = params.iter().map(|p| p.grad()).collect();
+        sync.all_reduce_grads(&grads)?;
         opt.step();
     }
     if let Some(dir) = &args.out {

@@ -282,7 +282,10 @@ impl BertRunConfig {
 struct State {
     _vs: VarStore,
     model: BertForPreTraining,
-    params: Vec<tch::Tensor>,
+    /// Trainable parameters sorted by name (the gradient exchange's order).
+    params: Vec<(String, tch::Tensor)>,
+    /// Every variable sorted by name (broadcast from rank 0 at start).
+    all_vars: Vec<tch::Tensor>,
     opt: Lamb,
     schedule: PolyWarmup,
     loader: TrainLoader,
@@ -424,10 +427,15 @@ impl Workload for BertWorkload {
             warmup_steps: o.warmup_steps,
             start_warmup_step: o.start_warmup_step,
         };
+        // sorted by name: the same order on every rank (buckets, broadcast)
         let mut names: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();
         names.sort_by(|a, b| a.0.cmp(&b.0));
         self.state = Some(State {
-            params: names.into_iter().map(|(_, t)| t).collect(),
+            all_vars: names.iter().map(|(_, t)| t.shallow_clone()).collect(),
+            params: names
+                .into_iter()
+                .filter(|(_, t)| t.requires_grad())
+                .collect(),
             _vs: vs,
             model,
             opt,
@@ -468,7 +476,21 @@ impl Workload for BertWorkload {
             loss.backward();
             total += loss.double_value(&[]);
         }
-        sync.all_reduce_grads(&s.params)?;
+        // the .grad buffers, averaged in place (a parameter the loss did not reach gets a zero
+        // gradient in the exchange, so every rank sends the same list)
+        let grads: Vec<tch::Tensor> = s
+            .params
+            .iter()
+            .map(|(_, p)| {
+                let g = p.grad();
+                if g.defined() {
+                    g
+                } else {
+                    p.zeros_like()
+                }
+            })
+            .collect();
+        sync.all_reduce_grads(&grads)?;
         let lr = s.schedule.lr_at(s.step);
         let _grad_norm = s.opt.step(lr);
         s.step += 1;
@@ -502,6 +524,25 @@ impl Workload for BertWorkload {
 
     fn target(&self) -> f64 {
         self.cfg.train.target
+    }
+
+    fn state_tensors(&self) -> Vec<tch::Tensor> {
+        self.state
+            .as_ref()
+            .map(|s| s.all_vars.iter().map(|t| t.shallow_clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {
+        self.state
+            .as_ref()
+            .map(|s| {
+                s.params
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 

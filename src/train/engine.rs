@@ -29,6 +29,19 @@ pub trait GradSync {
     fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()>;
     /// Sum `values` across ranks (in place): eval counts, stop decisions.
     fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()>;
+    /// Overwrite `vars` (parameters and buffers, same order on every rank) with rank 0's.
+    fn broadcast_from_root(&mut self, _vars: &[tch::Tensor]) -> Result<()> {
+        Ok(())
+    }
+    /// True on every rank when `flag` is true on any rank.
+    fn any(&mut self, flag: bool) -> Result<bool> {
+        if self.world_size() == 1 {
+            return Ok(flag);
+        }
+        let mut v = [flag as u8 as f64];
+        self.all_reduce_sum(&mut v)?;
+        Ok(v[0] > 0.5)
+    }
 }
 
 /// One process: nothing to synchronise.
@@ -79,6 +92,15 @@ pub trait Workload {
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64>;
     /// The accuracy at which the run succeeds.
     fn target(&self) -> f64;
+    /// Every parameter and buffer, in the same order on every rank: rank 0's values are
+    /// broadcast to the other ranks after `build`.
+    fn state_tensors(&self) -> Vec<tch::Tensor> {
+        Vec::new()
+    }
+    /// The trainable parameters by name (for `RunOptions::dump_params`).
+    fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {
+        Vec::new()
+    }
 }
 
 /// Submission identity logged by every run.
@@ -106,6 +128,13 @@ pub struct RunOptions {
     pub grad_sync: Box<dyn GradSync>,
     /// Extra sink for the log (e.g. echo to stdout); tests use memory sinks.
     pub extra_sinks: Vec<Sink>,
+    /// Join a data-parallel process group when the environment describes one
+    /// ([`crate::dist::Rendezvous::from_env`]: `mlperf-run launch`, torchrun, Slurm) and
+    /// `grad_sync` is single-process. Default true.
+    pub distributed_from_env: bool,
+    /// Write the final trainable parameters (safetensors) here; ranks other than 0 write
+    /// `<path>.rank<r>`.
+    pub dump_params: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -120,6 +149,8 @@ impl RunOptions {
             divergence_loss: 1e4,
             grad_sync: Box::new(NoSync),
             extra_sinks: Vec::new(),
+            distributed_from_env: true,
+            dump_params: None,
         }
     }
 }
@@ -207,7 +238,17 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         Some(s) => s,
         None => os_seed()?,
     };
-    let rank = opts.grad_sync.rank();
+    // a multi-process environment: the rank decides who logs; the group itself is formed
+    // after the log is open, so a failed rendezvous still ends rank 0's log as aborted
+    let rendezvous = if opts.distributed_from_env && opts.grad_sync.world_size() == 1 {
+        crate::dist::Rendezvous::from_env()?.filter(|r| r.world_size > 1)
+    } else {
+        None
+    };
+    let rank = match &rendezvous {
+        Some(r) => r.rank,
+        None => opts.grad_sync.rank(),
+    };
     let mut log = open_log(&mut opts, rank)?;
     let mut out = RunOutcome {
         seed,
@@ -222,7 +263,15 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         log_path: opts.log_path.clone(),
     };
     let mut run_start: Option<Instant> = None;
-    let result = run_inner(w, &mut opts, &mut log, seed, &mut out, &mut run_start);
+    let result = run_inner(
+        w,
+        &mut opts,
+        rendezvous,
+        &mut log,
+        seed,
+        &mut out,
+        &mut run_start,
+    );
     out.run_seconds = run_start.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
     let stop_meta = match &result {
         Ok(()) => match &out.status {
@@ -236,15 +285,78 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
             meta! {"status" => keys::STATUS_ABORTED, "reason" => format!("error: {e:#}")}
         }
     };
+    if let Err(e) = &result {
+        tracing::error!("rank {rank}: run aborted: {e:#}");
+    }
     log.end(keys::RUN_STOP, Value::Null, stop_meta)
         .context("cannot write run_stop to the log")?;
+    if let Some(path) = &opts.dump_params {
+        dump_params(w, path, rank)?;
+    }
     // an error is recorded in the log and the outcome; the caller decides what it means
     Ok(out)
+}
+
+/// The final trainable parameters as safetensors (`<path>.rank<r>` on ranks other than 0).
+fn dump_params(w: &dyn Workload, path: &std::path::Path, rank: usize) -> Result<()> {
+    let path = if rank == 0 {
+        path.to_path_buf()
+    } else {
+        let mut p = path.as_os_str().to_owned();
+        p.push(format!(".rank{rank}"));
+        PathBuf::from(p)
+    };
+    let named = w.named_parameters();
+    if named.is_empty() {
+        anyhow::bail!("this workload has no parameters to dump (not built?)");
+    }
+    let named: Vec<(String, tch::Tensor)> = named
+        .into_iter()
+        .map(|(n, t)| (n, t.detach().to_device(tch::Device::Cpu)))
+        .collect();
+    tch::Tensor::write_safetensors(&named, &path)
+        .with_context(|| format!("cannot write the parameters to {}", path.display()))
+}
+
+/// Rank 0's seed on every rank (a seed drawn from the OS differs per process): weights start
+/// from the same seed everywhere and each rank derives its data stream from (seed, rank).
+fn agree_on_seed(sync: &mut dyn GradSync, seed: u64) -> Result<u64> {
+    if sync.world_size() == 1 {
+        return Ok(seed);
+    }
+    // two 32-bit halves: exact in f64
+    let mut v = if sync.rank() == 0 {
+        [(seed >> 32) as f64, (seed & 0xffff_ffff) as f64]
+    } else {
+        [0.0, 0.0]
+    };
+    sync.all_reduce_sum(&mut v)
+        .context("sharing rank 0's seed")?;
+    Ok(((v[0] as u64) << 32) | v[1] as u64)
+}
+
+/// Joins the process group `rdv` describes: Gloo on CPU, NCCL on CUDA, the collective
+/// timeout from MLPERF_RUN_DIST_TIMEOUT_S.
+fn join_group(rdv: &crate::dist::Rendezvous, device: tch::Device) -> Result<Box<dyn GradSync>> {
+    use crate::dist::{timeout_from_env, Backend, BucketedGradSync, ProcessGroup};
+    let device = match device {
+        tch::Device::Cuda(_) => tch::Device::Cuda(rdv.local_rank),
+        d => d,
+    };
+    let pg = ProcessGroup::new(rdv, Backend::for_device(device), timeout_from_env()?)?;
+    tracing::info!(
+        "rank {} of {}: joined the {} process group",
+        pg.rank(),
+        pg.size(),
+        pg.backend().name()
+    );
+    Ok(Box::new(BucketedGradSync::with_default_buckets(pg)))
 }
 
 fn run_inner(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
+    rendezvous: Option<crate::dist::Rendezvous>,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
@@ -259,6 +371,14 @@ fn run_inner(
     log.event(keys::SUBMISSION_DIVISION, s.division.as_str())?;
     log.event(keys::SUBMISSION_STATUS, s.status.as_str())?;
     log.event(keys::SUBMISSION_PLATFORM, s.platform.as_str())?;
+    if let Some(rdv) = &rendezvous {
+        if opts.device.is_cuda() {
+            opts.device = tch::Device::Cuda(rdv.local_rank);
+        }
+        opts.grad_sync = join_group(rdv, opts.device)?;
+    }
+    let seed = agree_on_seed(opts.grad_sync.as_mut(), seed)?;
+    out.seed = seed;
     log_seed(log, seed)?;
 
     let ctx = BuildContext {
@@ -274,6 +394,12 @@ fn run_inner(
         let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         tch::manual_seed(seed as i64);
         w.build(&ctx)?;
+    }
+    if opts.grad_sync.world_size() > 1 {
+        // every rank drew the same weights from the same seed; rank 0's win anyway
+        opts.grad_sync
+            .broadcast_from_root(&w.state_tensors())
+            .context("broadcasting rank 0's parameters and buffers")?;
     }
     for (k, v) in w.hyperparameters() {
         log.event(k, v)?;
@@ -300,38 +426,35 @@ fn run_inner(
             out.step_times.push(dt);
             out.steps += 1;
             out.losses.push(loss);
-            if !loss.is_finite() || loss > opts.divergence_loss {
-                out.status =
-                    Status::Aborted(format!("diverged: loss {loss} at step {}", out.steps));
+            let local_stop = if !loss.is_finite() || loss > opts.divergence_loss {
+                Some(format!("diverged: loss {loss} at step {}", out.steps))
+            } else if crate::interrupt::requested() {
+                Some("interrupted".to_string())
+            } else {
+                opts.time_limit
+                    .filter(|limit| started.elapsed() > *limit)
+                    .map(|limit| {
+                        format!(
+                            "time limit of {:.1} min reached",
+                            limit.as_secs_f64() / 60.0
+                        )
+                    })
+            };
+            // all ranks stop together: one rank's reason stops every rank
+            let stop = opts
+                .grad_sync
+                .any(local_stop.is_some())
+                .context("agreeing on whether to stop")?;
+            if stop {
+                out.status = Status::Aborted(local_stop.unwrap_or_else(|| {
+                    format!("another rank stopped the run at step {}", out.steps)
+                }));
                 log.end(
                     keys::BLOCK_STOP,
                     Value::Null,
                     meta! {"first_epoch_num" => block.first_epoch_num},
                 )?;
                 return Ok(());
-            }
-            if crate::interrupt::requested() {
-                out.status = Status::Aborted("interrupted".into());
-                log.end(
-                    keys::BLOCK_STOP,
-                    Value::Null,
-                    meta! {"first_epoch_num" => block.first_epoch_num},
-                )?;
-                return Ok(());
-            }
-            if let Some(limit) = opts.time_limit {
-                if started.elapsed() > limit {
-                    out.status = Status::Aborted(format!(
-                        "time limit of {:.1} min reached",
-                        limit.as_secs_f64() / 60.0
-                    ));
-                    log.end(
-                        keys::BLOCK_STOP,
-                        Value::Null,
-                        meta! {"first_epoch_num" => block.first_epoch_num},
-                    )?;
-                    return Ok(());
-                }
             }
         }
         log.end(
@@ -345,6 +468,18 @@ fn run_inner(
             Value::Null,
             meta! {"epoch_num" => block.eval_epoch_num},
         )?;
+        if opts.grad_sync.world_size() > 1 {
+            // like PyTorch DDP's broadcast_buffers: every rank evaluates with rank 0's buffers
+            // (batch norm statistics), so the reduced accuracy is that of one model
+            let buffers: Vec<tch::Tensor> = w
+                .state_tensors()
+                .into_iter()
+                .filter(|t| !t.requires_grad())
+                .collect();
+            opts.grad_sync
+                .broadcast_from_root(&buffers)
+                .context("broadcasting rank 0's buffers before the eval")?;
+        }
         let acc = w.evaluate(opts.grad_sync.as_mut())?;
         log.event_with(
             keys::EVAL_ACCURACY,

@@ -45,6 +45,14 @@ pub struct ResnetArgs {
     pub device: DeviceArg,
     #[command(flatten)]
     pub set: set::SetArgs,
+    /// Write the final trainable parameters to this safetensors file (ranks above 0:
+    /// FILE.rank<r>). For equivalence checks.
+    #[arg(long, hide = true)]
+    pub dump_params: Option<PathBuf>,
+    /// Train in one process as N data-parallel ranks would (every rank's micro-batch
+    /// accumulated per step). For the data-parallel equivalence check.
+    #[arg(long, hide = true, default_value_t = 1)]
+    pub emulate_world: usize,
 }
 
 #[cfg(not(feature = "torch"))]
@@ -117,10 +125,13 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
             division: args.division,
             data_dir: args.data.clone(),
         };
-        resnet::run_once(
-            &run,
-            run_options(device, &cfg.system, args.division, seed, log),
-        )
+        let mut opts = run_options(device, &cfg.system, args.division, seed, log);
+        opts.dump_params = args.dump_params.clone();
+        if args.emulate_world > 1 {
+            resnet::run_once_emulating(&run, opts, args.emulate_world)
+        } else {
+            resnet::run_once(&run, opts)
+        }
     };
     if args.log.is_some() || args.seed.is_some() {
         let out = one(args.seed, args.log.clone())?;
@@ -160,6 +171,10 @@ pub struct BertArgs {
     pub device: DeviceArg,
     #[command(flatten)]
     pub set: set::SetArgs,
+    /// Write the final trainable parameters to this safetensors file (ranks above 0:
+    /// FILE.rank<r>). For equivalence checks.
+    #[arg(long, hide = true)]
+    pub dump_params: Option<PathBuf>,
 }
 
 #[cfg(not(feature = "torch"))]
@@ -172,12 +187,14 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
     let cfg = bert::BertRunConfig::load(&args.config, args.division)?;
     let device = bert::device(args.device == DeviceArg::Cuda)?;
     let one = |seed: Option<u64>, log: Option<PathBuf>| {
+        let mut opts = run_options(device, &cfg.system, args.division, seed, log);
+        opts.dump_params = args.dump_params.clone();
         bert::run_once(
             &cfg,
             args.division,
             &args.data,
             args.init_checkpoint.as_deref(),
-            run_options(device, &cfg.system, args.division, seed, log),
+            opts,
         )
     };
     if args.log.is_some() || args.seed.is_some() {

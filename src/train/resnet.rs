@@ -61,6 +61,19 @@ pub fn run_once(run: &ResnetRun<'_>, opts: RunOptions) -> Result<RunOutcome> {
     engine::run_once(&mut w, opts)
 }
 
+/// One ResNet run in a single process that trains as `world` data-parallel ranks would
+/// ([`ResnetWorkload::emulate_world`]): the reference for the data-parallel equivalence check.
+pub fn run_once_emulating(
+    run: &ResnetRun<'_>,
+    mut opts: RunOptions,
+    world: usize,
+) -> Result<RunOutcome> {
+    let data = open_data(run.config, run.data_dir.as_deref())?;
+    let mut w = ResnetWorkload::new(run.config.clone(), run.division, data).emulate_world(world);
+    opts.distributed_from_env = false;
+    engine::run_once(&mut w, opts)
+}
+
 struct State {
     device: Device,
     vs: VarStore,
@@ -70,13 +83,18 @@ struct State {
     schedule: Schedule,
     ema: Option<Ema>,
     seed: u64,
+    /// This process's shard: eval, and training unless emulating ranks.
     shard: Shard,
+    /// The shards whose micro-batches each step trains on: this process's, or every
+    /// emulated rank's (see [`ResnetWorkload::emulate_world`]).
+    train_shards: Vec<Shard>,
     local_batch: usize,
     steps_per_epoch: u64,
     global_step: u64,
     epoch: u64,
     step_in_epoch: u64,
-    iter: Option<BatchIter>,
+    /// One training iterator per entry of `train_shards` (empty between epochs).
+    iters: Vec<BatchIter>,
 }
 
 pub struct ResnetWorkload {
@@ -85,6 +103,7 @@ pub struct ResnetWorkload {
     data: Box<dyn ImageData>,
     state: Option<State>,
     timing: StepTiming,
+    emulate_world: usize,
 }
 
 /// Where training-step time goes (seconds, summed over all steps).
@@ -106,7 +125,17 @@ impl ResnetWorkload {
             data,
             state: None,
             timing: StepTiming::default(),
+            emulate_world: 1,
         }
+    }
+
+    /// In a single process, train as `n` data-parallel ranks would: every step accumulates the
+    /// micro-batches of all `n` rank shards (local batch = global batch / n, each micro-batch
+    /// through batch norm on its own), so the trainable parameters match an `n`-process run.
+    /// The data-parallel equivalence check uses it.
+    pub fn emulate_world(mut self, n: usize) -> Self {
+        self.emulate_world = n.max(1);
+        self
     }
 
     /// Time spent in the parts of the training steps so far.
@@ -165,7 +194,10 @@ impl Workload for ResnetWorkload {
 
     fn hyperparameters(&self) -> Vec<(&'static str, Value)> {
         let (steps, world) = match &self.state {
-            Some(s) => (s.steps_per_epoch, s.shard.world_size as u64),
+            Some(s) => (
+                s.steps_per_epoch,
+                (s.shard.world_size * s.train_shards.len()) as u64,
+            ),
             None => (0, 1),
         };
         self.cfg.hyperparameters(
@@ -222,8 +254,24 @@ impl Workload for ResnetWorkload {
                 decay_bn_bias: o.decay_bn_bias,
             })),
         };
-        let world = ctx.world_size as u64;
+        if self.emulate_world > 1 && ctx.world_size > 1 {
+            bail!("emulating data-parallel ranks needs a single process");
+        }
+        let world = (ctx.world_size * self.emulate_world) as u64;
         let local_batch = cfg.local_batch(world)? as usize;
+        let train_shards: Vec<Shard> = if self.emulate_world > 1 {
+            (0..self.emulate_world)
+                .map(|rank| Shard {
+                    rank,
+                    world_size: self.emulate_world,
+                })
+                .collect()
+        } else {
+            vec![Shard {
+                rank: ctx.rank,
+                world_size: ctx.world_size,
+            }]
+        };
         let steps_per_epoch = self.data.train_len() as u64 / cfg.train.global_batch_size;
         if steps_per_epoch == 0 {
             bail!(
@@ -264,12 +312,13 @@ impl Workload for ResnetWorkload {
                 rank: ctx.rank,
                 world_size: ctx.world_size,
             },
+            train_shards,
             local_batch,
             steps_per_epoch,
             global_step: 0,
             epoch: 0,
             step_in_epoch: 0,
-            iter: None,
+            iters: Vec::new(),
         });
         Ok(())
     }
@@ -302,19 +351,26 @@ impl Workload for ResnetWorkload {
             self.train_size(epoch) as usize
         };
         let s = self.state.as_mut().context("the workload was not built")?;
-        if s.iter.is_none() {
-            s.iter = Some(
-                self.data
-                    .train_epoch(s.epoch, size, s.local_batch, s.seed, s.shard)?,
-            );
+        if s.iters.is_empty() {
+            for shard in &s.train_shards {
+                s.iters.push(self.data.train_epoch(
+                    s.epoch,
+                    size,
+                    s.local_batch,
+                    s.seed,
+                    *shard,
+                )?);
+            }
         }
+        let n_iters = s.iters.len();
+        let micro = accum as usize * n_iters;
         let t_start = Instant::now();
         let (mut data_wait, mut handoff) = (0.0, 0.0);
         let mut total = Tensor::zeros([], (Kind::Float, s.device));
         let mut grads: Vec<Tensor> = Vec::new();
-        for _ in 0..accum {
+        for m in 0..micro {
             let t0 = Instant::now();
-            let batch = match s.iter.as_mut().and_then(|it| it.next()) {
+            let batch = match s.iters[m % n_iters].next() {
                 Some(b) => b?,
                 None => bail!("the data pipeline ran out of batches in epoch {}", s.epoch),
             };
@@ -324,7 +380,7 @@ impl Workload for ResnetWorkload {
             data_wait += (t1 - t0).as_secs_f64();
             handoff += (t2 - t1).as_secs_f64();
             let logits = s.net.forward_t(&x, true);
-            let loss = cross_entropy_smoothed(&logits, &y, smoothing) / accum as f64;
+            let loss = cross_entropy_smoothed(&logits, &y, smoothing) / micro as f64;
             // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
             let g = s.params.gradients_of(&loss)?;
             if grads.is_empty() {
@@ -349,7 +405,7 @@ impl Workload for ResnetWorkload {
         if s.step_in_epoch == s.steps_per_epoch {
             s.step_in_epoch = 0;
             s.epoch += 1;
-            s.iter = None;
+            s.iters.clear();
         }
         let loss = total.double_value(&[]);
         let all = t_start.elapsed().as_secs_f64();
@@ -391,5 +447,27 @@ impl Workload for ResnetWorkload {
 
     fn target(&self) -> f64 {
         self.cfg.train.target
+    }
+
+    fn state_tensors(&self) -> Vec<Tensor> {
+        let Some(s) = &self.state else {
+            return Vec::new();
+        };
+        let mut named: Vec<(String, Tensor)> = s.vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named.into_iter().map(|(_, t)| t).collect()
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.state
+            .as_ref()
+            .map(|s| {
+                s.params
+                    .params
+                    .iter()
+                    .map(|p| (p.name.clone(), p.tensor.shallow_clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }

@@ -1,0 +1,277 @@
+//! Data-parallel training of the tiny ResNet through the real trainer, 2 processes on CPU
+//! (Gloo over localhost):
+//! - `mlperf-run launch --nproc-per-node 2 -- resnet ...` ends with the same trainable
+//!   parameters as one process accumulating the same two per-rank micro-batches per step
+//!   (`--emulate-world 2`, so batch norm sees the same batches), and rank 0's log passes our
+//!   checker and the official compliance checker;
+//! - killing one rank mid-run ends the other as aborted, quickly.
+#![cfg(feature = "torch")]
+
+mod common;
+
+use mlperf_run::mllog::parse_file;
+use mlperf_run::rules::{check_log, CheckOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mlperf-run");
+
+/// configs/resnet/tiny_cpu.toml with a smaller training set (5 steps per epoch at the global
+/// batch of 64) and `max_epochs` epochs, one eval per epoch.
+fn tiny_config(dir: &Path, train_per_class: usize, max_epochs: usize) -> PathBuf {
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"),
+    )
+    .unwrap();
+    let text = base
+        .replace(
+            "train_per_class = 128",
+            &format!("train_per_class = {train_per_class}"),
+        )
+        .replace("max_epochs = 24", &format!("max_epochs = {max_epochs}"))
+        .replace("eval_period = 4", "eval_period = 1")
+        .replace(
+            "schedule_epochs = 24.0",
+            &format!("schedule_epochs = {max_epochs}.0"),
+        );
+    assert_ne!(
+        text, base,
+        "tiny_cpu.toml changed: update this test's edits"
+    );
+    let path = dir.join("tiny_dp.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn load(path: &Path) -> Vec<(String, tch::Tensor)> {
+    let mut v = tch::Tensor::read_safetensors(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Largest relative difference (per tensor, by norm) between two parameter sets.
+fn max_rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
+    assert_eq!(
+        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        b.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    assert!(!a.is_empty(), "no parameters dumped");
+    a.iter()
+        .zip(b)
+        .map(|((_, x), (_, y))| {
+            let d = (x - y).norm().double_value(&[]);
+            d / y.norm().double_value(&[]).max(1e-12)
+        })
+        .fold(0.0, f64::max)
+}
+
+fn official_check(test: &str, log: &Path) {
+    let Some(py) = common::oracle(test) else {
+        return;
+    };
+    let out = Command::new(py)
+        .args([
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+            "--ruleset",
+            "4.0.0",
+        ])
+        .arg(log)
+        .current_dir(log.parent().unwrap())
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(
+        out.status.success() && t.contains("SUCCESS"),
+        "official compliance checker rejected {}:\n{t}",
+        log.display()
+    );
+}
+
+#[test]
+fn two_process_resnet_equals_one_process_accumulating_and_its_log_passes() {
+    let t0 = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    // 2 epochs x 5 steps = 10 optimizer steps
+    let cfg = tiny_config(dir.path(), 32, 2);
+    let common_args = |log: &Path, dump: &Path| -> Vec<String> {
+        [
+            "resnet",
+            "--division",
+            "open",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--seed",
+            "4242",
+            "--log",
+            log.to_str().unwrap(),
+            "--dump-params",
+            dump.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let (dp_log, dp_dump) = (dir.path().join("dp.txt"), dir.path().join("dp.safetensors"));
+    let dp = Command::new(BIN)
+        .args([
+            "launch",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            "--",
+        ])
+        .args(common_args(&dp_log, &dp_dump))
+        .env("MLPERF_RUN_DIST_TIMEOUT_S", "60")
+        .output()
+        .unwrap();
+    let t_dp = t0.elapsed().as_secs_f64();
+    // both ranks ran to the epoch limit (the tiny set cannot reach the target in 2 epochs)
+    let dp_text = text(&dp);
+    for r in 0..2 {
+        assert!(
+            dp_text.contains(&format!("[rank {r}] run aborted: epoch limit reached")),
+            "{dp_text}"
+        );
+    }
+    let (em_log, em_dump) = (dir.path().join("em.txt"), dir.path().join("em.safetensors"));
+    let em = Command::new(BIN)
+        .args(common_args(&em_log, &em_dump))
+        .args(["--emulate-world", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&em).contains("run aborted: epoch limit reached"),
+        "{}",
+        text(&em)
+    );
+
+    let rank0 = load(&dp_dump);
+    let rank1 = load(&dir.path().join("dp.safetensors.rank1"));
+    let single = load(&em_dump);
+    let ranks_diff = max_rel_diff(&rank0, &rank1);
+    let diff = max_rel_diff(&rank0, &single);
+    eprintln!(
+        "{} tensors: rank 0 vs rank 1 {ranks_diff:e}, 2-process vs 1-process accumulating \
+         {diff:e}; 2-process run {t_dp:.1} s, total {:.1} s",
+        rank0.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(ranks_diff, 0.0, "the ranks' parameters differ");
+    assert!(diff < 1e-5, "relative difference {diff:e}");
+    // the check can fail: one process on the whole global batch (batch norm over 64 samples
+    // instead of two 32-sample micro-batches) ends elsewhere
+    let (one_log, one_dump) = (
+        dir.path().join("one.txt"),
+        dir.path().join("one.safetensors"),
+    );
+    Command::new(BIN)
+        .args(common_args(&one_log, &one_dump))
+        .output()
+        .unwrap();
+    let full_batch = max_rel_diff(&rank0, &load(&one_dump));
+    eprintln!("2-process vs 1-process on the full batch: {full_batch:e}");
+    assert!(full_batch > 1e-3, "{full_batch:e}");
+
+    // rank 0 alone wrote the log, and it is a valid MLPerf log
+    let log = parse_file(&dp_log).unwrap();
+    assert_eq!(log.last("run_stop").unwrap().status(), Some("aborted"));
+    assert_eq!(log.first("seed").unwrap().value, serde_json::json!(4242));
+    let starts = std::fs::read_to_string(&dp_log)
+        .unwrap()
+        .matches("\"run_start\"")
+        .count();
+    assert_eq!(starts, 1, "more than one rank wrote the log");
+    let verdict = check_log(
+        &log,
+        &CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    official_check("dist_resnet", &dp_log);
+}
+
+fn worker(rank: usize, port: u16, cfg: &Path, log: &Path) -> Child {
+    Command::new(BIN)
+        .args(["resnet", "--division", "open", "--config"])
+        .arg(cfg)
+        .args(["--seed", "7", "--log"])
+        .arg(log)
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", "2")
+        .env("LOCAL_RANK", rank.to_string())
+        .env("MLPERF_RUN_DIST_TIMEOUT_S", "30")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start an mlperf-run resnet worker")
+}
+
+#[test]
+fn killing_one_rank_aborts_the_run_on_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    // long enough that the run is still going when rank 1 dies
+    let cfg = tiny_config(dir.path(), 128, 24);
+    let port = mlperf_run::launch::free_local_port().unwrap();
+    let log = dir.path().join("result_0.txt");
+    let mut rank0 = worker(0, port, &cfg, &log);
+    let mut rank1 = worker(1, port, &cfg, &dir.path().join("unused.txt"));
+    // wait until training is under way (rank 0 logged the first block)
+    let start = Instant::now();
+    loop {
+        let s = std::fs::read_to_string(&log).unwrap_or_default();
+        if s.contains("\"block_start\"") {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(60) || rank0.try_wait().unwrap().is_some() {
+            let _ = rank1.kill();
+            let _ = rank0.kill();
+            panic!(
+                "training never started:\nrank 0 {}\nrank 1 {}",
+                text(&rank0.wait_with_output().unwrap()),
+                text(&rank1.wait_with_output().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    rank1.kill().unwrap();
+    let killed = Instant::now();
+    let _ = rank1.wait();
+    while rank0.try_wait().unwrap().is_none() {
+        if killed.elapsed() > Duration::from_secs(60) {
+            let _ = rank0.kill();
+            panic!(
+                "rank 0 still running 60 s after rank 1 died: {}",
+                text(&rank0.wait_with_output().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let secs = killed.elapsed().as_secs_f64();
+    let out = rank0.wait_with_output().unwrap();
+    eprintln!("rank 0 ended {secs:.2} s after rank 1 was killed");
+    assert!(!out.status.success(), "{}", text(&out));
+    let parsed = parse_file(&log).unwrap();
+    let last = parsed.events.last().expect("a log");
+    assert_eq!(last.key, "run_stop", "{}", text(&out));
+    assert_eq!(last.status(), Some("aborted"));
+}
