@@ -313,3 +313,151 @@ mod tests {
         assert_eq!(eval, 8);
     }
 }
+
+/// An ImageFolder root (`train/`, `val/`) served by the [`crate::data::imagenet`] pipeline:
+/// training batches are random-resized-crops (MLPerf area 0.05..1) with flips at the epoch's
+/// size, shuffled and augmented from the run's seed and sharded by rank (whole batches only);
+/// evaluation resizes the short side to size * 256/224 and center-crops. Unreadable images are
+/// skipped, warned about by the loader and counted per epoch; an epoch fails when they exceed
+/// the loader's limit (1%).
+pub struct FolderImages {
+    dir: crate::data::imagenet::ImagenetDir,
+    threads: usize,
+    /// Loaders are built once per (train, seed, batch, shard) and reused across epochs.
+    train_loader:
+        std::sync::Mutex<Option<(LoaderKey, std::sync::Arc<crate::data::imagenet::Loader>)>>,
+    eval_loader:
+        std::sync::Mutex<Option<(LoaderKey, std::sync::Arc<crate::data::imagenet::Loader>)>>,
+}
+
+type LoaderKey = (u64, usize, usize, usize);
+
+impl FolderImages {
+    /// Open `root` (train/ and val/ with the same classes); `threads` decode workers (0: all
+    /// cores).
+    pub fn open(root: &std::path::Path, threads: usize) -> Result<Self> {
+        let dir = crate::data::imagenet::ImagenetDir::open(root)?;
+        let threads = if threads == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            threads
+        };
+        Ok(FolderImages {
+            dir,
+            threads,
+            train_loader: std::sync::Mutex::new(None),
+            eval_loader: std::sync::Mutex::new(None),
+        })
+    }
+
+    fn loader(
+        &self,
+        train: bool,
+        seed: u64,
+        batch: usize,
+        shard: Shard,
+    ) -> Result<std::sync::Arc<crate::data::imagenet::Loader>> {
+        use crate::data::imagenet::{Loader, LoaderConfig};
+        let key = (seed, batch, shard.rank, shard.world_size);
+        let slot = if train {
+            &self.train_loader
+        } else {
+            &self.eval_loader
+        };
+        let mut slot = slot
+            .lock()
+            .map_err(|_| anyhow::anyhow!("data loader lock poisoned"))?;
+        if let Some((k, l)) = slot.as_ref() {
+            if *k == key {
+                return Ok(l.clone());
+            }
+        }
+        let mut c = if train {
+            LoaderConfig::train(batch, seed)
+        } else {
+            LoaderConfig::eval(batch)
+        };
+        c.threads = self.threads;
+        c.rank = shard.rank;
+        c.world_size = shard.world_size;
+        let folder = if train {
+            &self.dir.train
+        } else {
+            &self.dir.val
+        };
+        let l = std::sync::Arc::new(Loader::new(folder, c)?);
+        *slot = Some((key, l.clone()));
+        Ok(l)
+    }
+}
+
+/// Adapts the loader's epoch to a [`BatchIter`], reporting the epoch's unreadable images once
+/// it ends.
+struct FolderEpoch {
+    inner: crate::data::imagenet::EpochIter,
+    what: String,
+    reported: bool,
+}
+
+impl Iterator for FolderEpoch {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        match self.inner.next() {
+            Some(Ok(b)) => Some(Ok(Batch {
+                images: b.images,
+                labels: b.labels,
+                height: b.height as usize,
+                width: b.width as usize,
+            })),
+            Some(Err(e)) => Some(Err(e)),
+            None => {
+                let bad = self.inner.bad_images().len();
+                if bad > 0 && !self.reported {
+                    self.reported = true;
+                    tracing::warn!("{}: skipped {bad} unreadable images", self.what);
+                }
+                None
+            }
+        }
+    }
+}
+
+impl ImageData for FolderImages {
+    fn num_classes(&self) -> usize {
+        self.dir.num_classes()
+    }
+    fn train_len(&self) -> usize {
+        self.dir.train.len()
+    }
+    fn eval_len(&self) -> usize {
+        self.dir.val.len()
+    }
+
+    fn train_epoch(
+        &self,
+        epoch: u64,
+        size: usize,
+        batch: usize,
+        seed: u64,
+        shard: Shard,
+    ) -> Result<BatchIter> {
+        let l = self.loader(true, seed, batch, shard)?;
+        Ok(Box::new(FolderEpoch {
+            inner: l.epoch(epoch, size as u32),
+            what: format!("training epoch {epoch} ({})", self.dir.train.root.display()),
+            reported: false,
+        }))
+    }
+
+    fn eval(&self, size: usize, batch: usize, shard: Shard) -> Result<BatchIter> {
+        let l = self.loader(false, 0, batch, shard)?;
+        Ok(Box::new(FolderEpoch {
+            inner: l.epoch(0, size as u32),
+            what: format!("evaluation ({})", self.dir.val.root.display()),
+            reported: false,
+        }))
+    }
+}

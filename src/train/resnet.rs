@@ -2,7 +2,7 @@
 //! the generic [`engine`](super::engine). [`run_once`] is the library entry point for one run.
 
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
-use super::data::{BatchIter, ImageData, Shard, SyntheticImages};
+use super::data::{BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Resnet, ResnetSpec};
@@ -45,11 +45,7 @@ pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<d
         DataSource::Imagefolder => {
             let dir = data_dir
                 .context("data.source = \"imagefolder\" needs --data DIR (with train/ and val/)")?;
-            bail!(
-                "ImageFolder data ({}) needs the data::imagenet pipeline, which this build does not have yet; \
-                 use a config with data.source = \"synthetic-memory\"",
-                dir.display()
-            )
+            Ok(Box::new(FolderImages::open(dir, cfg.data.workers)?))
         }
     }
 }

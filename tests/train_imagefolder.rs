@@ -1,0 +1,140 @@
+//! The tiny JPEG preset trains on a real ImageFolder (synthetic JPEGs written by the library
+//! behind `data synth-imagenet`) through the `data::imagenet` pipeline: a closed run reaches
+//! the closed target 0.759 and stops there, and its log passes our checker and the official
+//! compliance checker (ruleset 4.0.0). The same seed gives the same loss curve.
+#![cfg(feature = "torch")]
+
+mod common;
+
+use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SynthSpec};
+use mlperf_run::mllog::parse_file;
+use mlperf_run::rules::{check_log, CheckOptions};
+use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::train::engine::{RunOptions, RunOutcome, Status, Submission};
+use mlperf_run::train::resnet::{run_once, ResnetRun};
+use std::path::{Path, PathBuf};
+
+fn config(division: Division) -> ResnetRunConfig {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu_jpeg.toml");
+    ResnetRunConfig::load(&path, division).unwrap()
+}
+
+/// 10 classes, 100 training and 20 validation JPEGs each, 64..96 px.
+fn synth(dir: &Path) {
+    let spec = SynthSpec {
+        classes: 10,
+        per_class: 100,
+        val_per_class: 20,
+        seed: 0,
+        min_size: 64,
+        max_size: 96,
+        quality: 90,
+    };
+    write_synth_imagenet(dir, &spec, false).unwrap();
+}
+
+fn train(
+    cfg: &ResnetRunConfig,
+    division: Division,
+    data: &Path,
+    seed: u64,
+    log: &Path,
+) -> RunOutcome {
+    let mut opts = RunOptions::new(
+        tch::Device::Cpu,
+        Submission {
+            org: cfg.system.submission_org.clone(),
+            platform: cfg.system.submission_platform.clone(),
+            division: division.as_str().into(),
+            status: cfg.system.submission_status.as_str().into(),
+        },
+    );
+    opts.seed = Some(seed);
+    opts.log_path = Some(log.to_path_buf());
+    opts.time_limit = Some(std::time::Duration::from_secs_f64(
+        cfg.system.time_limit_minutes * 60.0,
+    ));
+    run_once(
+        &ResnetRun {
+            config: cfg,
+            division,
+            data_dir: Some(data.to_path_buf()),
+        },
+        opts,
+    )
+    .unwrap()
+}
+
+#[test]
+fn tiny_jpeg_closed_reaches_target_and_passes_the_checkers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    synth(&data);
+    let division = Division::Closed;
+    let cfg = config(division);
+    assert!(cfg.train.target >= 0.759);
+    let log_path = dir.path().join("result_0.txt");
+    let t0 = std::time::Instant::now();
+    let seed = 1234;
+    let out = train(&cfg, division, &data, seed, &log_path);
+    eprintln!(
+        "tiny_cpu_jpeg closed: {:?} after {} steps, evals {:?}, {:.1} s",
+        out.status,
+        out.steps,
+        out.evals,
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.status, Status::Success, "evals {:?}", out.evals);
+    let (last_epoch, last_acc) = *out.evals.last().unwrap();
+    assert!(last_acc >= cfg.train.target);
+    // it stopped at the first eval over target, and had to learn to get there
+    assert!(out.evals[..out.evals.len() - 1]
+        .iter()
+        .all(|&(_, a)| a < cfg.train.target));
+    assert!(out.evals.len() >= 2 || out.evals[0].1 < 1.0);
+
+    let log = parse_file(&log_path).unwrap();
+    assert_eq!(log.last("run_stop").unwrap().status(), Some("success"));
+    assert_eq!(
+        log.last("eval_accuracy").unwrap().epoch_num(),
+        Some(last_epoch as f64)
+    );
+    assert_eq!(log.first("seed").unwrap().value, serde_json::json!(seed));
+    assert_eq!(
+        log.first("train_samples").unwrap().value,
+        serde_json::json!(1000)
+    );
+    assert_eq!(
+        log.first("eval_samples").unwrap().value,
+        serde_json::json!(200)
+    );
+    let verdict = check_log(
+        &log,
+        &CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    common::official::assert_compliant("tiny_cpu_jpeg closed", &log_path, "4.0.0");
+}
+
+#[test]
+fn tiny_jpeg_same_seed_same_loss_curve() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    synth(&data);
+    let mut cfg = config(Division::Open);
+    cfg.train.max_epochs = 1;
+    cfg.train.eval_offset = 0;
+    cfg.train.eval_period = 1;
+    cfg.train.target = 0.999;
+    cfg.data.workers = 2;
+    let a = train(&cfg, Division::Open, &data, 5, &dir.path().join("a.txt"));
+    cfg.data.workers = 1;
+    let b = train(&cfg, Division::Open, &data, 5, &dir.path().join("b.txt"));
+    let c = train(&cfg, Division::Open, &data, 6, &dir.path().join("c.txt"));
+    assert_eq!(a.losses.len(), 15);
+    assert_eq!(a.losses, b.losses, "same seed, different loss curves");
+    assert_eq!(a.evals, b.evals);
+    assert_ne!(a.losses, c.losses, "a different seed gave the same curve");
+}
