@@ -8,9 +8,12 @@
 #
 # Environment: MLPERF_RUN_VENV (default ~/.cache/mlperf-run/venv).
 # After sourcing: the venv's python first on PATH, LIBTORCH_USE_PYTORCH=1 for torch-sys.
-set -euo pipefail
+# Sourcing leaves the caller's shell options alone: the installing runs in a subshell.
 
 MLPERF_RUN_VENV=${MLPERF_RUN_VENV:-$HOME/.cache/mlperf-run/venv}
+export MLPERF_RUN_VENV
+(
+set -euo pipefail
 TORCH_VERSION=2.11.0
 MLPERF_LOGGING_VERSION=4.1.68
 PY_EXTRA=(pillow torchvision==0.26.0 h5py safetensors)
@@ -40,8 +43,8 @@ if [ ! -f "$stamp" ]; then
   "$MLPERF_RUN_VENV/bin/python" -c "import torch, mlperf_logging" 
   touch "$stamp"
 fi
+) || { echo "[setup] failed" >&2; return 1 2>/dev/null || exit 1; }
 
-export MLPERF_RUN_VENV
 export PATH="$MLPERF_RUN_VENV/bin:$PATH"
 export LIBTORCH_USE_PYTORCH=1
 # The official checkers, for tests that compare verdicts.
