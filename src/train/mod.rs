@@ -23,17 +23,9 @@ pub enum DeviceArg {
     Cuda,
 }
 
+/// Flags every training subcommand shares: one run (--seed/--log) or a set, and the device.
 #[derive(clap::Args, Debug)]
-pub struct ResnetArgs {
-    /// MLPerf division: closed configs are checked against the closed rules before the run.
-    #[arg(long, value_enum)]
-    pub division: Division,
-    /// Run configuration (TOML), e.g. configs/resnet/tiny_cpu.toml.
-    #[arg(long)]
-    pub config: PathBuf,
-    /// ImageFolder root with train/ and val/ (not needed for synthetic-memory configs).
-    #[arg(long)]
-    pub data: Option<PathBuf>,
+pub struct RunArgs {
     /// One run with this seed (with --log: into that file; else standard output).
     #[arg(long, conflicts_with_all = ["runs", "seeds", "resume"])]
     pub seed: Option<u64>,
@@ -49,6 +41,21 @@ pub struct ResnetArgs {
     /// FILE.rank<r>). For equivalence checks.
     #[arg(long, hide = true)]
     pub dump_params: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ResnetArgs {
+    /// MLPerf division: closed configs are checked against the closed rules before the run.
+    #[arg(long, value_enum)]
+    pub division: Division,
+    /// Run configuration (TOML), e.g. configs/resnet/tiny_cpu.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// ImageFolder root with train/ and val/ (not needed for synthetic-memory configs).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Train in one process as N data-parallel ranks would (every rank's micro-batch
     /// accumulated per step). For the data-parallel equivalence check.
     #[arg(long, hide = true, default_value_t = 1)]
@@ -114,7 +121,7 @@ fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode
 #[cfg(feature = "torch")]
 pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
     let cfg = config::ResnetRunConfig::load(&args.config, args.division)?;
-    let device = match args.device {
+    let device = match args.run.device {
         DeviceArg::Cpu => tch::Device::Cpu,
         DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
         DeviceArg::Cuda => anyhow::bail!("--device cuda: no CUDA device is available to libtorch"),
@@ -126,20 +133,20 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
             data_dir: args.data.clone(),
         };
         let mut opts = run_options(device, &cfg.system, args.division, seed, log);
-        opts.dump_params = args.dump_params.clone();
+        opts.dump_params = args.run.dump_params.clone();
         if args.emulate_world > 1 {
             resnet::run_once_emulating(&run, opts, args.emulate_world)
         } else {
             resnet::run_once(&run, opts)
         }
     };
-    if args.log.is_some() || args.seed.is_some() {
-        let out = one(args.seed, args.log.clone())?;
+    if args.run.log.is_some() || args.run.seed.is_some() {
+        let out = one(args.run.seed, args.run.log.clone())?;
         return Ok(report_single(&out, "eval accuracy", "epoch"));
     }
     set::run_set(
         "resnet",
-        &args.set,
+        &args.run.set,
         &cfg.system.submission_platform,
         |seed, log| one(Some(seed), Some(log)).map(|_| ()),
     )
@@ -160,21 +167,8 @@ pub struct BertArgs {
     /// (scripts/convert_bert_checkpoint); absent: random initialisation.
     #[arg(long)]
     pub init_checkpoint: Option<PathBuf>,
-    /// One run with this seed (with --log: into that file; else standard output).
-    #[arg(long, conflicts_with_all = ["runs", "seeds", "resume"])]
-    pub seed: Option<u64>,
-    /// One run into this MLPerf log file (appended) instead of a run set.
-    #[arg(long, conflicts_with_all = ["runs", "seeds", "resume"])]
-    pub log: Option<PathBuf>,
-    /// Device to train on.
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
     #[command(flatten)]
-    pub set: set::SetArgs,
-    /// Write the final trainable parameters to this safetensors file (ranks above 0:
-    /// FILE.rank<r>). For equivalence checks.
-    #[arg(long, hide = true)]
-    pub dump_params: Option<PathBuf>,
+    pub run: RunArgs,
 }
 
 #[cfg(not(feature = "torch"))]
@@ -185,10 +179,10 @@ pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitCode> {
 #[cfg(feature = "torch")]
 pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
     let cfg = bert::BertRunConfig::load(&args.config, args.division)?;
-    let device = bert::device(args.device == DeviceArg::Cuda)?;
+    let device = bert::device(args.run.device == DeviceArg::Cuda)?;
     let one = |seed: Option<u64>, log: Option<PathBuf>| {
         let mut opts = run_options(device, &cfg.system, args.division, seed, log);
-        opts.dump_params = args.dump_params.clone();
+        opts.dump_params = args.run.dump_params.clone();
         bert::run_once(
             &cfg,
             args.division,
@@ -197,13 +191,13 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
             opts,
         )
     };
-    if args.log.is_some() || args.seed.is_some() {
-        let out = one(args.seed, args.log.clone())?;
+    if args.run.log.is_some() || args.run.seed.is_some() {
+        let out = one(args.run.seed, args.run.log.clone())?;
         return Ok(report_single(&out, "MLM accuracy", "samples"));
     }
     set::run_set(
         "bert",
-        &args.set,
+        &args.run.set,
         &cfg.system.submission_platform,
         |seed, log| one(Some(seed), Some(log)).map(|_| ()),
     )
