@@ -129,7 +129,12 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitCode> {
 
     step("score both sets", &["score".into(), s(&results)])?;
 
+    // The submission is derived output of this demo: rebuild it from the results each time.
     let submission = out.join("submission");
+    if submission.exists() {
+        std::fs::remove_dir_all(&submission)
+            .with_context(|| format!("cannot remove {}", submission.display()))?;
+    }
     let package = |system: &str, bench: &str, extra: &[&str]| -> Vec<String> {
         let mut v = vec![
             "package".into(),
