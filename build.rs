@@ -68,7 +68,8 @@ fn compile_shim(lib: &Path) {
         .warnings(true)
         .extra_warnings(true)
         .opt_level(2)
-        .file("shim/dist.cpp");
+        .file("shim/dist.cpp")
+        .file("shim/tensor.cpp");
     if std::env::var_os("CARGO_FEATURE_NCCL").is_some() {
         for dir in cuda_include_dirs(root) {
             build

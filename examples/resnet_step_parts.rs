@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
         let grads = if backward_mode == "grad" {
             params.gradients_of(&loss)?
         } else {
-            params.zero_grad();
+            params.zero_grad()?;
             loss.backward();
             params.grads()
         };

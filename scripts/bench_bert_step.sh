@@ -5,28 +5,40 @@
 # sequence length 128; then with half-padded batches, ours with unpadding vs PyTorch padded.
 # Step = forward, MLM+NSP loss, backward, global clip 1.0, AdamW (LayerNorm/bias excluded).
 # Both sides use SDPA attention and the same thread count.
-# Env: BATCH (4), STEPS (3), THREADS (1; more threads on a shared machine distort both sides), PREDS (20).
+# Env: BATCH (4), STEPS (3), THREADS (1; more threads on a shared machine distort both sides), PREDS (20),
+# ROUNDS (3: the two sides alternate, so slow phases of a shared machine hit both).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/setup.sh"
 set +u
 cd "$root"
-BATCH=${BATCH:-4}; STEPS=${STEPS:-3}; THREADS=${THREADS:-1}; PREDS=${PREDS:-20}
+BATCH=${BATCH:-4}; STEPS=${STEPS:-3}; THREADS=${THREADS:-1}; PREDS=${PREDS:-20}; ROUNDS=${ROUNDS:-3}
 cargo build --release --quiet --example bert_bench_step
 ours=target/release/examples/bert_bench_step
 cfg='{"vocab_size":30522,"hidden_size":768,"num_layers":12,"num_heads":12,"intermediate_size":3072}'
-run_pair() {  # PAD_FRACTION UNPAD
-  local o p
-  o=$("$ours" 12 768 12 3072 30522 "$BATCH" 128 "$PREDS" "$STEPS" "$1" "$2" "$THREADS")
-  p=$(python "$root/scripts/bench/bert_ref.py" bench --config "$cfg" --batch "$BATCH" --seq 128 \
-      --predictions "$PREDS" --steps "$STEPS" --pad-fraction "$1" --threads "$THREADS" --sdpa)
-  echo "ours:    $o"; echo "pytorch: $p"
-  python - "$o" "$p" "$3" <<'PY'
-import json, sys
-o, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(f"{sys.argv[3]}: ours {o['seq_per_s']:.2f} seq/s, PyTorch eager {p['seq_per_s']:.2f} seq/s, ratio {o['seq_per_s']/p['seq_per_s']:.2f}x")
+run_pair() {  # PAD_FRACTION UNPAD LABEL: ROUNDS alternating rounds of each side
+  local out; out=$(mktemp)
+  for r in $(seq "$ROUNDS"); do
+    "$ours" 12 768 12 3072 30522 "$BATCH" 128 "$PREDS" "$STEPS" "$1" "$2" "$THREADS" | tee -a "$out"
+    python "$root/scripts/bench/bert_ref.py" bench --config "$cfg" --batch "$BATCH" --seq 128 \
+      --predictions "$PREDS" --steps "$STEPS" --pad-fraction "$1" --threads "$THREADS" --sdpa | tee -a "$out"
+  done
+  python - "$out" "$3" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+side = {k: [r for r in rows if r["impl"] == k] for k in ("mlperf-run", "pytorch-eager")}
+med = {k: statistics.median(r["median_step_s"] for r in v) for k, v in side.items()}
+best = {k: min(r["median_step_s"] for r in v) for k, v in side.items()}
+phase = lambda k, p: statistics.median(r[p] for r in side[k])
+o, p = med["mlperf-run"], med["pytorch-eager"]
+print(f"{sys.argv[2]}: ours {o:.3f} s/step, PyTorch eager {p:.3f} s/step (medians of {len(side['mlperf-run'])} rounds): "
+      f"ratio {p / o:.2f}x (best rounds {best['pytorch-eager'] / best['mlperf-run']:.2f}x)")
+print("    forward+loss / backward / clip+optimizer, s: ours " +
+      " / ".join(f"{phase('mlperf-run', x):.3f}" for x in ("forward_s", "backward_s", "optimizer_s")) +
+      ", PyTorch " + " / ".join(f"{phase('pytorch-eager', x):.3f}" for x in ("forward_s", "backward_s", "optimizer_s")))
 PY
+  rm -f "$out"
 }
-echo "BERT-base step, batch $BATCH, seq 128, $THREADS threads, median of $STEPS steps"
+echo "BERT-base step, batch $BATCH, seq 128, $THREADS threads, median of $STEPS steps per round, $ROUNDS rounds"
 run_pair 0.0 0 "full batches (no padding)      "
 run_pair 0.5 1 "half-padded, ours unpadded     "

@@ -10,7 +10,10 @@
 //! - [`train`], [`models`], [`optim`], [`dist`]: training on libtorch (feature `torch`)
 //! - [`data`]: data pipelines and synthetic data sets
 //! - [`fsutil`]: atomic file writes
+//! - [`amp`]: autocast regions (bf16 on GPU, and its CPU twin) through the C++ shim
 
+#[cfg(feature = "torch")]
+pub mod amp;
 pub mod benchmarks;
 pub mod data;
 pub mod demo;

@@ -82,7 +82,7 @@ fn run(trust_ratio: bool) -> Option<f64> {
         vec!["enc.LayerNorm.weight", "enc.dense.bias"]
     );
     for (i, gs) in grads.iter().enumerate() {
-        opt.zero_grad();
+        opt.zero_grad().unwrap();
         let loss = params
             .iter()
             .zip(gs)

@@ -137,7 +137,7 @@ fn run_case(case: &Case) {
     let mut worst = 0f64;
     let mut moved = 0f64;
     for (step, &lr) in lrs.iter().enumerate() {
-        params.zero_grad();
+        params.zero_grad().unwrap();
         let x = xs.get(step as i64);
         let y = ys.get(step as i64);
         let hdn = x.linear(&l1w, Some(&l1b));

@@ -294,20 +294,24 @@ def cmd_bench(a):
     pos = torch.stack([torch.sort(torch.randperm(int(l) - 1, generator=g)[:p] + 1).values for l in lengths])
     mids = torch.gather(ids, 1, pos)
     nsp = torch.randint(0, 2, (b,), generator=g)
-    times = []
+    times = []  # (step, forward+loss, backward, clip+optimizer) seconds
     for i in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         mlm_logits, nsp_logits = m(ids, seg, mask, pos)
         loss = F.cross_entropy(mlm_logits.reshape(-1, c["vocab_size"]), mids.reshape(-1)) + F.cross_entropy(nsp_logits, nsp)
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if i >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    med = times[len(times) // 2]
-    print(json.dumps({"impl": "pytorch-eager", "median_step_s": med, "seq_per_s": b / med, "loss": float(loss.detach())}))
+            t3 = time.perf_counter()
+            times.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2))
+    med = [sorted(t[k] for t in times)[len(times) // 2] for k in range(4)]
+    print(json.dumps({"impl": "pytorch-eager", "median_step_s": med[0], "seq_per_s": b / med[0],
+                      "forward_s": med[1], "backward_s": med[2], "optimizer_s": med[3],
+                      "loss": float(loss.detach())}))
 
 
 def main():

@@ -40,8 +40,9 @@
 //!   dense layer, LayerNorm, GELU and dropout runs on those T tokens only. Attention scatters
 //!   q/k/v back to `[B, S]` for `scaled_dot_product_attention` (with the key-padding mask) and
 //!   gathers its output again.
-//! - `compute_kind`: `Kind::BFloat16` runs the matmuls (linear layers, attention, decoder) in
-//!   bf16 while weights, LayerNorm and the losses stay fp32 (autocast-style; GPU only).
+//! - bf16: run `forward` inside [`crate::amp::Autocast`] (bf16): the matmuls (linear layers,
+//!   attention, decoder) run in bf16 while weights, LayerNorm and the losses stay fp32; the
+//!   outputs (logits) come back in fp32 either way.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -186,13 +187,8 @@ impl Dense {
         }
     }
 
-    fn forward(&self, x: &Tensor, kind: Kind) -> Tensor {
-        if kind == Kind::Float {
-            x.linear(&self.w, Some(&self.b))
-        } else {
-            x.to_kind(kind)
-                .linear(&self.w.to_kind(kind), Some(&self.b.to_kind(kind)))
-        }
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.w, Some(&self.b))
     }
 }
 
@@ -214,10 +210,9 @@ impl LayerNorm {
         }
     }
 
-    /// Always in fp32 (the input is promoted).
+    /// In fp32 (autocast runs layer norm in fp32 and casts a bf16 input up).
     fn forward(&self, x: &Tensor) -> Tensor {
-        x.to_kind(Kind::Float)
-            .layer_norm([self.dim], Some(&self.w), Some(&self.b), self.eps, true)
+        x.layer_norm([self.dim], Some(&self.w), Some(&self.b), self.eps, true)
     }
 }
 
@@ -249,8 +244,6 @@ pub struct BertForPreTraining {
     nsp: Dense,
     /// Open method: compute dense layers on non-padding tokens only.
     pub unpad: bool,
-    /// Matmul precision: `Kind::Float` (default) or `Kind::BFloat16` (GPU).
-    pub compute_kind: Kind,
     /// true: `scaled_dot_product_attention` (fused kernels where libtorch has them); false: the
     /// reference's explicit softmax(QK^T/sqrt(d) - 10000*padding) V.
     pub fused_attention: bool,
@@ -325,7 +318,6 @@ impl BertForPreTraining {
             mlm_bias,
             nsp,
             unpad: false,
-            compute_kind: Kind::Float,
             fused_attention: true,
         })
     }
@@ -387,24 +379,20 @@ impl BertForPreTraining {
         let c = &self.config;
         let (h, nh) = (c.hidden_size, c.num_heads);
         let d = h / nh;
-        let k = self.compute_kind;
-        let qkv = Tensor::cat(
-            &[
-                l.query.forward(x, k),
-                l.key.forward(x, k),
-                l.value.forward(x, k),
-            ],
-            1,
-        );
-        let qkv = match idx {
-            Some(idx) => {
-                Tensor::zeros([b * s, 3 * h], (qkv.kind(), qkv.device())).index_copy(0, idx, &qkv)
-            }
-            None => qkv,
+        // Three projections, each viewed as [B, nh, S, d] (no concatenation: its backward would
+        // zero-fill and sum full-size buffers); unpadded, each is scattered back to [B*S, H].
+        let heads = |t: Tensor| -> Tensor {
+            let t = match idx {
+                Some(idx) => {
+                    Tensor::zeros([b * s, h], (t.kind(), t.device())).index_copy(0, idx, &t)
+                }
+                None => t,
+            };
+            t.view([b, s, nh, d]).permute([0, 2, 1, 3])
         };
-        // [B, S, 3, nh, d] -> three [B, nh, S, d]
-        let qkv = qkv.view([b, s, 3, nh, d]).permute([2, 0, 3, 1, 4]);
-        let (q, kk, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
+        let q = heads(l.query.forward(x));
+        let kk = heads(l.key.forward(x));
+        let v = heads(l.value.forward(x));
         let p = if train { c.attention_dropout } else { 0.0 };
         let ctx = if self.fused_attention {
             Tensor::scaled_dot_product_attention(
@@ -432,11 +420,11 @@ impl BertForPreTraining {
             Some(idx) => ctx.index_select(0, idx),
             None => ctx,
         };
-        let attn = l.attn_out.forward(&ctx, k).dropout(c.hidden_dropout, train);
-        let x = l.attn_ln.forward(&(attn.to_kind(Kind::Float) + x));
-        let inter = l.intermediate.forward(&x, k).gelu("none");
-        let out = l.output.forward(&inter, k).dropout(c.hidden_dropout, train);
-        l.out_ln.forward(&(out.to_kind(Kind::Float) + x))
+        let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
+        let x = l.attn_ln.forward(&(attn + x));
+        let inter = l.intermediate.forward(&x).gelu("none");
+        let out = l.output.forward(&inter).dropout(c.hidden_dropout, train);
+        l.out_ln.forward(&(out + x))
     }
 
     /// MLM logits (`[B, P, V]` at `Positions`, `[B, S, V]` for `All`) and NSP logits `[B, 2]`.
@@ -449,9 +437,8 @@ impl BertForPreTraining {
         train: bool,
     ) -> (Tensor, Tensor) {
         let seq = self.encode(input_ids, segment_ids, input_mask, train);
-        let k = self.compute_kind;
-        let pooled = self.pooler.forward(&seq.select(1, 0), k).tanh();
-        let nsp = self.nsp.forward(&pooled, k).to_kind(Kind::Float);
+        let pooled = self.pooler.forward(&seq.select(1, 0)).tanh();
+        let nsp = self.nsp.forward(&pooled).to_kind(Kind::Float);
         let picked = match mlm_on {
             MlmOn::Positions(pos) => {
                 let (b, p) = pos
@@ -468,13 +455,12 @@ impl BertForPreTraining {
         };
         let t = self
             .transform_ln
-            .forward(&self.transform.forward(&picked, k).gelu("none"));
-        let logits = if k == Kind::Float {
-            t.matmul(&self.word_emb.tr()) + &self.mlm_bias
-        } else {
-            (t.to_kind(k).matmul(&self.word_emb.to_kind(k).tr())).to_kind(Kind::Float)
-                + &self.mlm_bias
-        };
+            .forward(&self.transform.forward(&picked).gelu("none"));
+        // linear (not matmul with word_emb.tr()): its weight gradient comes out [V, H]
+        // contiguous, so adding it to the embedding's gradient is a streaming pass.
+        let logits = t
+            .linear(&self.word_emb, Some(&self.mlm_bias))
+            .to_kind(Kind::Float);
         (logits, nsp)
     }
 

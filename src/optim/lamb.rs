@@ -115,16 +115,19 @@ impl Lamb {
             .collect()
     }
 
-    /// Zero every gradient.
-    pub fn zero_grad(&mut self) {
-        for p in &mut self.params {
-            p.w.zero_grad();
+    /// Drop every gradient (PyTorch's `zero_grad(set_to_none=True)`): the next backward hands
+    /// its gradients over instead of adding into zeroed buffers.
+    pub fn zero_grad(&mut self) -> Result<()> {
+        for p in &self.params {
+            crate::amp::set_grad_none(&p.w)?;
         }
+        Ok(())
     }
 
     /// One update at learning rate `lr`. Returns the global gradient norm (before clipping) as a
     /// 0-dim tensor on the parameters' device (no host sync here). Parameters without a gradient
-    /// are skipped.
+    /// are skipped. The `.grad` buffers serve as scratch space (they hold the clipped g^2
+    /// afterwards): read gradients before the step.
     pub fn step(&mut self, lr: f64) -> Tensor {
         self.step += 1;
         let c = self.config.clone();
@@ -147,33 +150,38 @@ impl Lamb {
             }
             let total = Tensor::stack(&norms, 0).norm();
             let coef = c.max_grad_norm.map(|mx| mx / total.clamp_min(mx));
-            let wd = Tensor::from(c.weight_decay as f32).to_device(total.device());
+            let dev = total.device();
+            let wd = Tensor::from(c.weight_decay as f32).to_device(dev);
+            let neg_lr = Tensor::from(-lr as f32).to_device(dev);
+            // sqrt(v^) + eps, times bc1 so that m / denom = m^ / (sqrt(v^) + eps)
+            let (denom_scale, denom_eps) = (bc1 / bc2.sqrt(), c.eps * bc1);
             for (p, g) in self.params.iter_mut().zip(grads) {
                 let Some(mut g) = g else { continue };
-                // In place where possible: full-size temporaries cost page faults on big models.
+                // In place, few passes: full-size temporaries cost page faults on big models.
                 if let Some(coef) = &coef {
                     let _ = g.g_mul_(coef);
                 }
                 let _ = p.m.lerp_(&g, 1.0 - c.beta1);
-                let _ = p.v.lerp_(&g.square(), 1.0 - c.beta2);
+                // the gradient buffer is scratch from here on: it becomes g^2
+                let _ = p.v.lerp_(&g.square_(), 1.0 - c.beta2);
                 let mut denom = p.v.sqrt();
-                let _ = denom.g_div_scalar_(bc2.sqrt()).g_add_scalar_(c.eps);
-                let mut u = &p.m / &denom;
-                let _ = u.g_mul_scalar_(1.0 / bc1);
+                let _ = denom.g_mul_scalar_(denom_scale).g_add_scalar_(denom_eps);
+                // u = m^ / (sqrt(v^) + eps) (+ wd * w), into denom's buffer
+                let mut u = p.m.div_out(&denom, &denom);
                 let w32 = p.w.to_kind(Kind::Float);
                 if !p.excluded && c.weight_decay != 0.0 {
                     let _ = u.addcmul_(&w32, &wd);
                 }
-                if c.trust_ratio && !p.excluded {
+                // w -= lr * r * u, r the trust ratio (LAMB) or 1 (AdamW, excluded params)
+                let step = if c.trust_ratio && !p.excluded {
                     let wn = w32.norm();
                     let un = u.norm();
                     let ok = wn.gt(0.0).logical_and(&un.gt(0.0));
-                    let r = (&wn / &un).where_self(&ok, &wn.ones_like());
-                    let _ = u.g_mul_(&(r * lr));
+                    (&wn / &un).where_self(&ok, &wn.ones_like()) * &neg_lr
                 } else {
-                    let _ = u.g_mul_scalar_(lr);
-                }
-                let _ = p.w.g_sub_(&u.to_kind(p.w.kind()));
+                    neg_lr.shallow_clone()
+                };
+                let _ = p.w.addcmul_(&u.to_kind(p.w.kind()), &step);
             }
             total
         })

@@ -70,11 +70,12 @@ mod params {
             Ok(Tensor::f_run_backward(&[loss], &inputs, false, false)?)
         }
 
-        /// Set every `.grad` to zero (for the `backward()` path).
-        pub fn zero_grad(&mut self) {
-            for p in &mut self.params {
-                p.tensor.zero_grad();
+        /// Drop every `.grad` (for the `backward()` path; PyTorch's `set_to_none=True`).
+        pub fn zero_grad(&mut self) -> anyhow::Result<()> {
+            for p in &self.params {
+                crate::amp::set_grad_none(&p.tensor)?;
             }
+            Ok(())
         }
 
         pub fn tensors(&self) -> Vec<Tensor> {

@@ -13,6 +13,7 @@
 
 use super::config::{Division, SystemConfig};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use crate::amp::{maybe_autocast, LowPrecision};
 use crate::data::bert::{check_vocab, BertBatch, EvalSet, TrainLoader};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
@@ -21,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use tch::nn::VarStore;
-use tch::{Device, Kind};
+use tch::Device;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,7 +96,8 @@ pub struct BertMethodsConfig {
     /// scaled_dot_product_attention (fused kernels) instead of explicit softmax attention.
     #[serde(default = "yes")]
     pub fused_attention: bool,
-    /// bf16 matmuls on GPU (ignored with a warning on CPU).
+    /// bf16 autocast (matmuls in bf16, LayerNorm/softmax/losses and weights in fp32): the
+    /// GPU speed-up; it runs on the CPU too (slowly there, for tests).
     #[serde(default)]
     pub bf16: bool,
 }
@@ -293,6 +295,9 @@ struct State {
     micro_batches: u64,
     step: i64,
     seq_len: i64,
+    device: tch::Device,
+    /// `methods.bf16`: forward passes in a bf16 autocast region.
+    autocast: Option<LowPrecision>,
 }
 
 /// BERT as a trainer workload.
@@ -350,12 +355,10 @@ impl Workload for BertWorkload {
         let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
         model.unpad = cfg.methods.unpad;
         model.fused_attention = cfg.methods.fused_attention;
-        if cfg.methods.bf16 {
-            if ctx.device.is_cuda() {
-                model.compute_kind = Kind::BFloat16;
-            } else {
-                tracing::warn!("methods.bf16 applies on GPU only: training in fp32 on the CPU");
-            }
+        if cfg.methods.bf16 && !ctx.device.is_cuda() {
+            tracing::warn!(
+                "methods.bf16 on the CPU: bf16 autocast is correct there but slow without bf16 hardware"
+            );
         }
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
@@ -445,6 +448,8 @@ impl Workload for BertWorkload {
             micro_batches: t.gradient_accumulation_steps,
             step: 0,
             seq_len,
+            device: ctx.device,
+            autocast: cfg.methods.bf16.then_some(LowPrecision::BFloat16),
         });
         Ok(())
     }
@@ -459,20 +464,21 @@ impl Workload for BertWorkload {
 
     fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let s = self.state()?;
-        s.opt.zero_grad();
+        s.opt.zero_grad()?;
         let mut total = 0.0;
         for _ in 0..s.micro_batches {
             let b = s.loader.next_batch()?;
-            let (mlm, nsp) = s.model.forward(
-                &b.input_ids,
-                &b.segment_ids,
-                &b.input_mask,
-                MlmOn::Positions(&b.masked_positions),
-                true,
-            );
-            let loss =
+            let loss = maybe_autocast(s.device, s.autocast, || {
+                let (mlm, nsp) = s.model.forward(
+                    &b.input_ids,
+                    &b.segment_ids,
+                    &b.input_mask,
+                    MlmOn::Positions(&b.masked_positions),
+                    true,
+                );
                 pretraining_loss(&mlm, &nsp, &b.masked_ids, &b.masked_weights, &b.nsp_labels)
-                    / s.micro_batches as f64;
+                    / s.micro_batches as f64
+            })?;
             loss.backward();
             total += loss.double_value(&[]);
         }
@@ -500,20 +506,22 @@ impl Workload for BertWorkload {
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let s = self.state()?;
         let (mut correct, mut total) = (0i64, 0i64);
-        tch::no_grad(|| {
-            for b in &s.eval_batches {
-                let (mlm, _) = s.model.forward(
-                    &b.input_ids,
-                    &b.segment_ids,
-                    &b.input_mask,
-                    MlmOn::Positions(&b.masked_positions),
-                    false,
-                );
-                let (c, t) = mlm_correct(&mlm, &b.masked_ids, &b.masked_weights);
-                correct += c;
-                total += t;
-            }
-        });
+        maybe_autocast(s.device, s.autocast, || {
+            tch::no_grad(|| {
+                for b in &s.eval_batches {
+                    let (mlm, _) = s.model.forward(
+                        &b.input_ids,
+                        &b.segment_ids,
+                        &b.input_mask,
+                        MlmOn::Positions(&b.masked_positions),
+                        false,
+                    );
+                    let (c, t) = mlm_correct(&mlm, &b.masked_ids, &b.masked_weights);
+                    correct += c;
+                    total += t;
+                }
+            })
+        })?;
         let mut v = [correct as f64, total as f64];
         sync.all_reduce_sum(&mut v)?;
         if v[1] == 0.0 {
