@@ -277,3 +277,68 @@ fn loading_reports_missing_and_misshaped_tensors() {
     // An invalid shape is an error, not a panic.
     assert!(BertForPreTraining::new(&vs.root(), &BertConfig { num_heads: 5, ..c }).is_err());
 }
+
+/// The CPU twin of `methods.bf16`: the forward pass in a bf16 autocast region (C++ shim) gives
+/// fp32 logits within bf16 rounding of the fp32 pass, padded and unpadded alike, and training
+/// under autocast still fits a batch.
+#[test]
+fn bf16_autocast_forward_tracks_fp32_and_trains() {
+    use mlperf_run::amp::{Autocast, LowPrecision};
+    use mlperf_run::models::bert::pretraining_loss;
+    use mlperf_run::optim::lamb::{Lamb, LambConfig};
+    let c = BertConfig {
+        hidden_dropout: 0.0,
+        attention_dropout: 0.0,
+        ..tiny()
+    };
+    tch::manual_seed(11);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let (ids, seg, mask) = inputs(&c, 3, 16);
+    let real = mask.to_kind(Kind::Float).unsqueeze(-1);
+    let fwd =
+        |m: &BertForPreTraining| tch::no_grad(|| m.forward(&ids, &seg, &mask, MlmOn::All, false));
+    let (mlm32, nsp32) = fwd(&model);
+    for unpad in [false, true] {
+        model.unpad = unpad;
+        let (mlm16, nsp16) = {
+            let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
+            fwd(&model)
+        };
+        assert_eq!(mlm16.kind(), Kind::Float, "logits come back in fp32");
+        let scale = mlm32.abs().max().double_value(&[]);
+        let diff = ((&mlm16 - &mlm32) * &real).abs().max().double_value(&[]);
+        eprintln!(
+            "unpad={unpad}: bf16 vs fp32 MLM logits max abs diff {diff:.3e} (scale {scale:.3})"
+        );
+        assert!(
+            diff < 0.05 * scale,
+            "bf16 logits drift {diff} (scale {scale})"
+        );
+        assert!(diff > 0.0, "no difference at all: autocast was not applied");
+        let nd = (&nsp16 - &nsp32).abs().max().double_value(&[]);
+        assert!(nd < 0.05 * nsp32.abs().max().double_value(&[]).max(1e-3));
+    }
+    model.unpad = false;
+    // fit one batch under autocast: the loss must fall a lot
+    let pos = Tensor::from_slice(&[1i64, 4, 7, 2, 5, 8, 3, 6, 9]).view([3, 3]);
+    let mids = ids.gather(1, &pos, false);
+    let w = mids.ones_like().to_kind(Kind::Float);
+    let nsp = Tensor::from_slice(&[0i64, 1, 0]);
+    let mut opt = Lamb::new(vs.variables(), LambConfig::default()).unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..80 {
+        opt.zero_grad().unwrap();
+        let loss = {
+            let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
+            let (mlm, n) = model.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), true);
+            pretraining_loss(&mlm, &n, &mids, &w, &nsp)
+        };
+        assert_eq!(loss.kind(), Kind::Float);
+        loss.backward();
+        let _ = opt.step(2e-2);
+        losses.push(loss.double_value(&[]));
+    }
+    eprintln!("bf16 training loss {:.3} -> {:.3}", losses[0], losses[79]);
+    assert!(losses[79] < 0.3 * losses[0], "losses {losses:?}");
+}

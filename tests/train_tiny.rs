@@ -7,7 +7,7 @@ mod common;
 
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
-use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::train::config::{Amp, Division, ResnetRunConfig};
 use mlperf_run::train::engine::{RunOptions, RunOutcome, Status, Submission};
 use mlperf_run::train::resnet::{run_once, ResnetRun};
 use std::path::{Path, PathBuf};
@@ -49,12 +49,20 @@ fn official_check(test: &str, log: &Path) {
     common::official::assert_compliant(test, log, "4.0.0");
 }
 
-fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
-    let cfg = config(name, division);
+fn reaches_target_and_passes(name: &str, division: Division, seed: u64) -> RunOutcome {
+    run_to_target_and_check(name, &config(name, division), division, seed)
+}
+
+fn run_to_target_and_check(
+    name: &str,
+    cfg: &ResnetRunConfig,
+    division: Division,
+    seed: u64,
+) -> RunOutcome {
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("result_0.txt");
     let t0 = std::time::Instant::now();
-    let out = train(&cfg, division, seed, &log_path);
+    let out = train(cfg, division, seed, &log_path);
     eprintln!(
         "{name} {division:?}: {:?} after {} steps, evals {:?}, {:.1} s",
         out.status,
@@ -98,6 +106,7 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
     );
     assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
     official_check(name, &log_path);
+    out
 }
 
 #[test]
@@ -108,6 +117,32 @@ fn tiny_cpu_closed_reaches_target_and_passes_the_checkers() {
 #[test]
 fn tiny_cpu_open_methods_reach_target_and_pass_the_checkers() {
     reaches_target_and_passes("tiny_cpu_open.toml", Division::Open, 99);
+}
+
+/// The CPU twin of the GPU mixed-precision path: `methods.amp = "bf16"` runs the forward pass
+/// in a bf16 autocast region (C++ shim). The closed tiny preset still reaches its target, and
+/// the loss curve starts where fp32's does (same seed, same weights) but is not the same curve.
+#[test]
+fn bf16_autocast_trains_to_target_on_cpu() {
+    let fp32 = config("tiny_cpu.toml", Division::Closed);
+    let mut bf16 = fp32.clone();
+    bf16.methods.amp = Amp::Bf16;
+    let seed = 1234;
+    let a = run_to_target_and_check("tiny_cpu.toml (bf16)", &bf16, Division::Closed, seed);
+    let dir = tempfile::tempdir().unwrap();
+    let mut short = fp32.clone();
+    short.train.max_epochs = 1;
+    let b = train(&short, Division::Closed, seed, &dir.path().join("fp32.txt"));
+    let (la, lb) = (a.losses[0], b.losses[0]);
+    assert!(
+        (la - lb).abs() < 0.02 * lb.abs(),
+        "first-step loss bf16 {la} vs fp32 {lb}: not within bf16 rounding"
+    );
+    assert_ne!(
+        a.losses[..b.losses.len()],
+        b.losses[..],
+        "bf16 and fp32 gave the same loss curve: autocast was not applied"
+    );
 }
 
 #[test]

@@ -211,7 +211,8 @@ pub struct MethodsConfig {
     pub progressive_resizing: Option<ProgressiveResizing>,
     #[serde(default)]
     pub ema: Option<EmaConfig>,
-    /// bf16 on CUDA; ignored (fp32) on CPU.
+    /// "bf16": forward passes in a bf16 autocast region (the GPU speed-up; it runs on the CPU
+    /// too, slowly there, for tests). "none": fp32.
     #[serde(default = "no_amp")]
     pub amp: Amp,
 }

@@ -4,6 +4,7 @@
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
 use super::data::{BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use crate::amp::{maybe_autocast, LowPrecision};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
@@ -91,6 +92,8 @@ struct State {
     step_in_epoch: u64,
     /// One training iterator per entry of `train_shards` (empty between epochs).
     iters: Vec<BatchIter>,
+    /// `methods.amp`: forward passes in an autocast region of this precision.
+    autocast: Option<LowPrecision>,
 }
 
 pub struct ResnetWorkload {
@@ -217,11 +220,17 @@ impl Workload for ResnetWorkload {
                 cfg.model.classes
             );
         }
-        if cfg.methods.amp == Amp::Bf16 {
-            tracing::warn!(
-                "methods.amp = \"bf16\" is not applied yet (tch lacks bf16 autocast; planned in the C++ shim): training in fp32"
-            );
-        }
+        let autocast = match cfg.methods.amp {
+            Amp::None => None,
+            Amp::Bf16 => {
+                if !ctx.device.is_cuda() {
+                    tracing::warn!(
+                        "methods.amp = \"bf16\" on the CPU: bf16 autocast is correct there but slow without bf16 hardware"
+                    );
+                }
+                Some(LowPrecision::BFloat16)
+            }
+        };
         let spec = ResnetSpec {
             classes: cfg.model.classes,
             width: cfg.model.width,
@@ -315,6 +324,7 @@ impl Workload for ResnetWorkload {
             epoch: 0,
             step_in_epoch: 0,
             iters: Vec::new(),
+            autocast,
         });
         Ok(())
     }
@@ -375,8 +385,9 @@ impl Workload for ResnetWorkload {
             let t2 = Instant::now();
             data_wait += (t1 - t0).as_secs_f64();
             handoff += (t2 - t1).as_secs_f64();
-            let logits = s.net.forward_t(&x, true);
-            let loss = cross_entropy_smoothed(&logits, &y, smoothing) / micro as f64;
+            let loss = maybe_autocast(s.device, s.autocast, || {
+                cross_entropy_smoothed(&s.net.forward_t(&x, true), &y, smoothing) / micro as f64
+            })?;
             // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
             let g = s.params.gradients_of(&loss)?;
             if grads.is_empty() {
@@ -422,7 +433,9 @@ impl Workload for ResnetWorkload {
                 for b in iter {
                     let b = b?;
                     let (x, y) = to_device(&b, s.device, channels_last)?;
-                    let pred = s.net.forward_t(&x, false).argmax(-1, false);
+                    let logits =
+                        maybe_autocast(s.device, s.autocast, || s.net.forward_t(&x, false))?;
+                    let pred = logits.argmax(-1, false);
                     counts[0] += pred.eq_tensor(&y).sum(Kind::Int64).int64_value(&[]) as f64;
                     counts[1] += b.len() as f64;
                 }
