@@ -28,6 +28,8 @@ fn main() -> anyhow::Result<()> {
     let pad: f64 = a[9].parse()?;
     let unpad = a[10] == "1";
     let threads = n(11)?;
+    // as every `mlperf-run` training run (engine::run_once) does
+    mlperf_run::train::allocator::keep_freed_host_memory();
     if threads > 0 {
         tch::set_num_threads(threads as i32);
     }

@@ -6,7 +6,9 @@
 # Step = forward, MLM+NSP loss, backward, global clip 1.0, AdamW (LayerNorm/bias excluded).
 # Both sides use SDPA attention and the same thread count.
 # Env: BATCH (4), STEPS (3), THREADS (1; more threads on a shared machine distort both sides), PREDS (20),
-# ROUNDS (3: the two sides alternate, so slow phases of a shared machine hit both).
+# ROUNDS (3). Where the machine has 2 x THREADS cores (and taskset) both sides run at the same
+# time, each pinned to its own cores, swapping cores every round, so a slow phase of a shared
+# machine hits both alike; otherwise they alternate.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/setup.sh"
@@ -19,10 +21,19 @@ cfg='{"vocab_size":30522,"hidden_size":768,"num_layers":12,"num_heads":12,"inter
 run_pair() {  # PAD_FRACTION UNPAD LABEL: ROUNDS alternating rounds of each side
   local out; out=$(mktemp)
   for r in $(seq "$ROUNDS"); do
-    "$ours" 12 768 12 3072 30522 "$BATCH" 128 "$PREDS" "$STEPS" "$1" "$2" "$THREADS" | tee -a "$out"
-    python "$root/scripts/bench/bert_ref.py" bench --config "$cfg" --batch "$BATCH" --seq 128 \
-      --predictions "$PREDS" --steps "$STEPS" --pad-fraction "$1" --threads "$THREADS" --sdpa | tee -a "$out"
+    local a=() b=()
+    if [ "$paired" = 1 ]; then  # both at once, each on its own cores, swapping every round
+      a=(taskset -c "0-$((THREADS - 1))"); b=(taskset -c "$THREADS-$((2 * THREADS - 1))")
+      if [ $((r % 2)) = 0 ]; then local t=("${a[@]}"); a=("${b[@]}"); b=("${t[@]}"); fi
+    fi
+    "${a[@]}" "$ours" 12 768 12 3072 30522 "$BATCH" 128 "$PREDS" "$STEPS" "$1" "$2" "$THREADS" >>"$out" &
+    local pid=$!
+    [ "$paired" = 1 ] || wait $pid
+    "${b[@]}" python "$root/scripts/bench/bert_ref.py" bench --config "$cfg" --batch "$BATCH" --seq 128 \
+      --predictions "$PREDS" --steps "$STEPS" --pad-fraction "$1" --threads "$THREADS" --sdpa >>"$out"
+    wait $pid
   done
+  cat "$out"
   python - "$out" "$3" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -39,6 +50,9 @@ print("    forward+loss / backward / clip+optimizer, s: ours " +
 PY
   rm -f "$out"
 }
-echo "BERT-base step, batch $BATCH, seq 128, $THREADS threads, median of $STEPS steps per round, $ROUNDS rounds"
+paired=0
+if command -v taskset >/dev/null && [ "$(nproc)" -ge $((2 * THREADS)) ]; then paired=1; fi
+how=$([ $paired = 1 ] && echo "both sides at the same time on separate cores" || echo "alternating")
+echo "BERT-base step, batch $BATCH, seq 128, $THREADS threads, median of $STEPS steps per round, $ROUNDS rounds, $how"
 run_pair 0.0 0 "full batches (no padding)      "
 run_pair 0.5 1 "half-padded, ours unpadded     "

@@ -234,6 +234,7 @@ fn log_seed(log: &mut Emitter, seed: u64) -> std::io::Result<()> {
 
 /// Carry out one run of `w`.
 pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome> {
+    super::allocator::keep_freed_host_memory();
     let seed = match opts.seed {
         Some(s) => s,
         None => os_seed()?,

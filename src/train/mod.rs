@@ -2,6 +2,7 @@
 //! [`engine::Workload`]; [`resnet`] is the ResNet-50 workload. The config types ([`config`])
 //! build without libtorch; everything that trains needs the `torch` feature.
 
+pub mod allocator;
 #[cfg(feature = "torch")]
 pub mod bert;
 pub mod config;
