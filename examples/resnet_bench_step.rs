@@ -6,8 +6,9 @@
 //!     [--warmup 5] [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000]
 
 use anyhow::{Context, Result};
+use mlperf_run::data::rng::Rng;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
-use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard, SplitMix64};
+use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard};
 use mlperf_run::train::engine::{self, RunOptions, Submission};
 use mlperf_run::train::resnet::ResnetWorkload;
 
@@ -112,11 +113,13 @@ fn bench_once(
     classes: usize,
     blocks: &[i64],
 ) -> Result<(engine::RunOutcome, mlperf_run::train::resnet::StepTiming)> {
-    let mut rng = SplitMix64::new(1);
+    let mut rng = Rng::from_state(1);
     let images: Vec<u8> = (0..batch * size * size * 3)
         .map(|_| rng.next_u64() as u8)
         .collect();
-    let labels: Vec<i64> = (0..batch).map(|_| rng.below(classes) as i64).collect();
+    let labels: Vec<i64> = (0..batch)
+        .map(|_| rng.below(classes as u64) as i64)
+        .collect();
     let data = FixedImages {
         classes,
         len: batch * total_steps,

@@ -1,8 +1,9 @@
-//! File helpers shared by every writer of results: atomic replace and refusal to clobber.
+//! File helpers shared by every writer of results: atomic replace (of a file, or of a folder
+//! through a staging folder) and refusal to clobber.
 
 use anyhow::{Context, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Write `contents` to `path` atomically: a temporary file in the same directory, fsync, rename.
 /// A crash leaves either the old file or the new one, never a torn one.
@@ -34,6 +35,53 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     result.with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// Run `fill` on a fresh, empty staging folder next to `dest` (`.NAME.TAG-PID` in the same
+/// parent, which is created, so a rename into place never crosses file systems), then remove the
+/// staging folder whether `fill` succeeded or not. `fill` moves what it wants to keep into place:
+/// the whole folder with [`replace_dir`], or file by file (keeping the rest of `dest`).
+pub fn with_staging_dir<T>(
+    dest: &Path,
+    tag: &str,
+    fill: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    let staging = staging_dir(dest, tag)?;
+    let result = fill(&staging);
+    let _ = std::fs::remove_dir_all(&staging);
+    result
+}
+
+fn staging_dir(dest: &Path, tag: &str) -> Result<PathBuf> {
+    let parent = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)
+        .with_context(|| format!("cannot create {}", parent.display()))?;
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let dir = parent.join(format!(".{name}.{tag}-{}", std::process::id()));
+    if dir.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot remove stale {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create staging folder {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Put the folder `from` in place of `dest`, removing the old `dest` first (same file system:
+/// `from` is a staging folder from [`with_staging_dir`]).
+pub fn replace_dir(from: &Path, dest: &Path) -> Result<()> {
+    if dest.exists() {
+        std::fs::remove_dir_all(dest)
+            .with_context(|| format!("cannot replace {}", dest.display()))?;
+    }
+    std::fs::rename(from, dest)
+        .with_context(|| format!("cannot rename {} to {}", from.display(), dest.display()))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -44,5 +92,34 @@ mod tests {
         super::write_atomic(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn staging_folder_replaces_dest_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("sub/out");
+        std::fs::create_dir_all(&dest).unwrap();
+        std::fs::write(dest.join("old.txt"), b"old").unwrap();
+        super::with_staging_dir(&dest, "tmp", |staging| {
+            assert_eq!(staging.parent(), dest.parent());
+            assert_eq!(std::fs::read_dir(staging).unwrap().count(), 0);
+            std::fs::write(staging.join("new.txt"), b"new")?;
+            super::replace_dir(staging, &dest)
+        })
+        .unwrap();
+        assert!(!dest.join("old.txt").exists());
+        assert_eq!(std::fs::read(dest.join("new.txt")).unwrap(), b"new");
+        // A failing fill leaves dest alone and removes the staging folder.
+        let err = super::with_staging_dir(&dest, "tmp", |staging| -> anyhow::Result<()> {
+            std::fs::write(staging.join("half.txt"), b"half")?;
+            anyhow::bail!("fill failed")
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "fill failed");
+        assert!(dest.join("new.txt").exists());
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("sub")).unwrap().count(),
+            1
+        );
     }
 }

@@ -10,7 +10,7 @@ use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::bert::{run_once, BertRunConfig};
 use mlperf_run::train::config::Division;
-use mlperf_run::train::engine::{RunOptions, Status, Submission};
+use mlperf_run::train::engine::Status;
 use std::path::{Path, PathBuf};
 
 fn data(dir: &Path) {
@@ -41,20 +41,7 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     data(&dir.path().join("data"));
     let log_path = dir.path().join("result_0.txt");
-    let mut opts = RunOptions::new(
-        tch::Device::Cpu,
-        Submission {
-            org: cfg.system.submission_org.clone(),
-            platform: cfg.system.submission_platform.clone(),
-            division: division.as_str().into(),
-            status: cfg.system.submission_status.as_str().into(),
-        },
-    );
-    opts.seed = Some(seed);
-    opts.log_path = Some(log_path.clone());
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(
-        cfg.system.time_limit_minutes * 60.0,
-    ));
+    let opts = common::train::cpu_run_options(&cfg.system, division, seed, &log_path);
     let out = run_once(&cfg, division, &dir.path().join("data"), None, opts).unwrap();
     eprintln!(
         "{name} {division:?}: {:?} after {} steps, evals {:?}, run {:.1} s",

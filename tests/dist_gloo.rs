@@ -3,12 +3,13 @@
 //! Each test starts `mlperf-run dist-selftest` workers on its own free port.
 #![cfg(feature = "torch")]
 
+mod common;
+
+use common::dist::{load, max_rel_diff, rank_command, text, BIN};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_mlperf-run");
 
 fn free_port() -> u16 {
     mlperf_run::launch::free_local_port().expect("a free localhost port")
@@ -16,17 +17,9 @@ fn free_port() -> u16 {
 
 /// Starts rank `rank` of `world` running `dist-selftest <args>`.
 fn worker(rank: usize, world: usize, port: u16, args: &[&str]) -> Child {
-    Command::new(BIN)
+    rank_command(rank, world, port)
         .arg("dist-selftest")
         .args(args)
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .env("RANK", rank.to_string())
-        .env("WORLD_SIZE", world.to_string())
-        .env("LOCAL_RANK", rank.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("start mlperf-run dist-selftest")
 }
@@ -46,15 +39,6 @@ fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     }
     child.wait_with_output().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]
@@ -217,28 +201,6 @@ fn rendezvous_times_out_with_a_clear_error_when_a_rank_never_comes() {
         "took {:?}",
         start.elapsed()
     );
-}
-
-fn load(path: &Path) -> Vec<(String, tch::Tensor)> {
-    let mut v = tch::Tensor::read_safetensors(path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
-/// Largest relative difference (per tensor, by norm) between two parameter sets.
-fn max_rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
-    assert_eq!(
-        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
-        b.iter().map(|x| &x.0).collect::<Vec<_>>()
-    );
-    a.iter()
-        .zip(b)
-        .map(|((_, x), (_, y))| {
-            let d = (x - y).norm().double_value(&[]);
-            d / y.norm().double_value(&[]).max(1e-12)
-        })
-        .fold(0.0, f64::max)
 }
 
 /// 2 processes x 1 micro-batch == 1 process accumulating the same 2 micro-batches (batch norm

@@ -9,13 +9,12 @@
 
 mod common;
 
+use common::dist::{load, max_rel_diff, rank_command, text, BIN};
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_mlperf-run");
 
 /// configs/resnet/tiny_cpu.toml with a smaller training set (5 steps per epoch at the global
 /// batch of 64) and `max_epochs` epochs, one eval per epoch.
@@ -42,63 +41,6 @@ fn tiny_config(dir: &Path, train_per_class: usize, max_epochs: usize) -> PathBuf
     let path = dir.join("tiny_dp.toml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn load(path: &Path) -> Vec<(String, tch::Tensor)> {
-    let mut v = tch::Tensor::read_safetensors(path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
-/// Largest relative difference (per tensor, by norm) between two parameter sets.
-fn max_rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
-    assert_eq!(
-        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
-        b.iter().map(|x| &x.0).collect::<Vec<_>>()
-    );
-    assert!(!a.is_empty(), "no parameters dumped");
-    a.iter()
-        .zip(b)
-        .map(|((_, x), (_, y))| {
-            let d = (x - y).norm().double_value(&[]);
-            d / y.norm().double_value(&[]).max(1e-12)
-        })
-        .fold(0.0, f64::max)
-}
-
-fn official_check(test: &str, log: &Path) {
-    let Some(py) = common::oracle(test) else {
-        return;
-    };
-    let out = Command::new(py)
-        .args([
-            "-m",
-            "mlperf_logging.compliance_checker",
-            "--usage",
-            "training",
-            "--ruleset",
-            "4.0.0",
-        ])
-        .arg(log)
-        .current_dir(log.parent().unwrap())
-        .output()
-        .unwrap();
-    let t = text(&out);
-    assert!(
-        out.status.success() && t.contains("SUCCESS"),
-        "official compliance checker rejected {}:\n{t}",
-        log.display()
-    );
 }
 
 #[test]
@@ -161,6 +103,7 @@ fn two_process_resnet_equals_one_process_accumulating_and_its_log_passes() {
     );
 
     let rank0 = load(&dp_dump);
+    assert!(!rank0.is_empty(), "no parameters dumped");
     let rank1 = load(&dir.path().join("dp.safetensors.rank1"));
     let single = load(&em_dump);
     let ranks_diff = max_rel_diff(&rank0, &rank1);
@@ -203,24 +146,16 @@ fn two_process_resnet_equals_one_process_accumulating_and_its_log_passes() {
         },
     );
     assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
-    official_check("dist_resnet", &dp_log);
+    common::official::assert_compliant("dist_resnet", &dp_log, "4.0.0");
 }
 
 fn worker(rank: usize, port: u16, cfg: &Path, log: &Path) -> Child {
-    Command::new(BIN)
+    rank_command(rank, 2, port)
         .args(["resnet", "--division", "open", "--config"])
         .arg(cfg)
         .args(["--seed", "7", "--log"])
         .arg(log)
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .env("RANK", rank.to_string())
-        .env("WORLD_SIZE", "2")
-        .env("LOCAL_RANK", rank.to_string())
         .env("MLPERF_RUN_DIST_TIMEOUT_S", "30")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("start an mlperf-run resnet worker")
 }

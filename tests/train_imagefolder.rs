@@ -10,8 +10,7 @@ use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SynthSpec};
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::config::{Division, ResnetRunConfig};
-use mlperf_run::train::engine::{RunOptions, RunOutcome, Status, Submission};
-use mlperf_run::train::resnet::{run_once, ResnetRun};
+use mlperf_run::train::engine::{RunOutcome, Status};
 use std::path::{Path, PathBuf};
 
 fn config(division: Division) -> ResnetRunConfig {
@@ -40,29 +39,7 @@ fn train(
     seed: u64,
     log: &Path,
 ) -> RunOutcome {
-    let mut opts = RunOptions::new(
-        tch::Device::Cpu,
-        Submission {
-            org: cfg.system.submission_org.clone(),
-            platform: cfg.system.submission_platform.clone(),
-            division: division.as_str().into(),
-            status: cfg.system.submission_status.as_str().into(),
-        },
-    );
-    opts.seed = Some(seed);
-    opts.log_path = Some(log.to_path_buf());
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(
-        cfg.system.time_limit_minutes * 60.0,
-    ));
-    run_once(
-        &ResnetRun {
-            config: cfg,
-            division,
-            data_dir: Some(data.to_path_buf()),
-        },
-        opts,
-    )
-    .unwrap()
+    common::train::resnet(cfg, division, Some(data), seed, log)
 }
 
 #[test]

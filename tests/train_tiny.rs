@@ -8,8 +8,7 @@ mod common;
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::config::{Amp, Division, ResnetRunConfig};
-use mlperf_run::train::engine::{RunOptions, RunOutcome, Status, Submission};
-use mlperf_run::train::resnet::{run_once, ResnetRun};
+use mlperf_run::train::engine::{RunOutcome, Status};
 use std::path::{Path, PathBuf};
 
 fn config(name: &str, division: Division) -> ResnetRunConfig {
@@ -20,29 +19,7 @@ fn config(name: &str, division: Division) -> ResnetRunConfig {
 }
 
 fn train(cfg: &ResnetRunConfig, division: Division, seed: u64, log: &Path) -> RunOutcome {
-    let mut opts = RunOptions::new(
-        tch::Device::Cpu,
-        Submission {
-            org: cfg.system.submission_org.clone(),
-            platform: cfg.system.submission_platform.clone(),
-            division: division.as_str().into(),
-            status: cfg.system.submission_status.as_str().into(),
-        },
-    );
-    opts.seed = Some(seed);
-    opts.log_path = Some(log.to_path_buf());
-    opts.time_limit = Some(std::time::Duration::from_secs_f64(
-        cfg.system.time_limit_minutes * 60.0,
-    ));
-    run_once(
-        &ResnetRun {
-            config: cfg,
-            division,
-            data_dir: None,
-        },
-        opts,
-    )
-    .unwrap()
+    common::train::resnet(cfg, division, None, seed, log)
 }
 
 fn official_check(test: &str, log: &Path) {

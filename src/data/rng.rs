@@ -3,7 +3,9 @@
 //! Every draw in a pipeline (epoch shuffles, per-sample augmentation, synthetic images) comes
 //! from a stream keyed by a tuple such as (seed, epoch, sample index), so the result never
 //! depends on which worker thread ran first. The stream is SplitMix64 started from a hash of
-//! the key: small, fast, and good enough for augmentation and shuffling.
+//! the key: small, fast, and good enough for augmentation and shuffling. [`Rng::from_state`]
+//! (a raw seed) and [`Rng::derive`] (a seed and a path such as epoch, shard) give the streams
+//! of the synthetic in-memory image set and of the BERT loader.
 
 /// A small deterministic random stream (SplitMix64).
 #[derive(Clone, Debug)]
@@ -26,6 +28,23 @@ impl Rng {
             h = mix(h ^ mix(k.wrapping_add(0x9e37_79b9_7f4a_7c15)));
         }
         Rng { state: h }
+    }
+
+    /// The stream whose raw SplitMix64 state is `state` (its first draw mixes `state` plus the
+    /// golden-ratio increment): a plain seeded generator.
+    pub fn from_state(state: u64) -> Rng {
+        Rng { state }
+    }
+
+    /// A stream derived from a seed and a path of integers (epoch, shard, ...): each step draws
+    /// from the current stream and restarts it at that draw mixed with the next path element.
+    pub fn derive(seed: u64, path: &[u64]) -> Rng {
+        let mut r = Rng::from_state(seed);
+        for &x in path {
+            let v = r.next_u64();
+            r = Rng::from_state(v ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        }
+        r
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -112,6 +131,23 @@ mod tests {
             assert!(v == 3 || v == 4);
         }
         assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
+    }
+
+    #[test]
+    fn from_state_is_raw_splitmix64() {
+        // Reference values of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
+        let mut r = Rng::from_state(0);
+        assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+        // derive with an empty path is the seed's own stream; a path changes it.
+        assert_eq!(
+            Rng::derive(5, &[]).next_u64(),
+            Rng::from_state(5).next_u64()
+        );
+        assert_ne!(
+            Rng::derive(5, &[1]).next_u64(),
+            Rng::derive(5, &[2]).next_u64()
+        );
     }
 
     #[test]

@@ -358,34 +358,11 @@ pub fn write_synth_imagenet(out: &Path, spec: &SynthSpec, force: bool) -> Result
             );
         }
     }
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent)
-        .with_context(|| format!("cannot create {}", parent.display()))?;
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "synth".into());
-    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp)
-            .with_context(|| format!("cannot remove stale {}", tmp.display()))?;
-    }
-    let result = write_into(&tmp, spec).and_then(|summary| {
-        if out.exists() {
-            std::fs::remove_dir_all(out)
-                .with_context(|| format!("cannot replace {}", out.display()))?;
-        }
-        std::fs::rename(&tmp, out)
-            .with_context(|| format!("cannot rename {} to {}", tmp.display(), out.display()))?;
+    crate::fsutil::with_staging_dir(out, "tmp", |tmp| {
+        let summary = write_into(tmp, spec)?;
+        crate::fsutil::replace_dir(tmp, out)?;
         Ok(summary)
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    result
+    })
 }
 
 fn write_into(dir: &Path, spec: &SynthSpec) -> Result<SynthSummary> {

@@ -11,7 +11,7 @@ use super::snapshot::{self, Origin};
 use super::sysinfo::{self, DescribeOptions};
 use super::system_desc::{self, normalize_division, SystemDesc};
 use super::tree_check;
-use crate::fsutil::write_atomic;
+use crate::fsutil::{with_staging_dir, write_atomic};
 use crate::score;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -196,16 +196,13 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
             snap.skipped.join(", ")
         ));
     }
-    let staging = staging_dir(&opts.out)?;
-    let result = (|| -> Result<(String, usize)> {
-        let mut staged = stage(opts, &desc, &sets, &origin, &snap, &staging)?;
-        let (table, score_warnings) = score_staged(opts, &sets, &ruleset, &staging, &mut staged)?;
+    let (score_table, written) = with_staging_dir(&opts.out, "mlperf-run-staging", |staging| {
+        let mut staged = stage(opts, &desc, &sets, &origin, &snap, staging)?;
+        let (table, score_warnings) = score_staged(opts, &sets, &ruleset, staging, &mut staged)?;
         warnings.extend(score_warnings);
-        let written = install(opts, &sets, &staged, &staging)?;
+        let written = install(opts, &sets, &staged, staging)?;
         Ok((table, written))
-    })();
-    let _ = std::fs::remove_dir_all(&staging);
-    let (score_table, written) = result?;
+    })?;
 
     let org_dir = opts.out.join(&opts.submitter);
     let (tree_errors, _) = tree_check::check_tree(&org_dir, Some(&ruleset));
@@ -363,24 +360,6 @@ fn check_out_dir(opts: &PackageOptions) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn staging_dir(out: &Path) -> Result<PathBuf> {
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent)
-        .with_context(|| format!("cannot create {}", parent.display()))?;
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let dir = parent.join(format!(".{name}.mlperf-run-staging-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create staging folder {}", dir.display()))?;
-    Ok(dir)
 }
 
 /// The implementation templates, with their placeholders filled.

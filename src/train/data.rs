@@ -3,6 +3,7 @@
 //! [`SyntheticImages`] generates a learnable in-memory set; the ImageFolder pipeline
 //! (`crate::data::imagenet`) plugs in through the same trait.
 
+use crate::data::rng::Rng;
 use anyhow::Result;
 
 /// One batch: `images` is N x H x W x 3 RGB u8 (NHWC), `labels` N class indices.
@@ -52,48 +53,19 @@ pub trait ImageData: Send {
     fn eval(&self, size: usize, batch: usize, shard: Shard) -> Result<BatchIter>;
 }
 
-/// SplitMix64: a small, fast, well-mixed generator for data order and augmentation.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Uniform in 0..n.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
-
 /// A deterministic permutation of 0..n from `seed`.
 pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..n).collect();
-    let mut rng = SplitMix64::new(seed);
-    for i in (1..n).rev() {
-        let j = rng.below(i + 1);
-        idx.swap(i, j);
-    }
+    Rng::from_state(seed).shuffle(&mut idx);
     idx
 }
 
 /// Mix a seed with stream numbers (epoch, purpose) into an independent seed.
 pub fn derive_seed(seed: u64, a: u64, b: u64) -> u64 {
-    let mut r = SplitMix64::new(
+    Rng::from_state(
         seed ^ a.wrapping_mul(0xA076_1D64_78BD_642F) ^ b.wrapping_mul(0xE703_7ED1_A0B4_28DB),
-    );
-    r.next_u64()
+    )
+    .next_u64()
 }
 
 /// A synthetic image classification set made in memory. Class `c` has a fixed 4x4 colour
@@ -115,7 +87,7 @@ const SIGNAL: f32 = 0.55;
 
 impl SyntheticImages {
     pub fn new(classes: usize, train_per_class: usize, eval_per_class: usize, noise: f64) -> Self {
-        let mut rng = SplitMix64::new(DATA_SEED);
+        let mut rng = Rng::from_state(DATA_SEED);
         let patterns = (0..classes)
             .map(|_| {
                 let mut p = [0f32; 48];
@@ -147,7 +119,7 @@ impl Renderer {
     /// Render image `id` (label `id % classes`) at `size`, appending to `out`.
     fn render(&self, id: u64, size: usize, flip: bool, out: &mut Vec<u8>) -> i64 {
         let label = (id % self.classes as u64) as usize;
-        let mut rng = SplitMix64::new(derive_seed(DATA_SEED, id, 1));
+        let mut rng = Rng::from_state(derive_seed(DATA_SEED, id, 1));
         let mut distractor = [0f32; 48];
         for v in distractor.iter_mut() {
             *v = (rng.next_f64() * 2.0 - 1.0) as f32;
@@ -218,7 +190,7 @@ impl ImageData for SyntheticImages {
             .take(per_rank)
             .collect();
         let r = self.renderer();
-        let mut aug = SplitMix64::new(derive_seed(seed, epoch, 3 + shard.rank as u64));
+        let mut aug = Rng::from_state(derive_seed(seed, epoch, 3 + shard.rank as u64));
         let flips: Vec<bool> = mine.iter().map(|_| aug.next_u64() & 1 == 1).collect();
         let chunks: Vec<Vec<(usize, bool)>> = mine
             .into_iter()

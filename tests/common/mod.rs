@@ -3,8 +3,12 @@
 
 use std::path::PathBuf;
 
+#[cfg(feature = "torch")]
+pub mod dist;
 pub mod emitter_logs;
 pub mod official;
+#[cfg(feature = "torch")]
+pub mod train;
 
 /// True when CI demands the oracle and fixtures (scripts/test sets it under CI=true):
 /// tests that need them then fail instead of skipping.

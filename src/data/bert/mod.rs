@@ -18,6 +18,7 @@
 
 pub mod synth;
 
+use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tch::{Device, Tensor};
@@ -245,46 +246,6 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
         bail!("{}: no .hdf5 or .h5 shards", dir.display());
     }
     Ok(files)
-}
-
-/// SplitMix64: a small, fully specified generator so data order is reproducible everywhere.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    /// A stream derived from a seed and a path of integers (epoch, shard, ...).
-    pub fn derive(seed: u64, path: &[u64]) -> Rng {
-        let mut r = Rng(seed);
-        for &x in path {
-            let v = r.next_u64();
-            r = Rng(v ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        }
-        r
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
 }
 
 /// Endless, seeded, rank-sharded training batches.

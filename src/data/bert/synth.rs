@@ -23,7 +23,8 @@
 //! (rounded, at least 1, at most `--max-predictions`, 76 by default) are chosen among the non-special
 //! tokens; of these 80% become `[MASK]`, 10% stay, 10% become a random vocabulary token.
 
-use super::{Rng, DATASETS};
+use super::DATASETS;
+use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -278,11 +279,11 @@ pub fn make_instance(
 ) -> Instance {
     let n = sents.len();
     let mut a = sents[i].clone();
-    let random_next = i + 1 >= n || rng.uniform() < 0.5;
+    let random_next = i + 1 >= n || rng.next_f64() < 0.5;
     let mut b = if random_next {
-        let mut j = rng.below(n);
+        let mut j = rng.below(n as u64) as usize;
         while n > 2 && (j == i + 1 || j == i) {
-            j = rng.below(n);
+            j = rng.below(n as u64) as usize;
         }
         sents[j].clone()
     } else {
@@ -291,7 +292,7 @@ pub fn make_instance(
     let max_tokens = seq_len.saturating_sub(3).max(2);
     while a.len() + b.len() > max_tokens {
         let longer = if a.len() > b.len() { &mut a } else { &mut b };
-        if rng.uniform() < 0.5 {
+        if rng.next_f64() < 0.5 {
             longer.remove(0);
         } else {
             longer.pop();
@@ -316,11 +317,11 @@ pub fn make_instance(
     let mut masked_ids = Vec::with_capacity(num);
     for &p in &picked {
         masked_ids.push(tokens[p]);
-        let r = rng.uniform();
+        let r = rng.next_f64();
         if r < 0.8 {
             tokens[p] = MASK;
         } else if r >= 0.9 {
-            tokens[p] = rng.below(vocab_len) as i32;
+            tokens[p] = rng.below(vocab_len as u64) as i32;
         }
     }
     Instance {
@@ -436,7 +437,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         let mut rng = Rng::derive(seed, &[0x5e17]);
         (0..n)
             .map(|_| {
-                let i = rng.below(sents.len());
+                let i = rng.below(sents.len() as u64) as usize;
                 make_instance(
                     &mut rng,
                     &sents,
@@ -535,7 +536,7 @@ mod tests {
         let sents: Vec<Vec<i32>> = (0..10)
             .map(|k| (0..30).map(|j| 10 + (k * 30 + j) % 200).collect())
             .collect();
-        let mut rng = Rng::new(7);
+        let mut rng = Rng::from_state(7);
         let (mut masked, mut total, mut mask_tok, mut random_next) =
             (0usize, 0usize, 0usize, 0usize);
         for i in 0..2000 {

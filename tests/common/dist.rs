@@ -1,0 +1,56 @@
+//! The multi-process (c10d over Gloo on localhost) tests: ranks started with torchrun's
+//! environment, their output, and their parameter dumps compared.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_mlperf-run");
+
+/// `mlperf-run` as rank `rank` of `world` with the rendezvous at 127.0.0.1:`port`, stdin
+/// closed and stdout and stderr piped; the caller adds the arguments and spawns it.
+pub fn rank_command(rank: usize, world: usize, port: u16) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// A finished process's status, stdout and stderr, for failure messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A safetensors parameter dump, sorted by name.
+pub fn load(path: &Path) -> Vec<(String, tch::Tensor)> {
+    let mut v = tch::Tensor::read_safetensors(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Largest relative difference (per tensor, by norm) between two parameter sets with the same
+/// names.
+pub fn max_rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> f64 {
+    assert_eq!(
+        a.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        b.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
+    a.iter()
+        .zip(b)
+        .map(|((_, x), (_, y))| {
+            let d = (x - y).norm().double_value(&[]);
+            d / y.norm().double_value(&[]).max(1e-12)
+        })
+        .fold(0.0, f64::max)
+}
