@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::dist::{load, max_rel_diff, rank_command, text, BIN};
+use common::dist::{launch_command, load, max_rel_diff, rank_command, text, BIN};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -58,18 +58,7 @@ fn two_process_gloo_collectives() {
 
 #[test]
 fn launch_runs_workers_and_prefixes_their_output() {
-    let out = Command::new(BIN)
-        .args([
-            "launch",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            "0",
-            "--",
-            "dist-selftest",
-        ])
-        .output()
-        .unwrap();
+    let out = launch_command(2).arg("dist-selftest").output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let s = String::from_utf8_lossy(&out.stdout);
     for r in 0..2 {
@@ -83,15 +72,7 @@ fn launch_runs_workers_and_prefixes_their_output() {
 #[test]
 fn launch_fails_fast_naming_the_failed_rank() {
     let start = Instant::now();
-    let child = Command::new(BIN)
-        .args([
-            "launch",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            "0",
-            "--",
-        ])
+    let child = launch_command(2)
         .args([
             "dist-selftest",
             "--mode",

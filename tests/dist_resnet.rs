@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::dist::{load, max_rel_diff, rank_command, text, BIN};
+use common::dist::{launch_command, load, max_rel_diff, rank_command, text, BIN};
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use std::path::{Path, PathBuf};
@@ -68,15 +68,7 @@ fn two_process_resnet_equals_one_process_accumulating_and_its_log_passes() {
         .collect()
     };
     let (dp_log, dp_dump) = (dir.path().join("dp.txt"), dir.path().join("dp.safetensors"));
-    let dp = Command::new(BIN)
-        .args([
-            "launch",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            "0",
-            "--",
-        ])
+    let dp = launch_command(2)
         .args(common_args(&dp_log, &dp_dump))
         .env("MLPERF_RUN_DIST_TIMEOUT_S", "60")
         .output()

@@ -21,6 +21,21 @@ pub fn rank_command(rank: usize, world: usize, port: u16) -> Command {
     cmd
 }
 
+/// `mlperf-run launch --nproc-per-node N --master-port 0 --`: the caller adds the command that
+/// every worker runs.
+pub fn launch_command(nproc: usize) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "launch",
+        "--nproc-per-node",
+        &nproc.to_string(),
+        "--master-port",
+        "0",
+        "--",
+    ]);
+    cmd
+}
+
 /// A finished process's status, stdout and stderr, for failure messages.
 pub fn text(out: &Output) -> String {
     format!(
