@@ -2,7 +2,7 @@
 // allreduce, broadcast and barrier, behind a small C API for Rust (src/dist/ffi.rs).
 //
 // Rules of this file: no C++ exception crosses the C boundary (every entry point catches and
-// returns the message through `err`, freed with mr_dist_free_str); every collective waits
+// returns the message through `err`, see error.hpp); every collective waits
 // with the group's timeout, so a dead or stuck peer ends the call with an error.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -10,10 +10,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "error.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -27,31 +30,12 @@ struct Group {
   bool failed = false;
 };
 
-void set_err(char** err, const std::string& msg) {
-  if (err == nullptr) return;
-  char* s = static_cast<char*>(std::malloc(msg.size() + 1));
-  if (s == nullptr) return;
-  std::memcpy(s, msg.c_str(), msg.size() + 1);
-  *err = s;
-}
-
 // Runs f; on an exception stores its message in *err, marks the group failed, returns -1.
 template <typename F>
 int guarded(Group* g, char** err, F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const c10::Error& e) {
-    if (g) g->failed = true;
-    set_err(err, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    if (g) g->failed = true;
-    set_err(err, e.what());
-  } catch (...) {
-    if (g) g->failed = true;
-    set_err(err, "unknown C++ exception in the c10d shim");
-  }
-  return -1;
+  int rc = mr::catching(err, "c10d shim", std::forward<F>(f));
+  if (rc != 0 && g) g->failed = true;
+  return rc;
 }
 
 bool is_loopback(const std::string& host) {
@@ -199,7 +183,5 @@ int mr_dist_barrier(void* handle, char** err) {
     wait_all(g, works);
   });
 }
-
-void mr_dist_free_str(char* s) { std::free(s); }
 
 }  // extern "C"

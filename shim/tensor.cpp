@@ -8,39 +8,16 @@
 // - Gradient reset to "none" (PyTorch's zero_grad(set_to_none=True)): the next backward then
 //   hands its gradient over instead of adding it into a zeroed buffer.
 //
-// No C++ exception crosses the C boundary: entry points catch and return -1 with the message in
-// `err`, which the caller frees with mr_tensor_free_str.
+// No C++ exception crosses the C boundary: entry points return -1 with the message in `err`
+// (error.hpp); mr_free_str frees such messages for both shims.
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
 
+#include "error.hpp"
+
 #include <cstdlib>
-#include <cstring>
-#include <string>
 
 namespace {
-
-void put_err(char** err, const std::string& msg) {
-  if (err == nullptr) return;
-  char* s = static_cast<char*>(std::malloc(msg.size() + 1));
-  if (s == nullptr) return;
-  std::memcpy(s, msg.c_str(), msg.size() + 1);
-  *err = s;
-}
-
-template <typename F>
-int catching(char** err, F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const c10::Error& e) {
-    put_err(err, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    put_err(err, e.what());
-  } catch (...) {
-    put_err(err, "unknown C++ exception in the tensor shim");
-  }
-  return -1;
-}
 
 // 0 = CPU, 1 = CUDA (the only device types mlperf-run trains on).
 bool device_type(int code, at::DeviceType* out) {
@@ -74,7 +51,7 @@ extern "C" {
 // Enables autocast on `device` with `dtype`. The previous state goes to *prev_enabled and
 // *prev_dtype, for mr_autocast_exit.
 int mr_autocast_enter(int device, int dtype, int* prev_enabled, int* prev_dtype, char** err) {
-  return catching(err, [&] {
+  return mr::catching(err, "tensor shim", [&] {
     at::DeviceType dev;
     at::ScalarType st;
     TORCH_CHECK(device_type(device, &dev), "autocast: unknown device code ", device);
@@ -88,7 +65,7 @@ int mr_autocast_enter(int device, int dtype, int* prev_enabled, int* prev_dtype,
 }
 
 int mr_autocast_exit(int device, int prev_enabled, int prev_dtype, char** err) {
-  return catching(err, [&] {
+  return mr::catching(err, "tensor shim", [&] {
     at::DeviceType dev;
     at::ScalarType st;
     TORCH_CHECK(device_type(device, &dev), "autocast: unknown device code ", device);
@@ -106,11 +83,11 @@ int mr_autocast_enabled(int device) {
   return at::autocast::is_autocast_enabled(dev) ? 1 : 0;
 }
 
-void mr_tensor_free_str(char* s) { std::free(s); }
+void mr_free_str(char* s) { std::free(s); }
 
 // Drops the tensor's .grad (it becomes undefined).
 int mr_grad_set_none(const at::Tensor* t, char** err) {
-  return catching(err, [&] {
+  return mr::catching(err, "tensor shim", [&] {
     TORCH_CHECK(t != nullptr, "grad_set_none: null tensor");
     t->mutable_grad().reset();
   });

@@ -25,7 +25,6 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> c_int;
     fn mr_autocast_enabled(device: c_int) -> c_int;
-    fn mr_tensor_free_str(s: *mut c_char);
 }
 
 /// The lower precision of an autocast region.
@@ -42,13 +41,6 @@ impl LowPrecision {
             LowPrecision::Float16 => 1,
         }
     }
-
-    pub fn kind(self) -> tch::Kind {
-        match self {
-            LowPrecision::BFloat16 => tch::Kind::BFloat16,
-            LowPrecision::Float16 => tch::Kind::Half,
-        }
-    }
 }
 
 fn device_code(device: Device) -> Result<c_int> {
@@ -59,17 +51,10 @@ fn device_code(device: Device) -> Result<c_int> {
     }
 }
 
-/// The shim's error message (null: a generic one); frees the string.
+/// The shim's error message; frees the string.
 fn shim_error(err: *mut c_char) -> anyhow::Error {
-    if err.is_null() {
-        return anyhow::anyhow!("the tensor shim reported an error without a message");
-    }
-    // SAFETY: a NUL-terminated string malloc'd by the shim, not yet freed; freed once here.
-    let msg = unsafe { std::ffi::CStr::from_ptr(err) }
-        .to_string_lossy()
-        .into_owned();
-    unsafe { mr_tensor_free_str(err) };
-    anyhow::anyhow!(msg)
+    // SAFETY: null or a message the shim handed back through `err`, not yet freed.
+    anyhow::anyhow!(unsafe { crate::shim_error::take(err) })
 }
 
 /// An autocast region on one device type; the previous state comes back when it is dropped.
@@ -127,6 +112,18 @@ impl Drop for Autocast {
             tracing::error!("leaving autocast failed: {}", shim_error(err));
         }
     }
+}
+
+/// The autocast precision a config's bf16 switch (`setting`, named in the warning) asks for on
+/// `device`: bf16 when on, with a warning off CUDA (correct there, but slow without bf16
+/// hardware); None when off.
+pub fn bf16_switch(on: bool, device: Device, setting: &str) -> Option<LowPrecision> {
+    if on && !device.is_cuda() {
+        tracing::warn!(
+            "{setting} on the CPU: bf16 autocast is correct there but slow without bf16 hardware"
+        );
+    }
+    on.then_some(LowPrecision::BFloat16)
 }
 
 /// Run `f` in an autocast region when `precision` is set, plainly otherwise.

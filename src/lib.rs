@@ -35,5 +35,7 @@ pub mod regress;
 pub mod rules;
 pub mod runset;
 pub mod score;
+#[cfg(feature = "torch")]
+mod shim_error;
 pub mod submission;
 pub mod train;

@@ -1,8 +1,8 @@
 //! Raw bindings to the C++ shim (`shim/dist.cpp`). Use [`super::ProcessGroup`] instead.
 //!
 //! Tensors cross as `at::Tensor*`, which is what tch's `Tensor::as_ptr()` returns
-//! (torch-sys: `typedef torch::Tensor *tensor`). Errors come back as malloc'd C strings that
-//! the caller frees with [`mr_dist_free_str`].
+//! (torch-sys: `typedef torch::Tensor *tensor`). Errors come back as malloc'd C strings: take
+//! them with `crate::shim_error::take`.
 use std::os::raw::{c_char, c_int, c_void};
 use torch_sys::C_tensor;
 
@@ -32,18 +32,4 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> c_int;
     pub fn mr_dist_barrier(group: *mut c_void, err: *mut *mut c_char) -> c_int;
-    pub fn mr_dist_free_str(s: *mut c_char);
-}
-
-/// Takes ownership of an error string from the shim (null: a generic message).
-///
-/// # Safety
-/// `err` is null or a string returned through an `err` out-parameter of this shim, not yet freed.
-pub unsafe fn take_err(err: *mut c_char) -> String {
-    if err.is_null() {
-        return "the c10d shim reported an error without a message".to_owned();
-    }
-    let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
-    mr_dist_free_str(err);
-    msg
 }

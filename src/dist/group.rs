@@ -118,7 +118,7 @@ impl ProcessGroup {
             }),
             None => {
                 // SAFETY: on failure the shim set err (or left it null).
-                let msg = unsafe { ffi::take_err(err) };
+                let msg = unsafe { crate::shim_error::take(err) };
                 bail!(
                     "could not form the {} process group as rank {} of {} through {}:{} \
                      (timeout {} s): {msg}. Check that every rank was started with the same \
@@ -249,7 +249,7 @@ impl ProcessGroup {
         }
         self.failed = true;
         // SAFETY: the shim set err (or left it null) on failure.
-        let msg = unsafe { ffi::take_err(err) };
+        let msg = unsafe { crate::shim_error::take(err) };
         bail!(
             "{what} failed on rank {} of {} ({}, timeout {} s): {msg}. A peer probably died, \
              stopped, or failed; this run is aborted",

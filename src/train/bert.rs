@@ -13,7 +13,7 @@
 
 use super::config::{Division, SystemConfig};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
-use crate::amp::{maybe_autocast, LowPrecision};
+use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::data::bert::{check_vocab, BertBatch, EvalSet, TrainLoader};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
@@ -282,7 +282,7 @@ impl BertRunConfig {
 }
 
 struct State {
-    _vs: VarStore,
+    vs: VarStore,
     model: BertForPreTraining,
     /// Trainable parameters sorted by name (the gradient exchange's order).
     params: Vec<(String, tch::Tensor)>,
@@ -295,7 +295,6 @@ struct State {
     micro_batches: u64,
     step: i64,
     seq_len: i64,
-    device: tch::Device,
     /// `methods.bf16`: forward passes in a bf16 autocast region.
     autocast: Option<LowPrecision>,
 }
@@ -355,11 +354,6 @@ impl Workload for BertWorkload {
         let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
         model.unpad = cfg.methods.unpad;
         model.fused_attention = cfg.methods.fused_attention;
-        if cfg.methods.bf16 && !ctx.device.is_cuda() {
-            tracing::warn!(
-                "methods.bf16 on the CPU: bf16 autocast is correct there but slow without bf16 hardware"
-            );
-        }
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
             tracing::info!(
@@ -439,7 +433,7 @@ impl Workload for BertWorkload {
                 .into_iter()
                 .filter(|(_, t)| t.requires_grad())
                 .collect(),
-            _vs: vs,
+            vs,
             model,
             opt,
             schedule,
@@ -448,8 +442,7 @@ impl Workload for BertWorkload {
             micro_batches: t.gradient_accumulation_steps,
             step: 0,
             seq_len,
-            device: ctx.device,
-            autocast: cfg.methods.bf16.then_some(LowPrecision::BFloat16),
+            autocast: amp::bf16_switch(cfg.methods.bf16, ctx.device, "methods.bf16"),
         });
         Ok(())
     }
@@ -468,7 +461,7 @@ impl Workload for BertWorkload {
         let mut total = 0.0;
         for _ in 0..s.micro_batches {
             let b = s.loader.next_batch()?;
-            let loss = maybe_autocast(s.device, s.autocast, || {
+            let loss = maybe_autocast(s.vs.device(), s.autocast, || {
                 let (mlm, nsp) = s.model.forward(
                     &b.input_ids,
                     &b.segment_ids,
@@ -506,7 +499,7 @@ impl Workload for BertWorkload {
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let s = self.state()?;
         let (mut correct, mut total) = (0i64, 0i64);
-        maybe_autocast(s.device, s.autocast, || {
+        maybe_autocast(s.vs.device(), s.autocast, || {
             tch::no_grad(|| {
                 for b in &s.eval_batches {
                     let (mlm, _) = s.model.forward(

@@ -4,7 +4,7 @@
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
 use super::data::{BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
-use crate::amp::{maybe_autocast, LowPrecision};
+use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
@@ -220,17 +220,11 @@ impl Workload for ResnetWorkload {
                 cfg.model.classes
             );
         }
-        let autocast = match cfg.methods.amp {
-            Amp::None => None,
-            Amp::Bf16 => {
-                if !ctx.device.is_cuda() {
-                    tracing::warn!(
-                        "methods.amp = \"bf16\" on the CPU: bf16 autocast is correct there but slow without bf16 hardware"
-                    );
-                }
-                Some(LowPrecision::BFloat16)
-            }
-        };
+        let autocast = amp::bf16_switch(
+            cfg.methods.amp == Amp::Bf16,
+            ctx.device,
+            "methods.amp = \"bf16\"",
+        );
         let spec = ResnetSpec {
             classes: cfg.model.classes,
             width: cfg.model.width,
