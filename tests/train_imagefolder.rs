@@ -7,10 +7,8 @@
 mod common;
 
 use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SynthSpec};
-use mlperf_run::mllog::parse_file;
-use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::config::{Division, ResnetRunConfig};
-use mlperf_run::train::engine::{RunOutcome, Status};
+use mlperf_run::train::engine::RunOutcome;
 use std::path::{Path, PathBuf};
 
 fn config(division: Division) -> ResnetRunConfig {
@@ -61,22 +59,13 @@ fn tiny_jpeg_closed_reaches_target_and_passes_the_checkers() {
         out.evals,
         t0.elapsed().as_secs_f64()
     );
-    assert_eq!(out.status, Status::Success, "evals {:?}", out.evals);
-    let (last_epoch, last_acc) = *out.evals.last().unwrap();
-    assert!(last_acc >= cfg.train.target);
-    // it stopped at the first eval over target, and had to learn to get there
-    assert!(out.evals[..out.evals.len() - 1]
-        .iter()
-        .all(|&(_, a)| a < cfg.train.target));
-    assert!(out.evals.len() >= 2 || out.evals[0].1 < 1.0);
-
-    let log = parse_file(&log_path).unwrap();
-    assert_eq!(log.last("run_stop").unwrap().status(), Some("success"));
-    assert_eq!(
-        log.last("eval_accuracy").unwrap().epoch_num(),
-        Some(last_epoch as f64)
+    let log = common::train::assert_reached_target_and_compliant(
+        "tiny_cpu_jpeg closed",
+        &cfg,
+        &out,
+        seed,
+        &log_path,
     );
-    assert_eq!(log.first("seed").unwrap().value, serde_json::json!(seed));
     assert_eq!(
         log.first("train_samples").unwrap().value,
         serde_json::json!(1000)
@@ -85,14 +74,6 @@ fn tiny_jpeg_closed_reaches_target_and_passes_the_checkers() {
         log.first("eval_samples").unwrap().value,
         serde_json::json!(200)
     );
-    let verdict = check_log(
-        &log,
-        &CheckOptions {
-            ruleset: Some("4.0.0".into()),
-        },
-    );
-    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
-    common::official::assert_compliant("tiny_cpu_jpeg closed", &log_path, "4.0.0");
 }
 
 #[test]

@@ -5,10 +5,8 @@
 
 mod common;
 
-use mlperf_run::mllog::parse_file;
-use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::config::{Amp, Division, ResnetRunConfig};
-use mlperf_run::train::engine::{RunOutcome, Status};
+use mlperf_run::train::engine::RunOutcome;
 use std::path::{Path, PathBuf};
 
 fn config(name: &str, division: Division) -> ResnetRunConfig {
@@ -20,10 +18,6 @@ fn config(name: &str, division: Division) -> ResnetRunConfig {
 
 fn train(cfg: &ResnetRunConfig, division: Division, seed: u64, log: &Path) -> RunOutcome {
     common::train::resnet(cfg, division, None, seed, log)
-}
-
-fn official_check(test: &str, log: &Path) {
-    common::official::assert_compliant(test, log, "4.0.0");
 }
 
 fn reaches_target_and_passes(name: &str, division: Division, seed: u64) -> RunOutcome {
@@ -47,42 +41,17 @@ fn run_to_target_and_check(
         out.evals,
         t0.elapsed().as_secs_f64()
     );
-    assert_eq!(out.status, Status::Success, "evals {:?}", out.evals);
-    let (last_epoch, last_acc) = *out.evals.last().unwrap();
-    assert!(last_acc >= cfg.train.target);
-    // it stopped at the first eval over target
-    assert!(out.evals[..out.evals.len() - 1]
-        .iter()
-        .all(|&(_, a)| a < cfg.train.target));
-    // and it did have to learn: the first eval was well below target
-    assert!(out.evals.len() >= 2 || out.evals[0].1 < 1.0);
+    let log = common::train::assert_reached_target_and_compliant(name, cfg, &out, seed, &log_path);
     let first_loss = out.losses[..5].iter().sum::<f64>() / 5.0;
     let last_loss = out.losses[out.losses.len() - 5..].iter().sum::<f64>() / 5.0;
     assert!(
         last_loss < 0.7 * first_loss,
         "loss {first_loss} -> {last_loss}"
     );
-
-    let log = parse_file(&log_path).unwrap();
-    let stop = log.last("run_stop").unwrap();
-    assert_eq!(stop.status(), Some("success"));
-    assert_eq!(
-        log.last("eval_accuracy").unwrap().epoch_num(),
-        Some(last_epoch as f64)
-    );
-    assert_eq!(log.first("seed").unwrap().value, serde_json::json!(seed));
     assert_eq!(
         log.first("submission_division").unwrap().value,
         serde_json::json!(division.as_str())
     );
-    let verdict = check_log(
-        &log,
-        &CheckOptions {
-            ruleset: Some("4.0.0".into()),
-        },
-    );
-    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
-    official_check(name, &log_path);
     out
 }
 

@@ -1,7 +1,9 @@
 //! Running the tiny presets in-process on the CPU, as the training tests do.
 
+use mlperf_run::mllog::{parse_file, LogFile};
+use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::config::{Division, ResnetRunConfig, SystemConfig};
-use mlperf_run::train::engine::{RunOptions, RunOutcome, Submission};
+use mlperf_run::train::engine::{RunOptions, RunOutcome, Status, Submission};
 use mlperf_run::train::resnet::{run_once, ResnetRun};
 use std::path::Path;
 
@@ -48,4 +50,43 @@ pub fn resnet(
         cpu_run_options(&cfg.system, division, seed, log),
     )
     .unwrap()
+}
+
+/// What every tiny ResNet run to its target must show: success at the first eval over
+/// `cfg.train.target`, after having to learn; a log at `log` that ends in success, whose last
+/// eval is that one and whose seed is `seed`; and our checker and the official one (ruleset
+/// 4.0.0) accept the log. Returns the parsed log for the caller's own checks.
+pub fn assert_reached_target_and_compliant(
+    name: &str,
+    cfg: &ResnetRunConfig,
+    out: &RunOutcome,
+    seed: u64,
+    log: &Path,
+) -> LogFile {
+    assert_eq!(out.status, Status::Success, "{name}: evals {:?}", out.evals);
+    let (last_epoch, last_acc) = *out.evals.last().unwrap();
+    assert!(last_acc >= cfg.train.target);
+    // it stopped at the first eval over target
+    assert!(out.evals[..out.evals.len() - 1]
+        .iter()
+        .all(|&(_, a)| a < cfg.train.target));
+    // and it did have to learn: the first eval was well below target
+    assert!(out.evals.len() >= 2 || out.evals[0].1 < 1.0);
+
+    let parsed = parse_file(log).unwrap();
+    assert_eq!(parsed.last("run_stop").unwrap().status(), Some("success"));
+    assert_eq!(
+        parsed.last("eval_accuracy").unwrap().epoch_num(),
+        Some(last_epoch as f64)
+    );
+    assert_eq!(parsed.first("seed").unwrap().value, serde_json::json!(seed));
+    let verdict = check_log(
+        &parsed,
+        &CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    super::official::assert_compliant(name, log, "4.0.0");
+    parsed
 }
