@@ -44,12 +44,14 @@ impl Workload for Scripted {
     fn start_block(&mut self, _block: &Block) -> Result<u64> {
         Ok(2)
     }
-    fn train_step(&mut self, _sync: &mut dyn GradSync) -> Result<f64> {
+    fn train_step(&mut self, _sync: &mut dyn GradSync) -> Result<tch::Tensor> {
         self.step += 1;
         if self.fail_at_step == Some(self.step) {
             anyhow::bail!("disk on fire");
         }
-        Ok(self.losses.get(self.step - 1).copied().unwrap_or(1.0))
+        Ok(tch::Tensor::from(
+            self.losses.get(self.step - 1).copied().unwrap_or(1.0),
+        ))
     }
     fn evaluate(&mut self, _sync: &mut dyn GradSync) -> Result<f64> {
         self.eval += 1;

@@ -455,10 +455,10 @@ impl Workload for BertWorkload {
         Ok(block.epoch_count / self.cfg.train.global_batch_size)
     }
 
-    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor> {
         let s = self.state()?;
         s.opt.zero_grad()?;
-        let mut total = 0.0;
+        let mut total: Option<tch::Tensor> = None;
         for _ in 0..s.micro_batches {
             let b = s.loader.next_batch()?;
             let loss = maybe_autocast(s.vs.device(), s.autocast, || {
@@ -473,7 +473,11 @@ impl Workload for BertWorkload {
                     / s.micro_batches as f64
             })?;
             loss.backward();
-            total += loss.double_value(&[]);
+            let l = loss.detach();
+            total = Some(match total {
+                Some(t) => t + l,
+                None => l,
+            });
         }
         // the .grad buffers, averaged in place (a parameter the loss did not reach gets a zero
         // gradient in the exchange, so every rank sends the same list)
@@ -493,7 +497,7 @@ impl Workload for BertWorkload {
         let lr = s.schedule.lr_at(s.step);
         let _grad_norm = s.opt.step(lr);
         s.step += 1;
-        Ok(total)
+        total.context("train.gradient_accumulation_steps is 0")
     }
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {

@@ -86,8 +86,10 @@ pub trait Workload {
     fn blocks(&self) -> Vec<Block>;
     /// Prepare `block`; returns its number of optimizer steps.
     fn start_block(&mut self, block: &Block) -> Result<u64>;
-    /// One optimizer step (all its micro-batches); returns the loss.
-    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<f64>;
+    /// One optimizer step (all its micro-batches); returns the step's loss as a 0-dim tensor
+    /// on the training device, not read back: the trainer reads losses in batches at its own
+    /// cadence so that the host never waits for the device inside a block of steps.
+    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor>;
     /// Evaluate; returns the accuracy (a fraction), reduced across ranks.
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64>;
     /// The accuracy at which the run succeeds.
@@ -421,7 +423,7 @@ fn run_inner(
         let steps = w.start_block(&block)?;
         for _ in 0..steps {
             let t0 = Instant::now();
-            let loss = w.train_step(opts.grad_sync.as_mut())?;
+            let loss = w.train_step(opts.grad_sync.as_mut())?.double_value(&[]);
             let dt = t0.elapsed().as_secs_f64();
             out.step_seconds += dt;
             out.step_times.push(dt);

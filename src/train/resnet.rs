@@ -342,7 +342,7 @@ impl Workload for ResnetWorkload {
         Ok(block.epoch_count * s.steps_per_epoch)
     }
 
-    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<Tensor> {
         let accum = self.cfg.train.gradient_accumulation_steps;
         let smoothing = self.cfg.methods.label_smoothing;
         let channels_last = self.channels_last();
@@ -408,12 +408,11 @@ impl Workload for ResnetWorkload {
             s.epoch += 1;
             s.iters.clear();
         }
-        let loss = total.double_value(&[]);
         let all = t_start.elapsed().as_secs_f64();
         self.timing.data_wait += data_wait;
         self.timing.handoff += handoff;
         self.timing.compute += all - data_wait - handoff;
-        Ok(loss)
+        Ok(total)
     }
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
