@@ -77,7 +77,7 @@ fn main() -> anyhow::Result<()> {
         let t1 = Instant::now();
         loss.backward();
         let t2 = Instant::now();
-        let _ = opt.step(1e-4);
+        let _ = opt.step(1e-4)?;
         last = loss.double_value(&[]);
         if i > 0 {
             let t3 = Instant::now();

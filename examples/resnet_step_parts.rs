@@ -39,7 +39,7 @@ fn main() -> anyhow::Result<()> {
             params.grads()
         };
         let t2 = Instant::now();
-        opt.step(&mut params, &grads, 0.1);
+        opt.step(&mut params, &grads, 0.1)?;
         let t3 = Instant::now();
         if i >= 3 {
             f += (t1 - t0).as_secs_f64();

@@ -336,7 +336,7 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
         };
         assert_eq!(loss.kind(), Kind::Float);
         loss.backward();
-        let _ = opt.step(2e-2);
+        let _ = opt.step(2e-2).unwrap();
         losses.push(loss.double_value(&[]));
     }
     eprintln!("bf16 training loss {:.3} -> {:.3}", losses[0], losses[79]);

@@ -89,7 +89,7 @@ fn run(trust_ratio: bool) -> Option<f64> {
             .map(|((_, p), g)| (p * g).sum(Kind::Float))
             .fold(Tensor::from(0.0f32), |a, b| a + b);
         loss.backward();
-        let gn = opt.step(sched.lr_at(i as i64)).double_value(&[]);
+        let gn = opt.step(sched.lr_at(i as i64)).unwrap().double_value(&[]);
         let want = gs
             .iter()
             .map(|g| g.square().sum(Kind::Float).double_value(&[]))

@@ -161,7 +161,7 @@ fn run_case(case: &Case) {
             "step {step}: loss differs"
         );
         let grads = params.grads();
-        opt.step(&mut params, &grads, lr);
+        opt.step(&mut params, &grads, lr).unwrap();
         for p in &params.params {
             let r = &reference[&format!("{step}.{}", p.name)];
             let diff = (&p.tensor - r).abs().max().double_value(&[]);

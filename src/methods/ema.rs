@@ -9,6 +9,8 @@ pub struct Ema {
     smoothing: f64,
     update_interval: u64,
     shadow: BTreeMap<String, Tensor>,
+    /// (shadow, variable) lists in the same order, for the multi-tensor update.
+    lists: Option<(Vec<Tensor>, Vec<Tensor>)>,
 }
 
 impl Ema {
@@ -26,6 +28,7 @@ impl Ema {
             smoothing,
             update_interval,
             shadow,
+            lists: None,
         }
     }
 
@@ -33,20 +36,30 @@ impl Ema {
         self.smoothing
     }
 
-    /// Call after optimizer step number `step` (1-based).
-    pub fn update(&mut self, vs: &VarStore, step: u64) {
+    /// Call after optimizer step number `step` (1-based). One multi-tensor lerp over every
+    /// parameter and buffer (no per-variable kernels, nothing read back).
+    pub fn update(&mut self, vs: &VarStore, step: u64) -> anyhow::Result<()> {
         if step % self.update_interval != 0 {
-            return;
+            return Ok(());
         }
         let s = self.smoothing;
-        tch::no_grad(|| {
+        if self.lists.is_none() {
+            let mut ema = Vec::new();
+            let mut vars = Vec::new();
             for (name, w) in vs.variables() {
-                if let Some(e) = self.shadow.get_mut(&name) {
-                    // e = s * e + (1 - s) * w
-                    let _ = e.lerp_(&w.to_kind(e.kind()), 1.0 - s);
+                if let Some(e) = self.shadow.get(&name) {
+                    if e.kind() != w.kind() {
+                        anyhow::bail!("EMA of {name}: kinds differ ({:?} vs {:?})", e.kind(), w.kind());
+                    }
+                    ema.push(e.shallow_clone());
+                    vars.push(w.shallow_clone());
                 }
             }
-        });
+            self.lists = Some((ema, vars));
+        }
+        let (ema, vars) = self.lists.as_ref().expect("set above");
+        // e = s * e + (1 - s) * w
+        tch::no_grad(|| crate::optim::foreach::lerp_(ema, vars, 1.0 - s))
     }
 
     /// Run `f` with the EMA weights swapped into `vs`, then restore the training weights.
@@ -87,7 +100,7 @@ mod tests {
         let mut ema = Ema::new(&vs, 1.0, 1);
         assert!((ema.smoothing() - 0.5).abs() < 1e-12);
         tch::no_grad(|| w.copy_(&Tensor::ones([2], (Kind::Float, Device::Cpu))));
-        ema.update(&vs, 1);
+        ema.update(&vs, 1).unwrap();
         let seen = ema.with_ema_weights(&vs, || w.double_value(&[0]));
         assert!((seen - 0.5).abs() < 1e-6, "{seen}");
         assert!((w.double_value(&[0]) - 1.0).abs() < 1e-6);

@@ -10,6 +10,8 @@
 //!    `r = 1` for excluded params. AdamW: `r = 1` always;
 //! 5. `w -= lr * r * u`.
 //!
+//! (Steps 1-5 run as multi-tensor kernels, see [`Lamb`].)
+//!
 //! Excluded from weight decay and the trust ratio (as the reference's
 //! `exclude_from_weight_decay = ["LayerNorm", "layer_norm", "bias"]`): every variable whose
 //! name contains `LayerNorm` or `layer_norm`, or ends in `bias`.
@@ -19,6 +21,7 @@
 //! except during warmup, `0 <= step - start_warmup_step < warmup_steps`, where
 //! `lr = base * (step - start_warmup_step) / warmup_steps`.
 
+use super::foreach::{self, AdamArgs, AdamKind, DeviceScalar, Lr};
 use anyhow::{bail, Result};
 use tch::{Kind, Tensor};
 
@@ -58,15 +61,26 @@ struct Param {
     w: Tensor,
     m: Tensor,
     v: Tensor,
+    /// LAMB only: the Adam direction `u` of this step (a persistent buffer).
+    u: Option<Tensor>,
     excluded: bool,
 }
 
 /// The optimizer over named variables.
+///
+/// One step runs in multi-tensor kernels ([`super::foreach`]): the global gradient norm from
+/// one `_foreach_norm`; the clip as the fused kernels' `grad_scale`; AdamW as libtorch's fused
+/// AdamW kernel (one pass per weight-decay group); LAMB's Adam direction `u = m^/(sqrt(v^)+eps)`
+/// from libtorch's fused Adam kernel run at learning rate -1 on a zeroed buffer (the same
+/// moment updates and bias corrections), then decay, trust ratios as one device vector, and the
+/// update as list operations. The learning rate and step count live in device scalars.
 pub struct Lamb {
     pub config: LambConfig,
     params: Vec<Param>,
     /// Steps taken so far.
     pub step: i64,
+    /// Device scalars: the step count (bias corrections) and the learning rate.
+    scalars: Option<(DeviceScalar, DeviceScalar)>,
 }
 
 impl Lamb {
@@ -89,20 +103,30 @@ impl Lamb {
         }
         let mut vars: Vec<(String, Tensor)> = vars.into_iter().collect();
         vars.sort_by(|a, b| a.0.cmp(&b.0));
-        let params = vars
-            .into_iter()
-            .map(|(name, w)| Param {
+        let mut params = Vec::with_capacity(vars.len());
+        for (name, w) in vars {
+            if w.kind() != Kind::Float {
+                bail!(
+                    "{name}: the LAMB/AdamW kernels keep fp32 parameters (bf16 runs in autocast), \
+                     this one is {:?}",
+                    w.kind()
+                );
+            }
+            let zeros = || w.zeros_like().detach();
+            params.push(Param {
                 excluded: excluded_from_decay(&name),
-                m: w.zeros_like().detach(),
-                v: w.zeros_like().detach(),
+                m: zeros(),
+                v: zeros(),
+                u: config.trust_ratio.then(zeros),
                 name,
                 w,
-            })
-            .collect();
+            });
+        }
         Ok(Lamb {
             config,
             params,
             step: 0,
+            scalars: None,
         })
     }
 
@@ -126,64 +150,121 @@ impl Lamb {
 
     /// One update at learning rate `lr`. Returns the global gradient norm (before clipping) as a
     /// 0-dim tensor on the parameters' device (no host sync here). Parameters without a gradient
-    /// are skipped. The `.grad` buffers serve as scratch space (they hold the clipped g^2
-    /// afterwards): read gradients before the step.
-    pub fn step(&mut self, lr: f64) -> Tensor {
-        self.step += 1;
+    /// are skipped. The `.grad` buffers serve as scratch space (they hold the clipped gradients,
+    /// or less, afterwards): read gradients before the step.
+    pub fn step(&mut self, lr: f64) -> Result<Tensor> {
         let c = self.config.clone();
-        let t = self.step as f64;
-        let bc1 = 1.0 - c.beta1.powf(t);
-        let bc2 = 1.0 - c.beta2.powf(t);
-        tch::no_grad(|| {
-            let grads: Vec<Option<Tensor>> = self
-                .params
-                .iter()
-                .map(|p| {
-                    let g = p.w.grad();
-                    g.defined().then(|| g.to_kind(Kind::Float))
-                })
-                .collect();
-            // Per-parameter norms (no temporaries), then the global norm.
-            let norms: Vec<Tensor> = grads.iter().flatten().map(|g| g.norm()).collect();
-            if norms.is_empty() {
-                return Tensor::from(0.0f32);
-            }
-            let total = Tensor::stack(&norms, 0).norm();
-            let coef = c.max_grad_norm.map(|mx| mx / total.clamp_min(mx));
-            let dev = total.device();
-            let wd = Tensor::from(c.weight_decay as f32).to_device(dev);
-            let neg_lr = Tensor::from(-lr as f32).to_device(dev);
-            // sqrt(v^) + eps, times bc1 so that m / denom = m^ / (sqrt(v^) + eps)
-            let (denom_scale, denom_eps) = (bc1 / bc2.sqrt(), c.eps * bc1);
-            for (p, g) in self.params.iter_mut().zip(grads) {
-                let Some(mut g) = g else { continue };
-                // In place, few passes: full-size temporaries cost page faults on big models.
-                if let Some(coef) = &coef {
-                    let _ = g.g_mul_(coef);
+        // the parameters that have a gradient this step
+        let live: Vec<(usize, Tensor)> = self
+            .params
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let g = p.w.grad();
+                g.defined().then_some((i, g))
+            })
+            .collect();
+        if live.is_empty() {
+            return Ok(Tensor::from(0.0f32));
+        }
+        self.step += 1;
+        let device = self.params[live[0].0].w.device();
+        let (step_t, lr_t) = self
+            .scalars
+            .get_or_insert_with(|| (DeviceScalar::new(device), DeviceScalar::new(device)));
+        let step_t = step_t.set(self.step as f64)?.shallow_clone();
+        let lr_t = lr_t.set(lr)?.shallow_clone();
+        let params = &self.params;
+        tch::no_grad(|| -> Result<Tensor> {
+            let pick = |f: &dyn Fn(&Param) -> Tensor, keep: &dyn Fn(&Param) -> bool| {
+                live.iter()
+                    .filter(|(i, _)| keep(&params[*i]))
+                    .map(|(i, _)| f(&params[*i]))
+                    .collect::<Vec<Tensor>>()
+            };
+            let grads_of = |keep: &dyn Fn(&Param) -> bool| {
+                live.iter()
+                    .filter(|(i, _)| keep(&params[*i]))
+                    .map(|(_, g)| g.shallow_clone())
+                    .collect::<Vec<Tensor>>()
+            };
+            let all = |_: &Param| true;
+            let grads = grads_of(&all);
+            let total = foreach::norms(&grads)?.f_norm()?;
+            // clip: g *= mx / max(|G|, mx), as the fused kernels' divisor max(|G|, mx) / mx
+            let grad_scale = match c.max_grad_norm {
+                Some(mx) => Some(total.f_clamp_min(mx)?.f_div_scalar(mx)?),
+                None => None,
+            };
+            let steps: Vec<Tensor> = (0..grads.len()).map(|_| step_t.shallow_clone()).collect();
+            let args = |weight_decay: f64, kind: AdamKind| AdamArgs {
+                beta1: c.beta1,
+                beta2: c.beta2,
+                weight_decay,
+                eps: c.eps,
+                kind,
+            };
+            if !c.trust_ratio {
+                // AdamW: one fused pass per weight-decay group
+                let decayed = |p: &Param| !p.excluded;
+                let excluded = |p: &Param| p.excluded;
+                for (keep, wd) in [
+                    (&decayed as &dyn Fn(&Param) -> bool, c.weight_decay),
+                    (&excluded, 0.0),
+                ] {
+                    let g = grads_of(keep);
+                    foreach::fused_adam_(
+                        &pick(&|p| p.w.shallow_clone(), keep),
+                        &g,
+                        &pick(&|p| p.m.shallow_clone(), keep),
+                        &pick(&|p| p.v.shallow_clone(), keep),
+                        &steps[..g.len()],
+                        Lr::Tensor(&lr_t),
+                        args(wd, AdamKind::AdamW),
+                        grad_scale.as_ref(),
+                    )?;
                 }
-                let _ = p.m.lerp_(&g, 1.0 - c.beta1);
-                // the gradient buffer is scratch from here on: it becomes g^2
-                let _ = p.v.lerp_(&g.square_(), 1.0 - c.beta2);
-                let mut denom = p.v.sqrt();
-                let _ = denom.g_mul_scalar_(denom_scale).g_add_scalar_(denom_eps);
-                // u = m^ / (sqrt(v^) + eps) (+ wd * w), into denom's buffer
-                let mut u = p.m.div_out(&denom, &denom);
-                let w32 = p.w.to_kind(Kind::Float);
-                if !p.excluded && c.weight_decay != 0.0 {
-                    let _ = u.addcmul_(&w32, &wd);
-                }
-                // w -= lr * r * u, r the trust ratio (LAMB) or 1 (AdamW, excluded params)
-                let step = if c.trust_ratio && !p.excluded {
-                    let wn = w32.norm();
-                    let un = u.norm();
-                    let ok = wn.gt(0.0).logical_and(&un.gt(0.0));
-                    (&wn / &un).where_self(&ok, &wn.ones_like()) * &neg_lr
-                } else {
-                    neg_lr.shallow_clone()
-                };
-                let _ = p.w.addcmul_(&u.to_kind(p.w.kind()), &step);
+                return Ok(total);
             }
-            total
+            // LAMB. u = m^ / (sqrt(v^) + eps): the fused Adam kernel at lr = -1 on zeroed u
+            let u_of = |p: &Param| p.u.as_ref().map(Tensor::shallow_clone).unwrap_or_default();
+            let u = pick(&u_of, &all);
+            foreach::zero_(&u)?;
+            foreach::fused_adam_(
+                &u,
+                &grads,
+                &pick(&|p| p.m.shallow_clone(), &all),
+                &pick(&|p| p.v.shallow_clone(), &all),
+                &steps,
+                Lr::Value(-1.0),
+                args(0.0, AdamKind::Adam),
+                grad_scale.as_ref(),
+            )?;
+            // u += wd * w, then w -= lr * r * u with r = |w| / |u| (1 if either is 0)
+            let decayed = |p: &Param| !p.excluded;
+            let excluded = |p: &Param| p.excluded;
+            let (w_dec, u_dec) = (
+                pick(&|p| p.w.shallow_clone(), &decayed),
+                pick(&u_of, &decayed),
+            );
+            if c.weight_decay != 0.0 {
+                foreach::add_list_(&u_dec, &w_dec, c.weight_decay)?;
+            }
+            if !w_dec.is_empty() {
+                let wn = foreach::norms(&w_dec)?;
+                let un = foreach::norms(&u_dec)?;
+                let ok = wn.gt(0.0).logical_and(&un.gt(0.0));
+                let r = (&wn / &un).where_self(&ok, &wn.ones_like()) * &lr_t * -1.0;
+                foreach::mul_list_(&u_dec, &r.unbind(0))?;
+                foreach::add_list_(&w_dec, &u_dec, 1.0)?;
+            }
+            let (w_exc, u_exc) = (
+                pick(&|p| p.w.shallow_clone(), &excluded),
+                pick(&u_of, &excluded),
+            );
+            foreach::mul_tensor_(&u_exc, &lr_t)?;
+            foreach::add_list_(&w_exc, &u_exc, -1.0)?;
+            Ok(total)
         })
     }
 }

@@ -6,8 +6,14 @@
 //!               v = m * v + lr * trust * (g + wd * w)
 //! w = w - v     (Nesterov: w = w - (m * v + lr * trust * (g + wd * w)))
 //! ```
+//!
+//! Written in multi-tensor kernels ([`super::foreach`]): the norms of all weights and gradients
+//! in two calls, the trust ratios as one small vector on the device, the updates as list
+//! operations; the learning rate lives in a device scalar. Nothing is read back to the host.
 
-use super::{Optimizer, ParamGroups};
+use super::foreach::{self, DeviceScalar};
+use super::{split_defined, Optimizer, ParamGroups};
+use anyhow::Result;
 use tch::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,7 +27,10 @@ pub struct LarsConfig {
 
 pub struct Lars {
     cfg: LarsConfig,
-    velocity: Vec<Option<Tensor>>,
+    /// One velocity per parameter (zeros before the first step: `m * 0 + s = s`, as the
+    /// reference's first step).
+    velocity: Vec<Tensor>,
+    lr: Option<DeviceScalar>,
 }
 
 impl Lars {
@@ -29,53 +38,67 @@ impl Lars {
         Lars {
             cfg,
             velocity: Vec::new(),
+            lr: None,
         }
     }
 }
 
 impl Optimizer for Lars {
-    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) {
+    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) -> Result<()> {
         let c = self.cfg;
         if self.velocity.len() != params.params.len() {
-            self.velocity = params.params.iter().map(|_| None).collect();
+            self.velocity = tch::no_grad(|| {
+                params
+                    .params
+                    .iter()
+                    .map(|p| p.tensor.zeros_like())
+                    .collect()
+            });
         }
-        tch::no_grad(|| {
-            for ((p, v), g) in params
-                .params
-                .iter_mut()
-                .zip(self.velocity.iter_mut())
-                .zip(grads)
-            {
-                if !g.defined() {
-                    continue;
-                }
-                // the scaled gradient: lr * g, or lr * trust * (g + wd * w)
-                let scaled = if p.bn_or_bias {
-                    g * lr
-                } else {
-                    let w_norm = p.tensor.norm();
-                    let g_norm = g.norm();
-                    let trust =
-                        (&w_norm * c.eta) / (&g_norm + &w_norm * c.weight_decay + c.epsilon);
-                    let ok = w_norm.gt(0.0).logical_and(&g_norm.gt(0.0));
-                    let trust = trust.where_self(&ok, &trust.ones_like());
-                    (g + &p.tensor * c.weight_decay) * (trust * lr)
-                };
-                let vel = match v {
-                    Some(vel) => {
-                        *vel *= c.momentum;
-                        *vel += &scaled;
-                        vel
-                    }
-                    None => v.insert(scaled.copy()),
-                };
-                let update = if c.nesterov {
-                    &*vel * c.momentum + &scaled
-                } else {
-                    vel.shallow_clone()
-                };
-                p.tensor -= &update;
+        let Some(first) = params.params.first() else {
+            return Ok(());
+        };
+        let lr_t = self
+            .lr
+            .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
+            .set(lr)?
+            .shallow_clone();
+        tch::no_grad(|| -> Result<()> {
+            // the gradients become the scaled gradients s in place (they are scratch)
+            let (trust, plain) = split_defined(params, grads, |p| !p.bn_or_bias);
+            if !trust.params.is_empty() {
+                let w_norm = foreach::norms(&trust.params)?;
+                let g_norm = foreach::norms(&trust.grads)?;
+                let denom = &g_norm + &w_norm * c.weight_decay + c.epsilon;
+                let ratio = (&w_norm * c.eta) / denom;
+                let ok = w_norm.gt(0.0).logical_and(&g_norm.gt(0.0));
+                let ratio = ratio.where_self(&ok, &ratio.ones_like());
+                let scale = ratio * &lr_t;
+                // s = lr * trust * (g + wd * w)
+                foreach::add_list_(&trust.grads, &trust.params, c.weight_decay)?;
+                foreach::mul_list_(&trust.grads, &scale.unbind(0))?;
             }
-        });
+            // BN and bias: s = lr * g
+            foreach::mul_tensor_(&plain.grads, &lr_t)?;
+            let (mut idx, mut p, mut s) = (trust.idx, trust.params, trust.grads);
+            idx.extend(plain.idx);
+            p.extend(plain.params);
+            s.extend(plain.grads);
+            let v: Vec<Tensor> = idx
+                .iter()
+                .map(|&i| self.velocity[i].shallow_clone())
+                .collect();
+            // v = m * v + s
+            foreach::mul_scalar_(&v, c.momentum)?;
+            foreach::add_list_(&v, &s, 1.0)?;
+            if c.nesterov {
+                // w -= m * v + s
+                foreach::add_list_(&p, &v, -c.momentum)?;
+                foreach::add_list_(&p, &s, -1.0)?;
+            } else {
+                foreach::add_list_(&p, &v, -1.0)?;
+            }
+            Ok(())
+        })
     }
 }

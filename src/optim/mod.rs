@@ -1,6 +1,9 @@
 //! Optimizers, learning-rate schedules and losses, written out as the reference equations
 //! (tests/optim_equivalence.rs checks them step by step against plain PyTorch).
 //!
+//! - [`foreach`]: multi-tensor kernels (libtorch's `_foreach_*` and fused optimizers) that the
+//!   optimizers are written in: a few kernels per step for all parameters, per-step factors in
+//!   device tensors
 //! - [`lars`]: LARS as the MLPerf ResNet reference (no trust ratio or weight decay on BN/bias)
 //! - [`lamb`]: LAMB and AdamW as the MLPerf BERT reference, with its warmup + polynomial schedule
 //! - [`sgd`]: SGD with momentum and optional Nesterov, PyTorch semantics
@@ -8,6 +11,8 @@
 //! - [`loss`]: cross-entropy with label smoothing
 //! - [`crate::methods::ema`]: weight EMA
 
+#[cfg(feature = "torch")]
+pub mod foreach;
 #[cfg(feature = "torch")]
 pub mod lamb;
 #[cfg(feature = "torch")]
@@ -88,16 +93,44 @@ mod params {
 }
 
 /// An optimizer: updates the parameters in place from their gradients (`grads[i]` belongs to
-/// `params.params[i]`; undefined tensors are skipped) at this step's learning rate.
+/// `params.params[i]`; undefined tensors are skipped) at this step's learning rate. The
+/// gradients are scratch space: an optimizer may overwrite them. No value is read back to the
+/// host: the learning rate goes to the kernels through a device scalar.
 #[cfg(feature = "torch")]
 pub trait Optimizer {
-    fn step(&mut self, params: &mut ParamGroups, grads: &[tch::Tensor], lr: f64);
+    fn step(&mut self, params: &mut ParamGroups, grads: &[tch::Tensor], lr: f64)
+        -> anyhow::Result<()>;
 }
 
-/// A 0-dim tensor holding `v` like `like` (kind and device), for fused `addcmul_` updates.
+/// The (parameter, gradient) pairs of the parameters that have a gradient, split by `keep`:
+/// (those where `keep` is true, the others), each as parallel lists plus the parameters' indices.
 #[cfg(feature = "torch")]
-pub(crate) fn scalar_like(v: f64, like: &tch::Tensor) -> tch::Tensor {
-    tch::Tensor::from(v)
-        .to_kind(like.kind())
-        .to_device(like.device())
+pub(crate) struct Split {
+    pub idx: Vec<usize>,
+    pub params: Vec<tch::Tensor>,
+    pub grads: Vec<tch::Tensor>,
+}
+
+#[cfg(feature = "torch")]
+pub(crate) fn split_defined(
+    params: &ParamGroups,
+    grads: &[tch::Tensor],
+    keep: impl Fn(&Param) -> bool,
+) -> (Split, Split) {
+    let empty = || Split {
+        idx: Vec::new(),
+        params: Vec::new(),
+        grads: Vec::new(),
+    };
+    let (mut yes, mut no) = (empty(), empty());
+    for (i, (p, g)) in params.params.iter().zip(grads).enumerate() {
+        if !g.defined() {
+            continue;
+        }
+        let s = if keep(p) { &mut yes } else { &mut no };
+        s.idx.push(i);
+        s.params.push(p.tensor.shallow_clone());
+        s.grads.push(g.shallow_clone());
+    }
+    (yes, no)
 }

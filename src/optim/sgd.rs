@@ -5,8 +5,13 @@
 //! b = g on the first step, else m * b + g
 //! w = w - lr * (nesterov ? g + m * b : b)
 //! ```
+//!
+//! Runs libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`, [`super::foreach`]): one
+//! pass over all parameters per weight-decay group, the learning rate read from a device scalar.
 
-use super::{Optimizer, ParamGroups};
+use super::foreach::{self, DeviceScalar};
+use super::{split_defined, Optimizer, ParamGroups};
+use anyhow::Result;
 use tch::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,7 +25,10 @@ pub struct SgdConfig {
 
 pub struct Sgd {
     cfg: SgdConfig,
-    buffers: Vec<Option<Tensor>>,
+    /// One momentum buffer per parameter (filled by the first step).
+    buffers: Vec<Tensor>,
+    steps: u64,
+    lr: Option<DeviceScalar>,
 }
 
 impl Sgd {
@@ -28,61 +36,58 @@ impl Sgd {
         Sgd {
             cfg,
             buffers: Vec::new(),
+            steps: 0,
+            lr: None,
         }
     }
 }
 
 impl Optimizer for Sgd {
-    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) {
+    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) -> Result<()> {
         let c = self.cfg;
-        if self.buffers.len() != params.params.len() {
-            self.buffers = params.params.iter().map(|_| None).collect();
+        let Some(first) = params.params.first() else {
+            return Ok(());
+        };
+        if c.momentum != 0.0 && self.buffers.len() != params.params.len() {
+            self.buffers = tch::no_grad(|| {
+                params
+                    .params
+                    .iter()
+                    .map(|p| p.tensor.zeros_like())
+                    .collect()
+            });
         }
-        tch::no_grad(|| {
-            for ((p, b), grad) in params
-                .params
-                .iter_mut()
-                .zip(self.buffers.iter_mut())
-                .zip(grads)
-            {
-                if !grad.defined() {
-                    continue;
-                }
-                let neg_lr = super::scalar_like(-lr, &p.tensor);
-                let wd = if p.bn_or_bias && !c.decay_bn_bias {
-                    0.0
+        let lr_t = self
+            .lr
+            .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
+            .set(lr)?
+            .shallow_clone();
+        let first_step = self.steps == 0;
+        self.steps += 1;
+        let (decayed, plain) = split_defined(params, grads, |p| !p.bn_or_bias || c.decay_bn_bias);
+        tch::no_grad(|| -> Result<()> {
+            for (group, wd) in [(decayed, c.weight_decay), (plain, 0.0)] {
+                let bufs: Vec<Tensor> = if c.momentum != 0.0 {
+                    group
+                        .idx
+                        .iter()
+                        .map(|&i| self.buffers[i].shallow_clone())
+                        .collect()
                 } else {
-                    c.weight_decay
+                    Vec::new()
                 };
-                // g = grad + wd * w (one fused pass; the gradient itself is left untouched)
-                let mut g = if wd != 0.0 {
-                    let mut g = grad.copy();
-                    let _ = g.addcmul_(&p.tensor, &super::scalar_like(wd, &p.tensor));
-                    g
-                } else {
-                    grad.shallow_clone()
-                };
-                if c.momentum != 0.0 {
-                    let buf = match b {
-                        Some(buf) => {
-                            *buf *= c.momentum;
-                            *buf += &g;
-                            buf
-                        }
-                        None => b.insert(g.detach().copy()),
-                    };
-                    if c.nesterov {
-                        if wd == 0.0 {
-                            g = g.copy();
-                        }
-                        let _ = g.addcmul_(buf, &super::scalar_like(c.momentum, buf));
-                    } else {
-                        g = buf.shallow_clone();
-                    }
-                }
-                // w = w - lr * step
-                let _ = p.tensor.addcmul_(&g, &neg_lr);
+                foreach::fused_sgd_(
+                    &group.params,
+                    &group.grads,
+                    &bufs,
+                    wd,
+                    c.momentum,
+                    &lr_t,
+                    c.nesterov,
+                    first_step,
+                )?;
             }
-        });
+            Ok(())
+        })
     }
 }

@@ -495,7 +495,7 @@ impl Workload for BertWorkload {
             .collect();
         sync.all_reduce_grads(&grads)?;
         let lr = s.schedule.lr_at(s.step);
-        let _grad_norm = s.opt.step(lr);
+        let _grad_norm = s.opt.step(lr)?;
         s.step += 1;
         total.context("train.gradient_accumulation_steps is 0")
     }

@@ -397,10 +397,10 @@ impl Workload for ResnetWorkload {
         }
         sync.all_reduce_grads(&grads)?;
         let lr = s.schedule.lr(s.global_step);
-        s.opt.step(&mut s.params, &grads, lr);
+        s.opt.step(&mut s.params, &grads, lr)?;
         s.global_step += 1;
         if let Some(ema) = &mut s.ema {
-            ema.update(&s.vs, s.global_step);
+            ema.update(&s.vs, s.global_step)?;
         }
         s.step_in_epoch += 1;
         if s.step_in_epoch == s.steps_per_epoch {
