@@ -70,7 +70,8 @@ fn compile_shim(lib: &Path) {
         .opt_level(2)
         .file("shim/dist.cpp")
         .file("shim/tensor.cpp")
-        .file("shim/foreach.cpp");
+        .file("shim/foreach.cpp")
+        .file("shim/cuda.cpp");
     if std::env::var_os("CARGO_FEATURE_NCCL").is_some() {
         for dir in cuda_include_dirs(root) {
             build

@@ -15,6 +15,8 @@
 #[cfg(feature = "torch")]
 pub mod amp;
 pub mod benchmarks;
+#[cfg(feature = "torch")]
+pub mod cuda;
 pub mod data;
 pub mod demo;
 #[cfg(feature = "torch")]

@@ -49,7 +49,11 @@ impl Ema {
             for (name, w) in vs.variables() {
                 if let Some(e) = self.shadow.get(&name) {
                     if e.kind() != w.kind() {
-                        anyhow::bail!("EMA of {name}: kinds differ ({:?} vs {:?})", e.kind(), w.kind());
+                        anyhow::bail!(
+                            "EMA of {name}: kinds differ ({:?} vs {:?})",
+                            e.kind(),
+                            w.kind()
+                        );
                     }
                     ema.push(e.shallow_clone());
                     vars.push(w.shallow_clone());

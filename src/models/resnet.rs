@@ -229,21 +229,35 @@ pub fn convert_channels_last(vs: &nn::VarStore) {
     });
 }
 
-/// Normalise a u8 NHWC batch (already on the device) to float NCHW with the ImageNet mean and
-/// std. The result has channels-last strides (a permuted view); `contiguous` makes it NCHW.
-pub fn normalize_nhwc_u8(images: &Tensor, channels_last: bool, kind: Kind) -> Tensor {
-    let device = images.device();
-    let mean =
-        Tensor::from_slice(&[0.485f32 * 255.0, 0.456 * 255.0, 0.406 * 255.0]).to_device(device);
-    let std =
-        Tensor::from_slice(&[0.229f32 * 255.0, 0.224 * 255.0, 0.225 * 255.0]).to_device(device);
-    let x = (images.to_kind(Kind::Float) - mean) / std;
-    let x = x.permute([0, 3, 1, 2]);
-    let x = if channels_last { x } else { x.contiguous() };
-    if kind == Kind::Float {
-        x
-    } else {
-        x.to_kind(kind)
+/// ImageNet normalisation of u8 NHWC batches on the device: `(x - mean) / std` per channel, then
+/// NCHW (a channels-last view when `channels_last`, else contiguous). The mean and std live on
+/// the device, made once: normalising a batch launches a few kernels and copies nothing.
+pub struct Normalize {
+    mean: Tensor,
+    std: Tensor,
+    channels_last: bool,
+}
+
+impl Normalize {
+    pub fn new(device: Device, channels_last: bool) -> Normalize {
+        let mean = [0.485f32 * 255.0, 0.456 * 255.0, 0.406 * 255.0];
+        let std = [0.229f32 * 255.0, 0.224 * 255.0, 0.225 * 255.0];
+        Normalize {
+            mean: Tensor::from_slice(&mean).to_device(device),
+            std: Tensor::from_slice(&std).to_device(device),
+            channels_last,
+        }
+    }
+
+    /// `images`: `[n, h, w, 3]` u8 on the device; returns `[n, 3, h, w]` fp32.
+    pub fn apply(&self, images: &Tensor) -> Tensor {
+        let x = (images.to_kind(Kind::Float) - &self.mean) / &self.std;
+        let x = x.permute([0, 3, 1, 2]);
+        if self.channels_last {
+            x
+        } else {
+            x.contiguous()
+        }
     }
 }
 

@@ -82,11 +82,7 @@ fn same_len(op: &str, a: &[Tensor], b: &[Tensor]) -> Result<()> {
 }
 
 /// Runs a shim call that returns one new tensor per input.
-fn new_list(
-    op: &str,
-    n: usize,
-    f: impl FnOnce(Out, Err) -> c_int,
-) -> Result<Vec<Tensor>> {
+fn new_list(op: &str, n: usize, f: impl FnOnce(Out, Err) -> c_int) -> Result<Vec<Tensor>> {
     if n == 0 {
         return Ok(Vec::new());
     }

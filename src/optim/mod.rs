@@ -98,8 +98,12 @@ mod params {
 /// host: the learning rate goes to the kernels through a device scalar.
 #[cfg(feature = "torch")]
 pub trait Optimizer {
-    fn step(&mut self, params: &mut ParamGroups, grads: &[tch::Tensor], lr: f64)
-        -> anyhow::Result<()>;
+    fn step(
+        &mut self,
+        params: &mut ParamGroups,
+        grads: &[tch::Tensor],
+        lr: f64,
+    ) -> anyhow::Result<()>;
 }
 
 /// The (parameter, gradient) pairs of the parameters that have a gradient, split by `keep`:

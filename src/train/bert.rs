@@ -277,6 +277,7 @@ impl BertRunConfig {
             ("train_samples", json!(train_samples)),
             ("eval_samples", json!(self.data.eval_samples)),
         ]);
+        kv.extend(self.system.device_log_keys());
         kv
     }
 }
@@ -350,6 +351,13 @@ impl Workload for BertWorkload {
         if let Some(t) = cfg.system.threads.filter(|&t| t > 0) {
             tch::set_num_threads(t);
         }
+        crate::cuda::configure(
+            ctx.device,
+            crate::cuda::DeviceSettings {
+                cudnn_benchmark: cfg.system.cudnn_benchmark,
+                tf32: cfg.system.tf32,
+            },
+        )?;
         let vs = VarStore::new(ctx.device);
         let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
         model.unpad = cfg.methods.unpad;

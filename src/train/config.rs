@@ -61,6 +61,28 @@ pub struct SystemConfig {
     pub threads: Option<i32>,
     /// Abort the run (run_stop aborted) after this many minutes of training.
     pub time_limit_minutes: f64,
+    /// CUDA: cuDNN benchmark mode (time the convolution algorithms once per input shape and
+    /// keep the fastest). Logged as `cudnn_benchmark`. Default true.
+    #[serde(default = "default_true")]
+    pub cudnn_benchmark: bool,
+    /// CUDA: TF32 tensor cores for fp32 matmuls and convolutions (bf16 autocast regions are
+    /// unaffected). Logged as `tf32`. Default false (IEEE fp32).
+    #[serde(default)]
+    pub tf32: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl SystemConfig {
+    /// The hyperparameter-log entries of the device switches.
+    pub fn device_log_keys(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("cudnn_benchmark", json!(self.cudnn_benchmark)),
+            ("tf32", json!(self.tf32)),
+        ]
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -520,6 +542,7 @@ impl ResnetRunConfig {
             ("train_samples", json!(train_samples)),
             ("eval_samples", json!(eval_samples)),
         ]);
+        kv.extend(self.system.device_log_keys());
         kv
     }
 

@@ -11,6 +11,8 @@ pub mod data;
 #[cfg(feature = "torch")]
 pub mod engine;
 #[cfg(feature = "torch")]
+pub mod handoff;
+#[cfg(feature = "torch")]
 pub mod resnet;
 pub mod set;
 

@@ -2,16 +2,17 @@
 //! the generic [`engine`](super::engine). [`run_once`] is the library entry point for one run.
 
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
-use super::data::{BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
+use super::data::{Batch, BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use super::handoff::{self, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::methods::ema::Ema;
-use crate::models::resnet::{self, Resnet, ResnetSpec};
+use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
 use crate::optim::loss::cross_entropy_smoothed;
 use crate::optim::schedule::{Decay, Schedule};
 use crate::optim::sgd::{Sgd, SgdConfig};
-use crate::optim::{Optimizer, ParamGroups};
+use crate::optim::{foreach, Optimizer, ParamGroups};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -90,8 +91,9 @@ struct State {
     global_step: u64,
     epoch: u64,
     step_in_epoch: u64,
-    /// One training iterator per entry of `train_shards` (empty between epochs).
-    iters: Vec<BatchIter>,
+    /// One training batch stream per entry of `train_shards` (empty between epochs).
+    iters: Vec<Prefetcher<(Tensor, Tensor)>>,
+    normalize: Normalize,
     /// `methods.amp`: forward passes in an autocast region of this precision.
     autocast: Option<LowPrecision>,
 }
@@ -163,28 +165,24 @@ impl ResnetWorkload {
     }
 }
 
-fn to_device(
-    b: &super::data::Batch,
-    device: Device,
-    channels_last: bool,
-) -> Result<(Tensor, Tensor)> {
-    let n = b.len() as i64;
-    if b.images.len() != b.len() * b.height * b.width * 3 {
-        bail!(
-            "a batch of {} labels carries {} image bytes at {}x{}",
-            b.len(),
-            b.images.len(),
-            b.height,
-            b.width
-        );
-    }
-    let x = Tensor::from_slice(&b.images)
-        .view([n, b.height as i64, b.width as i64, 3])
-        .to_device(device);
-    let x = resnet::normalize_nhwc_u8(&x, channels_last, Kind::Float);
-    let y = Tensor::from_slice(&b.labels).to_device(device);
-    Ok((x, y))
+/// Batches handed over to the device ahead of use ([`handoff`]): u8 NHWC images and labels.
+fn prefetch(iter: BatchIter, device: Device) -> Result<Prefetcher<(Tensor, Tensor)>> {
+    Prefetcher::spawn(device, PREFETCH_DEPTH, iter, |b: Batch, t| {
+        if b.images.len() != b.len() * b.height * b.width * 3 {
+            bail!(
+                "a batch of {} labels carries {} image bytes at {}x{}",
+                b.len(),
+                b.images.len(),
+                b.height,
+                b.width
+            );
+        }
+        handoff::image_batch(&b.images, &b.labels, b.height, b.width, t)
+    })
 }
+
+/// Batches staged ahead of the training step (each a u8 batch in device memory).
+const PREFETCH_DEPTH: usize = 2;
 
 impl Workload for ResnetWorkload {
     fn benchmark(&self) -> &'static str {
@@ -213,6 +211,13 @@ impl Workload for ResnetWorkload {
         if let Some(t) = cfg.system.threads.filter(|&t| t > 0) {
             tch::set_num_threads(t);
         }
+        crate::cuda::configure(
+            ctx.device,
+            crate::cuda::DeviceSettings {
+                cudnn_benchmark: cfg.system.cudnn_benchmark,
+                tf32: cfg.system.tf32,
+            },
+        )?;
         if self.data.num_classes() as i64 != cfg.model.classes {
             bail!(
                 "the data set has {} classes but model.classes is {}",
@@ -318,6 +323,7 @@ impl Workload for ResnetWorkload {
             epoch: 0,
             step_in_epoch: 0,
             iters: Vec::new(),
+            normalize: Normalize::new(ctx.device, self.cfg.methods.channels_last),
             autocast,
         });
         Ok(())
@@ -345,7 +351,6 @@ impl Workload for ResnetWorkload {
     fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<Tensor> {
         let accum = self.cfg.train.gradient_accumulation_steps;
         let smoothing = self.cfg.methods.label_smoothing;
-        let channels_last = self.channels_last();
         let size = {
             let epoch = self.state()?.epoch;
             self.train_size(epoch) as usize
@@ -353,29 +358,26 @@ impl Workload for ResnetWorkload {
         let s = self.state.as_mut().context("the workload was not built")?;
         if s.iters.is_empty() {
             for shard in &s.train_shards {
-                s.iters.push(self.data.train_epoch(
-                    s.epoch,
-                    size,
-                    s.local_batch,
-                    s.seed,
-                    *shard,
-                )?);
+                let iter = self
+                    .data
+                    .train_epoch(s.epoch, size, s.local_batch, s.seed, *shard)?;
+                s.iters.push(prefetch(iter, s.device)?);
             }
         }
         let n_iters = s.iters.len();
         let micro = accum as usize * n_iters;
         let t_start = Instant::now();
         let (mut data_wait, mut handoff) = (0.0, 0.0);
-        let mut total = Tensor::zeros([], (Kind::Float, s.device));
+        let mut total: Option<Tensor> = None;
         let mut grads: Vec<Tensor> = Vec::new();
         for m in 0..micro {
             let t0 = Instant::now();
-            let batch = match s.iters[m % n_iters].next() {
+            let (images, y) = match s.iters[m % n_iters].next_batch() {
                 Some(b) => b?,
                 None => bail!("the data pipeline ran out of batches in epoch {}", s.epoch),
             };
             let t1 = Instant::now();
-            let (x, y) = to_device(&batch, s.device, channels_last)?;
+            let x = s.normalize.apply(&images);
             let t2 = Instant::now();
             data_wait += (t1 - t0).as_secs_f64();
             handoff += (t2 - t1).as_secs_f64();
@@ -387,13 +389,13 @@ impl Workload for ResnetWorkload {
             if grads.is_empty() {
                 grads = g;
             } else {
-                tch::no_grad(|| {
-                    for (acc, g) in grads.iter_mut().zip(&g) {
-                        *acc += g;
-                    }
-                });
+                tch::no_grad(|| foreach::add_list_(&grads, &g, 1.0))?;
             }
-            total += loss.detach();
+            let l = loss.detach();
+            total = Some(match total {
+                Some(t) => t + l,
+                None => l,
+            });
         }
         sync.all_reduce_grads(&grads)?;
         let lr = s.schedule.lr(s.global_step);
@@ -412,29 +414,31 @@ impl Workload for ResnetWorkload {
         self.timing.data_wait += data_wait;
         self.timing.handoff += handoff;
         self.timing.compute += all - data_wait - handoff;
-        Ok(total)
+        total.context("a training step without micro-batches")
     }
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
-        let channels_last = self.channels_last();
         let s = self.state.as_ref().context("the workload was not built")?;
         let iter = self.data.eval(size, s.local_batch.max(1), s.shard)?;
-        let eval_all = || -> Result<[f64; 2]> {
-            let mut counts = [0f64; 2];
+        let mut batches = prefetch(iter, s.device)?;
+        let mut eval_all = || -> Result<[f64; 2]> {
+            // correct predictions counted on the device, read once at the end
+            let mut correct = Tensor::zeros([], (Kind::Int64, s.device));
+            let mut seen = 0usize;
             tch::no_grad(|| -> Result<()> {
-                for b in iter {
-                    let b = b?;
-                    let (x, y) = to_device(&b, s.device, channels_last)?;
+                while let Some(b) = batches.next_batch() {
+                    let (images, y) = b?;
+                    let x = s.normalize.apply(&images);
                     let logits =
                         maybe_autocast(s.device, s.autocast, || s.net.forward_t(&x, false))?;
                     let pred = logits.argmax(-1, false);
-                    counts[0] += pred.eq_tensor(&y).sum(Kind::Int64).int64_value(&[]) as f64;
-                    counts[1] += b.len() as f64;
+                    correct += pred.eq_tensor(&y).sum(Kind::Int64);
+                    seen += y.size()[0] as usize;
                 }
                 Ok(())
             })?;
-            Ok(counts)
+            Ok([correct.f_int64_value(&[])? as f64, seen as f64])
         };
         let mut counts = match &s.ema {
             Some(ema) => ema.with_ema_weights(&s.vs, eval_all)?,

@@ -1,0 +1,289 @@
+//! CUDA streams, events, pinned host memory and math-mode switches, through the C++ shim
+//! (`shim/cuda.cpp`), because tch 0.24 exposes none of them. Thin, safe wrappers: the
+//! batch hand-off ([`crate::train::handoff`]) and the device set-up of a run
+//! ([`configure`]) are built on them. Nothing here runs for CPU training.
+
+use anyhow::{bail, Result};
+use std::os::raw::{c_char, c_int};
+use tch::{Device, Kind, Tensor};
+use torch_sys::C_tensor;
+
+#[repr(C)]
+struct MrStream {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct MrEvent {
+    _private: [u8; 0],
+}
+
+type Err = *mut *mut c_char;
+
+extern "C" {
+    fn mr_set_device(index: c_int, err: Err) -> c_int;
+    fn mr_stream_from_pool(index: c_int, out: *mut *mut MrStream, err: Err) -> c_int;
+    fn mr_stream_current(index: c_int, out: *mut *mut MrStream, err: Err) -> c_int;
+    fn mr_stream_exchange(s: *const MrStream, prev: *mut *mut MrStream, err: Err) -> c_int;
+    fn mr_stream_synchronize(s: *const MrStream, err: Err) -> c_int;
+    fn mr_stream_free(s: *mut MrStream);
+    fn mr_event_new(out: *mut *mut MrEvent, err: Err) -> c_int;
+    fn mr_event_record(e: *mut MrEvent, s: *const MrStream, err: Err) -> c_int;
+    fn mr_event_block(e: *const MrEvent, s: *const MrStream, err: Err) -> c_int;
+    fn mr_event_free(e: *mut MrEvent);
+    fn mr_tensor_record_stream(t: *const C_tensor, s: *const MrStream, err: Err) -> c_int;
+    fn mr_empty_pinned(numel: i64, dtype: c_int, out: *mut *mut C_tensor, err: Err) -> c_int;
+    fn mr_set_tf32(matmul: c_int, cudnn: c_int, err: Err) -> c_int;
+    fn mr_get_tf32(matmul: *mut c_int, cudnn: *mut c_int, err: Err) -> c_int;
+}
+
+fn check(rc: c_int, err: *mut c_char, what: &str) -> Result<()> {
+    if rc != 0 {
+        // SAFETY: the shim set `err` (or left it null) for this failed call.
+        let msg = unsafe { crate::shim_error::take(err) };
+        bail!("{what}: {msg}");
+    }
+    Ok(())
+}
+
+/// Runs a shim call with an error out-parameter.
+fn call(what: &str, f: impl FnOnce(Err) -> c_int) -> Result<()> {
+    let mut err = std::ptr::null_mut();
+    let rc = f(&mut err);
+    check(rc, err, what)
+}
+
+fn cuda_index(device: Device) -> Result<c_int> {
+    match device {
+        Device::Cuda(i) => Ok(i as c_int),
+        other => bail!("{other:?} is not a CUDA device"),
+    }
+}
+
+/// Make `device` this thread's current CUDA device (its context and pinned allocations go
+/// there): every thread of a process that touches the GPU calls it, so a rank uses only its GPU.
+pub fn set_device(device: Device) -> Result<()> {
+    let i = cuda_index(device)?;
+    // SAFETY: a plain value.
+    call("CUDA set device", |e| unsafe { mr_set_device(i, e) })
+}
+
+/// A CUDA stream (a handle: dropping it does not destroy libtorch's pooled stream).
+pub struct Stream(*mut MrStream);
+
+// SAFETY: a c10::Stream is a plain (device, id) value; CUDA streams may be used from any thread.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A stream from libtorch's pool on `device` (not the default stream): for copies that
+    /// should overlap the compute stream's work.
+    pub fn from_pool(device: Device) -> Result<Stream> {
+        let i = cuda_index(device)?;
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        call("CUDA stream", |e| unsafe {
+            mr_stream_from_pool(i, &mut s, e)
+        })?;
+        Ok(Stream(s))
+    }
+
+    /// This thread's current stream on `device` (where its kernels go).
+    pub fn current(device: Device) -> Result<Stream> {
+        let i = cuda_index(device)?;
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        call("CUDA stream", |e| unsafe {
+            mr_stream_current(i, &mut s, e)
+        })?;
+        Ok(Stream(s))
+    }
+
+    /// Make this stream the thread's current one on its device until the guard is dropped.
+    pub fn enter(&self) -> Result<StreamGuard> {
+        let mut prev = std::ptr::null_mut();
+        // SAFETY: a live stream handle and an out-pointer to a local.
+        call("CUDA stream", |e| unsafe {
+            mr_stream_exchange(self.0, &mut prev, e)
+        })?;
+        Ok(StreamGuard {
+            prev: Stream(prev),
+            _thread_bound: std::marker::PhantomData,
+        })
+    }
+
+    /// Wait (on the host) for the work queued on this stream.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: a live stream handle.
+        call("CUDA stream synchronize", |e| unsafe {
+            mr_stream_synchronize(self.0, e)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: allocated by the shim, freed once.
+        unsafe { mr_stream_free(self.0) }
+    }
+}
+
+/// Restores the thread's previous current stream when dropped.
+#[must_use = "the stream is current until the guard is dropped"]
+pub struct StreamGuard {
+    prev: Stream,
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let mut back = std::ptr::null_mut();
+        let mut err = std::ptr::null_mut();
+        // SAFETY: a live stream handle and out-pointers to locals.
+        let rc = unsafe { mr_stream_exchange(self.prev.0, &mut back, &mut err) };
+        if rc != 0 {
+            // SAFETY: set by the failed call.
+            let msg = unsafe { crate::shim_error::take(err) };
+            tracing::error!("restoring the CUDA stream failed: {msg}");
+        } else {
+            drop(Stream(back));
+        }
+    }
+}
+
+/// A CUDA event: a point in a stream's work that another stream can wait for.
+pub struct Event(*mut MrEvent);
+
+// SAFETY: CUDA events may be recorded and waited for from any thread; the shim's object is only
+// touched through &self/&mut self.
+unsafe impl Send for Event {}
+
+impl Event {
+    pub fn new() -> Result<Event> {
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        call("CUDA event", |e| unsafe { mr_event_new(&mut ev, e) })?;
+        Ok(Event(ev))
+    }
+
+    /// Mark the point after the work queued on `stream` so far.
+    pub fn record(&mut self, stream: &Stream) -> Result<()> {
+        // SAFETY: live handles.
+        call("CUDA event record", |e| unsafe {
+            mr_event_record(self.0, stream.0, e)
+        })
+    }
+
+    /// Work queued on `stream` from now on waits for this event; the host does not wait.
+    pub fn block(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: live handles.
+        call("CUDA event wait", |e| unsafe {
+            mr_event_block(self.0, stream.0, e)
+        })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: allocated by the shim, freed once.
+        unsafe { mr_event_free(self.0) }
+    }
+}
+
+/// Tell the caching allocator that `t`'s memory is used on `stream` too (PyTorch's
+/// `Tensor.record_stream`), so it is not handed out again before that stream's work is done.
+pub fn record_stream(t: &Tensor, stream: &Stream) -> Result<()> {
+    // SAFETY: a live tensor and stream.
+    call("record_stream", |e| unsafe {
+        mr_tensor_record_stream(t.as_ptr(), stream.0, e)
+    })
+}
+
+/// An uninitialised 1-d host tensor of `numel` elements in pinned (page-locked) memory from
+/// libtorch's caching host allocator: the source of asynchronous host-to-device copies.
+pub fn empty_pinned(numel: usize, kind: Kind) -> Result<Tensor> {
+    let code = match kind {
+        Kind::Uint8 => 0,
+        Kind::Int64 => 1,
+        Kind::Float => 2,
+        Kind::Int => 3,
+        other => bail!("pinned buffers of {other:?} are not supported"),
+    };
+    let mut t = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    call("pinned host memory", |e| unsafe {
+        mr_empty_pinned(numel as i64, code, &mut t, e)
+    })?;
+    // SAFETY: a new at::Tensor we now own.
+    Ok(unsafe { Tensor::from_ptr(t) })
+}
+
+/// The math-mode and device settings of a run on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSettings {
+    /// cuDNN benchmark mode: time the convolution algorithms for each new input shape once and
+    /// keep the fastest (fixed shapes: one tuning step; progressive resizing: one per size).
+    pub cudnn_benchmark: bool,
+    /// TF32 tensor cores for fp32 matmuls and convolutions (bf16 autocast regions unaffected).
+    pub tf32: bool,
+}
+
+/// Apply `settings` for a run on `device` (nothing on the CPU).
+pub fn configure(device: Device, settings: DeviceSettings) -> Result<()> {
+    if !device.is_cuda() {
+        return Ok(());
+    }
+    set_device(device)?;
+    tch::Cuda::cudnn_set_benchmark(settings.cudnn_benchmark);
+    set_tf32(settings.tf32)?;
+    tracing::info!(
+        "{device:?}: cudnn benchmark {}, tf32 {}",
+        settings.cudnn_benchmark,
+        settings.tf32
+    );
+    Ok(())
+}
+
+/// TF32 for fp32 matmuls and convolutions on CUDA.
+pub fn set_tf32(on: bool) -> Result<()> {
+    // SAFETY: plain values.
+    call("TF32 switch", |e| unsafe {
+        mr_set_tf32(on as c_int, on as c_int, e)
+    })
+}
+
+/// The current TF32 settings (matmul, convolution).
+pub fn tf32() -> Result<(bool, bool)> {
+    let (mut m, mut c) = (0, 0);
+    // SAFETY: out-pointers to locals.
+    call("TF32 switch", |e| unsafe { mr_get_tf32(&mut m, &mut c, e) })?;
+    Ok((m != 0, c != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tf32_switch_round_trips_without_a_gpu() {
+        // the setting is libtorch's global context: it can be set and read on any machine
+        let before = tf32().unwrap();
+        set_tf32(true).unwrap();
+        assert_eq!(tf32().unwrap(), (true, true));
+        set_tf32(false).unwrap();
+        assert_eq!(tf32().unwrap(), (false, false));
+        set_tf32(before.0).unwrap();
+    }
+
+    #[test]
+    fn cuda_calls_fail_cleanly_on_a_cpu_device() {
+        assert!(Stream::current(Device::Cpu).is_err());
+        assert!(configure(
+            Device::Cpu,
+            DeviceSettings {
+                cudnn_benchmark: true,
+                tf32: true
+            }
+        )
+        .is_ok());
+    }
+}
