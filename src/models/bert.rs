@@ -623,21 +623,17 @@ pub fn pretraining_loss(
     mlm + nsp
 }
 
-/// (correct masked predictions, all masked predictions) for one batch.
-pub fn mlm_correct(
-    mlm_logits: &Tensor,
-    masked_ids: &Tensor,
-    masked_weights: &Tensor,
-) -> (i64, i64) {
+/// [correct masked predictions, all masked predictions] of one batch as a 2-element int64
+/// tensor on the device (not read: eval sums these and reads once).
+pub fn mlm_correct(mlm_logits: &Tensor, masked_ids: &Tensor, masked_weights: &Tensor) -> Tensor {
     let valid = masked_weights.gt(0.0);
     let pred = mlm_logits.argmax(-1, false);
     let correct = pred
         .eq_tensor(masked_ids)
         .logical_and(&valid)
-        .sum(Kind::Int64)
-        .int64_value(&[]);
-    let total = valid.sum(Kind::Int64).int64_value(&[]);
-    (correct, total)
+        .sum(Kind::Int64);
+    let total = valid.sum(Kind::Int64);
+    Tensor::stack(&[correct, total], 0)
 }
 
 #[cfg(test)]

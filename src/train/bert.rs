@@ -13,8 +13,9 @@
 
 use super::config::{Division, SystemConfig};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use super::handoff::{DeviceTensors, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
-use crate::data::bert::{check_vocab, BertBatch, EvalSet, TrainLoader};
+use crate::data::bert::{check_vocab, BertBatch, EvalSet, HostBatch, TrainLoader};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use anyhow::{bail, Context, Result};
@@ -291,7 +292,10 @@ struct State {
     all_vars: Vec<tch::Tensor>,
     opt: Lamb,
     schedule: PolyWarmup,
-    loader: TrainLoader,
+    /// Training batches from the loader, handed over ahead of use ([`super::handoff`]).
+    batches: Prefetcher<BertBatch>,
+    /// Samples in the training set (all ranks).
+    train_samples: u64,
     eval_batches: Vec<BertBatch>,
     micro_batches: u64,
     step: i64,
@@ -341,7 +345,7 @@ impl Workload for BertWorkload {
         let (n, s) = self
             .state
             .as_ref()
-            .map(|s| (s.loader.total_samples as u64, s.seq_len))
+            .map(|s| (s.train_samples, s.seq_len))
             .unwrap_or((0, 0));
         self.cfg.hyperparameters(self.division, n, s)
     }
@@ -445,7 +449,8 @@ impl Workload for BertWorkload {
             model,
             opt,
             schedule,
-            loader,
+            train_samples: loader.total_samples as u64,
+            batches: prefetch(loader, ctx.device)?,
             eval_batches,
             micro_batches: t.gradient_accumulation_steps,
             step: 0,
@@ -468,7 +473,10 @@ impl Workload for BertWorkload {
         s.opt.zero_grad()?;
         let mut total: Option<tch::Tensor> = None;
         for _ in 0..s.micro_batches {
-            let b = s.loader.next_batch()?;
+            let b = match s.batches.next_batch() {
+                Some(b) => b?,
+                None => bail!("the BERT training data stream ended"),
+            };
             let loss = maybe_autocast(s.vs.device(), s.autocast, || {
                 let (mlm, nsp) = s.model.forward(
                     &b.input_ids,
@@ -510,7 +518,8 @@ impl Workload for BertWorkload {
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let s = self.state()?;
-        let (mut correct, mut total) = (0i64, 0i64);
+        // counts summed on the device, read once
+        let mut counts = tch::Tensor::zeros([2], (tch::Kind::Int64, s.vs.device()));
         maybe_autocast(s.vs.device(), s.autocast, || {
             tch::no_grad(|| {
                 for b in &s.eval_batches {
@@ -521,13 +530,12 @@ impl Workload for BertWorkload {
                         MlmOn::Positions(&b.masked_positions),
                         false,
                     );
-                    let (c, t) = mlm_correct(&mlm, &b.masked_ids, &b.masked_weights);
-                    correct += c;
-                    total += t;
+                    counts += mlm_correct(&mlm, &b.masked_ids, &b.masked_weights);
                 }
             })
         })?;
-        let mut v = [correct as f64, total as f64];
+        let counts = Vec::<i64>::try_from(counts.to_device(Device::Cpu))?;
+        let mut v = [counts[0] as f64, counts[1] as f64];
         sync.all_reduce_sum(&mut v)?;
         if v[1] == 0.0 {
             bail!("the eval set has no masked tokens");
@@ -556,6 +564,26 @@ impl Workload for BertWorkload {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+/// The loader's endless batches, handed over to `device` ahead of use.
+fn prefetch(mut loader: TrainLoader, device: Device) -> Result<Prefetcher<BertBatch>> {
+    let items = std::iter::from_fn(move || Some(loader.next_host_batch()));
+    Prefetcher::spawn(device, 2, items, |b: HostBatch, t| b.to_device(t))
+}
+
+impl DeviceTensors for BertBatch {
+    fn tensors(&self) -> Vec<&tch::Tensor> {
+        vec![
+            &self.input_ids,
+            &self.segment_ids,
+            &self.input_mask,
+            &self.masked_positions,
+            &self.masked_ids,
+            &self.masked_weights,
+            &self.nsp_labels,
+        ]
     }
 }
 

@@ -161,9 +161,10 @@ pub struct BertBatch {
     pub size: usize,
 }
 
-/// Samples gathered from shards, before they become tensors.
+/// Samples gathered from shards, before they become tensors: a training batch on the host,
+/// handed to the device by the batch hand-off ([`HostBatch::to_device`]).
 #[derive(Default)]
-struct Builder {
+pub struct HostBatch {
     seq: usize,
     preds: usize,
     ids: Vec<i64>,
@@ -175,7 +176,7 @@ struct Builder {
     nsp: Vec<i64>,
 }
 
-impl Builder {
+impl HostBatch {
     fn push(&mut self, sh: &Shard, i: usize) -> Result<()> {
         if self.nsp.is_empty() {
             self.seq = sh.seq;
@@ -207,6 +208,22 @@ impl Builder {
 
     fn len(&self) -> usize {
         self.nsp.len()
+    }
+
+    /// The batch as device tensors through the hand-off (pinned, non-blocking on CUDA).
+    pub fn to_device(self, t: &crate::train::handoff::Transfer) -> Result<BertBatch> {
+        let b = self.len() as i64;
+        let (s, p) = (self.seq as i64, self.preds as i64);
+        Ok(BertBatch {
+            input_ids: t.tensor(&self.ids, &[b, s])?,
+            input_mask: t.tensor(&self.mask, &[b, s])?,
+            segment_ids: t.tensor(&self.seg, &[b, s])?,
+            masked_positions: t.tensor(&self.pos, &[b, p])?,
+            masked_ids: t.tensor(&self.mids, &[b, p])?,
+            masked_weights: t.tensor(&self.w, &[b, p])?,
+            nsp_labels: t.tensor(&self.nsp, &[b])?,
+            size: b as usize,
+        })
     }
 
     fn take(&mut self, device: Device) -> BertBatch {
@@ -360,14 +377,20 @@ impl TrainLoader {
 
     /// The next batch of exactly `local_batch` samples.
     pub fn next_batch(&mut self) -> Result<BertBatch> {
-        let mut b = Builder::default();
+        let device = self.device;
+        Ok(self.next_host_batch()?.take(device))
+    }
+
+    /// The next batch of exactly `local_batch` samples, still on the host.
+    pub fn next_host_batch(&mut self) -> Result<HostBatch> {
+        let mut b = HostBatch::default();
         while b.len() < self.local_batch {
             self.next_index()?;
             let (shard, order, at) = self.current.as_mut().expect("loaded");
             b.push(shard, order[*at])?;
             *at += 1;
         }
-        Ok(b.take(self.device))
+        Ok(b)
     }
 }
 
@@ -409,7 +432,7 @@ impl EvalSet {
         device: Device,
     ) -> Result<Vec<BertBatch>> {
         let mut out = Vec::new();
-        let mut b = Builder::default();
+        let mut b = HostBatch::default();
         let mut k = 0usize;
         let mut seen = 0;
         'outer: for sh in &self.shards {
