@@ -69,6 +69,15 @@ pub struct SystemConfig {
     /// unaffected). Logged as `tf32`. Default false (IEEE fp32).
     #[serde(default)]
     pub tf32: bool,
+    /// Read the step losses back to the host every this many steps (and at the end of every
+    /// block) for the divergence/NaN abort: between reads the host never waits for the device.
+    /// Default 8.
+    #[serde(default = "default_loss_check_steps")]
+    pub loss_check_steps: u64,
+}
+
+fn default_loss_check_steps() -> u64 {
+    8
 }
 
 fn default_true() -> bool {

@@ -127,6 +127,10 @@ pub struct RunOptions {
     pub time_limit: Option<std::time::Duration>,
     /// A loss above this (or non-finite) aborts the run as diverged.
     pub divergence_loss: f64,
+    /// Step losses stay on the device and are read back (one read for all pending steps)
+    /// every this many steps and at the end of each block; the divergence check and the
+    /// ranks' stop agreement happen at those reads. Default 8.
+    pub loss_check_steps: u64,
     pub grad_sync: Box<dyn GradSync>,
     /// Extra sink for the log (e.g. echo to stdout); tests use memory sinks.
     pub extra_sinks: Vec<Sink>,
@@ -149,6 +153,7 @@ impl RunOptions {
             cache_clear_command: None,
             time_limit: None,
             divergence_loss: 1e4,
+            loss_check_steps: 8,
             grad_sync: Box::new(NoSync),
             extra_sinks: Vec::new(),
             distributed_from_env: true,
@@ -177,8 +182,14 @@ pub struct RunOutcome {
     pub steps: u64,
     /// Seconds spent inside `Workload::train_step` (the rest of the loop is trainer overhead).
     pub step_seconds: f64,
-    /// Seconds of each `Workload::train_step`, in order.
+    /// Seconds of each `Workload::train_step`, in order. On a GPU these are the host's
+    /// enqueue times (steps run asynchronously); [`RunOutcome::block_seconds`] ends with a read.
     pub step_times: Vec<f64>,
+    /// Seconds of the training part of each block: block_start to after the block's final
+    /// loss read (a device sync), so it times the device work too.
+    pub block_seconds: Vec<f64>,
+    /// Host reads of step losses (each covers all steps since the previous read).
+    pub loss_reads: u64,
     /// Seconds in the training part of the blocks (block_start to block_stop, logging and
     /// the loop included, evals excluded).
     pub train_seconds: f64,
@@ -262,6 +273,8 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         steps: 0,
         step_seconds: 0.0,
         step_times: Vec::new(),
+        block_seconds: Vec::new(),
+        loss_reads: 0,
         train_seconds: 0.0,
         log_path: opts.log_path.clone(),
     };
@@ -319,6 +332,17 @@ fn dump_params(w: &dyn Workload, path: &std::path::Path, rank: usize) -> Result<
         .collect();
     tch::Tensor::write_safetensors(&named, &path)
         .with_context(|| format!("cannot write the parameters to {}", path.display()))
+}
+
+/// The losses of `pending` steps in one device-to-host read.
+fn read_losses(pending: &[tch::Tensor]) -> Result<Vec<f64>> {
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all = tch::Tensor::f_stack(pending, 0)?
+        .f_to_kind(tch::Kind::Double)?
+        .f_to_device(tch::Device::Cpu)?;
+    Ok(Vec::<f64>::try_from(all.flatten(0, -1))?)
 }
 
 /// Rank 0's seed on every rank (a seed drawn from the OS differs per process): weights start
@@ -421,16 +445,32 @@ fn run_inner(
             meta! {"first_epoch_num" => block.first_epoch_num, "epoch_count" => block.epoch_count},
         )?;
         let steps = w.start_block(&block)?;
-        for _ in 0..steps {
+        let mut pending: Vec<tch::Tensor> = Vec::new();
+        for i in 0..steps {
             let t0 = Instant::now();
-            let loss = w.train_step(opts.grad_sync.as_mut())?.double_value(&[]);
+            let loss = w.train_step(opts.grad_sync.as_mut())?;
             let dt = t0.elapsed().as_secs_f64();
             out.step_seconds += dt;
             out.step_times.push(dt);
             out.steps += 1;
-            out.losses.push(loss);
-            let local_stop = if !loss.is_finite() || loss > opts.divergence_loss {
-                Some(format!("diverged: loss {loss} at step {}", out.steps))
+            pending.push(loss);
+            let last = i + 1 == steps;
+            if !last && (pending.len() as u64) < opts.loss_check_steps.max(1) {
+                continue;
+            }
+            // one host read for every pending step, then the checks
+            let first_step = out.steps - pending.len() as u64 + 1;
+            let losses = read_losses(&pending)?;
+            pending.clear();
+            out.loss_reads += 1;
+            let diverged = losses
+                .iter()
+                .enumerate()
+                .find(|(_, l)| !l.is_finite() || **l > opts.divergence_loss)
+                .map(|(k, l)| format!("diverged: loss {l} at step {}", first_step + k as u64));
+            out.losses.extend(losses);
+            let local_stop = if diverged.is_some() {
+                diverged
             } else if crate::interrupt::requested() {
                 Some("interrupted".to_string())
             } else {
@@ -443,7 +483,8 @@ fn run_inner(
                         )
                     })
             };
-            // all ranks stop together: one rank's reason stops every rank
+            // all ranks stop together: one rank's reason stops every rank (the ranks read at
+            // the same steps, so they agree at the same points)
             let stop = opts
                 .grad_sync
                 .any(local_stop.is_some())
@@ -460,6 +501,7 @@ fn run_inner(
                 return Ok(());
             }
         }
+        out.block_seconds.push(block_t0.elapsed().as_secs_f64());
         log.end(
             keys::BLOCK_STOP,
             Value::Null,

@@ -95,6 +95,7 @@ fn run_options(
     opts.time_limit = Some(std::time::Duration::from_secs_f64(
         sys.time_limit_minutes * 60.0,
     ));
+    opts.loss_check_steps = sys.loss_check_steps.max(1);
     opts
 }
 
