@@ -1,63 +1,175 @@
-//! BERT training-step throughput on CPU (our side of scripts/bench_bert_step.sh).
+//! BERT training-step throughput: our model and optimizer (the step of `mlperf-run bert`:
+//! forward, MLM + NSP loss, backward, global clip 1.0 + AdamW with the LayerNorm/bias
+//! exclusions), on one fixed batch. Our side of scripts/bench_bert_step.sh (CPU) and
+//! scripts/bench_gpu.sh (CUDA). Same inputs, optimizer and padding layout as
+//! scripts/bench/bert_ref.py `bench` and scripts/bench/hf_bert_step.py.
 //!
-//! cargo run --release --example bert_bench_step -- LAYERS HIDDEN HEADS INTER VOCAB BATCH SEQ PREDS STEPS PAD_FRACTION UNPAD THREADS
-//! Prints one JSON line: median seconds per step (forward, loss, backward, clip + AdamW step).
-//! Same inputs, optimizer (AdamW with the LayerNorm/bias exclusions, global clip 1.0) and
-//! padding layout as scripts/bench/bert_ref.py `bench`.
+//! cargo run --release --example bert_bench_step -- [--layers 24] [--hidden 1024] [--heads 16]
+//!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
+//!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
+//!
+//! Timed window: --warmup steps, a device sync, --steps steps, one device sync at the end (never
+//! per step); the loss is read only after that. --bf16: bf16 autocast around forward + loss, as
+//! `mlperf-run bert` does with methods.bf16. --lamb: LAMB (layer-wise trust ratio) instead of
+//! AdamW, as `mlperf-run bert` trains with optimizer.name = "lamb". Prints one JSON line: seq_per_s, step_ms,
+//! window_unix, and on the CPU (where host time is compute time) the median step and phase
+//! times (median_step_s, forward_s, backward_s, optimizer_s).
 
+use anyhow::{bail, Context, Result};
+use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tch::{nn, Device, Kind, Tensor};
 
-fn main() -> anyhow::Result<()> {
-    let a: Vec<String> = std::env::args().skip(1).collect();
-    if a.len() != 12 {
-        anyhow::bail!("usage: bert_bench_step LAYERS HIDDEN HEADS INTER VOCAB BATCH SEQ PREDS STEPS PAD_FRACTION UNPAD(0|1) THREADS");
-    }
-    let n = |i: usize| -> anyhow::Result<i64> { Ok(a[i].parse()?) };
-    let cfg = BertConfig {
-        num_layers: n(0)?,
-        hidden_size: n(1)?,
-        num_heads: n(2)?,
-        intermediate_size: n(3)?,
-        vocab_size: n(4)?,
-        ..BertConfig::large()
+const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
+[--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
+[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]";
+
+struct Args {
+    cfg: BertConfig,
+    batch: i64,
+    seq: i64,
+    preds: i64,
+    steps: usize,
+    warmup: usize,
+    pad: f64,
+    unpad: bool,
+    threads: i32,
+    device: Device,
+    bf16: bool,
+    lamb: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        cfg: BertConfig {
+            vocab_size: 30528,
+            ..BertConfig::large()
+        },
+        batch: 32,
+        seq: 512,
+        preds: 76,
+        steps: 20,
+        warmup: 5,
+        pad: 0.0,
+        unpad: false,
+        threads: 0,
+        device: Device::Cpu,
+        bf16: false,
+        lamb: false,
     };
-    let (b, s, p, steps) = (n(5)?, n(6)?, n(7)?, n(8)? as usize);
-    let pad: f64 = a[9].parse()?;
-    let unpad = a[10] == "1";
-    let threads = n(11)?;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--unpad" => {
+                a.unpad = true;
+                continue;
+            }
+            "--bf16" => {
+                a.bf16 = true;
+                continue;
+            }
+            "--lamb" => {
+                a.lamb = true;
+                continue;
+            }
+            "-h" | "--help" => {
+                println!("usage: {USAGE}");
+                std::process::exit(0);
+            }
+            _ => {}
+        }
+        let v = it
+            .next()
+            .with_context(|| format!("{flag} needs a value\nusage: {USAGE}"))?;
+        let bad = || format!("bad value {v:?} for {flag}");
+        match flag.as_str() {
+            "--layers" => a.cfg.num_layers = v.parse().with_context(bad)?,
+            "--hidden" => a.cfg.hidden_size = v.parse().with_context(bad)?,
+            "--heads" => a.cfg.num_heads = v.parse().with_context(bad)?,
+            "--inter" => a.cfg.intermediate_size = v.parse().with_context(bad)?,
+            "--vocab" => a.cfg.vocab_size = v.parse().with_context(bad)?,
+            "--batch" => a.batch = v.parse().with_context(bad)?,
+            "--seq" => a.seq = v.parse().with_context(bad)?,
+            "--preds" => a.preds = v.parse().with_context(bad)?,
+            "--steps" => a.steps = v.parse().with_context(bad)?,
+            "--warmup" => a.warmup = v.parse().with_context(bad)?,
+            "--pad" => a.pad = v.parse().with_context(bad)?,
+            "--threads" => a.threads = v.parse().with_context(bad)?,
+            "--device" => {
+                a.device = match v.as_str() {
+                    "cpu" => Device::Cpu,
+                    "cuda" if tch::Cuda::is_available() => Device::Cuda(0),
+                    "cuda" => bail!("--device cuda: no CUDA device is available to libtorch"),
+                    _ => bail!(bad()),
+                }
+            }
+            _ => bail!("unknown flag {flag}\nusage: {USAGE}"),
+        }
+    }
+    a.cfg.max_position = a.cfg.max_position.max(a.seq);
+    a.cfg.validate()?;
+    if a.steps == 0 || a.batch < 1 || !(0.0..1.0).contains(&a.pad) {
+        bail!("need --steps >= 1, --batch >= 1 and --pad in [0, 1)");
+    }
+    Ok(a)
+}
+
+fn sync(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn main() -> Result<()> {
+    let a = parse_args()?;
+    let (cfg, dev) = (&a.cfg, a.device);
+    let (b, s, p) = (a.batch, a.seq, a.preds);
     // as every `mlperf-run` training run (engine::run_once) does
     mlperf_run::train::allocator::keep_freed_host_memory();
-    if threads > 0 {
-        tch::set_num_threads(threads as i32);
+    if a.threads > 0 {
+        tch::set_num_threads(a.threads);
     }
     tch::manual_seed(0);
-    let vs = nn::VarStore::new(Device::Cpu);
-    let mut model = BertForPreTraining::new(&vs.root(), &cfg)?;
-    model.unpad = unpad;
+    let vs = nn::VarStore::new(dev);
+    let mut model = BertForPreTraining::new(&vs.root(), cfg)?;
+    model.unpad = a.unpad;
+    // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
+    // exclusions
     let mut opt = Lamb::new(
         vs.variables(),
         LambConfig {
             eps: 1e-6,
             weight_decay: 0.01,
-            trust_ratio: false,
+            max_grad_norm: Some(1.0),
+            trust_ratio: a.lamb,
             ..LambConfig::default()
         },
     )?;
-    let len = ((s as f64) * (1.0 - pad)).round() as i64;
-    let mask = Tensor::arange(s, (Kind::Int64, Device::Cpu))
+    let len = ((s as f64) * (1.0 - a.pad)).round() as i64;
+    if len < p + 1 {
+        bail!("{len} real tokens per sequence cannot hold {p} predictions");
+    }
+    let cpu = (Kind::Int64, Device::Cpu);
+    let mask = Tensor::arange(s, cpu)
         .lt(len)
         .to_kind(Kind::Int64)
         .unsqueeze(0)
         .expand([b, s], false)
         .contiguous();
-    let ids = Tensor::randint_low(5, cfg.vocab_size, [b, s], (Kind::Int64, Device::Cpu)) * &mask;
+    let ids = Tensor::randint_low(5, cfg.vocab_size, [b, s], cpu) * &mask;
     let seg = ids.zeros_like();
     let pos = Tensor::stack(
         &(0..b)
-            .map(|_| Tensor::randperm(len - 1, (Kind::Int64, Device::Cpu)).narrow(0, 0, p) + 1)
+            .map(|_| Tensor::randperm(len - 1, cpu).narrow(0, 0, p) + 1)
             .collect::<Vec<_>>(),
         0,
     )
@@ -65,22 +177,33 @@ fn main() -> anyhow::Result<()> {
     .0;
     let mids = ids.gather(1, &pos, false);
     let w = mids.ones_like().to_kind(Kind::Float);
-    let nsp = Tensor::randint(2, [b], (Kind::Int64, Device::Cpu));
-    // (step, forward+loss, backward, optimizer) seconds per measured step
+    let nsp = Tensor::randint(2, [b], cpu);
+    let [ids, seg, mask, pos, mids, w, nsp] =
+        [ids, seg, mask, pos, mids, w, nsp].map(|t| t.to_device(dev));
+    let precision = a.bf16.then_some(LowPrecision::BFloat16);
+
+    // (step, forward+loss, backward, optimizer) host seconds per timed step: compute time on
+    // the CPU only (on CUDA the host runs ahead of the device)
     let mut times: Vec<[f64; 4]> = Vec::new();
-    let mut last = 0.0;
-    for i in 0..steps + 1 {
+    let mut loss = Tensor::zeros([], (Kind::Float, dev));
+    let (mut t_window, mut w0) = (Instant::now(), unix_now());
+    for i in 0..a.warmup + a.steps {
+        if i == a.warmup {
+            sync(dev);
+            (t_window, w0) = (Instant::now(), unix_now());
+        }
         let t0 = Instant::now();
         opt.zero_grad()?;
-        let (mlm, nspl) = model.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), true);
-        let loss = pretraining_loss(&mlm, &nspl, &mids, &w, &nsp);
+        loss = maybe_autocast(dev, precision, || {
+            let (mlm, nspl) = model.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), true);
+            pretraining_loss(&mlm, &nspl, &mids, &w, &nsp)
+        })?;
         let t1 = Instant::now();
         loss.backward();
         let t2 = Instant::now();
-        let _ = opt.step(1e-4)?;
-        last = loss.double_value(&[]);
-        if i > 0 {
-            let t3 = Instant::now();
+        let _grad_norm = opt.step(1e-4)?;
+        let t3 = Instant::now();
+        if i >= a.warmup {
             times.push([
                 (t3 - t0).as_secs_f64(),
                 (t1 - t0).as_secs_f64(),
@@ -89,18 +212,40 @@ fn main() -> anyhow::Result<()> {
             ]);
         }
     }
-    let med = |k: usize| {
-        let mut v: Vec<f64> = times.iter().map(|t| t[k]).collect();
-        v.sort_by(|x, y| x.total_cmp(y));
-        v[v.len() / 2]
-    };
-    println!(
-        "{{\"impl\": \"mlperf-run\", \"unpad\": {unpad}, \"median_step_s\": {:.5}, \"seq_per_s\": {:.2}, \"forward_s\": {:.4}, \"backward_s\": {:.4}, \"optimizer_s\": {:.4}, \"loss\": {last:.4}}}",
-        med(0),
-        b as f64 / med(0),
-        med(1),
-        med(2),
-        med(3)
-    );
+    sync(dev);
+    let window = t_window.elapsed().as_secs_f64();
+    let w1 = unix_now();
+    let last = loss.double_value(&[]);
+    if !last.is_finite() {
+        bail!("non-finite loss {last}");
+    }
+    let steps = a.steps as f64;
+    let mut json = serde_json::json!({
+        "impl": "mlperf-run",
+        "device": if dev.is_cuda() { "cuda" } else { "cpu" },
+        "bf16": a.bf16, "unpad": a.unpad, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "seq_per_s": b as f64 * steps / window,
+        "step_ms": 1000.0 * window / steps,
+        "window_unix": [w0, w1],
+        "loss": last,
+    });
+    if !dev.is_cuda() {
+        let med = |k: usize| {
+            let mut v: Vec<f64> = times.iter().map(|t| t[k]).collect();
+            v.sort_by(|x, y| x.total_cmp(y));
+            v[v.len() / 2]
+        };
+        if let Some(o) = json.as_object_mut() {
+            for (k, i) in [
+                ("median_step_s", 0),
+                ("forward_s", 1),
+                ("backward_s", 2),
+                ("optimizer_s", 3),
+            ] {
+                o.insert(k.into(), med(i).into());
+            }
+        }
+    }
+    println!("{json}");
     Ok(())
 }

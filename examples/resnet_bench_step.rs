@@ -1,22 +1,46 @@
-//! Benchmark b: one ResNet training step on CPU through our trainer (engine + ResNet workload
-//! + MLPerf logging to a file), on fixed pre-made u8 batches so the data pipeline's own speed
-//! is out of the picture. Prints one JSON line: steps/s and where the step time went.
+//! ResNet training steps through our real trainer (engine + ResNet workload + MLPerf logging to
+//! a file) on one fixed pre-made u8 batch, so the data pipeline's own speed is out of the
+//! picture (each step still pays the hand-off: batch copy, host -> device, normalisation).
 //!
-//! cargo run --release --example resnet_bench_step -- [--batch 8] [--size 112] [--steps 30]
-//!     [--warmup 5] [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000]
+//! The data set is 2 epochs of `--steps` batches each, with an eval after every epoch: epoch 1
+//! is the warm-up, epoch 2 is timed. On a GPU steps run asynchronously, so the timed window is
+//! the whole training part of epoch 2 (block_start to block_stop, which ends after the block's
+//! last loss read, i.e. after the device finished), not a sum of per-step host times.
+//! Prints one JSON line: img_per_s, step_ms, steps_per_s, window_unix (wall-clock bounds of the
+//! window, for GPU-utilisation sampling) and, on the CPU (where host time is compute time), the
+//! trainer's overhead shares.
+//!
+//! cargo run --release --example resnet_bench_step -- [--device cpu|cuda] [--batch 8]
+//!     [--size 112] [--steps 30] [--amp none|bf16] [--channels-last] [--opt sgd|lars]
+//!     [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000]
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use mlperf_run::data::rng::Rng;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard};
 use mlperf_run::train::engine::{self, RunOptions, Submission};
 use mlperf_run::train::resnet::ResnetWorkload;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// When the trainer asked for each epoch's batches and for each eval: the fallback timing of
+/// epoch 2 (first batch request of epoch 2 to the eval after it; the engine reads the block's
+/// losses before block_stop, so the device is done by then).
+#[derive(Default)]
+struct Calls {
+    train_epoch: Vec<(Instant, SystemTime)>,
+    eval: Vec<(Instant, SystemTime)>,
+}
 
 /// The same pre-made batch every step (a memcpy per batch, like a prefetch queue hand-off).
 struct FixedImages {
     classes: usize,
     len: usize,
     batch: Batch,
+    /// Eval batch: the same images with other labels, so no eval can reach the target (a
+    /// memorised training batch would otherwise end the run after epoch 1).
+    eval_batch: Batch,
+    calls: Arc<Mutex<Calls>>,
 }
 
 impl ImageData for FixedImages {
@@ -27,7 +51,7 @@ impl ImageData for FixedImages {
         self.len
     }
     fn eval_len(&self) -> usize {
-        self.batch.len()
+        self.eval_batch.len()
     }
     fn train_epoch(
         &self,
@@ -37,82 +61,174 @@ impl ImageData for FixedImages {
         _seed: u64,
         _s: Shard,
     ) -> Result<BatchIter> {
+        if let Ok(mut c) = self.calls.lock() {
+            c.train_epoch.push((Instant::now(), SystemTime::now()));
+        }
         let b = self.batch.clone();
         Ok(Box::new((0..self.len / batch).map(move |_| Ok(b.clone()))))
     }
     fn eval(&self, _size: usize, _batch: usize, _s: Shard) -> Result<BatchIter> {
-        Ok(Box::new(std::iter::once(Ok(self.batch.clone()))))
+        if let Ok(mut c) = self.calls.lock() {
+            c.eval.push((Instant::now(), SystemTime::now()));
+        }
+        Ok(Box::new(std::iter::once(Ok(self.eval_batch.clone()))))
     }
 }
 
-fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let batch: usize = arg(&args, "--batch", 8);
-    let size: usize = arg(&args, "--size", 112);
-    let steps: usize = arg(&args, "--steps", 30);
-    let warmup: usize = arg(&args, "--warmup", 5);
-    let threads: i32 = arg(&args, "--threads", 2);
-    let width: i64 = arg(&args, "--width", 64);
-    let classes: usize = arg(&args, "--classes", 1000);
-    let blocks: String = arg(&args, "--blocks", "3,4,6,3".to_string());
-    let blocks: Vec<i64> = blocks
-        .split(',')
-        .map(|b| b.parse())
-        .collect::<Result<_, _>>()
-        .context("--blocks")?;
-    tch::set_num_threads(threads);
-
-    let (out, t) = bench_once(
-        warmup + steps,
-        batch,
-        size,
-        threads,
-        width,
-        classes,
-        &blocks,
-    )?;
-    // steady state: the steps after the warm-up ones, as the PyTorch peer measures, plus the
-    // trainer's own overhead share (hand-off, loop, logging) over the whole run
-    let overhead = (out.train_seconds - t.compute) / out.train_seconds;
-    let timed = &out.step_times[warmup.min(out.step_times.len() - 1)..];
-    let per_step_compute = timed.iter().sum::<f64>() / timed.len() as f64;
-    let per_step_total =
-        per_step_compute / (1.0 - (out.train_seconds - out.step_seconds) / out.train_seconds);
-    let handoff = t.handoff / out.train_seconds;
-    let loop_other = (out.train_seconds - out.step_seconds) / out.train_seconds;
-    println!(
-        "{}",
-        serde_json::json!({
-            "impl": "mlperf-run", "steps": out.steps, "threads": threads, "batch": batch, "size": size,
-            "steps_per_s": 1.0 / per_step_total,
-            "train_step_call_per_s": 1.0 / per_step_compute,
-            "overhead_pct": 100.0 * overhead,
-            "handoff_pct": 100.0 * handoff,
-            "data_wait_pct": 100.0 * t.data_wait / out.train_seconds,
-            "loop_and_logging_pct": 100.0 * loop_other,
-            "losses_first_last": [out.losses.first(), out.losses.last()],
-        })
-    );
-    Ok(())
-}
-
-fn bench_once(
-    total_steps: usize,
+struct Args {
+    device: tch::Device,
     batch: usize,
     size: usize,
+    steps: usize,
     threads: i32,
     width: i64,
     classes: usize,
-    blocks: &[i64],
+    blocks: Vec<i64>,
+    amp: String,
+    channels_last: bool,
+    opt: String,
+}
+
+const USAGE: &str = "resnet_bench_step [--device cpu|cuda] [--batch 8] [--size 112] [--steps 30] \
+[--amp none|bf16] [--channels-last] [--opt sgd|lars] [--threads 2 (0: libtorch's default)] \
+[--width 64] [--blocks 3,4,6,3] [--classes 1000]";
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        device: tch::Device::Cpu,
+        batch: 8,
+        size: 112,
+        steps: 30,
+        threads: 2,
+        width: 64,
+        classes: 1000,
+        blocks: vec![3, 4, 6, 3],
+        amp: "none".into(),
+        channels_last: false,
+        opt: "sgd".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--channels-last" {
+            a.channels_last = true;
+            continue;
+        }
+        if flag == "-h" || flag == "--help" {
+            println!("usage: {USAGE}");
+            std::process::exit(0);
+        }
+        let v = it
+            .next()
+            .with_context(|| format!("{flag} needs a value\nusage: {USAGE}"))?;
+        let bad = || format!("bad value {v:?} for {flag}");
+        match flag.as_str() {
+            "--device" => {
+                a.device = match v.as_str() {
+                    "cpu" => tch::Device::Cpu,
+                    "cuda" if tch::Cuda::is_available() => tch::Device::Cuda(0),
+                    "cuda" => bail!("--device cuda: no CUDA device is available to libtorch"),
+                    _ => bail!(bad()),
+                }
+            }
+            "--batch" => a.batch = v.parse().with_context(bad)?,
+            "--size" => a.size = v.parse().with_context(bad)?,
+            "--steps" => a.steps = v.parse().with_context(bad)?,
+            "--threads" => a.threads = v.parse().with_context(bad)?,
+            "--width" => a.width = v.parse().with_context(bad)?,
+            "--classes" => a.classes = v.parse().with_context(bad)?,
+            "--blocks" => {
+                a.blocks = v
+                    .split(',')
+                    .map(|b| b.parse())
+                    .collect::<Result<_, _>>()
+                    .with_context(bad)?
+            }
+            "--amp" if v == "none" || v == "bf16" => a.amp = v,
+            "--opt" if v == "sgd" || v == "lars" => a.opt = v,
+            _ => bail!("unknown flag or value: {flag} {v}\nusage: {USAGE}"),
+        }
+    }
+    if a.steps == 0 || a.batch == 0 || a.blocks.len() != 4 {
+        bail!("--steps and --batch must be at least 1, --blocks needs 4 numbers");
+    }
+    Ok(a)
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn main() -> Result<()> {
+    let a = parse_args()?;
+    if a.threads > 0 {
+        tch::set_num_threads(a.threads);
+    }
+    let calls = Arc::new(Mutex::new(Calls::default()));
+    let (out, t) = bench_once(&a, calls.clone())?;
+    if out.evals.len() != 2 || out.steps as usize != 2 * a.steps {
+        bail!(
+            "the run did not train 2 epochs of {} steps ({} steps, {} evals, status {:?})",
+            a.steps,
+            out.steps,
+            out.evals.len(),
+            out.status
+        );
+    }
+    let calls = calls.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?;
+    // epoch 2 = block 2; its wall-clock bounds from the data set's calls
+    let (start, end) = match (calls.train_epoch.get(1), calls.eval.get(1)) {
+        (Some(s), Some(e)) => (*s, *e),
+        _ => bail!("the trainer did not ask for epoch 2 and its eval"),
+    };
+    let timed = epoch2_seconds(&out).unwrap_or_else(|| (end.0 - start.0).as_secs_f64());
+    let steps = a.steps as f64;
+    let mut json = serde_json::json!({
+        "impl": "mlperf-run",
+        "device": if a.device.is_cuda() { "cuda" } else { "cpu" },
+        "amp": a.amp, "channels_last": a.channels_last, "opt": a.opt,
+        "steps": a.steps, "warmup": a.steps, "threads": a.threads, "batch": a.batch, "size": a.size,
+        "img_per_s": steps * a.batch as f64 / timed,
+        "step_ms": 1000.0 * timed / steps,
+        "steps_per_s": steps / timed,
+        "window_s": timed,
+        "window_unix": [unix(start.1), unix(end.1)],
+        "losses_first_last": [out.losses.first(), out.losses.last()],
+    });
+    if !a.device.is_cuda() {
+        // CPU: host time is compute time, so the shares of the whole run mean something
+        let run = out.train_seconds;
+        let loop_other = (run - out.step_seconds) / run;
+        let timed_steps = &out.step_times[a.steps..];
+        let per_call = timed_steps.iter().sum::<f64>() / timed_steps.len() as f64;
+        let extra = serde_json::json!({
+            "train_step_call_per_s": 1.0 / per_call,
+            "overhead_pct": 100.0 * (run - t.compute) / run,
+            "handoff_pct": 100.0 * t.handoff / run,
+            "data_wait_pct": 100.0 * t.data_wait / run,
+            "loop_and_logging_pct": 100.0 * loop_other,
+        });
+        if let (Some(o), Some(e)) = (json.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+    }
+    println!("{json}");
+    Ok(())
+}
+
+/// Seconds of the training part of block 2 (epoch 2), ending after its last loss read.
+/// `RunOutcome::block_seconds` is being added to the engine; until it is there the data set's
+/// call times stand in (the same interval, give or take the block_start log line).
+fn epoch2_seconds(_out: &engine::RunOutcome) -> Option<f64> {
+    None
+}
+
+fn bench_once(
+    a: &Args,
+    calls: Arc<Mutex<Calls>>,
 ) -> Result<(engine::RunOutcome, mlperf_run::train::resnet::StepTiming)> {
+    let (batch, size, classes) = (a.batch, a.size, a.classes);
     let mut rng = Rng::from_state(1);
     let images: Vec<u8> = (0..batch * size * size * 3)
         .map(|_| rng.next_u64() as u8)
@@ -120,23 +236,32 @@ fn bench_once(
     let labels: Vec<i64> = (0..batch)
         .map(|_| rng.below(classes as u64) as i64)
         .collect();
+    let eval_labels = labels.iter().map(|l| (l + 1) % classes as i64).collect();
+    let batch_of = |labels| Batch {
+        images: images.clone(),
+        labels,
+        height: size,
+        width: size,
+    };
     let data = FixedImages {
         classes,
-        len: batch * total_steps,
-        batch: Batch {
-            images,
-            labels,
-            height: size,
-            width: size,
-        },
+        len: batch * a.steps,
+        batch: batch_of(labels),
+        eval_batch: batch_of(eval_labels),
+        calls,
     };
-
+    let optimizer = match a.opt.as_str() {
+        "lars" => {
+            "name = \"lars\"\nbase_lr = 2.0\nlars_eta = 0.001\nlars_epsilon = 0.0\nmomentum = 0.9"
+        }
+        _ => "name = \"sgd\"\nbase_lr = 0.1\nmomentum = 0.9",
+    };
     let cfg_text = format!(
         r#"
 description = "bench"
 [system]
 submission_org = "bench"
-submission_platform = "cpu"
+submission_platform = "bench"
 submission_status = "research"
 threads = {threads}
 time_limit_minutes = 60.0
@@ -156,39 +281,46 @@ noise = 0.0
 target = 0.999
 global_batch_size = {batch}
 gradient_accumulation_steps = 1
-max_epochs = 1
+max_epochs = 2
 eval_offset = 0
 eval_period = 1
 [optimizer]
-name = "sgd"
-base_lr = 0.1
+{optimizer}
 end_lr = 0.0001
 warmup_epochs = 0.0
 decay = "poly"
-schedule_epochs = 1.0
-momentum = 0.9
+schedule_epochs = 2.0
 weight_decay = 0.00005
-"#
+[methods]
+amp = "{amp}"
+channels_last = {channels_last}
+"#,
+        threads = a.threads,
+        width = a.width,
+        blocks = a.blocks,
+        amp = a.amp,
+        channels_last = a.channels_last,
     );
     let cfg = ResnetRunConfig::parse(&cfg_text, Division::Open)?;
     let mut w = ResnetWorkload::new(cfg, Division::Open, Box::new(data));
     let dir = std::env::temp_dir().join(format!("mlperf-run-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut opts = RunOptions::new(
-        tch::Device::Cpu,
+        a.device,
         Submission {
             org: "bench".into(),
-            platform: "cpu".into(),
+            platform: "bench".into(),
             division: "open".into(),
             status: "research".into(),
         },
     );
     opts.seed = Some(1);
     opts.log_path = Some(dir.join("bench_log.txt"));
+    opts.distributed_from_env = false;
     let out = engine::run_once(&mut w, opts)?;
     let _ = std::fs::remove_dir_all(&dir);
     if !out.losses.iter().all(|l| l.is_finite()) {
-        anyhow::bail!("non-finite loss in the benchmark");
+        bail!("non-finite loss in the benchmark");
     }
     Ok((out, w.timing()))
 }

@@ -13,7 +13,9 @@ Subcommands (run with the venv's python, see scripts/setup.sh):
   make-ckpt  --config JSON --seed N --out X.pt     random init, saved as {'model': state_dict}
   forward    --config JSON --ckpt X.pt --inputs IN.safetensors --out OUT.safetensors
   lamb       --inputs IN.safetensors --out OUT.safetensors --hparams JSON
-  bench      --config JSON --batch B --seq S --steps N [--pad-fraction F] [--sdpa]
+  bench      --config JSON --batch B --seq S --steps N [--warmup W] [--pad-fraction F] [--sdpa]
+             [--device cpu|cuda] [--bf16]: AdamW (foreach) + clip 1.0 training steps; the window
+             is W warm-up steps, a device sync, N steps, one sync at the end (seq_per_s, step_ms)
 """
 import argparse
 import json
@@ -275,9 +277,12 @@ def cmd_lamb(a):
 
 def cmd_bench(a):
     torch.set_num_threads(a.threads) if a.threads else None
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False")
     torch.manual_seed(0)
     c = cfg_from(a.config)
-    m = BertForPreTraining(c, sdpa=a.sdpa)
+    m = BertForPreTraining(c, sdpa=a.sdpa).to(device)
     m.train()
     decay = [p for n, p in m.named_parameters() if not ("LayerNorm" in n or n.endswith("bias"))]
     nodecay = [p for n, p in m.named_parameters() if ("LayerNorm" in n or n.endswith("bias"))]
@@ -294,11 +299,26 @@ def cmd_bench(a):
     pos = torch.stack([torch.sort(torch.randperm(int(l) - 1, generator=g)[:p] + 1).values for l in lengths])
     mids = torch.gather(ids, 1, pos)
     nsp = torch.randint(0, 2, (b,), generator=g)
+    ids, mask, seg, pos, mids, nsp = (t.to(device) for t in (ids, mask, seg, pos, mids, nsp))
+    cuda = device.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    # per-step phase times are host times: only meaningful on the CPU (CUDA runs asynchronously,
+    # and syncing every step would distort the window), so they are reported for the CPU only
     times = []  # (step, forward+loss, backward, clip+optimizer) seconds
+    w0 = t_window = None
     for i in range(a.warmup + a.steps):
+        if i == a.warmup:
+            sync()
+            w0, t_window = time.time(), time.perf_counter()
         t0 = time.perf_counter()
-        mlm_logits, nsp_logits = m(ids, seg, mask, pos)
-        loss = F.cross_entropy(mlm_logits.reshape(-1, c["vocab_size"]), mids.reshape(-1)) + F.cross_entropy(nsp_logits, nsp)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.bf16):
+            mlm_logits, nsp_logits = m(ids, seg, mask, pos)
+            loss = F.cross_entropy(mlm_logits.reshape(-1, c["vocab_size"]).float(), mids.reshape(-1)) + \
+                F.cross_entropy(nsp_logits.float(), nsp)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -308,10 +328,16 @@ def cmd_bench(a):
         if i >= a.warmup:
             t3 = time.perf_counter()
             times.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2))
+    sync()
+    window = time.perf_counter() - t_window
+    w1 = time.time()
     med = [sorted(t[k] for t in times)[len(times) // 2] for k in range(4)]
-    print(json.dumps({"impl": "pytorch-eager", "median_step_s": med[0], "seq_per_s": b / med[0],
-                      "forward_s": med[1], "backward_s": med[2], "optimizer_s": med[3],
-                      "loss": float(loss.detach())}))
+    out = {"impl": "pytorch-eager", "device": a.device, "bf16": a.bf16, "batch": b, "seq": s, "steps": a.steps,
+           "warmup": a.warmup, "seq_per_s": b * a.steps / window, "step_ms": 1000 * window / a.steps,
+           "window_unix": [w0, w1], "loss": float(loss.detach())}
+    if not cuda:
+        out.update({"median_step_s": med[0], "forward_s": med[1], "backward_s": med[2], "optimizer_s": med[3]})
+    print(json.dumps(out))
 
 
 def main():
@@ -330,6 +356,8 @@ def main():
     p.add_argument("--predictions", type=int, default=20); p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1); p.add_argument("--pad-fraction", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=0); p.add_argument("--sdpa", action="store_true")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast around forward + loss")
     a = ap.parse_args()
     {"count": cmd_count, "make-ckpt": cmd_make_ckpt, "forward": cmd_forward, "lamb": cmd_lamb, "bench": cmd_bench}[a.cmd](a)
 

@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
-"""PyTorch eager peer of examples/resnet_bench_step.rs: torchvision ResNet-50 (v1.5), SGD with
-momentum 0.9 and weight decay 5e-5 on all but BN/bias, cross-entropy, fp32, NCHW, on the same
-kind of input: a u8 NHWC batch normalised with the ImageNet mean/std each step.
-Prints one JSON line with steps/s (after warm-up steps)."""
+"""PyTorch peer of examples/resnet_bench_step.rs: torchvision ResNet-50 (v1.5), SGD with momentum
+0.9 and weight decay 5e-5 on all but BN/bias (torch's default implementation: foreach on CUDA),
+cross-entropy, on the same kind of input: a fixed u8 NHWC batch in host memory, copied to the
+device and normalised with the ImageNet mean/std there every step (as our hand-off does).
+
+Options as ours: --device cpu|cuda, --amp none|bf16 (torch.autocast around forward + loss),
+--channels-last (model and input in channels-last memory format), plus --compile
+(torch.compile of the model). --blocks and --classes shrink the model for smoke tests.
+
+Timed window: --warmup steps, a device sync, --steps steps, one device sync at the end; the loss
+is read only after that. Prints one JSON line: img_per_s, step_ms, steps_per_s and the window's
+wall-clock bounds (window_unix) for GPU-utilisation sampling."""
 import argparse
 import json
 import time
@@ -12,44 +20,83 @@ import torch.nn.functional as F
 import torchvision
 
 
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--size", type=int, default=112)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="intra-op threads (0: torch's default)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--amp", choices=["none", "bf16"], default="none")
+    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="torch.compile(model)")
+    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--blocks", default="3,4,6,3", help="bottlenecks per stage (ResNet-50: 3,4,6,3)")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False")
     torch.manual_seed(1)
-    model = torchvision.models.resnet50(num_classes=1000)
+    blocks = [int(b) for b in a.blocks.split(",")]
+    model = torchvision.models.resnet.ResNet(torchvision.models.resnet.Bottleneck, blocks, num_classes=a.classes)
+    model = model.to(device)
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
+    if a.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     model.train()
     decay = [p for p in model.parameters() if p.ndim > 1]
     flat = [p for p in model.parameters() if p.ndim <= 1]
     opt = torch.optim.SGD(
         [{"params": decay, "weight_decay": 5e-5}, {"params": flat, "weight_decay": 0.0}], lr=0.1, momentum=0.9
     )
-    images = torch.randint(0, 256, (a.batch, a.size, a.size, 3), dtype=torch.uint8)
-    labels = torch.randint(0, 1000, (a.batch,))
-    mean = torch.tensor([0.485 * 255, 0.456 * 255, 0.406 * 255])
-    std = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255])
+    net = torch.compile(model) if a.compile else model
+    g = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (a.batch, a.size, a.size, 3), dtype=torch.uint8, generator=g)
+    labels = torch.randint(0, a.classes, (a.batch,), generator=g)
+    mean = torch.tensor([0.485 * 255, 0.456 * 255, 0.406 * 255], device=device)
+    std = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255], device=device)
+    amp = a.amp == "bf16"
 
     def step():
-        x = ((images.float() - mean) / std).permute(0, 3, 1, 2).contiguous()
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), labels)
+        x = images.to(device)  # the host -> device hand-off, every step (as ours)
+        y = labels.to(device)
+        x = ((x.float() - mean) / std).permute(0, 3, 1, 2).contiguous(memory_format=fmt)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss.detach()
 
+    t_build = time.perf_counter()
     for _ in range(a.warmup):
         step()
+    sync(device)
+    warm_s = time.perf_counter() - t_build
+    w0 = time.time()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
+    sync(device)
     dt = time.perf_counter() - t0
-    print(json.dumps({"impl": "pytorch-eager", "steps": a.steps, "threads": a.threads, "batch": a.batch,
-                      "size": a.size, "steps_per_s": a.steps / dt, "last_loss": loss}))
+    w1 = time.time()
+    loss = float(loss)
+    if loss != loss:
+        raise SystemExit("non-finite loss")
+    impl = "pytorch-compile" if a.compile else "pytorch-eager"
+    print(json.dumps({"impl": impl, "device": a.device, "amp": a.amp, "channels_last": a.channels_last,
+                      "steps": a.steps, "warmup": a.warmup, "threads": a.threads, "batch": a.batch, "size": a.size,
+                      "img_per_s": a.batch * a.steps / dt, "step_ms": 1000 * dt / a.steps,
+                      "steps_per_s": a.steps / dt, "warmup_s": warm_s, "last_loss": loss,
+                      "window_unix": [w0, w1]}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,407 @@
+#!/usr/bin/env python3
+"""Helpers of scripts/bench_gpu.sh (standard library only, except `matmul`, which needs torch).
+
+  record  --part P --side S --round R --kind json|mllog-resnet|mllog-bert --log FILE [--mllog F]
+          [--smi CSV] [--flops-spec resnet50:SIZE | bert:LAYERS:HIDDEN:INTER:SEQ] [--device D]
+          [--note TEXT] [--error TEXT]
+      one result record (a JSON line, printed): the measured rate (img/s or seq/s), the timed
+      window(s), the mean GPU busy % of the nvidia-smi samples inside them, FLOPs per sample
+  matmul  --device cpu|cuda [--n 8192] [--reps 7]: bf16 N x N x N matmul TFLOP/s (median)
+  report  --out DIR: read DIR/results.jsonl, print the table, write DIR/results.json,
+          DIR/results.csv and DIR/table.txt
+
+Model FLOPs per training sample (forward + backward = 3 x forward):
+  ResNet-50:  3 x 4.11 GMAC x 2 FLOP/MAC = 24.66 GFLOP per image at 224 px, scaled by (size/224)^2
+  BERT:       6 x N x seq + 12 x layers x seq^2 x hidden per sequence, N = the encoder layers'
+              parameters (4h^2 + 2hi + 9h + i per layer; embeddings, pooler and heads excluded);
+              BERT-Large at seq 512: 1.006 TFLOP per sequence
+"""
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+
+H100_SXM_BF16_DENSE_TFLOPS = 989.0
+
+
+def flops_per_sample(spec):
+    if not spec:
+        return None
+    kind, *v = spec.split(":")
+    if kind == "resnet50":
+        size = float(v[0]) if v else 224.0
+        return 3 * 4.11e9 * 2 * (size / 224.0) ** 2
+    if kind == "bert":
+        layers, h, inter, seq = (int(x) for x in v)
+        n = layers * (4 * h * h + 2 * h * inter + 9 * h + inter)
+        return 6 * n * seq + 12 * layers * seq * seq * h
+    raise SystemExit(f"unknown --flops-spec {spec}")
+
+
+def last_json(path):
+    """The last line of `path` that parses as a JSON object."""
+    found = None
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        found = json.loads(line)
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return found
+
+
+def mllog_events(path):
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            i = line.find(":::MLLOG ")
+            if i >= 0:
+                try:
+                    out.append(json.loads(line[i + len(":::MLLOG "):]))
+                except ValueError:
+                    pass
+    return out
+
+
+def mllog_throughput(path, bert):
+    """Training samples / block seconds over the blocks after the first (the warm-up), as
+    src/progress.rs computes it: block_start to block_stop, evals excluded."""
+    ev = mllog_events(path)
+    val = {}
+    for e in ev:
+        if e.get("event_type") == "POINT_IN_TIME" and e["key"] not in val:
+            val[e["key"]] = e.get("value")
+    gbs = int(val.get("global_batch_size") or 0)
+    train = int(val.get("train_samples") or 0)
+    blocks, start = [], None
+    status = None
+    for e in ev:
+        k = e["key"]
+        if k == "block_start":
+            start = e
+        elif k == "block_stop" and start is not None:
+            count = float(start["metadata"].get("epoch_count", 0))
+            samples = count if bert else count * (train // gbs * gbs if gbs else train)
+            blocks.append((start["time_ms"] / 1000.0, e["time_ms"] / 1000.0, samples))
+            start = None
+        elif k == "run_stop":
+            status = e.get("metadata", {}).get("status")
+    res = {"blocks": len(blocks), "run_stop": status, "global_batch_size": gbs, "train_samples": train}
+    timed = blocks[1:]
+    if not timed:
+        res["error"] = f"{len(blocks)} complete block(s) in the log: need 2 or more (the first is the warm-up)"
+        return res
+    secs = sum(b - a for a, b, _ in timed)
+    samples = sum(s for _, _, s in timed)
+    res.update({"rate": samples / secs, "timed_blocks": len(timed), "timed_samples": samples, "timed_s": secs,
+                "windows_unix": [[a, b] for a, b, _ in timed],
+                "first_block_rate": blocks[0][2] / max(blocks[0][1] - blocks[0][0], 1e-9)})
+    return res
+
+
+def smi_busy(path, windows):
+    """Mean utilization.gpu of the samples (`timestamp, util` lines) inside any window."""
+    if not path or not os.path.exists(path) or not windows:
+        return None, 0
+    vals = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) < 2:
+                continue
+            try:
+                t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                u = float(parts[1])
+            except ValueError:
+                continue
+            if any(a <= t <= b for a, b in windows):
+                vals.append(u)
+    return (statistics.mean(vals) if vals else None), len(vals)
+
+
+def cmd_record(a):
+    rec = {"part": a.part, "side": a.side, "round": a.round, "device": a.device, "log": a.log,
+           "value": None, "unit": None, "ok": False}
+    if a.note:
+        rec["note"] = a.note
+    windows = []
+    if a.error:
+        rec["error"] = a.error
+    elif a.kind == "json":
+        raw = last_json(a.log)
+        if raw is None:
+            rec["error"] = "no JSON result line in the output (see the log)"
+        else:
+            rec["raw"] = raw
+            for key, unit in (("img_per_s", "img/s"), ("seq_per_s", "seq/s"), ("tflops", "TFLOP/s")):
+                if key in raw:
+                    rec["value"], rec["unit"] = raw[key], unit
+                    break
+            if raw.get("window_unix"):
+                windows = [raw["window_unix"]]
+    else:
+        bert = a.kind == "mllog-bert"
+        try:
+            t = mllog_throughput(a.mllog, bert)
+        except OSError as e:
+            t = {"error": f"cannot read the MLPerf log: {e}"}
+        rec["raw"] = t
+        if "error" in t:
+            rec["error"] = t["error"]
+        else:
+            rec["value"], rec["unit"] = t["rate"], ("seq/s" if bert else "img/s")
+            windows = t["windows_unix"]
+    if rec["value"] is not None:
+        rec["ok"] = True
+    f = flops_per_sample(a.flops_spec)
+    if f and rec["value"] is not None:
+        rec["flops_per_sample"] = f
+        rec["model_tflops"] = rec["value"] * f / 1e12
+    busy, n = smi_busy(a.smi, windows)
+    rec["gpu_busy_pct"], rec["gpu_samples"] = busy, n
+    line = json.dumps(rec)
+    if a.append:
+        with open(a.append, "a") as f:
+            f.write(line + "\n")
+    else:
+        print(line)
+    what = f"{rec['value']:.1f} {rec['unit']}" if rec["ok"] else f"FAILED: {rec.get('error')}"
+    busy = f", GPU busy {busy:.0f}%" if busy is not None else ""
+    print(f"   -> {what}{busy}", file=sys.stderr)
+
+
+def cmd_matmul(a):
+    import torch
+
+    dev = torch.device(a.device)
+    n = a.n
+    x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    y = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    inner = 10 if dev.type == "cuda" else 2
+    for _ in range(3):
+        torch.matmul(x, y)
+    times = []
+    for _ in range(a.reps):
+        if dev.type == "cuda":
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(inner):
+                torch.matmul(x, y)
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e) / 1000.0 / inner)
+        else:
+            import time
+
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                torch.matmul(x, y)
+            times.append((time.perf_counter() - t0) / inner)
+    med = statistics.median(times)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    print(json.dumps({"impl": "torch.matmul bf16", "device": a.device, "gpu": name, "n": n, "reps": a.reps,
+                      "tflops": 2 * n ** 3 / med / 1e12, "median_s": med, "all_s": times}))
+
+
+def fmt(v, nd=1):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:,.{nd}f}"
+
+
+PARTS = {
+    "a": "a) ResNet-50 training step (fixed batch)",
+    "b": "b) ResNet-50 end to end (JPEG folder -> GPU)",
+    "c": "c) BERT training step (fixed batch)",
+    "d": "d) mlperf-run bert run vs its step benchmark",
+    "ncu": "ncu) kernels per training step",
+}
+
+
+def cmd_report(a):
+    path = os.path.join(a.out, "results.jsonl")
+    recs = []
+    if os.path.exists(path):
+        with open(path) as f:
+            recs = [json.loads(l) for l in f if l.strip()]
+    mm = [r for r in recs if r["part"] == "mm" and r.get("ok")]
+    peak = statistics.median(r["value"] for r in mm) if mm else None
+    gpu = mm[0]["raw"].get("gpu") if mm else None
+    on_gpu = any(r.get("device") == "cuda" for r in recs)
+    lines = []
+    rows = []
+    w = lines.append
+    w(f"mlperf-run GPU benchmarks  ({gpu or 'no GPU'}; results in {a.out})")
+    if peak:
+        n = mm[0]["raw"].get("n")
+        w(f"measured bf16 matmul ({n}^3 on {mm[0]['raw'].get('device')}, median of {mm[0]['raw'].get('reps')}): "
+          f"{peak:,.1f} TFLOP/s"
+          + (f" = {100 * peak / H100_SXM_BF16_DENSE_TFLOPS:.1f}% of the H100 SXM datasheet 989" if on_gpu else ""))
+    for part in ("a", "b", "c", "d"):
+        pr = [r for r in recs if r["part"] == part]
+        if not pr:
+            continue
+        w("")
+        w(PARTS[part])
+        sides = []
+        for r in pr:
+            if r["side"] not in sides:
+                sides.append(r["side"])
+        rounds = sorted({r["round"] for r in pr})
+        hdr = f"  {'side':<30}" + "".join(f"{'r' + str(x):>10}" for x in rounds) + \
+            f"{'median':>10} {'unit':<6}{'ours/side':>10}{'TFLOP/s':>9}{'MFU':>7}{'MFU989':>8}{'GPU busy':>9}"
+        w(hdr)
+        ours_side = next((x for x in sides if x.startswith("mlperf-run")), sides[0])
+        by = {(r["side"], r["round"]): r for r in pr}
+        for s in sides:
+            vals = [by.get((s, x)) for x in rounds]
+            good = [v["value"] for v in vals if v and v.get("ok")]
+            med = statistics.median(good) if good else None
+            unit = next((v["unit"] for v in vals if v and v.get("unit")), "")
+            ratio = None
+            if s != ours_side:
+                rs = [by[(ours_side, x)]["value"] / by[(s, x)]["value"] for x in rounds
+                      if by.get((ours_side, x), {}).get("ok") and by.get((s, x), {}).get("ok")]
+                ratio = statistics.median(rs) if rs else None
+            fps = next((v.get("flops_per_sample") for v in vals if v and v.get("flops_per_sample")), None)
+            tfl = med * fps / 1e12 if (med and fps) else None
+            mfu = 100 * tfl / peak if (tfl and peak and on_gpu) else None
+            mfu989 = 100 * tfl / H100_SXM_BF16_DENSE_TFLOPS if (tfl and on_gpu) else None
+            busy = [v["gpu_busy_pct"] for v in vals if v and v.get("gpu_busy_pct") is not None]
+            busy = statistics.mean(busy) if busy else None
+            cells = "".join(f"{(fmt(v['value']) if v and v.get('ok') else ('failed' if v else '')):>10}" for v in vals)
+            w(f"  {s:<30}{cells}{fmt(med):>10} {unit:<6}{(fmt(ratio, 3) + 'x') if ratio else '-':>10}"
+              f"{fmt(tfl):>9}{(fmt(mfu) + '%') if mfu else '-':>7}{(fmt(mfu989) + '%') if mfu989 else '-':>8}"
+              f"{(fmt(busy, 0) + '%') if busy is not None else '-':>9}")
+            for v in vals:
+                if v and not v.get("ok"):
+                    w(f"      {s} round {v['round']} failed: {v.get('error', '?')}  (log: {v.get('log')})")
+                elif v and v.get("note"):
+                    w(f"      note: {v['note']}")
+            rows.append({"part": part, "side": s, "unit": unit, "median": med, "ours_over_side": ratio,
+                         "model_tflops": tfl, "mfu_pct_of_measured_matmul": mfu, "mfu_pct_of_989": mfu989,
+                         "gpu_busy_pct": busy, **{f"r{x}": (v["value"] if v and v.get("ok") else None)
+                                                  for x, v in zip(rounds, vals)}})
+        if part == "d":
+            run = next((r for r in pr if r["side"].startswith("mlperf-run bert") and r.get("ok")), None)
+            step = [r for r in pr if "step" in r["side"] and r.get("ok")]
+            shape = lambda r: (r.get("raw", {}).get("batch"), r.get("raw", {}).get("seq"))
+            c_ours = [r["value"] for r in recs if r["part"] == "c" and r["side"] == "mlperf-run" and r.get("ok")
+                      and step and shape(r) == shape(step[0])]
+            for ref, name in [(statistics.median(r["value"] for r in step) if step else None, "its LAMB step benchmark"),
+                              (statistics.median(c_ours) if c_ours else None, "c) ours (AdamW step benchmark)")]:
+                if run and ref:
+                    gap = 100 * (run["value"] / ref - 1)
+                    w(f"  run vs {name}: {run['value']:,.1f} / {ref:,.1f} seq/s = {gap:+.1f}% "
+                      f"({'within' if abs(gap) <= 5 else 'OUTSIDE'} the 5% target)")
+    ncu = [r for r in recs if r["part"] == "ncu"]
+    if ncu:
+        w("")
+        w(PARTS["ncu"])
+        for r in ncu:
+            if r.get("ok"):
+                raw = r["raw"]
+                w(f"  {r['side']:<30} {raw['kernels_per_step']:>8.1f} kernels/step {raw['kernel_ms_per_step']:>9.2f} "
+                  f"kernel ms/step")
+            else:
+                w(f"  {r['side']:<30} failed: {r.get('error')}")
+    w("")
+    w("ours/side: median over rounds of (ours / side) per round; > 1 means ours is faster. "
+      "MFU: model TFLOP/s / measured matmul TFLOP/s; MFU989: / 989 (H100 SXM dense bf16). "
+      "GPU busy: mean nvidia-smi utilization.gpu inside the timed windows.")
+    w("FLOPs: ResNet-50 3 x 4.11 GMAC x 2 per 224-px image; BERT 6 x N(encoder layers) x seq + "
+      "12 x layers x seq^2 x hidden per sequence.")
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(a.out, "table.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"matmul_tflops": peak, "gpu": gpu, "rows": rows, "records": recs}, f, indent=1)
+    keys = ["part", "side", "unit", "median", "ours_over_side", "model_tflops", "mfu_pct_of_measured_matmul",
+            "mfu_pct_of_989", "gpu_busy_pct"]
+    extra = sorted({k for r in rows for k in r if k not in keys})
+    with open(os.path.join(a.out, "results.csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=keys + extra)
+        wr.writeheader()
+        for r in rows:
+            wr.writerow(r)
+    bad = [r for r in recs if not r.get("ok")]
+    return 1 if bad else 0
+
+
+def ncu_parse(path):
+    """(kernels, summed kernel ms) of an `ncu --csv --metrics gpu__time_duration.sum` log."""
+    scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
+             "second": 1e3, "s": 1e3}
+    n, ms = 0, 0.0
+    with open(path, errors="replace") as f:
+        rows = [l for l in f if l.startswith('"')]
+    for r in csv.DictReader(rows):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        n += 1
+        ms += float(r["Metric Value"].replace(",", "")) * scale.get(r.get("Metric Unit", "nsecond"), 1e-6)
+    return n, ms
+
+
+def cmd_ncu(a):
+    """Per-step kernels from two ncu runs of the same program: `small` with S1 steps, `big` with
+    S2 steps (init and evals cancel out)."""
+    rec = {"part": "ncu", "side": a.side, "round": 1, "device": "cuda", "ok": False, "log": a.big}
+    try:
+        n1, t1 = ncu_parse(a.small)
+        n2, t2 = ncu_parse(a.big)
+        d = a.big_steps - a.small_steps
+        if n2 <= n1 or d <= 0:
+            raise ValueError(f"no kernels measured ({n1} and {n2} kernels)")
+        rec["raw"] = {"kernels_per_step": (n2 - n1) / d, "kernel_ms_per_step": (t2 - t1) / d,
+                      "kernels": [n1, n2], "steps": [a.small_steps, a.big_steps]}
+        rec["value"], rec["unit"], rec["ok"] = (t2 - t1) / d, "ms", True
+    except (OSError, ValueError, KeyError) as e:
+        rec["error"] = str(e)
+    print(json.dumps(rec))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("record")
+    p.add_argument("--part", required=True)
+    p.add_argument("--side", required=True)
+    p.add_argument("--round", type=int, default=1)
+    p.add_argument("--kind", choices=["json", "mllog-resnet", "mllog-bert"], default="json")
+    p.add_argument("--log", required=True)
+    p.add_argument("--mllog")
+    p.add_argument("--smi")
+    p.add_argument("--flops-spec")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--note")
+    p.add_argument("--error")
+    p.add_argument("--append", help="append the record to this file instead of printing it")
+    p = sub.add_parser("matmul")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--n", type=int, default=8192)
+    p.add_argument("--reps", type=int, default=7)
+    p = sub.add_parser("report")
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("ncu")
+    p.add_argument("--side", required=True)
+    p.add_argument("--small", required=True)
+    p.add_argument("--big", required=True)
+    p.add_argument("--small-steps", type=int, required=True)
+    p.add_argument("--big-steps", type=int, required=True)
+    a = ap.parse_args()
+    return {"record": cmd_record, "matmul": cmd_matmul, "report": cmd_report, "ncu": cmd_ncu}[a.cmd](a) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+#!/usr/bin/env bash
+# GPU benchmarks of mlperf-run on one GPU, each side by side with a PyTorch peer in the same
+# run: several rounds, alternating ours and the peers (one process on the GPU at a time), then
+# a table (rate per side per round, median ratio ours/peer, model TFLOP/s, MFU, GPU busy %).
+#
+#   a) ResNet-50 training step, batch 256, 224 px, bf16, channels-last, SGD, fixed batch:
+#      examples/resnet_bench_step vs scripts/bench/resnet_step.py (PyTorch eager, torch.compile)
+#   b) ResNet-50 end to end from JPEGs (100-class synthetic ImageFolder, 16,000 images):
+#      `mlperf-run resnet` (configs/resnet/bench_1gpu.toml, img/s of epochs 2-3 from its log)
+#      vs torchvision ImageFolder + DataLoader(cores - 1 workers) training
+#      (scripts/bench/torchvision_loader.py --train, the same steps)
+#   c) BERT-Large training step, batch 32 x 512, bf16: examples/bert_bench_step vs Hugging Face
+#      BertForPreTraining (scripts/bench/hf_bert_step.py) and the reference-equations PyTorch
+#      BERT (scripts/bench/bert_ref.py bench)
+#   d) a `mlperf-run bert` run (configs/bert/bench_1gpu.toml, seq/s of blocks 2-3 from its log)
+#      against the same step benchmark with LAMB (and against c); target: within 5%
+#   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
+#   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
+#
+# Usage: scripts/bench_gpu.sh [--rounds N] [--only a,b,c,d,ncu] [--ncu] [--out DIR]
+#                             [--data DIR] [--smoke]
+#   --rounds N   rounds of a), b), c) (default 3); d) runs once
+#   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part)
+#   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
+#   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, logs/, smi/
+#                (default: $OUT if set, else runs/bench-gpu)
+#   --data DIR   where the synthetic data sets are made, or reused when present
+#                (default: $BENCH_DATA or ${TMPDIR:-/tmp}/mlperf-run-bench-data)
+#   --smoke      every part on the CPU with tiny models and data, 1 round: proves the plumbing
+#
+# Works from the repository (binaries in target/release, after cargo build --release --bins
+# --examples) and from a bundle made by scripts/bundle.sh (binaries in bin/, libraries in lib/),
+# with no Rust toolchain and no mlperf-logging. Our binaries: $MLPERF_RUN_BIN (the mlperf-run
+# binary; the examples beside it or in examples/ beside it), else bin/ next to this script or
+# one level up, else target/release. Python: ${PYTHON:-python3} with torch, torchvision and
+# transformers (c's Hugging Face side is skipped without it). LD_LIBRARY_PATH is set for our binaries only: that python's
+# torch/lib, plus the bundle's lib/. Exit status: 0 when every measurement succeeded, 1 if any
+# failed (the table names them), 2 on a set-up error.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+PYTHON=${PYTHON:-python3}
+rounds=3
+only="a,b,c,d"
+smoke=0
+ncu_flag=0
+out="${OUT:-runs/bench-gpu}"
+data="${BENCH_DATA:-${TMPDIR:-/tmp}/mlperf-run-bench-data}"
+
+die() { echo "bench_gpu: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
+    --ncu) ncu_flag=1; shift ;;
+    --out) out="$2"; shift 2 ;;
+    --data) data="$2"; shift 2 ;;
+    --smoke) smoke=1; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+[ "$ncu_flag" = 1 ] && only="$only,ncu"
+case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
+want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
+[ "$smoke" = 1 ] && rounds=1
+
+# ---- our binaries and their libraries ----------------------------------------------------
+find_bin() {
+  local n="$1" d c
+  if [ -n "${MLPERF_RUN_BIN:-}" ]; then
+    d="$(dirname "$MLPERF_RUN_BIN")"
+    [ "$n" = mlperf-run ] && { echo "$MLPERF_RUN_BIN"; return 0; }
+    for c in "$d/$n" "$d/examples/$n"; do [ -x "$c" ] && { echo "$c"; return 0; }; done
+  fi
+  for c in "$here/bin/$n" "$root/bin/$n" "$root/target/release/$n" "$root/target/release/examples/$n"; do
+    [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+MR="$(find_bin mlperf-run)" || die "no mlperf-run binary (set MLPERF_RUN_BIN, use a bundle, or cargo build --release --bins --examples)"
+RSTEP="$(find_bin resnet_bench_step)" || die "no resnet_bench_step binary next to $MR"
+BSTEP="$(find_bin bert_bench_step)" || die "no bert_bench_step binary next to $MR"
+command -v "$PYTHON" >/dev/null || die "no $PYTHON (set PYTHON)"
+torchlib="$("$PYTHON" -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')" ||
+  die "$PYTHON cannot import torch"
+ours_ld="$torchlib"
+for l in "$here/lib" "$root/lib"; do [ -d "$l" ] && ours_ld="$l:$ours_ld"; done
+ours_ld="$ours_ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ours() { LD_LIBRARY_PATH="$ours_ld" "$@"; }
+if ! ours "$MR" --version >/dev/null 2>&1; then
+  echo "bench_gpu: $MR does not start with LD_LIBRARY_PATH=$ours_ld:" >&2
+  ours "$MR" --version >&2
+  LD_LIBRARY_PATH="$ours_ld" ldd "$MR" | grep -i "not found" >&2
+  exit 2
+fi
+
+# configs: from the repository or the bundle (same layout)
+cfg_dir="$root/configs"
+[ -d "$cfg_dir" ] || die "no configs/ next to $here"
+bench_py="$here/bench"
+
+# ---- where results go ----------------------------------------------------------------------
+mkdir -p "$out/logs" "$out/smi" || die "cannot create $out"
+out="$(cd "$out" && pwd)"
+: > "$out/results.jsonl"
+mkdir -p "$data" || die "cannot create $data"
+cores=$(nproc 2>/dev/null || echo 2)
+workers=$((cores > 1 ? cores - 1 : 1))
+
+if [ "$smoke" = 1 ]; then
+  dev=cpu
+else
+  dev=cuda
+  "$PYTHON" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
+    die "$PYTHON sees no CUDA device (use --smoke on a machine without a GPU)"
+fi
+have_smi=0
+[ "$dev" = cuda ] && command -v nvidia-smi >/dev/null && have_smi=1
+
+t_start=$(date +%s)
+{
+  echo "bench_gpu: $(date -u +%FT%TZ) on $(hostname), $cores cores, device $dev, rounds $rounds, parts $only"
+  echo "  mlperf-run: $MR ($(ours "$MR" --version 2>&1))"
+  echo "  python: $PYTHON ($("$PYTHON" -c 'import torch,torchvision;print("torch",torch.__version__,"torchvision",torchvision.__version__)' 2>&1))"
+  [ "$have_smi" = 1 ] && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader
+} | tee "$out/env.txt"
+
+# ---- running one side ------------------------------------------------------------------------
+smi_pid=""
+smi_start() {  # FILE: sample utilization.gpu every 200 ms until smi_stop
+  smi_pid=""
+  [ "$have_smi" = 1 ] || return 0
+  nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null &
+  smi_pid=$!
+}
+smi_stop() {
+  [ -n "$smi_pid" ] || return 0
+  kill "$smi_pid" 2>/dev/null
+  wait "$smi_pid" 2>/dev/null
+  smi_pid=""
+}
+trap 'smi_stop' EXIT
+
+# measure PART SIDE ROUND KIND FLOPS_SPEC -- COMMAND...: run COMMAND (output to logs/), sample
+# the GPU meanwhile, append a result record. KIND json: the command prints a JSON result line;
+# mllog-resnet / mllog-bert: the rate comes from the MLPerf log $mllog (set by the caller).
+measure() {
+  local part="$1" side="$2" round="$3" kind="$4" flops="$5"; shift 6
+  local tag; tag="$part-$(echo "$side" | tr -c 'A-Za-z0-9._\n-' '_')-r$round"
+  local log="$out/logs/$tag.log" smi="$out/smi/$tag.csv" rc t0 t1 err=()
+  echo "== $part round $round: $side" >&2
+  echo "\$ $*" >"$log"
+  t0=$(date +%s)
+  smi_start "$smi"
+  "$@" >>"$log" 2>&1
+  rc=$?
+  smi_stop
+  t1=$(date +%s)
+  echo "   exit $rc after $((t1 - t0)) s; log $log" >&2
+  # a mlperf-run training run that reaches its (unreachable) limit ends aborted with exit 1
+  if [ "$kind" = json ] && [ $rc -ne 0 ]; then
+    err=(--error "exit status $rc: $(grep -v '^{' "$log" | tail -n 3 | tr '\n' ' ' | cut -c1-300)")
+  elif [ $rc -gt 1 ]; then
+    err=(--error "exit status $rc: $(tail -n 3 "$log" | tr '\n' ' ' | cut -c1-300)")
+  fi
+  "$PYTHON" "$bench_py/gpu_report.py" record --part "$part" --side "$side" --round "$round" --kind "$kind" \
+    --log "$log" ${mllog:+--mllog "$mllog"} --smi "$smi" ${flops:+--flops-spec "$flops"} --device "$dev" \
+    ${note:+--note "$note"} "${err[@]}" --append "$out/results.jsonl"
+}
+mllog=""
+note=""
+
+# order of the sides in round r: rotated every round so drift hits every side alike
+rotate() {  # ROUND ITEMS...
+  local r="$1"; shift
+  local n=$# k=$(( (r - 1) % $# ))
+  local items=("$@")
+  local i
+  for ((i = 0; i < n; i++)); do echo "${items[$(( (i + k) % n ))]}"; done
+}
+
+# ---- sizes -------------------------------------------------------------------------------------
+if [ "$smoke" = 1 ]; then
+  R_COMMON=(--device cpu --batch 4 --size 32 --classes 10 --amp bf16 --channels-last --threads 1 --blocks 1,1,1,1)
+  R_OURS=("${R_COMMON[@]}" --width 8 --opt sgd --steps 2)
+  R_PEER=("${R_COMMON[@]}" --steps 2 --warmup 1)
+  R_FLOPS=""
+  B_SYNTH=(--classes 4 --per-class 24 --val-per-class 2 --min-size 48 --max-size 64)
+  B_CFG="$cfg_dir/resnet/bench_smoke_cpu.toml"
+  B_SET="$data/smoke-imagenet"
+  B_PEER=(--device cpu --size 32 --batch-size 16 --blocks 1,1,1,1 --amp bf16 --channels-last --workers 1)
+  B_BATCH=16
+  C_SHAPE=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 2 --seq 64 --preds 10)
+  C_REF_CFG='{"vocab_size":1000,"hidden_size":128,"num_layers":2,"num_heads":2,"intermediate_size":512}'
+  C_REF=(--batch 2 --seq 64 --predictions 10)
+  C_RUN=(--steps 2 --warmup 1 --threads 1 --device cpu --bf16)
+  C_REF_RUN=(--steps 2 --warmup 1 --threads 1 --device cpu --bf16 --sdpa)
+  C_FLOPS=""
+  D_SYNTH=(--seq-len 64 --train-samples 256 --eval-samples 64 --shards 2)
+  D_CFG="$cfg_dir/bert/bench_smoke_cpu.toml"
+  D_SET="$data/smoke-bert"
+  D_STEP=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 8 --seq 64 --preds 10)
+  MM=(--device cpu --n 256 --reps 3)
+else
+  R_COMMON=(--device cuda --batch 256 --size 224 --amp bf16 --channels-last --threads 0)
+  R_OURS=("${R_COMMON[@]}" --opt sgd --steps 30)
+  R_PEER=("${R_COMMON[@]}" --steps 30 --warmup 10)
+  R_FLOPS="resnet50:224"
+  B_SYNTH=(--classes 100 --per-class 160 --val-per-class 10 --min-size 300 --max-size 500)
+  B_CFG="$cfg_dir/resnet/bench_1gpu.toml"
+  B_SET="$data/synth-imagenet-100x160"
+  B_PEER=(--device cuda --size 224 --batch-size 256 --amp bf16 --channels-last --workers "$workers")
+  B_BATCH=256
+  C_SHAPE=(--layers 24 --hidden 1024 --heads 16 --inter 4096 --vocab 30528 --batch 32 --seq 512 --preds 76)
+  C_REF_CFG='{"vocab_size":30528,"hidden_size":1024,"num_layers":24,"num_heads":16,"intermediate_size":4096}'
+  C_REF=(--batch 32 --seq 512 --predictions 76)
+  C_RUN=(--steps 20 --warmup 5 --device cuda --bf16)
+  C_REF_RUN=(--steps 20 --warmup 5 --device cuda --bf16 --sdpa)
+  C_FLOPS="bert:24:1024:4096:512"
+  D_SYNTH=(--seq-len 512 --train-samples 9600 --eval-samples 256 --shards 4)
+  D_CFG="$cfg_dir/bert/bench_1gpu.toml"
+  D_SET="$data/synth-bert-512"
+  D_STEP=("${C_SHAPE[@]}")
+  MM=(--device cuda --n 8192 --reps 7)
+fi
+[ "$smoke" = 1 ] && C_FLOPS_SMOKE="bert:2:128:512:64" || C_FLOPS_SMOKE="$C_FLOPS"
+
+# ---- matmul peak (for MFU) -----------------------------------------------------------------------
+measure mm torch-matmul-bf16 1 json "" -- "$PYTHON" "$bench_py/gpu_report.py" matmul "${MM[@]}"
+
+# ---- a) ResNet-50 step -------------------------------------------------------------------------
+if want a; then
+  for r in $(seq "$rounds"); do
+    while read -r side; do
+      case "$side" in
+        mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" ;;
+        pytorch-eager) measure a pytorch-eager "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" "${R_PEER[@]}" ;;
+        pytorch-compile) measure a pytorch-compile "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" "${R_PEER[@]}" --compile ;;
+      esac
+    done < <(rotate "$r" mlperf-run pytorch-eager pytorch-compile)
+  done
+fi
+
+# ---- b) ResNet-50 end to end ---------------------------------------------------------------------
+if want b; then
+  if [ ! -f "$B_SET/synth-imagenet.json" ]; then
+    echo "== b: writing the synthetic ImageFolder $B_SET (${B_SYNTH[*]})" >&2
+    t0=$(date +%s)
+    ours "$MR" data synth-imagenet --out "$B_SET" "${B_SYNTH[@]}" --seed 7 --force >"$out/logs/b-synth-imagenet.log" 2>&1 ||
+      die "synth-imagenet failed: $(tail -n 3 "$out/logs/b-synth-imagenet.log")"
+    echo "   $(tail -n 1 "$out/logs/b-synth-imagenet.log") ($(( $(date +%s) - t0 )) s)" >&2
+  else
+    echo "== b: reusing $B_SET" >&2
+  fi
+  n_train=$(find "$B_SET/train" -type f | wc -l)
+  spe=$((n_train / B_BATCH))  # steps per epoch, as ours counts them (whole batches)
+  # this machine's decode workers: cores - 1
+  b_cfg="$out/logs/$(basename "$B_CFG")"
+  sed -E "s/^workers = .*/workers = $workers/" "$B_CFG" >"$b_cfg"
+  for r in $(seq "$rounds"); do
+    while read -r side; do
+      case "$side" in
+        mlperf-run)
+          mllog="$out/logs/b-mlperf-run-r$r.mllog"; rm -f "$mllog"
+          measure b "mlperf-run resnet" "$r" mllog-resnet "$R_FLOPS" -- ours "$MR" resnet --division open \
+            --config "$b_cfg" --data "$B_SET" --device "$dev" --seed "$r" --log "$mllog"
+          mllog="" ;;
+        torchvision)
+          measure b "torchvision DataLoader" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/torchvision_loader.py" \
+            --train --dir "$B_SET" --scale-min 0.05 "${B_PEER[@]}" --warmup-steps "$spe" --steps $((2 * spe)) ;;
+      esac
+    done < <(rotate "$r" mlperf-run torchvision)
+  done
+fi
+
+# ---- c) BERT step --------------------------------------------------------------------------------
+has_hf=1
+"$PYTHON" -c 'import transformers' 2>/dev/null || has_hf=0
+if want c; then
+  for r in $(seq "$rounds"); do
+    while read -r side; do
+      case "$side" in
+        mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
+        hf)
+          if [ "$has_hf" = 1 ]; then
+            measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \
+              "${C_SHAPE[@]}" "${C_RUN[@]}"
+          else
+            echo "== c: skipping hf-transformers: $PYTHON cannot import transformers" >&2
+          fi ;;
+        ref) measure c "pytorch-eager bert_ref.py" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/bert_ref.py" bench \
+               --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
+      esac
+    done < <(rotate "$r" mlperf-run hf ref)
+  done
+fi
+
+# ---- d) mlperf-run bert vs its step benchmark ----------------------------------------------------
+if want d; then
+  if [ ! -f "$D_SET/train/.done" ] || [ ! -d "$D_SET/eval" ]; then
+    echo "== d: writing BERT shards $D_SET (${D_SYNTH[*]})" >&2
+    text=()
+    if ! compgen -G "/usr/lib/python3*/LICENSE.txt" >/dev/null; then
+      for t in "$root/data/corpus.txt" "$here/../data/corpus.txt"; do [ -f "$t" ] && { text=(--source "$t"); break; }; done
+      [ ${#text[@]} = 0 ] && die "synth-bert needs English text: no /usr/lib/python3*/LICENSE.txt and no data/corpus.txt (scripts/bundle.sh ships one)"
+    fi
+    rm -rf "$D_SET"
+    ours "$MR" data synth-bert --out "$D_SET" "${D_SYNTH[@]}" "${text[@]}" >"$out/logs/d-synth-bert.log" 2>&1 ||
+      die "synth-bert failed: $(tail -n 3 "$out/logs/d-synth-bert.log")"
+    touch "$D_SET/train/.done"
+  fi
+  mllog="$out/logs/d-mlperf-run-bert.mllog"; rm -f "$mllog"
+  measure d "mlperf-run bert (run)" 1 mllog-bert "$C_FLOPS_SMOKE" -- ours "$MR" bert --division open --config "$D_CFG" \
+    --data "$D_SET" --device "$dev" --seed 1 --log "$mllog"
+  mllog=""
+  measure d "bert_bench_step --lamb (step)" 1 json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${D_STEP[@]}" "${C_RUN[@]}" --lamb
+fi
+
+# ---- ncu: kernels per step ----------------------------------------------------------------------
+if want ncu; then
+  if [ "$dev" != cuda ] || ! command -v ncu >/dev/null; then
+    echo "== ncu: skipped (needs CUDA and ncu on PATH)" >&2
+    echo '{"part": "ncu", "side": "ncu", "round": 1, "ok": false, "error": "skipped: needs CUDA and ncu on PATH"}' >>"$out/results.jsonl"
+  else
+    # two runs per side, S1 and S2 training steps; (S2 - S1) steps' kernels per step
+    nc=(ncu --metrics gpu__time_duration.sum --csv --target-processes all)
+    ncu_side() {  # SIDE S1 S2 CMD-FOR-S1 -- CMD-FOR-S2
+      local side="$1" s1="$2" s2="$3"; shift 3
+      local a=() b=() seen=0 x
+      for x in "$@"; do
+        if [ "$x" = "--" ] && [ $seen = 0 ]; then seen=1; continue; fi
+        if [ $seen = 0 ]; then a+=("$x"); else b+=("$x"); fi
+      done
+      local tag; tag="ncu-$(echo "$side" | tr -c 'A-Za-z0-9._\n-' '_')"
+      echo "== ncu: $side ($s1 and $s2 steps)" >&2
+      "${nc[@]}" --log-file "$out/logs/$tag-s$s1.csv" "${a[@]}" >"$out/logs/$tag-s$s1.log" 2>&1
+      "${nc[@]}" --log-file "$out/logs/$tag-s$s2.csv" "${b[@]}" >"$out/logs/$tag-s$s2.log" 2>&1
+      "$PYTHON" "$bench_py/gpu_report.py" ncu --side "$side" --small "$out/logs/$tag-s$s1.csv" \
+        --big "$out/logs/$tag-s$s2.csv" --small-steps "$s1" --big-steps "$s2" | tee -a "$out/results.jsonl" >&2
+    }
+    # ours: 2 epochs of K steps = 2K training steps (plus init and 2 evals, which cancel out)
+    ncu_side mlperf-run 2 6 env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_COMMON[@]}" --opt sgd --steps 1 -- \
+      env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_COMMON[@]}" --opt sgd --steps 3
+    ncu_side pytorch-eager 2 6 "$PYTHON" "$bench_py/resnet_step.py" "${R_COMMON[@]}" --warmup 1 --steps 1 -- \
+      "$PYTHON" "$bench_py/resnet_step.py" "${R_COMMON[@]}" --warmup 1 --steps 5
+  fi
+fi
+
+echo "== done in $(( $(date +%s) - t_start )) s" >&2
+echo
+"$PYTHON" "$bench_py/gpu_report.py" report --out "$out"
