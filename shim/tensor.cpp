@@ -94,3 +94,42 @@ int mr_grad_set_none(const at::Tensor* t, char** err) {
 }
 
 }  // extern "C"
+
+// ---- host-read counter (tests) ---------------------------------------------------------------
+// Counts the ops that read a tensor's value back to the host (item(), double_value(),
+// int64_value(), bool conversions, equal): each is a device-to-host sync on a GPU. A global
+// RecordFunction callback, installed once; mr_host_reads returns the count so far.
+#include <ATen/record_function.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace {
+std::atomic<long long> g_host_reads{0};
+std::atomic<bool> g_counter_installed{false};
+
+bool is_host_read(const char* name) {
+  return std::strcmp(name, "aten::_local_scalar_dense") == 0 ||
+         std::strcmp(name, "aten::is_nonzero") == 0 || std::strcmp(name, "aten::equal") == 0;
+}
+}  // namespace
+
+extern "C" {
+
+int mr_host_read_counter_install(char** err) {
+  return mr::catching(err, "tensor shim", [&] {
+    bool expected = false;
+    if (!g_counter_installed.compare_exchange_strong(expected, true)) return;
+    at::addGlobalCallback(at::RecordFunctionCallback(
+                              [](const at::RecordFunction& fn)
+                                  -> std::unique_ptr<at::ObserverContext> {
+                                if (is_host_read(fn.name())) g_host_reads.fetch_add(1);
+                                return nullptr;
+                              })
+                              .scopes({at::RecordScope::FUNCTION}));
+  });
+}
+
+long long mr_host_reads() { return g_host_reads.load(); }
+
+}  // extern "C"

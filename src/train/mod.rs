@@ -13,6 +13,8 @@ pub mod engine;
 #[cfg(feature = "torch")]
 pub mod handoff;
 #[cfg(feature = "torch")]
+pub mod host_reads;
+#[cfg(feature = "torch")]
 pub mod resnet;
 pub mod set;
 
