@@ -298,6 +298,8 @@ struct State {
     train_samples: u64,
     eval_batches: Vec<BertBatch>,
     micro_batches: u64,
+    /// Samples per optimizer step on this process (all micro-batches).
+    per_process_batch: u64,
     step: i64,
     seq_len: i64,
     /// `methods.bf16`: forward passes in a bf16 autocast region.
@@ -453,6 +455,7 @@ impl Workload for BertWorkload {
             batches: prefetch(loader, ctx.device)?,
             eval_batches,
             micro_batches: t.gradient_accumulation_steps,
+            per_process_batch: t.global_batch_size / world,
             step: 0,
             seq_len,
             autocast: amp::bf16_switch(cfg.methods.bf16, ctx.device, "methods.bf16"),
@@ -552,6 +555,10 @@ impl Workload for BertWorkload {
             .as_ref()
             .map(|s| s.all_vars.iter().map(|t| t.shallow_clone()).collect())
             .unwrap_or_default()
+    }
+
+    fn per_process_batch(&self) -> Option<u64> {
+        self.state.as_ref().map(|s| s.per_process_batch)
     }
 
     fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {

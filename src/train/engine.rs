@@ -99,6 +99,11 @@ pub trait Workload {
     fn state_tensors(&self) -> Vec<tch::Tensor> {
         Vec::new()
     }
+    /// The batch one process trains on per optimizer step (all its micro-batches), for
+    /// messages such as the out-of-memory advice.
+    fn per_process_batch(&self) -> Option<u64> {
+        None
+    }
     /// The trainable parameters by name (for `RunOptions::dump_params`).
     fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {
         Vec::new()
@@ -131,6 +136,9 @@ pub struct RunOptions {
     /// every this many steps and at the end of each block; the divergence check and the
     /// ranks' stop agreement happen at those reads. Default 8.
     pub loss_check_steps: u64,
+    /// Make a libtorch op fail inside training step N (1-based): a check that errors inside a
+    /// step end the run as aborted (tests; `MLPERF_RUN_INJECT_FAULT=step:N` on the CLI).
+    pub inject_fault_at_step: Option<u64>,
     pub grad_sync: Box<dyn GradSync>,
     /// Extra sink for the log (e.g. echo to stdout); tests use memory sinks.
     pub extra_sinks: Vec<Sink>,
@@ -154,6 +162,7 @@ impl RunOptions {
             time_limit: None,
             divergence_loss: 1e4,
             loss_check_steps: 8,
+            inject_fault_at_step: None,
             grad_sync: Box::new(NoSync),
             extra_sinks: Vec::new(),
             distributed_from_env: true,
@@ -279,15 +288,20 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         log_path: opts.log_path.clone(),
     };
     let mut run_start: Option<Instant> = None;
-    let result = run_inner(
-        w,
-        &mut opts,
-        rendezvous,
-        &mut log,
-        seed,
-        &mut out,
-        &mut run_start,
-    );
+    // a libtorch error inside tch's panicking API (CUDA out of memory, a bad device) becomes an
+    // error like any other: the run ends aborted with the cause, the set goes on
+    let result = super::step_errors::catching(|| {
+        run_inner(
+            w,
+            &mut opts,
+            rendezvous,
+            &mut log,
+            seed,
+            &mut out,
+            &mut run_start,
+        )
+    })
+    .map_err(|e| super::step_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size()));
     out.run_seconds = run_start.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
     let stop_meta = match &result {
         Ok(()) => match &out.status {
@@ -400,6 +414,7 @@ fn run_inner(
     log.event(keys::SUBMISSION_PLATFORM, s.platform.as_str())?;
     if let Some(rdv) = &rendezvous {
         if opts.device.is_cuda() {
+            super::step_errors::check_local_gpu(rdv.local_rank, tch::Cuda::device_count())?;
             opts.device = tch::Device::Cuda(rdv.local_rank);
         }
         opts.grad_sync = join_group(rdv, opts.device)?;
@@ -453,6 +468,10 @@ fn run_inner(
             out.step_seconds += dt;
             out.step_times.push(dt);
             out.steps += 1;
+            if opts.inject_fault_at_step == Some(out.steps) {
+                // a real libtorch error through tch's panicking API
+                let _ = tch::Tensor::zeros([2], (tch::Kind::Float, opts.device)).view([3]);
+            }
             pending.push(loss);
             let last = i + 1 == steps;
             if !last && (pending.len() as u64) < opts.loss_check_steps.max(1) {

@@ -17,6 +17,8 @@ pub mod host_reads;
 #[cfg(feature = "torch")]
 pub mod resnet;
 pub mod set;
+#[cfg(feature = "torch")]
+pub mod step_errors;
 
 use config::Division;
 use std::path::PathBuf;
@@ -98,6 +100,9 @@ fn run_options(
         sys.time_limit_minutes * 60.0,
     ));
     opts.loss_check_steps = sys.loss_check_steps.max(1);
+    opts.inject_fault_at_step = std::env::var("MLPERF_RUN_INJECT_FAULT")
+        .ok()
+        .and_then(|v| v.strip_prefix("step:").and_then(|n| n.parse().ok()));
     opts
 }
 

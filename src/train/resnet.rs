@@ -464,6 +464,13 @@ impl Workload for ResnetWorkload {
         named.into_iter().map(|(_, t)| t).collect()
     }
 
+    fn per_process_batch(&self) -> Option<u64> {
+        self.state.as_ref().map(|s| {
+            (s.local_batch * s.train_shards.len()) as u64
+                * self.cfg.train.gradient_accumulation_steps
+        })
+    }
+
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         self.state
             .as_ref()
