@@ -66,6 +66,9 @@ fn workload(cfg: &ResnetRunConfig) -> ResnetWorkload {
     ResnetWorkload::new(cfg.clone(), Division::Closed, Box::new(data))
 }
 
+/// The counter is process-wide: the tests of this file count one at a time.
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// (outcome, host reads counted during the run)
 fn counted(
     w: &mut dyn Workload,
@@ -81,6 +84,7 @@ fn counted(
     );
     opts.loss_check_steps = check_every;
     opts.distributed_from_env = false;
+    let _one_at_a_time = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     host_reads::install().unwrap();
     let before = host_reads::count();
     let out = engine::run_once(w, opts).unwrap();
