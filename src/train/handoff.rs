@@ -9,6 +9,8 @@
 //! and nothing in the hand-off synchronises the host with the device.
 //!
 //! On the CPU the same thread and channel run, and each batch becomes plain tensors as before.
+//! A libtorch error while converting (tch panics on those) reaches the consumer as an error
+//! ([`super::step_errors::catching`]).
 
 use crate::cuda::{self, Event, Stream};
 use anyhow::{Context, Result};
@@ -134,7 +136,7 @@ impl<T: DeviceTensors + Send + 'static> Prefetcher<T> {
                 };
                 for item in items {
                     let staged = item.and_then(|h| {
-                        let value = guard_panics(|| convert(h, &transfer))?;
+                        let value = super::step_errors::catching(|| convert(h, &transfer))?;
                         let ready = match &transfer.stream {
                             Some(s) => {
                                 let mut ev = Event::new()?;
@@ -188,21 +190,6 @@ impl<T> Drop for Prefetcher<T> {
         self.rx.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-    }
-}
-
-/// A panic in the conversion (a tch op failing) becomes an error on the consumer's side.
-fn guard_panics<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(anyhow::anyhow!("batch hand-off failed: {msg}"))
         }
     }
 }
@@ -270,7 +257,7 @@ mod tests {
         })
         .unwrap();
         let e = p.next_batch().unwrap().unwrap_err().to_string();
-        assert!(e.contains("batch hand-off failed"), "{e}");
+        assert!(e.contains("libtorch error: shape '[3]' is invalid"), "{e}");
     }
 
     #[test]
