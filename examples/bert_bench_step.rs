@@ -11,9 +11,9 @@
 //! Timed window: --warmup steps, a device sync, --steps steps, one device sync at the end (never
 //! per step); the loss is read only after that. --bf16: bf16 autocast around forward + loss, as
 //! `mlperf-run bert` does with methods.bf16. --lamb: LAMB (layer-wise trust ratio) instead of
-//! AdamW, as `mlperf-run bert` trains with optimizer.name = "lamb". Prints one JSON line: seq_per_s, step_ms,
-//! window_unix, and on the CPU (where host time is compute time) the median step and phase
-//! times (median_step_s, forward_s, backward_s, optimizer_s).
+//! AdamW, as `mlperf-run bert` trains with optimizer.name = "lamb". Prints one JSON line:
+//! seq_per_s, step_ms, window_unix, and on the CPU (where host time is compute time) the median
+//! step and phase times (median_step_s, forward_s, backward_s, optimizer_s).
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};

@@ -6,13 +6,13 @@
 #   a) ResNet-50 training step, batch 256, 224 px, bf16, channels-last, SGD, fixed batch:
 #      examples/resnet_bench_step vs scripts/bench/resnet_step.py (PyTorch eager, torch.compile)
 #   b) ResNet-50 end to end from JPEGs (100-class synthetic ImageFolder, 16,000 images):
-#      `mlperf-run resnet` (configs/resnet/bench_1gpu.toml, img/s of epochs 2-3 from its log)
+#      `mlperf-run resnet` (configs/resnet/bench_1gpu.toml, img/s of epoch 2 from its log)
 #      vs torchvision ImageFolder + DataLoader(cores - 1 workers) training
 #      (scripts/bench/torchvision_loader.py --train, the same steps)
 #   c) BERT-Large training step, batch 32 x 512, bf16: examples/bert_bench_step vs Hugging Face
 #      BertForPreTraining (scripts/bench/hf_bert_step.py) and the reference-equations PyTorch
 #      BERT (scripts/bench/bert_ref.py bench)
-#   d) a `mlperf-run bert` run (configs/bert/bench_1gpu.toml, seq/s of blocks 2-3 from its log)
+#   d) a `mlperf-run bert` run (configs/bert/bench_1gpu.toml, seq/s of block 2 from its log)
 #      against the same step benchmark with LAMB (and against c); target: within 5%
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
@@ -22,8 +22,9 @@
 #   --rounds N   rounds of a), b), c) (default 3); d) runs once
 #   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
-#   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, logs/, smi/
-#                (default: $OUT if set, else runs/bench-gpu)
+#   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
+#                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
+#                the raw logs come packed as logs.tar.gz, updated after every part)
 #   --data DIR   where the synthetic data sets are made, or reused when present
 #                (default: $BENCH_DATA or ${TMPDIR:-/tmp}/mlperf-run-bench-data)
 #   --smoke      every part on the CPU with tiny models and data, 1 round: proves the plumbing
@@ -102,9 +103,22 @@ cfg_dir="$root/configs"
 bench_py="$here/bench"
 
 # ---- where results go ----------------------------------------------------------------------
-mkdir -p "$out/logs" "$out/smi" || die "cannot create $out"
+mkdir -p "$out" || die "cannot create $out"
 out="$(cd "$out" && pwd)"
+# raw logs and GPU samples: in DIR/logs and DIR/smi; when DIR is the device tool's $OUT (which
+# brings back only a few files) in a scratch folder, packed into DIR/logs.tar.gz after each part
+raw="$out"
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$(cd "$OUT" && pwd)" = "$out" ]; then
+  raw="$(mktemp -d "${TMPDIR:-/tmp}/bench-gpu-raw.XXXXXX")"
+fi
+mkdir -p "$raw/logs" "$raw/smi" || die "cannot create $raw"
 : > "$out/results.jsonl"
+# after each part: the table so far (table.txt, results.json/csv) and the packed raw logs
+checkpoint() {
+  "$PYTHON" "$bench_py/gpu_report.py" report --out "$out" >/dev/null 2>&1
+  if [ "$raw" != "$out" ]; then tar -czf "$out/logs.tar.gz" -C "$raw" logs smi 2>/dev/null; fi
+  return 0
+}
 mkdir -p "$data" || die "cannot create $data"
 cores=$(nproc 2>/dev/null || echo 2)
 workers=$((cores > 1 ? cores - 1 : 1))
@@ -141,15 +155,17 @@ smi_stop() {
   wait "$smi_pid" 2>/dev/null
   smi_pid=""
 }
-trap 'smi_stop' EXIT
+trap 'smi_stop; [ "$raw" != "$out" ] && rm -rf "$raw"' EXIT
 
 # measure PART SIDE ROUND KIND FLOPS_SPEC -- COMMAND...: run COMMAND (output to logs/), sample
-# the GPU meanwhile, append a result record. KIND json: the command prints a JSON result line;
-# mllog-resnet / mllog-bert: the rate comes from the MLPerf log $mllog (set by the caller).
+# the GPU meanwhile, append a result record. KIND json: the command prints a JSON result line
+# (with $split = "SIDE2:KEY=VALUE ...", one record per SIDE2 from the JSON line whose KEY is
+# VALUE: one process measuring several sides); mllog-resnet / mllog-bert: the rate comes from
+# the MLPerf log $mllog (set by the caller).
 measure() {
   local part="$1" side="$2" round="$3" kind="$4" flops="$5"; shift 6
   local tag; tag="$part-$(echo "$side" | tr -c 'A-Za-z0-9._\n-' '_')-r$round"
-  local log="$out/logs/$tag.log" smi="$out/smi/$tag.csv" rc t0 t1 err=()
+  local log="$raw/logs/$tag.log" smi="$raw/smi/$tag.csv" rc t0 t1 err=() one
   echo "== $part round $round: $side" >&2
   echo "\$ $*" >"$log"
   t0=$(date +%s)
@@ -159,18 +175,27 @@ measure() {
   smi_stop
   t1=$(date +%s)
   echo "   exit $rc after $((t1 - t0)) s; log $log" >&2
-  # a mlperf-run training run that reaches its (unreachable) limit ends aborted with exit 1
+  # json: a side whose result line is missing failed (the tail of the log says why); a
+  # mlperf-run training run that reaches its (unreachable) limit ends aborted with exit 1
   if [ "$kind" = json ] && [ $rc -ne 0 ]; then
-    err=(--error "exit status $rc: $(grep -v '^{' "$log" | tail -n 3 | tr '\n' ' ' | cut -c1-300)")
-  elif [ $rc -gt 1 ]; then
+    note="exit status $rc: $(grep -v '^{' "$log" | tail -n 3 | tr '\n' ' ' | cut -c1-300)"
+  elif [ "$kind" != json ] && [ $rc -gt 1 ]; then
     err=(--error "exit status $rc: $(tail -n 3 "$log" | tr '\n' ' ' | cut -c1-300)")
   fi
-  "$PYTHON" "$bench_py/gpu_report.py" record --part "$part" --side "$side" --round "$round" --kind "$kind" \
-    --log "$log" ${mllog:+--mllog "$mllog"} --smi "$smi" ${flops:+--flops-spec "$flops"} --device "$dev" \
-    ${note:+--note "$note"} "${err[@]}" --append "$out/results.jsonl"
+  local entries=() match=()
+  if [ -n "${split:-}" ]; then read -ra entries <<<"$split"; else entries=("$side:"); fi
+  for one in "${entries[@]}"; do
+    match=()
+    [ -n "${one#*:}" ] && match=(--match "${one#*:}")
+    "$PYTHON" "$bench_py/gpu_report.py" record --part "$part" --side "${one%%:*}" --round "$round" \
+      --kind "$kind" --log "$log" ${mllog:+--mllog "$mllog"} --smi "$smi" ${flops:+--flops-spec "$flops"} \
+      --device "$dev" "${match[@]}" ${note:+--note "$note"} "${err[@]}" --append "$out/results.jsonl"
+  done
+  note=""
 }
 mllog=""
 note=""
+split=""
 
 # order of the sides in round r: rotated every round so drift hits every side alike
 rotate() {  # ROUND ITEMS...
@@ -219,7 +244,7 @@ else
   C_RUN=(--steps 20 --warmup 5 --device cuda --bf16)
   C_REF_RUN=(--steps 20 --warmup 5 --device cuda --bf16 --sdpa)
   C_FLOPS="bert:24:1024:4096:512"
-  D_SYNTH=(--seq-len 512 --train-samples 9600 --eval-samples 256 --shards 4)
+  D_SYNTH=(--seq-len 512 --train-samples 6400 --eval-samples 256 --shards 4)
   D_CFG="$cfg_dir/bert/bench_1gpu.toml"
   D_SET="$data/synth-bert-512"
   D_STEP=("${C_SHAPE[@]}")
@@ -236,11 +261,14 @@ if want a; then
     while read -r side; do
       case "$side" in
         mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" ;;
-        pytorch-eager) measure a pytorch-eager "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" "${R_PEER[@]}" ;;
-        pytorch-compile) measure a pytorch-compile "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" "${R_PEER[@]}" --compile ;;
+        pytorch)  # eager, then compiled, in one process (one interpreter start-up)
+          split="pytorch-eager:impl=pytorch-eager pytorch-compile:impl=pytorch-compile" \
+            measure a "pytorch eager+compile" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
+            "${R_PEER[@]}" --mode both ;;
       esac
-    done < <(rotate "$r" mlperf-run pytorch-eager pytorch-compile)
+    done < <(rotate "$r" mlperf-run pytorch)
   done
+  checkpoint
 fi
 
 # ---- b) ResNet-50 end to end ---------------------------------------------------------------------
@@ -248,31 +276,32 @@ if want b; then
   if [ ! -f "$B_SET/synth-imagenet.json" ]; then
     echo "== b: writing the synthetic ImageFolder $B_SET (${B_SYNTH[*]})" >&2
     t0=$(date +%s)
-    ours "$MR" data synth-imagenet --out "$B_SET" "${B_SYNTH[@]}" --seed 7 --force >"$out/logs/b-synth-imagenet.log" 2>&1 ||
-      die "synth-imagenet failed: $(tail -n 3 "$out/logs/b-synth-imagenet.log")"
-    echo "   $(tail -n 1 "$out/logs/b-synth-imagenet.log") ($(( $(date +%s) - t0 )) s)" >&2
+    ours "$MR" data synth-imagenet --out "$B_SET" "${B_SYNTH[@]}" --seed 7 --force >"$raw/logs/b-synth-imagenet.log" 2>&1 ||
+      die "synth-imagenet failed: $(tail -n 3 "$raw/logs/b-synth-imagenet.log")"
+    echo "   $(tail -n 1 "$raw/logs/b-synth-imagenet.log") ($(( $(date +%s) - t0 )) s)" >&2
   else
     echo "== b: reusing $B_SET" >&2
   fi
   n_train=$(find "$B_SET/train" -type f | wc -l)
   spe=$((n_train / B_BATCH))  # steps per epoch, as ours counts them (whole batches)
   # this machine's decode workers: cores - 1
-  b_cfg="$out/logs/$(basename "$B_CFG")"
+  b_cfg="$raw/logs/$(basename "$B_CFG")"
   sed -E "s/^workers = .*/workers = $workers/" "$B_CFG" >"$b_cfg"
   for r in $(seq "$rounds"); do
     while read -r side; do
       case "$side" in
         mlperf-run)
-          mllog="$out/logs/b-mlperf-run-r$r.mllog"; rm -f "$mllog"
+          mllog="$raw/logs/b-mlperf-run-r$r.mllog"; rm -f "$mllog"
           measure b "mlperf-run resnet" "$r" mllog-resnet "$R_FLOPS" -- ours "$MR" resnet --division open \
             --config "$b_cfg" --data "$B_SET" --device "$dev" --seed "$r" --log "$mllog"
           mllog="" ;;
         torchvision)
           measure b "torchvision DataLoader" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/torchvision_loader.py" \
-            --train --dir "$B_SET" --scale-min 0.05 "${B_PEER[@]}" --warmup-steps "$spe" --steps $((2 * spe)) ;;
+            --train --dir "$B_SET" --scale-min 0.05 "${B_PEER[@]}" --warmup-steps $((spe < 20 ? spe : 20)) --steps "$spe" ;;
       esac
     done < <(rotate "$r" mlperf-run torchvision)
   done
+  checkpoint
 fi
 
 # ---- c) BERT step --------------------------------------------------------------------------------
@@ -295,6 +324,7 @@ if want c; then
       esac
     done < <(rotate "$r" mlperf-run hf ref)
   done
+  checkpoint
 fi
 
 # ---- d) mlperf-run bert vs its step benchmark ----------------------------------------------------
@@ -307,15 +337,16 @@ if want d; then
       [ ${#text[@]} = 0 ] && die "synth-bert needs English text: no /usr/lib/python3*/LICENSE.txt and no data/corpus.txt (scripts/bundle.sh ships one)"
     fi
     rm -rf "$D_SET"
-    ours "$MR" data synth-bert --out "$D_SET" "${D_SYNTH[@]}" "${text[@]}" >"$out/logs/d-synth-bert.log" 2>&1 ||
-      die "synth-bert failed: $(tail -n 3 "$out/logs/d-synth-bert.log")"
+    ours "$MR" data synth-bert --out "$D_SET" "${D_SYNTH[@]}" "${text[@]}" >"$raw/logs/d-synth-bert.log" 2>&1 ||
+      die "synth-bert failed: $(tail -n 3 "$raw/logs/d-synth-bert.log")"
     touch "$D_SET/train/.done"
   fi
-  mllog="$out/logs/d-mlperf-run-bert.mllog"; rm -f "$mllog"
+  mllog="$raw/logs/d-mlperf-run-bert.mllog"; rm -f "$mllog"
   measure d "mlperf-run bert (run)" 1 mllog-bert "$C_FLOPS_SMOKE" -- ours "$MR" bert --division open --config "$D_CFG" \
     --data "$D_SET" --device "$dev" --seed 1 --log "$mllog"
   mllog=""
   measure d "bert_bench_step --lamb (step)" 1 json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${D_STEP[@]}" "${C_RUN[@]}" --lamb
+  checkpoint
 fi
 
 # ---- ncu: kernels per step ----------------------------------------------------------------------
@@ -335,10 +366,10 @@ if want ncu; then
       done
       local tag; tag="ncu-$(echo "$side" | tr -c 'A-Za-z0-9._\n-' '_')"
       echo "== ncu: $side ($s1 and $s2 steps)" >&2
-      "${nc[@]}" --log-file "$out/logs/$tag-s$s1.csv" "${a[@]}" >"$out/logs/$tag-s$s1.log" 2>&1
-      "${nc[@]}" --log-file "$out/logs/$tag-s$s2.csv" "${b[@]}" >"$out/logs/$tag-s$s2.log" 2>&1
-      "$PYTHON" "$bench_py/gpu_report.py" ncu --side "$side" --small "$out/logs/$tag-s$s1.csv" \
-        --big "$out/logs/$tag-s$s2.csv" --small-steps "$s1" --big-steps "$s2" | tee -a "$out/results.jsonl" >&2
+      "${nc[@]}" --log-file "$raw/logs/$tag-s$s1.csv" "${a[@]}" >"$raw/logs/$tag-s$s1.log" 2>&1
+      "${nc[@]}" --log-file "$raw/logs/$tag-s$s2.csv" "${b[@]}" >"$raw/logs/$tag-s$s2.log" 2>&1
+      "$PYTHON" "$bench_py/gpu_report.py" ncu --side "$side" --small "$raw/logs/$tag-s$s1.csv" \
+        --big "$raw/logs/$tag-s$s2.csv" --small-steps "$s1" --big-steps "$s2" | tee -a "$out/results.jsonl" >&2
     }
     # ours: 2 epochs of K steps = 2K training steps (plus init and 2 evals, which cancel out)
     ncu_side mlperf-run 2 6 env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_COMMON[@]}" --opt sgd --steps 1 -- \
@@ -349,5 +380,6 @@ if want ncu; then
 fi
 
 echo "== done in $(( $(date +%s) - t_start )) s" >&2
+checkpoint
 echo
 "$PYTHON" "$bench_py/gpu_report.py" report --out "$out"

@@ -14,9 +14,10 @@ source "$root/scripts/setup.sh"
 cd "$root"
 THREADS=${1:-1}; STEPS=${2:-20}; ROUNDS=${3:-4}
 cargo build --release --quiet --example resnet_bench_step
-common=(--batch 8 --size 112 --steps "$STEPS" --warmup 3 --threads "$THREADS")
+common=(--batch 8 --size 112 --steps "$STEPS" --threads "$THREADS")
+# ours: epoch 1 (STEPS steps) is its warm-up, epoch 2 is timed; the peer: 3 warm-up steps
 ours() { OMP_NUM_THREADS=$THREADS "$@" ./target/release/examples/resnet_bench_step "${common[@]}"; }
-peer() { OMP_NUM_THREADS=$THREADS "$@" python scripts/bench/resnet_step.py "${common[@]}"; }
+peer() { OMP_NUM_THREADS=$THREADS "$@" python scripts/bench/resnet_step.py "${common[@]}" --warmup 3; }
 paired=0
 if command -v taskset >/dev/null && [ "$(nproc)" -ge $((2 * THREADS)) ]; then paired=1; fi
 out=$(mktemp); o=$(mktemp); p=$(mktemp)

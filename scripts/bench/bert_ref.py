@@ -282,7 +282,8 @@ def cmd_bench(a):
         raise SystemExit("--device cuda: torch.cuda.is_available() is False")
     torch.manual_seed(0)
     c = cfg_from(a.config)
-    m = BertForPreTraining(c, sdpa=a.sdpa).to(device)
+    with torch.device(device):  # initialise on the device (BERT-Large on the CPU takes seconds)
+        m = BertForPreTraining(c, sdpa=a.sdpa)
     m.train()
     decay = [p for n, p in m.named_parameters() if not ("LayerNorm" in n or n.endswith("bias"))]
     nodecay = [p for n, p in m.named_parameters() if ("LayerNorm" in n or n.endswith("bias"))]

@@ -42,8 +42,9 @@ def flops_per_sample(spec):
     raise SystemExit(f"unknown --flops-spec {spec}")
 
 
-def last_json(path):
-    """The last line of `path` that parses as a JSON object."""
+def last_json(path, match=None):
+    """The last line of `path` that parses as a JSON object (with match = (key, value): the last
+    one whose key holds value)."""
     found = None
     try:
         with open(path, errors="replace") as f:
@@ -51,9 +52,11 @@ def last_json(path):
                 line = line.strip()
                 if line.startswith("{"):
                     try:
-                        found = json.loads(line)
+                        obj = json.loads(line)
                     except ValueError:
-                        pass
+                        continue
+                    if isinstance(obj, dict) and (match is None or str(obj.get(match[0])) == match[1]):
+                        found = obj
     except OSError:
         pass
     return found
@@ -137,9 +140,9 @@ def cmd_record(a):
     if a.error:
         rec["error"] = a.error
     elif a.kind == "json":
-        raw = last_json(a.log)
+        raw = last_json(a.log, tuple(a.match.split("=", 1)) if a.match else None)
         if raw is None:
-            rec["error"] = "no JSON result line in the output (see the log)"
+            rec["error"] = "no JSON result line in the output" + (f": {a.note}" if a.note else " (see the log)")
         else:
             rec["raw"] = raw
             for key, unit in (("img_per_s", "img/s"), ("seq_per_s", "seq/s"), ("tflops", "TFLOP/s")):
@@ -386,6 +389,7 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--note")
     p.add_argument("--error")
+    p.add_argument("--match", help="KEY=VALUE: use the last JSON line whose KEY is VALUE")
     p.add_argument("--append", help="append the record to this file instead of printing it")
     p = sub.add_parser("matmul")
     p.add_argument("--device", default="cuda")

@@ -45,7 +45,8 @@ def main():
     cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.hidden, num_hidden_layers=a.layers,
                      num_attention_heads=a.heads, intermediate_size=a.inter, max_position_embeddings=max(512, a.seq),
                      hidden_act="gelu", type_vocab_size=2)
-    model = BertForPreTraining._from_config(cfg, attn_implementation="sdpa").to(device)
+    with torch.device(device):  # initialise on the device (BERT-Large on the CPU takes seconds)
+        model = BertForPreTraining._from_config(cfg, attn_implementation="sdpa")
     model.train()
     excluded = lambda n: "LayerNorm" in n or "layer_norm" in n or n.endswith("bias")
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

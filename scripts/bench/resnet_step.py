@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """PyTorch peer of examples/resnet_bench_step.rs: torchvision ResNet-50 (v1.5), SGD with momentum
 0.9 and weight decay 5e-5 on all but BN/bias (torch's default implementation: foreach on CUDA),
-cross-entropy, on the same kind of input: a fixed u8 NHWC batch in host memory, copied to the
-device and normalised with the ImageNet mean/std there every step (as our hand-off does).
+cross-entropy, on the same kind of input: a fixed u8 NHWC batch in host memory (pinned on CUDA,
+as a DataLoader with pin_memory=True hands it over), copied to the device (non-blocking) and
+normalised with the ImageNet mean/std there every step, as our hand-off does. cuDNN benchmark
+mode on, as ours (system.cudnn_benchmark, default true); --no-cudnn-benchmark turns it off.
 
 Options as ours: --device cpu|cuda, --amp none|bf16 (torch.autocast around forward + loss),
---channels-last (model and input in channels-last memory format), plus --compile
-(torch.compile of the model). --blocks and --classes shrink the model for smoke tests.
+--channels-last (model and input in channels-last memory format), plus --mode eager|compile|both
+(--compile = --mode compile): eager PyTorch, torch.compile of the model, or eager then compiled
+in one process (one interpreter start-up instead of two; the compiled model continues from the
+eager steps' weights). --blocks and --classes shrink the model for smoke tests.
 
 Timed window: --warmup steps, a device sync, --steps steps, one device sync at the end; the loss
-is read only after that. Prints one JSON line: img_per_s, step_ms, steps_per_s and the window's
-wall-clock bounds (window_unix) for GPU-utilisation sampling."""
+is read only after that. Prints one JSON line per mode: impl (pytorch-eager, pytorch-compile),
+img_per_s, step_ms, steps_per_s and the window's wall-clock bounds (window_unix) for
+GPU-utilisation sampling."""
 import argparse
 import json
 import time
@@ -35,7 +40,9 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--amp", choices=["none", "bf16"], default="none")
     ap.add_argument("--channels-last", action="store_true")
-    ap.add_argument("--compile", action="store_true", help="torch.compile(model)")
+    ap.add_argument("--mode", choices=["eager", "compile", "both"], default="eager")
+    ap.add_argument("--compile", action="store_true", help="the same as --mode compile")
+    ap.add_argument("--no-cudnn-benchmark", action="store_true")
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--blocks", default="3,4,6,3", help="bottlenecks per stage (ResNet-50: 3,4,6,3)")
     a = ap.parse_args()
@@ -44,6 +51,7 @@ def main():
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch.cuda.is_available() is False")
+    torch.backends.cudnn.benchmark = not a.no_cudnn_benchmark
     torch.manual_seed(1)
     blocks = [int(b) for b in a.blocks.split(",")]
     model = torchvision.models.resnet.ResNet(torchvision.models.resnet.Bottleneck, blocks, num_classes=a.classes)
@@ -57,17 +65,19 @@ def main():
     opt = torch.optim.SGD(
         [{"params": decay, "weight_decay": 5e-5}, {"params": flat, "weight_decay": 0.0}], lr=0.1, momentum=0.9
     )
-    net = torch.compile(model) if a.compile else model
+    mode = "compile" if a.compile else a.mode
     g = torch.Generator().manual_seed(1)
     images = torch.randint(0, 256, (a.batch, a.size, a.size, 3), dtype=torch.uint8, generator=g)
     labels = torch.randint(0, a.classes, (a.batch,), generator=g)
+    if device.type == "cuda":
+        images, labels = images.pin_memory(), labels.pin_memory()
     mean = torch.tensor([0.485 * 255, 0.456 * 255, 0.406 * 255], device=device)
     std = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255], device=device)
     amp = a.amp == "bf16"
 
-    def step():
-        x = images.to(device)  # the host -> device hand-off, every step (as ours)
-        y = labels.to(device)
+    def step(net):
+        x = images.to(device, non_blocking=True)  # the host -> device hand-off, every step (as ours)
+        y = labels.to(device, non_blocking=True)
         x = ((x.float() - mean) / std).permute(0, 3, 1, 2).contiguous(memory_format=fmt)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
@@ -76,27 +86,32 @@ def main():
         opt.step()
         return loss.detach()
 
-    t_build = time.perf_counter()
-    for _ in range(a.warmup):
-        step()
-    sync(device)
-    warm_s = time.perf_counter() - t_build
-    w0 = time.time()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        loss = step()
-    sync(device)
-    dt = time.perf_counter() - t0
-    w1 = time.time()
-    loss = float(loss)
-    if loss != loss:
-        raise SystemExit("non-finite loss")
-    impl = "pytorch-compile" if a.compile else "pytorch-eager"
-    print(json.dumps({"impl": impl, "device": a.device, "amp": a.amp, "channels_last": a.channels_last,
-                      "steps": a.steps, "warmup": a.warmup, "threads": a.threads, "batch": a.batch, "size": a.size,
-                      "img_per_s": a.batch * a.steps / dt, "step_ms": 1000 * dt / a.steps,
-                      "steps_per_s": a.steps / dt, "warmup_s": warm_s, "last_loss": loss,
-                      "window_unix": [w0, w1]}))
+    def window(net, impl):
+        t_build = time.perf_counter()
+        for _ in range(a.warmup):
+            step(net)
+        sync(device)
+        warm_s = time.perf_counter() - t_build
+        w0 = time.time()
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            loss = step(net)
+        sync(device)
+        dt = time.perf_counter() - t0
+        w1 = time.time()
+        loss = float(loss)
+        if loss != loss:
+            raise SystemExit("non-finite loss")
+        print(json.dumps({"impl": impl, "device": a.device, "amp": a.amp, "channels_last": a.channels_last,
+                          "steps": a.steps, "warmup": a.warmup, "threads": a.threads, "batch": a.batch,
+                          "size": a.size, "img_per_s": a.batch * a.steps / dt, "step_ms": 1000 * dt / a.steps,
+                          "steps_per_s": a.steps / dt, "warmup_s": warm_s, "last_loss": loss,
+                          "window_unix": [w0, w1]}), flush=True)
+
+    if mode in ("eager", "both"):
+        window(model, "pytorch-eager")
+    if mode in ("compile", "both"):
+        window(torch.compile(model), "pytorch-compile")
 
 
 if __name__ == "__main__":
