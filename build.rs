@@ -71,17 +71,25 @@ fn compile_shim(lib: &Path) {
         .file("shim/dist.cpp")
         .file("shim/tensor.cpp")
         .file("shim/foreach.cpp")
-        .file("shim/cuda.cpp");
-    if std::env::var_os("CARGO_FEATURE_NCCL").is_some() {
-        for dir in cuda_include_dirs(root) {
+        .file("shim/cuda.cpp")
+        .file("shim/graph.cpp");
+    let nccl = std::env::var_os("CARGO_FEATURE_NCCL").is_some();
+    let cuda = std::env::var_os("CARGO_FEATURE_CUDA").is_some();
+    if nccl || cuda {
+        for dir in cuda_include_dirs(root, nccl) {
             build
                 .flag("-isystem")
                 .flag(dir.to_str().expect("utf-8 CUDA path"));
         }
+        // CUDA graph capture (shim/graph.cpp): at::cuda::CUDAGraph
+        build.define("MLPERF_RUN_CUDA", None);
+        println!("cargo:rustc-link-arg=-ltorch_cuda");
+        println!("cargo:rustc-link-arg=-lc10_cuda");
+    }
+    if nccl {
         build
             .define("USE_C10D_NCCL", None)
             .define("MLPERF_RUN_NCCL", None);
-        println!("cargo:rustc-link-arg=-ltorch_cuda");
     }
     build.compile("mlperf_run_shim");
 }
@@ -90,7 +98,7 @@ fn compile_shim(lib: &Path) {
 /// venv's nvidia packages (site-packages/nvidia/*/include, the parent of torch/; the pip
 /// packages nvidia-cuda-crt and nvidia-cuda-cccl complete them), CUDA_HOME/include and
 /// /usr/local/cuda/include. Panics naming what is missing.
-fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
+fn cuda_include_dirs(torch_root: &Path, nccl: bool) -> Vec<PathBuf> {
     println!("cargo:rerun-if-env-changed=MLPERF_RUN_CUDA_INCLUDE");
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Ok(extra) = std::env::var("MLPERF_RUN_CUDA_INCLUDE") {
@@ -120,8 +128,8 @@ fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
         }
     }
     let has = |f: &str| dirs.iter().any(|d| d.join(f).exists());
-    for (needed, from) in [
-        ("nccl.h", "the nvidia-nccl pip package or NCCL"),
+    let needs_nccl = [("nccl.h", "the nvidia-nccl pip package or NCCL")];
+    for (needed, from) in needs_nccl[..usize::from(nccl)].iter().copied().chain([
         (
             "cuda_runtime_api.h",
             "the CUDA toolkit (pip: nvidia-cuda-runtime)",
@@ -130,11 +138,12 @@ fn cuda_include_dirs(torch_root: &Path) -> Vec<PathBuf> {
             "crt/host_config.h",
             "the CUDA toolkit (pip: nvidia-cuda-crt)",
         ),
-    ] {
+    ]) {
         if !has(needed) {
             panic!(
-                "feature `nccl`: {needed} not found in {dirs:?}; it comes with {from}. Install it \
-                 and set CUDA_HOME or MLPERF_RUN_CUDA_INCLUDE, or build without `--features nccl`"
+                "features `cuda`/`nccl`: {needed} not found in {dirs:?}; it comes with {from}. Install it \
+                 and set CUDA_HOME or MLPERF_RUN_CUDA_INCLUDE, or build without `--features cuda` \
+                 and `--features nccl`"
             );
         }
     }

@@ -17,6 +17,8 @@ pub mod amp;
 pub mod benchmarks;
 #[cfg(feature = "torch")]
 pub mod cuda;
+#[cfg(feature = "torch")]
+pub mod cuda_graph;
 pub mod data;
 pub mod demo;
 #[cfg(feature = "torch")]

@@ -22,7 +22,7 @@
 //! `lr = base * (step - start_warmup_step) / warmup_steps`.
 
 use super::foreach::{self, AdamArgs, AdamKind, DeviceScalar, Lr};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use tch::{Kind, Tensor};
 
 /// LAMB / AdamW hyperparameters.
@@ -148,11 +148,33 @@ impl Lamb {
         Ok(())
     }
 
-    /// One update at learning rate `lr`. Returns the global gradient norm (before clipping) as a
-    /// 0-dim tensor on the parameters' device (no host sync here). Parameters without a gradient
-    /// are skipped. The `.grad` buffers serve as scratch space (they hold the clipped gradients,
-    /// or less, afterwards): read gradients before the step.
+    /// One update at learning rate `lr`: [`Lamb::begin_step`] then [`Lamb::apply`].
     pub fn step(&mut self, lr: f64) -> Result<Tensor> {
+        self.begin_step(lr)?;
+        self.apply()
+    }
+
+    /// The host-side part of a step: the step count and `lr` into device scalars (outside a
+    /// CUDA graph; see [`crate::optim::Optimizer`]).
+    pub fn begin_step(&mut self, lr: f64) -> Result<()> {
+        let Some(first) = self.params.first() else {
+            return Ok(());
+        };
+        self.step += 1;
+        let device = first.w.device();
+        let (step_t, lr_t) = self
+            .scalars
+            .get_or_insert_with(|| (DeviceScalar::new(device), DeviceScalar::new(device)));
+        step_t.set(self.step as f64)?;
+        lr_t.set(lr)?;
+        Ok(())
+    }
+
+    /// The update's kernels, from the `.grad` buffers (capturable). Returns the global gradient
+    /// norm (before clipping) as a 0-dim tensor on the parameters' device (no host sync here).
+    /// Parameters without a gradient are skipped. The `.grad` buffers serve as scratch space
+    /// (they hold the clipped gradients, or less, afterwards): read gradients before the step.
+    pub fn apply(&mut self) -> Result<Tensor> {
         let c = self.config.clone();
         // the parameters that have a gradient this step
         let live: Vec<(usize, Tensor)> = self
@@ -167,13 +189,14 @@ impl Lamb {
         if live.is_empty() {
             return Ok(Tensor::from(0.0f32));
         }
-        self.step += 1;
-        let device = self.params[live[0].0].w.device();
         let (step_t, lr_t) = self
             .scalars
-            .get_or_insert_with(|| (DeviceScalar::new(device), DeviceScalar::new(device)));
-        let step_t = step_t.set(self.step as f64)?.shallow_clone();
-        let lr_t = lr_t.set(lr)?.shallow_clone();
+            .as_ref()
+            .context("Lamb::apply before begin_step")?;
+        let (step_t, lr_t) = (
+            step_t.tensor().shallow_clone(),
+            lr_t.tensor().shallow_clone(),
+        );
         let params = &self.params;
         tch::no_grad(|| -> Result<Tensor> {
             let pick = |f: &dyn Fn(&Param) -> Tensor, keep: &dyn Fn(&Param) -> bool| {

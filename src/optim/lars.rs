@@ -13,7 +13,7 @@
 
 use super::foreach::{self, DeviceScalar};
 use super::{split_defined, Optimizer, ParamGroups};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tch::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -44,7 +44,16 @@ impl Lars {
 }
 
 impl Optimizer for Lars {
-    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) -> Result<()> {
+    fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> Result<()> {
+        if let Some(first) = params.params.first() {
+            self.lr
+                .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
+                .set(lr)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, params: &mut ParamGroups, grads: &[Tensor]) -> Result<()> {
         let c = self.cfg;
         if self.velocity.len() != params.params.len() {
             self.velocity = tch::no_grad(|| {
@@ -55,13 +64,14 @@ impl Optimizer for Lars {
                     .collect()
             });
         }
-        let Some(first) = params.params.first() else {
+        if params.params.is_empty() {
             return Ok(());
-        };
+        }
         let lr_t = self
             .lr
-            .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
-            .set(lr)?
+            .as_ref()
+            .context("Lars::apply before begin_step")?
+            .tensor()
             .shallow_clone();
         tch::no_grad(|| -> Result<()> {
             // the gradients become the scaled gradients s in place (they are scratch)

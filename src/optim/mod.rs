@@ -96,14 +96,26 @@ mod params {
 /// `params.params[i]`; undefined tensors are skipped) at this step's learning rate. The
 /// gradients are scratch space: an optimizer may overwrite them. No value is read back to the
 /// host: the learning rate goes to the kernels through a device scalar.
+///
+/// A step has two parts so that the update can be captured in a CUDA graph
+/// ([`crate::cuda_graph`]): [`Optimizer::begin_step`] does the host-side bookkeeping (step
+/// count, the learning rate written into device scalars) and runs eagerly every step;
+/// [`Optimizer::apply`] launches only kernels whose arguments do not change between steps.
 #[cfg(feature = "torch")]
 pub trait Optimizer {
+    fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> anyhow::Result<()>;
+
+    fn apply(&mut self, params: &mut ParamGroups, grads: &[tch::Tensor]) -> anyhow::Result<()>;
+
     fn step(
         &mut self,
         params: &mut ParamGroups,
         grads: &[tch::Tensor],
         lr: f64,
-    ) -> anyhow::Result<()>;
+    ) -> anyhow::Result<()> {
+        self.begin_step(params, lr)?;
+        self.apply(params, grads)
+    }
 }
 
 /// The (parameter, gradient) pairs of the parameters that have a gradient, split by `keep`:

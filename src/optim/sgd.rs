@@ -11,7 +11,7 @@
 
 use super::foreach::{self, DeviceScalar};
 use super::{split_defined, Optimizer, ParamGroups};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tch::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,11 +43,21 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
-    fn step(&mut self, params: &mut ParamGroups, grads: &[Tensor], lr: f64) -> Result<()> {
+    fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> Result<()> {
+        if let Some(first) = params.params.first() {
+            self.lr
+                .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
+                .set(lr)?;
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    fn apply(&mut self, params: &mut ParamGroups, grads: &[Tensor]) -> Result<()> {
         let c = self.cfg;
-        let Some(first) = params.params.first() else {
+        if params.params.is_empty() {
             return Ok(());
-        };
+        }
         if c.momentum != 0.0 && self.buffers.len() != params.params.len() {
             self.buffers = tch::no_grad(|| {
                 params
@@ -59,11 +69,11 @@ impl Optimizer for Sgd {
         }
         let lr_t = self
             .lr
-            .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
-            .set(lr)?
+            .as_ref()
+            .context("Sgd::apply before begin_step")?
+            .tensor()
             .shallow_clone();
-        let first_step = self.steps == 0;
-        self.steps += 1;
+        let first_step = self.steps == 1;
         let (decayed, plain) = split_defined(params, grads, |p| !p.bn_or_bias || c.decay_bn_bias);
         tch::no_grad(|| -> Result<()> {
             for (group, wd) in [(decayed, c.weight_decay), (plain, 0.0)] {

@@ -15,6 +15,7 @@ use super::config::{Division, SystemConfig};
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
 use super::handoff::{DeviceTensors, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
+use crate::cuda_graph::{self, GraphStats, StepGraphs};
 use crate::data::bert::{check_vocab, BertBatch, EvalSet, HostBatch, TrainLoader};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
@@ -101,6 +102,10 @@ pub struct BertMethodsConfig {
     /// GPU speed-up; it runs on the CPU too (slowly there, for tests).
     #[serde(default)]
     pub bf16: bool,
+    /// Capture the training step in a CUDA graph and replay it (GPU only, fixed shapes: not
+    /// with `unpad`; changes no math). See [`crate::cuda_graph`].
+    #[serde(default)]
+    pub cuda_graph: bool,
 }
 
 fn yes() -> bool {
@@ -157,6 +162,12 @@ impl BertRunConfig {
         }
         if self.data.eval_samples == 0 || self.data.eval_batch_size == 0 {
             bail!("data.eval_samples and data.eval_batch_size must be > 0");
+        }
+        if self.methods.cuda_graph && self.methods.unpad {
+            bail!(
+                "methods.cuda_graph = true needs fixed tensor shapes, and methods.unpad = true \
+                 changes the token count every step: turn one of them off"
+            );
         }
         match division {
             Division::Closed => {
@@ -279,6 +290,7 @@ impl BertRunConfig {
             ("eval_samples", json!(self.data.eval_samples)),
         ]);
         kv.extend(self.system.device_log_keys());
+        kv.push(("cuda_graph", json!(m.cuda_graph)));
         kv
     }
 }
@@ -304,6 +316,22 @@ struct State {
     seq_len: i64,
     /// `methods.bf16`: forward passes in a bf16 autocast region.
     autocast: Option<LowPrecision>,
+    /// `methods.cuda_graph`: the step captured and replayed (or its CPU twin in tests).
+    graphs: Option<StepGraphs>,
+}
+
+/// A training micro-batch as the step's input list: ids, segments, mask, masked positions,
+/// masked ids, masked weights, NSP labels.
+fn micro_batch_inputs(b: BertBatch) -> [tch::Tensor; 7] {
+    [
+        b.input_ids,
+        b.segment_ids,
+        b.input_mask,
+        b.masked_positions,
+        b.masked_ids,
+        b.masked_weights,
+        b.nsp_labels,
+    ]
 }
 
 /// BERT as a trainer workload.
@@ -313,6 +341,7 @@ pub struct BertWorkload {
     pub data_dir: PathBuf,
     pub init_checkpoint: Option<PathBuf>,
     state: Option<State>,
+    emulate_graphs: Option<u32>,
 }
 
 impl BertWorkload {
@@ -328,7 +357,21 @@ impl BertWorkload {
             data_dir,
             init_checkpoint,
             state: None,
+            emulate_graphs: None,
         }
+    }
+
+    /// Run the training steps through the CPU twin of `methods.cuda_graph`
+    /// ([`StepGraphs::emulated`], `warmup_steps` eager steps per shape), for tests on machines
+    /// without a GPU.
+    pub fn emulate_cuda_graph(mut self, warmup_steps: u32) -> Self {
+        self.emulate_graphs = Some(warmup_steps);
+        self
+    }
+
+    /// How the training steps went through `methods.cuda_graph` (None when it is off).
+    pub fn graph_stats(&self) -> Option<GraphStats> {
+        self.state.as_ref()?.graphs.as_ref().map(StepGraphs::stats)
     }
 
     fn state(&mut self) -> Result<&mut State> {
@@ -438,6 +481,19 @@ impl Workload for BertWorkload {
             warmup_steps: o.warmup_steps,
             start_warmup_step: o.start_warmup_step,
         };
+        let graphs = match (cfg.methods.cuda_graph, self.emulate_graphs) {
+            (true, _) if ctx.world_size > 1 => bail!(
+                "methods.cuda_graph = true is single-process for now ({} processes here): the \
+                 gradient all-reduce is not captured yet; set methods.cuda_graph = false",
+                ctx.world_size
+            ),
+            (true, _) => Some(StepGraphs::new(
+                ctx.device,
+                cuda_graph::DEFAULT_WARMUP_STEPS,
+            )?),
+            (false, Some(w)) => Some(StepGraphs::emulated(w)),
+            (false, None) => None,
+        };
         // sorted by name: the same order on every rank (buckets, broadcast)
         let mut names: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();
         names.sort_by(|a, b| a.0.cmp(&b.0));
@@ -459,6 +515,7 @@ impl Workload for BertWorkload {
             step: 0,
             seq_len,
             autocast: amp::bf16_switch(cfg.methods.bf16, ctx.device, "methods.bf16"),
+            graphs,
         });
         Ok(())
     }
@@ -473,50 +530,66 @@ impl Workload for BertWorkload {
 
     fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor> {
         let s = self.state()?;
-        s.opt.zero_grad()?;
-        let mut total: Option<tch::Tensor> = None;
+        // this step's micro-batches, 7 tensors each (the order of `micro_batch_inputs`)
+        let mut inputs: Vec<tch::Tensor> = Vec::with_capacity(7 * s.micro_batches as usize);
         for _ in 0..s.micro_batches {
             let b = match s.batches.next_batch() {
                 Some(b) => b?,
                 None => bail!("the BERT training data stream ended"),
             };
-            let loss = maybe_autocast(s.vs.device(), s.autocast, || {
-                let (mlm, nsp) = s.model.forward(
-                    &b.input_ids,
-                    &b.segment_ids,
-                    &b.input_mask,
-                    MlmOn::Positions(&b.masked_positions),
-                    true,
-                );
-                pretraining_loss(&mlm, &nsp, &b.masked_ids, &b.masked_weights, &b.nsp_labels)
-                    / s.micro_batches as f64
-            })?;
-            loss.backward();
-            let l = loss.detach();
-            total = Some(match total {
-                Some(t) => t + l,
-                None => l,
-            });
+            inputs.extend(micro_batch_inputs(b));
         }
-        // the .grad buffers, averaged in place (a parameter the loss did not reach gets a zero
-        // gradient in the exchange, so every rank sends the same list)
-        let grads: Vec<tch::Tensor> = s
-            .params
-            .iter()
-            .map(|(_, p)| {
-                let g = p.grad();
-                if g.defined() {
-                    g
-                } else {
-                    p.zeros_like()
-                }
-            })
-            .collect();
-        sync.all_reduce_grads(&grads)?;
-        let lr = s.schedule.lr_at(s.step);
-        let _grad_norm = s.opt.step(lr)?;
+        s.opt.begin_step(s.schedule.lr_at(s.step))?;
+        let micro = s.micro_batches as f64;
+        let device = s.vs.device();
+        // forward, backward, gradient exchange and update: kernels only, no host state
+        // (what methods.cuda_graph captures)
+        let mut body = |ins: &[tch::Tensor]| -> Result<Vec<tch::Tensor>> {
+            // set_to_none: the first backward writes the gradients, later ones add to them
+            s.opt.zero_grad()?;
+            let mut total: Option<tch::Tensor> = None;
+            for b in ins.chunks(7) {
+                let [ids, seg, mask, pos, masked_ids, weights, nsp] = b else {
+                    bail!("a BERT micro-batch has 7 tensors, got {}", b.len());
+                };
+                let loss = maybe_autocast(device, s.autocast, || {
+                    let (mlm, nsp_logits) =
+                        s.model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
+                    pretraining_loss(&mlm, &nsp_logits, masked_ids, weights, nsp) / micro
+                })?;
+                loss.backward();
+                let l = loss.detach();
+                total = Some(match total {
+                    Some(t) => t + l,
+                    None => l,
+                });
+            }
+            // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
+            // zero gradient in the exchange, so every rank sends the same list)
+            let grads: Vec<tch::Tensor> = s
+                .params
+                .iter()
+                .map(|(_, p)| {
+                    let g = p.grad();
+                    if g.defined() {
+                        g
+                    } else {
+                        p.zeros_like()
+                    }
+                })
+                .collect();
+            sync.all_reduce_grads(&grads)?;
+            let _grad_norm = s.opt.apply()?;
+            Ok(vec![
+                total.context("train.gradient_accumulation_steps is 0")?
+            ])
+        };
+        let mut out = match s.graphs.as_mut() {
+            Some(g) => g.run(&inputs, &mut body)?,
+            None => body(&inputs)?,
+        };
         s.step += 1;
-        total.context("train.gradient_accumulation_steps is 0")
+        Ok(out.remove(0))
     }
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {

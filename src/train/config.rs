@@ -246,6 +246,10 @@ pub struct MethodsConfig {
     /// too, slowly there, for tests). "none": fp32.
     #[serde(default = "no_amp")]
     pub amp: Amp,
+    /// Capture the training step in a CUDA graph and replay it (GPU only; changes no math, so
+    /// both divisions allow it). See [`crate::cuda_graph`].
+    #[serde(default)]
+    pub cuda_graph: bool,
 }
 
 fn no_amp() -> Amp {
@@ -261,6 +265,7 @@ impl Default for MethodsConfig {
             progressive_resizing: None,
             ema: None,
             amp: Amp::None,
+            cuda_graph: false,
         }
     }
 }
@@ -552,6 +557,7 @@ impl ResnetRunConfig {
             ("eval_samples", json!(eval_samples)),
         ]);
         kv.extend(self.system.device_log_keys());
+        kv.push(("cuda_graph", json!(self.methods.cuda_graph)));
         kv
     }
 

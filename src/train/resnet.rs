@@ -6,6 +6,7 @@ use super::data::{Batch, BatchIter, FolderImages, ImageData, Shard, SyntheticIma
 use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
 use super::handoff::{self, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
+use crate::cuda_graph::{self, GraphStats, StepGraphs};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
@@ -96,6 +97,8 @@ struct State {
     normalize: Normalize,
     /// `methods.amp`: forward passes in an autocast region of this precision.
     autocast: Option<LowPrecision>,
+    /// `methods.cuda_graph`: the step captured and replayed (or its CPU twin in tests).
+    graphs: Option<StepGraphs>,
 }
 
 pub struct ResnetWorkload {
@@ -105,6 +108,7 @@ pub struct ResnetWorkload {
     state: Option<State>,
     timing: StepTiming,
     emulate_world: usize,
+    emulate_graphs: Option<u32>,
 }
 
 /// Where training-step time goes (seconds, summed over all steps).
@@ -127,7 +131,21 @@ impl ResnetWorkload {
             state: None,
             timing: StepTiming::default(),
             emulate_world: 1,
+            emulate_graphs: None,
         }
+    }
+
+    /// Run the training steps through the CPU twin of `methods.cuda_graph`
+    /// ([`StepGraphs::emulated`], `warmup_steps` eager steps per shape): the same static
+    /// buffers and step body as a CUDA graph, for tests on machines without a GPU.
+    pub fn emulate_cuda_graph(mut self, warmup_steps: u32) -> Self {
+        self.emulate_graphs = Some(warmup_steps);
+        self
+    }
+
+    /// How the training steps went through `methods.cuda_graph` (None when it is off).
+    pub fn graph_stats(&self) -> Option<GraphStats> {
+        self.state.as_ref()?.graphs.as_ref().map(StepGraphs::stats)
     }
 
     /// In a single process, train as `n` data-parallel ranks would: every step accumulates the
@@ -303,6 +321,19 @@ impl Workload for ResnetWorkload {
             .ema
             .as_ref()
             .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
+        let graphs = match (cfg.methods.cuda_graph, self.emulate_graphs) {
+            (true, _) if ctx.world_size > 1 => bail!(
+                "methods.cuda_graph = true is single-process for now ({} processes here): the \
+                 gradient all-reduce is not captured yet; set methods.cuda_graph = false",
+                ctx.world_size
+            ),
+            (true, _) => Some(StepGraphs::new(
+                ctx.device,
+                cuda_graph::DEFAULT_WARMUP_STEPS,
+            )?),
+            (false, Some(w)) => Some(StepGraphs::emulated(w)),
+            (false, None) => None,
+        };
         self.state = Some(State {
             device: ctx.device,
             vs,
@@ -325,6 +356,7 @@ impl Workload for ResnetWorkload {
             iters: Vec::new(),
             normalize: Normalize::new(ctx.device, self.cfg.methods.channels_last),
             autocast,
+            graphs,
         });
         Ok(())
     }
@@ -368,38 +400,52 @@ impl Workload for ResnetWorkload {
         let micro = accum as usize * n_iters;
         let t_start = Instant::now();
         let (mut data_wait, mut handoff) = (0.0, 0.0);
-        let mut total: Option<Tensor> = None;
-        let mut grads: Vec<Tensor> = Vec::new();
+        // this step's micro-batches: images, labels, images, labels, ...
+        let mut inputs: Vec<Tensor> = Vec::with_capacity(2 * micro);
         for m in 0..micro {
             let t0 = Instant::now();
             let (images, y) = match s.iters[m % n_iters].next_batch() {
                 Some(b) => b?,
                 None => bail!("the data pipeline ran out of batches in epoch {}", s.epoch),
             };
-            let t1 = Instant::now();
-            let x = s.normalize.apply(&images);
-            let t2 = Instant::now();
-            data_wait += (t1 - t0).as_secs_f64();
-            handoff += (t2 - t1).as_secs_f64();
-            let loss = maybe_autocast(s.device, s.autocast, || {
-                cross_entropy_smoothed(&s.net.forward_t(&x, true), &y, smoothing) / micro as f64
-            })?;
-            // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
-            let g = s.params.gradients_of(&loss)?;
-            if grads.is_empty() {
-                grads = g;
-            } else {
-                tch::no_grad(|| foreach::add_list_(&grads, &g, 1.0))?;
-            }
-            let l = loss.detach();
-            total = Some(match total {
-                Some(t) => t + l,
-                None => l,
-            });
+            data_wait += t0.elapsed().as_secs_f64();
+            inputs.extend([images, y]);
         }
-        sync.all_reduce_grads(&grads)?;
-        let lr = s.schedule.lr(s.global_step);
-        s.opt.step(&mut s.params, &grads, lr)?;
+        s.opt.begin_step(&s.params, s.schedule.lr(s.global_step))?;
+        // forward, backward, gradient exchange and update: kernels only, no host state
+        // (what methods.cuda_graph captures)
+        let mut body = |ins: &[Tensor]| -> Result<Vec<Tensor>> {
+            let mut total: Option<Tensor> = None;
+            let mut grads: Vec<Tensor> = Vec::new();
+            for pair in ins.chunks(2) {
+                let t1 = Instant::now();
+                let x = s.normalize.apply(&pair[0]);
+                handoff += t1.elapsed().as_secs_f64();
+                let loss = maybe_autocast(s.device, s.autocast, || {
+                    cross_entropy_smoothed(&s.net.forward_t(&x, true), &pair[1], smoothing)
+                        / micro as f64
+                })?;
+                // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
+                let g = s.params.gradients_of(&loss)?;
+                if grads.is_empty() {
+                    grads = g;
+                } else {
+                    tch::no_grad(|| foreach::add_list_(&grads, &g, 1.0))?;
+                }
+                let l = loss.detach();
+                total = Some(match total {
+                    Some(t) => t + l,
+                    None => l,
+                });
+            }
+            sync.all_reduce_grads(&grads)?;
+            s.opt.apply(&mut s.params, &grads)?;
+            Ok(vec![total.context("a training step without micro-batches")?])
+        };
+        let mut out = match s.graphs.as_mut() {
+            Some(g) => g.run(&inputs, &mut body)?,
+            None => body(&inputs)?,
+        };
         s.global_step += 1;
         if let Some(ema) = &mut s.ema {
             ema.update(&s.vs, s.global_step)?;
@@ -414,7 +460,7 @@ impl Workload for ResnetWorkload {
         self.timing.data_wait += data_wait;
         self.timing.handoff += handoff;
         self.timing.compute += all - data_wait - handoff;
-        total.context("a training step without micro-batches")
+        Ok(out.remove(0))
     }
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {

@@ -1,0 +1,137 @@
+// mlperf-run's CUDA graph shim: capture a whole training step into a CUDA graph and replay it
+// (at::cuda::CUDAGraph, the class behind torch.cuda.CUDAGraph), for src/cuda_graph.rs.
+//
+// Compiled with the CUDA headers only (cargo feature `cuda`; build.rs finds them as for NCCL).
+// Without the feature the same C entry points exist but refuse with a message that says how to
+// get them, so the Rust side has one code path.
+//
+// The protocol is torch.cuda.graph's: the caller runs warm-up steps eagerly first (cuDNN
+// benchmark choices, allocator state, lazily created optimizer buffers), then
+// mr_graph_capture_begin makes a side stream current (captures must not run on the legacy default
+// stream), waits for the current stream's work and begins the capture into the graph's own
+// memory pool; the step's kernels are recorded, not run; mr_graph_capture_end ends the capture,
+// restores the caller's stream and instantiates the graph. mr_graph_replay launches it on the
+// current stream. Autocast's weight cast cache is off during the capture (a cached cast would
+// outlive the graph's pool). The capture is thread-local (cudaStreamCaptureModeThreadLocal): the
+// batch hand-off thread keeps allocating pinned memory and copying on its own stream meanwhile.
+#include "error.hpp"
+
+#include <cstdint>
+
+namespace {
+constexpr const char* kWhat = "CUDA graph shim";
+}
+
+#ifdef MLPERF_RUN_CUDA
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <memory>
+#include <optional>
+
+struct MrGraph {
+  at::cuda::CUDAGraph graph;
+  c10::DeviceIndex device = 0;
+  std::optional<c10::cuda::CUDAStream> caller;  // the stream current before the capture
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  bool prev_cache = true;
+  bool captured = false;
+};
+
+extern "C" {
+
+int mr_graph_supported() { return 1; }
+
+int mr_graph_new(MrGraph** out, char** err) {
+  return mr::catching(err, kWhat, [&] { *out = new MrGraph(); });
+}
+
+void mr_graph_free(MrGraph* g) { delete g; }
+
+int mr_graph_capture_begin(MrGraph* g, int device, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(!g->captured && !g->guard, "CUDA graph: this graph was already captured");
+    g->device = static_cast<c10::DeviceIndex>(device);
+    auto caller = c10::cuda::getCurrentCUDAStream(g->device);
+    auto side = c10::cuda::getStreamFromPool(false, g->device);
+    // the side stream starts after everything queued so far (the warm-up steps, the inputs)
+    at::cuda::CUDAEvent ready;
+    ready.record(caller);
+    ready.block(side);
+    g->caller = caller;
+    g->guard.emplace(side);
+    g->prev_cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    try {
+      g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    } catch (...) {
+      at::autocast::set_autocast_cache_enabled(g->prev_cache);
+      g->guard.reset();
+      throw;
+    }
+  });
+}
+
+int mr_graph_capture_end(MrGraph* g, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(g->guard.has_value(), "CUDA graph: capture_end without capture_begin");
+    auto side = c10::cuda::getCurrentCUDAStream(g->device);
+    // restore the caller's state whatever capture_end says
+    struct Restore {
+      MrGraph* g;
+      c10::cuda::CUDAStream side;
+      ~Restore() {
+        at::autocast::set_autocast_cache_enabled(g->prev_cache);
+        g->guard.reset();
+        // the caller's stream continues after the side stream's work
+        at::cuda::CUDAEvent done;
+        done.record(side);
+        done.block(*g->caller);
+      }
+    } restore{g, side};
+    g->graph.capture_end();
+    g->captured = true;
+  });
+}
+
+int mr_graph_replay(MrGraph* g, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(g->captured, "CUDA graph: replay before a successful capture");
+    g->graph.replay();
+  });
+}
+
+}  // extern "C"
+
+#else  // no CUDA headers at build time
+
+struct MrGraph {};
+
+namespace {
+int refuse(char** err) {
+  mr::set_err(err,
+              "this mlperf-run was built without CUDA graph support: rebuild it with `cargo "
+              "build --release --features cuda` (it needs the CUDA headers; README: CUDA graphs), "
+              "or set methods.cuda_graph = false");
+  return -1;
+}
+}  // namespace
+
+extern "C" {
+int mr_graph_supported() { return 0; }
+int mr_graph_new(MrGraph** out, char** err) {
+  *out = nullptr;
+  return refuse(err);
+}
+void mr_graph_free(MrGraph* g) { delete g; }
+int mr_graph_capture_begin(MrGraph*, int, char** err) { return refuse(err); }
+int mr_graph_capture_end(MrGraph*, char** err) { return refuse(err); }
+int mr_graph_replay(MrGraph*, char** err) { return refuse(err); }
+}  // extern "C"
+
+#endif

@@ -1,0 +1,333 @@
+//! Whole-step CUDA graphs (`methods.cuda_graph`): the training step (forward, backward,
+//! optimizer kernels) is captured once per input shape and replayed, so the host launches one
+//! graph per step instead of thousands of kernels. Over `shim/graph.cpp`
+//! (`at::cuda::CUDAGraph`, built with the cargo feature `cuda`).
+//!
+//! The protocol is PyTorch's whole-network capture:
+//! 1. the first `warmup_steps` steps of a shape run eagerly (real training steps: cuDNN picks its
+//!    algorithms, optimizer buffers are created);
+//! 2. the next step copies its inputs into static buffers and is captured (recorded, not run),
+//!    then replayed once: it is a real step too;
+//! 3. every later step of that shape copies its inputs into the static buffers and replays.
+//!
+//! What the step body may do follows from that: take its inputs only from the slice it is given,
+//! keep host-side bookkeeping (learning rate, step counters, reading values) out of it (see
+//! [`crate::optim::Optimizer::begin_step`]), and return its results as tensors: they are copied
+//! out after each replay (the graph overwrites its outputs on the next one). A new shape (a
+//! progressive-resizing step) drops the previous graph and its memory before it is captured.
+//!
+//! [`StepGraphs::emulated`] is the CPU twin for tests: the same static buffers and the same
+//! warm-up/capture/replay sequence, with the body run again in place of a replay.
+use anyhow::{bail, Context, Result};
+use std::os::raw::{c_char, c_int};
+use tch::{Device, Kind, Tensor};
+
+#[repr(C)]
+struct MrGraph {
+    _private: [u8; 0],
+}
+
+type Err = *mut *mut c_char;
+
+extern "C" {
+    fn mr_graph_supported() -> c_int;
+    fn mr_graph_new(out: *mut *mut MrGraph, err: Err) -> c_int;
+    fn mr_graph_free(g: *mut MrGraph);
+    fn mr_graph_capture_begin(g: *mut MrGraph, device: c_int, err: Err) -> c_int;
+    fn mr_graph_capture_end(g: *mut MrGraph, err: Err) -> c_int;
+    fn mr_graph_replay(g: *mut MrGraph, err: Err) -> c_int;
+}
+
+fn call(what: &str, f: impl FnOnce(Err) -> c_int) -> Result<()> {
+    let mut err = std::ptr::null_mut();
+    if f(&mut err) != 0 {
+        // SAFETY: the shim set `err` (or left it null) for this failed call.
+        let msg = unsafe { crate::shim_error::take(err) };
+        bail!("{what}: {msg}");
+    }
+    Ok(())
+}
+
+/// Whether this build can capture CUDA graphs (the cargo feature `cuda`).
+pub fn supported() -> bool {
+    // SAFETY: no arguments, no state.
+    unsafe { mr_graph_supported() != 0 }
+}
+
+/// One captured CUDA graph (freed with its memory pool when dropped).
+struct Graph {
+    ptr: *mut MrGraph,
+}
+
+impl Graph {
+    fn new() -> Result<Graph> {
+        let mut ptr = std::ptr::null_mut();
+        call("creating a CUDA graph", |err| unsafe {
+            // SAFETY: out-pointer to a local.
+            mr_graph_new(&mut ptr, err)
+        })?;
+        Ok(Graph { ptr })
+    }
+
+    fn capture_begin(&mut self, device: usize) -> Result<()> {
+        call("beginning a CUDA graph capture", |err| unsafe {
+            // SAFETY: a live graph from mr_graph_new.
+            mr_graph_capture_begin(self.ptr, device as c_int, err)
+        })
+    }
+
+    fn capture_end(&mut self) -> Result<()> {
+        call("ending a CUDA graph capture", |err| unsafe {
+            // SAFETY: a live graph from mr_graph_new.
+            mr_graph_capture_end(self.ptr, err)
+        })
+    }
+
+    fn replay(&mut self) -> Result<()> {
+        call("replaying a CUDA graph", |err| unsafe {
+            // SAFETY: a live graph from mr_graph_new.
+            mr_graph_replay(self.ptr, err)
+        })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: allocated by mr_graph_new, freed once.
+        unsafe { mr_graph_free(self.ptr) }
+    }
+}
+
+/// The shapes and kinds of a step's inputs: one graph each.
+type Key = Vec<(Vec<i64>, Kind)>;
+
+fn key_of(inputs: &[Tensor]) -> Key {
+    inputs.iter().map(|t| (t.size(), t.kind())).collect()
+}
+
+enum Backend {
+    Cuda(usize),
+    /// The CPU twin: no graph, the body runs again on the static buffers.
+    Emulated,
+}
+
+enum Phase {
+    Warming(u32),
+    Captured {
+        graph: Option<Graph>,
+        statics: Vec<Tensor>,
+        outputs: Vec<Tensor>,
+    },
+}
+
+/// How the steps of one run went through the graphs (for logs and tests).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GraphStats {
+    pub eager_steps: u64,
+    pub captures: u64,
+    pub replays: u64,
+}
+
+/// The step graphs of one run: one per input shape, the current one kept.
+pub struct StepGraphs {
+    backend: Backend,
+    warmup_steps: u32,
+    current: Option<(Key, Phase)>,
+    stats: GraphStats,
+}
+
+/// Eager steps of each new shape before its capture (PyTorch's examples use 3; DDP needs 11).
+pub const DEFAULT_WARMUP_STEPS: u32 = 3;
+
+impl StepGraphs {
+    /// Graphs on `device`. Refused on a CPU and in a build without the feature `cuda`, with
+    /// what to do.
+    pub fn new(device: Device, warmup_steps: u32) -> Result<StepGraphs> {
+        let index = match device {
+            Device::Cuda(i) => i,
+            other => bail!(
+                "methods.cuda_graph = true needs a CUDA device, and this run trains on {other:?}: \
+                 set methods.cuda_graph = false (CUDA graphs save GPU kernel launches; on a CPU \
+                 there is nothing to save)"
+            ),
+        };
+        if !supported() {
+            bail!(
+                "methods.cuda_graph = true, but this mlperf-run was built without CUDA graph \
+                 support: rebuild it with `cargo build --release --features cuda` (it needs the \
+                 CUDA headers; README: CUDA graphs), or set methods.cuda_graph = false"
+            );
+        }
+        Ok(Self::with_backend(Backend::Cuda(index), warmup_steps))
+    }
+
+    /// The CPU twin (tests): same buffers and sequence, no graph.
+    pub fn emulated(warmup_steps: u32) -> StepGraphs {
+        Self::with_backend(Backend::Emulated, warmup_steps)
+    }
+
+    fn with_backend(backend: Backend, warmup_steps: u32) -> StepGraphs {
+        StepGraphs {
+            backend,
+            // at least one eager step: optimizer state is created lazily on the first
+            warmup_steps: warmup_steps.max(1),
+            current: None,
+            stats: GraphStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> GraphStats {
+        self.stats
+    }
+
+    /// One training step on `inputs`: eagerly, captured, or replayed (see the module docs).
+    /// `body` computes the step from the tensors it is handed (the inputs themselves, or their
+    /// static copies) and returns its results; what comes back are copies of them.
+    pub fn run(
+        &mut self,
+        inputs: &[Tensor],
+        body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
+    ) -> Result<Vec<Tensor>> {
+        let key = key_of(inputs);
+        if self.current.as_ref().map(|(k, _)| k) != Some(&key) {
+            // a new shape: the previous graph (and its memory) goes first
+            self.current = Some((key, Phase::Warming(0)));
+        }
+        let warmup = self.warmup_steps;
+        let (_, phase) = self.current.as_mut().expect("set above");
+        match phase {
+            Phase::Warming(n) if *n < warmup => {
+                *n += 1;
+                self.stats.eager_steps += 1;
+                body(inputs)
+            }
+            Phase::Warming(_) => {
+                let statics = inputs
+                    .iter()
+                    .map(|t| t.f_detach_copy())
+                    .collect::<Result<Vec<_>, _>>()
+                    .context("copying a step's inputs into static buffers")?;
+                let (graph, outputs) = match self.backend {
+                    Backend::Cuda(device) => {
+                        let (mut graph, outputs) = capture(device, &statics, body)?;
+                        graph.replay()?;
+                        (Some(graph), outputs)
+                    }
+                    Backend::Emulated => (None, body(&statics)?),
+                };
+                self.stats.captures += 1;
+                let out = copies(&outputs)?;
+                *phase = Phase::Captured {
+                    graph,
+                    statics,
+                    outputs,
+                };
+                Ok(out)
+            }
+            Phase::Captured {
+                graph,
+                statics,
+                outputs,
+            } => {
+                for (s, t) in statics.iter_mut().zip(inputs) {
+                    s.f_copy_(t)
+                        .context("copying a step's inputs into the graph's buffers")?;
+                }
+                match graph {
+                    Some(g) => g.replay()?,
+                    None => *outputs = body(statics)?,
+                }
+                self.stats.replays += 1;
+                copies(outputs)
+            }
+        }
+    }
+}
+
+/// Captures `body` on `statics` into a new graph; a failure inside ends the capture first.
+fn capture(
+    device: usize,
+    statics: &[Tensor],
+    body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<(Graph, Vec<Tensor>)> {
+    let mut graph = Graph::new()?;
+    graph.capture_begin(device)?;
+    let outputs = match crate::train::step_errors::catching(|| body(statics)) {
+        Ok(o) => o,
+        Err(e) => {
+            // the capture is broken: end it (its own error says less than the body's)
+            let _ = graph.capture_end();
+            return Err(e.context(
+                "capturing the training step in a CUDA graph (an operation in the step cannot \
+                 be captured, or failed: set methods.cuda_graph = false to run it eagerly)",
+            ));
+        }
+    };
+    graph.capture_end()?;
+    Ok((graph, outputs))
+}
+
+fn copies(outputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    outputs
+        .iter()
+        .map(|t| t.f_detach_copy().context("copying a step's output"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_on_a_cpu_with_what_to_do() {
+        let e = StepGraphs::new(Device::Cpu, 3).err().expect("refused");
+        let msg = format!("{e:#}");
+        assert!(msg.contains("needs a CUDA device"), "{msg}");
+        assert!(msg.contains("methods.cuda_graph = false"), "{msg}");
+    }
+
+    #[test]
+    fn emulated_sequence_warms_captures_replays_and_recaptures_on_a_new_shape() {
+        let mut g = StepGraphs::emulated(2);
+        let mut calls = 0;
+        let mut seen: Vec<f32> = Vec::new();
+        for step in 0..6 {
+            let x = Tensor::from_slice(&[step as f32, 1.0]);
+            let out = g
+                .run(&[x], &mut |ins| {
+                    calls += 1;
+                    Ok(vec![ins[0].sum(Kind::Float)])
+                })
+                .unwrap();
+            seen.push(f32::try_from(&out[0]).unwrap());
+        }
+        // every step saw its own input, through the static buffer after the capture
+        assert_eq!(seen, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(calls, 6);
+        assert_eq!(
+            g.stats(),
+            GraphStats {
+                eager_steps: 2,
+                captures: 1,
+                replays: 3
+            }
+        );
+        // a new shape warms up again
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
+        g.run(&[x], &mut |ins| Ok(vec![ins[0].sum(Kind::Float)]))
+            .unwrap();
+        assert_eq!(g.stats().eager_steps, 3);
+    }
+
+    #[test]
+    fn outputs_are_copies_that_later_steps_do_not_overwrite() {
+        let mut g = StepGraphs::emulated(1);
+        let mut kept = Vec::new();
+        for step in 0..4 {
+            let x = Tensor::from_slice(&[step as f32]);
+            kept.extend(g.run(&[x], &mut |ins| Ok(vec![&ins[0] * 2.0])).unwrap());
+        }
+        let vals: Vec<f32> = kept.iter().map(|t| f32::try_from(t).unwrap()).collect();
+        assert_eq!(vals, vec![0.0, 2.0, 4.0, 6.0]);
+    }
+}

@@ -1,0 +1,187 @@
+//! `methods.cuda_graph` on machines without a GPU: the CPU twin of the captured step
+//! (`StepGraphs::emulated`: the step's inputs through static buffers, the step body split from
+//! its host-side bookkeeping, warm-up / capture / replay per input shape) trains bit-identically
+//! to the eager step, for ResNet (progressive resizing: several shapes; gradient accumulation;
+//! EMA) and BERT (LAMB, dropout). And the setting itself is refused on a CPU with what to do.
+#![cfg(feature = "torch")]
+
+mod common;
+
+use mlperf_run::data::bert::synth::{synth_bert, SynthBertArgs};
+use mlperf_run::train::bert::{BertRunConfig, BertWorkload};
+use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::train::engine::{run_once, RunOutcome, Status, Workload};
+use mlperf_run::train::resnet::{open_data, ResnetWorkload};
+use std::path::{Path, PathBuf};
+use tch::Tensor;
+
+/// libtorch's random generator is process-wide: runs compared bit for bit take turns.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn preset(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn assert_same_state(what: &str, a: &[Tensor], b: &[Tensor]) {
+    assert_eq!(a.len(), b.len(), "{what}: variable count");
+    assert!(!a.is_empty(), "{what}: no variables");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(x.equal(y), "{what}: variable #{i} differs");
+    }
+}
+
+fn assert_same_run(what: &str, eager: &RunOutcome, graphed: &RunOutcome) {
+    assert_eq!(eager.steps, graphed.steps, "{what}: steps");
+    assert!(
+        eager.steps > 10,
+        "{what}: too few steps to test: {:?} after {} steps",
+        eager.status,
+        eager.steps
+    );
+    // bit-identical losses and evals
+    assert_eq!(eager.losses, graphed.losses, "{what}: losses");
+    assert_eq!(eager.evals, graphed.evals, "{what}: evals");
+}
+
+/// The open tiny preset (progressive resizing, EMA, BlurPool, channels-last) for a few epochs,
+/// with 2 micro-batches per step.
+fn resnet_config() -> ResnetRunConfig {
+    let mut cfg =
+        ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_open.toml"), Division::Open)
+            .unwrap();
+    cfg.train.max_epochs = 6;
+    cfg.optimizer.schedule_epochs = 6.0;
+    cfg.train.gradient_accumulation_steps = 2;
+    cfg.train.target = 0.999; // run every epoch
+    cfg.data.synthetic.as_mut().unwrap().train_per_class = 64;
+    cfg
+}
+
+fn resnet_run(
+    cfg: &ResnetRunConfig,
+    graphs: Option<u32>,
+    log: &Path,
+) -> (RunOutcome, ResnetWorkload) {
+    let data = open_data(cfg, None).unwrap();
+    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, data);
+    if let Some(warmup) = graphs {
+        w = w.emulate_cuda_graph(warmup);
+    }
+    let opts = common::train::cpu_run_options(&cfg.system, Division::Open, 11, log);
+    let out = run_once(&mut w, opts).unwrap();
+    (out, w)
+}
+
+#[test]
+fn resnet_step_through_the_graph_twin_trains_bit_identically() {
+    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = resnet_config();
+    let dir = tempfile::tempdir().unwrap();
+    let (eager, we) = resnet_run(&cfg, None, &dir.path().join("eager.txt"));
+    let (graphed, wg) = resnet_run(&cfg, Some(2), &dir.path().join("graph.txt"));
+    assert_same_run("resnet", &eager, &graphed);
+    assert_same_state("resnet", &we.state_tensors(), &wg.state_tensors());
+    assert!(we.graph_stats().is_none());
+    let stats = wg.graph_stats().unwrap();
+    // one capture per training image size (progressive resizing), the rest replays
+    let sizes: std::collections::BTreeSet<i64> = (0..cfg.train.max_epochs)
+        .map(|e| wg.train_size(e))
+        .collect();
+    assert!(sizes.len() >= 2, "the preset should resize: {sizes:?}");
+    assert_eq!(stats.captures, sizes.len() as u64, "{stats:?}");
+    assert_eq!(stats.eager_steps, 2 * sizes.len() as u64, "{stats:?}");
+    assert_eq!(
+        stats.eager_steps + stats.captures + stats.replays,
+        graphed.steps,
+        "{stats:?}"
+    );
+    // the graph stats show up in the log as the run's setting: off here (it is a GPU setting)
+    let log = std::fs::read_to_string(dir.path().join("graph.txt")).unwrap();
+    assert!(
+        log.contains("\"key\": \"cuda_graph\", \"value\": false"),
+        "{log}"
+    );
+}
+
+fn bert_data(dir: &Path) {
+    synth_bert(&SynthBertArgs {
+        out: dir.to_path_buf(),
+        source: None,
+        sentences: 16,
+        train_samples: 1024,
+        eval_samples: 128,
+        shards: 2,
+        seq_len: 32,
+        max_predictions: 76,
+        vocab_size: 30522,
+        seed: 1,
+    })
+    .unwrap();
+}
+
+fn bert_run(
+    cfg: &BertRunConfig,
+    data: &Path,
+    graphs: Option<u32>,
+    log: &Path,
+) -> (RunOutcome, BertWorkload) {
+    let mut w = BertWorkload::new(cfg.clone(), Division::Open, data.to_path_buf(), None);
+    if let Some(warmup) = graphs {
+        w = w.emulate_cuda_graph(warmup);
+    }
+    let opts = common::train::cpu_run_options(&cfg.system, Division::Open, 5, log);
+    let out = run_once(&mut w, opts).unwrap();
+    (out, w)
+}
+
+#[test]
+fn bert_step_through_the_graph_twin_trains_bit_identically() {
+    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg =
+        BertRunConfig::load(&preset("configs/bert/tiny_cpu.toml"), Division::Open).unwrap();
+    // dropout on (its random numbers must come out the same), 2 micro-batches, 40 steps
+    cfg.model.hidden_dropout = 0.1;
+    cfg.model.attention_dropout = 0.1;
+    cfg.train.gradient_accumulation_steps = 2;
+    cfg.train.max_samples = 64 * 40;
+    cfg.train.eval_interval_samples = Some(64 * 20);
+    cfg.train.target = 0.999;
+    cfg.data.eval_samples = 128;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    bert_data(&data);
+    let (eager, we) = bert_run(&cfg, &data, None, &dir.path().join("eager.txt"));
+    let (graphed, wg) = bert_run(&cfg, &data, Some(3), &dir.path().join("graph.txt"));
+    assert_same_run("bert", &eager, &graphed);
+    assert_same_state("bert", &we.state_tensors(), &wg.state_tensors());
+    let stats = wg.graph_stats().unwrap();
+    assert_eq!((stats.eager_steps, stats.captures), (3, 1), "{stats:?}");
+    assert_eq!(stats.replays, graphed.steps - 4, "{stats:?}");
+}
+
+#[test]
+fn the_setting_is_refused_on_a_cpu_and_with_unpadding() {
+    let mut cfg = resnet_config();
+    cfg.methods.cuda_graph = true;
+    let dir = tempfile::tempdir().unwrap();
+    let data = open_data(&cfg, None).unwrap();
+    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, data);
+    let opts =
+        common::train::cpu_run_options(&cfg.system, Division::Open, 1, &dir.path().join("r.txt"));
+    let msg = match run_once(&mut w, opts) {
+        Err(e) => format!("{e:#}"),
+        Ok(out) => match out.status {
+            Status::Aborted(m) => m,
+            Status::Success => panic!("a CPU run with methods.cuda_graph = true succeeded"),
+        },
+    };
+    assert!(msg.contains("needs a CUDA device"), "{msg}");
+    assert!(msg.contains("methods.cuda_graph = false"), "{msg}");
+
+    let text = std::fs::read_to_string(preset("configs/bert/tiny_cpu_open.toml")).unwrap();
+    let text = text.replace("[methods]", "[methods]\ncuda_graph = true");
+    assert!(text.contains("unpad = true"), "the open preset unpads");
+    let e = BertRunConfig::parse(&text, Division::Open).unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains("methods.unpad"), "{msg}");
+}
