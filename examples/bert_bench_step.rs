@@ -7,6 +7,7 @@
 //! cargo run --release --example bert_bench_step -- [--layers 24] [--hidden 1024] [--heads 16]
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
+//!     [--cuda-graph]
 //!
 //! Timed window: --warmup steps, a device sync, --steps steps, one device sync at the end (never
 //! per step); the loss is read only after that. --bf16: bf16 autocast around forward + loss, as
@@ -14,9 +15,13 @@
 //! AdamW, as `mlperf-run bert` trains with optimizer.name = "lamb". Prints one JSON line:
 //! seq_per_s, step_ms, window_unix, and on the CPU (where host time is compute time) the median
 //! step and phase times (median_step_s, forward_s, backward_s, optimizer_s).
+//! --cuda-graph: the step (zero_grad, forward, backward, optimizer kernels) captured once after
+//! the warm-up steps and replayed, as `mlperf-run bert` with methods.cuda_graph; on a CPU its
+//! twin (`StepGraphs::emulated`, plumbing only); the phase times are then 0.
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
+use mlperf_run::cuda_graph::StepGraphs;
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -24,7 +29,7 @@ use tch::{nn, Device, Kind, Tensor};
 
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
-[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]";
+[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph]";
 
 struct Args {
     cfg: BertConfig,
@@ -39,6 +44,7 @@ struct Args {
     device: Device,
     bf16: bool,
     lamb: bool,
+    cuda_graph: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -58,6 +64,7 @@ fn parse_args() -> Result<Args> {
         device: Device::Cpu,
         bf16: false,
         lamb: false,
+        cuda_graph: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -72,6 +79,10 @@ fn parse_args() -> Result<Args> {
             }
             "--lamb" => {
                 a.lamb = true;
+                continue;
+            }
+            "--cuda-graph" => {
+                a.cuda_graph = true;
                 continue;
             }
             "-h" | "--help" => {
@@ -110,6 +121,9 @@ fn parse_args() -> Result<Args> {
     }
     a.cfg.max_position = a.cfg.max_position.max(a.seq);
     a.cfg.validate()?;
+    if a.cuda_graph && a.unpad {
+        bail!("--cuda-graph needs fixed shapes: not with --unpad");
+    }
     if a.steps == 0 || a.batch < 1 || !(0.0..1.0).contains(&a.pad) {
         bail!("need --steps >= 1, --batch >= 1 and --pad in [0, 1)");
     }
@@ -181,6 +195,12 @@ fn main() -> Result<()> {
     let [ids, seg, mask, pos, mids, w, nsp] =
         [ids, seg, mask, pos, mids, w, nsp].map(|t| t.to_device(dev));
     let precision = a.bf16.then_some(LowPrecision::BFloat16);
+    let inputs = [ids, seg, mask, pos, mids, w, nsp];
+    let mut graphs = match (a.cuda_graph, dev) {
+        (false, _) => None,
+        (true, Device::Cuda(_)) => Some(StepGraphs::new(dev, a.warmup.min(3) as u32)?),
+        (true, _) => Some(StepGraphs::emulated(a.warmup.min(3) as u32)),
+    };
 
     // (step, forward+loss, backward, optimizer) host seconds per timed step: compute time on
     // the CPU only (on CUDA the host runs ahead of the device)
@@ -193,22 +213,36 @@ fn main() -> Result<()> {
             (t_window, w0) = (Instant::now(), unix_now());
         }
         let t0 = Instant::now();
-        opt.zero_grad()?;
-        loss = maybe_autocast(dev, precision, || {
-            let (mlm, nspl) = model.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), true);
-            pretraining_loss(&mlm, &nspl, &mids, &w, &nsp)
-        })?;
-        let t1 = Instant::now();
-        loss.backward();
-        let t2 = Instant::now();
-        let _grad_norm = opt.step(1e-4)?;
+        opt.begin_step(1e-4)?;
+        let (mut t1, mut t2) = (t0, t0);
+        // the step's kernels (what --cuda-graph captures)
+        let mut body = |ins: &[Tensor]| -> Result<Vec<Tensor>> {
+            let [ids, seg, mask, pos, mids, w, nsp] = ins else {
+                bail!("the step takes 7 input tensors");
+            };
+            opt.zero_grad()?;
+            let loss = maybe_autocast(dev, precision, || {
+                let (mlm, nspl) = model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
+                pretraining_loss(&mlm, &nspl, mids, w, nsp)
+            })?;
+            t1 = Instant::now();
+            loss.backward();
+            t2 = Instant::now();
+            let _grad_norm = opt.apply()?;
+            Ok(vec![loss.detach()])
+        };
+        let mut out = match graphs.as_mut() {
+            Some(g) => g.run(&inputs, &mut body)?,
+            None => body(&inputs)?,
+        };
+        loss = out.remove(0);
         let t3 = Instant::now();
         if i >= a.warmup {
             times.push([
                 (t3 - t0).as_secs_f64(),
                 (t1 - t0).as_secs_f64(),
                 (t2 - t1).as_secs_f64(),
-                (t3 - t2).as_secs_f64(),
+                (t3 - t2.max(t1)).as_secs_f64(),
             ]);
         }
     }
@@ -223,7 +257,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

@@ -12,7 +12,10 @@
 //!
 //! cargo run --release --example resnet_bench_step -- [--device cpu|cuda] [--batch 8]
 //!     [--size 112] [--steps 30] [--amp none|bf16] [--channels-last] [--opt sgd|lars]
-//!     [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000]
+//!     [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph]
+//!
+//! --cuda-graph: methods.cuda_graph (the step captured once and replayed; on a CPU its twin,
+//! `StepGraphs::emulated`, which only checks the plumbing).
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::data::rng::Rng;
@@ -86,11 +89,12 @@ struct Args {
     amp: String,
     channels_last: bool,
     opt: String,
+    cuda_graph: bool,
 }
 
 const USAGE: &str = "resnet_bench_step [--device cpu|cuda] [--batch 8] [--size 112] [--steps 30] \
 [--amp none|bf16] [--channels-last] [--opt sgd|lars] [--threads 2 (0: libtorch's default)] \
-[--width 64] [--blocks 3,4,6,3] [--classes 1000]";
+[--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph]";
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
@@ -105,11 +109,16 @@ fn parse_args() -> Result<Args> {
         amp: "none".into(),
         channels_last: false,
         opt: "sgd".into(),
+        cuda_graph: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--channels-last" {
             a.channels_last = true;
+            continue;
+        }
+        if flag == "--cuda-graph" {
+            a.cuda_graph = true;
             continue;
         }
         if flag == "-h" || flag == "--help" {
@@ -190,7 +199,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if a.device.is_cuda() { "cuda" } else { "cpu" },
-        "amp": a.amp, "channels_last": a.channels_last, "opt": a.opt,
+        "amp": a.amp, "channels_last": a.channels_last, "opt": a.opt, "cuda_graph": a.cuda_graph,
         "steps": a.steps, "warmup": a.steps, "threads": a.threads, "batch": a.batch, "size": a.size,
         "img_per_s": steps * a.batch as f64 / timed,
         "step_ms": 1000.0 * timed / steps,
@@ -290,15 +299,20 @@ weight_decay = 0.00005
 [methods]
 amp = "{amp}"
 channels_last = {channels_last}
+cuda_graph = {cuda_graph}
 "#,
         threads = a.threads,
         width = a.width,
         blocks = a.blocks,
         amp = a.amp,
         channels_last = a.channels_last,
+        cuda_graph = a.cuda_graph && a.device.is_cuda(),
     );
     let cfg = ResnetRunConfig::parse(&cfg_text, Division::Open)?;
     let mut w = ResnetWorkload::new(cfg, Division::Open, Box::new(data));
+    if a.cuda_graph && !a.device.is_cuda() {
+        w = w.emulate_cuda_graph(mlperf_run::cuda_graph::DEFAULT_WARMUP_STEPS);
+    }
     let dir = std::env::temp_dir().join(format!("mlperf-run-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut opts = RunOptions::new(

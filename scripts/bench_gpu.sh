@@ -14,6 +14,9 @@
 #      BERT (scripts/bench/bert_ref.py bench)
 #   d) a `mlperf-run bert` run (configs/bert/bench_1gpu.toml, seq/s of block 2 from its log)
 #      against the same step benchmark with LAMB (and against c); target: within 5%
+#   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
+#   once and replayed; needs binaries built with `--features cuda`, else those rows fail with
+#   the reason), reported against ours without it and against every peer;
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
@@ -261,12 +264,13 @@ if want a; then
     while read -r side; do
       case "$side" in
         mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" ;;
+        graph) measure a "mlperf-run cuda-graph" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --cuda-graph ;;
         pytorch)  # eager, then compiled, in one process (one interpreter start-up)
           split="pytorch-eager:impl=pytorch-eager pytorch-compile:impl=pytorch-compile" \
             measure a "pytorch eager+compile" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
             "${R_PEER[@]}" --mode both ;;
       esac
-    done < <(rotate "$r" mlperf-run pytorch)
+    done < <(rotate "$r" mlperf-run graph pytorch)
   done
   checkpoint
 fi
@@ -312,6 +316,7 @@ if want c; then
     while read -r side; do
       case "$side" in
         mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
+        graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph ;;
         hf)
           if [ "$has_hf" = 1 ]; then
             measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \
@@ -322,7 +327,7 @@ if want c; then
         ref) measure c "pytorch-eager bert_ref.py" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/bert_ref.py" bench \
                --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
       esac
-    done < <(rotate "$r" mlperf-run hf ref)
+    done < <(rotate "$r" mlperf-run graph hf ref)
   done
   checkpoint
 fi

@@ -20,6 +20,10 @@
 #                 ${PYTHON:-python3}'s torch); bench_gpu.sh does not need it
 #   DIR/REQUIREMENTS.txt  the glibc / libstdc++ versions the binaries need
 # On the GPU machine:  cd DIR && scripts/bench_gpu.sh [--rounds 3] [--out OUTDIR]
+#
+# BUNDLE_FEATURES=cuda (or "cuda nccl") builds with those cargo features (CUDA graphs need
+# `cuda`; both need the CUDA headers, see build.rs) into target/bundle-<features>, so the
+# default build in target/ is not rebuilt.
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: scripts/bundle.sh DIR" >&2; exit 2; }
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,8 +34,14 @@ case "$dest" in "$root"|/) echo "bundle.sh: refusing to write into $dest" >&2; e
 
 # shellcheck source=/dev/null
 source "$root/scripts/setup.sh"
-target="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --release --bins --examples)
+features="${BUNDLE_FEATURES:-}"
+if [ -n "$features" ]; then
+  target="${CARGO_TARGET_DIR:-$root/target/bundle-$(echo "$features" | tr ' ,' '--')}"
+  (cd "$root" && CARGO_TARGET_DIR="$target" cargo build --release --bins --examples --features "$features")
+else
+  target="${CARGO_TARGET_DIR:-$root/target}"
+  (cd "$root" && cargo build --release --bins --examples)
+fi
 
 rm -rf "$dest/bin" "$dest/lib" "$dest/scripts" "$dest/configs" "$dest/benchmarks" "$dest/data"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/scripts/bench" "$dest/data"

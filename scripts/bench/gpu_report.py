@@ -294,6 +294,14 @@ def cmd_report(a):
                          "model_tflops": tfl, "mfu_pct_of_measured_matmul": mfu, "mfu_pct_of_989": mfu989,
                          "gpu_busy_pct": busy, **{f"r{x}": (v["value"] if v and v.get("ok") else None)
                                                   for x, v in zip(rounds, vals)}})
+        # our other variants (e.g. "mlperf-run cuda-graph"): each against every side, per round
+        for v in [x for x in sides if x.startswith("mlperf-run") and x != ours_side]:
+            for s in [x for x in sides if x != v]:
+                rs = [by[(v, x)]["value"] / by[(s, x)]["value"] for x in rounds
+                      if by.get((v, x), {}).get("ok") and by.get((s, x), {}).get("ok")]
+                if rs:
+                    w(f"  {v} / {s}: {fmt(statistics.median(rs), 3)}x median "
+                      f"(rounds: {', '.join(fmt(x, 3) for x in rs)})")
         if part == "d":
             run = next((r for r in pr if r["side"].startswith("mlperf-run bert") and r.get("ok")), None)
             step = [r for r in pr if "step" in r["side"] and r.get("ok")]
