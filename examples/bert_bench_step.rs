@@ -7,7 +7,11 @@
 //! cargo run --release --example bert_bench_step -- [--layers 24] [--hidden 1024] [--heads 16]
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
-//!     [--cuda-graph]
+//!     [--cuda-graph] [--data DIR]
+//!
+//! --data DIR: the fixed batch is the first training batch of a BERT data directory (seed 0, one
+//! rank), e.g. `mlperf-run data synth-bert --lengths realistic --seq-len 512`: real lengths
+//! (about half padding) instead of --pad's equal ones; --seq and --preds come from its shards.
 //!
 //! Timed window: --warmup steps, a device sync, --steps steps, one device sync at the end (never
 //! per step); the loss is read only after that. --bf16: bf16 autocast around forward + loss, as
@@ -22,6 +26,7 @@
 use anyhow::{bail, Context, Result};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::cuda_graph::StepGraphs;
+use mlperf_run::data::bert::{shard_files, Shard, TrainLoader};
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -29,7 +34,7 @@ use tch::{nn, Device, Kind, Tensor};
 
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
-[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph]";
+[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--data DIR]";
 
 struct Args {
     cfg: BertConfig,
@@ -45,6 +50,7 @@ struct Args {
     bf16: bool,
     lamb: bool,
     cuda_graph: bool,
+    data: Option<std::path::PathBuf>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -65,6 +71,7 @@ fn parse_args() -> Result<Args> {
         bf16: false,
         lamb: false,
         cuda_graph: false,
+        data: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -107,6 +114,7 @@ fn parse_args() -> Result<Args> {
             "--steps" => a.steps = v.parse().with_context(bad)?,
             "--warmup" => a.warmup = v.parse().with_context(bad)?,
             "--pad" => a.pad = v.parse().with_context(bad)?,
+            "--data" => a.data = Some(v.into()),
             "--threads" => a.threads = v.parse().with_context(bad)?,
             "--device" => {
                 a.device = match v.as_str() {
@@ -118,6 +126,11 @@ fn parse_args() -> Result<Args> {
             }
             _ => bail!("unknown flag {flag}\nusage: {USAGE}"),
         }
+    }
+    if let Some(dir) = &a.data {
+        let first = shard_files(&dir.join("train"))?[0].clone();
+        let shard = Shard::read(&first)?;
+        (a.seq, a.preds) = (shard.seq as i64, shard.preds as i64);
     }
     a.cfg.max_position = a.cfg.max_position.max(a.seq);
     a.cfg.validate()?;
@@ -192,6 +205,23 @@ fn main() -> Result<()> {
     let mids = ids.gather(1, &pos, false);
     let w = mids.ones_like().to_kind(Kind::Float);
     let nsp = Tensor::randint(2, [b], cpu);
+    let [ids, seg, mask, pos, mids, w, nsp] = match &a.data {
+        Some(dir) => {
+            let d = TrainLoader::new(&dir.join("train"), 0, 0, 1, b as usize, Device::Cpu)?
+                .next_batch()?;
+            [
+                d.input_ids,
+                d.segment_ids,
+                d.input_mask,
+                d.masked_positions,
+                d.masked_ids,
+                d.masked_weights,
+                d.nsp_labels,
+            ]
+        }
+        None => [ids, seg, mask, pos, mids, w, nsp],
+    };
+    let real_tokens = mask.sum(Kind::Int64).int64_value(&[]);
     let [ids, seg, mask, pos, mids, w, nsp] =
         [ids, seg, mask, pos, mids, w, nsp].map(|t| t.to_device(dev));
     let precision = a.bf16.then_some(LowPrecision::BFloat16);
@@ -262,6 +292,8 @@ fn main() -> Result<()> {
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],
         "loss": last,
+        "real_token_fraction": real_tokens as f64 / (b * s) as f64,
+        "data": a.data.as_ref().map(|d| d.display().to_string()),
     });
     if !dev.is_cuda() {
         let med = |k: usize| {

@@ -1,12 +1,14 @@
-//! BERT data: synth-bert writes reference-layout shards that we read back; the loader shuffles
-//! per seed, shards across ranks and yields every sample exactly once per epoch.
+//! BERT data: synth-bert writes reference-layout shards that we read back (and with
+//! `--lengths realistic`, about half padding at 512 tokens); the loader shuffles per seed, shards
+//! across ranks (strided or token-balanced) and yields every sample exactly once per epoch.
 #![cfg(feature = "torch")]
 
 mod common;
 
-use mlperf_run::data::bert::synth::{synth_bert, SynthBertArgs, MASK};
-use mlperf_run::data::bert::{shard_files, EvalSet, Shard, TrainLoader};
-use std::collections::BTreeSet;
+use mlperf_run::data::bert::balance_report::measure;
+use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs, MASK};
+use mlperf_run::data::bert::{shard_files, Assignment, EvalSet, SampleId, Shard, TrainLoader};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use tch::{Device, Kind};
@@ -23,6 +25,7 @@ fn synth(out: &Path, seed: u64) {
         max_predictions: 10,
         vocab_size: 30522,
         seed,
+        lengths: Lengths::Pairs,
     };
     let s = synth_bert(&a).unwrap();
     assert!(
@@ -154,4 +157,136 @@ fn bad_shards_are_clear_errors() {
     drop(f);
     let err = format!("{:#}", Shard::read(&dir.path().join("x.hdf5")).unwrap_err());
     assert!(err.contains("input_mask"), "{err}");
+}
+
+/// A small realistic-length set at sequence length 512 (the corpus: all sentences of the text).
+fn synth_realistic(out: &Path, train_samples: usize) -> f64 {
+    let a = SynthBertArgs {
+        out: out.to_path_buf(),
+        source: None,
+        sentences: 40,
+        train_samples,
+        eval_samples: 16,
+        shards: 4,
+        seq_len: 512,
+        max_predictions: 76,
+        vocab_size: 30522,
+        seed: 3,
+        lengths: Lengths::Realistic,
+    };
+    synth_bert(&a).unwrap().padding_fraction
+}
+
+#[test]
+fn realistic_lengths_are_about_half_padding_at_512() {
+    let dir = tempfile::tempdir().unwrap();
+    let reported = synth_realistic(dir.path(), 1200);
+    // read back from the shards: the input masks hold the lengths
+    let (mut tokens, mut n, mut full, mut short) = (0usize, 0usize, 0usize, 0usize);
+    for f in shard_files(&dir.path().join("train")).unwrap() {
+        let s = Shard::read(&f).unwrap();
+        assert_eq!(s.seq, 512);
+        for i in 0..s.n {
+            let t = s.tokens(i);
+            tokens += t;
+            full += (t == 512) as usize;
+            short += (t < 128) as usize;
+        }
+        n += s.n;
+    }
+    assert_eq!(n, 1200);
+    let padding = 1.0 - tokens as f64 / (n * 512) as f64;
+    assert!((padding - reported).abs() < 1e-9, "{padding} vs {reported}");
+    assert!((0.4..=0.6).contains(&padding), "padding {padding}");
+    // a mix, as in the reference's phase-2 data: many full sequences and many short ones
+    assert!(full * 5 > n, "{full} of {n} full");
+    assert!(short * 10 > n, "{short} of {n} below 128 tokens");
+    let readme = std::fs::read_to_string(dir.path().join("README.txt")).unwrap();
+    assert!(readme.contains("Realistic"), "{readme}");
+}
+
+/// Each rank's batches of `steps` steps with token balancing.
+fn balanced_batches(
+    train: &Path,
+    seed: u64,
+    world: usize,
+    local: usize,
+    steps: usize,
+) -> Vec<Vec<Vec<SampleId>>> {
+    (0..world)
+        .map(|rank| {
+            let mut l = TrainLoader::new(train, seed, rank, world, local, Device::Cpu)
+                .unwrap()
+                .with_assignment(Assignment::TokenBalanced);
+            (0..steps).map(|_| l.next_batch_ids().unwrap()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 4);
+    let train = dir.path().join("train");
+    let (world, local, steps) = (4, 5, 11); // 11 global batches of 20 > 203 samples
+    let ranks = balanced_batches(&train, 9, world, local, steps);
+    // the global stream itself: one rank taking whole global batches
+    let mut global = TrainLoader::new(&train, 9, 0, 1, world * local, Device::Cpu)
+        .unwrap()
+        .with_assignment(Assignment::TokenBalanced);
+    let mut epoch0 = BTreeMap::new();
+    for step in 0..steps {
+        let group: BTreeSet<SampleId> = global.next_batch_ids().unwrap().into_iter().collect();
+        let mut union = BTreeSet::new();
+        let mut loads = Vec::new();
+        for r in &ranks {
+            assert_eq!(r[step].len(), local);
+            union.extend(r[step].iter().copied());
+            loads.push(r[step].iter().map(|s| s.tokens).sum::<usize>());
+        }
+        assert_eq!(
+            union, group,
+            "step {step}: the ranks split the global batch"
+        );
+        let (min, max) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+        assert!(
+            max - min <= 48,
+            "step {step}: {loads:?} differ by more than one sequence"
+        );
+        for s in union.iter().filter(|s| s.epoch == 0) {
+            *epoch0.entry((s.file, s.index)).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(epoch0.len(), 203, "every sample in epoch 0");
+    assert!(epoch0.values().all(|&c| c == 1), "each once");
+    // deterministic per seed; another seed, another order
+    assert_eq!(balanced_batches(&train, 9, world, local, steps), ranks);
+    assert_ne!(balanced_batches(&train, 10, world, local, steps), ranks);
+    // the same global batches as the strided split draws from, in the same epoch order
+    let strided: BTreeSet<(usize, usize)> = (0..world)
+        .flat_map(|rank| {
+            let mut l = TrainLoader::new(&train, 9, rank, world, local, Device::Cpu).unwrap();
+            let mut ids = Vec::new();
+            while l.epoch() == 0 {
+                ids.extend(l.next_ids(1).unwrap());
+            }
+            ids.pop();
+            ids
+        })
+        .collect();
+    assert_eq!(strided, epoch0.keys().copied().collect());
+}
+
+#[test]
+fn balancing_evens_realistic_tokens_at_8_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    synth_realistic(dir.path(), 8 * 24 * 6);
+    let r = measure(dir.path(), 8, 24, 1).unwrap();
+    assert_eq!(r.steps, 6);
+    assert!((0.4..=0.6).contains(&r.padding_fraction), "{r:?}");
+    eprintln!("{r:?}");
+    assert!(r.strided.epoch_max_over_mean > 1.05, "{r:?}");
+    assert!(r.balanced.epoch_max_over_mean <= 1.02, "{r:?}");
+    assert!(r.balanced.worst_step_spread <= 512, "{r:?}");
+    assert!((r.strided.mean_rank_tokens - r.balanced.mean_rank_tokens).abs() < 1e-6);
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use mlperf_run::data::bert::synth::{synth_bert, SynthBertArgs};
+use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::bert::{run_once, BertRunConfig};
@@ -25,6 +25,7 @@ fn data(dir: &Path) {
         max_predictions: 76,
         vocab_size: 30522,
         seed: 1,
+        lengths: Lengths::Pairs,
     };
     synth_bert(&a).unwrap();
 }
@@ -84,6 +85,7 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
         "gradient_accumulation_steps",
         "seed",
         "method_unpad",
+        "method_balance_tokens",
     ] {
         assert_eq!(log.with_key(key).count(), 1, "{key}");
     }
@@ -95,6 +97,11 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
         log.first("method_unpad").unwrap().value,
         serde_json::json!(cfg.methods.unpad)
     );
+    assert_eq!(
+        log.first("method_balance_tokens").unwrap().value,
+        serde_json::json!(cfg.methods.balance_tokens)
+    );
+    assert_eq!(cfg.methods.balance_tokens, division == Division::Open);
     let verdict = check_log(
         &log,
         &CheckOptions {
@@ -152,6 +159,35 @@ fn closed_configs_breaking_the_rules_are_refused() {
         .unwrap_err()
     );
     assert!(err.contains("num_heads"), "{err}");
+    // token balancing: open division only, and only with unpadding
+    let open = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_open.toml"),
+    )
+    .unwrap();
+    assert!(open.contains("balance_tokens = true"));
+    BertRunConfig::parse(&open, Division::Open).unwrap();
+    let closed = open.replace("eval_interval_samples = 16384\n", "");
+    assert_ne!(closed, open);
+    let err = format!(
+        "{:#}",
+        BertRunConfig::parse(&closed, Division::Closed).unwrap_err()
+    );
+    assert!(
+        err.contains("balance_tokens") && err.contains("open"),
+        "{err}"
+    );
+    let err = format!(
+        "{:#}",
+        BertRunConfig::parse(
+            &open.replace("unpad = true", "unpad = false"),
+            Division::Open
+        )
+        .unwrap_err()
+    );
+    assert!(
+        err.contains("balance_tokens") && err.contains("unpad"),
+        "{err}"
+    );
 }
 
 #[test]

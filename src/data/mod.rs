@@ -29,6 +29,9 @@ pub enum DataCommand {
     /// Write BERT pre-training shards (reference HDF5 layout) from English text.
     #[cfg(feature = "torch")]
     SynthBert(bert::synth::SynthBertArgs),
+    /// Per-rank token imbalance of the BERT loader over one epoch, strided vs token-balanced.
+    #[cfg(feature = "torch")]
+    BertBalance(bert::balance_report::BertBalanceArgs),
 }
 
 pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -37,5 +40,7 @@ pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
         DataCommand::BenchImagenet(a) => imagenet::bench::run_bench_imagenet(a),
         #[cfg(feature = "torch")]
         DataCommand::SynthBert(a) => bert::synth::run_synth_bert(a),
+        #[cfg(feature = "torch")]
+        DataCommand::BertBalance(a) => bert::balance_report::run_bert_balance(a),
     }
 }

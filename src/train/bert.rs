@@ -3,7 +3,9 @@
 //!
 //! - Model: [`crate::models::bert`], optionally initialised from the converted reference
 //!   checkpoint (`--init-checkpoint`, safetensors from `scripts/convert_bert_checkpoint`).
-//! - Data: [`crate::data::bert`] (reference HDF5 shards in `DIR/train`, the eval set in `DIR/eval`).
+//! - Data: [`crate::data::bert`] (reference HDF5 shards in `DIR/train`, the eval set in `DIR/eval`);
+//!   with `methods.balance_tokens` (open) each global micro-batch is split among the ranks by
+//!   token count ([`crate::data::bert::balance`]).
 //! - Optimizer: LAMB (closed) or LAMB/AdamW (open) with the reference's warmup + polynomial
 //!   schedule, global-norm clip; hyperparameter keys logged from the loaded config.
 //! - Eval: masked-LM accuracy = correct masked tokens / all masked tokens over the eval set;
@@ -16,7 +18,7 @@ use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome,
 use super::handoff::{DeviceTensors, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::cuda_graph::{self, GraphStats, StepGraphs};
-use crate::data::bert::{check_vocab, BertBatch, EvalSet, HostBatch, TrainLoader};
+use crate::data::bert::{check_vocab, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use anyhow::{bail, Context, Result};
@@ -106,6 +108,10 @@ pub struct BertMethodsConfig {
     /// with `unpad`; changes no math). See [`crate::cuda_graph`].
     #[serde(default)]
     pub cuda_graph: bool,
+    /// Token load balance: each global micro-batch is dealt out to the ranks by non-padding
+    /// token count ([`crate::data::bert::balance`]); open division, with `unpad` only.
+    #[serde(default)]
+    pub balance_tokens: bool,
 }
 
 fn yes() -> bool {
@@ -169,6 +175,12 @@ impl BertRunConfig {
                  changes the token count every step: turn one of them off"
             );
         }
+        if self.methods.balance_tokens && !self.methods.unpad {
+            bail!(
+                "methods.balance_tokens balances non-padding tokens, which only set a rank's \
+                 step time with methods.unpad = true: set both or neither"
+            );
+        }
         match division {
             Division::Closed => {
                 if t.target < 0.720 {
@@ -184,6 +196,12 @@ impl BertRunConfig {
                     bail!(
                         "train.eval_interval_samples is open-division only; the closed division evaluates every \
                          FLOOR(0.05*(230.23*GBS + 3,000,000), 25,000) samples: remove the key"
+                    );
+                }
+                if self.methods.balance_tokens {
+                    bail!(
+                        "methods.balance_tokens is an open-division method (it changes which \
+                         samples share a rank's loss): remove it or use --division open"
                     );
                 }
                 if o.max_grad_norm != 1.0 {
@@ -278,6 +296,7 @@ impl BertRunConfig {
             ("method_unpad", json!(m.unpad)),
             ("method_fused_attention", json!(m.fused_attention)),
             ("method_bf16", json!(m.bf16)),
+            ("method_balance_tokens", json!(m.balance_tokens)),
         ];
         if division == Division::Open {
             kv.push((
@@ -438,7 +457,12 @@ impl Workload for BertWorkload {
             ctx.world_size,
             local,
             ctx.device,
-        )?;
+        )?
+        .with_assignment(if cfg.methods.balance_tokens {
+            Assignment::TokenBalanced
+        } else {
+            Assignment::Strided
+        });
         let eval = EvalSet::load(&self.data_dir.join("eval"), cfg.data.eval_samples)?;
         check_vocab(
             eval.max_token(),

@@ -15,12 +15,25 @@
 //! `w` takes the permuted samples `r, r+w, r+2w, ...` of every shard. So each sample is seen by
 //! exactly one rank, exactly once per epoch; one shard is in memory at a time. Batches are
 //! exactly `local_batch` samples and run across shard and epoch boundaries.
+//!
+//! With token balancing ([`Assignment::TokenBalanced`], the open method
+//! `methods.balance_tokens`) every rank reads the same global stream instead (the same
+//! permutations, not split by rank) and cuts it into global micro-batches of
+//! `world x local_batch` consecutive samples; [`balance::assign`] deals each one out to the
+//! ranks by token count (equal sample counts, token counts within one sequence of each other).
+//! Each sample is still seen by exactly one rank, once per epoch; a global batch may span two
+//! shards, so two can be in memory.
 
+pub mod balance;
+pub mod balance_report;
+pub mod realistic;
 pub mod synth;
 
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tch::{Device, Tensor};
 
 /// The six reference datasets, in the order above.
@@ -135,6 +148,14 @@ impl Shard {
             .dataset("input_ids")
             .with_context(|| format!("{}: no dataset 'input_ids'", path.display()))?;
         Ok(ds.shape().first().copied().unwrap_or(0))
+    }
+
+    /// Non-padding tokens of sample `i` (its `input_mask` ones).
+    pub fn tokens(&self, i: usize) -> usize {
+        self.input_mask[i * self.seq..(i + 1) * self.seq]
+            .iter()
+            .filter(|&&m| m != 0)
+            .count()
     }
 
     /// Largest token id (vocabulary size check).
@@ -265,6 +286,45 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// How the samples of the training stream are split among the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Assignment {
+    /// Rank `r` of `w` takes the permuted samples `r, r+w, ...` of every shard.
+    #[default]
+    Strided,
+    /// Global micro-batches dealt out by token count ([`balance::assign`]).
+    TokenBalanced,
+}
+
+/// One sample of the stream: where it lives and which epoch it belongs to.
+struct Sample {
+    shard: Arc<Shard>,
+    file: usize,
+    epoch: u64,
+    index: usize,
+}
+
+/// A sample a rank trains on (for tests and the balance report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SampleId {
+    pub epoch: u64,
+    /// Index into the sorted shard files.
+    pub file: usize,
+    /// Index in that file.
+    pub index: usize,
+    /// Non-padding tokens.
+    pub tokens: usize,
+}
+
+/// The shard being read: its permuted (and for [`Assignment::Strided`], rank-split) samples.
+struct Current {
+    shard: Arc<Shard>,
+    file: usize,
+    epoch: u64,
+    order: Vec<usize>,
+    at: usize,
+}
+
 /// Endless, seeded, rank-sharded training batches.
 pub struct TrainLoader {
     files: Vec<PathBuf>,
@@ -273,10 +333,13 @@ pub struct TrainLoader {
     world: usize,
     local_batch: usize,
     device: Device,
+    assignment: Assignment,
     epoch: u64,
     file_order: Vec<usize>,
     next_file: usize,
-    current: Option<(Shard, Vec<usize>, usize)>,
+    current: Option<Current>,
+    /// This rank's next samples, in stream order.
+    pending: VecDeque<Sample>,
     /// Samples in the whole training set (all ranks).
     pub total_samples: usize,
 }
@@ -311,14 +374,25 @@ impl TrainLoader {
             world,
             local_batch,
             device,
+            assignment: Assignment::Strided,
             epoch: 0,
             file_order: Vec::new(),
             next_file: 0,
             current: None,
+            pending: VecDeque::new(),
             total_samples: total,
         };
         l.start_epoch(0);
         Ok(l)
+    }
+
+    /// The loader with samples split among ranks by `assignment`, restarted at epoch 0.
+    pub fn with_assignment(mut self, assignment: Assignment) -> Self {
+        self.assignment = assignment;
+        self.current = None;
+        self.pending.clear();
+        self.start_epoch(0);
+        self
     }
 
     fn start_epoch(&mut self, epoch: u64) {
@@ -330,14 +404,23 @@ impl TrainLoader {
 
     /// The epoch the next sample comes from (0-based).
     pub fn epoch(&self) -> u64 {
-        self.epoch
+        self.pending.front().map_or(self.epoch, |s| s.epoch)
     }
 
-    fn next_index(&mut self) -> Result<()> {
+    /// The next sample of the stream: this rank's own (strided), or the global stream's
+    /// (balanced).
+    fn next_in_stream(&mut self) -> Result<Sample> {
         loop {
-            if let Some((_, order, at)) = &self.current {
-                if *at < order.len() {
-                    return Ok(());
+            if let Some(c) = &mut self.current {
+                if c.at < c.order.len() {
+                    let s = Sample {
+                        shard: Arc::clone(&c.shard),
+                        file: c.file,
+                        epoch: c.epoch,
+                        index: c.order[c.at],
+                    };
+                    c.at += 1;
+                    return Ok(s);
                 }
             }
             if self.next_file == self.file_order.len() {
@@ -345,34 +428,74 @@ impl TrainLoader {
             }
             let fi = self.file_order[self.next_file];
             self.next_file += 1;
-            let shard = Shard::read(&self.files[fi])?;
+            let shard = Arc::new(Shard::read(&self.files[fi])?);
             let mut order: Vec<usize> = (0..shard.n).collect();
             Rng::derive(self.seed, &[self.epoch, fi as u64 + 1]).shuffle(&mut order);
-            let mine: Vec<usize> = order
-                .into_iter()
-                .skip(self.rank)
-                .step_by(self.world)
-                .collect();
-            self.current = Some((shard, mine, 0));
+            if self.assignment == Assignment::Strided {
+                order = order
+                    .into_iter()
+                    .skip(self.rank)
+                    .step_by(self.world)
+                    .collect();
+            }
+            self.current = Some(Current {
+                shard,
+                file: fi,
+                epoch: self.epoch,
+                order,
+                at: 0,
+            });
         }
+    }
+
+    /// This rank's next sample.
+    fn next_sample(&mut self) -> Result<Sample> {
+        while self.pending.is_empty() {
+            match self.assignment {
+                Assignment::Strided => {
+                    let s = self.next_in_stream()?;
+                    self.pending.push_back(s);
+                }
+                Assignment::TokenBalanced => {
+                    let group = (0..self.world * self.local_batch)
+                        .map(|_| self.next_in_stream())
+                        .collect::<Result<Vec<_>>>()?;
+                    let tokens: Vec<usize> =
+                        group.iter().map(|s| s.shard.tokens(s.index)).collect();
+                    let ranks = balance::assign(&tokens, self.world)?;
+                    self.pending.extend(
+                        group
+                            .into_iter()
+                            .zip(ranks)
+                            .filter(|&(_, r)| r == self.rank)
+                            .map(|(s, _)| s),
+                    );
+                }
+            }
+        }
+        self.pending.pop_front().context("no sample pending")
     }
 
     /// The sample indices (file, index in file) of the next `n` samples, advancing the loader
     /// (tests use it to check the order).
     pub fn next_ids(&mut self, n: usize) -> Result<Vec<(usize, usize)>> {
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            self.next_index()?;
-            let (shard, order, at) = self.current.as_mut().expect("loaded");
-            let fi = self
-                .files
-                .iter()
-                .position(|f| f == &shard.path)
-                .unwrap_or(usize::MAX);
-            out.push((fi, order[*at]));
-            *at += 1;
-        }
-        Ok(out)
+        (0..n)
+            .map(|_| self.next_sample().map(|s| (s.file, s.index)))
+            .collect()
+    }
+
+    /// The samples of the next batch (exactly `local_batch`), advancing the loader.
+    pub fn next_batch_ids(&mut self) -> Result<Vec<SampleId>> {
+        (0..self.local_batch)
+            .map(|_| {
+                self.next_sample().map(|s| SampleId {
+                    epoch: s.epoch,
+                    file: s.file,
+                    index: s.index,
+                    tokens: s.shard.tokens(s.index),
+                })
+            })
+            .collect()
     }
 
     /// The next batch of exactly `local_batch` samples.
@@ -385,10 +508,8 @@ impl TrainLoader {
     pub fn next_host_batch(&mut self) -> Result<HostBatch> {
         let mut b = HostBatch::default();
         while b.len() < self.local_batch {
-            self.next_index()?;
-            let (shard, order, at) = self.current.as_mut().expect("loaded");
-            b.push(shard, order[*at])?;
-            *at += 1;
+            let s = self.next_sample()?;
+            b.push(&s.shard, s.index)?;
         }
         Ok(b)
     }

@@ -22,6 +22,10 @@
 //! longer segment is truncated from a random end until the pair fits; 15% of the tokens
 //! (rounded, at least 1, at most `--max-predictions`, 76 by default) are chosen among the non-special
 //! tokens; of these 80% become `[MASK]`, 10% stay, 10% become a random vocabulary token.
+//!
+//! `--lengths realistic` fills sequences from documents instead, as the reference does, so that
+//! about half of the tokens are padding at `--seq-len 512` (see [`super::realistic`]); the
+//! default `pairs` keeps one sentence pair per sequence (mostly short).
 
 use super::DATASETS;
 use crate::data::rng::Rng;
@@ -67,6 +71,21 @@ pub struct SynthBertArgs {
     pub vocab_size: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Sequence lengths: `pairs` (one sentence pair per sequence; short, for the tiny presets)
+    /// or `realistic` (filled from documents as the reference's create_pretraining_data.py
+    /// does, 10% short targets: about half of the tokens are padding at --seq-len 512).
+    #[arg(long, value_enum, default_value_t = Lengths::Pairs)]
+    pub lengths: Lengths,
+}
+
+/// How sequences are filled (`--lengths`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lengths {
+    /// `[CLS] A [SEP] B [SEP]` with A and B single sentences.
+    #[default]
+    Pairs,
+    /// Filled towards `seq_len` from documents ([`super::realistic`]).
+    Realistic,
 }
 
 /// What was written.
@@ -77,6 +96,8 @@ pub struct SynthSummary {
     pub vocab_size: usize,
     pub train_samples: usize,
     pub eval_samples: usize,
+    /// Fraction of the training set's token slots that are padding.
+    pub padding_fraction: f64,
 }
 
 /// The default text source: Python's LICENSE.txt (Debian: libpython3.X-stdlib).
@@ -268,7 +289,7 @@ pub struct Instance {
     pub is_random_next: bool,
 }
 
-/// Build one instance from sentence `i` as segment A (see the module docs).
+/// Build one instance from sentence `i` as segment A (the `pairs` mode; see the module docs).
 pub fn make_instance(
     rng: &mut Rng,
     sents: &[Vec<i32>],
@@ -278,9 +299,9 @@ pub fn make_instance(
     vocab_len: usize,
 ) -> Instance {
     let n = sents.len();
-    let mut a = sents[i].clone();
+    let a = sents[i].clone();
     let random_next = i + 1 >= n || rng.next_f64() < 0.5;
-    let mut b = if random_next {
+    let b = if random_next {
         let mut j = rng.below(n as u64) as usize;
         while n > 2 && (j == i + 1 || j == i) {
             j = rng.below(n as u64) as usize;
@@ -289,6 +310,20 @@ pub fn make_instance(
     } else {
         sents[i + 1].clone()
     };
+    pair_instance(rng, a, b, random_next, seq_len, max_pred, vocab_len)
+}
+
+/// `[CLS] A [SEP] B [SEP]` from two segments: the longer one truncated from a random end until
+/// the pair fits `seq_len`, then the masked-LM predictions chosen (see the module docs).
+pub fn pair_instance(
+    rng: &mut Rng,
+    mut a: Vec<i32>,
+    mut b: Vec<i32>,
+    random_next: bool,
+    seq_len: usize,
+    max_pred: usize,
+    vocab_len: usize,
+) -> Instance {
     let max_tokens = seq_len.saturating_sub(3).max(2);
     while a.len() + b.len() > max_tokens {
         let longer = if a.len() > b.len() { &mut a } else { &mut b };
@@ -435,6 +470,16 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
     )?;
     let make = |seed: u64, n: usize| -> Vec<Instance> {
         let mut rng = Rng::derive(seed, &[0x5e17]);
+        if a.lengths == Lengths::Realistic {
+            return super::realistic::instances(
+                &mut rng,
+                &sents,
+                n,
+                a.seq_len,
+                a.max_predictions,
+                vocab.len(),
+            );
+        }
         (0..n)
             .map(|_| {
                 let i = rng.below(sents.len() as u64) as usize;
@@ -450,6 +495,8 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
             .collect()
     };
     let train = make(a.seed, a.train_samples);
+    let tokens: usize = train.iter().map(|it| it.tokens.len()).sum();
+    let padding_fraction = 1.0 - tokens as f64 / (train.len() * a.seq_len) as f64;
     let per = a.train_samples.div_ceil(a.shards);
     for (k, chunk) in train.chunks(per).enumerate() {
         let name = format!("part-{k:05}-of-{:05}.hdf5", a.shards);
@@ -471,6 +518,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         "Synthetic BERT pre-training data written by `mlperf-run data synth-bert`.\n\
          Text: the first {} sentences of {}.\n\
          {} training samples in {} shards, {} eval samples, seq_len {}, max_predictions {}, vocabulary {} tokens, seed {}.\n\
+         Lengths: {:?}; {:.1}% of the training token slots are padding.\n\
          Small and repetitive on purpose: it proves the pipeline, not the model.\n",
         a.sentences,
         source.display(),
@@ -480,7 +528,9 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         a.seq_len,
         a.max_predictions,
         vocab.len(),
-        a.seed
+        a.seed,
+        a.lengths,
+        100.0 * padding_fraction
     );
     crate::fsutil::write_atomic(&a.out.join("README.txt"), readme.as_bytes())?;
     Ok(SynthSummary {
@@ -489,6 +539,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         vocab_size: vocab.len(),
         train_samples: a.train_samples,
         eval_samples: a.eval_samples,
+        padding_fraction,
     })
 }
 
@@ -496,13 +547,14 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
 pub fn run_synth_bert(a: SynthBertArgs) -> Result<std::process::ExitCode> {
     let s = synth_bert(&a)?;
     println!(
-        "wrote {}: {} train + {} eval samples from {} sentences of {}; vocabulary {} tokens (vocab.txt)",
+        "wrote {}: {} train + {} eval samples from {} sentences of {}; vocabulary {} tokens (vocab.txt); {:.1}% padding",
         a.out.display(),
         s.train_samples,
         s.eval_samples,
         s.sentences,
         s.source.display(),
-        s.vocab_size
+        s.vocab_size,
+        100.0 * s.padding_fraction
     );
     Ok(std::process::ExitCode::SUCCESS)
 }
