@@ -286,6 +286,9 @@ fn closed_bert_set_passes_the_official_checker_at_4_1_0() {
     let factor = ps::scaling_factor(&org.join("results/synth_bert/bert"))
         .expect("scaling.json written for the closed BERT set");
     assert!(factor > 1.0 && factor < 1.01, "{factor}");
+    // verify re-checks at bert's default round (5.0.0: the same RCP table, fewer rules).
+    let v = verify::verify(&out).unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
     if common::oracle(test).is_some() {
         let (ok, log) = ps::official_package_check(&org, "4.1.0").expect("package checker ran");
         assert!(ok, "official package checker at 4.1.0:\n{log}");
