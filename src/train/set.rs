@@ -52,7 +52,7 @@ fn record_node(set_dir: &Path, node: &sysinfo::RunSetNode) {
         Ok((path, warnings)) => {
             eprintln!("system description of this node: {}", path.display());
             for w in warnings {
-                eprintln!("note: {w}");
+                tracing::info!("{}: {w}", path.display());
             }
         }
         Err(e) => eprintln!("warning: {e:#} (package will need --system-config)"),
