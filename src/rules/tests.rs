@@ -164,9 +164,9 @@ fn four_one_drops_submission_status_and_has_no_resnet_rules() {
     // ...and lists resnet without shipping its rule file (the official checker errors out).
     let v = verdict(&render(&resnet_closed()), "4.1.0");
     assert!(
-        v.findings
-            .iter()
-            .any(|f| f.rule == "unsupported" && f.message.contains("closed_resnet")),
+        v.findings.iter().any(|f| f.rule == "unsupported"
+            && f.message.contains("closed_resnet")
+            && f.message.contains("--ruleset 4.0.0")),
         "{:?}",
         v.findings
     );
