@@ -35,6 +35,7 @@ pub mod official;
 pub mod optim;
 pub mod plot;
 pub mod progress;
+pub mod recipes;
 pub mod regress;
 pub mod rules;
 pub mod runset;

@@ -327,10 +327,11 @@ fn our_verdicts_equal_the_official_checker() {
     }
 
     // Logs written by our emitter, checked at the pinned and older rulesets.
-    let resnet_rulesets: Vec<String> = ["2.0.0", "3.0.0", "3.1.0", "4.0.0", "5.0.0"]
+    // 4.1.0 lists resnet but has no ResNet rule files: both checkers fail a ResNet log there.
+    let resnet_rulesets: Vec<String> = ["2.0.0", "3.0.0", "3.1.0", "4.0.0", "4.1.0", "5.0.0"]
         .map(String::from)
         .to_vec();
-    let bert_rulesets: Vec<String> = ["2.0.0", "2.1.0", "3.1.0", "4.0.0", "5.0.0"]
+    let bert_rulesets: Vec<String> = ["2.0.0", "2.1.0", "3.1.0", "4.0.0", "4.1.0", "5.0.0"]
         .map(String::from)
         .to_vec();
     for division in ["closed", "open"] {
@@ -345,7 +346,13 @@ fn our_verdicts_equal_the_official_checker() {
         for r in &bert_rulesets {
             cases.push((p.clone(), r.clone()));
         }
-        bases.push((format!("emit_bert_{division}"), p, vec!["5.0.0".into()]));
+        // 4.1.0 differs from 4.0.0 (no submission_status) and 5.0.0 (org and platform kept):
+        // every mutation is judged at both of BERT's last rounds.
+        bases.push((
+            format!("emit_bert_{division}"),
+            p,
+            vec!["4.1.0".into(), "5.0.0".into()],
+        ));
     }
 
     // Mutated copies.
@@ -390,6 +397,7 @@ fn our_verdicts_equal_the_official_checker() {
 
     let mut mismatches = Vec::new();
     let (mut compliant, mut failing) = (0, 0);
+    let (mut compliant_4_1, mut failing_4_1) = (0, 0);
     for (p, r) in &cases {
         let log = parse_file(p).unwrap();
         let ours = check_log(
@@ -403,6 +411,13 @@ fn our_verdicts_equal_the_official_checker() {
             compliant += 1;
         } else {
             failing += 1;
+        }
+        if r == "4.1.0" {
+            if theirs {
+                compliant_4_1 += 1;
+            } else {
+                failing_4_1 += 1;
+            }
         }
         if ours.compliant() != theirs {
             mismatches.push(format!(
@@ -433,6 +448,10 @@ fn our_verdicts_equal_the_official_checker() {
     assert!(
         compliant >= 20 && failing >= 50,
         "the corpus must hold both kinds: {compliant} / {failing}"
+    );
+    assert!(
+        compliant_4_1 >= 10 && failing_4_1 >= 20,
+        "4.1.0 must be judged on both kinds: {compliant_4_1} / {failing_4_1}"
     );
 
     // The batch wrapper answers as the official command line tool does (sample).
@@ -549,16 +568,18 @@ fn seed_rule_equals_the_official_seed_checker() {
             .into_iter()
             .filter(|(_, f)| f.rule == "seed")
             .collect();
-        let theirs = official_seed_errors(&python, "4.0.0", &files);
-        assert_eq!(
-            ours.is_empty(),
-            theirs.is_empty(),
-            "set {name}: ours {ours:?} official {theirs:?}"
-        );
-        assert_eq!(
-            ours.len(),
-            theirs.len(),
-            "set {name}: one finding per official error: {ours:?} vs {theirs:?}"
-        );
+        for ruleset in ["4.0.0", "4.1.0"] {
+            let theirs = official_seed_errors(&python, ruleset, &files);
+            assert_eq!(
+                ours.is_empty(),
+                theirs.is_empty(),
+                "set {name} at {ruleset}: ours {ours:?} official {theirs:?}"
+            );
+            assert_eq!(
+                ours.len(),
+                theirs.len(),
+                "set {name} at {ruleset}: one finding per official error: {ours:?} vs {theirs:?}"
+            );
+        }
     }
 }

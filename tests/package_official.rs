@@ -258,3 +258,44 @@ fn closed_bert_set_passes_the_official_checker_at_5_0_0() {
         );
     }
 }
+
+/// BERT was a v4.1 benchmark: a closed BERT set packaged with `--ruleset 4.1.0` (the 4.1.0
+/// rules and RCP table) passes the official package checker at 4.1.0, and its score table
+/// names that round.
+#[test]
+fn closed_bert_set_passes_the_official_checker_at_4_1_0() {
+    let test = "closed_bert_set_passes_the_official_checker_at_4_1_0";
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    let logs = ps::write_bert_set(
+        &dir.path().join("bert"),
+        "closed",
+        &ps::distinct_seeds(10),
+        16,
+    );
+    let out = dir.path().join("out");
+    let mut opts = ps::options("SynthOrg", "synth_bert", "closed", logs, &out, &toml);
+    opts.ruleset = Some("4.1.0".into());
+    let report = package::package(&opts).expect("closed BERT set packages at 4.1.0");
+    let table = &report.score_table;
+    assert!(
+        table.contains("4.1.0") && table.contains("RCP: pass") && table.contains("10/10"),
+        "{table}"
+    );
+    let org = out.join("SynthOrg");
+    let factor = ps::scaling_factor(&org.join("results/synth_bert/bert"))
+        .expect("scaling.json written for the closed BERT set");
+    assert!(factor > 1.0 && factor < 1.01, "{factor}");
+    // verify re-checks at bert's default round (5.0.0: the same RCP table, fewer rules).
+    let v = verify::verify(&out).unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+    if common::oracle(test).is_some() {
+        let (ok, log) = ps::official_package_check(&org, "4.1.0").expect("package checker ran");
+        assert!(ok, "official package checker at 4.1.0:\n{log}");
+        assert!(log.contains("RCP Test Passed"), "{log}");
+        ps::assert_same_scaling(&log, factor);
+        let (ok, log) =
+            ps::official_system_check(&org.join("systems/synth_bert.json"), "4.1.0").unwrap();
+        assert!(ok, "system_desc_checker at 4.1.0:\n{log}");
+    }
+}

@@ -98,6 +98,9 @@ pub mod keys {
     pub const SUBMISSION_BENCHMARK: &str = "submission_benchmark";
     pub const TRACKED_STATS: &str = "tracked_stats";
     pub const THROUGHPUT: &str = "throughput";
+    /// mlperf-run's own key: the recipe (`--recipe`) an open-division run applied. Not an
+    /// mllog constant; the official checker accepts keys its rules do not name.
+    pub const RECIPE: &str = "recipe";
 
     pub const STATUS_SUCCESS: &str = "success";
     pub const STATUS_ABORTED: &str = "aborted";

@@ -23,7 +23,7 @@ Exit status: 0 when every file is compliant, 1 when any is not, 2 on usage or I/
 
 Findings print as `path:line: [rule] key: message`. The ruleset defaults to the
 benchmark's last round (resnet 4.0.0, bert 5.0.0; 4.0.0 when the log names no known
-benchmark). Supported rulesets: 2.0.0, 2.1.0, 3.0.0, 3.1.0, 4.0.0, 5.0.0.
+benchmark). Supported rulesets: 2.0.0, 2.1.0, 3.0.0, 3.1.0, 4.0.0, 4.1.0 (BERT only), 5.0.0.
 
 Examples:
   mlperf-run check results/dgxa100/resnet/result_0.txt

@@ -116,6 +116,15 @@ impl Run<'_> {
                 self.ruleset.name,
                 SUPPORTED_BENCHMARKS.join(" and ")
             )
+        } else if let Ok(b) = crate::benchmarks::get(benchmark) {
+            // e.g. resnet at 4.1.0: listed by the round, but without its rule files
+            format!(
+                "ruleset {} has no rules '{name}' (the official checker stops with an error here); \
+                 {benchmark}'s rounds are {}: pass --ruleset {}",
+                self.ruleset.name,
+                b.rulesets.join(", "),
+                b.default_ruleset
+            )
         } else {
             format!(
                 "ruleset {} has no rules '{name}' (the official checker stops with an error here)",

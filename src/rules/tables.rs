@@ -187,6 +187,12 @@ const SUBMISSION_META: &[KeyRule] = &[
     ),
 ];
 
+/// 4.1.0: submission_status left common.yaml; org and platform stayed (until 5.0.0).
+const SUBMISSION_ORG_PLATFORM: &[KeyRule] = &[
+    rule("submission_org", ExactlyOne, &[NotEmptyString]),
+    rule("submission_platform", ExactlyOne, &[NotEmptyString]),
+];
+
 const TIMELINE: &[KeyRule] = &[
     rule("cache_clear", AtLeastOne, &[]),
     acting(
@@ -642,6 +648,17 @@ const COMMON_V4: RuleFile = file(
         EVALS_SAMPLES,
     ],
 );
+const COMMON_V4_1: RuleFile = file(
+    "common",
+    &[
+        DIVISION,
+        SUBMISSION_ORG_PLATFORM,
+        TIMELINE,
+        BLOCKS_SAMPLES,
+        EPOCHS,
+        EVALS_SAMPLES,
+    ],
+);
 const COMMON_V5: RuleFile = file(
     "common",
     &[
@@ -693,6 +710,15 @@ const R4_0: [RuleFile; 9] = concat(
     ],
     V3_RESNET_BERT,
 );
+/// 4.1.0 still lists resnet in `<division>_common` but ships no ResNet rule files (the
+/// official checker stops with an error on a ResNet log); BERT's files are 4.0.0's.
+const R4_1: [RuleFile; 5] = [
+    COMMON_V4_1,
+    file("closed_common", &[CLOSED_4_0, GRAD_ACCUM]),
+    file("open_common", &[OPEN_4_0]),
+    file("closed_bert", &[CLOSED_BERT]),
+    file("open_bert", &[OPEN_ACCURACY]),
+];
 /// 5.0.0 has no ResNet rule files (the round dropped the benchmark).
 const R5_0: [RuleFile; 5] = [
     COMMON_V5,
@@ -723,6 +749,10 @@ pub const RULESETS: &[Ruleset] = &[
     Ruleset {
         name: "4.0.0",
         files: &R4_0,
+    },
+    Ruleset {
+        name: "4.1.0",
+        files: &R4_1,
     },
     Ruleset {
         name: "5.0.0",
@@ -759,6 +789,18 @@ mod tests {
             assert!(r.benchmarks("closed").contains(&"bert"));
         }
         assert!(ruleset("5.0.0").unwrap().file("closed_resnet").is_none());
+        let r4_1 = ruleset("4.1.0").unwrap();
+        assert!(r4_1.file("closed_resnet").is_none() && r4_1.file("open_resnet").is_none());
+        assert!(r4_1.benchmarks("closed").contains(&"resnet"));
+        let common_keys: Vec<&str> = r4_1
+            .file("common")
+            .unwrap()
+            .rules()
+            .map(|r| r.key)
+            .collect();
+        assert!(
+            common_keys.contains(&"submission_org") && !common_keys.contains(&"submission_status")
+        );
         assert!(!ruleset("5.0.0")
             .unwrap()
             .benchmarks("open")

@@ -149,6 +149,30 @@ fn five_zero_drops_submission_meta_and_resnet() {
 }
 
 #[test]
+fn four_one_drops_submission_status_and_has_no_resnet_rules() {
+    // 4.1.0 still requires submission_org, no longer submission_status...
+    assert_broken(
+        &verdict(&render(&without("submission_org")), "4.1.0"),
+        "exactly-one",
+        "submission_org",
+    );
+    let no_status = verdict(&render(&without("submission_status")), "4.1.0");
+    assert!(!no_status
+        .findings
+        .iter()
+        .any(|f| f.key.as_deref() == Some("submission_status")));
+    // ...and lists resnet without shipping its rule file (the official checker errors out).
+    let v = verdict(&render(&resnet_closed()), "4.1.0");
+    assert!(
+        v.findings.iter().any(|f| f.rule == "unsupported"
+            && f.message.contains("closed_resnet")
+            && f.message.contains("--ruleset 4.0.0")),
+        "{:?}",
+        v.findings
+    );
+}
+
+#[test]
 fn duplicates_with_same_value_only_warn() {
     let mut lines = resnet_closed();
     lines.push(("run_stop", "null", "\"status\": \"success\""));

@@ -211,6 +211,10 @@ mod tests {
             resnet,
         );
         assert_eq!((r.as_str(), s), ("4.0.0", RulesetSource::Default)); // 4.1.0 has no resnet
+                                                                        // BERT was a v4.1 benchmark: a log of that window is scored at 4.1.0.
+        let bert = crate::benchmarks::get("bert").unwrap();
+        let (r, s) = choose_ruleset(None, Path::new("/nowhere"), Some(1_730_000_000_000.0), bert);
+        assert_eq!((r.as_str(), s), ("4.1.0", RulesetSource::LogDate));
         let (r, s) = choose_ruleset(Some("3.0.0"), Path::new("/x/v2.0"), None, resnet);
         assert_eq!((r.as_str(), s), ("3.0.0", RulesetSource::User));
     }

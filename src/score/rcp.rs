@@ -72,6 +72,11 @@ const EMBEDDED: &[(&str, &str, &str)] = &[
     ),
     (
         "bert",
+        "4.1.0",
+        include_str!("../../benchmarks/bert/rcp/training_4.1.0.json"),
+    ),
+    (
+        "bert",
         "5.0.0",
         include_str!("../../benchmarks/bert/rcp/training_5.0.0.json"),
     ),

@@ -3,7 +3,7 @@
 //!
 //! - [`system_desc`]: the 33-field system JSON, status strings, TOML overrides
 //! - [`detect`], [`gpu`], [`framework`]: what this machine is (host files, NVML, libtorch)
-//! - [`sysinfo`]: the two combined
+//! - [`sysinfo`]: the two combined; the description a run set records beside its results
 //! - [`result_sets`], [`repo_rules`], [`tree_check`]: the checks run before writing and by verify
 //! - [`package`], [`snapshot`], [`manifest`]: the tree, the source snapshot, manifest and tarball
 //! - [`verify`]: re-checking a packaged tree or tarball
@@ -85,7 +85,8 @@ pub struct PackageArgs {
     /// Add this system to the tree already in OUT (closed and open systems can share one tree).
     #[arg(long)]
     pub add: bool,
-    /// A system TOML (configs/systems/NAME.toml) whose keys override detected fields.
+    /// A system TOML (configs/systems/NAME.toml) whose keys override the description the run
+    /// sets recorded beside their logs (sysinfo.json), or else the fields detected here.
     #[arg(long, value_name = "FILE")]
     pub system_config: Option<PathBuf>,
     /// Implementation folder name under benchmarks/<benchmark>/implementations/.

@@ -73,13 +73,57 @@ fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Build the system description for the package: TOML and detection, then the command
-/// line's submitter, division and system name, and the status from the logs when not given.
+/// The system description the run sets recorded beside their logs ([`sysinfo::RECORDED_FILE`]),
+/// if any. Sets that recorded different systems are refused: one package system is one
+/// system.
+pub fn recorded_description(sets: &[ResultSet]) -> Result<Option<(PathBuf, SystemDesc)>> {
+    let dirs: BTreeSet<PathBuf> = sets
+        .iter()
+        .flat_map(|s| s.logs.iter())
+        .filter_map(|l| l.path.parent().map(Path::to_path_buf))
+        .collect();
+    let mut found: Option<(PathBuf, SystemDesc)> = None;
+    for dir in dirs {
+        let Some((path, desc)) = sysinfo::read_recorded(&dir)? else {
+            continue;
+        };
+        if let Some((first_path, first)) = &found {
+            let differs = system_desc::FIELDS
+                .iter()
+                .find(|f| !sysinfo::IDENTITY_FIELDS.contains(f) && first.value(f) != desc.value(f));
+            if let Some(f) = differs {
+                bail!(
+                    "{} and {} describe different systems ({f}: {} vs {}): package each as its own --system, or pass --system-config",
+                    first_path.display(),
+                    path.display(),
+                    first.value(f).map(|v| v.to_string()).unwrap_or_default(),
+                    desc.value(f).map(|v| v.to_string()).unwrap_or_default()
+                );
+            }
+        } else {
+            found = Some((path, desc));
+        }
+    }
+    Ok(found)
+}
+
+/// Build the system description for the package: TOML over the description the run sets
+/// recorded where they ran (else over detection of this machine), then the command line's
+/// submitter, division and system name, and the status from the logs when not given.
 pub fn system_description(
     opts: &PackageOptions,
     sets: &[ResultSet],
 ) -> Result<(SystemDesc, Vec<String>)> {
-    let described = sysinfo::describe(&opts.describe)?;
+    let described = match recorded_description(sets)? {
+        Some((path, recorded)) => {
+            tracing::info!(
+                "system description recorded by the run set: {}",
+                path.display()
+            );
+            sysinfo::describe_recorded(&opts.describe, &recorded)?
+        }
+        None => sysinfo::describe(&opts.describe)?,
+    };
     let mut desc = described.desc;
     let identity = ["submitter", "division", "system_name"];
     let mut warnings: Vec<String> = described
@@ -138,6 +182,23 @@ pub fn system_description(
     Ok((desc, warnings))
 }
 
+/// What to do about system description problems.
+fn system_config_hint(opts: &PackageOptions) -> String {
+    match &opts.describe.system_config {
+        Some(path) => format!(
+            "system description: set the fields above in {} (--system-config)",
+            path.display()
+        ),
+        None => format!(
+            "system description: pass --system-config FILE with the fields above; start from \
+             configs/systems/example_8xH100.toml (configs/systems/cpu_only.toml for CPU runs). \
+             Run sets record their node's description as {} beside their logs, which package \
+             uses when no --system-config is given",
+            sysinfo::RECORDED_FILE
+        ),
+    }
+}
+
 /// Run every check, then write the tree.
 pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
     check_name("--submitter", &opts.submitter)?;
@@ -175,6 +236,9 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
     let mut errors = Vec::new();
     for p in desc.problems() {
         errors.push(format!("system description: {p}"));
+    }
+    if !errors.is_empty() {
+        errors.push(system_config_hint(opts));
     }
     for set in &sets {
         let report = result_sets::check_set(set, division, &ruleset);

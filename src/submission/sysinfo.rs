@@ -4,10 +4,17 @@
 use super::detect::{self, HostRoot};
 use super::framework;
 use super::gpu;
-use super::system_desc::SystemDesc;
-use anyhow::Result;
+use super::system_desc::{self, SystemDesc};
+use anyhow::{Context, Result};
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The file a run set writes beside its result logs: the system description of the node its
+/// runs ran on (detected there, NVML included), which `package` uses when it runs elsewhere.
+pub const RECORDED_FILE: &str = "sysinfo.json";
+
+/// The fields `package` takes from its command line, never from a recorded description.
+pub const IDENTITY_FIELDS: [&str; 3] = ["submitter", "division", "system_name"];
 
 /// How to describe the system.
 #[derive(Debug, Clone)]
@@ -119,4 +126,172 @@ pub fn describe(opts: &DescribeOptions) -> Result<Described> {
         }
     }
     Ok(Described { desc, warnings })
+}
+
+/// How the runs of a set ran, as the trainer knows it.
+#[derive(Debug, Clone)]
+pub struct RunSetNode {
+    /// submission_org of the logs.
+    pub submitter: String,
+    pub division: String,
+    /// submission_status of the logs (onprem, cloud, preview, research).
+    pub status: String,
+    /// The set's system folder name.
+    pub system_name: String,
+    /// The runs trained on the CPU: no accelerators, whatever NVML sees.
+    pub cpu_only: bool,
+}
+
+/// Nodes of a data-parallel job from the launcher's environment (Slurm's node count, or
+/// WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun and `mlperf-run launch` set them).
+pub fn nodes_from_env(get: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(n) = num("SLURM_JOB_NUM_NODES").or_else(|| num("SLURM_NNODES")) {
+        return Some(n.max(1));
+    }
+    match (num("WORLD_SIZE"), num("LOCAL_WORLD_SIZE")) {
+        (Some(world), Some(local)) if local > 0 => Some(world.div_ceil(local).max(1)),
+        _ => None,
+    }
+}
+
+/// Describe this node for a run set: detection (NVML included), then what the set knows
+/// (identity, status, CPU-only runs, node count).
+pub fn describe_run_set_node(node: &RunSetNode, opts: &DescribeOptions) -> Result<Described> {
+    let mut described = describe(opts)?;
+    let desc = &mut described.desc;
+    desc.set("submitter", node.submitter.clone())?;
+    desc.set("division", node.division.clone())?;
+    desc.set("system_name", node.system_name.clone())?;
+    let mut set_here: Vec<&str> = IDENTITY_FIELDS.to_vec();
+    if let Ok(status) = system_desc::normalize_status(&node.status) {
+        desc.set("status", status)?;
+        set_here.push("status");
+    }
+    if node.cpu_only {
+        desc.set("accelerators_per_node", "0")?;
+        desc.set("accelerator_model_name", "none (CPU only)")?;
+        described
+            .warnings
+            .retain(|w| !w.contains("GPU fields") && !w.starts_with("NVML"));
+    }
+    if let Some(n) = nodes_from_env(|k| std::env::var(k).ok()) {
+        described.desc.set("number_of_nodes", n.to_string())?;
+    }
+    described.warnings.retain(|w| {
+        !set_here
+            .iter()
+            .any(|f| w.starts_with(&format!("{f} is not set")))
+    });
+    Ok(described)
+}
+
+/// Write `described` to `set_dir`/[`RECORDED_FILE`] (atomically); returns the path.
+pub fn write_recorded(set_dir: &Path, desc: &SystemDesc) -> Result<PathBuf> {
+    let path = set_dir.join(RECORDED_FILE);
+    crate::fsutil::write_atomic(&path, desc.to_json_string().as_bytes()).with_context(|| {
+        format!(
+            "cannot write the node's system description {}",
+            path.display()
+        )
+    })?;
+    Ok(path)
+}
+
+/// The description a run set recorded in `dir`, if there is one; a file that cannot be read
+/// is an error naming it.
+pub fn read_recorded(dir: &Path) -> Result<Option<(PathBuf, SystemDesc)>> {
+    let path = dir.join(RECORDED_FILE);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let desc = SystemDesc::from_json_str(&text).with_context(|| {
+        format!(
+            "{} is not a system description (delete it, or pass --system-config)",
+            path.display()
+        )
+    })?;
+    Ok(Some((path, desc)))
+}
+
+/// Describe the system from a description recorded where the runs ran (instead of detecting
+/// this machine): the recorded fields, the identity fields left to the caller, then the TOML
+/// of `opts` on top (it wins, as with detection).
+pub fn describe_recorded(opts: &DescribeOptions, recorded: &SystemDesc) -> Result<Described> {
+    let mut desc = recorded.clone();
+    for f in IDENTITY_FIELDS {
+        desc.set(f, "")?;
+    }
+    if let Some(path) = &opts.system_config {
+        desc.apply_toml_file(path)?;
+    }
+    Ok(Described {
+        desc,
+        warnings: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_count_from_launcher_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            nodes_from_env(env(&[("SLURM_JOB_NUM_NODES", "4")])),
+            Some(4)
+        );
+        assert_eq!(
+            nodes_from_env(env(&[("WORLD_SIZE", "16"), ("LOCAL_WORLD_SIZE", "8")])),
+            Some(2)
+        );
+        assert_eq!(nodes_from_env(env(&[("WORLD_SIZE", "16")])), None);
+        assert_eq!(nodes_from_env(env(&[])), None);
+    }
+
+    #[test]
+    fn recorded_description_round_trips_and_toml_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut desc = SystemDesc::default();
+        desc.apply_toml_str(
+            "submitter = \"Org\"\nsystem_name = \"node\"\naccelerators_per_node = 8\ncooling = \"air\"\n",
+        )
+        .unwrap();
+        let path = write_recorded(dir.path(), &desc).unwrap();
+        assert_eq!(path, dir.path().join(RECORDED_FILE));
+        let (_, back) = read_recorded(dir.path()).unwrap().unwrap();
+        assert_eq!(back, desc);
+        let toml = dir.path().join("sys.toml");
+        std::fs::write(&toml, "cooling = \"liquid\"\n").unwrap();
+        let opts = DescribeOptions {
+            system_config: Some(toml),
+            use_nvml: false,
+            ..Default::default()
+        };
+        let d = describe_recorded(&opts, &back).unwrap().desc;
+        assert_eq!(d.get("cooling"), "liquid");
+        assert_eq!(d.get("accelerators_per_node"), "8");
+        assert_eq!(
+            d.get("submitter"),
+            "",
+            "identity comes from the package command line"
+        );
+        std::fs::write(dir.path().join(RECORDED_FILE), "{\"gpus\": 1}").unwrap();
+        let err = format!("{:#}", read_recorded(dir.path()).unwrap_err());
+        assert!(
+            err.contains(RECORDED_FILE) && err.contains("'gpus'"),
+            "{err}"
+        );
+        assert!(read_recorded(&dir.path().join("none")).unwrap().is_none());
+    }
 }

@@ -205,6 +205,28 @@ impl SystemDesc {
         Ok(())
     }
 
+    /// Read a system description JSON (as `sysinfo --json`, `package` and run sets write it).
+    /// Unknown keys are refused, numbers are kept as text, absent fields stay empty.
+    pub fn from_json_str(text: &str) -> Result<SystemDesc> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| anyhow::anyhow!("invalid JSON: {e}"))?;
+        let Value::Object(map) = value else {
+            bail!("expected a JSON object of system description fields");
+        };
+        let mut desc = SystemDesc::default();
+        for (key, v) in map {
+            check_field_name(&key)?;
+            let v = match v {
+                Value::String(_) => v,
+                Value::Number(n) => Value::String(n.to_string()),
+                Value::Object(_) if key == TABLE_FIELD => v,
+                other => bail!("{key}: expected text, found {other}"),
+            };
+            desc.fields.insert(key, v);
+        }
+        Ok(desc)
+    }
+
     /// Problems that make the description unfit for a submission (the reasons the official
     /// checkers give, or would crash on). Empty: fit.
     pub fn problems(&self) -> Vec<String> {
@@ -228,7 +250,11 @@ impl SystemDesc {
             }
         }
         for f in INTEGER_FIELDS {
-            if self.get(f).trim().parse::<u64>().is_err() {
+            if self.get(f).trim().is_empty() {
+                out.push(format!(
+                    "{f} is missing: it must be an integer (checkers parse it with int())"
+                ));
+            } else if self.get(f).trim().parse::<u64>().is_err() {
                 out.push(format!(
                     "{f} '{}' must be an integer (checkers parse it with int())",
                     self.get(f)
@@ -344,6 +370,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("cooling"), "{err}");
+    }
+
+    #[test]
+    fn json_round_trip_and_refusals() {
+        let mut d = SystemDesc::default();
+        d.apply_toml_str("submitter = \"O\"\naccelerators_per_node = 2\n[other_software_stack]\ncuda = \"13.0\"\n")
+            .unwrap();
+        let back = SystemDesc::from_json_str(&d.to_json_string()).unwrap();
+        assert_eq!(back, d);
+        let n = SystemDesc::from_json_str("{\"accelerators_per_node\": 4}").unwrap();
+        assert_eq!(n.get("accelerators_per_node"), "4");
+        let err = SystemDesc::from_json_str("{\"gpus\": \"4\"}")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'gpus'"), "{err}");
+        assert!(SystemDesc::from_json_str("[1]").is_err());
+        assert!(SystemDesc::from_json_str("{\"cooling\": [1]}").is_err());
     }
 
     #[test]

@@ -149,6 +149,9 @@ pub struct RunOptions {
     /// Write the final trainable parameters (safetensors) here; ranks other than 0 write
     /// `<path>.rank<r>`.
     pub dump_params: Option<PathBuf>,
+    /// The recipe applied to the config (`--recipe`), logged as `recipe` after the
+    /// hyperparameters.
+    pub recipe: Option<String>,
 }
 
 impl RunOptions {
@@ -167,6 +170,7 @@ impl RunOptions {
             extra_sinks: Vec::new(),
             distributed_from_env: true,
             dump_params: None,
+            recipe: None,
         }
     }
 }
@@ -445,6 +449,9 @@ fn run_inner(
     }
     for (k, v) in w.hyperparameters() {
         log.event(k, v)?;
+    }
+    if let Some(recipe) = &opts.recipe {
+        log.event(keys::RECIPE, recipe.as_str())?;
     }
     log.end(keys::INIT_STOP, Value::Null, meta! {})?;
     log.start(keys::RUN_START, Value::Null, meta! {})?;

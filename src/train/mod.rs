@@ -50,14 +50,74 @@ pub struct RunArgs {
     pub dump_params: Option<PathBuf>,
 }
 
+/// `--recipe`: shared by the training subcommands.
+#[derive(clap::Args, Debug)]
+pub struct RecipeArgs {
+    /// Open division: apply a recipe (methods and hyperparameters, configs/recipes/) over
+    /// --config; `--recipe list` shows them. A path to a recipe .toml works too.
+    #[arg(long, value_name = "NAME")]
+    pub recipe: Option<String>,
+}
+
+impl RecipeArgs {
+    /// True for `--recipe list`.
+    pub fn is_list(&self) -> bool {
+        self.recipe.as_deref() == Some("list")
+    }
+}
+
+/// `--recipe list` for `benchmark`.
+pub fn print_recipes(benchmark: &str) -> anyhow::Result<ExitCode> {
+    print!("{}", crate::recipes::render_list(benchmark)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Division and config of a training command (clap lets them out only for `--recipe list`).
+#[cfg(feature = "torch")]
+fn required<T: Clone>(value: &Option<T>, flag: &str) -> anyhow::Result<T> {
+    value
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("{flag} is required (only `--recipe list` runs without it)"))
+}
+
+/// The config text and recipe name: --config as it is, or with --recipe applied.
+#[cfg(feature = "torch")]
+fn config_text(
+    benchmark: &str,
+    config: &std::path::Path,
+    recipe: &RecipeArgs,
+    division: Division,
+) -> anyhow::Result<(String, Option<String>)> {
+    use anyhow::Context;
+    match &recipe.recipe {
+        None => Ok((
+            std::fs::read_to_string(config)
+                .with_context(|| format!("cannot read config {}", config.display()))?,
+            None,
+        )),
+        Some(spec) => {
+            let (r, text) = crate::recipes::apply_to_config(
+                benchmark,
+                spec,
+                config,
+                division == Division::Closed,
+            )?;
+            eprintln!("recipe {}: {}", r.name, r.description);
+            Ok((text, Some(r.name)))
+        }
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct ResnetArgs {
     /// MLPerf division: closed configs are checked against the closed rules before the run.
-    #[arg(long, value_enum)]
-    pub division: Division,
+    #[arg(long, value_enum, required_unless_present = "recipe")]
+    pub division: Option<Division>,
     /// Run configuration (TOML), e.g. configs/resnet/tiny_cpu.toml.
-    #[arg(long)]
-    pub config: PathBuf,
+    #[arg(long, required_unless_present = "recipe")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
     /// ImageFolder root with train/ and val/ (not needed for synthetic-memory configs).
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -131,7 +191,17 @@ fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode
 
 #[cfg(feature = "torch")]
 pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
-    let cfg = config::ResnetRunConfig::load(&args.config, args.division)?;
+    use anyhow::Context;
+    if args.recipe.is_list() {
+        return print_recipes("resnet");
+    }
+    let division = required(&args.division, "--division")?;
+    let config_path = required(&args.config, "--config")?;
+    let (text, recipe) = config_text("resnet", &config_path, &args.recipe, division)?;
+    let cfg = config::ResnetRunConfig::parse(&text, division).with_context(|| match &recipe {
+        Some(r) => format!("invalid config {} with recipe {r}", config_path.display()),
+        None => format!("invalid config {}", config_path.display()),
+    })?;
     let device = match args.run.device {
         DeviceArg::Cpu => tch::Device::Cpu,
         DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
@@ -140,11 +210,12 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
     let one = |seed: Option<u64>, log: Option<PathBuf>| {
         let run = resnet::ResnetRun {
             config: &cfg,
-            division: args.division,
+            division,
             data_dir: args.data.clone(),
         };
-        let mut opts = run_options(device, &cfg.system, args.division, seed, log);
+        let mut opts = run_options(device, &cfg.system, division, seed, log);
         opts.dump_params = args.run.dump_params.clone();
+        opts.recipe = recipe.clone();
         if args.emulate_world > 1 {
             resnet::run_once_emulating(&run, opts, args.emulate_world)
         } else {
@@ -158,7 +229,9 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
     set::run_set(
         "resnet",
         &args.run.set,
-        &cfg.system.submission_platform,
+        &cfg.system,
+        division,
+        device == tch::Device::Cpu,
         |seed, log| one(Some(seed), Some(log)).map(|_| ()),
     )
 }
@@ -166,14 +239,16 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
 #[derive(clap::Args, Debug)]
 pub struct BertArgs {
     /// MLPerf division: closed configs are checked against the closed rules before the run.
-    #[arg(long, value_enum)]
-    pub division: Division,
+    #[arg(long, value_enum, required_unless_present = "recipe")]
+    pub division: Option<Division>,
     /// Run configuration (TOML), e.g. configs/bert/tiny_cpu.toml.
-    #[arg(long)]
-    pub config: PathBuf,
+    #[arg(long, required_unless_present = "recipe")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
     /// Data directory with train/ and eval/ HDF5 shards (`mlperf-run data synth-bert` makes one).
-    #[arg(long)]
-    pub data: PathBuf,
+    #[arg(long, required_unless_present = "recipe")]
+    pub data: Option<PathBuf>,
     /// Starting checkpoint: the reference checkpoint converted to safetensors
     /// (scripts/convert_bert_checkpoint); absent: random initialisation.
     #[arg(long)]
@@ -189,18 +264,24 @@ pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(feature = "torch")]
 pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
-    let cfg = bert::BertRunConfig::load(&args.config, args.division)?;
+    use anyhow::Context;
+    if args.recipe.is_list() {
+        return print_recipes("bert");
+    }
+    let division = required(&args.division, "--division")?;
+    let config_path = required(&args.config, "--config")?;
+    let data = required(&args.data, "--data")?;
+    let (text, recipe) = config_text("bert", &config_path, &args.recipe, division)?;
+    let cfg = bert::BertRunConfig::parse(&text, division).with_context(|| match &recipe {
+        Some(r) => format!("config {} with recipe {r}", config_path.display()),
+        None => format!("config {}", config_path.display()),
+    })?;
     let device = bert::device(args.run.device == DeviceArg::Cuda)?;
     let one = |seed: Option<u64>, log: Option<PathBuf>| {
-        let mut opts = run_options(device, &cfg.system, args.division, seed, log);
+        let mut opts = run_options(device, &cfg.system, division, seed, log);
         opts.dump_params = args.run.dump_params.clone();
-        bert::run_once(
-            &cfg,
-            args.division,
-            &args.data,
-            args.init_checkpoint.as_deref(),
-            opts,
-        )
+        opts.recipe = recipe.clone();
+        bert::run_once(&cfg, division, &data, args.init_checkpoint.as_deref(), opts)
     };
     if args.run.log.is_some() || args.run.seed.is_some() {
         let out = one(args.run.seed, args.run.log.clone())?;
@@ -209,7 +290,9 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
     set::run_set(
         "bert",
         &args.run.set,
-        &cfg.system.submission_platform,
+        &cfg.system,
+        division,
+        device == tch::Device::Cpu,
         |seed, log| one(Some(seed), Some(log)).map(|_| ()),
     )
 }

@@ -1,11 +1,14 @@
 //! `mlperf-run resnet|bert` run sets: N seeded runs into RESULTS/SYSTEM/BENCHMARK, with a
-//! live progress line, the score table and an accuracy plot at the end.
+//! live progress line, the score table and an accuracy plot at the end. Before the first run
+//! the node's system description is written beside the results (`sysinfo.json`).
 
+use super::config::{Division, SystemConfig};
 use crate::progress::{fmt_duration, RunProgress};
 use crate::runset::{self, RunRequest, SetEvent, SetSpec};
+use crate::submission::sysinfo;
 use crate::{benchmarks, plot, score};
 use anyhow::{Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -39,13 +42,35 @@ pub fn is_writer_rank() -> bool {
         .is_none_or(|r| r == 0)
 }
 
-/// Run a set of `benchmark` with `run_one(seed, log_path)` performing one run.
+/// Write this node's system description beside the set's results
+/// ([`sysinfo::RECORDED_FILE`], what `package` uses when it runs elsewhere). A failure only
+/// warns: the runs matter more than their description.
+fn record_node(set_dir: &Path, node: &sysinfo::RunSetNode) {
+    let written = sysinfo::describe_run_set_node(node, &sysinfo::DescribeOptions::default())
+        .and_then(|d| Ok((sysinfo::write_recorded(set_dir, &d.desc)?, d.warnings)));
+    match written {
+        Ok((path, warnings)) => {
+            eprintln!("system description of this node: {}", path.display());
+            for w in warnings {
+                tracing::info!("{}: {w}", path.display());
+            }
+        }
+        Err(e) => eprintln!("warning: {e:#} (package will need --system-config)"),
+    }
+}
+
+/// Run a set of `benchmark` with `run_one(seed, log_path)` performing one run. `sys` and
+/// `division` give the set's identity (the system folder defaults to sys.submission_platform);
+/// `cpu_only`: the runs train on the CPU (recorded as no accelerators).
 pub fn run_set(
     benchmark: &str,
     args: &SetArgs,
-    default_system: &str,
+    sys: &SystemConfig,
+    division: Division,
+    cpu_only: bool,
     mut run_one: impl FnMut(u64, PathBuf) -> Result<()>,
 ) -> Result<ExitCode> {
+    let default_system = sys.submission_platform.as_str();
     let bench = benchmarks::get(benchmark)?;
     let runs = args.runs.unwrap_or(bench.runs);
     if runs != bench.runs {
@@ -70,6 +95,14 @@ pub fn run_set(
         resume: args.resume,
         writer: is_writer_rank(),
     };
+    let node = sysinfo::RunSetNode {
+        submitter: sys.submission_org.clone(),
+        division: division.as_str().to_string(),
+        status: sys.submission_status.as_str().to_string(),
+        system_name: spec.system.clone(),
+        cpu_only,
+    };
+    let mut node_recorded = false;
     crate::interrupt::install();
     let train_samples = bench.train_samples.map(|n| n as f64);
     let set_started = Instant::now();
@@ -102,7 +135,13 @@ pub fn run_set(
             r.seed.map_or("?".into(), |s| s.to_string()),
             r.status.as_deref().unwrap_or("?")
         ),
-        SetEvent::Starting(_) => {}
+        SetEvent::Starting(_) => {
+            // Once the set is sure to run (its folder checked), on the rank that writes.
+            if spec.writer && !node_recorded {
+                record_node(&spec.set_dir(), &node);
+                node_recorded = true;
+            }
+        }
         SetEvent::Finished(r) => eprintln!(
             "run {}/{runs}: {} (seed {}){}",
             r.index + 1,
