@@ -1,7 +1,7 @@
 //! `mlperf-run data bench-imagenet` (hidden): time the training pipeline on an ImageFolder,
 //! for scripts/bench_data.sh.
 
-use super::{ImageFolder, Loader, LoaderConfig};
+use super::{Decoder, ImageFolder, Loader, LoaderConfig};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -24,6 +24,10 @@ pub struct BenchImagenetArgs {
     /// RandomResizedCrop's smallest crop area (0.08 as torchvision's default; MLPerf uses 0.05).
     #[arg(long, default_value_t = 0.08)]
     pub scale_min: f64,
+    /// JPEG decoder: cpu (libjpeg-turbo, only the crop's region), cpu-full (zune-jpeg, whole
+    /// image) or nvjpeg (GPU; falls back to cpu when libnvjpeg or CUDA is missing).
+    #[arg(long, default_value = "cpu")]
+    pub decoder: Decoder,
 }
 
 pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
@@ -31,6 +35,11 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
     let config = LoaderConfig {
         threads: args.threads,
         drop_last: false,
+        decoder: args.decoder,
+        crop: super::RandomResizedCrop {
+            scale: (args.scale_min, 1.0),
+            ..super::RandomResizedCrop::TORCHVISION
+        },
         ..LoaderConfig::train(args.batch_size, 1)
     };
     let loader = Loader::new(&folder, config)?;
@@ -57,7 +66,8 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "mlperf-run pipeline: {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
+        "mlperf-run pipeline ({} decoder): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
+        loader.decoder_in_use().as_str(),
         images as f64 / secs,
         args.threads,
         images as f64 / secs / args.threads as f64
