@@ -711,4 +711,14 @@ fn nvjpeg_without_a_gpu_falls_back_to_the_cpu_decoder_with_a_clear_message() {
     assert_eq!("cpu-full".parse::<Decoder>().unwrap(), Decoder::CpuFull);
     let err = "gpu".parse::<Decoder>().unwrap_err();
     assert!(err.contains("nvjpeg") && err.contains("cpu"), "{err}");
+    #[derive(serde::Deserialize)]
+    struct Data {
+        #[serde(default)]
+        decoder: Decoder,
+    }
+    let parse = |s: &str| toml::from_str::<Data>(s).map(|d| d.decoder);
+    assert_eq!(parse("").unwrap(), Decoder::Cpu);
+    assert_eq!(parse("decoder = \"nvjpeg\"").unwrap(), Decoder::Nvjpeg);
+    assert_eq!(parse("decoder = \"cpu-full\"").unwrap(), Decoder::CpuFull);
+    assert!(parse("decoder = \"turbo\"").is_err());
 }

@@ -28,6 +28,9 @@ pub struct BenchImagenetArgs {
     /// image) or nvjpeg (GPU; falls back to cpu when libnvjpeg or CUDA is missing).
     #[arg(long, default_value = "cpu")]
     pub decoder: Decoder,
+    /// Print the result as one JSON line (for scripts/bench_gpu.sh) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
@@ -48,6 +51,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         batch?;
     }
     let start = std::time::Instant::now();
+    let unix_start = unix_now();
     let mut images = 0usize;
     let mut checksum = 0u64;
     for epoch in 0..args.epochs {
@@ -65,6 +69,21 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    if args.json {
+        let line = serde_json::json!({
+            "impl": format!("mlperf-run-data-{}", loader.decoder_in_use().as_str()),
+            "decoder_asked": args.decoder.as_str(),
+            "decoder": loader.decoder_in_use().as_str(),
+            "decoder_note": loader.decoder_note(),
+            "threads": args.threads,
+            "images": images,
+            "seconds": secs,
+            "img_per_s": images as f64 / secs,
+            "window_unix": [unix_start, unix_now()],
+        });
+        println!("{line}");
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     println!(
         "mlperf-run pipeline ({} decoder): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
         loader.decoder_in_use().as_str(),
@@ -73,4 +92,11 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         images as f64 / secs / args.threads as f64
     );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
