@@ -17,7 +17,7 @@
 #   e) (only with --only e or --only ...,e) the JPEG pipeline alone on b)'s images:
 #      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
 #      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip
-#      nvidia-nvjpeg, or MLPERF_RUN_NVJPEG=path; otherwise it reports the CPU fallback)
+#      nvidia-nvjpeg, or MLPERF_RUN_NVJPEG=path; otherwise the nvjpeg side fails, saying why)
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
@@ -316,7 +316,7 @@ if want e; then
     while read -r side; do
       measure e "decoder $side" "$r" json "" -- ours "$MR" data bench-imagenet --dir "$B_SET/train" \
         --threads "$workers" --batch-size "$B_BATCH" --size 224 --scale-min 0.05 --epochs 1 \
-        --decoder "$side" --json
+        --decoder "$side" --require-decoder --json
     done < <(rotate "$r" cpu nvjpeg)
   done
   checkpoint

@@ -31,6 +31,9 @@ pub struct BenchImagenetArgs {
     /// Print the result as one JSON line (for scripts/bench_gpu.sh) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Fail (instead of measuring the CPU fallback) when the asked decoder cannot be used.
+    #[arg(long)]
+    pub require_decoder: bool,
 }
 
 pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
@@ -46,6 +49,14 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         ..LoaderConfig::train(args.batch_size, 1)
     };
     let loader = Loader::new(&folder, config)?;
+    if args.require_decoder && loader.decoder_in_use() != args.decoder {
+        anyhow::bail!(
+            "--require-decoder: {}",
+            loader
+                .decoder_note()
+                .unwrap_or("the asked decoder is not in use")
+        );
+    }
     // Warm up (page cache, thread start) on one batch.
     if let Some(batch) = loader.epoch(1000, args.size).next() {
         batch?;
