@@ -15,6 +15,7 @@ fn main() {
     println!("cargo:rerun-if-changed=shim");
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
+    compile_jpeg_region();
     if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
     }
@@ -92,6 +93,29 @@ fn compile_shim(lib: &Path) {
             .define("MLPERF_RUN_NCCL", None);
     }
     build.compile("mlperf_run_shim");
+}
+
+/// The ImageNet loader's region decoder (src/data/imagenet/jpeg_region.c) on libjpeg-turbo's
+/// libjpeg API (Debian's libjpeg62-turbo-dev; `scripts/setup.sh` installs it). Built with and
+/// without the `torch` feature.
+fn compile_jpeg_region() {
+    let source = "src/data/imagenet/jpeg_region.c";
+    println!("cargo:rerun-if-changed={source}");
+    if !Path::new("/usr/include/jpeglib.h").exists()
+        && !Path::new("/usr/local/include/jpeglib.h").exists()
+    {
+        panic!(
+            "jpeglib.h not found: install libjpeg-turbo's development files (Debian: \
+             libjpeg62-turbo-dev; `source scripts/setup.sh` does it)"
+        );
+    }
+    cc::Build::new()
+        .file(source)
+        .warnings(true)
+        .extra_warnings(true)
+        .opt_level(2)
+        .compile("mlperf_run_jpeg_region");
+    println!("cargo:rustc-link-lib=jpeg");
 }
 
 /// nccl.h and the CUDA headers: MLPERF_RUN_CUDA_INCLUDE (colon-separated folders), the torch

@@ -17,6 +17,10 @@
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
 #   once and replayed; needs binaries built with `--features cuda`, else those rows fail with
 #   the reason), reported against ours without it and against every peer;
+#   e) (only with --only e or --only ...,e) the JPEG pipeline alone on b)'s images:
+#      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
+#      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip
+#      nvidia-nvjpeg, or MLPERF_RUN_NVJPEG=path; otherwise the nvjpeg side fails, saying why)
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
@@ -304,6 +308,20 @@ if want b; then
             --train --dir "$B_SET" --scale-min 0.05 "${B_PEER[@]}" --warmup-steps $((spe < 20 ? spe : 20)) --steps "$spe" ;;
       esac
     done < <(rotate "$r" mlperf-run torchvision)
+  done
+  checkpoint
+fi
+
+# ---- e) JPEG pipeline: CPU decoder vs nvJPEG ------------------------------------------------------
+if want e; then
+  [ -f "$B_SET/synth-imagenet.json" ] || ours "$MR" data synth-imagenet --out "$B_SET" "${B_SYNTH[@]}" \
+    --seed 7 --force >"$raw/logs/e-synth-imagenet.log" 2>&1 || die "synth-imagenet failed (see $raw/logs)"
+  for r in $(seq "$rounds"); do
+    while read -r side; do
+      measure e "decoder $side" "$r" json "" -- ours "$MR" data bench-imagenet --dir "$B_SET/train" \
+        --threads "$workers" --batch-size "$B_BATCH" --size 224 --scale-min 0.05 --epochs 1 \
+        --decoder "$side" --require-decoder --json
+    done < <(rotate "$r" cpu nvjpeg)
   done
   checkpoint
 fi

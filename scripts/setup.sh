@@ -2,7 +2,8 @@
 # Idempotent set-up for building and testing mlperf-run. Safe to source or run; a second run
 # on the same machine takes about a second.
 #
-#   - Debian packages needed by the build (C/C++ toolchain bits, HDF5 and gloo headers)
+#   - Debian packages needed by the build (C/C++ toolchain bits, HDF5, gloo and libjpeg-turbo
+#     headers)
 #   - a Python venv OUTSIDE the work tree with torch==2.11.0 (libtorch for tch 0.24.0) and
 #     mlperf-logging==4.1.68 (the official MLCommons checkers, our test oracle)
 #
@@ -17,7 +18,7 @@ set -euo pipefail
 TORCH_VERSION=2.11.0
 MLPERF_LOGGING_VERSION=4.1.68
 PY_EXTRA=(pillow torchvision==0.26.0 h5py safetensors)
-APT_PACKAGES=(pkg-config libhdf5-dev libgloo-dev)
+APT_PACKAGES=(pkg-config libhdf5-dev libgloo-dev libjpeg62-turbo-dev)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

@@ -7,7 +7,7 @@
 
 mod common;
 
-use mlperf_run::data::bert::synth::{synth_bert, SynthBertArgs};
+use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::train::bert::{BertRunConfig, BertWorkload};
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::engine::{run_once, RunOutcome, Status, Workload};
@@ -115,6 +115,7 @@ fn bert_data(dir: &Path) {
         max_predictions: 76,
         vocab_size: 30522,
         seed: 1,
+        lengths: Lengths::Pairs,
     })
     .unwrap();
 }

@@ -2,8 +2,8 @@
 //! sharding, corrupt files, eval center crop.
 
 use mlperf_run::data::imagenet::{
-    center_crop_box, crop_resize_into, decode_jpeg, Batch, ImageFolder, ImagenetDir, Loader,
-    LoaderConfig, RgbImage,
+    center_crop_box, crop_resize_into, decode_jpeg, plan_region, Batch, Decoder, ImageFolder,
+    ImagenetDir, JpegHeader, Loader, LoaderConfig, RegionPlan, RgbImage,
 };
 use mlperf_run::data::synth_imagenet::{encode_jpeg, write_synth_imagenet, SynthSpec};
 use std::collections::BTreeSet;
@@ -498,4 +498,227 @@ fn bad_loader_settings_are_refused_with_the_setting_named() {
 fn loader_size_zero(folder: &ImageFolder) -> String {
     let loader = Loader::new(folder, config(1, 1, 1)).unwrap();
     format!("{:#}", loader.epoch(0, 0).next().unwrap().unwrap_err())
+}
+
+// ---- The region decoder (libjpeg-turbo, only what the crop needs) against the full path ----
+
+/// Peak signal-to-noise ratio of two u8 images in dB (infinite when equal).
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    10.0 * (255.0f64 * 255.0 / mse).log10()
+}
+
+/// A synth-imagenet train split of 300-500 px images (the benchmark's sizes).
+fn synth_large(per_class: usize) -> (tempfile::TempDir, ImageFolder) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("set");
+    let spec = SynthSpec {
+        min_size: 300,
+        max_size: 500,
+        ..small_spec(2, per_class)
+    };
+    write_synth_imagenet(&root, &spec, false).unwrap();
+    let folder = ImageFolder::open(&root.join("train")).unwrap();
+    (dir, folder)
+}
+
+fn with_decoder(c: LoaderConfig, decoder: Decoder) -> LoaderConfig {
+    LoaderConfig {
+        decoder,
+        drop_last: false,
+        ..c
+    }
+}
+
+/// Per-image PSNR of the region decoder's batches against the full-decode path's.
+fn region_vs_full_psnr(folder: &ImageFolder, c: LoaderConfig, epoch: u64, size: u32) -> Vec<f64> {
+    let full = Loader::new(folder, with_decoder(c.clone(), Decoder::CpuFull)).unwrap();
+    let region = Loader::new(folder, with_decoder(c, Decoder::Cpu)).unwrap();
+    let (a, b) = (collect(&full, epoch, size), collect(&region, epoch, size));
+    assert_eq!(a.len(), b.len());
+    let mut out = Vec::new();
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((&x.indices, &x.labels), (&y.indices, &y.labels));
+        for i in 0..x.len() {
+            out.push(psnr(x.image(i), y.image(i)));
+        }
+    }
+    out
+}
+
+#[test]
+fn region_decode_uses_todays_boxes_and_differs_only_by_resampling() {
+    let (_dir, folder) = synth_large(6);
+    // The header gives the same size as a full decode, so crop_for draws the same box.
+    for s in &folder.samples {
+        let bytes = std::fs::read(&s.path).unwrap();
+        let full = decode_jpeg(&bytes).unwrap();
+        let header = JpegHeader::read(&bytes).unwrap();
+        assert_eq!((header.width, header.height), (full.width, full.height));
+    }
+    // Output 64 from 300-500 px crops of area 5-100%: scales 1/4, 1/2 and 1 all occur.
+    let train = config(4, 9, 2);
+    let loader = Loader::new(&folder, train.clone()).unwrap();
+    let mut denoms = BTreeSet::new();
+    for epoch in 0..3 {
+        for (index, s) in folder.samples.iter().enumerate() {
+            let bytes = std::fs::read(&s.path).unwrap();
+            let header = JpegHeader::read(&bytes).unwrap();
+            let (crop, _) = loader.crop_for(epoch, index, header.width, header.height, 64);
+            denoms.insert(plan_region(header.width, header.height, crop, 64).denom);
+        }
+        let scores = region_vs_full_psnr(&folder, train.clone(), epoch, 64);
+        let worst = scores.iter().cloned().fold(f64::INFINITY, f64::min);
+        eprintln!(
+            "epoch {epoch}: worst PSNR {worst:.1} dB over {} images",
+            scores.len()
+        );
+        assert!(worst >= 30.0, "epoch {epoch}: worst PSNR {worst:.1} dB");
+    }
+    assert!(
+        denoms.contains(&1) && denoms.contains(&2) && denoms.contains(&4),
+        "{denoms:?}"
+    );
+    // The comparison can fail: another epoch's boxes score far below 30 dB.
+    let full = Loader::new(&folder, with_decoder(train.clone(), Decoder::CpuFull)).unwrap();
+    let region = Loader::new(&folder, with_decoder(train, Decoder::Cpu)).unwrap();
+    let (a, b) = (collect(&full, 0, 64), collect(&region, 1, 64));
+    let mismatched: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .flat_map(|(x, y)| (0..x.len()).map(move |i| psnr(x.image(i), y.image(i))))
+        .collect();
+    let mean = mismatched.iter().sum::<f64>() / mismatched.len() as f64;
+    eprintln!("other epoch's boxes: mean PSNR {mean:.1} dB");
+    assert!(mean < 25.0, "different boxes still score {mean:.1} dB");
+}
+
+#[test]
+fn region_decode_of_the_eval_center_crop_matches_the_full_path() {
+    let (_dir, folder) = synth_large(4);
+    for size in [64, 224] {
+        let scores = region_vs_full_psnr(&folder, LoaderConfig::eval(3), 0, size);
+        let worst = scores.iter().cloned().fold(f64::INFINITY, f64::min);
+        eprintln!("eval size {size}: worst PSNR {worst:.1} dB");
+        assert!(worst >= 30.0, "size {size}: worst PSNR {worst:.1} dB");
+    }
+}
+
+#[test]
+fn region_decode_of_a_whole_image_at_full_scale_equals_libjpeg_pixels_of_zune() {
+    // Full-scale region = the whole picture: the same pixels as zune-jpeg up to IDCT rounding.
+    let image = ramp(200, 150);
+    let jpeg = encode_jpeg(&image, 95).unwrap();
+    let full = decode_jpeg(&jpeg).unwrap();
+    let header = JpegHeader::read(&jpeg).unwrap();
+    let plan = RegionPlan {
+        denom: 1,
+        x: 0,
+        y: 0,
+        width: 200,
+        height: 150,
+        crop: center_crop_box(200, 150, 8, 1.0),
+    };
+    let region = header.decode(&plan).unwrap();
+    assert!(psnr(&region.pixels, &full.pixels) > 40.0);
+    // A sub-region is the same pixels as that part of the whole.
+    let header = JpegHeader::read(&jpeg).unwrap();
+    let part = RegionPlan {
+        x: 37,
+        y: 21,
+        width: 90,
+        height: 60,
+        ..plan
+    };
+    let sub = header.decode(&part).unwrap();
+    for r in 0..60usize {
+        let a = &sub.pixels[r * 90 * 3..(r + 1) * 90 * 3];
+        let start = ((21 + r) * 200 + 37) * 3;
+        let b = &region.pixels[start..start + 90 * 3];
+        let diff = a.iter().zip(b).map(|(&x, &y)| x.abs_diff(y)).max().unwrap();
+        assert!(diff <= 2, "row {r}: max difference {diff}");
+    }
+}
+
+#[test]
+fn region_decode_reports_truncation_below_the_crop_and_bad_bytes() {
+    let image = ramp(256, 256);
+    let jpeg = encode_jpeg(&image, 90).unwrap();
+    let top_left = RegionPlan {
+        denom: 1,
+        x: 0,
+        y: 0,
+        width: 32,
+        height: 32,
+        crop: center_crop_box(32, 32, 8, 1.0),
+    };
+    // Whole: decodes. Cut at 90% (below the region): still an error, naming the cause.
+    JpegHeader::read(&jpeg).unwrap().decode(&top_left).unwrap();
+    let cut = &jpeg[..jpeg.len() * 9 / 10];
+    let err = JpegHeader::read(cut)
+        .unwrap()
+        .decode(&top_left)
+        .unwrap_err();
+    assert!(err.contains("Premature end"), "{err}");
+    // Cut inside the region's rows: libjpeg's own premature-end warning is an error.
+    let err = JpegHeader::read(&jpeg[..jpeg.len() / 3])
+        .unwrap()
+        .decode(&RegionPlan {
+            height: 256,
+            y: 0,
+            ..top_left
+        })
+        .unwrap_err();
+    assert!(err.contains("Premature end"), "{err}");
+    let err = JpegHeader::read(b"this is not a JPEG file").err().unwrap();
+    assert!(err.contains("not a decodable JPEG"), "{err}");
+    assert!(JpegHeader::read(&jpeg[..20]).is_err());
+    // A region outside the image is refused, not read out of bounds.
+    let err = JpegHeader::read(&jpeg)
+        .unwrap()
+        .decode(&RegionPlan { x: 250, ..top_left })
+        .unwrap_err();
+    assert!(err.contains("outside"), "{err}");
+}
+
+#[test]
+fn nvjpeg_without_a_gpu_falls_back_to_the_cpu_decoder_with_a_clear_message() {
+    // This machine (and CI) has no libnvjpeg or no CUDA device: the loader says so and
+    // decodes exactly as the CPU decoder does.
+    let (_dir, folder) = synth_train(2, 4);
+    let asked = Loader::new(&folder, with_decoder(config(4, 5, 2), Decoder::Nvjpeg)).unwrap();
+    let cpu = Loader::new(&folder, with_decoder(config(4, 5, 2), Decoder::Cpu)).unwrap();
+    assert_eq!(asked.decoder_in_use(), Decoder::Cpu);
+    let note = asked
+        .decoder_note()
+        .expect("a note saying why nvJPEG is not used");
+    assert!(note.contains("nvjpeg") && note.contains("CPU"), "{note}");
+    assert!(
+        note.contains("libnvjpeg") || note.contains("CUDA") || note.contains("GPU"),
+        "{note}"
+    );
+    assert_eq!(cpu.decoder_in_use(), Decoder::Cpu);
+    assert!(cpu.decoder_note().is_none());
+    assert_eq!(collect(&asked, 0, 24), collect(&cpu, 0, 24));
+    // The setting's spelling.
+    assert_eq!("nvjpeg".parse::<Decoder>().unwrap(), Decoder::Nvjpeg);
+    assert_eq!("cpu-full".parse::<Decoder>().unwrap(), Decoder::CpuFull);
+    let err = "gpu".parse::<Decoder>().unwrap_err();
+    assert!(err.contains("nvjpeg") && err.contains("cpu"), "{err}");
+    #[derive(serde::Deserialize)]
+    struct Data {
+        #[serde(default)]
+        decoder: Decoder,
+    }
+    let parse = |s: &str| toml::from_str::<Data>(s).map(|d| d.decoder);
+    assert_eq!(parse("").unwrap(), Decoder::Cpu);
+    assert_eq!(parse("decoder = \"nvjpeg\"").unwrap(), Decoder::Nvjpeg);
+    assert_eq!(parse("decoder = \"cpu-full\"").unwrap(), Decoder::CpuFull);
+    assert!(parse("decoder = \"turbo\"").is_err());
 }

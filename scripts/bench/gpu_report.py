@@ -226,6 +226,7 @@ PARTS = {
     "b": "b) ResNet-50 end to end (JPEG folder -> GPU)",
     "c": "c) BERT training step (fixed batch)",
     "d": "d) mlperf-run bert run vs its step benchmark",
+    "e": "e) JPEG decode + crop + resize to u8 batches (no training): CPU threads vs nvJPEG",
     "ncu": "ncu) kernels per training step",
 }
 
@@ -249,7 +250,7 @@ def cmd_report(a):
         w(f"measured bf16 matmul ({n}^3 on {mm[0]['raw'].get('device')}, median of {mm[0]['raw'].get('reps')}): "
           f"{peak:,.1f} TFLOP/s"
           + (f" = {100 * peak / H100_SXM_BF16_DENSE_TFLOPS:.1f}% of the H100 SXM datasheet 989" if on_gpu else ""))
-    for part in ("a", "b", "c", "d"):
+    for part in ("a", "b", "c", "d", "e"):
         pr = [r for r in recs if r["part"] == part]
         if not pr:
             continue

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The peer of mlperf-run's ImageNet training pipeline.
 
-Default mode, for benchmark a) of scripts/bench_data.sh: torchvision ImageFolder +
-RandomResizedCrop + RandomHorizontalFlip + ToTensor (PIL decode), DataLoader with num_workers=0,
-so everything runs in this one process on one core. Prints one line: images, seconds, images/s.
+Default mode, for scripts/bench_data.sh: torchvision ImageFolder + RandomResizedCrop +
+RandomHorizontalFlip + PILToTensor (PIL decode, u8 output as mlperf-run's; --to-tensor float for
+ToTensor), DataLoader with --workers worker processes (0: all in this process, on one core).
+The first batch is untimed (imports, page cache, worker start); the rest of --epochs epochs is
+timed. Prints one line: images, seconds, images/s.
 
 --train mode, the end-to-end peer of `mlperf-run resnet` in scripts/bench_gpu.sh: trains
 torchvision ResNet-50 from ImageFolder(DIR/train) with a DataLoader (num_workers = cores - 1
@@ -108,7 +110,10 @@ def main() -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda", help="--train: device")
     p.add_argument("--amp", choices=["none", "bf16"], default="bf16", help="--train: autocast")
     p.add_argument("--channels-last", action="store_true", help="--train: channels-last model and input")
-    p.add_argument("--workers", type=int, default=-1, help="--train: DataLoader workers (default: cores - 1)")
+    p.add_argument("--workers", type=int, default=-1,
+                   help="DataLoader workers (--train default: cores - 1; benchmark default: 0)")
+    p.add_argument("--to-tensor", choices=["u8", "float"], default="u8",
+                   help="benchmark: PILToTensor (u8, as mlperf-run) or ToTensor (float)")
     p.add_argument("--warmup-steps", type=int, default=20, help="--train: untimed steps")
     p.add_argument("--steps", type=int, default=100, help="--train: timed steps")
     p.add_argument("--blocks", default="3,4,6,3", help="--train: bottlenecks per stage (ResNet-50: 3,4,6,3)")
@@ -119,27 +124,34 @@ def main() -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(1)
+    workers = max(0, a.workers)
+    to_tensor = transforms.PILToTensor() if a.to_tensor == "u8" else transforms.ToTensor()
     tf = transforms.Compose(
         [
             transforms.RandomResizedCrop(a.size, scale=(a.scale_min, 1.0)),
             transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
+            to_tensor,
         ]
     )
     ds = datasets.ImageFolder(a.dir, transform=tf)
-    loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=0)
-    next(iter(loader))  # warm-up: imports, page cache
+    loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=workers,
+                        persistent_workers=workers > 0)
     images = 0
     checksum = 0.0
-    start = time.perf_counter()
+    start = None
     for _ in range(a.epochs):
         for x, y in loader:
+            if start is None:  # warm-up batch: imports, page cache, worker start
+                start = time.perf_counter()
+                continue
             images += x.shape[0]
-            checksum += float(x[:, :, ::37, ::41].sum())
+            checksum += float(x[:, :, ::37, ::41].float().sum())
     secs = time.perf_counter() - start
+    kind = "PILToTensor" if a.to_tensor == "u8" else "ToTensor"
     print(
-        f"torchvision ImageFolder+RandomResizedCrop+flip+ToTensor (PIL, num_workers=0): "
-        f"{images} images in {secs:.2f}s = {images / secs:.1f} images/s per core (checksum {checksum:.0f})"
+        f"torchvision ImageFolder+RandomResizedCrop+flip+{kind} (PIL, num_workers={workers}): "
+        f"{images} images in {secs:.2f}s = {images / secs:.1f} images/s "
+        f"(checksum {checksum:.0f})"
     )
 
 

@@ -134,6 +134,10 @@ pub struct DataConfig {
     /// Decode workers for image folders (0: all cores).
     #[serde(default)]
     pub workers: usize,
+    /// JPEG decoder for image folders: "cpu" (libjpeg-turbo, only the crop's region; default),
+    /// "cpu-full" (zune-jpeg, whole image) or "nvjpeg" (GPU; the CPU decoder when missing).
+    #[serde(default)]
+    pub decoder: crate::data::imagenet::Decoder,
     #[serde(default)]
     pub synthetic: Option<SyntheticConfig>,
 }

@@ -295,6 +295,7 @@ mod tests {
 pub struct FolderImages {
     dir: crate::data::imagenet::ImagenetDir,
     threads: usize,
+    decoder: crate::data::imagenet::Decoder,
     /// Loaders are built once per (train, seed, batch, shard) and reused across epochs.
     train_loader:
         std::sync::Mutex<Option<(LoaderKey, std::sync::Arc<crate::data::imagenet::Loader>)>>,
@@ -306,8 +307,12 @@ type LoaderKey = (u64, usize, usize, usize);
 
 impl FolderImages {
     /// Open `root` (train/ and val/ with the same classes); `threads` decode workers (0: all
-    /// cores).
-    pub fn open(root: &std::path::Path, threads: usize) -> Result<Self> {
+    /// cores); `decoder` turns JPEG files into crops.
+    pub fn open(
+        root: &std::path::Path,
+        threads: usize,
+        decoder: crate::data::imagenet::Decoder,
+    ) -> Result<Self> {
         let dir = crate::data::imagenet::ImagenetDir::open(root)?;
         let threads = if threads == 0 {
             std::thread::available_parallelism()
@@ -319,6 +324,7 @@ impl FolderImages {
         Ok(FolderImages {
             dir,
             threads,
+            decoder,
             train_loader: std::sync::Mutex::new(None),
             eval_loader: std::sync::Mutex::new(None),
         })
@@ -352,6 +358,7 @@ impl FolderImages {
             LoaderConfig::eval(batch)
         };
         c.threads = self.threads;
+        c.decoder = self.decoder;
         c.rank = shard.rank;
         c.world_size = shard.world_size;
         let folder = if train {

@@ -48,7 +48,11 @@ pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<d
         DataSource::Imagefolder => {
             let dir = data_dir
                 .context("data.source = \"imagefolder\" needs --data DIR (with train/ and val/)")?;
-            Ok(Box::new(FolderImages::open(dir, cfg.data.workers)?))
+            Ok(Box::new(FolderImages::open(
+                dir,
+                cfg.data.workers,
+                cfg.data.decoder,
+            )?))
         }
     }
 }

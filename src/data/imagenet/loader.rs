@@ -12,8 +12,11 @@
 //! dropped and ranks differ by at most one sample (and one batch).
 
 use super::decode::decode_jpeg;
+use super::decode::RgbImage;
 use super::folder::{ImageFolder, Sample};
-use super::transform::{center_crop_box, crop_resize_into, RandomResizedCrop};
+use super::nvjpeg::Nvjpeg;
+use super::region::{ends_with_image, plan_region, region_at, JpegHeader};
+use super::transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{Receiver, Sender};
@@ -56,6 +59,44 @@ impl Batch {
     }
 }
 
+/// How JPEG files become crops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decoder {
+    /// libjpeg-turbo, decoding only the crop's region at the coarsest DCT scale that keeps the
+    /// crop at least the output size (the default).
+    #[default]
+    Cpu,
+    /// zune-jpeg, the whole image at full size, then the crop (the reference path).
+    CpuFull,
+    /// nvJPEG on the GPU, loaded at run time; the CPU decoder when it cannot be loaded.
+    Nvjpeg,
+}
+
+impl Decoder {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decoder::Cpu => "cpu",
+            Decoder::CpuFull => "cpu-full",
+            Decoder::Nvjpeg => "nvjpeg",
+        }
+    }
+}
+
+impl std::str::FromStr for Decoder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Decoder, String> {
+        match s {
+            "cpu" => Ok(Decoder::Cpu),
+            "cpu-full" => Ok(Decoder::CpuFull),
+            "nvjpeg" => Ok(Decoder::Nvjpeg),
+            _ => Err(format!(
+                "unknown JPEG decoder {s:?}: use \"cpu\", \"cpu-full\" or \"nvjpeg\""
+            )),
+        }
+    }
+}
+
 /// How a loader draws and shapes its batches.
 #[derive(Clone, Debug)]
 pub struct LoaderConfig {
@@ -79,6 +120,7 @@ pub struct LoaderConfig {
     pub max_bad_fraction: f64,
     /// Batches in flight at once (decoded ahead of the trainer).
     pub prefetch_batches: usize,
+    pub decoder: Decoder,
 }
 
 impl LoaderConfig {
@@ -99,6 +141,7 @@ impl LoaderConfig {
             eval_resize_ratio: 256.0 / 224.0,
             max_bad_fraction: 0.01,
             prefetch_batches: 3,
+            decoder: Decoder::Cpu,
         }
     }
 
@@ -153,6 +196,12 @@ struct Shared {
     config: LoaderConfig,
     /// Files already reported as unreadable (each is warned about once per loader).
     reported_bad: Mutex<BTreeSet<PathBuf>>,
+    /// The GPU decoder when `decoder = nvjpeg` and it loaded.
+    nvjpeg: Option<Mutex<Nvjpeg>>,
+    /// Why the asked decoder is not the one in use (nvJPEG missing), for the user.
+    decoder_note: Option<String>,
+    /// A failed GPU batch is warned about once.
+    gpu_failure_reported: AtomicBool,
 }
 
 /// A data loader over one ImageFolder for one rank. Cheap to iterate many epochs; the worker
@@ -175,11 +224,35 @@ impl Loader {
             .thread_name(|i| format!("data-{i}"))
             .build()
             .context("cannot start the data loader's worker threads")?;
+        let (nvjpeg, decoder_note) = if config.decoder == Decoder::Nvjpeg {
+            match Nvjpeg::load(None) {
+                Ok(n) => {
+                    tracing::info!(
+                        "decoding JPEG crops on the GPU with {}",
+                        n.library.display()
+                    );
+                    (Some(Mutex::new(n)), None)
+                }
+                Err(e) => {
+                    let note = format!(
+                        "data.decoder = \"nvjpeg\" is unavailable: {e}. Decoding on the CPU \
+                         (libjpeg-turbo) instead"
+                    );
+                    tracing::warn!("{note}");
+                    (None, Some(note))
+                }
+            }
+        } else {
+            (None, None)
+        };
         let shared = Shared {
             samples: folder.samples.clone(),
             root: folder.root.clone(),
             config,
             reported_bad: Mutex::new(BTreeSet::new()),
+            nvjpeg,
+            decoder_note,
+            gpu_failure_reported: AtomicBool::new(false),
         };
         Ok(Loader {
             shared: Arc::new(shared),
@@ -189,6 +262,34 @@ impl Loader {
 
     pub fn config(&self) -> &LoaderConfig {
         &self.shared.config
+    }
+
+    /// The decoder actually used: the configured one, or `Cpu` when nvJPEG could not be
+    /// loaded (see [`Loader::decoder_note`]).
+    pub fn decoder_in_use(&self) -> Decoder {
+        match self.shared.config.decoder {
+            Decoder::Nvjpeg if self.shared.nvjpeg.is_none() => Decoder::Cpu,
+            d => d,
+        }
+    }
+
+    /// Why the configured decoder is not in use, when it is not.
+    pub fn decoder_note(&self) -> Option<&str> {
+        self.shared.decoder_note.as_deref()
+    }
+
+    /// The crop box (in source pixels) and flip that sample `index` of `epoch` gets when its
+    /// image is `width` x `height` and the output `size`: drawn from (seed, epoch, index) in
+    /// training, the center crop in evaluation. Every decoder uses these.
+    pub fn crop_for(
+        &self,
+        epoch: u64,
+        index: usize,
+        width: u32,
+        height: u32,
+        size: u32,
+    ) -> (CropBox, bool) {
+        augmentation(&self.shared.config, epoch, index, width, height, size)
     }
 
     /// This rank's samples for `epoch`, in the order they are batched (before drop_last trims
@@ -384,6 +485,26 @@ impl Drop for EpochIter {
     }
 }
 
+/// The crop box and flip of one sample (see [`Loader::crop_for`]).
+fn augmentation(
+    c: &LoaderConfig,
+    epoch: u64,
+    index: usize,
+    width: u32,
+    height: u32,
+    size: u32,
+) -> (CropBox, bool) {
+    if c.train {
+        let mut rng = Rng::keyed(&[c.seed, epoch, STREAM_AUGMENT, index as u64]);
+        let crop = c.crop.sample(width, height, &mut rng);
+        let flip = rng.chance(c.flip_probability);
+        (crop, flip)
+    } else {
+        let crop = center_crop_box(width, height, size, c.eval_resize_ratio);
+        (crop, false)
+    }
+}
+
 /// Read, decode and transform one sample into `out`.
 fn load_sample(
     shared: &Shared,
@@ -395,16 +516,90 @@ fn load_sample(
     let c = &shared.config;
     let sample = &shared.samples[index];
     let bytes = std::fs::read(&sample.path).map_err(|e| format!("cannot read: {e}"))?;
-    let image = decode_jpeg(&bytes)?;
-    if c.train {
-        let mut rng = Rng::keyed(&[c.seed, epoch, STREAM_AUGMENT, index as u64]);
-        let crop = c.crop.sample(image.width, image.height, &mut rng);
-        let flip = rng.chance(c.flip_probability);
-        crop_resize_into(&image, crop, size, flip, out)
-    } else {
-        let crop = center_crop_box(image.width, image.height, size, c.eval_resize_ratio);
-        crop_resize_into(&image, crop, size, false, out)
+    if c.decoder == Decoder::CpuFull {
+        let image = decode_jpeg(&bytes)?;
+        let (crop, flip) = augmentation(c, epoch, index, image.width, image.height, size);
+        return crop_resize_into(&image, crop, size, flip, out);
     }
+    // The box comes from the header's size, then only its region is decoded.
+    let header = JpegHeader::read(&bytes)?;
+    let (crop, flip) = augmentation(c, epoch, index, header.width, header.height, size);
+    let plan = plan_region(header.width, header.height, crop, size);
+    let region = header.decode(&plan)?;
+    crop_resize_into(&region, plan.crop, size, flip, out)
+}
+
+/// A sample read and planned for the GPU: its bytes, full-scale region plan and flip.
+type GpuItem = (Vec<u8>, super::region::RegionPlan, bool);
+
+/// The nvJPEG path of one batch: read files and headers and choose boxes on the host (as the
+/// CPU path does), decode the regions on the GPU, resize on the host. Samples the GPU does not
+/// take, and every sample of a batch the GPU fails on, go through [`load_sample`].
+fn load_on_gpu(
+    shared: &Shared,
+    gpu: &Mutex<Nvjpeg>,
+    epoch: u64,
+    size: u32,
+    indices: &[usize],
+    images: &mut [u8],
+) -> Vec<Result<(), String>> {
+    let c = &shared.config;
+    let prepared: Vec<Option<GpuItem>> = indices
+        .par_iter()
+        .map(|&index| {
+            let bytes = std::fs::read(&shared.samples[index].path).ok()?;
+            let (width, height) = {
+                let header = JpegHeader::read(&bytes).ok()?;
+                (header.width, header.height)
+            };
+            if !ends_with_image(&bytes) {
+                return None;
+            }
+            let (crop, flip) = augmentation(c, epoch, index, width, height, size);
+            Some((bytes, region_at(width, height, crop, size, 1), flip))
+        })
+        .collect();
+    let items: Vec<(usize, &[u8], super::region::RegionPlan)> = prepared
+        .iter()
+        .enumerate()
+        .filter_map(|(k, p)| p.as_ref().map(|(b, plan, _)| (k, b.as_slice(), *plan)))
+        .collect();
+    let request: Vec<(&[u8], super::region::RegionPlan)> =
+        items.iter().map(|&(_, b, p)| (b, p)).collect();
+    let decoded = match gpu.lock() {
+        Ok(mut g) => g.decode_regions(&request),
+        Err(_) => Err("the nvJPEG decoder's lock is poisoned".to_string()),
+    };
+    let mut pixels: Vec<Option<Vec<u8>>> = vec![None; indices.len()];
+    match decoded {
+        Ok(out) => {
+            for ((k, _, _), p) in items.iter().zip(out) {
+                pixels[*k] = p;
+            }
+        }
+        Err(e) => {
+            if !shared.gpu_failure_reported.swap(true, Ordering::Relaxed) {
+                tracing::warn!("nvJPEG failed on a batch ({e}); decoding it on the CPU");
+            }
+        }
+    }
+    let per_image = size as usize * size as usize * 3;
+    images
+        .par_chunks_mut(per_image)
+        .zip(indices.par_iter())
+        .zip(pixels.into_par_iter().zip(prepared.par_iter()))
+        .map(|((out, &index), (px, prep))| match (px, prep) {
+            (Some(px), Some((_, plan, flip))) => {
+                let region = RgbImage {
+                    width: plan.width,
+                    height: plan.height,
+                    pixels: px,
+                };
+                crop_resize_into(&region, plan.crop, size, *flip, out)
+            }
+            _ => load_sample(shared, epoch, size, index, out),
+        })
+        .collect()
 }
 
 /// Build one batch; unreadable samples are left out and returned.
@@ -416,11 +611,14 @@ fn build_batch(
 ) -> (Batch, Vec<BadImage>) {
     let per_image = size as usize * size as usize * 3;
     let mut images = vec![0u8; per_image * indices.len()];
-    let results: Vec<Result<(), String>> = images
-        .par_chunks_mut(per_image)
-        .zip(indices.par_iter())
-        .map(|(out, &index)| load_sample(shared, epoch, size, index, out))
-        .collect();
+    let results: Vec<Result<(), String>> = match &shared.nvjpeg {
+        Some(gpu) => load_on_gpu(shared, gpu, epoch, size, indices, &mut images),
+        None => images
+            .par_chunks_mut(per_image)
+            .zip(indices.par_iter())
+            .map(|(out, &index)| load_sample(shared, epoch, size, index, out))
+            .collect(),
+    };
     let mut bad = Vec::new();
     let mut kept = 0;
     let mut labels = Vec::with_capacity(indices.len());

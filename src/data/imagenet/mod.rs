@@ -1,7 +1,10 @@
 //! ImageNet in the ImageFolder layout, and the training/evaluation batch pipeline.
 //!
 //! - [`folder`]: list `train/<wnid>/*.JPEG` and `val/<wnid>/*.JPEG`
-//! - [`decode`]: JPEG to RGB (zune-jpeg)
+//! - [`decode`]: JPEG to RGB, the whole image (zune-jpeg)
+//! - [`nvjpeg`]: the crop regions of a batch decoded on the GPU (nvJPEG, loaded at run time)
+//! - [`region`]: JPEG to RGB, only the region a crop needs at the coarsest DCT scale that
+//!   keeps it at least the output size (libjpeg-turbo, `jpeg_region.c`)
 //! - [`transform`]: random-resized-crop + flip (train), resize + center crop (eval)
 //! - [`loader`]: the worker pool and bounded queue yielding u8 NHWC batches, deterministic per
 //!   seed and sharded per rank
@@ -12,9 +15,12 @@ pub mod bench;
 pub mod decode;
 pub mod folder;
 pub mod loader;
+pub mod nvjpeg;
+pub mod region;
 pub mod transform;
 
 pub use decode::{decode_jpeg, RgbImage};
 pub use folder::{ImageFolder, ImagenetDir, Sample};
-pub use loader::{BadImage, Batch, EpochIter, Loader, LoaderConfig};
+pub use loader::{BadImage, Batch, Decoder, EpochIter, Loader, LoaderConfig};
+pub use region::{plan_region, region_at, JpegHeader, RegionPlan};
 pub use transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};
