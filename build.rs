@@ -71,7 +71,8 @@ fn compile_shim(lib: &Path) {
         .file("shim/dist.cpp")
         .file("shim/tensor.cpp")
         .file("shim/foreach.cpp")
-        .file("shim/cuda.cpp");
+        .file("shim/cuda.cpp")
+        .file("shim/reducer.cpp");
     if std::env::var_os("CARGO_FEATURE_NCCL").is_some() {
         for dir in cuda_include_dirs(root) {
             build

@@ -12,7 +12,9 @@
 //!   number of training samples seen.
 
 use super::config::{Division, SystemConfig};
-use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use super::engine::{
+    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+};
 use super::handoff::{DeviceTensors, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::data::bert::{check_vocab, BertBatch, EvalSet, HostBatch, TrainLoader};
@@ -82,6 +84,20 @@ pub struct BertOptimizerConfig {
     /// Global gradient-norm clip (the reference: 1.0).
     #[serde(default = "one")]
     pub max_grad_norm: f64,
+    /// Where `max_grad_norm` applies: "global" (the reference: the norm of all averaged
+    /// gradients, after the all-reduce) or "bucket" (open division: each ~25 MB gradient bucket
+    /// on each rank before the all-reduce, `g_b *= c / max(|g_b|, c)`).
+    #[serde(default)]
+    pub gradient_clipping: GradientClipping,
+}
+
+/// See [`BertOptimizerConfig::gradient_clipping`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GradientClipping {
+    #[default]
+    Global,
+    Bucket,
 }
 
 fn one() -> f64 {
@@ -179,6 +195,12 @@ impl BertRunConfig {
                     bail!(
                         "optimizer.max_grad_norm must be 1.0 in the closed division (got {})",
                         o.max_grad_norm
+                    );
+                }
+                if o.gradient_clipping != GradientClipping::Global {
+                    bail!(
+                        "optimizer.gradient_clipping = \"bucket\" is open-division only (the \
+                         reference clips the global norm after the all-reduce): remove the key"
                     );
                 }
             }
@@ -426,7 +448,9 @@ impl Workload for BertWorkload {
                 beta2: o.beta2,
                 eps: o.epsilon,
                 weight_decay: o.weight_decay,
-                max_grad_norm: Some(o.max_grad_norm),
+                // bucket-wise clipping happens in the gradient exchange, before the all-reduce
+                max_grad_norm: (o.gradient_clipping == GradientClipping::Global)
+                    .then_some(o.max_grad_norm),
                 trust_ratio: o.name == BertOpt::Lamb,
             },
         )?;
@@ -472,10 +496,13 @@ impl Workload for BertWorkload {
     }
 
     fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor> {
+        let bucket_clip = (self.cfg.optimizer.gradient_clipping == GradientClipping::Bucket)
+            .then_some(self.cfg.optimizer.max_grad_norm);
         let s = self.state()?;
         s.opt.zero_grad()?;
+        sync.set_bucket_clip(bucket_clip)?;
         let mut total: Option<tch::Tensor> = None;
-        for _ in 0..s.micro_batches {
+        for m in 0..s.micro_batches {
             let b = match s.batches.next_batch() {
                 Some(b) => b?,
                 None => bail!("the BERT training data stream ended"),
@@ -491,6 +518,12 @@ impl Workload for BertWorkload {
                 pretraining_loss(&mlm, &nsp, &b.masked_ids, &b.masked_weights, &b.nsp_labels)
                     / s.micro_batches as f64
             })?;
+            if m + 1 == s.micro_batches {
+                // the last backward may start the gradient all-reduces (hooks on .grad)
+                let params: Vec<tch::Tensor> =
+                    s.params.iter().map(|(_, p)| p.shallow_clone()).collect();
+                sync.before_last_backward(&params, GradSource::GradBuffers)?;
+            }
             loss.backward();
             let l = loss.detach();
             total = Some(match total {

@@ -3,7 +3,9 @@
 
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
 use super::data::{Batch, BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
-use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use super::engine::{
+    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+};
 use super::handoff::{self, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::methods::ema::Ema;
@@ -384,9 +386,17 @@ impl Workload for ResnetWorkload {
             let loss = maybe_autocast(s.device, s.autocast, || {
                 cross_entropy_smoothed(&s.net.forward_t(&x, true), &y, smoothing) / micro as f64
             })?;
+            // the last micro-batch's backward may start the gradient all-reduces (hooks that
+            // add each gradient into `grads` and hand the sum to its bucket)
+            let hooked = if m + 1 == micro {
+                let params = s.params.tensors();
+                sync.before_last_backward(&params, GradSource::Returned { accum: &grads })?
+            } else {
+                false
+            };
             // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
             let g = s.params.gradients_of(&loss)?;
-            if grads.is_empty() {
+            if grads.is_empty() || hooked {
                 grads = g;
             } else {
                 tch::no_grad(|| foreach::add_list_(&grads, &g, 1.0))?;
