@@ -84,6 +84,7 @@ struct Reducer {
   std::vector<at::Tensor> params;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
+  std::vector<std::vector<size_t>> members;  // per bucket: its parameters
   std::vector<unsigned> tensor_hooks;
 
   std::mutex mu;
@@ -245,6 +246,8 @@ void* mr_reducer_new(void* group, at::Tensor** params, size_t n, const int64_t* 
       out->slots.push_back(Slot{b, offset_of[i], numel});
       out->buckets[b].members += 1;
     }
+    out->members.resize(n_buckets);
+    for (size_t i = 0; i < n; ++i) out->members[out->slots[i].bucket].push_back(i);
     out->params = ps;
     out->filled.assign(n, 0);
     Reducer* raw = out.get();
@@ -318,18 +321,17 @@ int mr_reducer_finish(void* handle, at::Tensor** grads, size_t n, char** err) {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < n; ++i) r->fill(i, gs[i]);
     r->launch_ready();
-    for (auto& bk : r->buckets) mr::wait_one(r->g, bk.work);
-    if (r->timing) {
-      for (auto& bk : r->buckets) {
-        if (bk.timed) bk.timed->wait();
-      }
-    }
-    for (auto& bk : r->buckets) {
+    // bucket by bucket, in launch order: the averaging and copy-out of one bucket overlap the
+    // all-reduces still in flight
+    for (size_t b = 0; b < r->buckets.size(); ++b) {
+      auto& bk = r->buckets[b];
+      mr::wait_one(r->g, bk.work);
+      if (r->timing && bk.timed) bk.timed->wait();
       if (r->g->size > 1) bk.flat.div_(r->g->size);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const auto& s = r->slots[i];
-      gs[i].copy_(r->buckets[s.bucket].flat.narrow(0, s.offset, s.numel).view(gs[i].sizes()));
+      for (size_t i : r->members[b]) {
+        const auto& s = r->slots[i];
+        gs[i].copy_(bk.flat.narrow(0, s.offset, s.numel).view(gs[i].sizes()));
+      }
     }
     r->last_timings.clear();
     r->last_timings.push_back(t_backward_end);
