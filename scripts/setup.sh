@@ -7,12 +7,23 @@
 #   - a Python venv OUTSIDE the work tree with torch==2.11.0 (libtorch for tch 0.24.0) and
 #     mlperf-logging==4.1.68 (the official MLCommons checkers, our test oracle)
 #
-# Environment: MLPERF_RUN_VENV (default ~/.cache/mlperf-run/venv).
+#   - with `--nccl` (or MLPERF_RUN_NCCL=1): the CUDA headers `cargo build --features nccl`
+#     needs beside the venv's NCCL (torch's CUDA wheel brings nccl.h and the CUDA runtime
+#     headers; the pip packages nvidia-cuda-crt and nvidia-cuda-cccl, pinned to the runtime's
+#     CUDA version, complete them)
+#
+# Environment: MLPERF_RUN_VENV (default ~/.cache/mlperf-run/venv), MLPERF_RUN_NCCL.
+# Usage: `source scripts/setup.sh [--nccl]` or `MLPERF_RUN_NCCL=1 source scripts/setup.sh`.
 # After sourcing: the venv's python first on PATH, LIBTORCH_USE_PYTORCH=1 for torch-sys.
 # Sourcing leaves the caller's shell options alone: the installing runs in a subshell.
 
 MLPERF_RUN_VENV=${MLPERF_RUN_VENV:-$HOME/.cache/mlperf-run/venv}
 export MLPERF_RUN_VENV
+MLPERF_RUN_SETUP_NCCL=${MLPERF_RUN_NCCL:-0}
+# (a script that sources this file without arguments passes its own: only --nccl counts)
+for a in "$@"; do
+  [ "$a" = "--nccl" ] && MLPERF_RUN_SETUP_NCCL=1
+done
 (
 set -euo pipefail
 TORCH_VERSION=2.11.0
@@ -44,7 +55,34 @@ if [ ! -f "$stamp" ]; then
   "$MLPERF_RUN_VENV/bin/python" -c "import torch, mlperf_logging" 
   touch "$stamp"
 fi
-) || { echo "[setup] failed" >&2; return 1 2>/dev/null || exit 1; }
+
+if [ "$MLPERF_RUN_SETUP_NCCL" = "1" ]; then
+  # the CUDA version of torch's wheel, from its runtime package (e.g. nvidia-cuda-runtime 13.0.96)
+  installed=$("$MLPERF_RUN_VENV/bin/pip" list --disable-pip-version-check 2>/dev/null)
+  cuda_rt=$(printf '%s\n' "$installed" | awk '$1 == "nvidia-cuda-runtime" || $1 == "nvidia-cuda-runtime-cu12" { print $2; exit }')
+  if [ -z "$cuda_rt" ]; then
+    log "--nccl: torch in $MLPERF_RUN_VENV is not a CUDA wheel (no nvidia-cuda-runtime): no NCCL to build against"
+    exit 1
+  fi
+  if ! printf '%s\n' "$installed" | grep -q '^nvidia-nccl'; then
+    log "--nccl: torch's CUDA wheel brought no nvidia-nccl package"
+    exit 1
+  fi
+  cuda_mm=$(printf '%s' "$cuda_rt" | cut -d. -f1,2)
+  nccl_stamp="$MLPERF_RUN_VENV/.mlperf-run-setup-nccl-cuda$cuda_mm"
+  if [ ! -f "$nccl_stamp" ]; then
+    log "--nccl: installing the CUDA $cuda_mm headers (nvidia-cuda-crt, nvidia-cuda-cccl)"
+    case "$cuda_mm" in
+      # CUDA 12 wheels: crt/ comes with the nvcc package
+      12.*) pkgs=("nvidia-cuda-nvcc-cu12==$cuda_mm.*" "nvidia-cuda-cccl-cu12==$cuda_mm.*") ;;
+      *) pkgs=("nvidia-cuda-crt==$cuda_mm.*" "nvidia-cuda-cccl==$cuda_mm.*") ;;
+    esac
+    "$MLPERF_RUN_VENV/bin/pip" install -q --disable-pip-version-check "${pkgs[@]}"
+    touch "$nccl_stamp"
+  fi
+fi
+) || { unset MLPERF_RUN_SETUP_NCCL; echo "[setup] failed" >&2; return 1 2>/dev/null || exit 1; }
+unset MLPERF_RUN_SETUP_NCCL
 
 export PATH="$MLPERF_RUN_VENV/bin:$PATH"
 export LIBTORCH_USE_PYTORCH=1

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "dist_group.hpp"
 #include "error.hpp"
 
 #include <chrono>
@@ -21,22 +22,8 @@
 
 namespace {
 
-struct Group {
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::Backend> backend;
-  std::chrono::milliseconds timeout;
-  int rank;
-  int size;
-  bool failed = false;
-};
-
-// Runs f; on an exception stores its message in *err, marks the group failed, returns -1.
-template <typename F>
-int guarded(Group* g, char** err, F&& f) {
-  int rc = mr::catching(err, "c10d shim", std::forward<F>(f));
-  if (rc != 0 && g) g->failed = true;
-  return rc;
-}
+using mr::Group;
+using mr::guarded;
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
@@ -52,12 +39,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
 }
 
 void wait_all(Group* g, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
-  for (auto& w : works) {
-    if (!w->wait(g->timeout)) {
-      throw std::runtime_error("collective did not complete within " +
-                               std::to_string(g->timeout.count()) + " ms");
-    }
-  }
+  for (auto& w : works) mr::wait_one(g, w);
 }
 
 std::vector<at::Tensor> collect(at::Tensor** tensors, size_t n) {
@@ -116,15 +98,27 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
   return rc == 0 ? g : nullptr;
 }
 
-// A group that saw an error may have a worker thread stuck in a dead connection; joining it
-// could hang, so such a group is leaked on purpose (the process is about to end anyway).
+// Destroys the group as torch.distributed.destroy_process_group() does: a healthy group is
+// shut down (ProcessGroupNCCL flushes and destroys its communicators; without it NCCL warns
+// "destroy_process_group() was not called" at exit) and freed. A group that saw an error may
+// have a worker thread stuck in a dead connection: it is aborted (NCCL: ncclCommAbort; a no-op
+// for Gloo) and leaked on purpose, since joining its threads could hang (the process is about
+// to end anyway).
 void mr_dist_free(void* handle) {
   auto* g = static_cast<Group*>(handle);
   if (g == nullptr) return;
   if (g->failed) {
+    try {
+      g->backend->abort();
+    } catch (...) {
+    }
     g->backend.release();
     g->store.release();
     return;
+  }
+  try {
+    g->backend->shutdown();
+  } catch (...) {
   }
   try {
     delete g;

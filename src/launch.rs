@@ -40,6 +40,17 @@ pub enum SelftestMode {
     Equiv,
     /// Allreduce every --step-ms for --steps steps (failure tests: --die-rank).
     Loop,
+    /// Measure how much of the gradient all-reduce hides behind the backward (per-bucket
+    /// timestamps) for a ResNet (--model, --image-size, --batch).
+    Overlap,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelftestModel {
+    /// The tiny ResNet of configs/resnet/tiny_cpu.toml (width 8, one block per stage).
+    Tiny,
+    /// ResNet-50 v1.5, 1000 classes.
+    Resnet50,
 }
 
 #[derive(clap::Args, Debug)]
@@ -58,9 +69,30 @@ pub struct SelftestArgs {
     /// Micro-batches accumulated per step on each rank (equiv).
     #[arg(long, default_value_t = 1)]
     pub accum: usize,
-    /// Gradient bucket size in bytes (equiv; small values exercise several buckets).
-    #[arg(long, default_value_t = 1024)]
-    pub bucket_bytes: usize,
+    /// Gradient bucket size in bytes (default: 1024 for equiv, where small buckets exercise
+    /// several; 25 MB for overlap).
+    #[arg(long)]
+    pub bucket_bytes: Option<usize>,
+    /// All-reduce each gradient bucket during the backward (equiv, overlap; default on for
+    /// overlap, off for equiv).
+    #[arg(long, value_name = "BOOL")]
+    pub overlap: Option<bool>,
+    /// Gradients from autograd.grad added into an accumulator (the ResNet trainer's path)
+    /// instead of loss.backward() into .grad (equiv).
+    #[arg(long)]
+    pub returned_grads: bool,
+    /// Bucket-wise gradient clipping to this norm before the all-reduce (equiv).
+    #[arg(long)]
+    pub bucket_clip: Option<f64>,
+    /// Model (overlap).
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: SelftestModel,
+    /// Image side in pixels (overlap).
+    #[arg(long, default_value_t = 32)]
+    pub image_size: i64,
+    /// Images per rank per step (overlap).
+    #[arg(long, default_value_t = 16)]
+    pub batch: i64,
     /// Folder for rank<r>.safetensors with the final trainable parameters (equiv).
     #[arg(long)]
     pub out: Option<PathBuf>,

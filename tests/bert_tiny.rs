@@ -136,6 +136,11 @@ fn closed_configs_breaking_the_rules_are_refused() {
             "max_samples = 300032\neval_interval_samples = 1000",
             "eval_interval_samples",
         ),
+        (
+            "max_grad_norm = 1.0",
+            "max_grad_norm = 1.0\ngradient_clipping = \"bucket\"",
+            "gradient_clipping",
+        ),
     ] {
         let text = base.replace(from, to);
         assert_ne!(text, base, "{from}");

@@ -25,52 +25,89 @@ pub struct Buckets {
     buckets: Vec<Bucket>,
 }
 
-impl Buckets {
-    /// Plans buckets for `tensors` (all defined), each at most `bucket_bytes` unless a single
-    /// tensor is larger. The flat buffers are allocated here.
-    pub fn new(tensors: &[Tensor], bucket_bytes: usize) -> Result<Buckets> {
-        if bucket_bytes == 0 {
-            bail!("the bucket size must be positive");
+/// One planned bucket: (index into the tensor list, offset in elements, number of elements)
+/// per member, and the flat buffer's kind, device and length.
+pub(super) struct Plan {
+    pub slots: Vec<(usize, i64, i64)>,
+    pub kind: Kind,
+    pub device: Device,
+    pub numel: i64,
+}
+
+/// Packs `tensors` (all defined), taken in the order `order` (indices into `tensors`), into
+/// runs of same-kind, same-device tensors of at most `bucket_bytes` each (unless a single tensor
+/// is larger).
+pub(super) fn plan(tensors: &[Tensor], order: &[usize], bucket_bytes: usize) -> Result<Vec<Plan>> {
+    if bucket_bytes == 0 {
+        bail!("the bucket size must be positive");
+    }
+    let mut planned: Vec<Plan> = Vec::new();
+    let mut open: Option<Plan> = None;
+    for &i in order {
+        let t = tensors
+            .get(i)
+            .with_context(|| format!("bucket order names tensor #{i} of {}", tensors.len()))?;
+        if !t.defined() {
+            bail!("tensor #{i} is undefined and cannot be bucketed");
         }
-        let mut buckets: Vec<Bucket> = Vec::new();
-        let mut open: Option<(Vec<(usize, i64, i64)>, Kind, Device, i64)> = None;
-        let mut close = |open: &mut Option<(Vec<(usize, i64, i64)>, Kind, Device, i64)>| {
-            if let Some((slots, kind, device, numel)) = open.take() {
-                buckets.push(Bucket {
-                    slots,
-                    kind,
-                    device,
-                    flat: Tensor::zeros([numel], (kind, device)),
-                });
+        let kind = t
+            .f_kind()
+            .with_context(|| format!("tensor #{i} has no element kind"))?;
+        let device = t.device();
+        let numel = t.numel() as i64;
+        let bytes = numel as usize * kind.elt_size_in_bytes();
+        let fits = match &open {
+            Some(p) => {
+                p.kind == kind
+                    && p.device == device
+                    && (p.numel as usize * kind.elt_size_in_bytes() + bytes <= bucket_bytes)
             }
+            None => false,
         };
-        for (i, t) in tensors.iter().enumerate() {
-            if !t.defined() {
-                bail!("tensor #{i} is undefined and cannot be bucketed");
-            }
-            let kind = t
-                .f_kind()
-                .with_context(|| format!("tensor #{i} has no element kind"))?;
-            let device = t.device();
-            let numel = t.numel() as i64;
-            let bytes = numel as usize * kind.elt_size_in_bytes();
-            let fits = match &open {
-                Some((_, k, d, n)) => {
-                    *k == kind
-                        && *d == device
-                        && (*n as usize * kind.elt_size_in_bytes() + bytes <= bucket_bytes)
-                }
-                None => false,
-            };
-            if !fits {
-                close(&mut open);
-                open = Some((Vec::new(), kind, device, 0));
-            }
-            let (slots, _, _, n) = open.as_mut().expect("a bucket is open");
-            slots.push((i, *n, numel));
-            *n += numel;
+        if !fits {
+            planned.extend(open.take());
+            open = Some(Plan {
+                slots: Vec::new(),
+                kind,
+                device,
+                numel: 0,
+            });
         }
-        close(&mut open);
+        let p = open.as_mut().expect("a bucket is open");
+        p.slots.push((i, p.numel, numel));
+        p.numel += numel;
+    }
+    planned.extend(open);
+    Ok(planned)
+}
+
+/// `g_b *= c / max(|g_b|, c)` on one flat bucket (no host read): bucket-wise gradient clipping.
+/// The shim's reducer runs the same kernels (shim/reducer.cpp).
+pub(super) fn clip_flat_(flat: &Tensor, max_norm: f64) -> Result<()> {
+    let scale = flat
+        .f_norm()?
+        .f_clamp_min(max_norm)?
+        .f_reciprocal()?
+        .f_mul_scalar(max_norm)?;
+    let mut f = flat.shallow_clone();
+    let _ = f.f_mul_(&scale)?;
+    Ok(())
+}
+
+impl Buckets {
+    /// Plans buckets for `tensors` (all defined, in their order), each at most `bucket_bytes`
+    /// unless a single tensor is larger. The flat buffers are allocated here.
+    pub fn new(tensors: &[Tensor], bucket_bytes: usize) -> Result<Buckets> {
+        let order: Vec<usize> = (0..tensors.len()).collect();
+        let buckets = plan(tensors, &order, bucket_bytes)?
+            .into_iter()
+            .map(|p| Bucket {
+                flat: Tensor::zeros([p.numel], (p.kind, p.device)),
+                slots: p.slots,
+                kind: p.kind,
+                device: p.device,
+            })
+            .collect();
         Ok(Buckets {
             shapes: tensors.iter().map(|t| t.size()).collect(),
             buckets,
@@ -145,6 +182,28 @@ impl Buckets {
         op: ReduceOp,
     ) -> Result<()> {
         self.run(tensors, |flat| pg.allreduce(&[flat], op))
+    }
+
+    /// In-place allreduce of every tensor, each bucket first clipped to norm `max_norm` on this
+    /// rank ([`clip_flat_`]) when given.
+    pub fn allreduce_clipped(
+        &mut self,
+        pg: &mut ProcessGroup,
+        tensors: &[Tensor],
+        op: ReduceOp,
+        max_norm: Option<f64>,
+    ) -> Result<()> {
+        self.run(tensors, |flat| {
+            if let Some(c) = max_norm {
+                clip_flat_(flat, c)?;
+            }
+            pg.allreduce(&[flat], op)
+        })
+    }
+
+    /// Bucket-wise clipping of `tensors` in place, with no collective (a single process).
+    pub fn clip_(&mut self, tensors: &[Tensor], max_norm: f64) -> Result<()> {
+        self.run(tensors, |flat| clip_flat_(flat, max_norm))
     }
 
     /// Overwrites every tensor with `root`'s values.

@@ -210,7 +210,8 @@ impl ProcessGroup {
         Ok(t.double_value(&[0]) > 0.5)
     }
 
-    fn ptrs(&self, tensors: &[&Tensor]) -> Result<Vec<*const torch_sys::C_tensor>> {
+    /// An error once a collective has failed (the group is unusable then).
+    pub(super) fn ensure_usable(&self) -> Result<()> {
         if self.failed {
             bail!(
                 "the process group (rank {} of {}) already failed; the run must end as aborted",
@@ -218,6 +219,11 @@ impl ProcessGroup {
                 self.size
             );
         }
+        Ok(())
+    }
+
+    pub(super) fn ptrs(&self, tensors: &[&Tensor]) -> Result<Vec<*const torch_sys::C_tensor>> {
+        self.ensure_usable()?;
         for (i, t) in tensors.iter().enumerate() {
             if !t.defined() {
                 bail!("tensor #{i} passed to a collective is undefined");
@@ -238,7 +244,13 @@ impl ProcessGroup {
         Ok(tensors.iter().map(|t| t.as_ptr()).collect())
     }
 
-    fn call(
+    /// The shim's group, for the gradient reducer (which must be freed before the group).
+    pub(super) fn raw(&self) -> *mut c_void {
+        self.raw.as_ptr()
+    }
+
+    /// Runs a shim call that may fail; a failure marks the group failed and names the rank.
+    pub(super) fn call(
         &mut self,
         what: &str,
         f: impl FnOnce(*mut c_void, *mut *mut c_char) -> c_int,

@@ -6,7 +6,8 @@
 //! - [`ProcessGroup`]: allreduce, broadcast, barrier, eval-count reduction, stop agreement;
 //!   every call bounded by a timeout, so a dead peer aborts the run instead of hanging it
 //! - [`BucketedGradSync`]: gradient averaging in ~25 MB buckets, the trainer's
-//!   [`GradSync`](crate::train::engine::GradSync)
+//!   [`GradSync`](crate::train::engine::GradSync); each bucket's all-reduce overlaps the
+//!   backward (autograd hooks in the shim, `reducer`), with optional bucket-wise clipping
 //! - [`broadcast_from_root`]: rank 0's initial parameters to every rank
 //!
 //! Failure contract: any error from a collective means this run is aborted on this rank;
@@ -17,12 +18,14 @@ mod ffi;
 mod gradsync;
 mod group;
 pub mod hostlist;
+mod reducer;
 mod rendezvous;
 pub mod selftest;
 
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
-pub use gradsync::BucketedGradSync;
+pub use gradsync::{overlap_from_env, BucketedGradSync};
 pub use group::{Backend, ProcessGroup, ReduceOp};
+pub use reducer::{BucketTimes, OverlapTimings};
 pub use rendezvous::{timeout_from_env, Rendezvous, Source, DEFAULT_PORT, DEFAULT_TIMEOUT};
 
 /// The trainer's entry point: `Ok(None)` for a single process (no launcher variables, or a

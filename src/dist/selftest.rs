@@ -3,16 +3,22 @@
 //!
 //! Modes: `collectives` checks every collective's result; `equiv` trains a tiny conv+BN+linear
 //! model through [`BucketedGradSync`] and saves its trainable parameters (the CI equivalence
-//! test compares a 2-process run with a 1-process run accumulating the same micro-batches);
-//! `loop` allreduces forever-ish, and `--die-rank` makes one rank exit mid-run (failure tests).
+//! test compares a 2-process run with a 1-process run accumulating the same micro-batches, and
+//! the overlapped all-reduce with the blocking one); `loop` allreduces forever-ish, and
+//! `--die-rank` makes one rank exit mid-run (failure tests); `overlap` measures the fraction of
+//! the gradient all-reduce time hidden behind the backward for a ResNet.
 use super::{
     broadcast_from_root, Backend, BucketedGradSync, Buckets, ProcessGroup, ReduceOp, Rendezvous,
+    DEFAULT_BUCKET_BYTES,
 };
-use crate::launch::{SelftestArgs, SelftestMode};
-use crate::train::engine::GradSync;
+use crate::launch::{SelftestArgs, SelftestMode, SelftestModel};
+use crate::models::resnet::{self, ResnetSpec};
+use crate::optim::ParamGroups;
+use crate::train::engine::{GradSource, GradSync};
 use anyhow::{bail, ensure, Context, Result};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tch::nn::ModuleT;
 use tch::{nn, nn::OptimizerConfig, Device, Kind, Tensor};
 
 pub fn run(args: &SelftestArgs) -> Result<ExitCode> {
@@ -41,6 +47,7 @@ pub fn run(args: &SelftestArgs) -> Result<ExitCode> {
         SelftestMode::Collectives => collectives(&mut pg, device)?,
         SelftestMode::Equiv => equiv(pg, device, args)?,
         SelftestMode::Loop => run_loop(&mut pg, device, args)?,
+        SelftestMode::Overlap => overlap(pg, device, args)?,
     }
     println!("dist-selftest ok: {who}");
     Ok(ExitCode::SUCCESS)
@@ -192,7 +199,10 @@ fn equiv(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
     let params: Vec<Tensor> = sorted_vars(&vs, true).into_iter().map(|(_, t)| t).collect();
     let mut pg = pg;
     broadcast_from_root(&mut pg, &all)?;
-    let mut sync = BucketedGradSync::new(pg, args.bucket_bytes)?;
+    let overlap = args.overlap.unwrap_or(false);
+    let mut sync =
+        BucketedGradSync::new(pg, args.bucket_bytes.unwrap_or(1024))?.with_overlap(overlap);
+    sync.set_bucket_clip(args.bucket_clip)?;
     let mut opt = nn::Sgd {
         momentum: 0.9,
         ..Default::default()
@@ -204,15 +214,44 @@ fn equiv(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
         let xs = Tensor::randn([n, 3, 8, 8], (Kind::Float, dev));
         let ys = Tensor::randint(10, [n], (Kind::Int64, dev));
         opt.zero_grad();
+        // the returned-gradients path sums the micro-batches here, as the ResNet trainer does
+        let mut summed: Vec<Tensor> = Vec::new();
         for a in 0..accum {
             let start = (rank * accum + a) * MICRO;
             let x = xs.narrow(0, start, MICRO);
             let y = ys.narrow(0, start, MICRO);
             let loss = model.forward(&x).cross_entropy_for_logits(&y) / accum as f64;
-            loss.backward();
+            let last = a + 1 == accum;
+            if !args.returned_grads {
+                if last {
+                    sync.before_last_backward(&params, GradSource::GradBuffers)?;
+                }
+                loss.backward();
+                continue;
+            }
+            let hooked = last
+                && sync.before_last_backward(&params, GradSource::Returned { accum: &summed })?;
+            let g =
+                Tensor::f_run_backward(&[&loss], &params.iter().collect::<Vec<_>>(), false, false)?;
+            if summed.is_empty() || hooked {
+                summed = g;
+            } else {
+                tch::no_grad(|| crate::optim::foreach::add_list_(&summed, &g, 1.0))?;
+            }
         }
-        let grads: Vec<Tensor> = params.iter().map(|p| p.grad()).collect();
+        let grads: Vec<Tensor> = if args.returned_grads {
+            summed
+        } else {
+            params.iter().map(|p| p.grad()).collect()
+        };
         sync.all_reduce_grads(&grads)?;
+        if args.returned_grads {
+            // hand the averages to the optimizer through .grad (unset after zero_grad): the
+            // backward of sum(p * g) hands over exactly 1 * g
+            for (p, g) in params.iter().zip(&grads) {
+                (p * g.detach()).sum(Kind::Float).backward();
+            }
+        }
         opt.step();
     }
     if let Some(dir) = &args.out {
@@ -222,10 +261,114 @@ fn equiv(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
         Tensor::write_safetensors(&named, &path)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    let (count, bytes) = sync.allreduce_counts();
     println!(
-        "equiv: {} steps, {} buckets",
+        "equiv: {} steps, {} buckets, overlap {overlap}, {count} gradient all-reduces of {bytes} \
+         bytes",
         args.steps,
         sync.num_buckets()
+    );
+    Ok(())
+}
+
+/// Trains a ResNet on random data through [`BucketedGradSync`] with per-bucket timestamps and
+/// prints, per step and on average over the steps after the first (whose buckets are rebuilt in
+/// gradient order): the backward's seconds, the seconds any all-reduce was in flight, the
+/// fraction of those hidden behind the backward, and the seconds the step waited after the
+/// backward. With `--overlap false` it times the blocking path (all-reduces after the backward).
+fn overlap(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
+    ensure!(
+        args.steps >= 2,
+        "--steps must be at least 2 (the first step builds the buckets)"
+    );
+    ensure!(
+        args.batch >= 1 && args.image_size >= 8,
+        "--batch >= 1 and --image-size >= 8"
+    );
+    let spec = match args.model {
+        SelftestModel::Tiny => ResnetSpec {
+            classes: 10,
+            width: 8,
+            blocks: [1, 1, 1, 1],
+            zero_init_last_bn: true,
+            blurpool: false,
+        },
+        SelftestModel::Resnet50 => ResnetSpec::resnet50(1000),
+    };
+    tch::manual_seed(1);
+    let (vs, net) = resnet::build(&spec, dev);
+    let params = ParamGroups::from_var_store(&vs);
+    let tensors = params.tensors();
+    let mut pg = pg;
+    broadcast_from_root(
+        &mut pg,
+        &sorted_vars(&vs, false)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect::<Vec<_>>(),
+    )?;
+    let overlap = args.overlap.unwrap_or(true);
+    let bucket_bytes = args.bucket_bytes.unwrap_or(DEFAULT_BUCKET_BYTES);
+    let mut sync = BucketedGradSync::new(pg, bucket_bytes)?
+        .with_overlap(overlap)
+        .with_timing(true);
+    let n_params: i64 = tensors.iter().map(|t| t.numel() as i64).sum();
+    println!(
+        "overlap: {:?}, {n_params} parameters, batch {} at {} px, buckets of {bucket_bytes} \
+         bytes, overlap {overlap}",
+        args.model, args.batch, args.image_size
+    );
+    let (mut sum_bwd, mut sum_step, mut sum_comm, mut sum_hidden, mut sum_exposed) =
+        (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut counted = 0usize;
+    for step in 0..args.steps {
+        tch::manual_seed(100 + step as i64);
+        let x = Tensor::randn(
+            [args.batch, 3, args.image_size, args.image_size],
+            (Kind::Float, dev),
+        );
+        let y = Tensor::randint(spec.classes, [args.batch], (Kind::Int64, dev));
+        let loss = net.forward_t(&x, true).cross_entropy_for_logits(&y);
+        let t0 = Instant::now();
+        let hooked = sync.before_last_backward(&tensors, GradSource::Returned { accum: &[] })?;
+        let grads = params.gradients_of(&loss)?;
+        let backward = t0.elapsed().as_secs_f64();
+        sync.all_reduce_grads(&grads)?;
+        let total = t0.elapsed().as_secs_f64();
+        let timings = if hooked {
+            sync.last_timings().cloned()
+        } else {
+            None
+        };
+        let (comm, hidden, exposed) = match &timings {
+            Some(t) => (t.comm_seconds(), t.hidden_fraction(), t.exposed_seconds()),
+            // blocking: every all-reduce runs after the backward
+            None => (total - backward, 0.0, total - backward),
+        };
+        println!(
+            "step {step}: {} buckets, backward {backward:.4} s, step {total:.4} s, all-reduce in \
+             flight {comm:.4} s, hidden {:.1}%, waited after backward {exposed:.4} s",
+            sync.num_buckets(),
+            hidden * 100.0
+        );
+        if step >= 1 {
+            counted += 1;
+            sum_bwd += backward;
+            sum_step += total;
+            sum_comm += comm;
+            sum_hidden += hidden;
+            sum_exposed += exposed;
+        }
+    }
+    let n = counted as f64;
+    println!(
+        "overlap summary ({counted} steps after the first): backward {:.4} s, step {:.4} s, \
+         all-reduce in flight {:.4} s, hidden {:.1}%, waited after backward {:.4} s",
+        sum_bwd / n,
+        sum_step / n,
+        sum_comm / n,
+        100.0 * sum_hidden / n,
+        sum_exposed / n
     );
     Ok(())
 }

@@ -14,7 +14,9 @@
 //!   number of training samples seen.
 
 use super::config::{Division, SystemConfig};
-use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use super::engine::{
+    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+};
 use super::handoff::{DeviceTensors, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::cuda_graph::{self, GraphStats, StepGraphs};
@@ -85,6 +87,20 @@ pub struct BertOptimizerConfig {
     /// Global gradient-norm clip (the reference: 1.0).
     #[serde(default = "one")]
     pub max_grad_norm: f64,
+    /// Where `max_grad_norm` applies: "global" (the reference: the norm of all averaged
+    /// gradients, after the all-reduce) or "bucket" (open division: each ~25 MB gradient bucket
+    /// on each rank before the all-reduce, `g_b *= c / max(|g_b|, c)`).
+    #[serde(default)]
+    pub gradient_clipping: GradientClipping,
+}
+
+/// See [`BertOptimizerConfig::gradient_clipping`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GradientClipping {
+    #[default]
+    Global,
+    Bucket,
 }
 
 fn one() -> f64 {
@@ -208,6 +224,12 @@ impl BertRunConfig {
                     bail!(
                         "optimizer.max_grad_norm must be 1.0 in the closed division (got {})",
                         o.max_grad_norm
+                    );
+                }
+                if o.gradient_clipping != GradientClipping::Global {
+                    bail!(
+                        "optimizer.gradient_clipping = \"bucket\" is open-division only (the \
+                         reference clips the global norm after the all-reduce): remove the key"
                     );
                 }
             }
@@ -493,7 +515,9 @@ impl Workload for BertWorkload {
                 beta2: o.beta2,
                 eps: o.epsilon,
                 weight_decay: o.weight_decay,
-                max_grad_norm: Some(o.max_grad_norm),
+                // bucket-wise clipping happens in the gradient exchange, before the all-reduce
+                max_grad_norm: (o.gradient_clipping == GradientClipping::Global)
+                    .then_some(o.max_grad_norm),
                 trust_ratio: o.name == BertOpt::Lamb,
             },
         )?;
@@ -553,6 +577,8 @@ impl Workload for BertWorkload {
     }
 
     fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor> {
+        let bucket_clip = (self.cfg.optimizer.gradient_clipping == GradientClipping::Bucket)
+            .then_some(self.cfg.optimizer.max_grad_norm);
         let s = self.state()?;
         // this step's micro-batches, 7 tensors each (the order of `micro_batch_inputs`)
         let mut inputs: Vec<tch::Tensor> = Vec::with_capacity(7 * s.micro_batches as usize);
@@ -563,6 +589,7 @@ impl Workload for BertWorkload {
             };
             inputs.extend(micro_batch_inputs(b));
         }
+        sync.set_bucket_clip(bucket_clip)?;
         s.opt.begin_step(s.schedule.lr_at(s.step))?;
         let micro = s.micro_batches as f64;
         let device = s.vs.device();
@@ -572,7 +599,8 @@ impl Workload for BertWorkload {
             // set_to_none: the first backward writes the gradients, later ones add to them
             s.opt.zero_grad()?;
             let mut total: Option<tch::Tensor> = None;
-            for b in ins.chunks(7) {
+            let last = ins.len() / 7 - 1;
+            for (m, b) in ins.chunks(7).enumerate() {
                 let [ids, seg, mask, pos, masked_ids, weights, nsp] = b else {
                     bail!("a BERT micro-batch has 7 tensors, got {}", b.len());
                 };
@@ -581,6 +609,12 @@ impl Workload for BertWorkload {
                         s.model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
                     pretraining_loss(&mlm, &nsp_logits, masked_ids, weights, nsp) / micro
                 })?;
+                if m == last {
+                    // the last backward may start the gradient all-reduces (hooks on .grad)
+                    let params: Vec<tch::Tensor> =
+                        s.params.iter().map(|(_, p)| p.shallow_clone()).collect();
+                    sync.before_last_backward(&params, GradSource::GradBuffers)?;
+                }
                 loss.backward();
                 let l = loss.detach();
                 total = Some(match total {

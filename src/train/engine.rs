@@ -16,8 +16,22 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Where a workload's gradients come from in its backward pass: an overlapping [`GradSync`]
+/// hooks the parameters accordingly.
+pub enum GradSource<'a> {
+    /// `loss.backward()`, accumulating into the parameters' `.grad` buffers.
+    GradBuffers,
+    /// `torch.autograd.grad` (fresh tensors, [`crate::optim::ParamGroups::gradients_of`]);
+    /// `accum` holds the sum of the step's earlier micro-batches (empty for the first).
+    Returned { accum: &'a [tch::Tensor] },
+}
+
 /// Gradient (and metric) averaging across data-parallel processes. The single-process
 /// implementation is [`NoSync`]; the c10d one plugs in here.
+///
+/// One optimizer step: [`GradSync::before_last_backward`] just before the backward of the
+/// step's last micro-batch, then [`GradSync::all_reduce_grads`] with the step's gradients before
+/// the optimizer runs.
 pub trait GradSync {
     fn rank(&self) -> usize {
         0
@@ -25,7 +39,31 @@ pub trait GradSync {
     fn world_size(&self) -> usize {
         1
     }
-    /// Average `grads` (one per parameter, in the parameters' order) across ranks, in place.
+    /// Called just before the backward of a step's last micro-batch with the trainable
+    /// parameters (in the order of the gradient list [`GradSync::all_reduce_grads`] will get).
+    /// An overlapping implementation hooks them so that each gradient bucket's all-reduce
+    /// starts as soon as its gradients are final, during the backward. Returns true when it
+    /// did: then, for [`GradSource::Returned`], the backward's gradients come out final (the
+    /// earlier micro-batches already added in, into the `accum` tensors): the workload must
+    /// not add them again. Default: false (nothing hooked).
+    fn before_last_backward(
+        &mut self,
+        _params: &[tch::Tensor],
+        _source: GradSource<'_>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+    /// Bucket-wise gradient clipping (open division): with `Some(c)` every gradient bucket is
+    /// scaled by `c / max(|g_b|, c)` on each rank before the all-reduce (the workload's
+    /// optimizer then does not clip). None (the default): no clipping here.
+    fn set_bucket_clip(&mut self, max_norm: Option<f64>) -> Result<()> {
+        if max_norm.is_some() {
+            anyhow::bail!("this gradient exchange cannot clip bucket-wise");
+        }
+        Ok(())
+    }
+    /// Average `grads` (one per parameter, in the parameters' order) across ranks, in place
+    /// (waiting for the all-reduces started during the backward, if any).
     fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()>;
     /// Sum `values` across ranks (in place): eval counts, stop decisions.
     fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()>;
@@ -44,12 +82,36 @@ pub trait GradSync {
     }
 }
 
-/// One process: nothing to synchronise.
-pub struct NoSync;
+/// One process: nothing to synchronise (bucket-wise clipping, if asked for, clips the local
+/// gradients in 25 MB buckets of the parameters' order).
+#[derive(Default)]
+pub struct NoSync {
+    bucket_clip: Option<f64>,
+    buckets: Option<crate::dist::Buckets>,
+}
 
 impl GradSync for NoSync {
-    fn all_reduce_grads(&mut self, _grads: &[tch::Tensor]) -> Result<()> {
+    fn set_bucket_clip(&mut self, max_norm: Option<f64>) -> Result<()> {
+        if self.bucket_clip != max_norm {
+            self.buckets = None;
+        }
+        self.bucket_clip = max_norm;
         Ok(())
+    }
+    fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()> {
+        let Some(c) = self.bucket_clip else {
+            return Ok(());
+        };
+        if self.buckets.is_none() {
+            self.buckets = Some(crate::dist::Buckets::new(
+                grads,
+                crate::dist::DEFAULT_BUCKET_BYTES,
+            )?);
+        }
+        let buckets = self.buckets.as_mut().expect("planned above");
+        buckets
+            .clip_(grads, c)
+            .context("bucket-wise gradient clipping")
     }
     fn all_reduce_sum(&mut self, _values: &mut [f64]) -> Result<()> {
         Ok(())
@@ -166,7 +228,7 @@ impl RunOptions {
             divergence_loss: 1e4,
             loss_check_steps: 8,
             inject_fault_at_step: None,
-            grad_sync: Box::new(NoSync),
+            grad_sync: Box::new(NoSync::default()),
             extra_sinks: Vec::new(),
             distributed_from_env: true,
             dump_params: None,
@@ -383,7 +445,9 @@ fn agree_on_seed(sync: &mut dyn GradSync, seed: u64) -> Result<u64> {
 /// Joins the process group `rdv` describes: Gloo on CPU, NCCL on CUDA, the collective
 /// timeout from MLPERF_RUN_DIST_TIMEOUT_S.
 fn join_group(rdv: &crate::dist::Rendezvous, device: tch::Device) -> Result<Box<dyn GradSync>> {
-    use crate::dist::{timeout_from_env, Backend, BucketedGradSync, ProcessGroup};
+    use crate::dist::{
+        overlap_from_env, timeout_from_env, Backend, BucketedGradSync, ProcessGroup,
+    };
     let device = match device {
         tch::Device::Cuda(_) => tch::Device::Cuda(rdv.local_rank),
         d => d,
@@ -395,7 +459,9 @@ fn join_group(rdv: &crate::dist::Rendezvous, device: tch::Device) -> Result<Box<
         pg.size(),
         pg.backend().name()
     );
-    Ok(Box::new(BucketedGradSync::with_default_buckets(pg)))
+    Ok(Box::new(
+        BucketedGradSync::with_default_buckets(pg).with_overlap(overlap_from_env()?),
+    ))
 }
 
 fn run_inner(

@@ -3,7 +3,9 @@
 
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
 use super::data::{Batch, BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
-use super::engine::{self, Block, BuildContext, GradSync, RunOptions, RunOutcome, Workload};
+use super::engine::{
+    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+};
 use super::handoff::{self, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::cuda_graph::{self, GraphStats, StepGraphs};
@@ -421,7 +423,8 @@ impl Workload for ResnetWorkload {
         let mut body = |ins: &[Tensor]| -> Result<Vec<Tensor>> {
             let mut total: Option<Tensor> = None;
             let mut grads: Vec<Tensor> = Vec::new();
-            for pair in ins.chunks(2) {
+            let last = ins.len() / 2 - 1;
+            for (m, pair) in ins.chunks(2).enumerate() {
                 let t1 = Instant::now();
                 let x = s.normalize.apply(&pair[0]);
                 handoff += t1.elapsed().as_secs_f64();
@@ -429,9 +432,17 @@ impl Workload for ResnetWorkload {
                     cross_entropy_smoothed(&s.net.forward_t(&x, true), &pair[1], smoothing)
                         / micro as f64
                 })?;
+                // the last micro-batch's backward may start the gradient all-reduces (hooks that
+                // add each gradient into `grads` and hand the sum to its bucket)
+                let hooked = if m == last {
+                    let params = s.params.tensors();
+                    sync.before_last_backward(&params, GradSource::Returned { accum: &grads })?
+                } else {
+                    false
+                };
                 // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
                 let g = s.params.gradients_of(&loss)?;
-                if grads.is_empty() {
+                if grads.is_empty() || hooked {
                     grads = g;
                 } else {
                     tch::no_grad(|| foreach::add_list_(&grads, &g, 1.0))?;
