@@ -24,11 +24,14 @@ constexpr const char* kWhat = "CUDA graph shim";
 
 #ifdef MLPERF_RUN_CUDA
 
+// Only exported functions of libtorch_cuda / libc10_cuda are called (no header-inline CUDA
+// runtime calls such as at::cuda::CUDAEvent's): the binary does not link libcudart itself.
+// Events and the stream guard are c10's device-generic ones, as in cuda.cpp.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <memory>
@@ -37,8 +40,8 @@ constexpr const char* kWhat = "CUDA graph shim";
 struct MrGraph {
   at::cuda::CUDAGraph graph;
   c10::DeviceIndex device = 0;
-  std::optional<c10::cuda::CUDAStream> caller;  // the stream current before the capture
-  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  std::optional<c10::Stream> caller;  // the stream current before the capture
+  std::optional<c10::StreamGuard> guard;
   bool prev_cache = true;
   bool captured = false;
 };
@@ -57,10 +60,10 @@ int mr_graph_capture_begin(MrGraph* g, int device, char** err) {
   return mr::catching(err, kWhat, [&] {
     TORCH_CHECK(!g->captured && !g->guard, "CUDA graph: this graph was already captured");
     g->device = static_cast<c10::DeviceIndex>(device);
-    auto caller = c10::cuda::getCurrentCUDAStream(g->device);
-    auto side = c10::cuda::getStreamFromPool(false, g->device);
+    c10::Stream caller = c10::cuda::getCurrentCUDAStream(g->device).unwrap();
+    c10::Stream side = c10::cuda::getStreamFromPool(false, g->device).unwrap();
     // the side stream starts after everything queued so far (the warm-up steps, the inputs)
-    at::cuda::CUDAEvent ready;
+    c10::Event ready(c10::DeviceType::CUDA);
     ready.record(caller);
     ready.block(side);
     g->caller = caller;
@@ -80,18 +83,22 @@ int mr_graph_capture_begin(MrGraph* g, int device, char** err) {
 int mr_graph_capture_end(MrGraph* g, char** err) {
   return mr::catching(err, kWhat, [&] {
     TORCH_CHECK(g->guard.has_value(), "CUDA graph: capture_end without capture_begin");
-    auto side = c10::cuda::getCurrentCUDAStream(g->device);
+    c10::Stream side = c10::cuda::getCurrentCUDAStream(g->device).unwrap();
     // restore the caller's state whatever capture_end says
     struct Restore {
       MrGraph* g;
-      c10::cuda::CUDAStream side;
+      c10::Stream side;
       ~Restore() {
         at::autocast::set_autocast_cache_enabled(g->prev_cache);
         g->guard.reset();
-        // the caller's stream continues after the side stream's work
-        at::cuda::CUDAEvent done;
-        done.record(side);
-        done.block(*g->caller);
+        // the caller's stream continues after the side stream's work (a failure here is
+        // secondary to the capture's own)
+        try {
+          c10::Event done(c10::DeviceType::CUDA);
+          done.record(side);
+          done.block(*g->caller);
+        } catch (...) {
+        }
       }
     } restore{g, side};
     g->graph.capture_end();
