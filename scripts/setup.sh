@@ -7,22 +7,22 @@
 #   - a Python venv OUTSIDE the work tree with torch==2.11.0 (libtorch for tch 0.24.0) and
 #     mlperf-logging==4.1.68 (the official MLCommons checkers, our test oracle)
 #
-#   - with `--nccl` (or MLPERF_RUN_NCCL=1): the CUDA headers `cargo build --features nccl`
-#     needs beside the venv's NCCL (torch's CUDA wheel brings nccl.h and the CUDA runtime
+#   - with `--nccl` or `--cuda` (or MLPERF_RUN_NCCL=1): the CUDA headers that
+#     `cargo build --features nccl` and `--features cuda` (CUDA graphs) need beside the venv's NCCL (torch's CUDA wheel brings nccl.h and the CUDA runtime
 #     headers; the pip packages nvidia-cuda-crt and nvidia-cuda-cccl, pinned to the runtime's
 #     CUDA version, complete them)
 #
 # Environment: MLPERF_RUN_VENV (default ~/.cache/mlperf-run/venv), MLPERF_RUN_NCCL.
-# Usage: `source scripts/setup.sh [--nccl]` or `MLPERF_RUN_NCCL=1 source scripts/setup.sh`.
+# Usage: `source scripts/setup.sh [--nccl|--cuda]` or `MLPERF_RUN_NCCL=1 source scripts/setup.sh`.
 # After sourcing: the venv's python first on PATH, LIBTORCH_USE_PYTORCH=1 for torch-sys.
 # Sourcing leaves the caller's shell options alone: the installing runs in a subshell.
 
 MLPERF_RUN_VENV=${MLPERF_RUN_VENV:-$HOME/.cache/mlperf-run/venv}
 export MLPERF_RUN_VENV
 MLPERF_RUN_SETUP_NCCL=${MLPERF_RUN_NCCL:-0}
-# (a script that sources this file without arguments passes its own: only --nccl counts)
+# (a script that sources this file without arguments passes its own: only --nccl/--cuda count)
 for a in "$@"; do
-  [ "$a" = "--nccl" ] && MLPERF_RUN_SETUP_NCCL=1
+  case "$a" in --nccl | --cuda) MLPERF_RUN_SETUP_NCCL=1 ;; esac
 done
 (
 set -euo pipefail

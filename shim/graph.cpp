@@ -123,7 +123,8 @@ namespace {
 int refuse(char** err) {
   mr::set_err(err,
               "this mlperf-run was built without CUDA graph support: rebuild it with `cargo "
-              "build --release --features cuda` (it needs the CUDA headers; README: CUDA graphs), "
+              "build --release --features cuda` after `source scripts/setup.sh --cuda` (the CUDA "
+              "headers; README: CUDA graphs), "
               "or set methods.cuda_graph = false");
   return -1;
 }

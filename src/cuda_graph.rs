@@ -154,8 +154,9 @@ impl StepGraphs {
         if !supported() {
             bail!(
                 "methods.cuda_graph = true, but this mlperf-run was built without CUDA graph \
-                 support: rebuild it with `cargo build --release --features cuda` (it needs the \
-                 CUDA headers; README: CUDA graphs), or set methods.cuda_graph = false"
+                 support: rebuild it with `cargo build --release --features cuda` after `source \
+                 scripts/setup.sh --cuda` (the CUDA headers; README: CUDA graphs), or set \
+                 methods.cuda_graph = false"
             );
         }
         Ok(Self::with_backend(Backend::Cuda(index), warmup_steps))
