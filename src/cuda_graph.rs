@@ -145,10 +145,14 @@ impl StepGraphs {
     pub fn new(device: Device, warmup_steps: u32) -> Result<StepGraphs> {
         let index = match device {
             Device::Cuda(i) => i,
-            other => bail!(
-                "methods.cuda_graph = true needs a CUDA device, and this run trains on {other:?}: \
+            Device::Cpu => bail!(
+                "methods.cuda_graph = true needs a CUDA device, and this run trains on the CPU: \
                  set methods.cuda_graph = false (CUDA graphs save GPU kernel launches; on a CPU \
                  there is nothing to save)"
+            ),
+            other => bail!(
+                "methods.cuda_graph = true needs a CUDA device, and this run trains on {other:?}: \
+                 set methods.cuda_graph = false"
             ),
         };
         if !supported() {
