@@ -166,6 +166,27 @@ impl StepGraphs {
         Ok(Self::with_backend(Backend::Cuda(index), warmup_steps))
     }
 
+    /// A run's step graphs: with `methods.cuda_graph` on, real graphs on `device` (refused for
+    /// more than one process: the gradient all-reduce is not captured yet); else the CPU twin
+    /// when a test asked for it (`emulate`: its warm-up steps); else none (eager steps).
+    pub fn for_run(
+        cuda_graph: bool,
+        emulate: Option<u32>,
+        device: Device,
+        world_size: usize,
+    ) -> Result<Option<StepGraphs>> {
+        match (cuda_graph, emulate) {
+            (true, _) if world_size > 1 => bail!(
+                "methods.cuda_graph = true is single-process for now ({world_size} processes \
+                 here): the gradient all-reduce is not captured yet; set methods.cuda_graph = \
+                 false"
+            ),
+            (true, _) => Ok(Some(StepGraphs::new(device, DEFAULT_WARMUP_STEPS)?)),
+            (false, Some(w)) => Ok(Some(StepGraphs::emulated(w))),
+            (false, None) => Ok(None),
+        }
+    }
+
     /// The CPU twin (tests): same buffers and sequence, no graph.
     pub fn emulated(warmup_steps: u32) -> StepGraphs {
         Self::with_backend(Backend::Emulated, warmup_steps)

@@ -19,7 +19,7 @@ use super::engine::{
 };
 use super::handoff::{DeviceTensors, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
-use crate::cuda_graph::{self, GraphStats, StepGraphs};
+use crate::cuda_graph::{GraphStats, StepGraphs};
 use crate::data::bert::{check_vocab, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
@@ -529,19 +529,12 @@ impl Workload for BertWorkload {
             warmup_steps: o.warmup_steps,
             start_warmup_step: o.start_warmup_step,
         };
-        let graphs = match (cfg.methods.cuda_graph, self.emulate_graphs) {
-            (true, _) if ctx.world_size > 1 => bail!(
-                "methods.cuda_graph = true is single-process for now ({} processes here): the \
-                 gradient all-reduce is not captured yet; set methods.cuda_graph = false",
-                ctx.world_size
-            ),
-            (true, _) => Some(StepGraphs::new(
-                ctx.device,
-                cuda_graph::DEFAULT_WARMUP_STEPS,
-            )?),
-            (false, Some(w)) => Some(StepGraphs::emulated(w)),
-            (false, None) => None,
-        };
+        let graphs = StepGraphs::for_run(
+            cfg.methods.cuda_graph,
+            self.emulate_graphs,
+            ctx.device,
+            ctx.world_size,
+        )?;
         // sorted by name: the same order on every rank (buckets, broadcast)
         let mut names: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();
         names.sort_by(|a, b| a.0.cmp(&b.0));

@@ -8,7 +8,7 @@ use super::engine::{
 };
 use super::handoff::{self, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
-use crate::cuda_graph::{self, GraphStats, StepGraphs};
+use crate::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
@@ -327,19 +327,12 @@ impl Workload for ResnetWorkload {
             .ema
             .as_ref()
             .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
-        let graphs = match (cfg.methods.cuda_graph, self.emulate_graphs) {
-            (true, _) if ctx.world_size > 1 => bail!(
-                "methods.cuda_graph = true is single-process for now ({} processes here): the \
-                 gradient all-reduce is not captured yet; set methods.cuda_graph = false",
-                ctx.world_size
-            ),
-            (true, _) => Some(StepGraphs::new(
-                ctx.device,
-                cuda_graph::DEFAULT_WARMUP_STEPS,
-            )?),
-            (false, Some(w)) => Some(StepGraphs::emulated(w)),
-            (false, None) => None,
-        };
+        let graphs = StepGraphs::for_run(
+            cfg.methods.cuda_graph,
+            self.emulate_graphs,
+            ctx.device,
+            ctx.world_size,
+        )?;
         self.state = Some(State {
             device: ctx.device,
             vs,
