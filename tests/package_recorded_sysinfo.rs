@@ -9,7 +9,7 @@ mod common;
 mod package_support;
 
 use mlperf_run::submission::package::{self, PackageOptions};
-use mlperf_run::submission::sysinfo::{DescribeOptions, RECORDED_FILE};
+use mlperf_run::submission::sysinfo::RECORDED_FILE;
 use package_support as ps;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,25 +39,18 @@ fn quick_config(dir: &Path) -> PathBuf {
     p
 }
 
+/// The shared test options with no --system-config: the recorded sysinfo.json must serve.
 fn options(results: PathBuf, out: &Path) -> PackageOptions {
-    PackageOptions {
-        submitter: "mlperf-run".into(),
-        system: "cpu-node".into(),
-        division: "open".into(),
-        results: vec![results],
-        out: out.to_path_buf(),
-        tarball: false,
-        force: false,
-        add: false,
-        implementation: "mlperf-run".into(),
-        source: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
-        ruleset: None,
-        describe: DescribeOptions {
-            system_config: None,
-            use_nvml: false,
-            ..Default::default()
-        },
-    }
+    let mut o = ps::options(
+        "mlperf-run",
+        "cpu-node",
+        "open",
+        vec![results],
+        out,
+        Path::new(""),
+    );
+    o.describe.system_config = None;
+    o
 }
 
 #[test]
