@@ -94,6 +94,7 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
       throw std::runtime_error("unknown backend id " + std::to_string(backend));
     }
     g = new Group{store, be, timeout, rank, size};
+    g->stream_ordered_waits = backend == 1;
   });
   return rc == 0 ? g : nullptr;
 }

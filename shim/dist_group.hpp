@@ -23,6 +23,8 @@ struct Group {
   int rank;
   int size;
   bool failed = false;
+  // NCCL: waits are stream-ordered (see wait_one)
+  bool stream_ordered_waits = false;
 };
 
 // Runs f; on an exception stores its message in *err, marks the group failed, returns -1.
@@ -33,8 +35,21 @@ int guarded(Group* g, char** err, F&& f) {
   return rc;
 }
 
-// Waits for one collective at most the group's timeout.
+// Waits for one collective.
+// Gloo: the calling thread blocks at most the group's timeout, then throws.
+// NCCL: the wait is stream-ordered: the current CUDA stream waits for the collective's end
+// event, the host does not block. A timed wait would spin the host on the event until the
+// collective completes, which (1) stalls the host's launches of the work queued after it (the
+// optimizer kernels wait for the host, not for the GPU) and (2) cannot be captured in a CUDA
+// graph (querying an event recorded during a capture is illegal). Anything that reads a
+// result on the host goes through a copy on the current stream, which orders after the wait.
+// A dead or stuck peer is caught by ProcessGroupNCCL's watchdog with the same timeout (the
+// group's options), which ends the process with its own message.
 inline void wait_one(Group* g, const c10::intrusive_ptr<c10d::Work>& w) {
+  if (g->stream_ordered_waits) {
+    w->wait();
+    return;
+  }
   if (!w->wait(g->timeout)) {
     throw std::runtime_error("collective did not complete within " +
                              std::to_string(g->timeout.count()) + " ms");

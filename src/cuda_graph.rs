@@ -136,8 +136,23 @@ pub struct StepGraphs {
     stats: GraphStats,
 }
 
-/// Eager steps of each new shape before its capture (PyTorch's examples use 3; DDP needs 11).
+/// Eager steps of each new shape before its capture (PyTorch's examples use 3).
 pub const DEFAULT_WARMUP_STEPS: u32 = 3;
+
+/// Eager steps before a data-parallel capture. PyTorch asks 11 of DDP (its reducer changes
+/// its own state during the first iterations); ours changes only after step 1 (the bucket
+/// rebuild), so 3 would do: the margin costs nothing measurable in a run of thousands of
+/// steps and keeps NCCL's lazily created communicators and buffers out of the capture.
+pub const DATA_PARALLEL_WARMUP_STEPS: u32 = 11;
+
+/// The warm-up of a run with `world_size` processes.
+pub fn warmup_steps(world_size: usize) -> u32 {
+    if world_size > 1 {
+        DATA_PARALLEL_WARMUP_STEPS
+    } else {
+        DEFAULT_WARMUP_STEPS
+    }
+}
 
 impl StepGraphs {
     /// Graphs on `device`. Refused on a CPU and in a build without the feature `cuda`, with
@@ -166,22 +181,26 @@ impl StepGraphs {
         Ok(Self::with_backend(Backend::Cuda(index), warmup_steps))
     }
 
-    /// A run's step graphs: with `methods.cuda_graph` on, real graphs on `device` (refused for
-    /// more than one process: the gradient all-reduce is not captured yet); else the CPU twin
-    /// when a test asked for it (`emulate`: its warm-up steps); else none (eager steps).
+    /// A run's step graphs: with `methods.cuda_graph` on, real graphs on `device`; else the
+    /// CPU twin when a test asked for it (`emulate`: its warm-up steps); else none (eager
+    /// steps).
+    ///
+    /// Data-parallel runs (`world_size` > 1) capture the gradient exchange too: on a CUDA
+    /// device the process group is NCCL, whose collectives can be captured (ProcessGroupNCCL
+    /// keeps captured work out of its watchdog) and whose waits are stream-ordered
+    /// (shim/dist_group.hpp `wait_one`), so the bucket all-reduces issued by the backward's
+    /// hooks are recorded in the graph and replayed in the same order on every rank. The
+    /// buckets are rebuilt in gradient order after the first step, which lies inside the
+    /// eager warm-up. Every rank captures at the same step: they all see the same shapes.
     pub fn for_run(
         cuda_graph: bool,
         emulate: Option<u32>,
         device: Device,
         world_size: usize,
     ) -> Result<Option<StepGraphs>> {
+        let warmup = warmup_steps(world_size);
         match (cuda_graph, emulate) {
-            (true, _) if world_size > 1 => bail!(
-                "methods.cuda_graph = true is single-process for now ({world_size} processes \
-                 here): the gradient all-reduce is not captured yet; set methods.cuda_graph = \
-                 false"
-            ),
-            (true, _) => Ok(Some(StepGraphs::new(device, DEFAULT_WARMUP_STEPS)?)),
+            (true, _) => Ok(Some(StepGraphs::new(device, warmup)?)),
             (false, Some(w)) => Ok(Some(StepGraphs::emulated(w))),
             (false, None) => Ok(None),
         }
@@ -270,6 +289,23 @@ impl StepGraphs {
     }
 }
 
+impl Drop for StepGraphs {
+    /// Says how the run's steps went (`-v`): how many ran eagerly, were captured, replayed.
+    fn drop(&mut self) {
+        let s = self.stats;
+        let what = match self.backend {
+            Backend::Cuda(_) => "CUDA graphs",
+            Backend::Emulated => "CUDA graphs (CPU twin)",
+        };
+        tracing::info!(
+            "{what}: {} eager steps, {} captures, {} replays",
+            s.eager_steps,
+            s.captures,
+            s.replays
+        );
+    }
+}
+
 /// Captures `body` on `statics` into a new graph; a failure inside ends the capture first.
 fn capture(
     device: usize,
@@ -310,6 +346,23 @@ mod tests {
         let msg = format!("{e:#}");
         assert!(msg.contains("needs a CUDA device"), "{msg}");
         assert!(msg.contains("methods.cuda_graph = false"), "{msg}");
+    }
+
+    #[test]
+    fn data_parallel_is_not_refused_for_itself_and_warms_up_longer() {
+        // a CPU run is refused for being on the CPU, not for having several processes
+        let e = StepGraphs::for_run(true, None, Device::Cpu, 8)
+            .err()
+            .expect("refused");
+        let msg = format!("{e:#}");
+        assert!(msg.contains("needs a CUDA device"), "{msg}");
+        assert!(!msg.contains("single-process"), "{msg}");
+        assert_eq!(warmup_steps(1), DEFAULT_WARMUP_STEPS);
+        assert_eq!(warmup_steps(8), DATA_PARALLEL_WARMUP_STEPS);
+        assert!(
+            DATA_PARALLEL_WARMUP_STEPS >= 2,
+            "the bucket rebuild must precede the capture"
+        );
     }
 
     #[test]

@@ -531,7 +531,7 @@ impl Workload for BertWorkload {
         };
         let graphs = StepGraphs::for_run(
             cfg.methods.cuda_graph,
-            self.emulate_graphs,
+            self.emulate_graphs.or(ctx.emulate_cuda_graph),
             ctx.device,
             ctx.world_size,
         )?;

@@ -124,6 +124,9 @@ pub struct BuildContext {
     pub device: tch::Device,
     pub rank: usize,
     pub world_size: usize,
+    /// Run the steps through the CPU twin of `methods.cuda_graph` with this many warm-up steps
+    /// per shape ([`crate::cuda_graph::StepGraphs::emulated`]; tests, `--emulate-cuda-graph`).
+    pub emulate_cuda_graph: Option<u32>,
 }
 
 /// A training block: `epoch_count` epochs (or samples) from `first_epoch_num`, then an eval
@@ -214,6 +217,10 @@ pub struct RunOptions {
     /// The recipe applied to the config (`--recipe`), logged as `recipe` after the
     /// hyperparameters.
     pub recipe: Option<String>,
+    /// Train through the CPU twin of `methods.cuda_graph` (warm-up steps per shape): the
+    /// graphs' static buffers and step sequence on machines without a GPU (tests; the hidden
+    /// `--emulate-cuda-graph N`).
+    pub emulate_cuda_graph: Option<u32>,
 }
 
 impl RunOptions {
@@ -233,6 +240,7 @@ impl RunOptions {
             distributed_from_env: true,
             dump_params: None,
             recipe: None,
+            emulate_cuda_graph: None,
         }
     }
 }
@@ -498,6 +506,7 @@ fn run_inner(
         device: opts.device,
         rank: opts.grad_sync.rank(),
         world_size: opts.grad_sync.world_size(),
+        emulate_cuda_graph: opts.emulate_cuda_graph,
     };
     {
         // libtorch's generator is process-global: hold it while seeding and drawing the

@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// FILE.rank<r>). For equivalence checks.
     #[arg(long, hide = true)]
     pub dump_params: Option<PathBuf>,
+    /// Train through the CPU twin of methods.cuda_graph (N eager warm-up steps per shape, then
+    /// static input buffers as a captured graph has). For equivalence checks without a GPU.
+    #[arg(long, hide = true, value_name = "N")]
+    pub emulate_cuda_graph: Option<u32>,
 }
 
 /// `--recipe`: shared by the training subcommands.
@@ -215,6 +219,7 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
         };
         let mut opts = run_options(device, &cfg.system, division, seed, log);
         opts.dump_params = args.run.dump_params.clone();
+        opts.emulate_cuda_graph = args.run.emulate_cuda_graph;
         opts.recipe = recipe.clone();
         if args.emulate_world > 1 {
             resnet::run_once_emulating(&run, opts, args.emulate_world)
@@ -280,6 +285,7 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
     let one = |seed: Option<u64>, log: Option<PathBuf>| {
         let mut opts = run_options(device, &cfg.system, division, seed, log);
         opts.dump_params = args.run.dump_params.clone();
+        opts.emulate_cuda_graph = args.run.emulate_cuda_graph;
         opts.recipe = recipe.clone();
         bert::run_once(&cfg, division, &data, args.init_checkpoint.as_deref(), opts)
     };

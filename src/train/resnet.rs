@@ -329,7 +329,7 @@ impl Workload for ResnetWorkload {
             .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
         let graphs = StepGraphs::for_run(
             cfg.methods.cuda_graph,
-            self.emulate_graphs,
+            self.emulate_graphs.or(ctx.emulate_cuda_graph),
             ctx.device,
             ctx.world_size,
         )?;
