@@ -61,6 +61,8 @@ type FnCudaMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type FnCudaFree = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnCudaMemcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
 type FnCudaDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
+type FnCudaGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
+type FnCudaSetDevice = unsafe extern "C" fn(c_int) -> c_int;
 type FnCudaErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 
 struct Api {
@@ -82,6 +84,8 @@ struct Api {
     cuda_free: FnCudaFree,
     cuda_memcpy: FnCudaMemcpy,
     cuda_device_count: FnCudaDeviceCount,
+    cuda_get_device: FnCudaGetDevice,
+    cuda_set_device: FnCudaSetDevice,
     cuda_error_string: FnCudaErrorString,
     // Kept loaded while the function pointers above are in use.
     _nvjpeg: Library,
@@ -168,6 +172,10 @@ pub struct Nvjpeg {
     params: Vec<Params>,
     device: *mut c_void,
     device_bytes: usize,
+    /// The CUDA device everything lives on: the one current on the thread that loaded the
+    /// decoder (the trainer's: each data-parallel rank decodes on its own GPU). Decoding runs
+    /// on worker threads, whose current device is 0 until set.
+    gpu: c_int,
     pub library: PathBuf,
 }
 
@@ -223,6 +231,8 @@ impl Nvjpeg {
             cuda_free: symbol(&cudart, r, "cudaFree")?,
             cuda_memcpy: symbol(&cudart, r, "cudaMemcpy")?,
             cuda_device_count: symbol(&cudart, r, "cudaGetDeviceCount")?,
+            cuda_get_device: symbol(&cudart, r, "cudaGetDevice")?,
+            cuda_set_device: symbol(&cudart, r, "cudaSetDevice")?,
             cuda_error_string: symbol(&cudart, r, "cudaGetErrorString")?,
             _nvjpeg: nvjpeg,
             _cudart: cudart,
@@ -241,6 +251,13 @@ impl Nvjpeg {
                 rt_path.display(),
                 cuda_error(&api, rc)
             ));
+        }
+        let mut gpu: c_int = 0;
+        // SAFETY: documented signature; out-pointer valid. libcudart is the instance libtorch
+        // loaded (same soname), so this is the device the trainer set on this thread.
+        let rc = unsafe { (api.cuda_get_device)(&mut gpu) };
+        if rc != 0 {
+            return Err(format!("cudaGetDevice: {}", cuda_error(&api, rc)));
         }
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: default allocators (null), flags 0; out-pointer valid.
@@ -268,6 +285,7 @@ impl Nvjpeg {
             params: Vec::new(),
             device: std::ptr::null_mut(),
             device_bytes: 0,
+            gpu,
             library: nv_path,
         };
         // SAFETY: live handle; out-pointers valid. Drop frees what was created.
@@ -295,6 +313,20 @@ impl Nvjpeg {
             let rc = unsafe { (self.api.params_create)(self.handle, &mut p) };
             self.check(rc, "nvjpegDecodeParamsCreate")?;
             self.params.push(p);
+        }
+        Ok(())
+    }
+
+    /// Make the decoder's GPU current on the calling (worker) thread.
+    fn use_gpu(&self) -> Result<(), String> {
+        // SAFETY: documented signature; `gpu` was a valid device when loaded.
+        let rc = unsafe { (self.api.cuda_set_device)(self.gpu) };
+        if rc != 0 {
+            return Err(format!(
+                "cudaSetDevice({}): {}",
+                self.gpu,
+                cuda_error(&self.api, rc)
+            ));
         }
         Ok(())
     }
@@ -330,6 +362,7 @@ impl Nvjpeg {
         &mut self,
         items: &[(&[u8], RegionPlan)],
     ) -> Result<Vec<Option<Vec<u8>>>, String> {
+        self.use_gpu()?;
         self.ensure_params(items.len())?;
         let mut take = Vec::new();
         for (i, (bytes, plan)) in items.iter().enumerate() {
@@ -445,6 +478,8 @@ fn cuda_error(api: &Api, rc: c_int) -> String {
 
 impl Drop for Nvjpeg {
     fn drop(&mut self) {
+        // the device buffer belongs to the decoder's GPU (a failure leaves nothing better to do)
+        let _ = self.use_gpu();
         // SAFETY: each object was created by the matching nvJPEG/CUDA call and is freed once.
         unsafe {
             for &p in &self.params {
