@@ -14,7 +14,8 @@
 //   is what the autograd formula of the backend that ran would call (native_batch_norm_backward
 //   with the incoming gradient as is, or cudnn_batch_norm_backward with it made contiguous in
 //   the input's memory format), both through _batch_norm_impl_index_backward.
-//   The win of the composite path is memory (one saved activation fewer per BN), not kernels.
+//   It saves what the unfused chain saves (x and y) and launches the same kernels: it exists
+//   for exactness and as the fallback, not for speed.
 //
 // - cuDNN (compiled with the cargo feature `cuda`, MLPERF_RUN_CUDA): one kernel for BN + add +
 //   ReLU forward and one for the backward (cudnnBatchNormalizationForwardTrainingEx /
