@@ -74,7 +74,8 @@ fn compile_shim(lib: &Path) {
         .file("shim/foreach.cpp")
         .file("shim/cuda.cpp")
         .file("shim/graph.cpp")
-        .file("shim/reducer.cpp");
+        .file("shim/reducer.cpp")
+        .file("shim/fused_bn.cpp");
     let nccl = std::env::var_os("CARGO_FEATURE_NCCL").is_some();
     let cuda = std::env::var_os("CARGO_FEATURE_CUDA").is_some();
     if nccl || cuda {
@@ -83,7 +84,8 @@ fn compile_shim(lib: &Path) {
                 .flag("-isystem")
                 .flag(dir.to_str().expect("utf-8 CUDA path"));
         }
-        // CUDA graph capture (shim/graph.cpp): at::cuda::CUDAGraph
+        // CUDA graph capture (shim/graph.cpp): at::cuda::CUDAGraph; cuDNN's fused BN+ReLU
+        // (shim/fused_bn.cpp: cudnn.h from the venv's nvidia/cudnn, no link to libcudnn)
         build.define("MLPERF_RUN_CUDA", None);
         println!("cargo:rustc-link-arg=-ltorch_cuda");
         println!("cargo:rustc-link-arg=-lc10_cuda");

@@ -13,9 +13,12 @@
 //! cargo run --release --example resnet_bench_step -- [--device cpu|cuda] [--batch 8]
 //!     [--size 112] [--steps 30] [--amp none|bf16] [--channels-last] [--opt sgd|lars]
 //!     [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph]
+//!     [--fused-bn-relu]
 //!
 //! --cuda-graph: methods.cuda_graph (the step captured once and replayed; on a CPU its twin,
-//! `StepGraphs::emulated`, which only checks the plumbing).
+//! `StepGraphs::emulated`, which only checks the plumbing). --fused-bn-relu: methods.fused_bn_relu
+//! (BN + residual + ReLU as one op; cuDNN's fused kernels in a `--features cuda` build on a GPU
+//! with bf16/fp16 channels-last activations).
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::data::rng::Rng;
@@ -90,11 +93,12 @@ struct Args {
     channels_last: bool,
     opt: String,
     cuda_graph: bool,
+    fused_bn_relu: bool,
 }
 
 const USAGE: &str = "resnet_bench_step [--device cpu|cuda] [--batch 8] [--size 112] [--steps 30] \
 [--amp none|bf16] [--channels-last] [--opt sgd|lars] [--threads 2 (0: libtorch's default)] \
-[--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph]";
+[--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph] [--fused-bn-relu]";
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
@@ -110,6 +114,7 @@ fn parse_args() -> Result<Args> {
         channels_last: false,
         opt: "sgd".into(),
         cuda_graph: false,
+        fused_bn_relu: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -119,6 +124,10 @@ fn parse_args() -> Result<Args> {
         }
         if flag == "--cuda-graph" {
             a.cuda_graph = true;
+            continue;
+        }
+        if flag == "--fused-bn-relu" {
+            a.fused_bn_relu = true;
             continue;
         }
         if flag == "-h" || flag == "--help" {
@@ -200,6 +209,7 @@ fn main() -> Result<()> {
         "impl": "mlperf-run",
         "device": if a.device.is_cuda() { "cuda" } else { "cpu" },
         "amp": a.amp, "channels_last": a.channels_last, "opt": a.opt, "cuda_graph": a.cuda_graph,
+        "fused_bn_relu": a.fused_bn_relu,
         "steps": a.steps, "warmup": a.steps, "threads": a.threads, "batch": a.batch, "size": a.size,
         "img_per_s": steps * a.batch as f64 / timed,
         "step_ms": 1000.0 * timed / steps,
@@ -300,6 +310,7 @@ weight_decay = 0.00005
 amp = "{amp}"
 channels_last = {channels_last}
 cuda_graph = {cuda_graph}
+fused_bn_relu = {fused_bn_relu}
 "#,
         threads = a.threads,
         width = a.width,
@@ -307,6 +318,7 @@ cuda_graph = {cuda_graph}
         amp = a.amp,
         channels_last = a.channels_last,
         cuda_graph = a.cuda_graph && a.device.is_cuda(),
+        fused_bn_relu = a.fused_bn_relu,
     );
     let cfg = ResnetRunConfig::parse(&cfg_text, Division::Open)?;
     let mut w = ResnetWorkload::new(cfg, Division::Open, Box::new(data));

@@ -21,6 +21,12 @@
 #      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
 #      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip
 #      nvidia-nvjpeg, or MLPERF_RUN_NVJPEG=path; otherwise the nvjpeg side fails, saying why)
+#   f) (only with --only f or --only ...,f) fused BN+ReLU (methods.fused_bn_relu) alone:
+#      examples/fused_bn_check, fused vs unfused forward + backward on ResNet-50's BN shapes
+#      (batch 256, channels-last, bf16 and fp16): which path ran (cuDNN or composite and why),
+#      max differences, and rows fused-bf16 / unfused-bf16 / fused-fp16 / unfused-fp16 whose
+#      img/s is batch / (sum of the per-shape medians); a) also has a `mlperf-run fused-bn-relu`
+#      row (the whole step with --fused-bn-relu). The cuDNN path needs `--features cuda`.
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
@@ -269,12 +275,13 @@ if want a; then
       case "$side" in
         mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" ;;
         graph) measure a "mlperf-run cuda-graph" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --cuda-graph ;;
+        fused) measure a "mlperf-run fused-bn-relu" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --fused-bn-relu ;;
         pytorch)  # eager, then compiled, in one process (one interpreter start-up)
           split="pytorch-eager:impl=pytorch-eager pytorch-compile:impl=pytorch-compile" \
             measure a "pytorch eager+compile" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
             "${R_PEER[@]}" --mode both ;;
       esac
-    done < <(rotate "$r" mlperf-run graph pytorch)
+    done < <(rotate "$r" mlperf-run graph fused pytorch)
   done
   checkpoint
 fi
@@ -323,6 +330,20 @@ if want e; then
         --decoder "$side" --require-decoder --json
     done < <(rotate "$r" cpu nvjpeg)
   done
+  checkpoint
+fi
+
+# ---- f) fused BN+ReLU op: fused vs unfused on ResNet-50's BN shapes ------------------------------
+if want f; then
+  if FCHECK="$(find_bin fused_bn_check)"; then
+    [ "$smoke" = 1 ] && F_ARGS=(--device cpu --batch 4 --size 32 --rounds 2) || F_ARGS=(--device cuda --batch 256 --size 224 --rounds 20)
+    for r in $(seq "$rounds"); do
+      split="fused-bf16:impl=fused-bf16 unfused-bf16:impl=unfused-bf16 fused-fp16:impl=fused-fp16 unfused-fp16:impl=unfused-fp16" \
+        measure f "fused_bn_check" "$r" json "" -- ours "$FCHECK" "${F_ARGS[@]}" --dtypes bf16,fp16
+    done
+  else
+    measure f "fused_bn_check" 1 json "" -- sh -c 'echo "no fused_bn_check binary (cargo build --release --examples, or a bundle)"; exit 1'
+  fi
   checkpoint
 fi
 

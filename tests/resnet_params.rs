@@ -44,6 +44,7 @@ fn tiny_resnet_forward_shapes_and_zero_init() {
         blocks: [1, 1, 1, 1],
         zero_init_last_bn: true,
         blurpool: true,
+        fused_bn_relu: false,
     };
     let (vs, net) = build(&spec, Device::Cpu);
     let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
@@ -64,6 +65,7 @@ fn channels_last_gives_the_same_output() {
         blocks: [1, 1, 1, 1],
         zero_init_last_bn: false,
         blurpool: false,
+        fused_bn_relu: false,
     };
     let (vs, net) = build(&spec, Device::Cpu);
     let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));

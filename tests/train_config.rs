@@ -140,5 +140,8 @@ fn hyperparameters_come_from_the_config() {
     assert!(kv
         .iter()
         .any(|(k, v)| *k == "method_blurpool" && *v == true));
+    assert!(kv
+        .iter()
+        .any(|(k, v)| *k == "method_fused_bn_relu" && *v == true));
     assert!(kv.iter().any(|(k, v)| *k == "model_bn_span" && *v == 256));
 }

@@ -292,6 +292,7 @@ fn overlap(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
             blocks: [1, 1, 1, 1],
             zero_init_last_bn: true,
             blurpool: false,
+            fused_bn_relu: false,
         },
         SelftestModel::Resnet50 => ResnetSpec::resnet50(1000),
     };

@@ -4,9 +4,11 @@
 //! (TF/MXNet 0.9), eps 1e-5. Width and blocks per stage are configurable for tiny presets.
 //!
 //! Open-division switches: BlurPool (Composer's `apply_blurpool`: strided convs with at least
-//! 16 input channels blur first, the max-pool becomes a max-blur-pool) and channels-last.
+//! 16 input channels blur first, the max-pool becomes a max-blur-pool), channels-last, and
+//! fused BN+ReLU (`methods.fused_bn_relu`: every BN followed by a ReLU, with the residual add
+//! in between for the last BN of a bottleneck, runs as one op; parameters unchanged).
 
-use crate::methods::blurpool;
+use crate::methods::{blurpool, fused_bn_relu};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
@@ -22,6 +24,8 @@ pub struct ResnetSpec {
     pub zero_init_last_bn: bool,
     /// Composer BlurPool (replace_convs, replace_maxpools, blur_first, min_channels 16).
     pub blurpool: bool,
+    /// BN (+ residual) + ReLU as one op ([`fused_bn_relu`]); same parameters and buffers.
+    pub fused_bn_relu: bool,
 }
 
 impl ResnetSpec {
@@ -33,6 +37,7 @@ impl ResnetSpec {
             blocks: [3, 4, 6, 3],
             zero_init_last_bn: false,
             blurpool: false,
+            fused_bn_relu: false,
         }
     }
 }
@@ -73,6 +78,26 @@ fn bn(p: nn::Path, c: i64, zero_gamma: bool) -> nn::BatchNorm {
         ..Default::default()
     };
     nn::batch_norm2d(p, c, cfg)
+}
+
+/// `relu(bn(xs) + residual)`, fused or as the unfused chain (in-place add and ReLU, as
+/// torchvision: fewer large allocations). Both give the same bits on the CPU.
+fn bn_relu(
+    xs: &Tensor,
+    bn: &nn::BatchNorm,
+    residual: Option<&Tensor>,
+    fused: bool,
+    train: bool,
+) -> Tensor {
+    if fused {
+        return fused_bn_relu::bn_add_relu(xs, residual, bn, BN_MOMENTUM, BN_EPS, train);
+    }
+    let mut ys = xs.apply_t(bn, train);
+    if let Some(z) = residual {
+        ys += z;
+    }
+    let _ = ys.relu_();
+    ys
 }
 
 /// A convolution that may blur its input first (BlurPool on strided convs).
@@ -117,6 +142,7 @@ struct Bottleneck {
     conv3: nn::Conv2D,
     bn3: nn::BatchNorm,
     downsample: Option<(MaybeBlurConv, nn::BatchNorm)>,
+    fused_bn_relu: bool,
 }
 
 impl Bottleneck {
@@ -144,24 +170,24 @@ impl Bottleneck {
             conv3: conv(&p / "conv3", planes, c_out, 1, 1, 0),
             bn3: bn(&p / "bn3", c_out, spec.zero_init_last_bn),
             downsample,
+            fused_bn_relu: spec.fused_bn_relu,
         }
     }
 }
 
 impl ModuleT for Bottleneck {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        // in-place ReLU and residual add, as torchvision (fewer large allocations)
-        let mut ys = xs.apply(&self.conv1).apply_t(&self.bn1, train);
-        let _ = ys.relu_();
-        let mut ys = self.conv2.forward(&ys).apply_t(&self.bn2, train);
-        let _ = ys.relu_();
-        let mut ys = ys.apply(&self.conv3).apply_t(&self.bn3, train);
-        match &self.downsample {
-            Some((c, b)) => ys += c.forward(xs).apply_t(b, train),
-            None => ys += xs,
-        };
-        let _ = ys.relu_();
-        ys
+        let fused = self.fused_bn_relu;
+        let ys = bn_relu(&xs.apply(&self.conv1), &self.bn1, None, fused, train);
+        let ys = bn_relu(&self.conv2.forward(&ys), &self.bn2, None, fused, train);
+        let ys = ys.apply(&self.conv3);
+        // the projection's BN has no ReLU of its own: it stays a plain BN and is the residual
+        let projected = self
+            .downsample
+            .as_ref()
+            .map(|(c, b)| c.forward(xs).apply_t(b, train));
+        let residual = projected.as_ref().unwrap_or(xs);
+        bn_relu(&ys, &self.bn3, Some(residual), fused, train)
     }
 }
 
@@ -173,6 +199,7 @@ pub struct Resnet {
     maxpool_blur: Option<Tensor>,
     layers: Vec<Bottleneck>,
     fc: nn::Linear,
+    fused_bn_relu: bool,
 }
 
 impl Resnet {
@@ -195,14 +222,23 @@ impl Resnet {
             maxpool_blur: spec.blurpool.then(|| blurpool::filter(w, root.device())),
             layers,
             fc: nn::linear(root / "fc", c_in, spec.classes, Default::default()),
+            fused_bn_relu: spec.fused_bn_relu,
         }
     }
 }
 
 impl ModuleT for Resnet {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        let mut ys = xs.apply(&self.conv1).apply_t(&self.bn1, train);
-        let _ = ys.relu_();
+        let ys = bn_relu(
+            &xs.apply(&self.conv1),
+            &self.bn1,
+            None,
+            self.fused_bn_relu,
+            train,
+        );
+        if self.fused_bn_relu && train {
+            fused_bn_relu::warn_fallback_once();
+        }
         let mut ys = match &self.maxpool_blur {
             // Composer MaxBlurPool2d: max-pool at stride 1, then blur at stride 2.
             Some(f) => blurpool::blur(&ys.max_pool2d([3, 3], [1, 1], [1, 1], [1, 1], false), f, 2),

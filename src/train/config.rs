@@ -254,6 +254,11 @@ pub struct MethodsConfig {
     /// both divisions allow it). See [`crate::cuda_graph`].
     #[serde(default)]
     pub cuda_graph: bool,
+    /// Batch norm + (residual add) + ReLU as one op (open division; cuDNN's fused kernels on a
+    /// GPU with the `cuda` feature, the unfused chain's exact math elsewhere). See
+    /// [`crate::methods::fused_bn_relu`].
+    #[serde(default)]
+    pub fused_bn_relu: bool,
 }
 
 fn no_amp() -> Amp {
@@ -270,6 +275,7 @@ impl Default for MethodsConfig {
             ema: None,
             amp: Amp::None,
             cuda_graph: false,
+            fused_bn_relu: false,
         }
     }
 }
@@ -442,6 +448,11 @@ impl ResnetRunConfig {
         if m.blurpool || m.progressive_resizing.is_some() || m.ema.is_some() {
             refuse("methods.blurpool, methods.progressive_resizing and methods.ema are open-division methods".into())?;
         }
+        if m.fused_bn_relu {
+            // cuDNN's fused kernels compute BN+add+ReLU with their own reductions: not the
+            // reference's arithmetic, so it is an open-division method
+            refuse("methods.fused_bn_relu is an open-division method (set it to false or use --division open)".into())?;
+        }
         Ok(())
     }
 
@@ -531,6 +542,7 @@ impl ResnetRunConfig {
                 ),
                 ("method_ema", json!(m.ema.is_some())),
                 ("method_amp", json!(format!("{:?}", m.amp).to_lowercase())),
+                ("method_fused_bn_relu", json!(m.fused_bn_relu)),
             ]);
             if let Some(p) = &m.progressive_resizing {
                 kv.extend([

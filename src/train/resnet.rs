@@ -260,6 +260,7 @@ impl Workload for ResnetWorkload {
             blocks: cfg.model.blocks,
             zero_init_last_bn: cfg.model.zero_init_last_bn,
             blurpool: cfg.methods.blurpool,
+            fused_bn_relu: cfg.methods.fused_bn_relu,
         };
         let (vs, net) = resnet::build(&spec, ctx.device);
         if self.channels_last() {

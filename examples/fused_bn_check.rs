@@ -1,0 +1,327 @@
+//! GPU check of `methods.fused_bn_relu`: the fused op (`shim/fused_bn.cpp`) against the unfused
+//! chain (`apply_t(&bn)`, `+= z`, `relu_()`) on ResNet-50's BN shapes, in training mode.
+//!
+//! For every dtype (bf16, fp16) and every distinct BN of ResNet-50 (channels x spatial size at
+//! `--size`, with the residual add where the bottleneck's last BN has one), both sides get the
+//! same channels-last input, residual, upstream gradient and BN state. Printed per case: which
+//! path the fused op took (cuDNN, or composite and why), the max abs and relative difference of
+//! y, dx, dz, dweight, dbias and the running statistics, and the median forward + backward time
+//! of each side over `--rounds` (CUDA-synchronised around each timed call). Then one JSON line
+//! per dtype and side (`impl` = fused-bf16, unfused-bf16, ...) with `img_per_s` = batch / (sum
+//! of the cases' medians), for scripts/bench_gpu.sh part f. Exit 1 when a difference exceeds
+//! the bounds below (a wrong result, not a slow one).
+//!
+//! cargo run --release --features cuda --example fused_bn_check -- [--device cuda|cpu]
+//!     [--batch 256] [--size 224] [--rounds 20] [--dtypes bf16,fp16]
+//!
+//! On a CPU (no cuDNN) it checks the plumbing: both sides run the same calls there.
+
+use anyhow::{bail, Context, Result};
+use mlperf_run::methods::fused_bn_relu;
+use mlperf_run::models::to_channels_last;
+use std::time::Instant;
+use tch::nn;
+use tch::{Device, Kind, Tensor};
+
+const MOMENTUM: f64 = 0.1;
+const EPS: f64 = 1e-5;
+
+struct Args {
+    device: Device,
+    batch: i64,
+    size: i64,
+    rounds: usize,
+    dtypes: Vec<Kind>,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        device: Device::Cuda(0),
+        batch: 256,
+        size: 224,
+        rounds: 20,
+        dtypes: vec![Kind::BFloat16, Kind::Half],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--device" => {
+                a.device = match value()?.as_str() {
+                    "cuda" => Device::Cuda(0),
+                    "cpu" => Device::Cpu,
+                    d => bail!("--device cuda|cpu, got {d}"),
+                }
+            }
+            "--batch" => a.batch = value()?.parse()?,
+            "--size" => a.size = value()?.parse()?,
+            "--rounds" => a.rounds = value()?.parse()?,
+            "--dtypes" => {
+                a.dtypes = value()?
+                    .split(',')
+                    .map(|d| match d {
+                        "bf16" => Ok(Kind::BFloat16),
+                        "fp16" => Ok(Kind::Half),
+                        "fp32" => Ok(Kind::Float),
+                        _ => bail!("--dtypes: bf16, fp16 or fp32, got {d}"),
+                    })
+                    .collect::<Result<_>>()?
+            }
+            "-h" | "--help" => {
+                println!(
+                    "fused_bn_check [--device cuda|cpu] [--batch 256] [--size 224] [--rounds 20] \
+                     [--dtypes bf16,fp16]"
+                );
+                std::process::exit(0);
+            }
+            f => bail!("unknown flag {f}"),
+        }
+    }
+    if a.rounds == 0 || a.batch < 2 || a.size < 32 {
+        bail!("--rounds >= 1, --batch >= 2, --size >= 32");
+    }
+    Ok(a)
+}
+
+/// ResNet-50's distinct BNs as (channels, spatial divisor of the image size, residual add):
+/// the stem, then per stage the 1x1-reduce BN (at the stage's input size), the 3x3 BN and the
+/// last BN with the residual (v1.5: the stride sits on the 3x3 conv).
+const CASES: [(i64, i64, bool); 13] = [
+    (64, 2, false),
+    (64, 4, false),
+    (256, 4, true),
+    (128, 4, false),
+    (128, 8, false),
+    (512, 8, true),
+    (256, 8, false),
+    (256, 16, false),
+    (1024, 16, true),
+    (512, 16, false),
+    (512, 32, false),
+    (2048, 32, true),
+    // a BN at the stage-1 size with no residual and many channels (the projection BN's shape)
+    (256, 4, false),
+];
+
+fn sync(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+struct Side {
+    y: Tensor,
+    dx: Tensor,
+    dz: Option<Tensor>,
+    dw: Tensor,
+    db: Tensor,
+    rm: Tensor,
+    rv: Tensor,
+}
+
+/// One forward + backward of one side with a fresh copy of the BN state; returns the results
+/// and the seconds it took (synchronised).
+fn one(
+    fused: bool,
+    bn: &nn::BatchNorm,
+    x0: &Tensor,
+    z0: Option<&Tensor>,
+    gy: &Tensor,
+) -> Result<(Side, f64)> {
+    let x = x0.detach().set_requires_grad(true);
+    let z = z0.map(|z| z.detach().set_requires_grad(true));
+    for p in [bn.ws.as_ref(), bn.bs.as_ref()].into_iter().flatten() {
+        mlperf_run::amp::set_grad_none(p)?;
+    }
+    let device = x0.device();
+    sync(device);
+    let t0 = Instant::now();
+    let y = if fused {
+        fused_bn_relu::f_bn_add_relu(&x, z.as_ref(), bn, MOMENTUM, EPS, true)?
+    } else {
+        let mut y = x.apply_t(bn, true);
+        if let Some(z) = &z {
+            y += z;
+        }
+        let _ = y.relu_();
+        y
+    };
+    // both sides pay the same sum(y * gy) to get a non-uniform upstream gradient
+    (&y * gy).sum(Kind::Float).backward();
+    sync(device);
+    let secs = t0.elapsed().as_secs_f64();
+    let side = Side {
+        y: y.detach(),
+        dx: x.grad(),
+        dz: z.map(|z| z.grad()),
+        dw: bn.ws.as_ref().context("affine BN")?.grad(),
+        db: bn.bs.as_ref().context("affine BN")?.grad(),
+        rm: bn.running_mean.copy(),
+        rv: bn.running_var.copy(),
+    };
+    Ok((side, secs))
+}
+
+fn new_bn(vs: &nn::VarStore, c: i64) -> nn::BatchNorm {
+    nn::batch_norm2d(
+        vs.root() / "bn",
+        c,
+        nn::BatchNormConfig {
+            eps: EPS,
+            momentum: MOMENTUM,
+            ws_init: nn::Init::Const(1.0),
+            ..Default::default()
+        },
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// (max abs diff, that over max |reference|, relative L2).
+fn diff(reference: &Tensor, other: &Tensor) -> (f64, f64, f64) {
+    let r = reference.to_kind(Kind::Float);
+    let o = other.to_kind(Kind::Float);
+    let d = (&r - &o).abs();
+    let max_abs = d.max().double_value(&[]);
+    let scale = r.abs().max().double_value(&[]).max(1e-12);
+    let l2 = (&r - &o).norm().double_value(&[]) / r.norm().double_value(&[]).max(1e-12);
+    (max_abs, max_abs / scale, l2)
+}
+
+fn main() -> Result<()> {
+    let a = parse_args()?;
+    if a.device.is_cuda() && !tch::Cuda::is_available() {
+        bail!("no CUDA device (use --device cpu to check the plumbing)");
+    }
+    println!(
+        "fused_bn_check: device {:?}, batch {}, size {}, rounds {}, cuDNN path compiled: {}",
+        a.device,
+        a.batch,
+        a.size,
+        a.rounds,
+        fused_bn_relu::cudnn_compiled()
+    );
+    tch::manual_seed(0);
+    let mut failed = Vec::new();
+    for &kind in &a.dtypes {
+        let (mut t_fused, mut t_unfused) = (0.0, 0.0);
+        for &(c, div, residual) in &CASES {
+            let hw = (a.size / div).max(1);
+            let shape = [a.batch, c, hw, hw];
+            let opts = (Kind::Float, a.device);
+            let cl = |t: Tensor| to_channels_last(&t.to_kind(kind));
+            let x = cl(Tensor::randn(shape, opts) * 2.0 + 0.5);
+            let z = residual.then(|| cl(Tensor::randn(shape, opts)));
+            let gy = cl(Tensor::randn(shape, opts));
+            // both sides start from the same BN state (fresh var stores)
+            let (vs_f, vs_u) = (nn::VarStore::new(a.device), nn::VarStore::new(a.device));
+            let (bn_f, bn_u) = (new_bn(&vs_f, c), new_bn(&vs_u, c));
+            let path = match fused_bn_relu::cudnn_eligible(&x, z.as_ref(), &bn_f)? {
+                Ok(()) => "cuDNN eligible".to_string(),
+                Err(why) => format!("composite ({why})"),
+            };
+            // first call of each side: the compared results (same state on both sides)
+            let (before, _) = fused_bn_relu::counts();
+            let (f, _) = one(true, &bn_f, &x, z.as_ref(), &gy)?;
+            let (after, _) = fused_bn_relu::counts();
+            let (u, _) = one(false, &bn_u, &x, z.as_ref(), &gy)?;
+            let ran = if after > before {
+                "ran on cuDNN".to_string()
+            } else {
+                match fused_bn_relu::fallback_reason() {
+                    Some(r) if path == "cuDNN eligible" => format!("ran composite: {r}"),
+                    _ => "ran composite".to_string(),
+                }
+            };
+            let mut pairs = vec![
+                ("y", &u.y, &f.y),
+                ("dx", &u.dx, &f.dx),
+                ("dweight", &u.dw, &f.dw),
+                ("dbias", &u.db, &f.db),
+                ("running_mean", &u.rm, &f.rm),
+                ("running_var", &u.rv, &f.rv),
+            ];
+            if let (Some(p), Some(q)) = (&u.dz, &f.dz) {
+                pairs.push(("dz", p, q));
+            }
+            // timing: alternate the sides, median of each
+            let (mut tf, mut tu) = (Vec::new(), Vec::new());
+            for _ in 0..a.rounds {
+                tf.push(one(true, &bn_f, &x, z.as_ref(), &gy)?.1);
+                tu.push(one(false, &bn_u, &x, z.as_ref(), &gy)?.1);
+            }
+            let (mf, mu) = (median(tf), median(tu));
+            t_fused += mf;
+            t_unfused += mu;
+            println!(
+                "{kind:?} C={c} {hw}x{hw} residual={residual}: {path}, {ran}; fwd+bwd median \
+                 fused {:.3} ms, unfused {:.3} ms ({:.2}x)",
+                1e3 * mf,
+                1e3 * mu,
+                mu / mf
+            );
+            for (name, p, q) in pairs {
+                let (abs, rel, l2) = diff(p, q);
+                // bounds: outputs and statistics within a few roundings of the activation
+                // dtype; gradients by relative L2, since a ReLU gate can flip where bn(x) + z
+                // rounds to about 0 (single elements then differ by O(1))
+                let eps = if kind == Kind::Half { 1e-3 } else { 8e-3 };
+                let bad = match name {
+                    "y" => rel > 4.0 * eps,
+                    "running_mean" | "running_var" => rel > 1e-3,
+                    _ => l2 > 0.05,
+                };
+                let verdict = if bad { "  <-- OUT OF BOUNDS" } else { "" };
+                println!(
+                    "    {name:<13} max abs {abs:.3e}  max abs / max |ref| {rel:.3e}  rel L2 {l2:.3e}{verdict}"
+                );
+                if bad {
+                    failed.push(format!(
+                        "{kind:?} C={c} {hw}x{hw} residual={residual}: {name}"
+                    ));
+                }
+            }
+        }
+        let name = match kind {
+            Kind::BFloat16 => "bf16",
+            Kind::Half => "fp16",
+            _ => "fp32",
+        };
+        for (side, t) in [("fused", t_fused), ("unfused", t_unfused)] {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "impl": format!("{side}-{name}"),
+                    "img_per_s": a.batch as f64 / t,
+                    "ms_all_cases": 1e3 * t,
+                    "cases": CASES.len(),
+                    "rounds": a.rounds,
+                })
+            );
+        }
+        println!(
+            "{name}: all {} cases fwd+bwd: fused {:.2} ms, unfused {:.2} ms ({:.2}x)",
+            CASES.len(),
+            1e3 * t_fused,
+            1e3 * t_unfused,
+            t_unfused / t_fused
+        );
+    }
+    let (cudnn, composite) = fused_bn_relu::counts();
+    println!("fused op training calls: {cudnn} on cuDNN, {composite} composite");
+    if let Some(r) = fused_bn_relu::fallback_reason() {
+        println!("fallback: {r}");
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} differences out of bounds: {}",
+            failed.len(),
+            failed.join("; ")
+        );
+    }
+    println!("fused_bn_check: all differences within bounds");
+    Ok(())
+}

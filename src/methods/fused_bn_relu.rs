@@ -1,0 +1,177 @@
+//! Fused batch norm + (residual add) + ReLU (`methods.fused_bn_relu`, ResNet, open division):
+//! `y = relu(bn(x) + z)` as one autograd op from the C++ shim (`shim/fused_bn.cpp`).
+//!
+//! On the CPU (and on CUDA wherever cuDNN's fused kernels do not apply) the op runs the very
+//! ATen calls of the unfused chain `apply_t(&bn)`, `+= z`, `relu_()`, forward and backward, so
+//! training is bit-identical to the unfused model (`tests/fused_bn_relu.rs`); it only saves one
+//! activation fewer per BN. In a build with the `cuda` feature, NHWC fp16/bf16 activations on a
+//! GPU run cuDNN's fused BN+add+ReLU kernels (one kernel forward, one backward); if cuDNN refuses
+//! a dtype the op falls back to the composite path and [`warn_fallback_once`] says why.
+//!
+//! `nn::BatchNorm` keeps its momentum and eps private, so callers pass them (ResNet's are
+//! constants).
+
+use anyhow::{bail, Result};
+use std::os::raw::{c_char, c_int, c_longlong};
+use std::sync::atomic::{AtomicBool, Ordering};
+use tch::{nn, Tensor};
+use torch_sys::C_tensor;
+
+extern "C" {
+    fn mr_bn_add_relu(
+        x: *const C_tensor,
+        z: *const C_tensor,
+        weight: *const C_tensor,
+        bias: *const C_tensor,
+        running_mean: *const C_tensor,
+        running_var: *const C_tensor,
+        training: c_int,
+        momentum: f64,
+        eps: f64,
+        out: *mut *mut C_tensor,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    fn mr_fused_bn_cudnn_compiled() -> c_int;
+    fn mr_fused_bn_counts(cudnn_calls: *mut c_longlong, composite_calls: *mut c_longlong);
+    fn mr_fused_bn_fallback_reason(out: *mut *mut c_char) -> c_int;
+    fn mr_fused_bn_cudnn_eligible(
+        x: *const C_tensor,
+        z: *const C_tensor,
+        weight: *const C_tensor,
+        bias: *const C_tensor,
+        running_mean: *const C_tensor,
+        running_var: *const C_tensor,
+        why: *mut *mut c_char,
+        err: *mut *mut c_char,
+    ) -> c_int;
+}
+
+fn ptr(t: Option<&Tensor>) -> *const C_tensor {
+    t.map_or(std::ptr::null(), |t| t.as_ptr())
+}
+
+/// `relu(bn(x) + residual)` (no residual: `relu(bn(x))`) with `bn`'s parameters and running
+/// statistics (updated in place when `train`, as `x.apply_t(bn, true)` does).
+pub fn f_bn_add_relu(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    bn: &nn::BatchNorm,
+    momentum: f64,
+    eps: f64,
+    train: bool,
+) -> Result<Tensor> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    let mut err: *mut c_char = std::ptr::null_mut();
+    // SAFETY: every pointer is a live tensor of the caller's (or null where the shim allows
+    // it); on success the shim hands over a new at::Tensor, which we then own.
+    let rc = unsafe {
+        mr_bn_add_relu(
+            x.as_ptr(),
+            ptr(residual),
+            ptr(bn.ws.as_ref()),
+            ptr(bn.bs.as_ref()),
+            bn.running_mean.as_ptr(),
+            bn.running_var.as_ptr(),
+            c_int::from(train),
+            momentum,
+            eps,
+            &mut out,
+            &mut err,
+        )
+    };
+    if rc != 0 {
+        // SAFETY: the shim set `err` (or left it null) for this failed call.
+        let msg = unsafe { crate::shim_error::take(err) };
+        bail!("fused BN+ReLU: {msg}");
+    }
+    // SAFETY: see above.
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// [`f_bn_add_relu`] for model code (`ModuleT::forward_t` cannot return an error): a failure
+/// panics with libtorch's message, which the training step's `catching` turns into a clean
+/// error that ends the run as aborted (as for any other libtorch error inside a step).
+pub fn bn_add_relu(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    bn: &nn::BatchNorm,
+    momentum: f64,
+    eps: f64,
+    train: bool,
+) -> Tensor {
+    match f_bn_add_relu(x, residual, bn, momentum, eps, train) {
+        Ok(y) => y,
+        Err(e) => panic!("{e:#}"),
+    }
+}
+
+/// Whether this build has the cuDNN path (the `cuda` feature).
+pub fn cudnn_compiled() -> bool {
+    // SAFETY: no arguments, no state.
+    unsafe { mr_fused_bn_cudnn_compiled() != 0 }
+}
+
+/// Training forwards so far on cuDNN's fused kernels and on the composite path.
+pub fn counts() -> (i64, i64) {
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    unsafe { mr_fused_bn_counts(&mut a, &mut b) };
+    (a, b)
+}
+
+/// Why the op left the cuDNN path for a dtype in this process (cuDNN refused it), if it did.
+pub fn fallback_reason() -> Option<String> {
+    let mut msg: *mut c_char = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; a 1 comes with a malloc'd message we then own.
+    if unsafe { mr_fused_bn_fallback_reason(&mut msg) } == 0 {
+        return None;
+    }
+    // SAFETY: see above.
+    Some(unsafe { crate::shim_error::take(msg) })
+}
+
+static WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Prints one warning line (once per process) when cuDNN refused the fused kernels and the
+/// composite path took over. Cheap after the warning: one atomic load.
+pub fn warn_fallback_once() {
+    if WARNED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(why) = fallback_reason() {
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!("methods.fused_bn_relu: {why}");
+        }
+    }
+}
+
+/// `Ok(())` when a training call with these tensors would take the cuDNN path, else the
+/// reason it would not (for the GPU check example).
+pub fn cudnn_eligible(
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    bn: &nn::BatchNorm,
+) -> Result<std::result::Result<(), String>> {
+    let mut why: *mut c_char = std::ptr::null_mut();
+    let mut err: *mut c_char = std::ptr::null_mut();
+    // SAFETY: live tensors or nulls; strings come back malloc'd and are taken below.
+    let rc = unsafe {
+        mr_fused_bn_cudnn_eligible(
+            x.as_ptr(),
+            ptr(residual),
+            ptr(bn.ws.as_ref()),
+            ptr(bn.bs.as_ref()),
+            bn.running_mean.as_ptr(),
+            bn.running_var.as_ptr(),
+            &mut why,
+            &mut err,
+        )
+    };
+    match rc {
+        1 => Ok(Ok(())),
+        // SAFETY: the shim set `why` for a negative verdict.
+        0 => Ok(Err(unsafe { crate::shim_error::take(why) })),
+        // SAFETY: the shim set `err` for a failed call.
+        _ => bail!("fused BN+ReLU: {}", unsafe { crate::shim_error::take(err) }),
+    }
+}
