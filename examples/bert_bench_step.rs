@@ -7,7 +7,7 @@
 //! cargo run --release --example bert_bench_step -- [--layers 24] [--hidden 1024] [--heads 16]
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
-//!     [--cuda-graph] [--data DIR]
+//!     [--cuda-graph] [--fused-epilogues] [--data DIR]
 //!
 //! --data DIR: the fixed batch is the first training batch of a BERT data directory (seed 0, one
 //! rank), e.g. `mlperf-run data synth-bert --lengths realistic --seq-len 512`: real lengths
@@ -22,6 +22,8 @@
 //! --cuda-graph: the step (zero_grad, forward, backward, optimizer kernels) captured once after
 //! the warm-up steps and replayed, as `mlperf-run bert` with methods.cuda_graph; on a CPU its
 //! twin (`StepGraphs::emulated`, plumbing only); the phase times are then 0.
+//! --fused-epilogues: each layer's dense bias + dropout + residual + LayerNorm as one op, as
+//! `mlperf-run bert` with methods.fused_epilogues (CUDA kernels via NVRTC on a GPU).
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
@@ -34,7 +36,8 @@ use tch::{nn, Device, Kind, Tensor};
 
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
-[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--data DIR]";
+[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] \
+[--data DIR]";
 
 struct Args {
     cfg: BertConfig,
@@ -50,6 +53,7 @@ struct Args {
     bf16: bool,
     lamb: bool,
     cuda_graph: bool,
+    fused_epilogues: bool,
     data: Option<std::path::PathBuf>,
 }
 
@@ -71,6 +75,7 @@ fn parse_args() -> Result<Args> {
         bf16: false,
         lamb: false,
         cuda_graph: false,
+        fused_epilogues: false,
         data: None,
     };
     let mut it = std::env::args().skip(1);
@@ -90,6 +95,10 @@ fn parse_args() -> Result<Args> {
             }
             "--cuda-graph" => {
                 a.cuda_graph = true;
+                continue;
+            }
+            "--fused-epilogues" => {
+                a.fused_epilogues = true;
                 continue;
             }
             "-h" | "--help" => {
@@ -169,6 +178,7 @@ fn main() -> Result<()> {
     let vs = nn::VarStore::new(dev);
     let mut model = BertForPreTraining::new(&vs.root(), cfg)?;
     model.unpad = a.unpad;
+    model.fused_epilogues = a.fused_epilogues;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions
     let mut opt = Lamb::new(
@@ -287,7 +297,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

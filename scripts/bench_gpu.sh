@@ -17,6 +17,12 @@
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
 #   once and replayed; needs binaries built with `--features cuda`, else those rows fail with
 #   the reason), reported against ours without it and against every peer;
+#   c) also runs ours with methods.fused_epilogues (`mlperf-run fused-epilogues`);
+#   g) (only with --only g or --only ...,g) examples/fused_epilogue_check: the fused
+#      dense + dropout + residual + LayerNorm op's CUDA kernels vs its composite ATen path at
+#      BERT-Large shapes (56 x 512 tokens, H 1024, bf16 autocast, the same dropout mask): max
+#      abs/rel diffs of the output and every gradient, and median fwd+bwd time per side (needs a
+#      `--features cuda` build; the table's rate is 512-token sequences per second of the op)
 #   e) (only with --only e or --only ...,e) the JPEG pipeline alone on b)'s images:
 #      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
 #      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip
@@ -356,6 +362,7 @@ if want c; then
       case "$side" in
         mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
         graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph ;;
+        fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-epilogues ;;
         hf)
           if [ "$has_hf" = 1 ]; then
             measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \
@@ -366,7 +373,22 @@ if want c; then
         ref) measure c "pytorch-eager bert_ref.py" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/bert_ref.py" bench \
                --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
       esac
-    done < <(rotate "$r" mlperf-run graph hf ref)
+    done < <(rotate "$r" mlperf-run graph fused hf ref)
+  done
+  checkpoint
+fi
+
+# ---- g) fused epilogue op: CUDA kernels vs composite (opt-in) --------------------------------------
+if want g; then
+  FECHECK="$(find_bin fused_epilogue_check)" || die "no fused_epilogue_check binary next to $MR"
+  if [ "$smoke" = 1 ]; then G_ARGS=(--device cpu --tokens 64 --hidden 32 --inner 32 --rounds 2)
+  else G_ARGS=(--device cuda --tokens 28672 --hidden 1024 --rounds 20); fi
+  for inner in 1024 4096; do
+    [ "$smoke" = 1 ] && [ "$inner" = 4096 ] && continue
+    split="fused-kernel-i$inner:side=kernel fused-composite-i$inner:side=composite unfused-i$inner:side=unfused"
+    measure g "fused-epilogue-check-i$inner" 1 json "" -- ours "$FECHECK" "${G_ARGS[@]}" \
+      $([ "$smoke" = 1 ] || echo --inner "$inner")
+    split=""
   done
   checkpoint
 fi

@@ -43,6 +43,9 @@
 //! - bf16: run `forward` inside [`crate::amp::Autocast`] (bf16): the matmuls (linear layers,
 //!   attention, decoder) run in bf16 while weights, LayerNorm and the losses stay fp32; the
 //!   outputs (logits) come back in fp32 either way.
+//! - `fused_epilogues`: in every encoder layer, the attention output's and the feed-forward
+//!   output's "dense bias + dropout + residual + LayerNorm" run as one autograd op
+//!   ([`super::fused_epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path).
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -247,6 +250,9 @@ pub struct BertForPreTraining {
     /// true: `scaled_dot_product_attention` (fused kernels where libtorch has them); false: the
     /// reference's explicit softmax(QK^T/sqrt(d) - 10000*padding) V.
     pub fused_attention: bool,
+    /// Open/closed method `fused_epilogues`: each layer's two "dense + dropout + residual +
+    /// LayerNorm" tails as one autograd op ([`crate::models::fused_epilogue`]).
+    pub fused_epilogues: bool,
 }
 
 /// Masked positions per sequence for the MLM head, or the whole sequence.
@@ -319,6 +325,7 @@ impl BertForPreTraining {
             nsp,
             unpad: false,
             fused_attention: true,
+            fused_epilogues: false,
         })
     }
 
@@ -420,11 +427,44 @@ impl BertForPreTraining {
             Some(idx) => ctx.index_select(0, idx),
             None => ctx,
         };
+        if self.fused_epilogues {
+            let x = self.fused_tail(&l.attn_out, &l.attn_ln, &ctx, x, train);
+            let inter = l.intermediate.forward(&x).gelu("none");
+            return self.fused_tail(&l.output, &l.out_ln, &inter, &x, train);
+        }
         let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
         let x = l.attn_ln.forward(&(attn + x));
         let inter = l.intermediate.forward(&x).gelu("none");
         let out = l.output.forward(&inter).dropout(c.hidden_dropout, train);
         l.out_ln.forward(&(out + x))
+    }
+
+    /// `ln(residual + dropout(dense(input)))` as one op (`methods.fused_epilogues`). A shim
+    /// error panics with its message, as tch's own ops do: the trainer's `catching` turns it
+    /// into a clean run error.
+    fn fused_tail(
+        &self,
+        dense: &Dense,
+        ln: &LayerNorm,
+        input: &Tensor,
+        residual: &Tensor,
+        train: bool,
+    ) -> Tensor {
+        use super::fused_epilogue::{dense_dropout_add_ln, Epilogue, FusedPath};
+        let e = Epilogue {
+            residual,
+            gamma: &ln.w,
+            beta: &ln.b,
+            eps: ln.eps,
+            p: self.config.hidden_dropout,
+            train,
+            mask: None,
+            path: FusedPath::Auto,
+        };
+        match dense_dropout_add_ln(input, &dense.w, &dense.b, &e) {
+            Ok((y, _)) => y,
+            Err(err) => panic!("{err:#}"),
+        }
     }
 
     /// MLM logits (`[B, P, V]` at `Positions`, `[B, S, V]` for `All`) and NSP logits `[B, 2]`.

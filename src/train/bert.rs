@@ -124,6 +124,11 @@ pub struct BertMethodsConfig {
     /// with `unpad`; changes no math). See [`crate::cuda_graph`].
     #[serde(default)]
     pub cuda_graph: bool,
+    /// Each encoder layer's "dense bias + dropout + residual + LayerNorm" as one autograd op
+    /// (CUDA kernels compiled at run time, the composite ATen twin elsewhere); changes no math
+    /// beyond rounding, so both divisions allow it. See [`crate::models::fused_epilogue`].
+    #[serde(default)]
+    pub fused_epilogues: bool,
     /// Token load balance: each global micro-batch is dealt out to the ranks by non-padding
     /// token count ([`crate::data::bert::balance`]); open division, with `unpad` only.
     #[serde(default)]
@@ -318,6 +323,7 @@ impl BertRunConfig {
             ("method_unpad", json!(m.unpad)),
             ("method_fused_attention", json!(m.fused_attention)),
             ("method_bf16", json!(m.bf16)),
+            ("method_fused_epilogues", json!(m.fused_epilogues)),
             ("method_balance_tokens", json!(m.balance_tokens)),
         ];
         if division == Division::Open {
@@ -452,6 +458,7 @@ impl Workload for BertWorkload {
         let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
         model.unpad = cfg.methods.unpad;
         model.fused_attention = cfg.methods.fused_attention;
+        model.fused_epilogues = cfg.methods.fused_epilogues;
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
             tracing::info!(

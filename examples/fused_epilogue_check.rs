@@ -1,0 +1,256 @@
+//! GPU check of `methods.fused_epilogues`: the fused "dense + bias + dropout + residual +
+//! LayerNorm" op's CUDA kernel path against its composite (ATen) path at BERT-Large shapes under
+//! bf16 autocast, with the SAME dropout mask for both: max abs / rel differences of the output
+//! and of every gradient (x, W, b, residual, gamma, beta), which path each side really ran, and
+//! the median forward + backward time of each (and of the unfused ops) over rounds, each round
+//! bracketed by device synchronisations.
+//!
+//! cargo run --release --features cuda --example fused_epilogue_check -- [--device cuda|cpu]
+//!     [--tokens 28672] [--hidden 1024] [--inner 1024] [--p 0.1] [--rounds 20] [--no-bf16]
+//!
+//! Tokens 28,672 = 56 x 512 (a BERT-Large micro-batch); --inner 1024 is the attention output
+//! dense, --inner 4096 the feed-forward output dense. Prints one JSON line per side
+//! (`side`: kernel, composite, unfused; `seq_per_s` counts 512-token sequences) and a final line
+//! with the differences and `ok`. Exit status 1 when the kernel path did not run on CUDA or a
+//! relative difference exceeds 2e-2 (bf16 rounding: the composite rounds h + bias and the dropout
+//! product to bf16 where the kernel keeps fp32). On a CPU both sides run the composite path
+//! (plumbing only).
+
+use anyhow::{bail, Context, Result};
+use mlperf_run::amp::{maybe_autocast, LowPrecision};
+use mlperf_run::models::fused_epilogue::{dense_dropout_add_ln, kernel_built, Epilogue, FusedPath};
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+
+const USAGE: &str = "fused_epilogue_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
+[--inner 1024] [--p 0.1] [--rounds 20] [--no-bf16]";
+
+struct Args {
+    device: Device,
+    tokens: i64,
+    hidden: i64,
+    inner: i64,
+    p: f64,
+    rounds: usize,
+    bf16: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        device: if tch::Cuda::is_available() {
+            Device::Cuda(0)
+        } else {
+            Device::Cpu
+        },
+        tokens: 56 * 512,
+        hidden: 1024,
+        inner: 1024,
+        p: 0.1,
+        rounds: 20,
+        bf16: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--no-bf16" => {
+                a.bf16 = false;
+                continue;
+            }
+            "-h" | "--help" => {
+                println!("usage: {USAGE}");
+                std::process::exit(0);
+            }
+            _ => {}
+        }
+        let v = it
+            .next()
+            .with_context(|| format!("{flag} needs a value\nusage: {USAGE}"))?;
+        let bad = || format!("bad value {v:?} for {flag}");
+        match flag.as_str() {
+            "--device" => {
+                a.device = match v.as_str() {
+                    "cpu" => Device::Cpu,
+                    "cuda" => Device::Cuda(0),
+                    _ => bail!("{}", bad()),
+                }
+            }
+            "--tokens" => a.tokens = v.parse().with_context(bad)?,
+            "--hidden" => a.hidden = v.parse().with_context(bad)?,
+            "--inner" => a.inner = v.parse().with_context(bad)?,
+            "--p" => a.p = v.parse().with_context(bad)?,
+            "--rounds" => a.rounds = v.parse().with_context(bad)?,
+            _ => bail!("unknown flag {flag}\nusage: {USAGE}"),
+        }
+    }
+    Ok(a)
+}
+
+fn sync(d: Device) {
+    if let Device::Cuda(i) = d {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+struct Leaves {
+    x: Tensor,
+    w: Tensor,
+    b: Tensor,
+    residual: Tensor,
+    gamma: Tensor,
+    beta: Tensor,
+}
+
+impl Leaves {
+    fn all(&self) -> [&Tensor; 6] {
+        [
+            &self.x,
+            &self.w,
+            &self.b,
+            &self.residual,
+            &self.gamma,
+            &self.beta,
+        ]
+    }
+    fn zero_grads(&self) {
+        for t in self.all() {
+            let mut g = t.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+        }
+    }
+}
+
+const NAMES: [&str; 7] = ["y", "d_x", "d_w", "d_b", "d_residual", "d_gamma", "d_beta"];
+
+fn main() -> Result<()> {
+    let a = parse_args()?;
+    let d = a.device;
+    tch::manual_seed(0);
+    let f = (Kind::Float, d);
+    let leaf = |s: &[i64], scale: f64, shift: f64| {
+        (Tensor::randn(s, f) * scale + shift).set_requires_grad(true)
+    };
+    let l = Leaves {
+        x: leaf(&[a.tokens, a.inner], 1.0, 0.0),
+        w: leaf(&[a.hidden, a.inner], 0.02, 0.0),
+        b: leaf(&[a.hidden], 0.1, 0.0),
+        residual: leaf(&[a.tokens, a.hidden], 1.0, 0.0),
+        gamma: leaf(&[a.hidden], 0.1, 1.0),
+        beta: leaf(&[a.hidden], 0.1, 0.0),
+    };
+    let dy = Tensor::randn([a.tokens, a.hidden], f);
+    let mask = Tensor::rand([a.tokens, a.hidden], f).ge(a.p);
+    let precision = a.bf16.then_some(LowPrecision::BFloat16);
+
+    // one forward + backward; returns the output, the grads and whether the kernel ran
+    let run = |path: Option<FusedPath>, mask: Option<&Tensor>| -> Result<(Vec<Tensor>, bool)> {
+        l.zero_grads();
+        let (y, kernel) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
+            match path {
+                Some(path) => dense_dropout_add_ln(
+                    &l.x,
+                    &l.w,
+                    &l.b,
+                    &Epilogue {
+                        residual: &l.residual,
+                        gamma: &l.gamma,
+                        beta: &l.beta,
+                        eps: 1e-12,
+                        p: a.p,
+                        train: true,
+                        mask,
+                        path,
+                    },
+                ),
+                None => {
+                    let h = l.x.linear(&l.w, Some(&l.b)).dropout(a.p, true);
+                    let y = (h + &l.residual).layer_norm(
+                        [a.hidden],
+                        Some(&l.gamma),
+                        Some(&l.beta),
+                        1e-12,
+                        true,
+                    );
+                    Ok((y, false))
+                }
+            }
+        })??;
+        (&y * dy.to_kind(y.kind())).sum(y.kind()).backward();
+        let mut out = vec![y.detach()];
+        out.extend(l.all().iter().map(|t| t.grad().copy()));
+        Ok((out, kernel))
+    };
+
+    // the kernel side: Kernel on CUDA (an error says why it cannot run), Auto elsewhere
+    let kernel_path = if d.is_cuda() {
+        FusedPath::Kernel
+    } else {
+        FusedPath::Auto
+    };
+    let (fused, kernel_ran) = run(Some(kernel_path), Some(&mask))?;
+    let (composite, composite_kernel) = run(Some(FusedPath::Composite), Some(&mask))?;
+    assert!(!composite_kernel);
+    let mut diffs = serde_json::Map::new();
+    let mut worst_rel: f64 = 0.0;
+    for ((x, r), name) in fused.iter().zip(&composite).zip(NAMES) {
+        let (x, r) = (x.to_kind(Kind::Double), r.to_kind(Kind::Double));
+        let abs = (&x - &r).abs().max().double_value(&[]);
+        let scale = r.abs().max().double_value(&[]).max(1e-30);
+        let rel = abs / scale;
+        worst_rel = worst_rel.max(if rel.is_nan() { f64::INFINITY } else { rel });
+        diffs.insert(
+            name.into(),
+            serde_json::json!({"max_abs": abs, "max_rel": rel, "dtype": format!("{:?}", x.kind())}),
+        );
+    }
+
+    // timing: each side `rounds` times after 3 warm-up rounds, device-synchronised per round
+    let mut medians = Vec::new();
+    for (side, path) in [
+        ("kernel", Some(kernel_path)),
+        ("composite", Some(FusedPath::Composite)),
+        ("unfused", None),
+    ] {
+        let mut times = Vec::new();
+        let mut ran = false;
+        for i in 0..a.rounds + 3 {
+            sync(d);
+            let t0 = Instant::now();
+            let (_, k) = run(path, None)?;
+            sync(d);
+            if i >= 3 {
+                times.push(t0.elapsed().as_secs_f64());
+            }
+            ran = k;
+        }
+        times.sort_by(|x, y| x.total_cmp(y));
+        let med = times[times.len() / 2];
+        medians.push((side, med));
+        println!(
+            "{}",
+            serde_json::json!({
+                "side": side, "path_ran": if ran { "kernel" } else if path.is_some() { "composite" } else { "unfused" },
+                "median_ms": med * 1e3, "seq_per_s": a.tokens as f64 / 512.0 / med,
+                "tokens": a.tokens, "hidden": a.hidden, "inner": a.inner, "bf16": a.bf16,
+                "device": format!("{d:?}"),
+            })
+        );
+    }
+    let ok = worst_rel < 2e-2 && (kernel_ran || !d.is_cuda());
+    println!(
+        "{}",
+        serde_json::json!({
+            "check": "fused_epilogue", "ok": ok, "kernel_ran": kernel_ran,
+            "kernel_built": kernel_built(), "worst_rel": worst_rel, "diffs": diffs,
+            "speedup_kernel_vs_unfused": medians[2].1 / medians[0].1,
+            "speedup_kernel_vs_composite": medians[1].1 / medians[0].1,
+        })
+    );
+    if !ok {
+        bail!(
+            "fused epilogue check failed: kernel ran {kernel_ran}, worst relative difference {worst_rel:e}"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,860 @@
+// mlperf-run's fused epilogue shim: BERT's "bias + dropout + residual + LayerNorm" as ONE autograd
+// op (src/models/fused_epilogue.rs), i.e.
+//
+//   s = residual + dropout(h + bias, p)        y = LayerNorm(s) * gamma + beta
+//
+// Two implementations behind one torch::autograd::Function:
+// - the composite path (every device; the CPU path and the GPU fallback): ATen ops with an
+//   explicit backward. It draws the dropout mask exactly as at::dropout does (CPU:
+//   empty_like(x).bernoulli_(1-p).div_(1-p) then a multiply; CUDA: at::native_dropout), so it
+//   consumes the global RNG like the unfused ops and, in fp32 on the CPU, gives bit-identical
+//   outputs and gradients (tests/fused_epilogue.rs).
+// - the CUDA kernel path (cargo feature `cuda`, MLPERF_RUN_CUDA): one row-per-block forward
+//   kernel (bias, mask, residual, LayerNorm statistics, output) and one row-per-block backward
+//   kernel (LayerNorm backward fused with the mask and the residual gradient), plus a column-sum
+//   kernel for d gamma / d beta. The kernels are compiled at run time with NVRTC (torch's wheel
+//   ships libnvrtc; no nvcc needed) on first use and launched through the driver API, both
+//   dlopen'ed: no link-time dependency on libcuda or libnvrtc. The dropout mask comes from ATen's
+//   bernoulli_ on the device (philox offsets are advanced under CUDA graph capture), never from a
+//   seed passed to our kernel, so a captured graph draws a new mask every replay.
+//
+// Conventions as in foreach.cpp: tensors cross as tch's C_tensor (at::Tensor*), new tensors come
+// back as `new at::Tensor`, and no C++ exception crosses the boundary (error.hpp).
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "error.hpp"
+
+#include <dirent.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+constexpr const char* kWhat = "fused epilogue shim";
+
+// ---- the CUDA source (compiled by NVRTC; also by tests on the CPU) --------------------------
+// No #include: NVRTC has no CUDA headers here. bf16 and fp16 are handled as raw 16-bit words
+// (bf16 by bit shifts with round-to-nearest-even, fp16 by the PTX cvt instructions). The prelude
+// that mr_fe_source prepends defines HT (h, d h), RT (residual, d residual) and OT (y, d y) as
+// one of F32 / BF16 / F16. Statistics, s and all arithmetic are fp32, as native_layer_norm keeps
+// mean and rstd.
+const char* kKernelSource = R"CUDA(
+typedef unsigned short u16;
+struct F32 {
+  typedef float T;
+  static __device__ __forceinline__ float load(float v) { return v; }
+  static __device__ __forceinline__ float store(float f) { return f; }
+};
+struct BF16 {
+  typedef u16 T;
+  static __device__ __forceinline__ float load(u16 v) { return __uint_as_float(((unsigned)v) << 16); }
+  static __device__ __forceinline__ u16 store(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0;  // NaN stays a (quiet) NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                          // round to nearest even
+    return (u16)(u >> 16);
+  }
+};
+struct F16 {
+  typedef u16 T;
+  static __device__ __forceinline__ float load(u16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+  }
+  static __device__ __forceinline__ u16 store(float f) {
+    u16 v;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f));
+    return v;
+  }
+};
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `buf` holds 33 floats; the trailing __syncthreads lets the caller reuse it at once.
+__device__ __forceinline__ float block_sum(float v, float* buf) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < nwarps ? buf[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
+    if (lane == 0) buf[32] = w;
+  }
+  __syncthreads();
+  float r = buf[32];
+  __syncthreads();
+  return r;
+}
+
+// One block per row. s = res + (mask ? (h + bias) * scale : 0) (no mask: h + bias), written to
+// `s` for the backward; mean and variance in two passes over s (the second pass re-reads the
+// thread's own writes, which stay in L1/L2 for rows of a few KB).
+extern "C" __global__ void mr_fe_forward(const HT::T* __restrict__ h, const float* __restrict__ bias,
+                                         const unsigned char* __restrict__ mask, float scale,
+                                         const RT::T* __restrict__ res, const float* __restrict__ gamma,
+                                         const float* __restrict__ beta, float eps, int cols,
+                                         OT::T* __restrict__ y, float* __restrict__ s,
+                                         float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+  __shared__ float buf[33];
+  const long long base = (long long)blockIdx.x * cols;
+  float sum = 0.f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = HT::load(h[base + c]);
+    if (bias) v += bias[c];
+    if (mask) v = mask[base + c] ? v * scale : 0.f;
+    v += RT::load(res[base + c]);
+    s[base + c] = v;
+    sum += v;
+  }
+  const float mean = block_sum(sum, buf) / cols;
+  float sq = 0.f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float d = s[base + c] - mean;
+    sq += d * d;
+  }
+  const float rstd = rsqrtf(block_sum(sq, buf) / cols + eps);
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    y[base + c] = OT::store((s[base + c] - mean) * rstd * gamma[c] + beta[c]);
+  }
+  if (threadIdx.x == 0) {
+    mean_out[blockIdx.x] = mean;
+    rstd_out[blockIdx.x] = rstd;
+  }
+}
+
+// One block per row: LayerNorm's input gradient ds = rstd * (g - mean(g) - xhat * mean(g xhat)),
+// g = dy * gamma, then d residual = ds and d h = mask ? ds * scale : 0 (no mask: ds).
+extern "C" __global__ void mr_fe_backward(const OT::T* __restrict__ dy, const float* __restrict__ s,
+                                          const float* __restrict__ mean, const float* __restrict__ rstd,
+                                          const float* __restrict__ gamma,
+                                          const unsigned char* __restrict__ mask, float scale, int cols,
+                                          HT::T* __restrict__ dh, RT::T* __restrict__ dres) {
+  __shared__ float buf[33];
+  const long long base = (long long)blockIdx.x * cols;
+  const float m = mean[blockIdx.x], r = rstd[blockIdx.x];
+  float sg = 0.f, sgx = 0.f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float g = OT::load(dy[base + c]) * gamma[c];
+    sg += g;
+    sgx += g * (s[base + c] - m) * r;
+  }
+  const float mg = block_sum(sg, buf) / cols;
+  const float mgx = block_sum(sgx, buf) / cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float g = OT::load(dy[base + c]) * gamma[c];
+    float ds = r * (g - mg - (s[base + c] - m) * r * mgx);
+    if (dres) dres[base + c] = RT::store(ds);
+    float d = mask ? (mask[base + c] ? ds * scale : 0.f) : ds;
+    dh[base + c] = HT::store(d);
+  }
+}
+
+// d gamma and d beta partial column sums: thread = column, blockIdx.y = a chunk of rows; the
+// caller sums the [chunks, cols] partials with ATen. Reads are coalesced along the row.
+extern "C" __global__ void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restrict__ s,
+                                        const float* __restrict__ mean, const float* __restrict__ rstd,
+                                        int rows, int cols, int rows_per_chunk,
+                                        float* __restrict__ part_gamma, float* __restrict__ part_beta) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float dg = 0.f, db = 0.f;
+  for (int r = r0; r < r1; ++r) {
+    const long long i = (long long)r * cols + c;
+    float d = OT::load(dy[i]);
+    dg += d * (s[i] - mean[r]) * rstd[r];
+    db += d;
+  }
+  part_gamma[(long long)blockIdx.y * cols + c] = dg;
+  part_beta[(long long)blockIdx.y * cols + c] = db;
+}
+)CUDA";
+
+// dtype codes shared with Rust (src/models/fused_epilogue.rs): 0 fp32, 1 bf16, 2 fp16
+const char* type_name(int code) {
+  switch (code) {
+    case 0: return "F32";
+    case 1: return "BF16";
+    case 2: return "F16";
+    default: return nullptr;
+  }
+}
+
+[[maybe_unused]] int type_code(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return 0;
+    case at::kBFloat16: return 1;
+    case at::kHalf: return 2;
+    default: return -1;
+  }
+}
+
+std::string source_for(int ht, int rt, int ot) {
+  TORCH_CHECK(type_name(ht) && type_name(rt) && type_name(ot), "fused epilogue: bad dtype code");
+  return std::string("#define HT ") + type_name(ht) + "\n#define RT " + type_name(rt) +
+         "\n#define OT " + type_name(ot) + "\n" + kKernelSource;
+}
+
+// ---- NVRTC, dlopen'ed -----------------------------------------------------------------------
+// Only the entry points used, declared by hand (nvrtc.h is not on this machine's include path).
+using nvrtcProgram = void*;
+struct Nvrtc {
+  void* lib = nullptr;
+  int (*createProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                       const char* const*) = nullptr;
+  int (*compileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
+  int (*getProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
+  int (*getProgramLog)(nvrtcProgram, char*) = nullptr;
+  int (*getPTXSize)(nvrtcProgram, size_t*) = nullptr;
+  int (*getPTX)(nvrtcProgram, char*) = nullptr;
+  int (*getCUBINSize)(nvrtcProgram, size_t*) = nullptr;
+  int (*getCUBIN)(nvrtcProgram, char*) = nullptr;
+  int (*destroyProgram)(nvrtcProgram*) = nullptr;
+  const char* (*getErrorString)(int) = nullptr;
+};
+
+template <typename F>
+void sym(void* lib, const char* name, F& f, const std::string& path) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  TORCH_CHECK(f != nullptr, "NVRTC library ", path, " lacks ", name);
+}
+
+// The folder of the loaded libtorch_cpu (torch/lib), for the wheel's nvidia/cu13/lib beside it.
+std::string torch_lib_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || !info.dli_fname) return {};
+  std::string p(info.dli_fname);
+  auto slash = p.rfind('/');
+  return slash == std::string::npos ? std::string() : p.substr(0, slash);
+}
+
+// NVRTC dlopens its companion libnvrtc-builtins.so.X.Y by name, which the dynamic linker only
+// finds on the system path; the torch wheel keeps it beside libnvrtc. Loading it first from that
+// folder (by full path, RTLD_GLOBAL) makes NVRTC's own dlopen find it already loaded.
+void preload_builtins(void* nvrtc_lib) {
+  void* fn = dlsym(nvrtc_lib, "nvrtcCreateProgram");
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return;
+  std::string p(info.dli_fname);
+  auto slash = p.rfind('/');
+  if (slash == std::string::npos) return;
+  const std::string dir = p.substr(0, slash);
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("libnvrtc-builtins.so.", 0) == 0) {
+      dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_GLOBAL);
+    }
+  }
+  closedir(d);
+}
+
+// Opens NVRTC at `path`, or (empty path) from MLPERF_RUN_NVRTC, the already loaded or
+// system-visible libnvrtc.so.13 / .12, or the torch wheel's nvidia/cu13/lib.
+Nvrtc open_nvrtc(const std::string& path) {
+  std::vector<std::string> tries;
+  if (!path.empty()) {
+    tries.push_back(path);
+  } else {
+    if (const char* env = std::getenv("MLPERF_RUN_NVRTC")) tries.emplace_back(env);
+    tries.emplace_back("libnvrtc.so.13");
+    tries.emplace_back("libnvrtc.so.12");
+    std::string dir = torch_lib_dir();
+    if (!dir.empty()) {
+      tries.push_back(dir + "/../../nvidia/cu13/lib/libnvrtc.so.13");
+      tries.push_back(dir + "/../../nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
+    }
+  }
+  Nvrtc n;
+  std::string errors;
+  std::string used;
+  for (const auto& t : tries) {
+    n.lib = dlopen(t.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (n.lib) {
+      used = t;
+      break;
+    }
+    const char* e = dlerror();
+    errors += "\n  " + t + ": " + (e ? e : "not found");
+  }
+  TORCH_CHECK(n.lib != nullptr, "cannot load NVRTC (libnvrtc); tried:", errors);
+  preload_builtins(n.lib);
+  sym(n.lib, "nvrtcCreateProgram", n.createProgram, used);
+  sym(n.lib, "nvrtcCompileProgram", n.compileProgram, used);
+  sym(n.lib, "nvrtcGetProgramLogSize", n.getProgramLogSize, used);
+  sym(n.lib, "nvrtcGetProgramLog", n.getProgramLog, used);
+  sym(n.lib, "nvrtcGetPTXSize", n.getPTXSize, used);
+  sym(n.lib, "nvrtcGetPTX", n.getPTX, used);
+  sym(n.lib, "nvrtcGetCUBINSize", n.getCUBINSize, used);
+  sym(n.lib, "nvrtcGetCUBIN", n.getCUBIN, used);
+  sym(n.lib, "nvrtcDestroyProgram", n.destroyProgram, used);
+  sym(n.lib, "nvrtcGetErrorString", n.getErrorString, used);
+  return n;
+}
+
+// Compiles the kernels for (ht, rt, ot) for `arch` (e.g. "sm_90": a CUBIN; "compute_90": PTX).
+std::string nvrtc_compile(const Nvrtc& n, const std::string& arch, int ht, int rt, int ot) {
+  const std::string src = source_for(ht, rt, ot);
+  nvrtcProgram prog = nullptr;
+  int rc = n.createProgram(&prog, src.c_str(), "mlperf_run_fused_epilogue.cu", 0, nullptr, nullptr);
+  TORCH_CHECK(rc == 0, "nvrtcCreateProgram: ", n.getErrorString(rc));
+  struct Destroy {
+    const Nvrtc& n;
+    nvrtcProgram* p;
+    ~Destroy() { n.destroyProgram(p); }
+  } destroy{n, &prog};
+  const std::string arch_opt = "--gpu-architecture=" + arch;
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17"};
+  rc = n.compileProgram(prog, 2, opts);
+  if (rc != 0) {
+    size_t log_size = 0;
+    n.getProgramLogSize(prog, &log_size);
+    std::string log(log_size, '\0');
+    if (log_size > 0) n.getProgramLog(prog, log.data());
+    TORCH_CHECK(false, "NVRTC could not compile the fused epilogue kernels for ", arch, ": ",
+                n.getErrorString(rc), "\n", log);
+  }
+  const bool cubin = arch.rfind("sm_", 0) == 0;
+  size_t size = 0;
+  rc = cubin ? n.getCUBINSize(prog, &size) : n.getPTXSize(prog, &size);
+  TORCH_CHECK(rc == 0 && size > 0, "NVRTC returned no ", cubin ? "CUBIN" : "PTX", ": ",
+              n.getErrorString(rc));
+  std::string out(size, '\0');
+  rc = cubin ? n.getCUBIN(prog, out.data()) : n.getPTX(prog, out.data());
+  TORCH_CHECK(rc == 0, "NVRTC: ", n.getErrorString(rc));
+  return out;
+}
+
+// ---- kernel path (CUDA builds) --------------------------------------------------------------
+// Kernel-path status for Rust: 0 not tried yet, 1 compiled and loaded at least once, -1 failed
+// (then every call uses the composite path; the message is in g_status_msg).
+std::atomic<int> g_status{0};
+std::mutex g_status_mu;
+std::string g_status_msg;
+
+[[maybe_unused]] void set_failed(const std::string& msg) {
+  std::lock_guard<std::mutex> lock(g_status_mu);
+  g_status_msg = msg;
+  g_status.store(-1);
+}
+
+bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
+                   const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
+    const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
+    const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask, double scale,
+    double eps, at::ScalarType out_type);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
+    const at::Tensor& dy, const at::Tensor& s, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& gamma, const at::Tensor& mask, double scale, at::ScalarType h_type,
+    at::ScalarType res_type, bool need_res);
+
+// ---- the autograd op ------------------------------------------------------------------------
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The dropout "noise" the composite path saves: CPU: the scaled noise tensor (x's dtype);
+// CUDA (at::native_dropout): the bool mask. `kind` tells which.
+enum NoiseKind : int64_t { kNoNoise = 0, kScaledNoise = 1, kBoolMask = 2 };
+
+struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAddLayerNorm> {
+  // h [N, H] (any leading shape: LayerNorm is over the last dim), bias [H] or undefined,
+  // residual like h, gamma/beta [H], mask: undefined (draw one) or a 0/1 tensor like h (tests
+  // and the GPU check: the same mask for both paths).
+  // (bias and mask as optionals: custom Functions take no undefined at::Tensor inputs)
+  static variable_list forward(AutogradContext* ctx, at::Tensor h,
+                               std::optional<at::Tensor> bias_opt, at::Tensor residual,
+                               at::Tensor gamma, at::Tensor beta,
+                               std::optional<at::Tensor> mask_opt, double p, bool train,
+                               double eps, bool use_kernel, bool out_fp32) {
+    const at::Tensor bias = bias_opt.value_or(at::Tensor());
+    const at::Tensor mask = mask_opt.value_or(at::Tensor());
+    // The op's dtypes are decided by the caller (out_fp32: autocast was on, as layer_norm's
+    // autocast policy casts to fp32); nothing inside is re-cast by autocast.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const bool drop = train && p > 0 && h.numel() > 0;
+    const int64_t cols = h.size(-1);
+    ctx->saved_data["p"] = p;
+    ctx->saved_data["has_bias"] = bias.defined();
+    ctx->saved_data["drop"] = drop;
+    ctx->saved_data["use_kernel"] = use_kernel;
+    ctx->saved_data["cols"] = cols;
+    ctx->saved_data["h_type"] = static_cast<int64_t>(h.scalar_type());
+    ctx->saved_data["res_type"] = static_cast<int64_t>(residual.scalar_type());
+    ctx->saved_data["bias_type"] =
+        static_cast<int64_t>(bias.defined() ? bias.scalar_type() : h.scalar_type());
+    if (use_kernel) {
+      at::Tensor m;
+      if (drop) {
+        m = mask.defined() ? mask.to(at::kByte).contiguous()
+                           : at::empty(h.sizes(), h.options().dtype(at::kByte)).bernoulli_(1 - p);
+      }
+      const at::ScalarType out_type =
+          out_fp32 ? at::kFloat : at::promote_types(h.scalar_type(), residual.scalar_type());
+      auto [y, s, mean, rstd] =
+          kernel_forward(h, bias, residual, gamma, beta, m, drop ? 1.0 / (1.0 - p) : 1.0, eps,
+                         out_type);
+      ctx->save_for_backward({s, mean, rstd, gamma, m});
+      return {y};
+    }
+    // Composite: the unfused ops' sequence (linear's bias cast to h's dtype, then at::dropout's
+    // own mask draw), so the RNG and the rounding match them.
+    at::Tensor x = bias.defined() ? h + bias.to(h.scalar_type()) : h;
+    at::Tensor noise;
+    int64_t kind = kNoNoise;
+    if (drop) {
+      if (mask.defined()) {
+        noise = mask.to(x.scalar_type(), false, /*copy=*/true).div_(1 - p);
+        kind = kScaledNoise;
+        x = x * noise;
+      } else if (x.is_cuda()) {
+        auto [out, m] = at::native_dropout(x, p, true);
+        x = out;
+        noise = m;
+        kind = kBoolMask;
+      } else {
+        noise = at::empty_like(x).bernoulli_(1 - p);
+        noise.div_(1 - p);
+        kind = kScaledNoise;
+        x = x * noise;
+      }
+    }
+    at::Tensor s = x + residual;
+    if (out_fp32) s = s.to(at::kFloat);
+    auto [y, mean, rstd] = at::native_layer_norm(s, {cols}, gamma, beta, eps);
+    ctx->saved_data["noise_kind"] = kind;
+    ctx->save_for_backward({s, mean, rstd, gamma, noise, beta});
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    auto saved = ctx->get_saved_variables();
+    const double p = ctx->saved_data["p"].toDouble();
+    const bool drop = ctx->saved_data["drop"].toBool();
+    const int64_t cols = ctx->saved_data["cols"].toInt();
+    const auto h_type = static_cast<at::ScalarType>(ctx->saved_data["h_type"].toInt());
+    const auto res_type = static_cast<at::ScalarType>(ctx->saved_data["res_type"].toInt());
+    const auto bias_type = static_cast<at::ScalarType>(ctx->saved_data["bias_type"].toInt());
+    const at::Tensor& s = saved[0];
+    const at::Tensor& mean = saved[1];
+    const at::Tensor& rstd = saved[2];
+    const at::Tensor& gamma = saved[3];
+    at::Tensor dy = grads[0];
+    if (!dy.defined()) dy = at::zeros_like(s);
+    // needs_input_grad counts the node's edges, i.e. only the tensors given: h, bias (if any),
+    // residual, gamma, beta
+    const int64_t nb = ctx->saved_data["has_bias"].toBool() ? 1 : 0;
+    const bool need_h = ctx->needs_input_grad(0), need_bias = nb && ctx->needs_input_grad(1);
+    const bool need_res = ctx->needs_input_grad(1 + nb);
+    const bool need_gamma = ctx->needs_input_grad(2 + nb),
+               need_beta = ctx->needs_input_grad(3 + nb);
+    at::Tensor dh, dbias, dres, dgamma, dbeta;
+    if (ctx->saved_data["use_kernel"].toBool()) {
+      const at::Tensor& m = saved[4];
+      std::tie(dh, dres, dgamma, dbeta) = kernel_backward(
+          dy, s, mean, rstd, gamma, m, drop ? 1.0 / (1.0 - p) : 1.0, h_type, res_type, need_res);
+    } else {
+      const at::Tensor& noise = saved[4];
+      const at::Tensor& beta = saved[5];
+      at::Tensor ds;
+      std::tie(ds, dgamma, dbeta) = at::native_layer_norm_backward(
+          dy, s, {cols}, mean, rstd, gamma, beta,
+          {true, need_gamma && gamma.defined(), need_beta && beta.defined()});
+      // the engine casts each input's gradient to its dtype: the residual's, and x's before
+      // the dropout multiply (as AddBackward then MulBackward do for the unfused ops)
+      dres = ds.to(res_type);
+      at::Tensor dx = ds.to(h_type);
+      switch (ctx->saved_data["noise_kind"].toInt()) {
+        case kScaledNoise: dx = dx * noise; break;
+        case kBoolMask: dx = at::native_dropout_backward(dx, noise, 1.0 / (1.0 - p)); break;
+        default: break;
+      }
+      dh = dx;
+    }
+    if (need_bias && dh.defined()) {
+      // linear's bias gradient: the column sum of d h
+      std::vector<int64_t> dims;
+      for (int64_t d = 0; d + 1 < dh.dim(); ++d) dims.push_back(d);
+      dbias = dh.sum(dims).to(bias_type);
+    }
+    if (!need_h) dh = at::Tensor();
+    if (!need_res) dres = at::Tensor();
+    // one gradient per forward argument (the non-tensor ones get undefined)
+    return {dh, dbias, dres, dgamma, dbeta, at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+const at::Tensor& need(const at::Tensor* t, const char* name) {
+  TORCH_CHECK(t != nullptr && t->defined(), "fused epilogue: ", name, " is undefined");
+  return *t;
+}
+
+at::Tensor opt(const at::Tensor* t) { return t != nullptr ? *t : at::Tensor(); }
+
+// mode: 0 auto (the kernel where usable), 1 composite, 2 kernel or an error.
+at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
+                  const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask,
+                  double p, bool train, double eps, int mode, int* used_kernel) {
+  TORCH_CHECK(h.dim() >= 1 && h.sizes() == residual.sizes(), "fused epilogue: h ", h.sizes(),
+              " and residual ", residual.sizes(), " must have the same shape");
+  TORCH_CHECK(p >= 0 && p < 1, "fused epilogue: dropout p must be in [0, 1), got ", p);
+  TORCH_CHECK(!mask.defined() || mask.sizes() == h.sizes(), "fused epilogue: mask ",
+              mask.sizes(), " must have h's shape ", h.sizes());
+  // as layer_norm under autocast: the LayerNorm runs (and returns) fp32
+  const bool out_fp32 = at::autocast::is_autocast_enabled(h.device().type());
+  const at::ScalarType out_type =
+      out_fp32 ? at::kFloat : at::promote_types(h.scalar_type(), residual.scalar_type());
+  bool use_kernel = false;
+  if (mode != 1) {
+    use_kernel = kernel_usable(h, bias, residual, gamma, beta, out_type);
+    TORCH_CHECK(use_kernel || mode != 2,
+                "fused epilogue: the CUDA kernel path is not usable for these tensors (h ",
+                h.scalar_type(), " on ", h.device(), ", residual ", residual.scalar_type(),
+                ", gamma ", gamma.scalar_type(), ")",
+                g_status.load() < 0 ? ": " + g_status_msg : std::string());
+  }
+  if (used_kernel) *used_kernel = use_kernel ? 1 : 0;
+  auto some = [](const at::Tensor& t) {
+    return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+  };
+  auto out = BiasDropoutAddLayerNorm::apply(h, some(bias), residual, gamma, beta, some(mask), p,
+                                            train, eps, use_kernel, out_fp32);
+  return out[0];
+}
+
+}  // namespace
+
+// ---- the CUDA kernel path -------------------------------------------------------------------
+#ifdef MLPERF_RUN_CUDA
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace {
+
+// The driver API, dlopen'ed (libcuda.so.1 is already loaded by the CUDA runtime on a GPU
+// machine). Types are the driver's opaque handles.
+using CUresult = int;
+using CUmodule = void*;
+using CUfunction = void*;
+using CUcontext = void*;
+using CUstream = void*;
+struct Driver {
+  CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*deviceGet)(int*, int) = nullptr;
+  CUresult (*deviceGetAttribute)(int*, int, int) = nullptr;
+  CUresult (*primaryCtxRetain)(CUcontext*, int) = nullptr;
+  CUresult (*moduleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*getErrorString)(CUresult, const char**) = nullptr;
+};
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    TORCH_CHECK(lib != nullptr, "cannot load the CUDA driver (libcuda.so.1): ", dlerror());
+    const std::string name = "libcuda.so.1";
+    sym(lib, "cuCtxGetCurrent", d.ctxGetCurrent, name);
+    sym(lib, "cuCtxSetCurrent", d.ctxSetCurrent, name);
+    sym(lib, "cuDeviceGet", d.deviceGet, name);
+    sym(lib, "cuDeviceGetAttribute", d.deviceGetAttribute, name);
+    sym(lib, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain, name);
+    sym(lib, "cuModuleLoadData", d.moduleLoadData, name);
+    sym(lib, "cuModuleGetFunction", d.moduleGetFunction, name);
+    sym(lib, "cuLaunchKernel", d.launchKernel, name);
+    sym(lib, "cuGetErrorString", d.getErrorString, name);
+    return d;
+  }();
+  return d;
+}
+
+void cu_check(CUresult rc, const char* what) {
+  if (rc == 0) return;
+  const char* msg = nullptr;
+  driver().getErrorString(rc, &msg);
+  TORCH_CHECK(false, what, ": CUDA driver error ", rc, " (", msg ? msg : "?", ")");
+}
+
+struct Kernels {
+  CUfunction fwd = nullptr, bwd = nullptr, colsum = nullptr;
+};
+
+// One compiled module per (device, ht, rt, ot), built on first use: in the eager warm-up steps,
+// before any CUDA graph capture (compiling or loading a module is not allowed while capturing).
+std::mutex g_kernels_mu;
+std::map<std::tuple<int, int, int, int>, Kernels> g_kernels;
+
+const Kernels* kernels_for(int device, int ht, int rt, int ot) {
+  std::lock_guard<std::mutex> lock(g_kernels_mu);
+  auto key = std::make_tuple(device, ht, rt, ot);
+  auto it = g_kernels.find(key);
+  if (it != g_kernels.end()) return &it->second;
+  if (g_status.load() < 0) return nullptr;
+  try {
+    static Nvrtc nvrtc = open_nvrtc("");
+    const Driver& d = driver();
+    // the module belongs to the current context: make sure it is the device's primary one
+    // (the one the CUDA runtime and so libtorch use)
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    int dev = 0;
+    cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
+    CUcontext ctx = nullptr;
+    cu_check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
+    if (ctx == nullptr) {
+      cu_check(d.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+      cu_check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
+    }
+    // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR; a CUBIN for exactly this GPU
+    int major = 0, minor = 0;
+    cu_check(d.deviceGetAttribute(&major, 75, dev), "cuDeviceGetAttribute");
+    cu_check(d.deviceGetAttribute(&minor, 76, dev), "cuDeviceGetAttribute");
+    const std::string arch = "sm_" + std::to_string(major) + std::to_string(minor);
+    const std::string cubin = nvrtc_compile(nvrtc, arch, ht, rt, ot);
+    CUmodule module = nullptr;
+    cu_check(d.moduleLoadData(&module, cubin.data()), "cuModuleLoadData");
+    Kernels k;
+    cu_check(d.moduleGetFunction(&k.fwd, module, "mr_fe_forward"), "cuModuleGetFunction");
+    cu_check(d.moduleGetFunction(&k.bwd, module, "mr_fe_backward"), "cuModuleGetFunction");
+    cu_check(d.moduleGetFunction(&k.colsum, module, "mr_fe_colsum"), "cuModuleGetFunction");
+    g_status.store(1);
+    return &g_kernels.emplace(key, k).first->second;
+  } catch (const c10::Error& e) {
+    set_failed(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    set_failed(e.what());
+  }
+  return nullptr;
+}
+
+constexpr unsigned kThreads = 256;
+
+void launch(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args, int device) {
+  CUstream stream = static_cast<CUstream>(
+      c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+  cu_check(driver().launchKernel(f, gx, gy, 1, threads, 1, 1, 0, stream, args, nullptr),
+           "cuLaunchKernel (fused epilogue)");
+}
+
+const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+}  // namespace
+
+namespace {
+
+bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
+                   const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type) {
+  if (!h.is_cuda() || h.numel() == 0 || g_status.load() < 0) return false;
+  const auto dev = h.device();
+  if (residual.device() != dev || !gamma.defined() || !beta.defined() ||
+      gamma.device() != dev || beta.device() != dev || gamma.scalar_type() != at::kFloat ||
+      beta.scalar_type() != at::kFloat || gamma.numel() != h.size(-1) ||
+      beta.numel() != h.size(-1))
+    return false;
+  if (bias.defined() &&
+      (bias.device() != dev || bias.scalar_type() != at::kFloat || bias.numel() != h.size(-1)))
+    return false;
+  const int ht = type_code(h.scalar_type()), rt = type_code(residual.scalar_type()),
+            ot = type_code(out_type);
+  if (ht < 0 || rt < 0 || ot < 0) return false;
+  if (h.size(-1) > INT32_MAX || h.numel() / h.size(-1) > INT32_MAX) return false;
+  return kernels_for(dev.index(), ht, rt, ot) != nullptr;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
+    const at::Tensor& h_in, const at::Tensor& bias_in, const at::Tensor& res_in,
+    const at::Tensor& gamma_in, const at::Tensor& beta_in, const at::Tensor& mask, double scale,
+    double eps, at::ScalarType out_type) {
+  const int64_t cols = h_in.size(-1);
+  const int64_t rows = h_in.numel() / cols;
+  const int device = h_in.device().index();
+  const Kernels* k = kernels_for(device, type_code(h_in.scalar_type()),
+                                 type_code(res_in.scalar_type()), type_code(out_type));
+  TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded");
+  at::Tensor h = h_in.contiguous(), res = res_in.contiguous(), gamma = gamma_in.contiguous(),
+             beta = beta_in.contiguous();
+  at::Tensor bias = bias_in.defined() ? bias_in.contiguous() : at::Tensor();
+  at::Tensor y = at::empty(h.sizes(), h.options().dtype(out_type));
+  at::Tensor s = at::empty(h.sizes(), h.options().dtype(at::kFloat));
+  // shaped like native_layer_norm's on CUDA: [rows..., 1]
+  std::vector<int64_t> stat_shape(h.sizes().begin(), h.sizes().end() - 1);
+  stat_shape.push_back(1);
+  at::Tensor mean = at::empty(stat_shape, h.options().dtype(at::kFloat));
+  at::Tensor rstd = at::empty(stat_shape, h.options().dtype(at::kFloat));
+  const void* hp = h.data_ptr();
+  const void* bp = ptr_or_null(bias);
+  const void* mp = ptr_or_null(mask);
+  float sc = static_cast<float>(scale), ep = static_cast<float>(eps);
+  const void* rp = res.data_ptr();
+  const void* gp = gamma.data_ptr();
+  const void* bep = beta.data_ptr();
+  int c = static_cast<int>(cols);
+  void* yp = y.data_ptr();
+  void* sp = s.data_ptr();
+  void* meanp = mean.data_ptr();
+  void* rstdp = rstd.data_ptr();
+  void* args[] = {&hp, &bp, &mp, &sc, &rp, &gp, &bep, &ep, &c, &yp, &sp, &meanp, &rstdp};
+  launch(k->fwd, static_cast<unsigned>(rows), 1, kThreads, args, device);
+  return {y, s, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
+    const at::Tensor& dy_in, const at::Tensor& s, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& gamma, const at::Tensor& mask, double scale, at::ScalarType h_type,
+    at::ScalarType res_type, bool need_res) {
+  const int64_t cols = s.size(-1);
+  const int64_t rows = s.numel() / cols;
+  const int device = s.device().index();
+  const Kernels* k = kernels_for(device, type_code(h_type), type_code(res_type),
+                                 type_code(dy_in.scalar_type()));
+  TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded (backward, dy ",
+              dy_in.scalar_type(), ")");
+  at::Tensor dy = dy_in.contiguous();
+  at::Tensor dh = at::empty(s.sizes(), s.options().dtype(h_type));
+  at::Tensor dres = need_res ? at::empty(s.sizes(), s.options().dtype(res_type)) : at::Tensor();
+  {
+    const void* dyp = dy.data_ptr();
+    const void* sp = s.data_ptr();
+    const void* mp = mean.data_ptr();
+    const void* rp = rstd.data_ptr();
+    const void* gp = gamma.data_ptr();
+    const void* maskp = ptr_or_null(mask);
+    float sc = static_cast<float>(scale);
+    int c = static_cast<int>(cols);
+    void* dhp = dh.data_ptr();
+    void* drp = need_res ? dres.data_ptr() : nullptr;
+    void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp};
+    launch(k->bwd, static_cast<unsigned>(rows), 1, kThreads, args, device);
+  }
+  // d gamma, d beta: partial sums over chunks of 64 rows, then one ATen sum
+  const int rows_per_chunk = 64;
+  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  at::Tensor part_g = at::empty({chunks, cols}, s.options().dtype(at::kFloat));
+  at::Tensor part_b = at::empty({chunks, cols}, s.options().dtype(at::kFloat));
+  {
+    const void* dyp = dy.data_ptr();
+    const void* sp = s.data_ptr();
+    const void* mp = mean.data_ptr();
+    const void* rp = rstd.data_ptr();
+    int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rows_per_chunk;
+    void* pgp = part_g.data_ptr();
+    void* pbp = part_b.data_ptr();
+    void* args[] = {&dyp, &sp, &mp, &rp, &r, &c, &rpc, &pgp, &pbp};
+    const unsigned gx = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+    launch(k->colsum, gx, static_cast<unsigned>(chunks), kThreads, args, device);
+  }
+  return {dh, dres, part_g.sum(0), part_b.sum(0)};
+}
+
+}  // namespace
+
+#else  // no CUDA headers at build time: the composite path only
+
+namespace {
+bool kernel_usable(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                   const at::Tensor&, at::ScalarType) {
+  return false;
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    const at::Tensor&, double, double, at::ScalarType) {
+  TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    const at::Tensor&, double, at::ScalarType, at::ScalarType, bool) {
+  TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
+}
+}  // namespace
+
+#endif
+
+extern "C" {
+
+// y = LayerNorm(residual + dropout(h + bias)) as one autograd op (bias and mask may be null).
+// mode: 0 auto, 1 composite, 2 kernel (error when unusable). *used_kernel: which path ran.
+int mr_fe_bias_dropout_add_ln(const at::Tensor* h, const at::Tensor* bias,
+                              const at::Tensor* residual, const at::Tensor* gamma,
+                              const at::Tensor* beta, const at::Tensor* mask, double p, int train,
+                              double eps, int mode, at::Tensor** out, int* used_kernel,
+                              char** err) {
+  return mr::catching(err, kWhat, [&] {
+    *out = new at::Tensor(run_op(need(h, "h"), opt(bias), need(residual, "residual"),
+                                 need(gamma, "gamma"), need(beta, "beta"), opt(mask), p, train != 0, eps, mode,
+                                 used_kernel));
+  });
+}
+
+// The same with the dense layer in front: y = LN(residual + dropout(x W^T + b)). With the
+// kernel path the matmul runs without its bias and the kernel adds it; otherwise the bias goes
+// into the matmul (addmm), exactly as the unfused linear.
+int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
+                               const at::Tensor* residual, const at::Tensor* gamma,
+                               const at::Tensor* beta, const at::Tensor* mask, double p,
+                               int train, double eps, int mode, at::Tensor** out,
+                               int* used_kernel, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    const at::Tensor& xx = need(x, "x");
+    const at::Tensor& ww = need(w, "weight");
+    const at::Tensor bb = opt(b);
+    // the kernel path is only a candidate on CUDA while NVRTC has not failed; run_op decides
+    const bool candidate = mode != 1 && xx.is_cuda() && g_status.load() >= 0 && bb.defined();
+    at::Tensor h = candidate ? at::linear(xx, ww) : at::linear(xx, ww, bb);
+    *out = new at::Tensor(run_op(h, candidate ? bb : at::Tensor(), need(residual, "residual"),
+                                 need(gamma, "gamma"), need(beta, "beta"), opt(mask), p, train != 0, eps, mode,
+                                 used_kernel));
+  });
+}
+
+// Kernel-path status: 0 not tried, 1 loaded, -1 failed (*msg: why, malloc'd; free with
+// mr_free_str).
+int mr_fe_kernel_status(char** msg) {
+  int s = g_status.load();
+  if (s < 0 && msg != nullptr) {
+    std::lock_guard<std::mutex> lock(g_status_mu);
+    mr::set_err(msg, g_status_msg);
+  }
+  return s;
+}
+
+// 1 when this build has the kernel path (the `cuda` feature).
+int mr_fe_kernel_built() {
+#ifdef MLPERF_RUN_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// Compiles the kernels with NVRTC from `nvrtc_path` (null or empty: the search of the GPU path)
+// for `arch` ("sm_XY": CUBIN, "compute_XY": PTX); *size: the binary's bytes. Needs no GPU.
+int mr_fe_nvrtc_compile(const char* nvrtc_path, const char* arch, int ht, int rt, int ot,
+                        size_t* size, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    Nvrtc n = open_nvrtc(nvrtc_path ? nvrtc_path : "");
+    std::string bin = nvrtc_compile(n, arch, ht, rt, ot);
+    *size = bin.size();
+  });
+}
+
+}  // extern "C"

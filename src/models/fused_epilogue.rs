@@ -1,0 +1,262 @@
+//! Fused epilogues for BERT (`methods.fused_epilogues`): `LayerNorm(residual + dropout(x W^T + b))`
+//! as ONE autograd op, over the C++ shim (`shim/fused_epilogue.cpp`).
+//!
+//! Two paths behind the same op:
+//! - **composite** (every device): ATen ops with an explicit backward. It draws the dropout mask
+//!   as `at::dropout` does (CPU: `empty_like(x).bernoulli_(1-p)`, CUDA: `native_dropout`), so it
+//!   consumes the RNG like the unfused ops; on the CPU in fp32 its outputs and gradients are
+//!   bit-identical to them (`tests/fused_epilogue.rs`).
+//! - **kernel** (CUDA, build feature `cuda`): the bias add, the dropout mask multiply, the
+//!   residual add and the LayerNorm in one row kernel, and the LayerNorm backward fused with the
+//!   mask and the residual gradient in another, compiled at run time with NVRTC on first use. The
+//!   mask comes from ATen's `bernoulli_` on the device, so CUDA graph replays draw new masks. The
+//!   math is the same; the rounding differs from the unfused ops (fp32 throughout inside the
+//!   kernel, no intermediate bf16 rounding). If NVRTC or the driver fails, one warning is logged
+//!   and the composite path runs.
+//!
+//! Dtypes are those of the unfused ops: under autocast the output is fp32 (layer_norm's autocast
+//! policy); otherwise the promotion of `h` and `residual`.
+
+use anyhow::{bail, Result};
+use std::os::raw::{c_char, c_int};
+use std::path::Path;
+use std::sync::Once;
+use tch::{Kind, Tensor};
+use torch_sys::C_tensor;
+
+type T = *const C_tensor;
+type Err = *mut *mut c_char;
+
+extern "C" {
+    fn mr_fe_bias_dropout_add_ln(
+        h: T,
+        bias: T,
+        residual: T,
+        gamma: T,
+        beta: T,
+        mask: T,
+        p: f64,
+        train: c_int,
+        eps: f64,
+        mode: c_int,
+        out: *mut *mut C_tensor,
+        used_kernel: *mut c_int,
+        err: Err,
+    ) -> c_int;
+    fn mr_fe_dense_dropout_add_ln(
+        x: T,
+        w: T,
+        b: T,
+        residual: T,
+        gamma: T,
+        beta: T,
+        mask: T,
+        p: f64,
+        train: c_int,
+        eps: f64,
+        mode: c_int,
+        out: *mut *mut C_tensor,
+        used_kernel: *mut c_int,
+        err: Err,
+    ) -> c_int;
+    fn mr_fe_kernel_status(msg: Err) -> c_int;
+    fn mr_fe_kernel_built() -> c_int;
+    fn mr_fe_nvrtc_compile(
+        nvrtc_path: *const c_char,
+        arch: *const c_char,
+        ht: c_int,
+        rt: c_int,
+        ot: c_int,
+        size: *mut usize,
+        err: Err,
+    ) -> c_int;
+}
+
+/// Which implementation to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusedPath {
+    /// The CUDA kernels where usable (CUDA tensors, fp32 LayerNorm parameters, kernels built and
+    /// compiled), else the composite path.
+    Auto,
+    /// ATen ops only (the CPU path; on CUDA the reference for the kernels).
+    Composite,
+    /// The CUDA kernels, or an error saying why not (the GPU check).
+    Kernel,
+}
+
+impl FusedPath {
+    fn code(self) -> c_int {
+        match self {
+            FusedPath::Auto => 0,
+            FusedPath::Composite => 1,
+            FusedPath::Kernel => 2,
+        }
+    }
+}
+
+/// The inputs shared by both entry points.
+pub struct Epilogue<'a> {
+    /// Added to the dropped-out value (same shape as the dense output).
+    pub residual: &'a Tensor,
+    /// LayerNorm weight and bias (`[H]`).
+    pub gamma: &'a Tensor,
+    pub beta: &'a Tensor,
+    pub eps: f64,
+    /// Dropout probability (applied only when `train`).
+    pub p: f64,
+    pub train: bool,
+    /// A given keep-mask (1 = keep, like the dense output) instead of a fresh draw: tests and the
+    /// GPU check, to compare both paths with the same mask.
+    pub mask: Option<&'a Tensor>,
+    pub path: FusedPath,
+}
+
+fn opt(t: Option<&Tensor>) -> T {
+    t.map_or(std::ptr::null(), |t| t.as_ptr())
+}
+
+static WARNED: Once = Once::new();
+
+/// One warning per process when the kernel path failed to build (the composite path runs).
+fn warn_if_kernel_failed() {
+    let mut msg = std::ptr::null_mut();
+    // SAFETY: plain status query; `msg` is set (malloc'd) only when the status is -1.
+    let status = unsafe { mr_fe_kernel_status(&mut msg) };
+    if status < 0 {
+        // SAFETY: the shim set `msg` for status -1 (or left it null).
+        let why = unsafe { crate::shim_error::take(msg) };
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "methods.fused_epilogues: the CUDA kernels are unavailable, using the composite \
+                 (ATen) path: {}",
+                why.lines().next().unwrap_or("")
+            );
+        });
+    }
+}
+
+fn finish(rc: c_int, out: *mut C_tensor, err: *mut c_char) -> Result<Tensor> {
+    if rc != 0 {
+        // SAFETY: the shim set `err` (or left it null) for this failed call.
+        let msg = unsafe { crate::shim_error::take(err) };
+        bail!("fused epilogue: {msg}");
+    }
+    warn_if_kernel_failed();
+    // SAFETY: on success the shim returned a new at::Tensor that we now own.
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// `LayerNorm(residual + dropout(h + bias))` as one autograd op; returns the output and whether
+/// the CUDA kernel path ran.
+pub fn bias_dropout_add_ln(
+    h: &Tensor,
+    bias: Option<&Tensor>,
+    e: &Epilogue,
+) -> Result<(Tensor, bool)> {
+    let mut out = std::ptr::null_mut();
+    let mut used: c_int = 0;
+    let mut err = std::ptr::null_mut();
+    // SAFETY: every pointer is a live tensor (or null where the shim allows it) for the call.
+    let rc = unsafe {
+        mr_fe_bias_dropout_add_ln(
+            h.as_ptr(),
+            opt(bias),
+            e.residual.as_ptr(),
+            e.gamma.as_ptr(),
+            e.beta.as_ptr(),
+            opt(e.mask),
+            e.p,
+            c_int::from(e.train),
+            e.eps,
+            e.path.code(),
+            &mut out,
+            &mut used,
+            &mut err,
+        )
+    };
+    Ok((finish(rc, out, err)?, used != 0))
+}
+
+/// `LayerNorm(residual + dropout(x W^T + b))`: the dense layer and its epilogue. With the
+/// kernel path the matmul runs without its bias (the kernel adds it); otherwise it is exactly
+/// the unfused `linear`. Returns the output and whether the CUDA kernel path ran.
+pub fn dense_dropout_add_ln(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    e: &Epilogue,
+) -> Result<(Tensor, bool)> {
+    let mut out = std::ptr::null_mut();
+    let mut used: c_int = 0;
+    let mut err = std::ptr::null_mut();
+    // SAFETY: every pointer is a live tensor (or null where the shim allows it) for the call.
+    let rc = unsafe {
+        mr_fe_dense_dropout_add_ln(
+            x.as_ptr(),
+            w.as_ptr(),
+            b.as_ptr(),
+            e.residual.as_ptr(),
+            e.gamma.as_ptr(),
+            e.beta.as_ptr(),
+            opt(e.mask),
+            e.p,
+            c_int::from(e.train),
+            e.eps,
+            e.path.code(),
+            &mut out,
+            &mut used,
+            &mut err,
+        )
+    };
+    Ok((finish(rc, out, err)?, used != 0))
+}
+
+/// Whether this build has the CUDA kernel path (cargo feature `cuda`).
+pub fn kernel_built() -> bool {
+    // SAFETY: no arguments.
+    unsafe { mr_fe_kernel_built() != 0 }
+}
+
+/// The kernels' dtype code (fp32, bf16, fp16).
+fn kind_code(k: Kind) -> Result<c_int> {
+    Ok(match k {
+        Kind::Float => 0,
+        Kind::BFloat16 => 1,
+        Kind::Half => 2,
+        other => bail!("fused epilogue kernels: no {other:?} variant"),
+    })
+}
+
+/// Compiles the CUDA kernels with NVRTC loaded from `nvrtc` for `arch` (`sm_XY`: a CUBIN,
+/// `compute_XY`: PTX) with h / residual / output dtypes; returns the binary's size. Needs no
+/// GPU: CI uses it to catch errors in the kernel source.
+pub fn nvrtc_compile(
+    nvrtc: &Path,
+    arch: &str,
+    h: Kind,
+    residual: Kind,
+    out: Kind,
+) -> Result<usize> {
+    let path = std::ffi::CString::new(nvrtc.to_string_lossy().as_bytes())?;
+    let arch_c = std::ffi::CString::new(arch)?;
+    let mut size = 0usize;
+    let mut err = std::ptr::null_mut();
+    // SAFETY: valid C strings and out-pointers for the call.
+    let rc = unsafe {
+        mr_fe_nvrtc_compile(
+            path.as_ptr(),
+            arch_c.as_ptr(),
+            kind_code(h)?,
+            kind_code(residual)?,
+            kind_code(out)?,
+            &mut size,
+            &mut err,
+        )
+    };
+    if rc != 0 {
+        // SAFETY: the shim set `err` (or left it null) for this failed call.
+        let msg = unsafe { crate::shim_error::take(err) };
+        bail!("{msg}");
+    }
+    Ok(size)
+}
