@@ -545,7 +545,7 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
 // ---- the CUDA kernel path -------------------------------------------------------------------
 #ifdef MLPERF_RUN_CUDA
 
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 namespace {
@@ -617,7 +617,9 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
     const Driver& d = driver();
     // the module belongs to the current context: make sure it is the device's primary one
     // (the one the CUDA runtime and so libtorch use)
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    // c10's device-generic guard (exported code), not CUDAGuard, whose inline CUDA runtime calls
+    // would need libcudart at link time (see graph.cpp)
+    c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
     int dev = 0;
     cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
     CUcontext ctx = nullptr;
