@@ -194,6 +194,7 @@ fn main() -> Result<()> {
     let mut diffs = serde_json::Map::new();
     let mut worst_rel: f64 = 0.0;
     for ((x, r), name) in fused.iter().zip(&composite).zip(NAMES) {
+        let kind = x.kind();
         let (x, r) = (x.to_kind(Kind::Double), r.to_kind(Kind::Double));
         let abs = (&x - &r).abs().max().double_value(&[]);
         let scale = r.abs().max().double_value(&[]).max(1e-30);
@@ -201,7 +202,7 @@ fn main() -> Result<()> {
         worst_rel = worst_rel.max(if rel.is_nan() { f64::INFINITY } else { rel });
         diffs.insert(
             name.into(),
-            serde_json::json!({"max_abs": abs, "max_rel": rel, "dtype": format!("{:?}", x.kind())}),
+            serde_json::json!({"max_abs": abs, "max_rel": rel, "dtype": format!("{kind:?}")}),
         );
     }
 

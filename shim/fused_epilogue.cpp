@@ -30,6 +30,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -544,7 +545,7 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
 // ---- the CUDA kernel path -------------------------------------------------------------------
 #ifdef MLPERF_RUN_CUDA
 
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 namespace {
@@ -616,7 +617,9 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
     const Driver& d = driver();
     // the module belongs to the current context: make sure it is the device's primary one
     // (the one the CUDA runtime and so libtorch use)
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    // c10's device-generic guard (exported code), not CUDAGuard, whose inline CUDA runtime calls
+    // would need libcudart at link time (see graph.cpp)
+    c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
     int dev = 0;
     cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
     CUcontext ctx = nullptr;
@@ -649,7 +652,22 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
 
 constexpr unsigned kThreads = 256;
 
+// A driver-API launch needs a current context in the calling thread; the autograd engine's
+// device threads normally have the runtime's primary context current already (their ATen kernels
+// ran first), so this only binds it where none is (no host sync either way).
+void ensure_context(int device) {
+  const Driver& d = driver();
+  CUcontext ctx = nullptr;
+  cu_check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (ctx != nullptr) return;
+  int dev = 0;
+  cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
+  cu_check(d.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  cu_check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
 void launch(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args, int device) {
+  ensure_context(device);
   CUstream stream = static_cast<CUstream>(
       c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
   cu_check(driver().launchKernel(f, gx, gy, 1, threads, 1, 1, 0, stream, args, nullptr),
@@ -746,8 +764,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp};
     launch(k->bwd, static_cast<unsigned>(rows), 1, kThreads, args, device);
   }
-  // d gamma, d beta: partial sums over chunks of 64 rows, then one ATen sum
-  const int rows_per_chunk = 64;
+  // d gamma, d beta: partial sums over chunks of (at least) 64 rows, then one ATen sum; the
+  // chunk count stays within gridDim.y's 65,535
+  const int rows_per_chunk =
+      static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   at::Tensor part_g = at::empty({chunks, cols}, s.options().dtype(at::kFloat));
   at::Tensor part_b = at::empty({chunks, cols}, s.options().dtype(at::kFloat));

@@ -417,3 +417,26 @@ fn cuda_kernels_compile_with_nvrtc_for_sm80_and_sm90() {
     assert!(msg.contains("cannot load NVRTC"), "{msg}");
     eprintln!("kernel path built into this binary: {}", kernel_built());
 }
+
+#[test]
+fn the_switch_is_a_config_key_allowed_in_both_divisions_and_logged() {
+    use mlperf_run::train::bert::BertRunConfig;
+    use mlperf_run::train::config::Division;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let on = text.replace("[methods]", "[methods]\nfused_epilogues = true");
+    for division in [Division::Closed, Division::Open] {
+        let off = BertRunConfig::parse(&text, division).unwrap();
+        assert!(!off.methods.fused_epilogues, "default off");
+        let cfg =
+            BertRunConfig::parse(&on, division).unwrap_or_else(|e| panic!("{division:?}: {e:#}"));
+        assert!(cfg.methods.fused_epilogues);
+        let kv = cfg.hyperparameters(division, 1000, 128);
+        let logged = kv.iter().find(|(k, _)| *k == "method_fused_epilogues");
+        assert_eq!(
+            logged.map(|(_, v)| v.clone()),
+            Some(serde_json::json!(true)),
+            "{division:?}"
+        );
+    }
+}

@@ -16,6 +16,16 @@
 //!
 //! Dtypes are those of the unfused ops: under autocast the output is fp32 (layer_norm's autocast
 //! policy); otherwise the promotion of `h` and `residual`.
+//!
+//! Not fused yet: the intermediate dense's bias + erf-GELU. libtorch 2.11's
+//! `_addmm_activation(use_gelu=true)` (cuBLASLt's GELU epilogue) has no autograd formula and does
+//! not keep the pre-activation that GELU's backward needs. A real fusion needs cuBLASLt's
+//! `CUBLASLT_EPILOGUE_GELU_AUX_BIAS` in the forward (writes the pre-activation as the aux output;
+//! the aux leading dimension must be a multiple of 8, bf16 aux under autocast) and, in the
+//! backward, `gelu_backward(dy, aux, "none")` (or `CUBLASLT_EPILOGUE_DGELU_BGRAD` on the dgrad
+//! matmul) plus a column sum for the bias; cublasLt functions would be resolved by dlsym from the
+//! already loaded libcublasLt with the handle from `at::cuda::getCurrentCUDABlasLtHandle()`, a
+//! workspace from the caching allocator, and a composite CPU twin (`addmm` + `gelu`).
 
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int};
