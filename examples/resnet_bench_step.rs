@@ -322,9 +322,6 @@ fused_bn_relu = {fused_bn_relu}
     );
     let cfg = ResnetRunConfig::parse(&cfg_text, Division::Open)?;
     let mut w = ResnetWorkload::new(cfg, Division::Open, Box::new(data));
-    if a.cuda_graph && !a.device.is_cuda() {
-        w = w.emulate_cuda_graph(mlperf_run::cuda_graph::DEFAULT_WARMUP_STEPS);
-    }
     let dir = std::env::temp_dir().join(format!("mlperf-run-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut opts = RunOptions::new(
@@ -339,6 +336,9 @@ fused_bn_relu = {fused_bn_relu}
     opts.seed = Some(1);
     opts.log_path = Some(dir.join("bench_log.txt"));
     opts.distributed_from_env = false;
+    if a.cuda_graph && !a.device.is_cuda() {
+        opts.emulate_cuda_graph = Some(mlperf_run::cuda_graph::DEFAULT_WARMUP_STEPS);
+    }
     let out = engine::run_once(&mut w, opts)?;
     let _ = std::fs::remove_dir_all(&dir);
     if !out.losses.iter().all(|l| l.is_finite()) {

@@ -64,10 +64,8 @@ fn resnet_run(
 ) -> (RunOutcome, ResnetWorkload) {
     let data = open_data(cfg, None).unwrap();
     let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, data);
-    if let Some(warmup) = graphs {
-        w = w.emulate_cuda_graph(warmup);
-    }
-    let opts = common::train::cpu_run_options(&cfg.system, Division::Open, 11, log);
+    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, 11, log);
+    opts.emulate_cuda_graph = graphs;
     let out = run_once(&mut w, opts).unwrap();
     (out, w)
 }
@@ -127,10 +125,8 @@ fn bert_run(
     log: &Path,
 ) -> (RunOutcome, BertWorkload) {
     let mut w = BertWorkload::new(cfg.clone(), Division::Open, data.to_path_buf(), None);
-    if let Some(warmup) = graphs {
-        w = w.emulate_cuda_graph(warmup);
-    }
-    let opts = common::train::cpu_run_options(&cfg.system, Division::Open, 5, log);
+    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, 5, log);
+    opts.emulate_cuda_graph = graphs;
     let out = run_once(&mut w, opts).unwrap();
     (out, w)
 }

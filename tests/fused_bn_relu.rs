@@ -277,10 +277,8 @@ fn run_tiny(
 ) -> (RunOutcome, ResnetWorkload) {
     let data = open_data(cfg, None).unwrap();
     let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, data);
-    if let Some(warmup) = graphs {
-        w = w.emulate_cuda_graph(warmup);
-    }
-    let opts = common::train::cpu_run_options(&cfg.system, Division::Open, seed, log);
+    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, seed, log);
+    opts.emulate_cuda_graph = graphs;
     let out = run_once(&mut w, opts).unwrap();
     (out, w)
 }

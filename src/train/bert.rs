@@ -388,7 +388,6 @@ pub struct BertWorkload {
     pub data_dir: PathBuf,
     pub init_checkpoint: Option<PathBuf>,
     state: Option<State>,
-    emulate_graphs: Option<u32>,
 }
 
 impl BertWorkload {
@@ -404,16 +403,7 @@ impl BertWorkload {
             data_dir,
             init_checkpoint,
             state: None,
-            emulate_graphs: None,
         }
-    }
-
-    /// Run the training steps through the CPU twin of `methods.cuda_graph`
-    /// ([`StepGraphs::emulated`], `warmup_steps` eager steps per shape), for tests on machines
-    /// without a GPU.
-    pub fn emulate_cuda_graph(mut self, warmup_steps: u32) -> Self {
-        self.emulate_graphs = Some(warmup_steps);
-        self
     }
 
     /// How the training steps went through `methods.cuda_graph` (None when it is off).
@@ -538,7 +528,7 @@ impl Workload for BertWorkload {
         };
         let graphs = StepGraphs::for_run(
             cfg.methods.cuda_graph,
-            self.emulate_graphs.or(ctx.emulate_cuda_graph),
+            ctx.emulate_cuda_graph,
             ctx.device,
             ctx.world_size,
         )?;

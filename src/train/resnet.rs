@@ -114,7 +114,6 @@ pub struct ResnetWorkload {
     state: Option<State>,
     timing: StepTiming,
     emulate_world: usize,
-    emulate_graphs: Option<u32>,
 }
 
 /// Where training-step time goes (seconds, summed over all steps).
@@ -137,16 +136,7 @@ impl ResnetWorkload {
             state: None,
             timing: StepTiming::default(),
             emulate_world: 1,
-            emulate_graphs: None,
         }
-    }
-
-    /// Run the training steps through the CPU twin of `methods.cuda_graph`
-    /// ([`StepGraphs::emulated`], `warmup_steps` eager steps per shape): the same static
-    /// buffers and step body as a CUDA graph, for tests on machines without a GPU.
-    pub fn emulate_cuda_graph(mut self, warmup_steps: u32) -> Self {
-        self.emulate_graphs = Some(warmup_steps);
-        self
     }
 
     /// How the training steps went through `methods.cuda_graph` (None when it is off).
@@ -330,7 +320,7 @@ impl Workload for ResnetWorkload {
             .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
         let graphs = StepGraphs::for_run(
             cfg.methods.cuda_graph,
-            self.emulate_graphs.or(ctx.emulate_cuda_graph),
+            ctx.emulate_cuda_graph,
             ctx.device,
             ctx.world_size,
         )?;
