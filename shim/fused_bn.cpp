@@ -227,6 +227,14 @@ std::string ineligible(const at::Tensor& x, const at::Tensor& z, const at::Tenso
   return "";
 }
 
+// cuDNN answered NOT_SUPPORTED for dtype `t` (`detail`: where and its status): that dtype takes
+// the composite path for the rest of the process, and the reason is kept for the one warning.
+void refuse_dtype(at::ScalarType t, const std::string& detail) {
+  g_refused.fetch_or(dtype_bit(t));
+  note_fallback(std::string("cuDNN does not support the fused BN+add+ReLU for ") +
+                c10::toString(t) + " (" + detail + "); that dtype uses the composite path");
+}
+
 struct CudnnForward {
   bool ok = false;  // false: cuDNN refused this dtype (recorded), take the composite path
   at::Tensor y, save_mean, save_invstd, reserve;
@@ -250,10 +258,7 @@ CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::T
   if (s == CUDNN_STATUS_SUCCESS) s = c.reserve_size(h, kMode, ops, d.act, d.x, &reserve);
   CudnnForward out;
   if (s == CUDNN_STATUS_NOT_SUPPORTED) {
-    g_refused.fetch_or(dtype_bit(x.scalar_type()));
-    note_fallback(std::string("cuDNN does not support the fused BN+add+ReLU for ") +
-                  c10::toString(x.scalar_type()) + " (workspace query: " + status_text(s) +
-                  "); that dtype uses the composite path");
+    refuse_dtype(x.scalar_type(), "workspace query: " + status_text(s));
     return out;
   }
   check(s, "cudnnGetBatchNormalization*Size");
@@ -274,10 +279,7 @@ CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::T
   if (s == CUDNN_STATUS_NOT_SUPPORTED) {
     // nothing was written (cuDNN checks support before launching): the composite path redoes
     // the whole call, running statistics included
-    g_refused.fetch_or(dtype_bit(x.scalar_type()));
-    note_fallback(std::string("cuDNN does not support the fused BN+add+ReLU for ") +
-                  c10::toString(x.scalar_type()) + " (" + status_text(s) +
-                  "); that dtype uses the composite path");
+    refuse_dtype(x.scalar_type(), status_text(s));
     return out;
   }
   check(s, "cudnnBatchNormalizationForwardTrainingEx");
