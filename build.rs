@@ -76,7 +76,8 @@ fn compile_shim(lib: &Path) {
         .file("shim/graph.cpp")
         .file("shim/reducer.cpp")
         .file("shim/fused_bn.cpp")
-        .file("shim/fused_epilogue.cpp");
+        .file("shim/fused_epilogue.cpp")
+        .file("shim/fused_bias_gelu.cpp");
     let nccl = std::env::var_os("CARGO_FEATURE_NCCL").is_some();
     let cuda = std::env::var_os("CARGO_FEATURE_CUDA").is_some();
     if nccl || cuda {

@@ -46,6 +46,9 @@
 //! - `fused_epilogues`: in every encoder layer, the attention output's and the feed-forward
 //!   output's "dense bias + dropout + residual + LayerNorm" run as one autograd op
 //!   ([`super::fused_epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path).
+//! - `fused_bias_gelu` (open division): every encoder layer's intermediate dense + bias + GELU
+//!   as one op with the tanh GELU ([`super::fused_bias_gelu`]: cuBLASLt's GELU epilogue on a
+//!   GPU).
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -253,6 +256,9 @@ pub struct BertForPreTraining {
     /// Open/closed method `fused_epilogues`: each layer's two "dense + dropout + residual +
     /// LayerNorm" tails as one autograd op ([`crate::models::fused_epilogue`]).
     pub fused_epilogues: bool,
+    /// Open method `fused_bias_gelu`: each layer's intermediate dense + bias + GELU as one op,
+    /// the GELU in tanh form (cuBLASLt's epilogue on a GPU; [`crate::models::fused_bias_gelu`]).
+    pub fused_bias_gelu: bool,
 }
 
 /// Masked positions per sequence for the MLM head, or the whole sequence.
@@ -326,6 +332,7 @@ impl BertForPreTraining {
             unpad: false,
             fused_attention: true,
             fused_epilogues: false,
+            fused_bias_gelu: false,
         })
     }
 
@@ -429,14 +436,28 @@ impl BertForPreTraining {
         };
         if self.fused_epilogues {
             let x = self.fused_tail(&l.attn_out, &l.attn_ln, &ctx, x, train);
-            let inter = l.intermediate.forward(&x).gelu("none");
+            let inter = self.intermediate(&l.intermediate, &x);
             return self.fused_tail(&l.output, &l.out_ln, &inter, &x, train);
         }
         let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
         let x = l.attn_ln.forward(&(attn + x));
-        let inter = l.intermediate.forward(&x).gelu("none");
+        let inter = self.intermediate(&l.intermediate, &x);
         let out = l.output.forward(&inter).dropout(c.hidden_dropout, train);
         l.out_ln.forward(&(out + x))
+    }
+
+    /// The feed-forward block's first half: `gelu(dense(x))` with BERT's erf GELU, or with
+    /// `methods.fused_bias_gelu` the tanh GELU fused into the matmul
+    /// ([`super::fused_bias_gelu`]). A shim error panics with its message, as in `fused_tail`.
+    fn intermediate(&self, dense: &Dense, x: &Tensor) -> Tensor {
+        if !self.fused_bias_gelu {
+            return dense.forward(x).gelu("none");
+        }
+        use super::fused_bias_gelu::{dense_bias_gelu, GeluPath};
+        match dense_bias_gelu(x, &dense.w, &dense.b, GeluPath::Auto) {
+            Ok((y, _)) => y,
+            Err(err) => panic!("{err:#}"),
+        }
     }
 
     /// `ln(residual + dropout(dense(input)))` as one op (`methods.fused_epilogues`). A shim

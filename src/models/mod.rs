@@ -1,6 +1,7 @@
 //! Model definitions in plain tch (tch-rs examples style). Feature `torch`.
 
 pub mod bert;
+pub mod fused_bias_gelu;
 pub mod fused_epilogue;
 pub mod resnet;
 

@@ -129,6 +129,12 @@ pub struct BertMethodsConfig {
     /// beyond rounding, so both divisions allow it. See [`crate::models::fused_epilogue`].
     #[serde(default)]
     pub fused_epilogues: bool,
+    /// Each encoder layer's "intermediate dense + bias + GELU" as one op with the tanh GELU
+    /// (cuBLASLt's GELU epilogue on a GPU, the composite ATen twin elsewhere). The reference's
+    /// GELU is the erf form, so this is open-division only. See
+    /// [`crate::models::fused_bias_gelu`].
+    #[serde(default)]
+    pub fused_bias_gelu: bool,
     /// Token load balance: each global micro-batch is dealt out to the ranks by non-padding
     /// token count ([`crate::data::bert::balance`]); open division, with `unpad` only.
     #[serde(default)]
@@ -217,6 +223,13 @@ impl BertRunConfig {
                     bail!(
                         "train.eval_interval_samples is open-division only; the closed division evaluates every \
                          FLOOR(0.05*(230.23*GBS + 3,000,000), 25,000) samples: remove the key"
+                    );
+                }
+                if self.methods.fused_bias_gelu {
+                    bail!(
+                        "methods.fused_bias_gelu is an open-division method (its GELU is the tanh \
+                         approximation cuBLASLt fuses, the reference uses the erf GELU): remove it \
+                         or use --division open"
                     );
                 }
                 if self.methods.balance_tokens {
@@ -324,6 +337,7 @@ impl BertRunConfig {
             ("method_fused_attention", json!(m.fused_attention)),
             ("method_bf16", json!(m.bf16)),
             ("method_fused_epilogues", json!(m.fused_epilogues)),
+            ("method_fused_bias_gelu", json!(m.fused_bias_gelu)),
             ("method_balance_tokens", json!(m.balance_tokens)),
         ];
         if division == Division::Open {
@@ -449,6 +463,7 @@ impl Workload for BertWorkload {
         model.unpad = cfg.methods.unpad;
         model.fused_attention = cfg.methods.fused_attention;
         model.fused_epilogues = cfg.methods.fused_epilogues;
+        model.fused_bias_gelu = cfg.methods.fused_bias_gelu;
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
             tracing::info!(
