@@ -24,6 +24,9 @@
 //! twin (`StepGraphs::emulated`, plumbing only); the phase times are then 0.
 //! --fused-epilogues: each layer's dense bias + dropout + residual + LayerNorm as one op, as
 //! `mlperf-run bert` with methods.fused_epilogues (CUDA kernels via NVRTC on a GPU).
+//! --fused-bias-gelu: each layer's intermediate dense + bias + tanh GELU as one op, as
+//! `mlperf-run bert --division open` with methods.fused_bias_gelu (cuBLASLt's GELU epilogue on a
+//! GPU).
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
@@ -37,7 +40,7 @@ use tch::{nn, Device, Kind, Tensor};
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
 [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] \
-[--data DIR]";
+[--fused-bias-gelu] [--data DIR]";
 
 struct Args {
     cfg: BertConfig,
@@ -54,6 +57,7 @@ struct Args {
     lamb: bool,
     cuda_graph: bool,
     fused_epilogues: bool,
+    fused_bias_gelu: bool,
     data: Option<std::path::PathBuf>,
 }
 
@@ -76,6 +80,7 @@ fn parse_args() -> Result<Args> {
         lamb: false,
         cuda_graph: false,
         fused_epilogues: false,
+        fused_bias_gelu: false,
         data: None,
     };
     let mut it = std::env::args().skip(1);
@@ -99,6 +104,10 @@ fn parse_args() -> Result<Args> {
             }
             "--fused-epilogues" => {
                 a.fused_epilogues = true;
+                continue;
+            }
+            "--fused-bias-gelu" => {
+                a.fused_bias_gelu = true;
                 continue;
             }
             "-h" | "--help" => {
@@ -179,6 +188,7 @@ fn main() -> Result<()> {
     let mut model = BertForPreTraining::new(&vs.root(), cfg)?;
     model.unpad = a.unpad;
     model.fused_epilogues = a.fused_epilogues;
+    model.fused_bias_gelu = a.fused_bias_gelu;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions
     let mut opt = Lamb::new(
@@ -297,7 +307,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

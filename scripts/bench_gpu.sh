@@ -17,12 +17,18 @@
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
 #   once and replayed; needs binaries built with `--features cuda`, else those rows fail with
 #   the reason), reported against ours without it and against every peer;
-#   c) also runs ours with methods.fused_epilogues (`mlperf-run fused-epilogues`);
+#   c) also runs ours with methods.fused_epilogues (`mlperf-run fused-epilogues`) and with
+#   methods.fused_bias_gelu (`mlperf-run fused-bias-gelu`, open division: tanh GELU);
 #   g) (only with --only g or --only ...,g) examples/fused_epilogue_check: the fused
 #      dense + dropout + residual + LayerNorm op's CUDA kernels vs its composite ATen path at
 #      BERT-Large shapes (56 x 512 tokens, H 1024, bf16 autocast, the same dropout mask): max
 #      abs/rel diffs of the output and every gradient, and median fwd+bwd time per side (needs a
 #      `--features cuda` build; the table's rate is 512-token sequences per second of the op)
+#   h) (only with --only h or --only ...,h) examples/fused_bias_gelu_check: the fused
+#      dense + bias + tanh GELU op's cuBLASLt GELU_AUX_BIAS epilogue vs its composite ATen path
+#      and vs the unfused linear + erf GELU (BERT-Large intermediate dense: 56 x 512 tokens,
+#      1024 -> 4096, bf16 autocast): max abs/rel diffs of the output and every gradient, and
+#      median fwd+bwd time per side (needs a `--features cuda` build)
 #   e) (only with --only e or --only ...,e) the JPEG pipeline alone on b)'s images:
 #      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
 #      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip
@@ -363,6 +369,7 @@ if want c; then
         mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
         graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph ;;
         fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-epilogues ;;
+        gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-bias-gelu ;;
         hf)
           if [ "$has_hf" = 1 ]; then
             measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \
@@ -373,7 +380,7 @@ if want c; then
         ref) measure c "pytorch-eager bert_ref.py" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/bert_ref.py" bench \
                --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
       esac
-    done < <(rotate "$r" mlperf-run graph fused hf ref)
+    done < <(rotate "$r" mlperf-run graph fused gelu hf ref)
   done
   checkpoint
 fi
@@ -388,6 +395,19 @@ if want g; then
     split="fused-kernel-i$inner:side=kernel fused-composite-i$inner:side=composite unfused-i$inner:side=unfused"
     measure g "fused-epilogue-check-i$inner" 1 json "" -- ours "$FECHECK" "${G_ARGS[@]}" \
       $([ "$smoke" = 1 ] || echo --inner "$inner")
+    split=""
+  done
+  checkpoint
+fi
+
+# ---- h) fused bias + GELU op: cuBLASLt epilogue vs composite (opt-in) ------------------------------
+if want h; then
+  HCHECK="$(find_bin fused_bias_gelu_check)" || die "no fused_bias_gelu_check binary next to $MR"
+  if [ "$smoke" = 1 ]; then H_ARGS=(--device cpu --tokens 64 --hidden 32 --inner 64 --rounds 2)
+  else H_ARGS=(--device cuda --tokens 28672 --hidden 1024 --inner 4096 --rounds 20); fi
+  for r in $(seq "$rounds"); do
+    split="fused-bias-gelu-cublaslt:side=cublaslt fused-bias-gelu-composite:side=composite unfused-linear-erf-gelu:side=unfused_erf"
+    measure h "fused-bias-gelu-check" "$r" json "" -- ours "$HCHECK" "${H_ARGS[@]}"
     split=""
   done
   checkpoint

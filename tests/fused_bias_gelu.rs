@@ -139,7 +139,7 @@ fn it_differs_from_berts_erf_gelu_by_the_approximation_only() {
     let i = Inputs::new(&[64], 32, 64, 9);
     let erf = i.run(i.unfused("none"));
     let fused = i.run(i.fused(GeluPath::Auto));
-    // tanh vs erf GELU: at most ~3e-4 apart in value (the gradients scale with the inputs)
+    // tanh vs erf GELU: at most 4.7e-4 apart in value, 8.7e-4 in slope
     let dy = max_abs(&fused[0], &erf[0]);
     assert!(dy > 0.0, "the tanh GELU equals the erf GELU?");
     assert!(dy < 1e-3, "y differs by {dy:e}");

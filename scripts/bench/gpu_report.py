@@ -229,6 +229,7 @@ PARTS = {
     "e": "e) JPEG decode + crop + resize to u8 batches (no training): CPU threads vs nvJPEG",
     "f": "f) fused BN+ReLU vs unfused, ResNet-50's BN shapes fwd+bwd (img/s = batch / sum of medians)",
     "g": "g) fused epilogue op (dense + dropout + residual + LayerNorm, fwd+bwd): CUDA kernels vs composite vs unfused",
+    "h": "h) fused bias + GELU op (dense 1024 -> 4096 + bias + GELU, fwd+bwd): cuBLASLt epilogue vs composite vs linear + erf GELU",
     "ncu": "ncu) kernels per training step",
 }
 
@@ -252,7 +253,7 @@ def cmd_report(a):
         w(f"measured bf16 matmul ({n}^3 on {mm[0]['raw'].get('device')}, median of {mm[0]['raw'].get('reps')}): "
           f"{peak:,.1f} TFLOP/s"
           + (f" = {100 * peak / H100_SXM_BF16_DENSE_TFLOPS:.1f}% of the H100 SXM datasheet 989" if on_gpu else ""))
-    for part in ("a", "b", "c", "d", "e", "f", "g"):
+    for part in ("a", "b", "c", "d", "e", "f", "g", "h"):
         pr = [r for r in recs if r["part"] == part]
         if not pr:
             continue

@@ -15,8 +15,8 @@
 //!
 //! The GELU is the tanh approximation, because that is what cuBLASLt's epilogue computes.
 //! BERT's reference uses the erf form, so the method changes the model function slightly
-//! (at most about 5e-4 per activation, below bf16 resolution). That is why the closed division
-//! refuses it.
+//! (at most 4.7e-4 per activation and 8.7e-4 in slope, below bf16 resolution near 1). That is
+//! why the closed division refuses it.
 //!
 //! Under autocast the op casts x, W and b the way autocast casts `linear`'s arguments, and
 //! returns the autocast dtype, as the unfused `linear` + `gelu` do.

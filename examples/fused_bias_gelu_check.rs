@@ -1,0 +1,216 @@
+//! GPU check of `methods.fused_bias_gelu`: the fused "dense + bias + tanh GELU" op's cuBLASLt
+//! path (one matmul with the GELU_AUX_BIAS epilogue) against its composite (ATen) path at BERT-Large
+//! shapes under bf16 autocast: max abs / rel differences of the output and of every gradient
+//! (x, W, b), which path each side really ran, the distance of both to BERT's erf GELU, and the
+//! median forward + backward time of each side (and of the unfused `linear` + erf `gelu`, today's
+//! BERT layer) over rounds, each round bracketed by device synchronisations.
+//!
+//! cargo run --release --features cuda --example fused_bias_gelu_check -- [--device cuda|cpu]
+//!     [--tokens 28672] [--hidden 1024] [--inner 4096] [--rounds 20] [--no-bf16]
+//!
+//! Tokens 28,672 = 56 x 512 (a BERT-Large micro-batch), hidden 1024 -> inner 4096 (the
+//! intermediate dense). Prints one JSON line per side (`side`: cublaslt, composite, unfused_erf;
+//! `seq_per_s` counts 512-token sequences) and a final line with the differences and `ok`. Exit
+//! status 1 when cuBLASLt did not run on CUDA or a relative difference to the composite path
+//! exceeds 2e-2 (bf16: the epilogue applies the GELU to the fp32 accumulator, the composite path
+//! to the bf16-rounded matmul output). On a CPU both sides run the composite path (plumbing only).
+
+use anyhow::{bail, Context, Result};
+use mlperf_run::amp::{maybe_autocast, LowPrecision};
+use mlperf_run::models::fused_bias_gelu::{dense_bias_gelu, lt_built, GeluPath};
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+
+const USAGE: &str = "fused_bias_gelu_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
+[--inner 4096] [--rounds 20] [--no-bf16]";
+
+struct Args {
+    device: Device,
+    tokens: i64,
+    hidden: i64,
+    inner: i64,
+    rounds: usize,
+    bf16: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        device: if tch::Cuda::is_available() {
+            Device::Cuda(0)
+        } else {
+            Device::Cpu
+        },
+        tokens: 56 * 512,
+        hidden: 1024,
+        inner: 4096,
+        rounds: 20,
+        bf16: true,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--no-bf16" => {
+                a.bf16 = false;
+                continue;
+            }
+            "-h" | "--help" => {
+                println!("usage: {USAGE}");
+                std::process::exit(0);
+            }
+            _ => {}
+        }
+        let v = it
+            .next()
+            .with_context(|| format!("{flag} needs a value\nusage: {USAGE}"))?;
+        let bad = || format!("bad value {v:?} for {flag}");
+        match flag.as_str() {
+            "--device" => {
+                a.device = match v.as_str() {
+                    "cpu" => Device::Cpu,
+                    "cuda" => Device::Cuda(0),
+                    _ => bail!("{}", bad()),
+                }
+            }
+            "--tokens" => a.tokens = v.parse().with_context(bad)?,
+            "--hidden" => a.hidden = v.parse().with_context(bad)?,
+            "--inner" => a.inner = v.parse().with_context(bad)?,
+            "--rounds" => a.rounds = v.parse().with_context(bad)?,
+            _ => bail!("unknown flag {flag}\nusage: {USAGE}"),
+        }
+    }
+    Ok(a)
+}
+
+fn sync(d: Device) {
+    if let Device::Cuda(i) = d {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+const NAMES: [&str; 4] = ["y", "d_x", "d_w", "d_b"];
+
+/// Which computation a side runs.
+#[derive(Clone, Copy)]
+enum Side {
+    Fused(GeluPath),
+    /// `linear` + erf `gelu`: BERT's layer without the method
+    UnfusedErf,
+}
+
+/// Max relative differences (to `reference`'s max magnitude) per tensor, and the worst.
+fn diffs(a: &[Tensor], reference: &[Tensor]) -> (serde_json::Map<String, serde_json::Value>, f64) {
+    let mut out = serde_json::Map::new();
+    let mut worst: f64 = 0.0;
+    for ((x, r), name) in a.iter().zip(reference).zip(NAMES) {
+        let kind = x.kind();
+        let (x, r) = (x.to_kind(Kind::Double), r.to_kind(Kind::Double));
+        let abs = (&x - &r).abs().max().double_value(&[]);
+        let rel = abs / r.abs().max().double_value(&[]).max(1e-30);
+        worst = worst.max(if rel.is_nan() { f64::INFINITY } else { rel });
+        out.insert(
+            name.into(),
+            serde_json::json!({"max_abs": abs, "max_rel": rel, "dtype": format!("{kind:?}")}),
+        );
+    }
+    (out, worst)
+}
+
+fn main() -> Result<()> {
+    let a = parse_args()?;
+    let d = a.device;
+    tch::manual_seed(0);
+    let f = (Kind::Float, d);
+    let leaf = |s: &[i64], scale: f64| (Tensor::randn(s, f) * scale).set_requires_grad(true);
+    // LayerNorm-scaled activations and BERT's initialiser scale
+    let x = leaf(&[a.tokens, a.hidden], 1.0);
+    let w = leaf(&[a.inner, a.hidden], 0.02 * 2.0);
+    let b = leaf(&[a.inner], 0.1);
+    let dy = Tensor::randn([a.tokens, a.inner], f);
+    let precision = a.bf16.then_some(LowPrecision::BFloat16);
+    let leaves = [&x, &w, &b];
+
+    // one forward + backward; returns the output, the grads and whether cuBLASLt ran
+    let run = |side: Side| -> Result<(Vec<Tensor>, bool)> {
+        for t in leaves {
+            let mut g = t.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+        }
+        let (y, lt) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
+            match side {
+                Side::Fused(path) => dense_bias_gelu(&x, &w, &b, path),
+                Side::UnfusedErf => Ok((x.linear(&w, Some(&b)).gelu("none"), false)),
+            }
+        })??;
+        (&y * dy.to_kind(y.kind())).sum(y.kind()).backward();
+        let mut out = vec![y.detach()];
+        out.extend(leaves.iter().map(|t| t.grad().copy()));
+        Ok((out, lt))
+    };
+
+    // the fused side: cuBLASLt on CUDA (an error says why it cannot run), Auto elsewhere
+    let lt_path = if d.is_cuda() {
+        GeluPath::CublasLt
+    } else {
+        GeluPath::Auto
+    };
+    let (fused, lt_ran) = run(Side::Fused(lt_path))?;
+    let (composite, composite_lt) = run(Side::Fused(GeluPath::Composite))?;
+    assert!(!composite_lt);
+    let (erf, _) = run(Side::UnfusedErf)?;
+    let (vs_composite, worst_rel) = diffs(&fused, &composite);
+    let (vs_erf, worst_rel_erf) = diffs(&fused, &erf);
+    let (composite_vs_erf, _) = diffs(&composite, &erf);
+
+    // timing: each side `rounds` times after 3 warm-up rounds, device-synchronised per round
+    let mut medians = Vec::new();
+    for (name, side) in [
+        ("cublaslt", Side::Fused(lt_path)),
+        ("composite", Side::Fused(GeluPath::Composite)),
+        ("unfused_erf", Side::UnfusedErf),
+    ] {
+        let mut times = Vec::new();
+        let mut ran = false;
+        for i in 0..a.rounds + 3 {
+            sync(d);
+            let t0 = Instant::now();
+            let (_, lt) = run(side)?;
+            sync(d);
+            if i >= 3 {
+                times.push(t0.elapsed().as_secs_f64());
+            }
+            ran = lt;
+        }
+        times.sort_by(|x, y| x.total_cmp(y));
+        let med = times[times.len() / 2];
+        medians.push(med);
+        println!(
+            "{}",
+            serde_json::json!({
+                "side": name,
+                "path_ran": match side { Side::Fused(_) if ran => "cublaslt", Side::Fused(_) => "composite", Side::UnfusedErf => "unfused_erf" },
+                "median_ms": med * 1e3, "rounds_ms": times.iter().map(|t| t * 1e3).collect::<Vec<_>>(),
+                "seq_per_s": a.tokens as f64 / 512.0 / med,
+                "tokens": a.tokens, "hidden": a.hidden, "inner": a.inner, "bf16": a.bf16,
+                "device": format!("{d:?}"),
+            })
+        );
+    }
+    let ok = worst_rel < 2e-2 && (lt_ran || !d.is_cuda());
+    println!(
+        "{}",
+        serde_json::json!({
+            "check": "fused_bias_gelu", "ok": ok, "lt_ran": lt_ran, "lt_built": lt_built(),
+            "worst_rel": worst_rel, "diffs": vs_composite,
+            "worst_rel_vs_erf_unfused": worst_rel_erf, "diffs_vs_erf_unfused": vs_erf,
+            "composite_vs_erf_unfused": composite_vs_erf,
+            "speedup_lt_vs_unfused_erf": medians[2] / medians[0],
+            "speedup_lt_vs_composite": medians[1] / medians[0],
+        })
+    );
+    if !ok {
+        bail!("fused bias+GELU check failed: cuBLASLt ran {lt_ran}, worst relative difference {worst_rel:e}");
+    }
+    Ok(())
+}
