@@ -1,15 +1,16 @@
-//! GPU check of `methods.fused_bias_gelu`: the fused "dense + bias + tanh GELU" op's cuBLASLt
-//! path (one matmul with the GELU_AUX_BIAS epilogue) against its composite (ATen) path at BERT-Large
-//! shapes under bf16 autocast: max abs / rel differences of the output and of every gradient
-//! (x, W, b), which path each side really ran, the distance of both to BERT's erf GELU, and the
-//! median forward + backward time of each side (and of the unfused `linear` + erf `gelu`, today's
-//! BERT layer) over rounds, each round bracketed by device synchronisations.
+//! GPU check of `methods.fused_bias_gelu`: the fused feed-forward op
+//! `gelu_tanh(x W1^T + b1) W2^T`, its cuBLASLt path (GELU_AUX_BIAS in the forward matmul,
+//! DGELU_BGRAD in the backward's) against its composite (ATen) path at BERT-Large shapes under
+//! bf16 autocast: max abs / rel differences of the output and of every gradient (x, W1, b1, W2),
+//! which path each side really ran, the distance of both to BERT's erf GELU, and the median
+//! forward + backward time of each side (and of the unfused `linear` + erf `gelu` + `linear`,
+//! today's BERT feed-forward block) over rounds, each round bracketed by device synchronisations.
 //!
 //! cargo run --release --features cuda --example fused_bias_gelu_check -- [--device cuda|cpu]
 //!     [--tokens 28672] [--hidden 1024] [--inner 4096] [--rounds 20] [--no-bf16]
 //!
-//! Tokens 28,672 = 56 x 512 (a BERT-Large micro-batch), hidden 1024 -> inner 4096 (the
-//! intermediate dense). Prints one JSON line per side (`side`: cublaslt, composite, unfused_erf;
+//! Tokens 28,672 = 56 x 512 (a BERT-Large micro-batch), hidden 1024 -> inner 4096 -> hidden
+//! 1024 (the intermediate and output denses; the output dense's bias is not part of the op). Prints one JSON line per side (`side`: cublaslt, composite, unfused_erf;
 //! `seq_per_s` counts 512-token sequences) and a final line with the differences and `ok`. Exit
 //! status 1 when cuBLASLt did not run on CUDA or a relative difference to the composite path
 //! exceeds 2e-2 (bf16: the epilogue applies the GELU to the fp32 accumulator, the composite path
@@ -17,7 +18,7 @@
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
-use mlperf_run::models::fused_bias_gelu::{dense_bias_gelu, lt_built, GeluPath};
+use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, GeluPath};
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
@@ -87,13 +88,13 @@ fn sync(d: Device) {
     }
 }
 
-const NAMES: [&str; 4] = ["y", "d_x", "d_w", "d_b"];
+const NAMES: [&str; 5] = ["z", "d_x", "d_w1", "d_b1", "d_w2"];
 
 /// Which computation a side runs.
 #[derive(Clone, Copy)]
 enum Side {
     Fused(GeluPath),
-    /// `linear` + erf `gelu`: BERT's layer without the method
+    /// `linear` + erf `gelu` + `linear`: BERT's feed-forward block without the method
     UnfusedErf,
 }
 
@@ -123,11 +124,12 @@ fn main() -> Result<()> {
     let leaf = |s: &[i64], scale: f64| (Tensor::randn(s, f) * scale).set_requires_grad(true);
     // LayerNorm-scaled activations and BERT's initialiser scale
     let x = leaf(&[a.tokens, a.hidden], 1.0);
-    let w = leaf(&[a.inner, a.hidden], 0.02 * 2.0);
-    let b = leaf(&[a.inner], 0.1);
-    let dy = Tensor::randn([a.tokens, a.inner], f);
+    let w1 = leaf(&[a.inner, a.hidden], 0.02 * 2.0);
+    let b1 = leaf(&[a.inner], 0.1);
+    let w2 = leaf(&[a.hidden, a.inner], 0.02);
+    let dz = Tensor::randn([a.tokens, a.hidden], f);
     let precision = a.bf16.then_some(LowPrecision::BFloat16);
-    let leaves = [&x, &w, &b];
+    let leaves = [&x, &w1, &b1, &w2];
 
     // one forward + backward; returns the output, the grads and whether cuBLASLt ran
     let run = |side: Side| -> Result<(Vec<Tensor>, bool)> {
@@ -139,11 +141,16 @@ fn main() -> Result<()> {
         }
         let (y, lt) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
             match side {
-                Side::Fused(path) => dense_bias_gelu(&x, &w, &b, path),
-                Side::UnfusedErf => Ok((x.linear(&w, Some(&b)).gelu("none"), false)),
+                Side::Fused(path) => dense_gelu_dense(&x, &w1, &b1, &w2, path),
+                Side::UnfusedErf => Ok((
+                    x.linear(&w1, Some(&b1))
+                        .gelu("none")
+                        .linear::<&Tensor>(&w2, None),
+                    false,
+                )),
             }
         })??;
-        (&y * dy.to_kind(y.kind())).sum(y.kind()).backward();
+        (&y * dz.to_kind(y.kind())).sum(y.kind()).backward();
         let mut out = vec![y.detach()];
         out.extend(leaves.iter().map(|t| t.grad().copy()));
         Ok((out, lt))

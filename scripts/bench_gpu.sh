@@ -25,10 +25,11 @@
 #      abs/rel diffs of the output and every gradient, and median fwd+bwd time per side (needs a
 #      `--features cuda` build; the table's rate is 512-token sequences per second of the op)
 #   h) (only with --only h or --only ...,h) examples/fused_bias_gelu_check: the fused
-#      dense + bias + tanh GELU op's cuBLASLt GELU_AUX_BIAS epilogue vs its composite ATen path
-#      and vs the unfused linear + erf GELU (BERT-Large intermediate dense: 56 x 512 tokens,
-#      1024 -> 4096, bf16 autocast): max abs/rel diffs of the output and every gradient, and
-#      median fwd+bwd time per side (needs a `--features cuda` build)
+#      feed-forward op gelu_tanh(x W1^T + b1) W2^T with cuBLASLt's GELU_AUX_BIAS (forward) and
+#      DGELU_BGRAD (backward) epilogues vs its composite ATen path and vs the unfused linear +
+#      erf GELU + linear (BERT-Large: 56 x 512 tokens, 1024 -> 4096 -> 1024, bf16 autocast): max
+#      abs/rel diffs of the output and every gradient, and median fwd+bwd time per side (needs a
+#      `--features cuda` build)
 #   e) (only with --only e or --only ...,e) the JPEG pipeline alone on b)'s images:
 #      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
 #      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip

@@ -1,35 +1,41 @@
-// mlperf-run's fused dense + bias + GELU for BERT's open-division method `methods.fused_bias_gelu`
-// (src/models/fused_bias_gelu.rs): the feed-forward block's first half,
+// mlperf-run's fused feed-forward matmuls with bias + GELU in cuBLASLt's epilogues, for BERT's
+// open-division method `methods.fused_bias_gelu` (src/models/fused_bias_gelu.rs):
 //
-//   y = gelu_tanh(x W^T + b)       x [M, K], W [N, K], b [N], y [M, N]
+//   y = gelu_tanh(x W1^T + b1)    z = y W2^T
+//   x [M, H], W1 [I, H], b1 [I], W2 [H2, I], z [M, H2]
 //
-// as ONE autograd op. GELU is the tanh approximation because that is the GELU cuBLASLt's
-// epilogue computes (PyTorch's own _addmm_activation(use_gelu=True) falls back to
-// gelu(approximate="tanh") where it cannot use cuBLASLt); BERT's reference GELU is the erf form,
-// which is why the method is open-division only.
+// as ONE autograd op (the output dense's bias, dropout, residual and LayerNorm stay with the
+// caller: the fused epilogue op or the plain ops). GELU is the tanh approximation because that
+// is the GELU cuBLASLt's epilogues compute (PyTorch's own _addmm_activation(use_gelu=True) falls
+// back to gelu(approximate="tanh") where it cannot use cuBLASLt); BERT's reference GELU is the
+// erf form, which is why the method is open-division only.
 //
 // Two paths behind one torch::autograd::Function:
-// - composite (every device; the CPU path and the GPU fallback): at::addmm then at::gelu(tanh),
-//   and a backward that makes the very calls the autograd formulas of the unfused
-//   `linear(x, W, b).gelu("tanh")` make (gelu_backward; addmm's mat1/mat2/self gradients as
-//   mm_mat1_backward / mm_mat2_backward / sum_to compute them for a row-major x and a
-//   transposed contiguous W), so in fp32 on the CPU it is bit-identical to them
+// - composite (every device; the CPU path and the GPU fallback): at::addmm, at::gelu(tanh),
+//   at::mm, and a backward that makes the very calls the autograd formulas of the unfused
+//   `linear(linear(x, W1, b1).gelu("tanh"), W2)` make (mm_mat1_backward / mm_mat2_backward for a
+//   row-major input and a transposed contiguous weight, gelu_backward, sum_to for the bias), so
+//   in fp32 and under bf16 autocast on the CPU it is bit-identical to them
 //   (tests/fused_bias_gelu.rs).
-// - cuBLASLt (cargo feature `cuda`, MLPERF_RUN_CUDA): ONE cublasLtMatmul with the epilogue
-//   CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes y and, as the aux output, the pre-activation h that
-//   GELU's backward needs; the separate GELU pass over [M, N] (read h, write y) disappears. bf16 /
-//   fp16 operands, fp32 accumulation; K and N multiples of 8 (the aux leading dimension rule),
-//   16-byte aligned pointers. The backward is the composite one on the saved aux (gelu_backward,
-//   two mm, a column sum). cuBLASLt is not linked: its functions are looked up once in the
-//   libcublasLt that libtorch_cuda already loaded; the handle is ATen's, the workspace comes from
-//   the caching allocator (no cudaMalloc, no host sync: the op can be captured in a CUDA graph).
-//   If cuBLASLt finds no algorithm for a shape (NOT_SUPPORTED, or no heuristic result), that call
-//   takes the composite path and the first reason is kept for mr_fbg_fallback_reason (Rust
-//   prints it once). Other cuBLASLt errors end the run with cuBLASLt's status text.
+// - cuBLASLt (cargo feature `cuda`, MLPERF_RUN_CUDA), bf16 / fp16 operands, fp32 accumulation,
+//   H, I and H2 multiples of 8, 16-byte aligned pointers:
+//   forward: ONE cublasLtMatmul with CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes y and, as its aux
+//   output, the pre-activation h that GELU's backward needs (no separate GELU pass over
+//   [M, I]); then z = y W2^T (at::mm).
+//   backward: dW2 = dz^T y (at::mm); ONE cublasLtMatmul dz W2 with CUBLASLT_EPILOGUE_DGELU_BGRAD
+//   writes dh = (dz W2) * gelu'(h) and db1 = the column sum of dh (no separate GELU-backward
+//   and bias-sum passes); then dW1 = dh^T x and dx = dh W1 (at::mm).
+//   cuBLASLt is not linked: its functions are looked up once in the libcublasLt that
+//   libtorch_cuda already loaded; the handle is ATen's, workspaces come from the caching
+//   allocator (no cudaMalloc, no host sync: the op can be captured in a CUDA graph). If
+//   cuBLASLt has no algorithm for a shape (NOT_SUPPORTED, or no heuristic result), that call (or
+//   that backward) takes the composite path and the first reason is kept for
+//   mr_fbg_fallback_reason (Rust prints it once). Other cuBLASLt errors end the run with
+//   cuBLASLt's status text.
 //
-// Autocast: the op is not an ATen op, so autocast cannot see it. The entry point casts x, W and b
-// the way autocast casts linear's arguments (at::autocast::cached_cast, recorded by autograd
-// like autocast's own casts), and the Function runs with autocast excluded.
+// Autocast: the op is not an ATen op, so autocast cannot see it. The entry point casts x, W1, b1
+// and W2 the way autocast casts linear's arguments (at::autocast::cached_cast, recorded by
+// autograd like autocast's own casts), and the Function runs with autocast excluded.
 //
 // Conventions as the other shims: tensors cross as at::Tensor* (tch's C_tensor), new results come
 // back as `new at::Tensor`, and no C++ exception crosses the boundary (error.hpp).
@@ -58,99 +64,122 @@ void note_fallback(const std::string& why) {
   if (g_reason.empty()) g_reason = why;
 }
 
-// The cuBLASLt path (defined in the CUDA section). lt_eligible: dtypes, devices, layouts and
-// sizes allow it. lt_plan: cuBLASLt has an algorithm for the shape (the answer is cached), or
-// false with the reason in *why (the call then takes the composite path). lt_forward: y and the
-// pre-activation h, through the cached plan.
-bool lt_eligible(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
-bool lt_plan(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::string* why);
-std::tuple<at::Tensor, at::Tensor> lt_forward(const at::Tensor& x, const at::Tensor& w,
-                                              const at::Tensor& b);
+// Whether this thread's last forward ran cuBLASLt (Function::apply runs forward in the caller's
+// thread, so run_op reads its own call's answer).
+thread_local bool t_forward_lt = false;
+
+// The cuBLASLt path (defined in the CUDA section).
+// lt_eligible: dtypes, devices, layouts and sizes allow it for x, W1, b1, W2.
+// lt_forward: y and the pre-activation h (GELU_AUX_BIAS), or false + *why when cuBLASLt has no
+//   algorithm for the shape (plans are cached per shape).
+// lt_backward: dh and db1 from dz, W2 and h (DGELU_BGRAD), or false + *why likewise.
+bool lt_eligible(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                 const at::Tensor& w2);
+bool lt_forward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, at::Tensor* y,
+                at::Tensor* h, std::string* why);
+bool lt_backward(const at::Tensor& dz, const at::Tensor& w2, const at::Tensor& h,
+                 at::Tensor* dh, at::Tensor* db1, std::string* why);
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct DenseBiasGelu : public torch::autograd::Function<DenseBiasGelu> {
-  // x [M, K], w [N, K], b [N], one dtype; use_lt: the cuBLASLt path (planned by the caller).
-  static variable_list forward(AutogradContext* ctx, at::Tensor x, at::Tensor w, at::Tensor b,
-                               bool use_lt) {
+struct DenseGeluDense : public torch::autograd::Function<DenseGeluDense> {
+  // x [M, H], w1 [I, H], b1 [I], w2 [H2, I], one dtype; use_lt: try cuBLASLt.
+  static variable_list forward(AutogradContext* ctx, at::Tensor x, at::Tensor w1, at::Tensor b1,
+                               at::Tensor w2, bool use_lt) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::Tensor y, h;
-    if (use_lt) {
-      std::tie(y, h) = lt_forward(x, w, b);
-    } else {
+    std::string why;
+    const bool lt = use_lt && lt_forward(x, w1, b1, &y, &h, &why);
+    if (use_lt && !lt) note_fallback(why);
+    t_forward_lt = lt;
+    if (!lt) {
       // at::linear's own call for a 2-D input with a bias, then the GELU
-      h = at::addmm(b, x, w.t());
+      h = at::addmm(b1, x, w1.t());
       y = at::gelu(h, kApprox);
     }
-    ctx->save_for_backward({x, w, h});
-    return {y};
+    // at::linear without a bias: matmul, i.e. mm for 2-D operands
+    at::Tensor z = y.mm(w2.t());
+    ctx->saved_data["lt"] = lt;
+    ctx->save_for_backward({x, w1, w2, h, y});
+    return {z};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
-    const at::Tensor& h = saved[2];
-    at::Tensor dy = grads[0];
-    if (!dy.defined()) dy = at::zeros_like(h);
-    const at::Tensor dh = at::gelu_backward(dy, h, kApprox);
-    at::Tensor dx, dw, db;
-    // addmm(b, x, W^T)'s gradients as autograd computes them: mat1 (x, row-major): dh W;
-    // mat2 (W^T, column-major): (dh^T x)^T, whose transpose is W's gradient dh^T x; self (b,
-    // broadcast over the rows): the column sum.
-    if (ctx->needs_input_grad(0)) dx = dh.mm(w);
-    if (ctx->needs_input_grad(1)) dw = dh.t().mm(x);
-    if (ctx->needs_input_grad(2)) db = dh.sum(0);
-    return {dx, dw, db, at::Tensor()};
+    const at::Tensor& w1 = saved[1];
+    const at::Tensor& w2 = saved[2];
+    const at::Tensor& h = saved[3];
+    const at::Tensor& y = saved[4];
+    at::Tensor dz = grads[0];
+    if (!dz.defined()) dz = at::zeros({x.size(0), w2.size(0)}, y.options());
+    // Each product's gradients as autograd's mm formulas compute them: for a row-major input A
+    // and a transposed contiguous weight W (A W^T), d A = dC W and d W = dC^T A.
+    at::Tensor dx, dw1, db1, dw2, dh;
+    if (ctx->needs_input_grad(3)) dw2 = dz.t().mm(y);
+    std::string why;
+    bool lt = false;
+    if (ctx->saved_data["lt"].toBool()) {
+      lt = lt_backward(dz, w2, h, &dh, &db1, &why);
+      if (!lt) note_fallback(why);
+    }
+    if (!lt) {
+      dh = at::gelu_backward(dz.mm(w2), h, kApprox);
+      db1 = dh.sum(0);  // addmm's bias gradient: sum_to over the rows
+    }
+    if (ctx->needs_input_grad(0)) dx = dh.mm(w1);
+    if (ctx->needs_input_grad(1)) dw1 = dh.t().mm(x);
+    if (!ctx->needs_input_grad(2)) db1 = at::Tensor();
+    return {dx, dw1, db1, dw2, at::Tensor()};
   }
 };
 
-// mode: 0 auto (cuBLASLt where it plans), 1 composite, 2 cuBLASLt or an error.
-at::Tensor run_op(const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& b_in,
-                  int mode, int* used_lt) {
-  TORCH_CHECK(x_in.dim() >= 1 && w_in.dim() == 2 && b_in.dim() == 1,
-              "fused bias+GELU: want x [..., K], W [N, K], b [N]; got x ", x_in.sizes(), ", W ",
-              w_in.sizes(), ", b ", b_in.sizes());
-  const int64_t k = w_in.size(1), n = w_in.size(0);
-  TORCH_CHECK(x_in.size(-1) == k && b_in.size(0) == n, "fused bias+GELU: x ", x_in.sizes(),
-              ", W ", w_in.sizes(), " and b ", b_in.sizes(), " do not fit x W^T + b");
+at::Tensor cast_for_autocast(const at::Tensor& t) {
+  const auto dev = t.device().type();
+  if (!at::autocast::is_autocast_enabled(dev)) return t;
+  return at::autocast::cached_cast(at::autocast::get_autocast_dtype(dev), t, dev);
+}
+
+// mode: 0 auto (cuBLASLt where eligible), 1 composite, 2 cuBLASLt or an error.
+at::Tensor run_op(const at::Tensor& x_in, const at::Tensor& w1_in, const at::Tensor& b1_in,
+                  const at::Tensor& w2_in, int mode, int* used_lt) {
+  TORCH_CHECK(x_in.dim() >= 1 && w1_in.dim() == 2 && b1_in.dim() == 1 && w2_in.dim() == 2,
+              "fused bias+GELU: want x [..., H], W1 [I, H], b1 [I], W2 [H2, I]; got x ",
+              x_in.sizes(), ", W1 ", w1_in.sizes(), ", b1 ", b1_in.sizes(), ", W2 ",
+              w2_in.sizes());
+  const int64_t hid = w1_in.size(1), inner = w1_in.size(0), out = w2_in.size(0);
+  TORCH_CHECK(x_in.size(-1) == hid && b1_in.size(0) == inner && w2_in.size(1) == inner,
+              "fused bias+GELU: x ", x_in.sizes(), ", W1 ", w1_in.sizes(), ", b1 ",
+              b1_in.sizes(), " and W2 ", w2_in.sizes(), " do not fit gelu(x W1^T + b1) W2^T");
   TORCH_CHECK(mode >= 0 && mode <= 2, "fused bias+GELU: mode must be 0, 1 or 2, got ", mode);
   // autocast's casts for linear (recorded by autograd, cached for weights as autocast does)
-  at::Tensor x = x_in, w = w_in, b = b_in;
-  const auto dev = x.device().type();
-  if (at::autocast::is_autocast_enabled(dev)) {
-    const at::ScalarType dt = at::autocast::get_autocast_dtype(dev);
-    x = at::autocast::cached_cast(dt, x, dev);
-    w = at::autocast::cached_cast(dt, w, dev);
-    b = at::autocast::cached_cast(dt, b, dev);
+  const at::Tensor x = cast_for_autocast(x_in), w1 = cast_for_autocast(w1_in),
+                   b1 = cast_for_autocast(b1_in), w2 = cast_for_autocast(w2_in);
+  const at::ScalarType t = x.scalar_type();
+  TORCH_CHECK(w1.scalar_type() == t && b1.scalar_type() == t && w2.scalar_type() == t,
+              "fused bias+GELU: x, W1, b1 and W2 must have one dtype (or run under autocast); "
+              "got ", t, ", ", w1.scalar_type(), ", ", b1.scalar_type(), ", ", w2.scalar_type());
+  // linear folds leading dimensions the same way (reshape, matmul, view back)
+  std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
+  out_sizes.back() = out;
+  const at::Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, hid});
+  const bool eligible = mode != 1 && lt_eligible(x2, w1, b1, w2);
+  TORCH_CHECK(eligible || mode != 2,
+              "fused bias+GELU: the cuBLASLt path cannot run these tensors (x ", x2.sizes(), " ",
+              t, " on ", x2.device(), ", W1 ", w1.sizes(), ", W2 ", w2.sizes(),
+              "): it needs CUDA bf16/fp16 tensors, sizes that are multiples of 8 and a build "
+              "with the `cuda` feature");
+  at::Tensor z = DenseGeluDense::apply(x2, w1, b1, w2, eligible)[0];
+  // the forward falls back (and records why) when cuBLASLt has no algorithm for the shape
+  const bool ran = eligible && t_forward_lt;
+  if (!ran && mode == 2) {
+    std::lock_guard<std::mutex> lock(g_reason_mu);
+    TORCH_CHECK(false, "fused bias+GELU: cuBLASLt did not run: ", g_reason);
   }
-  TORCH_CHECK(x.scalar_type() == w.scalar_type() && w.scalar_type() == b.scalar_type(),
-              "fused bias+GELU: x, W and b must have one dtype (or run under autocast); got ",
-              x.scalar_type(), ", ", w.scalar_type(), ", ", b.scalar_type());
-  // linear folds leading dimensions the same way (reshape, addmm, view back)
-  const auto out_sizes = [&] {
-    std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
-    s.back() = n;
-    return s;
-  }();
-  const at::Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, k});
-  bool planned = false;
-  if (mode != 1) {
-    std::string why;
-    const bool eligible = lt_eligible(x2, w, b);
-    planned = eligible && lt_plan(x2, w, b, &why);
-    if (eligible && !planned) note_fallback(why);
-    TORCH_CHECK(planned || mode != 2,
-                "fused bias+GELU: the cuBLASLt path cannot run these tensors (x ", x2.sizes(),
-                " ", x2.scalar_type(), " on ", x2.device(), ", W ", w.sizes(), "; it needs CUDA ",
-                "bf16/fp16 tensors, K and N multiples of 8, a build with the `cuda` feature)",
-                why.empty() ? std::string() : ": " + why);
-  }
-  if (used_lt != nullptr) *used_lt = planned ? 1 : 0;
-  at::Tensor y = DenseBiasGelu::apply(x2, w, b, planned)[0];
-  return x.dim() == 2 ? y : y.view(out_sizes);
+  if (used_lt != nullptr) *used_lt = ran ? 1 : 0;
+  return x.dim() == 2 ? z : z.view(out_sizes);
 }
 
 const at::Tensor& need(const at::Tensor* t, const char* name) {
@@ -233,39 +262,51 @@ void check(cublasStatus_t s, const char* call) {
   TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, "fused bias+GELU: ", call, " failed: ", status_text(s));
 }
 
-// Descriptors of one matmul, destroyed on scope exit (also when a check throws). Row-major
-// torch tensors read as column-major cuBLAS matrices: y [M, N] is D = [N, M] (ld N),
-// x [M, K] is B = [K, M] (ld K), W [N, K] is A = [K, N] (ld K) taken transposed, so
-// D = op(A) B = W x^T, i.e. y = x W^T; the bias has D's row count N.
+// One of the op's two cuBLASLt products, in cuBLAS's column-major terms: D [m, n] = op(A) B with
+// B [k, n] and the epilogue's bias and aux vectors/matrices sized by D (bias m, aux [m, n] with
+// leading dimension m). Row-major torch tensors read as their transposes:
+// - forward (GELU_AUX_BIAS): h^T [I, M] = W1 x^T: A = W1 stored [H, I] (ld H) taken transposed,
+//   B = x stored [H, M]; m = I, n = M, k = H.
+// - backward (DGELU_BGRAD): (dz W2)^T [I, M] = W2^T dz^T: A = W2 stored [I, H2] (ld I) as is,
+//   B = dz stored [H2, M]; m = I, n = M, k = H2.
+struct Gemm {
+  cublasLtEpilogue_t epilogue;
+  bool trans_a;
+  int64_t m, n, k;
+};
+
+// Descriptors of one product, destroyed on scope exit (also when a check throws).
 struct Descs {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
-  Descs(cudaDataType_t dt, int64_t m, int64_t n, int64_t k, size_t workspace) {
+  Descs(const Gemm& g, cudaDataType_t dt, size_t workspace) {
     const Lt& l = lt();
     check(l.desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    const int32_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    const int32_t trans_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
     check(l.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)), "TRANSA");
     check(l.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)), "TRANSB");
-    const uint32_t epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const uint32_t epilogue = g.epilogue;
     check(l.desc_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
           "EPILOGUE");
-    const int64_t aux_ld = n;
+    const int64_t aux_ld = g.m;
     check(l.desc_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
           "EPILOGUE_AUX_LD");
-    check(l.layout_create(&a, dt, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k),
+    const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+    // A as stored: op(A) is [m, k]
+    check(g.trans_a ? l.layout_create(&a, dt, u(g.k), u(g.m), g.k)
+                    : l.layout_create(&a, dt, u(g.m), u(g.k), g.m),
           "cublasLtMatrixLayoutCreate(A)");
-    check(l.layout_create(&b, dt, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k),
-          "cublasLtMatrixLayoutCreate(B)");
-    check(l.layout_create(&d, dt, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n),
-          "cublasLtMatrixLayoutCreate(D)");
+    check(l.layout_create(&b, dt, u(g.k), u(g.n), g.k), "cublasLtMatrixLayoutCreate(B)");
+    check(l.layout_create(&d, dt, u(g.m), u(g.n), g.m), "cublasLtMatrixLayoutCreate(D)");
     check(l.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
     const uint64_t ws = workspace;
     check(l.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
           "MAX_WORKSPACE_BYTES");
   }
-  // The pointers the heuristics and the matmul see (their alignment matters to both).
-  void set_pointers(const void* bias, void* aux) {
+  // The epilogue's bias (or bias-gradient) vector and aux matrix; their alignment matters to the
+  // heuristics as to the matmul.
+  void set_pointers(const void* bias, const void* aux) {
     const Lt& l = lt();
     check(l.desc_set(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "BIAS_POINTER");
     check(l.desc_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
@@ -283,112 +324,127 @@ struct Descs {
   Descs& operator=(const Descs&) = delete;
 };
 
-cudaDataType_t data_type(at::ScalarType t) {
-  return t == at::kHalf ? CUDA_R_16F : CUDA_R_16BF;
-}
-
-// The workspace cuBLASLt may use: ATen's own Lt workspace size (CUBLASLT_WORKSPACE_SIZE).
-size_t workspace_bytes() { return at::cuda::getCUDABlasLtWorkspaceSize(); }
-
-// One heuristic answer per (device, dtype, M, N, K): the algorithm and its workspace.
-struct LtPlan {
-  cublasLtMatmulAlgo_t algo;
-  size_t workspace = 0;
-};
-
-using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t>;
-std::mutex g_plans_mu;
-std::map<PlanKey, LtPlan> g_plans;  // read and written under g_plans_mu, copied out
-constexpr size_t kMaxPlans = 4096;   // unpadded BERT has one M per token count
+cudaDataType_t data_type(at::ScalarType t) { return t == at::kHalf ? CUDA_R_16F : CUDA_R_16BF; }
 
 bool aligned16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-// The cached plan for x W^T, or a new one from cuBLASLt's heuristics (false + *why when it has
-// none for this shape).
-bool find_plan(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, LtPlan* plan,
-               std::string* why);
+// One heuristic answer per (device, dtype, epilogue, m, n, k): the algorithm and its workspace.
+struct Plan {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace = 0;
+};
+using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t>;
+std::mutex g_plans_mu;
+std::map<PlanKey, Plan> g_plans;   // read and written under g_plans_mu, copied out
+constexpr size_t kMaxPlans = 4096;  // unpadded BERT has one M per token count
 
-bool lt_eligible(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const at::ScalarType t = x.scalar_type();
-  return x.is_cuda() && (t == at::kBFloat16 || t == at::kHalf) && w.device() == x.device() &&
-         b.device() == x.device() && x.dim() == 2 && x.is_contiguous() && w.is_contiguous() &&
-         b.is_contiguous() && x.size(0) > 0 && x.size(1) % 8 == 0 && w.size(0) % 8 == 0 &&
-         aligned16(x) && aligned16(w) && aligned16(b);
-}
-
-bool lt_plan(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::string* why) {
-  LtPlan unused;
-  return find_plan(x, w, b, &unused, why);
-}
-
-bool find_plan(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, LtPlan* plan,
-               std::string* why) {
+// Runs g through cuBLASLt on the current stream: A, B, D, the epilogue's bias and aux pointers.
+// false + *why when cuBLASLt has no algorithm for it (nothing was launched).
+bool run_gemm(const Gemm& g, const at::Tensor& like, const void* a, const void* b, void* d,
+              const void* bias, const void* aux, std::string* why) {
   const Lt& l = lt();
   if (!l.missing.empty()) {
     *why = l.missing;
     return false;
   }
-  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  const PlanKey key{x.get_device(), static_cast<int>(x.scalar_type()), m, n, k};
+  const c10::DeviceGuard on_device(like.device());
+  const cudaDataType_t dt = data_type(like.scalar_type());
+  cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  const PlanKey key{like.get_device(), static_cast<int>(like.scalar_type()),
+                    static_cast<int>(g.epilogue), g.m, g.n, g.k};
+  Plan plan;
+  bool cached = false;
   {
     std::lock_guard<std::mutex> lock(g_plans_mu);
     auto it = g_plans.find(key);
     if (it != g_plans.end()) {
-      *plan = it->second;
-      return true;
+      plan = it->second;
+      cached = true;
     }
   }
-  const c10::DeviceGuard on_device(x.device());
-  const size_t ws = workspace_bytes();
-  Descs descs(data_type(x.scalar_type()), m, n, k, ws);
-  // allocator pointers are at least 256-byte aligned, as the real call's will be
-  descs.set_pointers(b.data_ptr(), x.data_ptr());
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t s =
-      l.heuristic(at::cuda::getCurrentCUDABlasLtHandle(), descs.op, descs.a, descs.b, descs.d,
-                  descs.d, descs.pref, 1, &result, &found);
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
-    *why = "cuBLASLt has no GELU_AUX_BIAS algorithm for M " + std::to_string(m) + ", N " +
-           std::to_string(n) + ", K " + std::to_string(k) + " (" + status_text(s) + ")";
-    return false;
+  if (!cached) {
+    Descs q(g, dt, at::cuda::getCUDABlasLtWorkspaceSize());
+    q.set_pointers(bias, aux);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s =
+        l.heuristic(handle, q.op, q.a, q.b, q.d, q.d, q.pref, 1, &result, &found);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
+      *why = std::string("cuBLASLt has no ") +
+             (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "GELU_AUX_BIAS" : "DGELU_BGRAD") +
+             " algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " +
+             std::to_string(g.k) + " (" + status_text(s) + ")";
+      return false;
+    }
+    check(s, "cublasLtMatmulAlgoGetHeuristic");
+    plan.algo = result.algo;
+    plan.workspace = result.workspaceSize;
+    std::lock_guard<std::mutex> lock(g_plans_mu);
+    // plans are copied out and only used on the host while launching: starting over is safe
+    if (g_plans.size() >= kMaxPlans) g_plans.clear();
+    g_plans[key] = plan;
   }
-  check(s, "cublasLtMatmulAlgoGetHeuristic");
-  std::lock_guard<std::mutex> lock(g_plans_mu);
-  // plans are copied out and only used on the host while launching: starting over is safe
-  if (g_plans.size() >= kMaxPlans) g_plans.clear();
-  plan->algo = result.algo;
-  plan->workspace = result.workspaceSize;
-  g_plans[key] = *plan;
+  Descs descs(g, dt, plan.workspace);
+  descs.set_pointers(bias, aux);
+  // from the caching allocator: graph-capturable, released when this call returns (stream-ordered)
+  at::Tensor workspace = at::empty({static_cast<int64_t>(std::max<size_t>(plan.workspace, 1))},
+                                   like.options().dtype(at::kByte));
+  const float alpha = 1.0f, beta = 0.0f;
+  check(l.matmul(handle, descs.op, &alpha, a, descs.a, b, descs.b, &beta, d, descs.d, d, descs.d,
+                 &plan.algo, workspace.data_ptr(), plan.workspace,
+                 c10::cuda::getCurrentCUDAStream().stream()),
+        "cublasLtMatmul");
   return true;
 }
 
-std::tuple<at::Tensor, at::Tensor> lt_forward(const at::Tensor& x, const at::Tensor& w,
-                                              const at::Tensor& b) {
-  const Lt& l = lt();
-  LtPlan p;
-  std::string why;
-  TORCH_CHECK(find_plan(x, w, b, &p, &why), "fused bias+GELU: ", why);
-  const LtPlan* plan = &p;
-  const c10::DeviceGuard on_device(x.device());
-  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  at::Tensor y = at::empty({m, n}, x.options());
-  at::Tensor aux = at::empty({m, n}, x.options());
-  // from the caching allocator: graph-capturable, freed when this call's tensors go
-  at::Tensor workspace =
-      at::empty({static_cast<int64_t>(std::max<size_t>(plan->workspace, 1))},
-                x.options().dtype(at::kByte));
-  Descs descs(data_type(x.scalar_type()), m, n, k, plan->workspace);
-  descs.set_pointers(b.data_ptr(), aux.data_ptr());
-  const float alpha = 1.0f, beta = 0.0f;
-  check(l.matmul(at::cuda::getCurrentCUDABlasLtHandle(), descs.op, &alpha, w.data_ptr(), descs.a,
-                 x.data_ptr(), descs.b, &beta, y.data_ptr(), descs.d, y.data_ptr(), descs.d,
-                 &plan->algo, workspace.data_ptr(), plan->workspace,
-                 c10::cuda::getCurrentCUDAStream().stream()),
-        "cublasLtMatmul");
-  return {y, aux};
+bool lt_eligible(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
+                 const at::Tensor& w2) {
+  const at::ScalarType t = x.scalar_type();
+  const auto on = [&](const at::Tensor& u) {
+    return u.device() == x.device() && u.is_contiguous() && aligned16(u);
+  };
+  return x.is_cuda() && (t == at::kBFloat16 || t == at::kHalf) && x.dim() == 2 && on(x) &&
+         on(w1) && on(b1) && on(w2) && x.size(0) > 0 && x.size(1) % 8 == 0 &&
+         w1.size(0) % 8 == 0 && w2.size(0) % 8 == 0;
+}
+
+bool lt_forward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, at::Tensor* y,
+                at::Tensor* h, std::string* why) {
+  const int64_t m = x.size(0), hid = x.size(1), inner = w1.size(0);
+  at::Tensor out = at::empty({m, inner}, x.options());
+  at::Tensor pre = at::empty({m, inner}, x.options());
+  const Gemm g{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, inner, m, hid};
+  if (!run_gemm(g, x, w1.data_ptr(), x.data_ptr(), out.data_ptr(), b1.data_ptr(),
+                pre.data_ptr(), why)) {
+    return false;
+  }
+  *y = out;
+  *h = pre;
+  return true;
+}
+
+bool lt_backward(const at::Tensor& dz_in, const at::Tensor& w2, const at::Tensor& h,
+                 at::Tensor* dh, at::Tensor* db1, std::string* why) {
+  at::Tensor dz = dz_in.contiguous();
+  if (dz.scalar_type() != h.scalar_type()) {
+    *why = std::string("the output gradient is ") + c10::toString(dz.scalar_type()) +
+           ", the op ran in " + c10::toString(h.scalar_type());
+    return false;
+  }
+  if (!aligned16(dz)) dz = dz.clone();  // a view at an odd offset: a fresh, aligned copy
+  const int64_t m = dz.size(0), out = dz.size(1), inner = w2.size(1);
+  at::Tensor g_h = at::empty({m, inner}, h.options());
+  at::Tensor g_b = at::empty({inner}, h.options());
+  const Gemm g{CUBLASLT_EPILOGUE_DGELU_BGRAD, false, inner, m, out};
+  if (!run_gemm(g, h, w2.data_ptr(), dz.data_ptr(), g_h.data_ptr(), g_b.data_ptr(),
+                h.data_ptr(), why)) {
+    return false;
+  }
+  *dh = g_h;
+  *db1 = g_b;
+  return true;
 }
 
 }  // namespace
@@ -396,14 +452,18 @@ std::tuple<at::Tensor, at::Tensor> lt_forward(const at::Tensor& x, const at::Ten
 #else  // built without the `cuda` feature: the composite path only
 
 namespace {
-bool lt_eligible(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
-bool lt_plan(const at::Tensor&, const at::Tensor&, const at::Tensor&, std::string* why) {
+bool lt_eligible(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  return false;
+}
+bool lt_forward(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor*, at::Tensor*,
+                std::string* why) {
   *why = "built without the `cuda` feature";
   return false;
 }
-std::tuple<at::Tensor, at::Tensor> lt_forward(const at::Tensor&, const at::Tensor&,
-                                              const at::Tensor&) {
-  TORCH_CHECK(false, "fused bias+GELU: built without the `cuda` feature (no cuBLASLt path)");
+bool lt_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor*,
+                 at::Tensor*, std::string* why) {
+  *why = "built without the `cuda` feature";
+  return false;
 }
 }  // namespace
 
@@ -411,17 +471,19 @@ std::tuple<at::Tensor, at::Tensor> lt_forward(const at::Tensor&, const at::Tenso
 
 extern "C" {
 
-// y = gelu_tanh(x W^T + b) as one autograd op. mode: 0 auto, 1 composite, 2 cuBLASLt (an error
-// when it cannot run). *used_lt: which path ran.
-int mr_fbg_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
-                           int mode, at::Tensor** out, int* used_lt, char** err) {
+// z = gelu_tanh(x W1^T + b1) W2^T as one autograd op. mode: 0 auto, 1 composite, 2 cuBLASLt
+// (an error when it cannot run). *used_lt: whether the forward ran cuBLASLt.
+int mr_fbg_dense_gelu_dense(const at::Tensor* x, const at::Tensor* w1, const at::Tensor* b1,
+                            const at::Tensor* w2, int mode, at::Tensor** out, int* used_lt,
+                            char** err) {
   return mr::catching(err, kWhat, [&] {
-    *out = new at::Tensor(run_op(need(x, "x"), need(w, "weight"), need(b, "bias"), mode, used_lt));
+    *out = new at::Tensor(run_op(need(x, "x"), need(w1, "W1"), need(b1, "b1"), need(w2, "W2"),
+                                 mode, used_lt));
   });
 }
 
-// 1 when a cuBLASLt-eligible call took the composite path (*msg: the first reason, malloc'd;
-// free with mr_free_str), else 0.
+// 1 when a cuBLASLt-eligible call (forward or backward) took the composite path (*msg: the
+// first reason, malloc'd; free with mr_free_str), else 0.
 int mr_fbg_fallback_reason(char** msg) {
   std::lock_guard<std::mutex> lock(g_reason_mu);
   if (g_reason.empty()) return 0;

@@ -229,7 +229,7 @@ PARTS = {
     "e": "e) JPEG decode + crop + resize to u8 batches (no training): CPU threads vs nvJPEG",
     "f": "f) fused BN+ReLU vs unfused, ResNet-50's BN shapes fwd+bwd (img/s = batch / sum of medians)",
     "g": "g) fused epilogue op (dense + dropout + residual + LayerNorm, fwd+bwd): CUDA kernels vs composite vs unfused",
-    "h": "h) fused bias + GELU op (dense 1024 -> 4096 + bias + GELU, fwd+bwd): cuBLASLt epilogue vs composite vs linear + erf GELU",
+    "h": "h) fused feed-forward op (1024 -> 4096 + bias + GELU -> 1024, fwd+bwd): cuBLASLt epilogues vs composite vs linear + erf GELU + linear",
     "ncu": "ncu) kernels per training step",
 }
 

@@ -46,9 +46,9 @@
 //! - `fused_epilogues`: in every encoder layer, the attention output's and the feed-forward
 //!   output's "dense bias + dropout + residual + LayerNorm" run as one autograd op
 //!   ([`super::fused_epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path).
-//! - `fused_bias_gelu` (open division): every encoder layer's intermediate dense + bias + GELU
-//!   as one op with the tanh GELU ([`super::fused_bias_gelu`]: cuBLASLt's GELU epilogue on a
-//!   GPU).
+//! - `fused_bias_gelu` (open division): every encoder layer's feed-forward matmuls with the
+//!   intermediate bias and a tanh GELU fused into them, as one op ([`super::fused_bias_gelu`]:
+//!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -256,8 +256,9 @@ pub struct BertForPreTraining {
     /// Open/closed method `fused_epilogues`: each layer's two "dense + dropout + residual +
     /// LayerNorm" tails as one autograd op ([`crate::models::fused_epilogue`]).
     pub fused_epilogues: bool,
-    /// Open method `fused_bias_gelu`: each layer's intermediate dense + bias + GELU as one op,
-    /// the GELU in tanh form (cuBLASLt's epilogue on a GPU; [`crate::models::fused_bias_gelu`]).
+    /// Open method `fused_bias_gelu`: each layer's feed-forward matmuls with the intermediate
+    /// bias and GELU (tanh form) in their epilogues, as one op (cuBLASLt on a GPU;
+    /// [`crate::models::fused_bias_gelu`]).
     pub fused_bias_gelu: bool,
 }
 
@@ -436,26 +437,40 @@ impl BertForPreTraining {
         };
         if self.fused_epilogues {
             let x = self.fused_tail(&l.attn_out, &l.attn_ln, &ctx, x, train);
-            let inter = self.intermediate(&l.intermediate, &x);
+            if self.fused_bias_gelu {
+                let z = self.fused_feed_forward(l, &x);
+                return self.fused_bias_tail(&z, &l.output.b, &l.out_ln, &x, train);
+            }
+            let inter = l.intermediate.forward(&x).gelu("none");
             return self.fused_tail(&l.output, &l.out_ln, &inter, &x, train);
         }
         let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
         let x = l.attn_ln.forward(&(attn + x));
-        let inter = self.intermediate(&l.intermediate, &x);
-        let out = l.output.forward(&inter).dropout(c.hidden_dropout, train);
+        let out = if self.fused_bias_gelu {
+            // the output dense's bias in the matmul's dtype, as linear casts it
+            let z = self.fused_feed_forward(l, &x);
+            &z + l.output.b.to_kind(z.kind())
+        } else {
+            l.output.forward(&l.intermediate.forward(&x).gelu("none"))
+        };
+        let out = out.dropout(c.hidden_dropout, train);
         l.out_ln.forward(&(out + x))
     }
 
-    /// The feed-forward block's first half: `gelu(dense(x))` with BERT's erf GELU, or with
-    /// `methods.fused_bias_gelu` the tanh GELU fused into the matmul
-    /// ([`super::fused_bias_gelu`]). A shim error panics with its message, as in `fused_tail`.
-    fn intermediate(&self, dense: &Dense, x: &Tensor) -> Tensor {
-        if !self.fused_bias_gelu {
-            return dense.forward(x).gelu("none");
-        }
-        use super::fused_bias_gelu::{dense_bias_gelu, GeluPath};
-        match dense_bias_gelu(x, &dense.w, &dense.b, GeluPath::Auto) {
-            Ok((y, _)) => y,
+    /// `methods.fused_bias_gelu`: the feed-forward block's two matmuls with the intermediate
+    /// bias and the tanh GELU fused into them, `gelu_tanh(x W1^T + b1) W2^T`, without the output
+    /// dense's bias ([`super::fused_bias_gelu`]). A shim error panics with its message, as in
+    /// `fused_tail`.
+    fn fused_feed_forward(&self, l: &Layer, x: &Tensor) -> Tensor {
+        use super::fused_bias_gelu::{dense_gelu_dense, GeluPath};
+        match dense_gelu_dense(
+            x,
+            &l.intermediate.w,
+            &l.intermediate.b,
+            &l.output.w,
+            GeluPath::Auto,
+        ) {
+            Ok((z, _)) => z,
             Err(err) => panic!("{err:#}"),
         }
     }
@@ -471,8 +486,39 @@ impl BertForPreTraining {
         residual: &Tensor,
         train: bool,
     ) -> Tensor {
-        use super::fused_epilogue::{dense_dropout_add_ln, Epilogue, FusedPath};
-        let e = Epilogue {
+        use super::fused_epilogue::dense_dropout_add_ln;
+        let e = self.epilogue(ln, residual, train);
+        match dense_dropout_add_ln(input, &dense.w, &dense.b, &e) {
+            Ok((y, _)) => y,
+            Err(err) => panic!("{err:#}"),
+        }
+    }
+
+    /// `ln(residual + dropout(h + bias))` as one op, for a dense output `h` computed without its
+    /// bias (`methods.fused_epilogues` after `methods.fused_bias_gelu`).
+    fn fused_bias_tail(
+        &self,
+        h: &Tensor,
+        bias: &Tensor,
+        ln: &LayerNorm,
+        residual: &Tensor,
+        train: bool,
+    ) -> Tensor {
+        use super::fused_epilogue::bias_dropout_add_ln;
+        let e = self.epilogue(ln, residual, train);
+        match bias_dropout_add_ln(h, Some(bias), &e) {
+            Ok((y, _)) => y,
+            Err(err) => panic!("{err:#}"),
+        }
+    }
+
+    fn epilogue<'a>(
+        &self,
+        ln: &'a LayerNorm,
+        residual: &'a Tensor,
+        train: bool,
+    ) -> super::fused_epilogue::Epilogue<'a> {
+        super::fused_epilogue::Epilogue {
             residual,
             gamma: &ln.w,
             beta: &ln.b,
@@ -480,11 +526,7 @@ impl BertForPreTraining {
             p: self.config.hidden_dropout,
             train,
             mask: None,
-            path: FusedPath::Auto,
-        };
-        match dense_dropout_add_ln(input, &dense.w, &dense.b, &e) {
-            Ok((y, _)) => y,
-            Err(err) => panic!("{err:#}"),
+            path: super::fused_epilogue::FusedPath::Auto,
         }
     }
 

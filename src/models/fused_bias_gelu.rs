@@ -1,25 +1,28 @@
-//! Fused dense + bias + GELU for BERT (`methods.fused_bias_gelu`, open division):
-//! `gelu_tanh(x W^T + b)` as ONE autograd op, over the C++ shim (`shim/fused_bias_gelu.cpp`).
+//! Fused feed-forward matmuls for BERT (`methods.fused_bias_gelu`, open division):
+//! `gelu_tanh(x W1^T + b1) W2^T` as ONE autograd op, over the C++ shim
+//! (`shim/fused_bias_gelu.cpp`). The output dense's bias, dropout, residual and LayerNorm stay
+//! with the caller (the fused epilogue op or the plain ops).
 //!
 //! Two paths behind the same op:
-//! - **composite** (every device): `addmm` then `gelu(approximate="tanh")`, with an explicit
-//!   backward that makes the calls autograd makes for the unfused ops; on the CPU in fp32 its
-//!   output and gradients are bit-identical to `x.linear(W, b).gelu("tanh")`
-//!   (`tests/fused_bias_gelu.rs`).
-//! - **cuBLASLt** (CUDA, build feature `cuda`, bf16/fp16 operands, K and N multiples of 8): one
-//!   `cublasLtMatmul` with the `GELU_AUX_BIAS` epilogue writes the output and the pre-activation
-//!   the backward needs, so the separate GELU pass over the `[tokens, 4096]` intermediate goes
-//!   away. The backward runs GELU's gradient on the saved pre-activation and two matmuls.
+//! - **composite** (every device): `addmm`, `gelu(approximate="tanh")`, `mm`, with an explicit
+//!   backward that makes the calls autograd makes for the unfused ops; on the CPU in fp32 and
+//!   under bf16 autocast its output and gradients are bit-identical to
+//!   `x.linear(W1, b1).gelu("tanh").linear(W2, None)` (`tests/fused_bias_gelu.rs`).
+//! - **cuBLASLt** (CUDA, build feature `cuda`, bf16/fp16 operands, sizes multiples of 8): the
+//!   bias + GELU ride in the epilogues of cuBLASLt matmuls. In the forward, `GELU_AUX_BIAS` writes
+//!   the activation and the pre-activation the backward needs. In the backward, `DGELU_BGRAD` on
+//!   the `dz W2` product writes GELU's input gradient and the bias gradient. The separate GELU,
+//!   GELU-backward and bias-sum passes over the `[tokens, 4096]` intermediate go away.
 //!   Where cuBLASLt has no algorithm for a shape, that call takes the composite path and one
 //!   warning is logged.
 //!
-//! The GELU is the tanh approximation, because that is what cuBLASLt's epilogue computes.
+//! The GELU is the tanh approximation, because that is what cuBLASLt's epilogues compute.
 //! BERT's reference uses the erf form, so the method changes the model function slightly
 //! (at most 4.7e-4 per activation and 8.7e-4 in slope, below bf16 resolution near 1). That is
 //! why the closed division refuses it.
 //!
-//! Under autocast the op casts x, W and b the way autocast casts `linear`'s arguments, and
-//! returns the autocast dtype, as the unfused `linear` + `gelu` do.
+//! Under autocast the op casts x, W1, b1 and W2 the way autocast casts `linear`'s arguments, and
+//! returns the autocast dtype, as the unfused `linear`s do.
 
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int};
@@ -30,10 +33,11 @@ use torch_sys::C_tensor;
 type T = *const C_tensor;
 
 extern "C" {
-    fn mr_fbg_dense_bias_gelu(
+    fn mr_fbg_dense_gelu_dense(
         x: T,
-        w: T,
-        b: T,
+        w1: T,
+        b1: T,
+        w2: T,
         mode: c_int,
         out: *mut *mut C_tensor,
         used_lt: *mut c_int,
@@ -46,8 +50,8 @@ extern "C" {
 /// Which implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GeluPath {
-    /// cuBLASLt where it can run (CUDA bf16/fp16, aligned sizes, an algorithm for the shape),
-    /// else the composite path.
+    /// cuBLASLt where it can run (CUDA bf16/fp16, sizes multiples of 8, an algorithm for the
+    /// shape), else the composite path.
     Auto,
     /// ATen ops only (the CPU path; on CUDA the reference for cuBLASLt).
     Composite,
@@ -67,7 +71,7 @@ impl GeluPath {
 
 static WARNED: Once = Once::new();
 
-/// One warning per process when a cuBLASLt-eligible call took the composite path.
+/// One warning per process when a cuBLASLt-eligible forward or backward took the composite path.
 fn warn_on_fallback() {
     if WARNED.is_completed() {
         return;
@@ -86,12 +90,14 @@ fn warn_on_fallback() {
     }
 }
 
-/// `gelu_tanh(x W^T + b)` as one autograd op (x `[..., K]`, W `[N, K]`, b `[N]`); returns the
-/// output `[..., N]` and whether cuBLASLt's fused epilogue ran.
-pub fn dense_bias_gelu(
+/// `gelu_tanh(x W1^T + b1) W2^T` as one autograd op (x `[..., H]`, W1 `[I, H]`, b1 `[I]`,
+/// W2 `[H2, I]`); returns the output `[..., H2]` (without the second dense's bias) and whether
+/// the forward ran cuBLASLt's fused epilogue.
+pub fn dense_gelu_dense(
     x: &Tensor,
-    w: &Tensor,
-    b: &Tensor,
+    w1: &Tensor,
+    b1: &Tensor,
+    w2: &Tensor,
     path: GeluPath,
 ) -> Result<(Tensor, bool)> {
     let mut out = std::ptr::null_mut();
@@ -99,10 +105,11 @@ pub fn dense_bias_gelu(
     let mut err = std::ptr::null_mut();
     // SAFETY: every pointer is a live tensor for the duration of the call.
     let rc = unsafe {
-        mr_fbg_dense_bias_gelu(
+        mr_fbg_dense_gelu_dense(
             x.as_ptr(),
-            w.as_ptr(),
-            b.as_ptr(),
+            w1.as_ptr(),
+            b1.as_ptr(),
+            w2.as_ptr(),
             path.code(),
             &mut out,
             &mut used,

@@ -129,8 +129,9 @@ pub struct BertMethodsConfig {
     /// beyond rounding, so both divisions allow it. See [`crate::models::fused_epilogue`].
     #[serde(default)]
     pub fused_epilogues: bool,
-    /// Each encoder layer's "intermediate dense + bias + GELU" as one op with the tanh GELU
-    /// (cuBLASLt's GELU epilogue on a GPU, the composite ATen twin elsewhere). The reference's
+    /// Each encoder layer's feed-forward matmuls with the intermediate bias and a tanh GELU in
+    /// their epilogues, as one op (cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD on a GPU, the
+    /// composite ATen twin elsewhere). The reference's
     /// GELU is the erf form, so this is open-division only. See
     /// [`crate::models::fused_bias_gelu`].
     #[serde(default)]
