@@ -27,9 +27,11 @@
 //   and bias-sum passes); then dW1 = dh^T x and dx = dh W1 (at::mm).
 //   cuBLASLt is not linked: its functions are looked up once in the libcublasLt that
 //   libtorch_cuda already loaded; the handle is ATen's, workspaces come from the caching
-//   allocator (no cudaMalloc, no host sync: the op can be captured in a CUDA graph). If
-//   cuBLASLt has no algorithm for a shape (NOT_SUPPORTED, or no heuristic result), that call (or
-//   that backward) takes the composite path and the first reason is kept for
+//   allocator (no cudaMalloc, no host sync: the op can be captured in a CUDA graph). The
+//   heuristics assume 16-byte aligned operands (not cuBLASLt's default 256) and plans are cached
+//   per shape and bias/aux alignment. If cuBLASLt has no algorithm for a shape (NOT_SUPPORTED
+//   from the heuristics or the matmul, or no heuristic result), that call (or that backward)
+//   takes the composite path and the first reason is kept for
 //   mr_fbg_fallback_reason (Rust prints it once). Other cuBLASLt errors end the run with
 //   cuBLASLt's status text.
 //
@@ -275,12 +277,26 @@ struct Gemm {
   int64_t m, n, k;
 };
 
-// Descriptors of one product, destroyed on scope exit (also when a check throws).
+// The operand alignment the heuristics may assume. cuBLASLt's default is 256 bytes; x, W1, W2
+// and dz are only known to be 16-byte aligned (lt_eligible), e.g. weights inside a flat
+// parameter buffer, and a kernel picked for 256 would answer NOT_SUPPORTED for them.
+constexpr uint32_t kMinAlignment = 16;
+
+// Descriptors of one product, destroyed on scope exit (also when a check throws, in the
+// constructor too).
 struct Descs {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   Descs(const Gemm& g, cudaDataType_t dt, size_t workspace) {
+    try {
+      init(g, dt, workspace);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  void init(const Gemm& g, cudaDataType_t dt, size_t workspace) {
     const Lt& l = lt();
     check(l.desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
     const int32_t trans_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
@@ -303,6 +319,11 @@ struct Descs {
     const uint64_t ws = workspace;
     check(l.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
           "MAX_WORKSPACE_BYTES");
+    for (const auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      check(l.pref_set(pref, attr, &kMinAlignment, sizeof(kMinAlignment)), "MIN_ALIGNMENT");
+    }
   }
   // The epilogue's bias (or bias-gradient) vector and aux matrix; their alignment matters to the
   // heuristics as to the matmul.
@@ -312,14 +333,18 @@ struct Descs {
     check(l.desc_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
           "EPILOGUE_AUX_POINTER");
   }
-  ~Descs() {
+  void release() {
     const Lt& l = lt();
     if (pref != nullptr) l.pref_destroy(pref);
     if (d != nullptr) l.layout_destroy(d);
     if (b != nullptr) l.layout_destroy(b);
     if (a != nullptr) l.layout_destroy(a);
     if (op != nullptr) l.desc_destroy(op);
+    pref = nullptr;
+    d = b = a = nullptr;
+    op = nullptr;
   }
+  ~Descs() { release(); }
   Descs(const Descs&) = delete;
   Descs& operator=(const Descs&) = delete;
 };
@@ -330,15 +355,34 @@ bool aligned16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-// One heuristic answer per (device, dtype, epilogue, m, n, k): the algorithm and its workspace.
+// The alignment class of a pointer as the heuristics see it: its largest power-of-two divisor,
+// capped at 256.
+int alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 1;
+  while (a < 256 && v % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+// One heuristic answer per (device, dtype, epilogue, m, n, k, bias and aux pointer alignment):
+// the algorithm and its workspace. The heuristics read the bias and aux pointers' values for
+// their alignment (cublasLt.h), so a plan chosen for a 256-byte aligned bias is not reused for
+// a 16-byte aligned one.
 struct Plan {
   cublasLtMatmulAlgo_t algo;
   size_t workspace = 0;
 };
-using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t>;
+using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int, int>;
 std::mutex g_plans_mu;
 std::map<PlanKey, Plan> g_plans;   // read and written under g_plans_mu, copied out
 constexpr size_t kMaxPlans = 4096;  // unpadded BERT has one M per token count
+
+std::string no_algorithm(const Gemm& g, cublasStatus_t s) {
+  return std::string("cuBLASLt has no ") +
+         (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "GELU_AUX_BIAS" : "DGELU_BGRAD") +
+         " algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " +
+         std::to_string(g.k) + " (" + status_text(s) + ")";
+}
 
 // Runs g through cuBLASLt on the current stream: A, B, D, the epilogue's bias and aux pointers.
 // false + *why when cuBLASLt has no algorithm for it (nothing was launched).
@@ -353,7 +397,7 @@ bool run_gemm(const Gemm& g, const at::Tensor& like, const void* a, const void* 
   const cudaDataType_t dt = data_type(like.scalar_type());
   cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   const PlanKey key{like.get_device(), static_cast<int>(like.scalar_type()),
-                    static_cast<int>(g.epilogue), g.m, g.n, g.k};
+                    static_cast<int>(g.epilogue), g.m, g.n, g.k, alignment(bias), alignment(aux)};
   Plan plan;
   bool cached = false;
   {
@@ -372,10 +416,7 @@ bool run_gemm(const Gemm& g, const at::Tensor& like, const void* a, const void* 
     const cublasStatus_t s =
         l.heuristic(handle, q.op, q.a, q.b, q.d, q.d, q.pref, 1, &result, &found);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
-      *why = std::string("cuBLASLt has no ") +
-             (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "GELU_AUX_BIAS" : "DGELU_BGRAD") +
-             " algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " +
-             std::to_string(g.k) + " (" + status_text(s) + ")";
+      *why = no_algorithm(g, s);
       return false;
     }
     check(s, "cublasLtMatmulAlgoGetHeuristic");
@@ -392,10 +433,18 @@ bool run_gemm(const Gemm& g, const at::Tensor& like, const void* a, const void* 
   at::Tensor workspace = at::empty({static_cast<int64_t>(std::max<size_t>(plan.workspace, 1))},
                                    like.options().dtype(at::kByte));
   const float alpha = 1.0f, beta = 0.0f;
-  check(l.matmul(handle, descs.op, &alpha, a, descs.a, b, descs.b, &beta, d, descs.d, d, descs.d,
-                 &plan.algo, workspace.data_ptr(), plan.workspace,
-                 c10::cuda::getCurrentCUDAStream().stream()),
-        "cublasLtMatmul");
+  const cublasStatus_t s =
+      l.matmul(handle, descs.op, &alpha, a, descs.a, b, descs.b, &beta, d, descs.d, d, descs.d,
+               &plan.algo, workspace.data_ptr(), plan.workspace,
+               c10::cuda::getCurrentCUDAStream().stream());
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // nothing was launched: forget the plan, this call takes the composite path
+    std::lock_guard<std::mutex> lock(g_plans_mu);
+    g_plans.erase(key);
+    *why = no_algorithm(g, s);
+    return false;
+  }
+  check(s, "cublasLtMatmul");
   return true;
 }
 
