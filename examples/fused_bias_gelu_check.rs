@@ -18,7 +18,7 @@
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
-use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, GeluPath};
+use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
@@ -209,6 +209,7 @@ fn main() -> Result<()> {
         "{}",
         serde_json::json!({
             "check": "fused_bias_gelu", "ok": ok, "lt_ran": lt_ran, "lt_built": lt_built(),
+            "lt_probe": lt_probe().err().map(|e| format!("{e:#}")).unwrap_or_else(|| "ok".into()),
             "worst_rel": worst_rel, "diffs": vs_composite,
             "worst_rel_vs_erf_unfused": worst_rel_erf, "diffs_vs_erf_unfused": vs_erf,
             "composite_vs_erf_unfused": composite_vs_erf,

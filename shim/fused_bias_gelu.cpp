@@ -81,6 +81,7 @@ bool lt_forward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1,
                 at::Tensor* h, std::string* why);
 bool lt_backward(const at::Tensor& dz, const at::Tensor& w2, const at::Tensor& h,
                  at::Tensor* dh, at::Tensor* db1, std::string* why);
+std::string lt_missing();
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -496,11 +497,15 @@ bool lt_backward(const at::Tensor& dz_in, const at::Tensor& w2, const at::Tensor
   return true;
 }
 
+// Empty when every cuBLASLt entry point resolved from the loaded library, else why not.
+std::string lt_missing() { return lt().missing; }
+
 }  // namespace
 
 #else  // built without the `cuda` feature: the composite path only
 
 namespace {
+std::string lt_missing() { return "built without the `cuda` feature"; }
 bool lt_eligible(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
   return false;
 }
@@ -537,6 +542,15 @@ int mr_fbg_fallback_reason(char** msg) {
   std::lock_guard<std::mutex> lock(g_reason_mu);
   if (g_reason.empty()) return 0;
   mr::set_err(msg, g_reason);
+  return 1;
+}
+
+// 0 when every cuBLASLt entry point resolved from the libcublasLt loaded in this process (no GPU
+// needed), else 1 with the reason in *msg (malloc'd; free with mr_free_str).
+int mr_fbg_lt_probe(char** msg) {
+  const std::string why = lt_missing();
+  if (why.empty()) return 0;
+  mr::set_err(msg, why);
   return 1;
 }
 

@@ -482,6 +482,20 @@ int mr_bn_add_relu(const at::Tensor* x, const at::Tensor* z, const at::Tensor* w
   });
 }
 
+// 0 when every cuDNN entry point resolved from the libcudnn.so.9 loaded in this process (no GPU
+// needed: libtorch_cuda links it), else 1 with the reason in *out (malloc'd; free with
+// mr_free_str), also for a build without the `cuda` feature.
+int mr_fused_bn_cudnn_probe(char** out) {
+#ifdef MLPERF_RUN_CUDA
+  const std::string& why = cudnn().missing;
+#else
+  const std::string why = "built without the `cuda` feature (no cuDNN path)";
+#endif
+  if (why.empty()) return 0;
+  mr::set_err(out, why);
+  return 1;
+}
+
 // Whether the cuDNN path was compiled in (the `cuda` feature).
 int mr_fused_bn_cudnn_compiled() {
 #ifdef MLPERF_RUN_CUDA

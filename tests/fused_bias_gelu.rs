@@ -11,7 +11,7 @@
 
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
-use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, GeluPath};
+use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
 use std::path::PathBuf;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -188,6 +188,18 @@ fn bad_inputs_are_clean_errors() {
     let msg = err(&i.w1, &i.b1, &i.w2, GeluPath::CublasLt);
     assert!(msg.contains("cuBLASLt path cannot run"), "{msg}");
     eprintln!("cuBLASLt path built into this binary: {}", lt_built());
+}
+
+#[test]
+fn cublaslt_entry_points_resolve_in_a_cuda_build() {
+    if !lt_built() {
+        let msg = format!("{:#}", lt_probe().unwrap_err());
+        assert!(msg.contains("without the `cuda` feature"), "{msg}");
+        eprintln!("SKIP cublaslt_entry_points_resolve_in_a_cuda_build: a build without `cuda`");
+        return;
+    }
+    // libtorch_cuda links libcublasLt, so it is loaded even on a machine without a GPU
+    lt_probe().unwrap_or_else(|e| panic!("cuBLASLt entry points: {e:#}"));
 }
 
 fn tiny() -> BertConfig {

@@ -10,7 +10,9 @@
 mod common;
 
 use mlperf_run::amp::{Autocast, LowPrecision};
-use mlperf_run::methods::fused_bn_relu::{bn_add_relu, counts, f_bn_add_relu};
+use mlperf_run::methods::fused_bn_relu::{
+    bn_add_relu, counts, cudnn_compiled, cudnn_probe, f_bn_add_relu,
+};
 use mlperf_run::models::to_channels_last;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::engine::{run_once, RunOutcome, Workload};
@@ -419,4 +421,16 @@ fn resnet_with_the_switch_has_the_same_parameters_and_output() {
     for n in names {
         assert!(ka[n].equal(&kb[n]), "{n} after a training forward");
     }
+}
+
+#[test]
+fn cudnn_entry_points_resolve_in_a_cuda_build() {
+    if !cudnn_compiled() {
+        let msg = format!("{:#}", cudnn_probe().unwrap_err());
+        assert!(msg.contains("without the `cuda` feature"), "{msg}");
+        eprintln!("SKIP cudnn_entry_points_resolve_in_a_cuda_build: a build without `cuda`");
+        return;
+    }
+    // libtorch_cuda links libcudnn.so.9, so it is loaded even on a machine without a GPU
+    cudnn_probe().unwrap_or_else(|e| panic!("cuDNN entry points: {e:#}"));
 }

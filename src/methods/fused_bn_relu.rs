@@ -32,6 +32,7 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> c_int;
     fn mr_fused_bn_cudnn_compiled() -> c_int;
+    fn mr_fused_bn_cudnn_probe(out: *mut *mut c_char) -> c_int;
     fn mr_fused_bn_counts(cudnn_calls: *mut c_longlong, composite_calls: *mut c_longlong);
     fn mr_fused_bn_fallback_reason(out: *mut *mut c_char) -> c_int;
     fn mr_fused_bn_cudnn_eligible(
@@ -109,6 +110,18 @@ pub fn bn_add_relu(
 pub fn cudnn_compiled() -> bool {
     // SAFETY: no arguments, no state.
     unsafe { mr_fused_bn_cudnn_compiled() != 0 }
+}
+
+/// Whether every cuDNN entry point the fused op uses resolves from the libcudnn loaded in this
+/// process (needs no GPU; an error says what is missing, or that the build lacks `cuda`).
+pub fn cudnn_probe() -> Result<()> {
+    let mut msg: *mut c_char = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; a 1 comes with a malloc'd message we then own.
+    if unsafe { mr_fused_bn_cudnn_probe(&mut msg) } == 0 {
+        return Ok(());
+    }
+    // SAFETY: see above.
+    bail!("{}", unsafe { crate::shim_error::take(msg) })
 }
 
 /// Training forwards so far on cuDNN's fused kernels and on the composite path.

@@ -45,6 +45,7 @@ extern "C" {
     ) -> c_int;
     fn mr_fbg_fallback_reason(msg: *mut *mut c_char) -> c_int;
     fn mr_fbg_lt_built() -> c_int;
+    fn mr_fbg_lt_probe(msg: *mut *mut c_char) -> c_int;
 }
 
 /// Which implementation to run.
@@ -130,4 +131,16 @@ pub fn dense_gelu_dense(
 pub fn lt_built() -> bool {
     // SAFETY: no arguments.
     unsafe { mr_fbg_lt_built() != 0 }
+}
+
+/// Whether every cuBLASLt entry point the op uses resolves from the libcublasLt loaded in this
+/// process (needs no GPU; an error says what is missing, or that the build lacks `cuda`).
+pub fn lt_probe() -> Result<()> {
+    let mut msg = std::ptr::null_mut();
+    // SAFETY: plain query; `msg` is set (malloc'd) only when it returns 1.
+    if unsafe { mr_fbg_lt_probe(&mut msg) } == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shim set `msg` for the answer 1.
+    bail!("{}", unsafe { crate::shim_error::take(msg) })
 }
