@@ -23,9 +23,13 @@
 //   activations with fp32 parameters and statistics, C % 4 == 0. Workspace and reserve space are
 //   ATen byte tensors from the caching allocator (no cudaMalloc, no host sync: the op stays
 //   CUDA-graph capturable). cuDNN is not linked: its functions are looked up once in the
-//   libcudnn.so.9 that libtorch_cuda already loaded. If cuDNN answers NOT_SUPPORTED for a dtype
-//   (its docs list HALF for these fused ops), that dtype takes the composite path for the rest
-//   of the process and the reason is kept for mr_fused_bn_fallback_reason (Rust prints it once).
+//   libcudnn.so.9 that libtorch_cuda already loaded. If cuDNN refuses a dtype before launching
+//   anything (any failure of the three size queries, or a NOT_SUPPORTED / BAD_PARAM category
+//   status from the forward; its docs list HALF for these fused ops), that dtype takes the
+//   composite path for the rest of the process and the reason is kept for
+//   mr_fused_bn_fallback_reason (Rust prints it once). Workspace and reserve buffers have at
+//   least one byte (a null workspace would make cuDNN run the non-fused call); inputs cuDNN's
+//   batch norm cannot index (PyTorch's limits: numel < 2^31, N <= 880801) stay composite.
 //   The backward always takes the path its forward took (the choice is saved with the graph).
 //
 // Eval (training = false) is the composite inference path only: at::batch_norm + add_ + relu_,
@@ -41,8 +45,10 @@
 
 #include "error.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <string>
 
@@ -210,6 +216,9 @@ std::string ineligible(const at::Tensor& x, const at::Tensor& z, const at::Tenso
     return "the input is neither float16 nor bfloat16";
   if (!x.is_contiguous(at::MemoryFormat::ChannelsLast)) return "the input is not channels-last";
   if (x.size(1) % 4 != 0) return "the channel count is not a multiple of 4";
+  // PyTorch's own limits for cuDNN batch norm (32-bit indexing in some kernels, the batch size)
+  if (x.numel() == 0 || x.numel() >= std::numeric_limits<int32_t>::max() || x.size(0) > 880801)
+    return "the input is empty or too large for cuDNN's batch norm kernels";
   for (const at::Tensor* p : {&weight, &bias, &a.running_mean, &a.running_var}) {
     if (!p->defined() || p->scalar_type() != at::kFloat || !p->is_contiguous() ||
         p->device() != x.device())
@@ -227,8 +236,24 @@ std::string ineligible(const at::Tensor& x, const at::Tensor& z, const at::Tenso
   return "";
 }
 
-// cuDNN answered NOT_SUPPORTED for dtype `t` (`detail`: where and its status): that dtype takes
-// the composite path for the rest of the process, and the reason is kept for the one warning.
+// Whether a refusal by cuDNN before it launched anything means "not for these tensors": the
+// NOT_SUPPORTED and BAD_PARAM categories (cuDNN 9 reports sub-codes such as
+// NOT_SUPPORTED_DATA_TYPE 3003 or NOT_SUPPORTED_SHAPE 3002, and an unsupported dtype may come
+// back as BAD_PARAM). INTERNAL_ERROR, EXECUTION_FAILED and the like still end the run.
+bool refused(cudnnStatus_t s) {
+  const int category = static_cast<int>(s) / 1000 * 1000;  // CUDNN_STATUS_CATEGORY
+  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
+}
+
+// A byte buffer of at least one byte: cuDNN reads a null workspace with size 0 as "the
+// non-extended call", which would drop the fused add and ReLU.
+at::Tensor byte_buffer(size_t bytes, const at::Tensor& like) {
+  return at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
+                   like.options().dtype(at::kByte));
+}
+
+// cuDNN refused dtype `t` (`detail`: where and its status): that dtype takes the composite path
+// for the rest of the process, and the reason is kept for the one warning.
 void refuse_dtype(at::ScalarType t, const std::string& detail) {
   g_refused.fetch_or(dtype_bit(t));
   note_fallback(std::string("cuDNN does not support the fused BN+add+ReLU for ") +
@@ -238,6 +263,7 @@ void refuse_dtype(at::ScalarType t, const std::string& detail) {
 struct CudnnForward {
   bool ok = false;  // false: cuDNN refused this dtype (recorded), take the composite path
   at::Tensor y, save_mean, save_invstd, reserve;
+  size_t reserve_bytes = 0;  // what cuDNN asked for (the buffer has at least one byte)
 };
 
 CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::Tensor& weight,
@@ -249,23 +275,23 @@ CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::T
   cudnnBatchNormOps_t ops = ops_for(z.defined());
   cudnnTensorDescriptor_t zd = z.defined() ? d.x : nullptr;
   size_t fwd_ws = 0, bwd_ws = 0, reserve = 0;
-  // All three size queries up front: a NOT_SUPPORTED from any of them (the backward's too) sends
-  // this dtype to the composite path before anything ran, so a backward never finds its path
-  // unsupported after the forward took it.
+  // All three size queries up front: any failure of them (the backward's too) sends this dtype
+  // to the composite path before anything ran, so a backward never finds its path unsupported
+  // after the forward took it. (The inputs were validated already: a failing size query means
+  // cuDNN does not do this configuration.)
   cudnnStatus_t s = c.fwd_workspace(h, kMode, ops, d.x, zd, d.x, d.param, d.act, &fwd_ws);
   if (s == CUDNN_STATUS_SUCCESS)
     s = c.bwd_workspace(h, kMode, ops, d.x, d.x, d.x, zd, d.x, d.param, d.act, &bwd_ws);
   if (s == CUDNN_STATUS_SUCCESS) s = c.reserve_size(h, kMode, ops, d.act, d.x, &reserve);
   CudnnForward out;
-  if (s == CUDNN_STATUS_NOT_SUPPORTED) {
+  if (s != CUDNN_STATUS_SUCCESS) {
     refuse_dtype(x.scalar_type(), "workspace query: " + status_text(s));
     return out;
   }
-  check(s, "cudnnGetBatchNormalization*Size");
-  auto bytes = x.options().dtype(at::kByte);
   auto stats = weight.options();
-  at::Tensor ws = at::empty({static_cast<int64_t>(fwd_ws)}, bytes);
-  out.reserve = at::empty({static_cast<int64_t>(reserve)}, bytes);
+  at::Tensor ws = byte_buffer(fwd_ws, x);
+  out.reserve = byte_buffer(reserve, x);
+  out.reserve_bytes = reserve;
   out.y = at::empty_like(x, at::MemoryFormat::ChannelsLast);
   out.save_mean = at::empty({x.size(1)}, stats);
   out.save_invstd = at::empty({x.size(1)}, stats);
@@ -276,7 +302,7 @@ CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::T
                 a.running_var.data_ptr(), a.eps, out.save_mean.data_ptr(),
                 out.save_invstd.data_ptr(), d.act, ws.data_ptr(), fwd_ws,
                 out.reserve.data_ptr(), reserve);
-  if (s == CUDNN_STATUS_NOT_SUPPORTED) {
+  if (refused(s)) {
     // nothing was written (cuDNN checks support before launching): the composite path redoes
     // the whole call, running statistics included
     refuse_dtype(x.scalar_type(), status_text(s));
@@ -292,7 +318,7 @@ std::vector<at::Tensor> cudnn_backward(const at::Tensor& grad_y, const at::Tenso
                                        const at::Tensor& y, bool has_z, const at::Tensor& weight,
                                        const at::Tensor& bias, const at::Tensor& save_mean,
                                        const at::Tensor& save_invstd, at::Tensor& reserve,
-                                       double eps) {
+                                       size_t reserved_bytes, double eps) {
   const c10::DeviceGuard on_device(x.device());
   const Cudnn& c = cudnn();
   cudnnHandle_t h = handle_on_current_stream();
@@ -303,7 +329,7 @@ std::vector<at::Tensor> cudnn_backward(const at::Tensor& grad_y, const at::Tenso
   size_t ws_size = 0;
   check(c.bwd_workspace(h, kMode, ops, d.x, d.x, d.x, zd, d.x, d.param, d.act, &ws_size),
         "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
-  at::Tensor ws = at::empty({static_cast<int64_t>(ws_size)}, x.options().dtype(at::kByte));
+  at::Tensor ws = byte_buffer(ws_size, x);
   at::Tensor dx = at::empty_like(x, at::MemoryFormat::ChannelsLast);
   at::Tensor dz = has_z ? at::empty_like(x, at::MemoryFormat::ChannelsLast) : at::Tensor();
   at::Tensor dw = at::empty_like(weight);
@@ -313,7 +339,7 @@ std::vector<at::Tensor> cudnn_backward(const at::Tensor& grad_y, const at::Tenso
                    d.x, dy.data_ptr(), zd, has_z ? dz.data_ptr() : nullptr, d.x, dx.data_ptr(),
                    d.param, weight.data_ptr(), bias.data_ptr(), dw.data_ptr(), db.data_ptr(), eps,
                    save_mean.data_ptr(), save_invstd.data_ptr(), d.act, ws.data_ptr(), ws_size,
-                   reserve.data_ptr(), reserve.numel()),
+                   reserve.data_ptr(), reserved_bytes),
         "cudnnBatchNormalizationBackwardEx");
   return {dx, dz, dw, db};
 }
@@ -369,6 +395,7 @@ at::Tensor fused_forward(AutogradContext* ctx, const at::Tensor& x, const at::Te
       ctx->saved_data["save_mean"] = f.save_mean;
       ctx->saved_data["save_invstd"] = f.save_invstd;
       ctx->saved_data["reserve"] = f.reserve;
+      ctx->saved_data["reserve_bytes"] = static_cast<int64_t>(f.reserve_bytes);
       return f.y;
     }
   }
@@ -393,7 +420,7 @@ std::array<at::Tensor, 4> fused_backward(AutogradContext* ctx, const variable_li
   if (ctx->saved_data["cudnn_fused"].toBool()) {
     at::Tensor bias = ctx->saved_data["bias"].toTensor();
     auto g = cudnn_backward(grads[0], x, y, has_z, weight, bias, save_mean, save_invstd, reserve,
-                            eps);
+                            static_cast<size_t>(ctx->saved_data["reserve_bytes"].toInt()), eps);
     return {g[0], g[1], g[2], g[3]};
   }
 #endif

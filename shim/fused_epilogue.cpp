@@ -490,9 +490,10 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
     }
     if (need_bias && dh.defined()) {
       // linear's bias gradient: the column sum of d h
+      // (a 1-d h: d h itself; an empty dim list would make sum() add up everything)
       std::vector<int64_t> dims;
       for (int64_t d = 0; d + 1 < dh.dim(); ++d) dims.push_back(d);
-      dbias = dh.sum(dims).to(bias_type);
+      dbias = (dims.empty() ? dh : dh.sum(dims)).to(bias_type);
     }
     if (!need_h) dh = at::Tensor();
     if (!need_res) dres = at::Tensor();
@@ -518,6 +519,8 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
   TORCH_CHECK(p >= 0 && p < 1, "fused epilogue: dropout p must be in [0, 1), got ", p);
   TORCH_CHECK(!mask.defined() || mask.sizes() == h.sizes(), "fused epilogue: mask ",
               mask.sizes(), " must have h's shape ", h.sizes());
+  TORCH_CHECK(!mask.defined() || mask.device() == h.device(), "fused epilogue: mask on ",
+              mask.device(), ", h on ", h.device(), ": put them on one device");
   // as layer_norm under autocast: the LayerNorm runs (and returns) fp32
   const bool out_fp32 = at::autocast::is_autocast_enabled(h.device().type());
   const at::ScalarType out_type =
@@ -667,6 +670,8 @@ void ensure_context(int device) {
 }
 
 void launch(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args, int device) {
+  // the tensors' device current (and its primary context bound) for the driver-API launch
+  c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
   ensure_context(device);
   CUstream stream = static_cast<CUstream>(
       c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
@@ -748,6 +753,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
   TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded (backward, dy ",
               dy_in.scalar_type(), ")");
   at::Tensor dy = dy_in.contiguous();
+  const at::Tensor g = gamma.contiguous();  // the saved parameter, as given to the forward
   at::Tensor dh = at::empty(s.sizes(), s.options().dtype(h_type));
   at::Tensor dres = need_res ? at::empty(s.sizes(), s.options().dtype(res_type)) : at::Tensor();
   {
@@ -755,7 +761,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     const void* sp = s.data_ptr();
     const void* mp = mean.data_ptr();
     const void* rp = rstd.data_ptr();
-    const void* gp = gamma.data_ptr();
+    const void* gp = g.data_ptr();
     const void* maskp = ptr_or_null(mask);
     float sc = static_cast<float>(scale);
     int c = static_cast<int>(cols);

@@ -245,6 +245,41 @@ fn separate_bias_matches_within_rounding() {
 }
 
 #[test]
+fn a_single_row_without_batch_dimension_gets_a_bias_gradient_of_its_shape() {
+    // h [H] (1-d): the bias gradient is d h itself, not a sum over every dimension
+    let f = (Kind::Float, Device::Cpu);
+    tch::manual_seed(3);
+    let h = Tensor::randn([32], f).set_requires_grad(true);
+    let b = Tensor::randn([32], f).set_requires_grad(true);
+    let r = Tensor::randn([32], f).set_requires_grad(true);
+    let (gamma, beta) = (Tensor::ones([32], f), Tensor::zeros([32], f));
+    let e = Epilogue {
+        residual: &r,
+        gamma: &gamma,
+        beta: &beta,
+        eps: 1e-12,
+        p: 0.0,
+        train: false,
+        mask: None,
+        path: FusedPath::Composite,
+    };
+    let (y, _) = bias_dropout_add_ln(&h, Some(&b), &e).unwrap();
+    let dy = Tensor::randn([32], f);
+    (&y * &dy).sum(Kind::Float).backward();
+    let (gh, gb) = (h.grad(), b.grad());
+    assert_eq!(gb.size(), vec![32], "d bias shape");
+    assert!(gb.equal(&gh), "d bias = d h for a 1-d h");
+    // and it is the unfused ops' gradient
+    let (h2, b2) = (
+        h.detach().set_requires_grad(true),
+        b.detach().set_requires_grad(true),
+    );
+    let y2 = (&h2 + &b2 + r.detach()).layer_norm([32], Some(&gamma), Some(&beta), 1e-12, true);
+    (&y2 * &dy).sum(Kind::Float).backward();
+    assert!(b2.grad().equal(&gb), "matches the unfused bias gradient");
+}
+
+#[test]
 fn bad_inputs_are_clean_errors() {
     let i = Inputs::new(8, 24, 32, 1);
     let wrong = Tensor::zeros([8, 31], (Kind::Float, Device::Cpu));
