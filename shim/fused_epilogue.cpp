@@ -265,21 +265,20 @@ void preload_builtins(void* nvrtc_lib) {
   closedir(d);
 }
 
-// Opens NVRTC at `path`, or (empty path) from MLPERF_RUN_NVRTC, the already loaded or
-// system-visible libnvrtc.so.13 / .12, or the torch wheel's nvidia/cu13/lib.
+// Opens NVRTC at `path`, or (empty path) from MLPERF_RUN_NVRTC, then CUDA 13's (the already
+// loaded or system-visible libnvrtc.so.13, the torch wheel's nvidia/cu13/lib), then CUDA 12's.
 Nvrtc open_nvrtc(const std::string& path) {
   std::vector<std::string> tries;
   if (!path.empty()) {
     tries.push_back(path);
   } else {
     if (const char* env = std::getenv("MLPERF_RUN_NVRTC")) tries.emplace_back(env);
+    // CUDA 13 first (the torch wheel's own before an older system one), then 12
+    const std::string dir = torch_lib_dir();
     tries.emplace_back("libnvrtc.so.13");
+    if (!dir.empty()) tries.push_back(dir + "/../../nvidia/cu13/lib/libnvrtc.so.13");
     tries.emplace_back("libnvrtc.so.12");
-    std::string dir = torch_lib_dir();
-    if (!dir.empty()) {
-      tries.push_back(dir + "/../../nvidia/cu13/lib/libnvrtc.so.13");
-      tries.push_back(dir + "/../../nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
-    }
+    if (!dir.empty()) tries.push_back(dir + "/../../nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
   }
   Nvrtc n;
   std::string errors;
@@ -571,6 +570,8 @@ struct Driver {
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void**, void**) = nullptr;
   CUresult (*getErrorString)(CUresult, const char**) = nullptr;
+  // CUstreamCaptureStatus as int: 0 none, 1 active, 2 invalidated
+  CUresult (*streamIsCapturing)(CUstream, int*) = nullptr;
 };
 
 const Driver& driver() {
@@ -588,6 +589,7 @@ const Driver& driver() {
     sym(lib, "cuModuleGetFunction", d.moduleGetFunction, name);
     sym(lib, "cuLaunchKernel", d.launchKernel, name);
     sym(lib, "cuGetErrorString", d.getErrorString, name);
+    sym(lib, "cuStreamIsCapturing", d.streamIsCapturing, name);
     return d;
   }();
   return d;
@@ -623,6 +625,17 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
     // c10's device-generic guard (exported code), not CUDAGuard, whose inline CUDA runtime calls
     // would need libcudart at link time (see graph.cpp)
     c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
+    // Compiling and loading a module is not allowed while the stream is being captured (the
+    // eager warm-up steps normally load it first). Then this call takes the composite path
+    // and a later eager call loads the module; nothing is marked as failed.
+    int capturing = 0;
+    cu_check(d.streamIsCapturing(
+                 static_cast<CUstream>(
+                     c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device))
+                         .stream()),
+                 &capturing),
+             "cuStreamIsCapturing");
+    if (capturing != 0) return nullptr;
     int dev = 0;
     cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
     CUcontext ctx = nullptr;
