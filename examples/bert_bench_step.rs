@@ -161,12 +161,6 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-fn sync(device: Device) {
-    if let Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -259,7 +253,7 @@ fn main() -> Result<()> {
     let (mut t_window, mut w0) = (Instant::now(), unix_now());
     for i in 0..a.warmup + a.steps {
         if i == a.warmup {
-            sync(dev);
+            mlperf_run::cuda::synchronize(dev);
             (t_window, w0) = (Instant::now(), unix_now());
         }
         let t0 = Instant::now();
@@ -296,7 +290,7 @@ fn main() -> Result<()> {
             ]);
         }
     }
-    sync(dev);
+    mlperf_run::cuda::synchronize(dev);
     let window = t_window.elapsed().as_secs_f64();
     let w1 = unix_now();
     let last = loss.double_value(&[]);

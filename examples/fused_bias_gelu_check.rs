@@ -82,12 +82,6 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-fn sync(d: Device) {
-    if let Device::Cuda(i) = d {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
 const NAMES: [&str; 5] = ["z", "d_x", "d_w1", "d_b1", "d_w2"];
 
 /// Which computation a side runs.
@@ -180,10 +174,10 @@ fn main() -> Result<()> {
         let mut times = Vec::new();
         let mut ran = false;
         for i in 0..a.rounds + 3 {
-            sync(d);
+            mlperf_run::cuda::synchronize(d);
             let t0 = Instant::now();
             let (_, lt) = run(side)?;
-            sync(d);
+            mlperf_run::cuda::synchronize(d);
             if i >= 3 {
                 times.push(t0.elapsed().as_secs_f64());
             }

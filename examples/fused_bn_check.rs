@@ -103,12 +103,6 @@ const CASES: [(i64, i64, bool); 13] = [
     (256, 4, false),
 ];
 
-fn sync(device: Device) {
-    if let Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
 struct Side {
     y: Tensor,
     dx: Tensor,
@@ -134,7 +128,7 @@ fn one(
         mlperf_run::amp::set_grad_none(p)?;
     }
     let device = x0.device();
-    sync(device);
+    mlperf_run::cuda::synchronize(device);
     let t0 = Instant::now();
     let y = if fused {
         fused_bn_relu::f_bn_add_relu(&x, z.as_ref(), bn, MOMENTUM, EPS, true)?
@@ -148,7 +142,7 @@ fn one(
     };
     // both sides pay the same sum(y * gy) to get a non-uniform upstream gradient
     (&y * gy).sum(Kind::Float).backward();
-    sync(device);
+    mlperf_run::cuda::synchronize(device);
     let secs = t0.elapsed().as_secs_f64();
     let side = Side {
         y: y.detach(),

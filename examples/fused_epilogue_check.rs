@@ -85,12 +85,6 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-fn sync(d: Device) {
-    if let Device::Cuda(i) = d {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
 struct Leaves {
     x: Tensor,
     w: Tensor,
@@ -216,10 +210,10 @@ fn main() -> Result<()> {
         let mut times = Vec::new();
         let mut ran = false;
         for i in 0..a.rounds + 3 {
-            sync(d);
+            mlperf_run::cuda::synchronize(d);
             let t0 = Instant::now();
             let (_, k) = run(path, None)?;
-            sync(d);
+            mlperf_run::cuda::synchronize(d);
             if i >= 3 {
                 times.push(t0.elapsed().as_secs_f64());
             }

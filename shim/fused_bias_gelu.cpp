@@ -46,6 +46,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.hpp"
+#include "loaded_lib.hpp"
 
 #include <atomic>
 #include <mutex>
@@ -199,7 +200,6 @@ const at::Tensor& need(const at::Tensor* t, const char* name) {
 #include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cublasLt.h>
-#include <dlfcn.h>
 
 #include <map>
 
@@ -222,35 +222,22 @@ struct Lt {
   std::string missing;  // why the table is unusable; empty when complete
 };
 
-template <typename F>
-void resolve(void* lib, const char* name, F* slot, std::string* missing) {
-  *slot = reinterpret_cast<F>(dlsym(lib, name));
-  if (*slot == nullptr && missing->empty()) missing->append("libcublasLt lacks ").append(name);
-}
-
 const Lt& lt() {
   static const Lt table = [] {
     Lt t;
-    void* lib = nullptr;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) {
-      lib = dlopen(name, RTLD_NOLOAD | RTLD_LAZY);
-      if (lib != nullptr) break;
-    }
-    if (lib == nullptr) {
-      t.missing = "libcublasLt.so.13 (or .12) is not loaded in this process";
-      return t;
-    }
-    resolve(lib, "cublasLtGetStatusString", &t.status_string, &t.missing);
-    resolve(lib, "cublasLtMatmulDescCreate", &t.desc_create, &t.missing);
-    resolve(lib, "cublasLtMatmulDescDestroy", &t.desc_destroy, &t.missing);
-    resolve(lib, "cublasLtMatmulDescSetAttribute", &t.desc_set, &t.missing);
-    resolve(lib, "cublasLtMatrixLayoutCreate", &t.layout_create, &t.missing);
-    resolve(lib, "cublasLtMatrixLayoutDestroy", &t.layout_destroy, &t.missing);
-    resolve(lib, "cublasLtMatmulPreferenceCreate", &t.pref_create, &t.missing);
-    resolve(lib, "cublasLtMatmulPreferenceDestroy", &t.pref_destroy, &t.missing);
-    resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &t.pref_set, &t.missing);
-    resolve(lib, "cublasLtMatmulAlgoGetHeuristic", &t.heuristic, &t.missing);
-    resolve(lib, "cublasLtMatmul", &t.matmul, &t.missing);
+    mr::LoadedLib lib({"libcublasLt.so.13", "libcublasLt.so.12"}, "libcublasLt.so.13 (or .12)");
+    lib.resolve("cublasLtGetStatusString", &t.status_string);
+    lib.resolve("cublasLtMatmulDescCreate", &t.desc_create);
+    lib.resolve("cublasLtMatmulDescDestroy", &t.desc_destroy);
+    lib.resolve("cublasLtMatmulDescSetAttribute", &t.desc_set);
+    lib.resolve("cublasLtMatrixLayoutCreate", &t.layout_create);
+    lib.resolve("cublasLtMatrixLayoutDestroy", &t.layout_destroy);
+    lib.resolve("cublasLtMatmulPreferenceCreate", &t.pref_create);
+    lib.resolve("cublasLtMatmulPreferenceDestroy", &t.pref_destroy);
+    lib.resolve("cublasLtMatmulPreferenceSetAttribute", &t.pref_set);
+    lib.resolve("cublasLtMatmulAlgoGetHeuristic", &t.heuristic);
+    lib.resolve("cublasLtMatmul", &t.matmul);
+    t.missing = lib.missing;
     return t;
   }();
   return table;

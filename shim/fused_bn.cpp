@@ -44,6 +44,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.hpp"
+#include "loaded_lib.hpp"
 
 #include <algorithm>
 #include <array>
@@ -89,7 +90,6 @@ std::string g_reason;  // empty: no fallback happened
 #include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cudnn.h>
-#include <dlfcn.h>
 
 namespace {
 
@@ -112,36 +112,24 @@ struct Cudnn {
   std::string missing;  // why the table is unusable; empty when complete
 };
 
-template <typename F>
-void resolve(void* lib, const char* name, F* slot, std::string* missing) {
-  *slot = reinterpret_cast<F>(dlsym(lib, name));
-  if (*slot == nullptr && missing->empty()) missing->append("libcudnn.so.9 lacks ").append(name);
-}
-
 const Cudnn& cudnn() {
   static const Cudnn table = [] {
     Cudnn t;
-    void* lib = dlopen("libcudnn.so.9", RTLD_NOLOAD | RTLD_LAZY);
-    if (lib == nullptr) {
-      t.missing = "libcudnn.so.9 is not loaded in this process";
-      return t;
-    }
-    resolve(lib, "cudnnGetErrorString", &t.error_string, &t.missing);
-    resolve(lib, "cudnnSetStream", &t.set_stream, &t.missing);
-    resolve(lib, "cudnnCreateTensorDescriptor", &t.create_tensor, &t.missing);
-    resolve(lib, "cudnnSetTensor4dDescriptor", &t.set_tensor_4d, &t.missing);
-    resolve(lib, "cudnnDestroyTensorDescriptor", &t.destroy_tensor, &t.missing);
-    resolve(lib, "cudnnCreateActivationDescriptor", &t.create_activation, &t.missing);
-    resolve(lib, "cudnnSetActivationDescriptor", &t.set_activation, &t.missing);
-    resolve(lib, "cudnnDestroyActivationDescriptor", &t.destroy_activation, &t.missing);
-    resolve(lib, "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", &t.fwd_workspace,
-            &t.missing);
-    resolve(lib, "cudnnGetBatchNormalizationBackwardExWorkspaceSize", &t.bwd_workspace,
-            &t.missing);
-    resolve(lib, "cudnnGetBatchNormalizationTrainingExReserveSpaceSize", &t.reserve_size,
-            &t.missing);
-    resolve(lib, "cudnnBatchNormalizationForwardTrainingEx", &t.forward, &t.missing);
-    resolve(lib, "cudnnBatchNormalizationBackwardEx", &t.backward, &t.missing);
+    mr::LoadedLib lib({"libcudnn.so.9"}, "libcudnn.so.9");
+    lib.resolve("cudnnGetErrorString", &t.error_string);
+    lib.resolve("cudnnSetStream", &t.set_stream);
+    lib.resolve("cudnnCreateTensorDescriptor", &t.create_tensor);
+    lib.resolve("cudnnSetTensor4dDescriptor", &t.set_tensor_4d);
+    lib.resolve("cudnnDestroyTensorDescriptor", &t.destroy_tensor);
+    lib.resolve("cudnnCreateActivationDescriptor", &t.create_activation);
+    lib.resolve("cudnnSetActivationDescriptor", &t.set_activation);
+    lib.resolve("cudnnDestroyActivationDescriptor", &t.destroy_activation);
+    lib.resolve("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", &t.fwd_workspace);
+    lib.resolve("cudnnGetBatchNormalizationBackwardExWorkspaceSize", &t.bwd_workspace);
+    lib.resolve("cudnnGetBatchNormalizationTrainingExReserveSpaceSize", &t.reserve_size);
+    lib.resolve("cudnnBatchNormalizationForwardTrainingEx", &t.forward);
+    lib.resolve("cudnnBatchNormalizationBackwardEx", &t.backward);
+    t.missing = lib.missing;
     return t;
   }();
   return table;

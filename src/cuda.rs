@@ -36,26 +36,20 @@ extern "C" {
     fn mr_get_tf32(matmul: *mut c_int, cudnn: *mut c_int, err: Err) -> c_int;
 }
 
-fn check(rc: c_int, err: *mut c_char, what: &str) -> Result<()> {
-    if rc != 0 {
-        // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim_error::take(err) };
-        bail!("{what}: {msg}");
-    }
-    Ok(())
-}
-
-/// Runs a shim call with an error out-parameter.
-fn call(what: &str, f: impl FnOnce(Err) -> c_int) -> Result<()> {
-    let mut err = std::ptr::null_mut();
-    let rc = f(&mut err);
-    check(rc, err, what)
-}
+use crate::shim_error::call;
 
 fn cuda_index(device: Device) -> Result<c_int> {
     match device {
         Device::Cuda(i) => Ok(i as c_int),
         other => bail!("{other:?} is not a CUDA device"),
+    }
+}
+
+/// Wait (on the host) for all work queued on `device`; nothing on a CPU. For benchmarks and
+/// checks that time GPU work between host clocks.
+pub fn synchronize(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
     }
 }
 

@@ -9,6 +9,8 @@
 //! The cuBLASLt path needs a GPU: `examples/fused_bias_gelu_check` checks it there.
 #![cfg(feature = "torch")]
 
+mod common;
+
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
@@ -78,15 +80,7 @@ impl Inputs {
 const NAMES: [&str; 5] = ["z", "d x", "d W1", "d b1", "d W2"];
 
 fn assert_bit_identical(what: &str, a: &[Tensor], b: &[Tensor]) {
-    for ((x, y), name) in a.iter().zip(b).zip(NAMES) {
-        assert_eq!(x.kind(), y.kind(), "{what}: {name} dtype");
-        assert_eq!(x.size(), y.size(), "{what}: {name} shape");
-        let diff = (x.to_kind(Kind::Double) - y.to_kind(Kind::Double))
-            .abs()
-            .max()
-            .double_value(&[]);
-        assert!(x.equal(y), "{what}: {name} differs (max abs diff {diff:e})");
-    }
+    common::tensors::assert_bit_identical(what, &NAMES, a, b);
 }
 
 fn max_abs(a: &Tensor, b: &Tensor) -> f64 {

@@ -9,6 +9,8 @@
 //! with NVRTC (no GPU needed) so that syntax errors show up on the CPU.
 #![cfg(feature = "torch")]
 
+mod common;
+
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::fused_epilogue::{
@@ -111,15 +113,7 @@ fn fused(i: &Inputs, p: f64, train: bool) -> Tensor {
 }
 
 fn assert_bit_identical(what: &str, a: &[Tensor], b: &[Tensor]) {
-    for ((x, y), name) in a.iter().zip(b).zip(NAMES) {
-        assert_eq!(x.kind(), y.kind(), "{what}: {name} dtype");
-        assert_eq!(x.size(), y.size(), "{what}: {name} shape");
-        let diff = (x.to_kind(Kind::Double) - y.to_kind(Kind::Double))
-            .abs()
-            .max()
-            .double_value(&[]);
-        assert!(x.equal(y), "{what}: {name} differs (max abs diff {diff:e})");
-    }
+    common::tensors::assert_bit_identical(what, &NAMES, a, b);
 }
 
 fn max_rel(a: &Tensor, b: &Tensor) -> f64 {

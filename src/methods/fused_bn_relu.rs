@@ -62,10 +62,9 @@ pub fn f_bn_add_relu(
     train: bool,
 ) -> Result<Tensor> {
     let mut out: *mut C_tensor = std::ptr::null_mut();
-    let mut err: *mut c_char = std::ptr::null_mut();
     // SAFETY: every pointer is a live tensor of the caller's (or null where the shim allows
     // it); on success the shim hands over a new at::Tensor, which we then own.
-    let rc = unsafe {
+    crate::shim_error::call("fused BN+ReLU", |err| unsafe {
         mr_bn_add_relu(
             x.as_ptr(),
             ptr(residual),
@@ -77,14 +76,9 @@ pub fn f_bn_add_relu(
             momentum,
             eps,
             &mut out,
-            &mut err,
+            err,
         )
-    };
-    if rc != 0 {
-        // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim_error::take(err) };
-        bail!("fused BN+ReLU: {msg}");
-    }
+    })?;
     // SAFETY: see above.
     Ok(unsafe { Tensor::from_ptr(out) })
 }
@@ -115,13 +109,11 @@ pub fn cudnn_compiled() -> bool {
 /// Whether every cuDNN entry point the fused op uses resolves from the libcudnn loaded in this
 /// process (needs no GPU; an error says what is missing, or that the build lacks `cuda`).
 pub fn cudnn_probe() -> Result<()> {
-    let mut msg: *mut c_char = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer; a 1 comes with a malloc'd message we then own.
-    if unsafe { mr_fused_bn_cudnn_probe(&mut msg) } == 0 {
-        return Ok(());
+    // SAFETY: a plain query with an out-pointer for its message.
+    match crate::shim_error::reported(|m| unsafe { mr_fused_bn_cudnn_probe(m) }) {
+        None => Ok(()),
+        Some(why) => bail!("{why}"),
     }
-    // SAFETY: see above.
-    bail!("{}", unsafe { crate::shim_error::take(msg) })
 }
 
 /// Training forwards so far on cuDNN's fused kernels and on the composite path.
@@ -134,13 +126,8 @@ pub fn counts() -> (i64, i64) {
 
 /// Why the op left the cuDNN path for a dtype in this process (cuDNN refused it), if it did.
 pub fn fallback_reason() -> Option<String> {
-    let mut msg: *mut c_char = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer; a 1 comes with a malloc'd message we then own.
-    if unsafe { mr_fused_bn_fallback_reason(&mut msg) } == 0 {
-        return None;
-    }
-    // SAFETY: see above.
-    Some(unsafe { crate::shim_error::take(msg) })
+    // SAFETY: a plain query with an out-pointer for its message.
+    crate::shim_error::reported(|m| unsafe { mr_fused_bn_fallback_reason(m) })
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);

@@ -24,6 +24,7 @@
 //! Under autocast the op casts x, W1, b1 and W2 the way autocast casts `linear`'s arguments, and
 //! returns the autocast dtype, as the unfused `linear`s do.
 
+use crate::shim_error::{call, reported};
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int};
 use std::sync::Once;
@@ -77,11 +78,8 @@ fn warn_on_fallback() {
     if WARNED.is_completed() {
         return;
     }
-    let mut msg = std::ptr::null_mut();
-    // SAFETY: plain query; `msg` is set (malloc'd) only when it returns 1.
-    if unsafe { mr_fbg_fallback_reason(&mut msg) } == 1 {
-        // SAFETY: the shim set `msg` for the answer 1.
-        let why = unsafe { crate::shim_error::take(msg) };
+    // SAFETY: a plain query with an out-pointer for its message.
+    if let Some(why) = reported(|m| unsafe { mr_fbg_fallback_reason(m) }) {
         WARNED.call_once(|| {
             tracing::warn!(
                 "methods.fused_bias_gelu: cuBLASLt's fused epilogue did not run for some \
@@ -103,9 +101,9 @@ pub fn dense_gelu_dense(
 ) -> Result<(Tensor, bool)> {
     let mut out = std::ptr::null_mut();
     let mut used: c_int = 0;
-    let mut err = std::ptr::null_mut();
-    // SAFETY: every pointer is a live tensor for the duration of the call.
-    let rc = unsafe {
+    // SAFETY: every pointer is a live tensor for the duration of the call. The shim's messages
+    // name it ("fused bias+GELU: ..."), so no prefix.
+    call("", |err| unsafe {
         mr_fbg_dense_gelu_dense(
             x.as_ptr(),
             w1.as_ptr(),
@@ -114,14 +112,9 @@ pub fn dense_gelu_dense(
             path.code(),
             &mut out,
             &mut used,
-            &mut err,
+            err,
         )
-    };
-    if rc != 0 {
-        // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim_error::take(err) };
-        bail!("{msg}");
-    }
+    })?;
     warn_on_fallback();
     // SAFETY: on success the shim returned a new at::Tensor that we now own.
     Ok((unsafe { Tensor::from_ptr(out) }, used != 0))
@@ -136,11 +129,9 @@ pub fn lt_built() -> bool {
 /// Whether every cuBLASLt entry point the op uses resolves from the libcublasLt loaded in this
 /// process (needs no GPU; an error says what is missing, or that the build lacks `cuda`).
 pub fn lt_probe() -> Result<()> {
-    let mut msg = std::ptr::null_mut();
-    // SAFETY: plain query; `msg` is set (malloc'd) only when it returns 1.
-    if unsafe { mr_fbg_lt_probe(&mut msg) } == 0 {
-        return Ok(());
+    // SAFETY: a plain query with an out-pointer for its message.
+    match reported(|m| unsafe { mr_fbg_lt_probe(m) }) {
+        None => Ok(()),
+        Some(why) => bail!("{why}"),
     }
-    // SAFETY: the shim set `msg` for the answer 1.
-    bail!("{}", unsafe { crate::shim_error::take(msg) })
 }

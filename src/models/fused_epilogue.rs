@@ -27,6 +27,7 @@
 //! already loaded libcublasLt with the handle from `at::cuda::getCurrentCUDABlasLtHandle()`, a
 //! workspace from the caching allocator, and a composite CPU twin (`addmm` + `gelu`).
 
+use crate::shim_error::call;
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int};
 use std::path::Path;
@@ -145,15 +146,11 @@ fn warn_if_kernel_failed() {
     }
 }
 
-fn finish(rc: c_int, out: *mut C_tensor, err: *mut c_char) -> Result<Tensor> {
-    if rc != 0 {
-        // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim_error::take(err) };
-        bail!("fused epilogue: {msg}");
-    }
+/// The tensor a successful entry point handed over (after the one-time kernel warning).
+fn finish(out: *mut C_tensor) -> Tensor {
     warn_if_kernel_failed();
     // SAFETY: on success the shim returned a new at::Tensor that we now own.
-    Ok(unsafe { Tensor::from_ptr(out) })
+    unsafe { Tensor::from_ptr(out) }
 }
 
 /// `LayerNorm(residual + dropout(h + bias))` as one autograd op; returns the output and whether
@@ -165,9 +162,8 @@ pub fn bias_dropout_add_ln(
 ) -> Result<(Tensor, bool)> {
     let mut out = std::ptr::null_mut();
     let mut used: c_int = 0;
-    let mut err = std::ptr::null_mut();
     // SAFETY: every pointer is a live tensor (or null where the shim allows it) for the call.
-    let rc = unsafe {
+    call("fused epilogue", |err| unsafe {
         mr_fe_bias_dropout_add_ln(
             h.as_ptr(),
             opt(bias),
@@ -181,10 +177,10 @@ pub fn bias_dropout_add_ln(
             e.path.code(),
             &mut out,
             &mut used,
-            &mut err,
+            err,
         )
-    };
-    Ok((finish(rc, out, err)?, used != 0))
+    })?;
+    Ok((finish(out), used != 0))
 }
 
 /// `LayerNorm(residual + dropout(x W^T + b))`: the dense layer and its epilogue. With the
@@ -198,9 +194,8 @@ pub fn dense_dropout_add_ln(
 ) -> Result<(Tensor, bool)> {
     let mut out = std::ptr::null_mut();
     let mut used: c_int = 0;
-    let mut err = std::ptr::null_mut();
     // SAFETY: every pointer is a live tensor (or null where the shim allows it) for the call.
-    let rc = unsafe {
+    call("fused epilogue", |err| unsafe {
         mr_fe_dense_dropout_add_ln(
             x.as_ptr(),
             w.as_ptr(),
@@ -215,10 +210,10 @@ pub fn dense_dropout_add_ln(
             e.path.code(),
             &mut out,
             &mut used,
-            &mut err,
+            err,
         )
-    };
-    Ok((finish(rc, out, err)?, used != 0))
+    })?;
+    Ok((finish(out), used != 0))
 }
 
 /// Whether this build has the CUDA kernel path (cargo feature `cuda`).
@@ -250,23 +245,10 @@ pub fn nvrtc_compile(
     let path = std::ffi::CString::new(nvrtc.to_string_lossy().as_bytes())?;
     let arch_c = std::ffi::CString::new(arch)?;
     let mut size = 0usize;
-    let mut err = std::ptr::null_mut();
+    let (ht, rt, ot) = (kind_code(h)?, kind_code(residual)?, kind_code(out)?);
     // SAFETY: valid C strings and out-pointers for the call.
-    let rc = unsafe {
-        mr_fe_nvrtc_compile(
-            path.as_ptr(),
-            arch_c.as_ptr(),
-            kind_code(h)?,
-            kind_code(residual)?,
-            kind_code(out)?,
-            &mut size,
-            &mut err,
-        )
-    };
-    if rc != 0 {
-        // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim_error::take(err) };
-        bail!("{msg}");
-    }
+    call("", |err| unsafe {
+        mr_fe_nvrtc_compile(path.as_ptr(), arch_c.as_ptr(), ht, rt, ot, &mut size, err)
+    })?;
     Ok(size)
 }

@@ -8,6 +8,8 @@ pub mod dist;
 pub mod emitter_logs;
 pub mod official;
 #[cfg(feature = "torch")]
+pub mod tensors;
+#[cfg(feature = "torch")]
 pub mod train;
 
 /// True when CI demands the oracle and fixtures (scripts/test sets it under CI=true):
