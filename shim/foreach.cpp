@@ -9,6 +9,7 @@
 // `new at::Tensor` in a caller-provided array (Rust takes ownership, tch frees them); no C++
 // exception crosses the boundary (error.hpp): entry points return -1 with the message in `err`.
 #include <ATen/ATen.h>
+#include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_div.h>
 #include <ATen/ops/_foreach_lerp.h>
@@ -125,14 +126,30 @@ int mr_foreach_zero_(at::Tensor* const* xs, size_t n, char** err) {
 
 // torch.optim.SGD(fused=True)'s kernel: g = grad + wd*w; buf = g (first step) or m*buf + g;
 // w -= lr * (nesterov ? g + m*buf : buf). `lr` is a 0-dim tensor on the parameters' device.
-// With momentum 0 the buffers are not used (pass n_bufs = 0).
+// With momentum 0 the buffers are not used (pass n_bufs = 0). grad_scale and found_inf
+// (nullable, 0-dim f32 on the device; GradScaler's arguments to fused optimizers): the gradients
+// are divided by grad_scale first (and stored back so), and where found_inf is 1 the kernel
+// changes nothing (neither weights nor buffers).
 int mr_fused_sgd_(at::Tensor* const* params, at::Tensor* const* grads, at::Tensor* const* bufs,
                   size_t n, size_t n_bufs, double weight_decay, double momentum,
-                  const at::Tensor* lr, int nesterov, int is_first_step, char** err) {
+                  const at::Tensor* lr, int nesterov, int is_first_step,
+                  const at::Tensor* grad_scale, const at::Tensor* found_inf, char** err) {
   return mr::catching(err, kWhat, [&] {
     at::_fused_sgd_(list(params, n, "fused_sgd"), list(grads, n, "fused_sgd"),
                     list(bufs, n_bufs, "fused_sgd"), weight_decay, momentum, one(lr, "fused_sgd"),
-                    /*dampening=*/0.0, nesterov != 0, /*maximize=*/false, is_first_step != 0);
+                    /*dampening=*/0.0, nesterov != 0, /*maximize=*/false, is_first_step != 0,
+                    maybe(grad_scale), maybe(found_inf));
+  });
+}
+
+// GradScaler's overflow check: found_inf (0-dim f32, not reset here) becomes 1 if any element
+// of xs is inf or NaN; every x is multiplied by inv_scale (0-dim f32) in the same pass.
+int mr_amp_non_finite_check_and_unscale_(at::Tensor* const* xs, size_t n, at::Tensor* found_inf,
+                                         const at::Tensor* inv_scale, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(found_inf != nullptr && found_inf->defined(), "amp check: undefined found_inf");
+    at::_amp_foreach_non_finite_check_and_unscale_(list(xs, n, "amp check"), *found_inf,
+                                                   one(inv_scale, "amp check"));
   });
 }
 

@@ -114,16 +114,33 @@ impl Drop for Autocast {
     }
 }
 
-/// The autocast precision a config's bf16 switch (`setting`, named in the warning) asks for on
-/// `device`: bf16 when on, with a warning off CUDA (correct there, but slow without bf16
-/// hardware); None when off.
-pub fn bf16_switch(on: bool, device: Device, setting: &str) -> Option<LowPrecision> {
-    if on && !device.is_cuda() {
+impl std::fmt::Display for LowPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LowPrecision::BFloat16 => "bf16",
+            LowPrecision::Float16 => "fp16",
+        })
+    }
+}
+
+/// The autocast precision a config asks for (`setting`, named in the warning) on `device`,
+/// with a warning off CUDA (correct there, but slow without the hardware).
+pub fn precision_switch(
+    precision: Option<LowPrecision>,
+    device: Device,
+    setting: &str,
+) -> Option<LowPrecision> {
+    if let Some(p) = precision.filter(|_| !device.is_cuda()) {
         tracing::warn!(
-            "{setting} on the CPU: bf16 autocast is correct there but slow without bf16 hardware"
+            "{setting} on the CPU: {p} autocast is correct there but slow without {p} hardware"
         );
     }
-    on.then_some(LowPrecision::BFloat16)
+    precision
+}
+
+/// [`precision_switch`] for a config's bf16 on/off switch.
+pub fn bf16_switch(on: bool, device: Device, setting: &str) -> Option<LowPrecision> {
+    precision_switch(on.then_some(LowPrecision::BFloat16), device, setting)
 }
 
 /// Run `f` in an autocast region when `precision` is set, plainly otherwise.

@@ -1,11 +1,15 @@
 //! LARS and SGD (with the MLPerf schedule and label smoothing) step by step against a plain
-//! PyTorch implementation of the same equations (scripts/bench/optim_reference.py, venv torch).
+//! PyTorch implementation of the same equations (scripts/bench/optim_reference.py, venv torch);
+//! and SGD under fp16 autocast with mlperf-run's dynamic loss scale against
+//! `torch.amp.GradScaler`: the same steps skipped, the same scales, the same weights.
 #![cfg(feature = "torch")]
 
 mod common;
 
+use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::optim::lars::{Lars, LarsConfig};
 use mlperf_run::optim::loss::cross_entropy_smoothed;
+use mlperf_run::optim::loss_scale::{DynamicLossScale, LossScaleConfig};
 use mlperf_run::optim::schedule::{Decay, Schedule};
 use mlperf_run::optim::sgd::{Sgd, SgdConfig};
 use mlperf_run::optim::{Optimizer, ParamGroups};
@@ -23,6 +27,8 @@ struct Case {
     weight_decay: f64,
     label_smoothing: f64,
     base_lr: f64,
+    /// fp16 autocast with a dynamic loss scale: (initial scale, growth interval).
+    fp16: Option<(f64, i64)>,
 }
 
 fn python() -> Option<PathBuf> {
@@ -101,6 +107,7 @@ fn run_case(case: &Case) {
         "name": case.name, "momentum": case.momentum, "weight_decay": case.weight_decay,
         "nesterov": case.nesterov, "eta": eta, "epsilon": eps,
         "label_smoothing": case.label_smoothing, "lrs": lrs,
+        "fp16": case.fp16.map(|(init, gi)| serde_json::json!({"init_scale": init, "growth_interval": gi})),
     });
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/optim_reference.py");
     let out = Command::new(&py)
@@ -136,8 +143,23 @@ fn run_case(case: &Case) {
     let mut params = ParamGroups::from_var_store(&vs);
     let mut worst = 0f64;
     let mut moved = 0f64;
+    let mut loss_scale = case.fp16.map(|(init_scale, growth_interval)| {
+        DynamicLossScale::new(
+            Device::Cpu,
+            LossScaleConfig {
+                init_scale,
+                growth_interval,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    });
+    let (mut skipped, mut grown, mut last_scale) = (0, 0, case.fp16.map_or(0.0, |f| f.0));
     for (step, &lr) in lrs.iter().enumerate() {
         params.zero_grad().unwrap();
+        let region = case
+            .fp16
+            .map(|_| Autocast::enter(Device::Cpu, LowPrecision::Float16).unwrap());
         let x = xs.get(step as i64);
         let y = ys.get(step as i64);
         let hdn = x.linear(&l1w, Some(&l1b));
@@ -154,14 +176,32 @@ fn run_case(case: &Case) {
         );
         let logits = hdn.relu().linear(&l2w, Some(&l2b));
         let loss = cross_entropy_smoothed(&logits, &y, case.label_smoothing);
-        loss.backward();
+        drop(region);
+        match &loss_scale {
+            Some(ls) => ls.scale_loss(&loss).unwrap().backward(),
+            None => loss.backward(),
+        }
         let ref_loss = reference[&format!("{step}.loss")].double_value(&[]);
         assert!(
             (loss.double_value(&[]) - ref_loss).abs() < 1e-5,
             "step {step}: loss differs"
         );
         let grads = params.grads();
-        opt.step(&mut params, &grads, lr).unwrap();
+        match loss_scale.as_mut() {
+            Some(ls) => {
+                opt.begin_step(&params, lr).unwrap();
+                let scaled = ls.check(&grads).unwrap();
+                skipped += ls.overflowed().unwrap() as usize;
+                opt.apply_scaled(&mut params, &grads, scaled).unwrap();
+                ls.update().unwrap();
+                let scale = ls.report().unwrap().scale;
+                let ref_scale = reference[&format!("{step}.scale")].double_value(&[]);
+                assert_eq!(scale, ref_scale, "step {step}: loss scale");
+                grown += (scale > last_scale) as usize;
+                last_scale = scale;
+            }
+            None => opt.step(&mut params, &grads, lr).unwrap(),
+        }
         for p in &params.params {
             let r = &reference[&format!("{step}.{}", p.name)];
             let diff = (&p.tensor - r).abs().max().double_value(&[]);
@@ -189,9 +229,17 @@ fn run_case(case: &Case) {
         "{}: weights barely moved ({moved})",
         case.name
     );
+    if case.fp16.is_some() {
+        // the comparison covers the skip and the growth only if both happened
+        assert!(
+            skipped > 0 && skipped < STEPS && grown > 0,
+            "fp16: {skipped} of {STEPS} steps skipped, {grown} growths: pick another initial scale"
+        );
+    }
     eprintln!(
-        "{} nesterov={}: {STEPS} steps, max abs diff {worst:e}, weights moved {moved:.3}",
-        case.name, case.nesterov
+        "{} nesterov={} fp16={:?}: {STEPS} steps ({skipped} skipped), max abs diff {worst:e}, \
+         weights moved {moved:.3}",
+        case.name, case.nesterov, case.fp16
     );
 }
 
@@ -204,6 +252,7 @@ fn lars_matches_pytorch_reference() {
         weight_decay: 5e-5,
         label_smoothing: 0.1,
         base_lr: 8.0,
+        fp16: None,
     });
 }
 
@@ -216,6 +265,7 @@ fn lars_nesterov_matches_pytorch_reference() {
         weight_decay: 1e-4,
         label_smoothing: 0.0,
         base_lr: 5.0,
+        fp16: None,
     });
 }
 
@@ -228,6 +278,7 @@ fn sgd_matches_torch_optim_sgd() {
         weight_decay: 5e-4,
         label_smoothing: 0.08,
         base_lr: 0.5,
+        fp16: None,
     });
 }
 
@@ -240,5 +291,23 @@ fn sgd_nesterov_matches_torch_optim_sgd() {
         weight_decay: 1e-4,
         label_smoothing: 0.1,
         base_lr: 0.5,
+        fp16: None,
+    });
+}
+
+/// fp16 autocast and the dynamic loss scale (`methods.amp = "fp16"`) against
+/// `torch.amp.GradScaler` + `torch.optim.SGD`: from 2^20 the first steps overflow in the fp16
+/// backward and are skipped (our fused kernel skips on the device, GradScaler on the host), two
+/// clean steps double the scale again; the scales and weights must agree after every step.
+#[test]
+fn sgd_fp16_loss_scaling_matches_torch_grad_scaler() {
+    run_case(&Case {
+        name: "sgd",
+        nesterov: false,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        label_smoothing: 0.0,
+        base_lr: 0.5,
+        fp16: Some((1048576.0, 2)),
     });
 }

@@ -145,3 +145,49 @@ fn hyperparameters_come_from_the_config() {
         .any(|(k, v)| *k == "method_fused_bn_relu" && *v == true));
     assert!(kv.iter().any(|(k, v)| *k == "model_bn_span" && *v == 256));
 }
+
+/// `methods.amp = "fp16"` needs an optimizer that skips overflowing steps on the device (sgd),
+/// and `methods.loss_scale` belongs to fp16: the errors say so and what to do.
+#[test]
+fn fp16_needs_sgd_and_loss_scale_needs_fp16() {
+    // tiny_cpu.toml is LARS
+    let lars = preset("tiny_cpu.toml").replace(
+        "label_smoothing = 0.1",
+        "label_smoothing = 0.1\namp = \"fp16\"",
+    );
+    let e = err(&lars, Division::Open);
+    assert!(
+        e.contains("fp16") && e.contains("sgd") && e.contains("lars") && e.contains("bf16"),
+        "{e}"
+    );
+    let open = preset("tiny_cpu_open.toml");
+    assert!(open.contains("amp = \"none\""));
+    let fp16 = open.replace("amp = \"none\"", "amp = \"fp16\"");
+    let c = ResnetRunConfig::parse(&fp16, Division::Open).unwrap();
+    assert_eq!(c.methods.loss_scale, None);
+    let tuned = fp16.replace(
+        "amp = \"fp16\"",
+        "amp = \"fp16\"\nloss_scale = { init_scale = 1024.0, growth_interval = 100 }",
+    );
+    let c = ResnetRunConfig::parse(&tuned, Division::Open).unwrap();
+    let l = c.methods.loss_scale.unwrap();
+    assert_eq!((l.init_scale, l.growth_interval), (1024.0, 100));
+    let e = err(
+        &tuned.replace("amp = \"fp16\"", "amp = \"bf16\""),
+        Division::Open,
+    );
+    assert!(
+        e.contains("methods.loss_scale") && e.contains("fp16"),
+        "{e}"
+    );
+    let e = err(
+        &tuned.replace("growth_interval = 100", "growth_interval = 0"),
+        Division::Open,
+    );
+    assert!(e.contains("growth_interval"), "{e}");
+    let e = err(
+        &tuned.replace("growth_interval = 100", "growth_intervall = 100"),
+        Division::Open,
+    );
+    assert!(e.contains("growth_intervall"), "{e}");
+}

@@ -91,6 +91,68 @@ fn bf16_autocast_trains_to_target_on_cpu() {
     );
 }
 
+/// fp16 mixed precision (`methods.amp = "fp16"`) with the open methods and fused BN+ReLU (the
+/// combination cuDNN's fused batch norm is for). The loss scale starts at 2^24, far too high:
+/// the first steps overflow in the fp16 backward and are skipped on the device until the scale
+/// has halved its way down; clean runs of 50 steps double it again. The run still reaches its
+/// target and passes the checkers, and the scale ends below where it started.
+#[test]
+fn fp16_loss_scaled_training_skips_overflows_and_reaches_target() {
+    use mlperf_run::train::config::LossScaleSettings;
+    use mlperf_run::train::resnet::{open_data, ResnetWorkload};
+    let mut cfg = config("tiny_cpu_open.toml", Division::Open);
+    cfg.methods.amp = Amp::Fp16;
+    cfg.methods.fused_bn_relu = true;
+    cfg.methods.loss_scale = Some(LossScaleSettings {
+        init_scale: 16777216.0,
+        growth_interval: 50,
+    });
+    let seed = 99;
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("result_0.txt");
+    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, open_data(&cfg, None).unwrap());
+    let t0 = std::time::Instant::now();
+    let out = mlperf_run::train::engine::run_once(
+        &mut w,
+        common::train::cpu_run_options(&cfg.system, Division::Open, seed, &log_path),
+    )
+    .unwrap();
+    let r = w
+        .loss_scale_report()
+        .unwrap()
+        .expect("fp16 has a loss scale");
+    eprintln!(
+        "fp16: {:?} after {} steps, evals {:?}, {:.1} s; loss scale {} ({} steps skipped)",
+        out.status,
+        out.steps,
+        out.evals,
+        t0.elapsed().as_secs_f64(),
+        r.scale,
+        r.skipped_steps
+    );
+    let log =
+        common::train::assert_reached_target_and_compliant("fp16", &cfg, &out, seed, &log_path);
+    assert_eq!(
+        log.first("method_amp").unwrap().value,
+        serde_json::json!("fp16")
+    );
+    assert!(
+        r.skipped_steps >= 1 && r.skipped_steps < out.steps / 4,
+        "{} of {} steps skipped",
+        r.skipped_steps,
+        out.steps
+    );
+    assert!(
+        r.scale < 16777216.0,
+        "the scale never came down: {}",
+        r.scale
+    );
+    assert!(
+        out.losses.iter().all(|l| l.is_finite()),
+        "a skipped step's loss is still finite (the forward ran), and no NaN reached the weights"
+    );
+}
+
 #[test]
 fn same_seed_same_loss_curve() {
     let mut cfg = config("tiny_cpu_open.toml", Division::Open);

@@ -11,7 +11,14 @@ LARS (MLPerf reference / TF LARSOptimizer), no trust ratio or weight decay on BN
     trust = eta * |w| / (|g| + wd * |w| + eps)   (1 if |w| == 0 or |g| == 0)
     v = m * v + lr * trust * (g + wd * w);  w -= v       (BN/bias: v = m * v + lr * g)
 SGD: torch.optim.SGD itself (momentum, nesterov, weight decay only on non-BN/bias params).
+With "fp16": {"init_scale", "growth_interval"} in the config (SGD only): the forward runs under
+torch.autocast("cpu", float16) and torch.amp.GradScaler scales the loss, unscales the gradients,
+skips the steps that overflowed (torch.optim.SGD, not fused: the step is simply not taken) and
+moves the scale; the loss is then the explicit log_softmax/gather/mean of mlperf-run's
+cross_entropy_smoothed (no smoothing), so both sides run the same ops, and the scale after every
+step goes to OUT.npz as "<step>.scale".
 """
+import contextlib
 import json
 import sys
 
@@ -37,18 +44,41 @@ def main():
             [{"params": decayed, "weight_decay": wd}, {"params": flat, "weight_decay": 0.0}],
             lr=lrs[0], momentum=m, nesterov=cfg["nesterov"], foreach=False,
         )
+    fp16 = cfg.get("fp16")
+    scaler = None
+    if fp16:
+        assert cfg["name"] == "sgd" and cfg["label_smoothing"] == 0.0
+        scaler = torch.amp.GradScaler(
+            "cpu", init_scale=fp16["init_scale"], growth_interval=fp16["growth_interval"]
+        )
     velocity = {n: torch.zeros_like(p[n]) for n in names}
     result = {}
     for step, lr in enumerate(lrs):
         for t in p.values():
             t.grad = None
-        h = F.linear(xs[step], p["l1.weight"], p["l1.bias"])
-        h = F.batch_norm(h, None, None, p["bn.weight"], p["bn.bias"], training=True, momentum=0.1, eps=1e-5)
-        logits = F.linear(torch.relu(h), p["l2.weight"], p["l2.bias"])
-        loss = F.cross_entropy(logits, ys[step], label_smoothing=cfg["label_smoothing"])
-        loss.backward()
+        region = torch.autocast("cpu", dtype=torch.float16) if fp16 else contextlib.nullcontext()
+        with region:
+            h = F.linear(xs[step], p["l1.weight"], p["l1.bias"])
+            h = F.batch_norm(h, None, None, p["bn.weight"], p["bn.bias"], training=True, momentum=0.1, eps=1e-5)
+            logits = F.linear(torch.relu(h), p["l2.weight"], p["l2.bias"])
+            if fp16:
+                logp = logits.log_softmax(-1, dtype=torch.float32)
+                loss = (-logp.gather(1, ys[step].unsqueeze(1)).squeeze(1)).mean(dtype=torch.float32)
+            else:
+                loss = F.cross_entropy(logits, ys[step], label_smoothing=cfg["label_smoothing"])
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            for g in opt.param_groups:
+                g["lr"] = lr
+            scaler.step(opt)
+            scaler.update()
+            result[f"{step}.scale"] = np.array(scaler.get_scale(), dtype=np.float64)
+        else:
+            loss.backward()
         with torch.no_grad():
-            if cfg["name"] == "sgd":
+            if scaler is not None:
+                pass
+            elif cfg["name"] == "sgd":
                 for g in opt.param_groups:
                     g["lr"] = lr
                 opt.step()

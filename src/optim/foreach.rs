@@ -39,6 +39,15 @@ extern "C" {
         lr: *const C_tensor,
         nesterov: c_int,
         is_first_step: c_int,
+        grad_scale: *const C_tensor,
+        found_inf: *const C_tensor,
+        err: Err,
+    ) -> c_int;
+    fn mr_amp_non_finite_check_and_unscale_(
+        xs: List,
+        n: usize,
+        found_inf: *mut C_tensor,
+        inv_scale: *const C_tensor,
         err: Err,
     ) -> c_int;
     fn mr_fused_adam_(
@@ -213,7 +222,9 @@ pub fn zero_(xs: &[Tensor]) -> Result<()> {
 /// libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`): `g = grad + wd*w`;
 /// `buf = g` on the first step, else `momentum*buf + g`; `w -= lr * (nesterov ? g +
 /// momentum*buf : buf)`. `bufs` is empty when `momentum` is 0. `lr` is a 0-dim tensor on the
-/// parameters' device.
+/// parameters' device. With `scaled` (a dynamic loss scale, [`super::loss_scale`]) the
+/// gradients are divided by its scale first, and the kernel changes nothing when its
+/// overflow flag is set: the step is skipped on the device, without a read-back.
 #[allow(clippy::too_many_arguments)]
 pub fn fused_sgd_(
     params: &[Tensor],
@@ -224,13 +235,17 @@ pub fn fused_sgd_(
     lr: &Tensor,
     nesterov: bool,
     is_first_step: bool,
+    scaled: Option<ScaledGrads<'_>>,
 ) -> Result<()> {
     same_len("fused sgd", params, grads)?;
     if momentum != 0.0 {
         same_len("fused sgd", params, bufs)?;
     }
     let (p, g, b) = (ptrs(params), ptrs(grads), ptrs(bufs));
-    // SAFETY: pointers of live tensors with the lengths given.
+    let (scale, found_inf) = scaled.map_or((std::ptr::null(), std::ptr::null()), |s| {
+        (s.scale.as_ptr(), s.found_inf.as_ptr())
+    });
+    // SAFETY: pointers of live tensors with the lengths given; null scale/found_inf are allowed.
     in_place("fused sgd", params.len(), |err| unsafe {
         mr_fused_sgd_(
             p.as_ptr(),
@@ -243,6 +258,37 @@ pub fn fused_sgd_(
             lr.as_ptr(),
             nesterov as c_int,
             is_first_step as c_int,
+            scale,
+            found_inf,
+            err,
+        )
+    })
+}
+
+/// Gradients multiplied by a dynamic loss scale, as an optimizer kernel takes them: divide by
+/// `scale`, and skip the update where `found_inf` (0-dim f32, 0 or 1) is 1.
+#[derive(Clone, Copy)]
+pub struct ScaledGrads<'a> {
+    pub scale: &'a Tensor,
+    pub found_inf: &'a Tensor,
+}
+
+/// GradScaler's overflow check (`torch._amp_foreach_non_finite_check_and_unscale_`): sets
+/// `found_inf` (0-dim f32; only ever set to 1 here, never reset) if any element of `xs` is inf
+/// or NaN, and multiplies every x by `inv_scale` (0-dim f32) in the same pass.
+pub fn non_finite_check_and_unscale_(
+    xs: &[Tensor],
+    found_inf: &Tensor,
+    inv_scale: &Tensor,
+) -> Result<()> {
+    let x = ptrs(xs);
+    // SAFETY: pointers of live tensors; found_inf is updated in place, not replaced.
+    in_place("amp overflow check", xs.len(), |err| unsafe {
+        mr_amp_non_finite_check_and_unscale_(
+            x.as_ptr(),
+            x.len(),
+            found_inf.as_ptr() as *mut C_tensor,
+            inv_scale.as_ptr(),
             err,
         )
     })

@@ -9,6 +9,7 @@
 //! - [`sgd`]: SGD with momentum and optional Nesterov, PyTorch semantics
 //! - [`schedule`]: linear warmup then polynomial (MLPerf) or cosine (Composer) decay
 //! - [`loss`]: cross-entropy with label smoothing
+//! - [`loss_scale`]: dynamic loss scaling for fp16 (GradScaler's, skipping on the device)
 //! - [`crate::methods::ema`]: weight EMA
 
 #[cfg(feature = "torch")]
@@ -19,6 +20,8 @@ pub mod lamb;
 pub mod lars;
 #[cfg(feature = "torch")]
 pub mod loss;
+#[cfg(feature = "torch")]
+pub mod loss_scale;
 pub mod schedule;
 #[cfg(feature = "torch")]
 pub mod sgd;
@@ -106,6 +109,28 @@ pub trait Optimizer {
     fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> anyhow::Result<()>;
 
     fn apply(&mut self, params: &mut ParamGroups, grads: &[tch::Tensor]) -> anyhow::Result<()>;
+
+    /// [`Optimizer::apply`] for gradients of a loss multiplied by a dynamic loss scale
+    /// ([`loss_scale`]): the kernels divide them by the scale and change nothing (weights and
+    /// optimizer state) where the overflow flag is set, on the device. Optimizers whose kernels
+    /// cannot skip that way refuse ([`Optimizer::skips_on_device`] is false).
+    fn apply_scaled(
+        &mut self,
+        params: &mut ParamGroups,
+        grads: &[tch::Tensor],
+        scaled: foreach::ScaledGrads<'_>,
+    ) -> anyhow::Result<()> {
+        let _ = (params, grads, scaled);
+        anyhow::bail!(
+            "this optimizer cannot skip an overflowing step on the device, which fp16 loss \
+             scaling needs (sgd can)"
+        )
+    }
+
+    /// Whether [`Optimizer::apply_scaled`] is implemented.
+    fn skips_on_device(&self) -> bool {
+        false
+    }
 
     fn step(
         &mut self,

@@ -9,7 +9,7 @@
 //! Runs libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`, [`super::foreach`]): one
 //! pass over all parameters per weight-decay group, the learning rate read from a device scalar.
 
-use super::foreach::{self, DeviceScalar};
+use super::foreach::{self, DeviceScalar, ScaledGrads};
 use super::{split_defined, Optimizer, ParamGroups};
 use anyhow::{Context, Result};
 use tch::Tensor;
@@ -54,6 +54,33 @@ impl Optimizer for Sgd {
     }
 
     fn apply(&mut self, params: &mut ParamGroups, grads: &[Tensor]) -> Result<()> {
+        self.update(params, grads, None)
+    }
+
+    fn apply_scaled(
+        &mut self,
+        params: &mut ParamGroups,
+        grads: &[Tensor],
+        scaled: ScaledGrads<'_>,
+    ) -> Result<()> {
+        self.update(params, grads, Some(scaled))
+    }
+
+    fn skips_on_device(&self) -> bool {
+        true
+    }
+}
+
+impl Sgd {
+    /// One fused-kernel call per weight-decay group; `scaled`: see [`Optimizer::apply_scaled`].
+    /// A skipped first step leaves the zeroed momentum buffers as they were, so the next
+    /// step's `m * 0 + g` still starts them at `g`.
+    fn update(
+        &mut self,
+        params: &mut ParamGroups,
+        grads: &[Tensor],
+        scaled: Option<ScaledGrads<'_>>,
+    ) -> Result<()> {
         let c = self.cfg;
         if params.params.is_empty() {
             return Ok(());
@@ -95,6 +122,7 @@ impl Optimizer for Sgd {
                     &lr_t,
                     c.nesterov,
                     first_step,
+                    scaled,
                 )?;
             }
             Ok(())

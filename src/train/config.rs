@@ -218,6 +218,36 @@ fn default_eta() -> f64 {
 pub enum Amp {
     None,
     Bf16,
+    /// fp16 autocast with dynamic loss scaling ([`crate::optim::loss_scale`]).
+    Fp16,
+}
+
+/// `methods.loss_scale` (with `amp = "fp16"`): the dynamic loss scale's start and how many
+/// clean steps in a row double it (torch.amp.GradScaler's `init_scale`, `growth_interval`; an
+/// overflow halves it and skips the step).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LossScaleSettings {
+    #[serde(default = "default_init_scale")]
+    pub init_scale: f64,
+    #[serde(default = "default_growth_interval")]
+    pub growth_interval: i64,
+}
+
+fn default_init_scale() -> f64 {
+    65536.0
+}
+fn default_growth_interval() -> i64 {
+    2000
+}
+
+impl Default for LossScaleSettings {
+    fn default() -> Self {
+        LossScaleSettings {
+            init_scale: default_init_scale(),
+            growth_interval: default_growth_interval(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -247,9 +277,14 @@ pub struct MethodsConfig {
     #[serde(default)]
     pub ema: Option<EmaConfig>,
     /// "bf16": forward passes in a bf16 autocast region (the GPU speed-up; it runs on the CPU
-    /// too, slowly there, for tests). "none": fp32.
+    /// too, slowly there, for tests). "fp16": an fp16 region with dynamic loss scaling, the
+    /// overflowing steps skipped inside the optimizer's kernel (sgd only; what cuDNN's fused
+    /// batch norm of `fused_bn_relu` takes). "none": fp32.
     #[serde(default = "no_amp")]
     pub amp: Amp,
+    /// The fp16 loss scale's settings (only with `amp = "fp16"`; default GradScaler's).
+    #[serde(default)]
+    pub loss_scale: Option<LossScaleSettings>,
     /// Capture the training step in a CUDA graph and replay it (GPU only; changes no math, so
     /// both divisions allow it). See [`crate::cuda_graph`].
     #[serde(default)]
@@ -274,6 +309,7 @@ impl Default for MethodsConfig {
             progressive_resizing: None,
             ema: None,
             amp: Amp::None,
+            loss_scale: None,
             cuda_graph: false,
             fused_bn_relu: false,
         }
@@ -383,6 +419,30 @@ impl ResnetRunConfig {
             if !(e.half_life_steps > 0.0) {
                 bail!("methods.ema.half_life_steps must be > 0");
             }
+        }
+        if let Some(l) = &m.loss_scale {
+            if m.amp != Amp::Fp16 {
+                bail!(
+                    "methods.loss_scale is for methods.amp = \"fp16\" (bf16 and fp32 need no \
+                     loss scaling): remove it or set amp = \"fp16\""
+                );
+            }
+            if !(l.init_scale.is_finite() && l.init_scale > 0.0) || l.growth_interval < 1 {
+                bail!(
+                    "methods.loss_scale: init_scale must be > 0 and growth_interval >= 1, got {} \
+                     and {}",
+                    l.init_scale,
+                    l.growth_interval
+                );
+            }
+        }
+        if m.amp == Amp::Fp16 && self.optimizer.name != OptName::Sgd {
+            bail!(
+                "methods.amp = \"fp16\" needs optimizer.name = \"sgd\": its loss scaling skips \
+                 overflowing steps inside the optimizer's fused kernel, which {} does not have; \
+                 use methods.amp = \"bf16\" (no loss scaling) or the sgd optimizer",
+                self.optimizer.name.as_str()
+            );
         }
         if division == Division::Closed {
             self.validate_closed()?;
@@ -544,6 +604,13 @@ impl ResnetRunConfig {
                 ("method_amp", json!(format!("{:?}", m.amp).to_lowercase())),
                 ("method_fused_bn_relu", json!(m.fused_bn_relu)),
             ]);
+            if m.amp == Amp::Fp16 {
+                let l = m.loss_scale.unwrap_or_default();
+                kv.extend([
+                    ("amp_loss_scale_init", json!(l.init_scale)),
+                    ("amp_loss_scale_growth_interval", json!(l.growth_interval)),
+                ]);
+            }
             if let Some(p) = &m.progressive_resizing {
                 kv.extend([
                     ("progressive_resizing_initial_scale", json!(p.initial_scale)),

@@ -13,6 +13,7 @@ use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
 use crate::optim::loss::cross_entropy_smoothed;
+use crate::optim::loss_scale::{DynamicLossScale, LossScaleConfig, LossScaleReport};
 use crate::optim::schedule::{Decay, Schedule};
 use crate::optim::sgd::{Sgd, SgdConfig};
 use crate::optim::{foreach, Optimizer, ParamGroups};
@@ -103,6 +104,9 @@ struct State {
     normalize: Normalize,
     /// `methods.amp`: forward passes in an autocast region of this precision.
     autocast: Option<LowPrecision>,
+    /// `methods.amp = "fp16"`: the loss is scaled before the backward, and overflowing steps
+    /// are skipped on the device.
+    loss_scale: Option<DynamicLossScale>,
     /// `methods.cuda_graph`: the step captured and replayed (or its CPU twin in tests).
     graphs: Option<StepGraphs>,
 }
@@ -142,6 +146,15 @@ impl ResnetWorkload {
     /// How the training steps went through `methods.cuda_graph` (None when it is off).
     pub fn graph_stats(&self) -> Option<GraphStats> {
         self.state.as_ref()?.graphs.as_ref().map(StepGraphs::stats)
+    }
+
+    /// The fp16 loss scale and the steps it skipped so far (None unless `methods.amp =
+    /// "fp16"`). Reads the device.
+    pub fn loss_scale_report(&self) -> Result<Option<LossScaleReport>> {
+        let Some(s) = self.state.as_ref() else {
+            return Ok(None);
+        };
+        s.loss_scale.as_ref().map(|l| l.report()).transpose()
     }
 
     /// In a single process, train as `n` data-parallel ranks would: every step accumulates the
@@ -239,11 +252,24 @@ impl Workload for ResnetWorkload {
                 cfg.model.classes
             );
         }
-        let autocast = amp::bf16_switch(
-            cfg.methods.amp == Amp::Bf16,
+        let autocast = amp::precision_switch(
+            match cfg.methods.amp {
+                Amp::None => None,
+                Amp::Bf16 => Some(LowPrecision::BFloat16),
+                Amp::Fp16 => Some(LowPrecision::Float16),
+            },
             ctx.device,
-            "methods.amp = \"bf16\"",
+            "methods.amp",
         );
+        if cfg.methods.fused_bn_relu && ctx.device.is_cuda() && cfg.methods.amp != Amp::Fp16 {
+            tracing::warn!(
+                "methods.fused_bn_relu with methods.amp = \"{}\": cuDNN's fused NHWC batch norm \
+                 is documented for fp16 activations (PyTorch sends no bf16 to cuDNN's batch norm \
+                 either), so the batch norms will likely take the unfused path; \
+                 methods.amp = \"fp16\" gives cuDNN what it takes",
+                format!("{:?}", cfg.methods.amp).to_lowercase()
+            );
+        }
         let spec = ResnetSpec {
             classes: cfg.model.classes,
             width: cfg.model.width,
@@ -272,6 +298,24 @@ impl Workload for ResnetWorkload {
                 nesterov: o.nesterov,
                 decay_bn_bias: o.decay_bn_bias,
             })),
+        };
+        let loss_scale = match cfg.methods.amp {
+            Amp::Fp16 if !opt.skips_on_device() => bail!(
+                "methods.amp = \"fp16\" needs an optimizer that skips overflowing steps on the \
+                 device (sgd)"
+            ),
+            Amp::Fp16 => {
+                let l = cfg.methods.loss_scale.unwrap_or_default();
+                Some(DynamicLossScale::new(
+                    ctx.device,
+                    LossScaleConfig {
+                        init_scale: l.init_scale,
+                        growth_interval: l.growth_interval,
+                        ..LossScaleConfig::default()
+                    },
+                )?)
+            }
+            _ => None,
         };
         if self.emulate_world > 1 && ctx.world_size > 1 {
             bail!("emulating data-parallel ranks needs a single process");
@@ -346,6 +390,7 @@ impl Workload for ResnetWorkload {
             iters: Vec::new(),
             normalize: Normalize::new(ctx.device, self.cfg.methods.channels_last),
             autocast,
+            loss_scale,
             graphs,
         });
         Ok(())
@@ -424,8 +469,12 @@ impl Workload for ResnetWorkload {
                 } else {
                     false
                 };
+                let backward_from = match &s.loss_scale {
+                    Some(ls) => ls.scale_loss(&loss)?,
+                    None => loss.shallow_clone(),
+                };
                 // fresh gradient tensors (autograd.grad): nothing to zero, no accumulate pass
-                let g = s.params.gradients_of(&loss)?;
+                let g = s.params.gradients_of(&backward_from)?;
                 if grads.is_empty() || hooked {
                     grads = g;
                 } else {
@@ -438,7 +487,16 @@ impl Workload for ResnetWorkload {
                 });
             }
             sync.all_reduce_grads(&grads)?;
-            s.opt.apply(&mut s.params, &grads)?;
+            match s.loss_scale.as_mut() {
+                Some(ls) => {
+                    // an overflow on any rank is in every rank's all-reduced gradients, so all
+                    // ranks skip the same steps
+                    let scaled = ls.check(&grads)?;
+                    s.opt.apply_scaled(&mut s.params, &grads, scaled)?;
+                    ls.update()?;
+                }
+                None => s.opt.apply(&mut s.params, &grads)?,
+            }
             Ok(vec![total.context("a training step without micro-batches")?])
         };
         let mut out = match s.graphs.as_mut() {
@@ -465,6 +523,15 @@ impl Workload for ResnetWorkload {
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
         let s = self.state.as_ref().context("the workload was not built")?;
+        if let Some(ls) = &s.loss_scale {
+            let r = ls.report()?;
+            tracing::debug!(
+                "fp16 loss scale {}: {} of {} steps skipped (gradient overflow)",
+                r.scale,
+                r.skipped_steps,
+                s.global_step
+            );
+        }
         let iter = self.data.eval(size, s.local_batch.max(1), s.shard)?;
         let mut batches = prefetch(iter, s.device)?;
         let mut eval_all = || -> Result<[f64; 2]> {
