@@ -11,14 +11,16 @@
 //! trainer's overhead shares.
 //!
 //! cargo run --release --example resnet_bench_step -- [--device cpu|cuda] [--batch 8]
-//!     [--size 112] [--steps 30] [--amp none|bf16] [--channels-last] [--opt sgd|lars]
+//!     [--size 112] [--steps 30] [--amp none|bf16|fp16] [--channels-last] [--opt sgd|lars]
 //!     [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph]
 //!     [--fused-bn-relu]
 //!
 //! --cuda-graph: methods.cuda_graph (the step captured once and replayed; on a CPU its twin,
 //! `StepGraphs::emulated`, which only checks the plumbing). --fused-bn-relu: methods.fused_bn_relu
 //! (BN + residual + ReLU as one op; cuDNN's fused kernels in a `--features cuda` build on a GPU
-//! with bf16/fp16 channels-last activations).
+//! with fp16 channels-last activations: cuDNN's fused batch norm is documented for fp16).
+//! --amp fp16: methods.amp = "fp16" (autocast fp16, dynamic loss scale skipping overflowing
+//! steps on the device; sgd only).
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::data::rng::Rng;
@@ -97,7 +99,7 @@ struct Args {
 }
 
 const USAGE: &str = "resnet_bench_step [--device cpu|cuda] [--batch 8] [--size 112] [--steps 30] \
-[--amp none|bf16] [--channels-last] [--opt sgd|lars] [--threads 2 (0: libtorch's default)] \
+[--amp none|bf16|fp16] [--channels-last] [--opt sgd|lars] [--threads 2 (0: libtorch's default)] \
 [--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph] [--fused-bn-relu]";
 
 fn parse_args() -> Result<Args> {
@@ -160,7 +162,7 @@ fn parse_args() -> Result<Args> {
                     .collect::<Result<_, _>>()
                     .with_context(bad)?
             }
-            "--amp" if v == "none" || v == "bf16" => a.amp = v,
+            "--amp" if v == "none" || v == "bf16" || v == "fp16" => a.amp = v,
             "--opt" if v == "sgd" || v == "lars" => a.opt = v,
             _ => bail!("unknown flag or value: {flag} {v}\nusage: {USAGE}"),
         }

@@ -292,14 +292,19 @@ if want a; then
       case "$side" in
         mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" ;;
         graph) measure a "mlperf-run cuda-graph" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --cuda-graph ;;
-        fused) measure a "mlperf-run fused-bn-relu" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --fused-bn-relu ;;
-        all) measure a "mlperf-run all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --cuda-graph --fused-bn-relu ;;
+        fp16) measure a "mlperf-run fp16" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 ;;
+        fused) measure a "mlperf-run fp16 fused-bn-relu" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --fused-bn-relu ;;
+        all) measure a "mlperf-run fp16 all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --cuda-graph --fused-bn-relu ;;
+        pytorch-fp16)
+          split="pytorch-eager-fp16:impl=pytorch-eager" \
+            measure a "pytorch eager fp16" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
+            "${R_PEER[@]}" --amp fp16 --mode eager ;;
         pytorch)  # eager, then compiled, in one process (one interpreter start-up)
           split="pytorch-eager:impl=pytorch-eager pytorch-compile:impl=pytorch-compile" \
             measure a "pytorch eager+compile" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
             "${R_PEER[@]}" --mode both ;;
       esac
-    done < <(rotate "$r" mlperf-run graph fused all pytorch)
+    done < <(rotate "$r" mlperf-run graph fp16 fused all pytorch pytorch-fp16)
   done
   checkpoint
 fi

@@ -6,7 +6,9 @@ as a DataLoader with pin_memory=True hands it over), copied to the device (non-b
 normalised with the ImageNet mean/std there every step, as our hand-off does. cuDNN benchmark
 mode on, as ours (system.cudnn_benchmark, default true); --no-cudnn-benchmark turns it off.
 
-Options as ours: --device cpu|cuda, --amp none|bf16 (torch.autocast around forward + loss),
+Options as ours: --device cpu|cuda, --amp none|bf16|fp16 (torch.autocast around forward + loss;
+fp16 with torch.amp.GradScaler as PyTorch's AMP recipe has it: scale, backward, scaler.step
+(which reads the overflow flag back to the host), scaler.update),
 --channels-last (model and input in channels-last memory format), plus --mode eager|compile|both
 (--compile = --mode compile): eager PyTorch, torch.compile of the model, or eager then compiled
 in one process (one interpreter start-up instead of two; the compiled model continues from the
@@ -38,7 +40,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads (0: torch's default)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--amp", choices=["none", "bf16"], default="none")
+    ap.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--mode", choices=["eager", "compile", "both"], default="eager")
     ap.add_argument("--compile", action="store_true", help="the same as --mode compile")
@@ -73,17 +75,24 @@ def main():
         images, labels = images.pin_memory(), labels.pin_memory()
     mean = torch.tensor([0.485 * 255, 0.456 * 255, 0.406 * 255], device=device)
     std = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255], device=device)
-    amp = a.amp == "bf16"
+    amp = a.amp != "none"
+    amp_dtype = torch.float16 if a.amp == "fp16" else torch.bfloat16
+    scaler = torch.amp.GradScaler(device.type) if a.amp == "fp16" else None
 
     def step(net):
         x = images.to(device, non_blocking=True)  # the host -> device hand-off, every step (as ours)
         y = labels.to(device, non_blocking=True)
         x = ((x.float() - mean) / std).permute(0, 3, 1, 2).contiguous(memory_format=fmt)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
             loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return loss.detach()
 
     def window(net, impl):
