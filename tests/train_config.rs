@@ -185,6 +185,16 @@ fn fp16_needs_sgd_and_loss_scale_needs_fp16() {
         Division::Open,
     );
     assert!(e.contains("growth_interval"), "{e}");
+    for bad in ["0.0", "-1024.0", "1000.0", "1e300", "0.5"] {
+        let e = err(
+            &tuned.replace("init_scale = 1024.0", &format!("init_scale = {bad}")),
+            Division::Open,
+        );
+        assert!(
+            e.contains("init_scale") && e.contains("power of two"),
+            "{bad}: {e}"
+        );
+    }
     let e = err(
         &tuned.replace("growth_interval = 100", "growth_intervall = 100"),
         Division::Open,

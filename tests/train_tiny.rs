@@ -92,37 +92,40 @@ fn bf16_autocast_trains_to_target_on_cpu() {
 }
 
 /// fp16 mixed precision (`methods.amp = "fp16"`) with the open methods and fused BN+ReLU (the
-/// combination cuDNN's fused batch norm is for). The loss scale starts at 2^24, far too high:
-/// the first steps overflow in the fp16 backward and are skipped on the device until the scale
-/// has halved its way down; clean runs of 50 steps double it again. The run still reaches its
-/// target and passes the checkers, and the scale ends below where it started.
+/// combination cuDNN's fused batch norm is for), 2 micro-batches per step, through the CPU twin
+/// of the CUDA graph. The loss scale starts at 2^24, far too high: the first steps overflow in
+/// the fp16 backward and are skipped on the device until the scale has halved its way down;
+/// clean runs of 50 steps double it again. The run still reaches its target and passes the
+/// checkers, the scale ends below where it started, and above where the skips alone would
+/// have left it (so it grew).
 #[test]
 fn fp16_loss_scaled_training_skips_overflows_and_reaches_target() {
     use mlperf_run::train::config::LossScaleSettings;
     use mlperf_run::train::resnet::{open_data, ResnetWorkload};
+    const INIT: f64 = 16777216.0;
     let mut cfg = config("tiny_cpu_open.toml", Division::Open);
     cfg.methods.amp = Amp::Fp16;
     cfg.methods.fused_bn_relu = true;
     cfg.methods.loss_scale = Some(LossScaleSettings {
-        init_scale: 16777216.0,
+        init_scale: INIT,
         growth_interval: 50,
     });
+    cfg.train.gradient_accumulation_steps = 2;
     let seed = 99;
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("result_0.txt");
     let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, open_data(&cfg, None).unwrap());
+    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, seed, &log_path);
+    opts.emulate_cuda_graph = Some(2);
     let t0 = std::time::Instant::now();
-    let out = mlperf_run::train::engine::run_once(
-        &mut w,
-        common::train::cpu_run_options(&cfg.system, Division::Open, seed, &log_path),
-    )
-    .unwrap();
+    let out = mlperf_run::train::engine::run_once(&mut w, opts).unwrap();
+    let graphs = w.graph_stats().expect("the graph twin ran");
     let r = w
         .loss_scale_report()
         .unwrap()
         .expect("fp16 has a loss scale");
     eprintln!(
-        "fp16: {:?} after {} steps, evals {:?}, {:.1} s; loss scale {} ({} steps skipped)",
+        "fp16: {:?} after {} steps, evals {:?}, {:.1} s; loss scale {} ({} steps skipped); {graphs:?}",
         out.status,
         out.steps,
         out.evals,
@@ -130,6 +133,7 @@ fn fp16_loss_scaled_training_skips_overflows_and_reaches_target() {
         r.scale,
         r.skipped_steps
     );
+    assert!(graphs.replays > 0, "{graphs:?}");
     let log =
         common::train::assert_reached_target_and_compliant("fp16", &cfg, &out, seed, &log_path);
     assert_eq!(
@@ -142,10 +146,12 @@ fn fp16_loss_scaled_training_skips_overflows_and_reaches_target() {
         r.skipped_steps,
         out.steps
     );
+    assert!(r.scale < INIT, "the scale never came down: {}", r.scale);
     assert!(
-        r.scale < 16777216.0,
-        "the scale never came down: {}",
-        r.scale
+        r.scale > INIT / 2f64.powi(r.skipped_steps as i32),
+        "scale {} after {} halvings from 2^24: it never grew",
+        r.scale,
+        r.skipped_steps
     );
     assert!(
         out.losses.iter().all(|l| l.is_finite()),

@@ -17,8 +17,11 @@
 //! skip happens inside the kernel, so the step stays asynchronous and can be captured in a CUDA
 //! graph. The counters ([`DynamicLossScale::report`]) are read once, at the end.
 
+#[cfg(feature = "torch")]
 use super::foreach::{self, ScaledGrads};
+#[cfg(feature = "torch")]
 use anyhow::{bail, Result};
+#[cfg(feature = "torch")]
 use tch::{Device, Kind, Tensor};
 
 /// `torch.amp.GradScaler`'s knobs; [`Default`] is its defaults.
@@ -50,6 +53,14 @@ pub struct LossScaleReport {
     pub skipped_steps: u64,
 }
 
+/// Whether `s` is a usable initial scale: a power of two (scaling and unscaling stay exact,
+/// as GradScaler's multiply by 1/S) from 1 to 2^24 (an f32 on the device; fp16's largest
+/// finite value is under 2^16, so more only costs skipped steps at the start).
+pub fn init_scale_ok(s: f64) -> bool {
+    (1.0..=16777216.0).contains(&s) && s.log2().fract() == 0.0
+}
+
+#[cfg(feature = "torch")]
 pub struct DynamicLossScale {
     cfg: LossScaleConfig,
     scale: Tensor,
@@ -61,18 +72,18 @@ pub struct DynamicLossScale {
     skipped: Tensor,
 }
 
+#[cfg(feature = "torch")]
 impl DynamicLossScale {
     pub fn new(device: Device, cfg: LossScaleConfig) -> Result<DynamicLossScale> {
-        let ok = cfg.init_scale.is_finite()
-            && cfg.init_scale > 0.0
+        let ok = init_scale_ok(cfg.init_scale)
             && cfg.growth_factor > 1.0
             && cfg.backoff_factor > 0.0
             && cfg.backoff_factor < 1.0
             && cfg.growth_interval >= 1;
         if !ok {
             bail!(
-                "loss scale: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1 and \
-                 growth_interval >= 1, got {cfg:?}"
+                "loss scale: need init_scale a power of two in [1, 2^24], growth_factor > 1, \
+                 0 < backoff_factor < 1 and growth_interval >= 1, got {cfg:?}"
             );
         }
         let f32_scalar = |v: f64| Tensor::f_full([], v, (Kind::Float, device));
@@ -145,7 +156,7 @@ impl DynamicLossScale {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "torch"))]
 mod tests {
     use super::*;
 
@@ -193,6 +204,18 @@ mod tests {
         for cfg in [
             LossScaleConfig {
                 init_scale: 0.0,
+                ..Default::default()
+            },
+            LossScaleConfig {
+                init_scale: 3000.0,
+                ..Default::default()
+            },
+            LossScaleConfig {
+                init_scale: f64::INFINITY,
+                ..Default::default()
+            },
+            LossScaleConfig {
+                init_scale: 2f64.powi(40),
                 ..Default::default()
             },
             LossScaleConfig {

@@ -20,7 +20,6 @@ pub mod lamb;
 pub mod lars;
 #[cfg(feature = "torch")]
 pub mod loss;
-#[cfg(feature = "torch")]
 pub mod loss_scale;
 pub mod schedule;
 #[cfg(feature = "torch")]

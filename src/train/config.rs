@@ -427,10 +427,10 @@ impl ResnetRunConfig {
                      loss scaling): remove it or set amp = \"fp16\""
                 );
             }
-            if !(l.init_scale.is_finite() && l.init_scale > 0.0) || l.growth_interval < 1 {
+            if !crate::optim::loss_scale::init_scale_ok(l.init_scale) || l.growth_interval < 1 {
                 bail!(
-                    "methods.loss_scale: init_scale must be > 0 and growth_interval >= 1, got {} \
-                     and {}",
+                    "methods.loss_scale: init_scale must be a power of two from 1 to 16777216 \
+                     (2^24) and growth_interval >= 1, got {} and {}",
                     l.init_scale,
                     l.growth_interval
                 );

@@ -523,9 +523,14 @@ impl Workload for ResnetWorkload {
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
         let s = self.state.as_ref().context("the workload was not built")?;
-        if let Some(ls) = &s.loss_scale {
+        if let Some(ls) = s
+            .loss_scale
+            .as_ref()
+            .filter(|_| tracing::enabled!(tracing::Level::INFO))
+        {
+            // reads the device: only when it is printed (-v)
             let r = ls.report()?;
-            tracing::debug!(
+            tracing::info!(
                 "fp16 loss scale {}: {} of {} steps skipped (gradient overflow)",
                 r.scale,
                 r.skipped_steps,
