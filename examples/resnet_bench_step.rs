@@ -20,7 +20,7 @@
 //! (BN + residual + ReLU as one op; cuDNN's fused kernels in a `--features cuda` build on a GPU
 //! with fp16 channels-last activations: cuDNN's fused batch norm is documented for fp16).
 //! --amp fp16: methods.amp = "fp16" (autocast fp16, dynamic loss scale skipping overflowing
-//! steps on the device; sgd only).
+//! steps on the device; sgd and lars).
 
 use anyhow::{bail, Context, Result};
 use mlperf_run::data::rng::Rng;

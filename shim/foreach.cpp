@@ -96,6 +96,13 @@ int mr_foreach_mul_tensor_(at::Tensor* const* xs, size_t n, const at::Tensor* t,
                       [&] { at::_foreach_mul_(list(xs, n, "mul"), one(t, "mul")); });
 }
 
+// out[i] = xs[i] * t (one 0-dim tensor for all, read on the device)
+int mr_foreach_mul_tensor(at::Tensor* const* xs, size_t n, const at::Tensor* t, at::Tensor** out,
+                          char** err) {
+  return mr::catching(err, kWhat,
+                      [&] { give(at::_foreach_mul(list(xs, n, "mul"), one(t, "mul")), out, n); });
+}
+
 // xs[i] *= ys[i] (ys[i] may be a 0-dim tensor: a per-tensor factor kept on the device)
 int mr_foreach_mul_list_(at::Tensor* const* xs, at::Tensor* const* ys, size_t n, char** err) {
   return mr::catching(err, kWhat, [&] {

@@ -92,54 +92,74 @@ fn bf16_autocast_trains_to_target_on_cpu() {
 }
 
 /// fp16 mixed precision (`methods.amp = "fp16"`) with the open methods and fused BN+ReLU (the
-/// combination cuDNN's fused batch norm is for), 2 micro-batches per step, through the CPU twin
-/// of the CUDA graph. The loss scale starts at 2^24, far too high: the first steps overflow in
-/// the fp16 backward and are skipped on the device until the scale has halved its way down;
-/// clean runs of 50 steps double it again. The run still reaches its target and passes the
-/// checkers, the scale ends below where it started, and above where the skips alone would
-/// have left it (so it grew).
+/// combination cuDNN's fused batch norm is for) and SGD, 2 micro-batches per step, through the
+/// CPU twin of the CUDA graph. See [`fp16_run`].
 #[test]
 fn fp16_loss_scaled_training_skips_overflows_and_reaches_target() {
+    let mut cfg = config("tiny_cpu_open.toml", Division::Open);
+    cfg.methods.fused_bn_relu = true;
+    cfg.train.gradient_accumulation_steps = 2;
+    fp16_run("tiny_cpu_open.toml (fp16)", cfg, Division::Open, 99, true);
+}
+
+/// fp16 in the closed division with LARS (NVIDIA's closed recipe runs fp16): LARS skips an
+/// overflowing step on the device too. See [`fp16_run`].
+#[test]
+fn fp16_lars_closed_skips_overflows_and_reaches_target() {
+    let cfg = config("tiny_cpu.toml", Division::Closed);
+    assert_eq!(cfg.optimizer.name.as_str(), "lars");
+    fp16_run("tiny_cpu.toml (fp16)", cfg, Division::Closed, 1234, false);
+}
+
+/// Trains `cfg` in fp16 with the loss scale starting at 2^24, far too high: the first steps
+/// overflow in the fp16 backward and are skipped on the device until the scale has halved its
+/// way down; clean runs of 50 steps double it again. The run still reaches its target and
+/// passes the checkers, the scale ends below where it started, and above where the skips alone
+/// would have left it (so it grew).
+fn fp16_run(name: &str, mut cfg: ResnetRunConfig, division: Division, seed: u64, graph: bool) {
     use mlperf_run::train::config::LossScaleSettings;
     use mlperf_run::train::resnet::{open_data, ResnetWorkload};
     const INIT: f64 = 16777216.0;
-    let mut cfg = config("tiny_cpu_open.toml", Division::Open);
     cfg.methods.amp = Amp::Fp16;
-    cfg.methods.fused_bn_relu = true;
     cfg.methods.loss_scale = Some(LossScaleSettings {
         init_scale: INIT,
         growth_interval: 50,
     });
-    cfg.train.gradient_accumulation_steps = 2;
-    let seed = 99;
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("result_0.txt");
-    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, open_data(&cfg, None).unwrap());
-    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, seed, &log_path);
-    opts.emulate_cuda_graph = Some(2);
+    let mut w = ResnetWorkload::new(cfg.clone(), division, open_data(&cfg, None).unwrap());
+    let mut opts = common::train::cpu_run_options(&cfg.system, division, seed, &log_path);
+    if graph {
+        opts.emulate_cuda_graph = Some(2);
+    }
     let t0 = std::time::Instant::now();
     let out = mlperf_run::train::engine::run_once(&mut w, opts).unwrap();
-    let graphs = w.graph_stats().expect("the graph twin ran");
     let r = w
         .loss_scale_report()
         .unwrap()
         .expect("fp16 has a loss scale");
     eprintln!(
-        "fp16: {:?} after {} steps, evals {:?}, {:.1} s; loss scale {} ({} steps skipped); {graphs:?}",
+        "{name}: {:?} after {} steps, evals {:?}, {:.1} s; loss scale {} ({} steps skipped); \
+         graphs {:?}",
         out.status,
         out.steps,
         out.evals,
         t0.elapsed().as_secs_f64(),
         r.scale,
-        r.skipped_steps
+        r.skipped_steps,
+        w.graph_stats()
     );
-    assert!(graphs.replays > 0, "{graphs:?}");
-    let log =
-        common::train::assert_reached_target_and_compliant("fp16", &cfg, &out, seed, &log_path);
-    assert_eq!(
-        log.first("method_amp").unwrap().value,
-        serde_json::json!("fp16")
-    );
+    if graph {
+        let graphs = w.graph_stats().expect("the graph twin ran");
+        assert!(graphs.replays > 0, "{graphs:?}");
+    }
+    let log = common::train::assert_reached_target_and_compliant(name, &cfg, &out, seed, &log_path);
+    if division == Division::Open {
+        assert_eq!(
+            log.first("method_amp").unwrap().value,
+            serde_json::json!("fp16")
+        );
+    }
     assert!(
         r.skipped_steps >= 1 && r.skipped_steps < out.steps / 4,
         "{} of {} steps skipped",

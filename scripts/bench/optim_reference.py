@@ -11,10 +11,10 @@ LARS (MLPerf reference / TF LARSOptimizer), no trust ratio or weight decay on BN
     trust = eta * |w| / (|g| + wd * |w| + eps)   (1 if |w| == 0 or |g| == 0)
     v = m * v + lr * trust * (g + wd * w);  w -= v       (BN/bias: v = m * v + lr * g)
 SGD: torch.optim.SGD itself (momentum, nesterov, weight decay only on non-BN/bias params).
-With "fp16": {"init_scale", "growth_interval"} in the config (SGD only): the forward runs under
+With "fp16": {"init_scale", "growth_interval"} in the config: the forward runs under
 torch.autocast("cpu", float16) and torch.amp.GradScaler scales the loss, unscales the gradients,
-skips the steps that overflowed (torch.optim.SGD, not fused: the step is simply not taken) and
-moves the scale; the loss is then the explicit log_softmax/gather/mean of mlperf-run's
+skips the steps that overflowed (torch.optim.SGD, not fused, or the LARS loop above as a
+torch.optim.Optimizer: the step is simply not taken) and moves the scale; the loss is then the explicit log_softmax/gather/mean of mlperf-run's
 cross_entropy_smoothed (no smoothing), so both sides run the same ops, and the scale after every
 step goes to OUT.npz as "<step>.scale".
 """
@@ -25,6 +25,34 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+
+class Lars(torch.optim.Optimizer):
+    """The LARS equations above, one parameter at a time (so GradScaler can drive it)."""
+
+    def __init__(self, named, lr, cfg):
+        self.named, self.cfg = named, cfg
+        self.velocity = {n: torch.zeros_like(w) for n, w in named}
+        super().__init__([w for _, w in named], {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        cfg, lr = self.cfg, self.param_groups[0]["lr"]
+        m, wd = cfg["momentum"], cfg["weight_decay"]
+        for n, w in self.named:
+            g = w.grad
+            if w.ndim <= 1:
+                scaled = lr * g
+            else:
+                wn, gn = torch.linalg.vector_norm(w), torch.linalg.vector_norm(g)
+                if wn > 0 and gn > 0:
+                    trust = cfg["eta"] * wn / (gn + wd * wn + cfg["epsilon"])
+                else:
+                    trust = torch.tensor(1.0)
+                scaled = lr * trust * (g + wd * w)
+            self.velocity[n] = m * self.velocity[n] + scaled
+            update = m * self.velocity[n] + scaled if cfg["nesterov"] else self.velocity[n]
+            w -= update
 
 
 def main():
@@ -44,14 +72,15 @@ def main():
             [{"params": decayed, "weight_decay": wd}, {"params": flat, "weight_decay": 0.0}],
             lr=lrs[0], momentum=m, nesterov=cfg["nesterov"], foreach=False,
         )
+    else:
+        opt = Lars([(n, p[n]) for n in names], lrs[0], cfg)
     fp16 = cfg.get("fp16")
     scaler = None
     if fp16:
-        assert cfg["name"] == "sgd" and cfg["label_smoothing"] == 0.0
+        assert cfg["label_smoothing"] == 0.0
         scaler = torch.amp.GradScaler(
             "cpu", init_scale=fp16["init_scale"], growth_interval=fp16["growth_interval"]
         )
-    velocity = {n: torch.zeros_like(p[n]) for n in names}
     result = {}
     for step, lr in enumerate(lrs):
         for t in p.values():
@@ -66,37 +95,16 @@ def main():
                 loss = (-logp.gather(1, ys[step].unsqueeze(1)).squeeze(1)).mean(dtype=torch.float32)
             else:
                 loss = F.cross_entropy(logits, ys[step], label_smoothing=cfg["label_smoothing"])
+        for g in opt.param_groups:
+            g["lr"] = lr
         if scaler is not None:
             scaler.scale(loss).backward()
-            for g in opt.param_groups:
-                g["lr"] = lr
             scaler.step(opt)
             scaler.update()
             result[f"{step}.scale"] = np.array(scaler.get_scale(), dtype=np.float64)
         else:
             loss.backward()
-        with torch.no_grad():
-            if scaler is not None:
-                pass
-            elif cfg["name"] == "sgd":
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                opt.step()
-            else:
-                for n in names:
-                    w, g = p[n], p[n].grad
-                    if w.ndim <= 1:
-                        scaled = lr * g
-                    else:
-                        wn, gn = torch.linalg.vector_norm(w), torch.linalg.vector_norm(g)
-                        if wn > 0 and gn > 0:
-                            trust = cfg["eta"] * wn / (gn + wd * wn + cfg["epsilon"])
-                        else:
-                            trust = torch.tensor(1.0)
-                        scaled = lr * trust * (g + wd * w)
-                    velocity[n] = m * velocity[n] + scaled
-                    update = m * velocity[n] + scaled if cfg["nesterov"] else velocity[n]
-                    w -= update
+            opt.step()
         for n in names:
             result[f"{step}.{n}"] = p[n].detach().numpy().copy()
         result[f"{step}.loss"] = np.array(loss.item(), dtype=np.float64)

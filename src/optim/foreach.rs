@@ -24,6 +24,7 @@ extern "C" {
     fn mr_foreach_mul_scalar_(xs: List, n: usize, s: f64, err: Err) -> c_int;
     fn mr_foreach_add_scalar_(xs: List, n: usize, s: f64, err: Err) -> c_int;
     fn mr_foreach_mul_tensor_(xs: List, n: usize, t: *const C_tensor, err: Err) -> c_int;
+    fn mr_foreach_mul_tensor(xs: List, n: usize, t: *const C_tensor, out: Out, err: Err) -> c_int;
     fn mr_foreach_mul_list_(xs: List, ys: List, n: usize, err: Err) -> c_int;
     fn mr_foreach_add_list_(xs: List, ys: List, n: usize, alpha: f64, err: Err) -> c_int;
     fn mr_foreach_lerp_scalar_(xs: List, ys: List, n: usize, w: f64, err: Err) -> c_int;
@@ -177,6 +178,15 @@ pub fn mul_tensor_(xs: &[Tensor], t: &Tensor) -> Result<()> {
     // SAFETY: pointers of live tensors.
     in_place("foreach mul", xs.len(), |err| unsafe {
         mr_foreach_mul_tensor_(p.as_ptr(), p.len(), t.as_ptr(), err)
+    })
+}
+
+/// `x * t` for one 0-dim tensor `t` (read on the device), as new tensors.
+pub fn mul_tensor(xs: &[Tensor], t: &Tensor) -> Result<Vec<Tensor>> {
+    let p = ptrs(xs);
+    // SAFETY: as in `norm`.
+    new_list("foreach mul", xs.len(), |out, err| unsafe {
+        mr_foreach_mul_tensor(p.as_ptr(), p.len(), t.as_ptr(), out, err)
     })
 }
 
@@ -427,6 +437,15 @@ mod tests {
             for (a, w) in vals(x).iter().zip(vals(&want)) {
                 assert!((a - w).abs() < 1e-5, "{a} vs {w}");
             }
+        }
+        let m = mul_tensor(&xs, &Tensor::from(-2.0f32)).unwrap();
+        for (x, m) in xs.iter().zip(&m) {
+            assert_eq!(vals(&(x * -2.0)), vals(m));
+            assert_ne!(
+                x.data_ptr(),
+                m.data_ptr(),
+                "mul_tensor must not work in place"
+            );
         }
         let d = div(&xs, &ys).unwrap();
         let r = sqrt(&[xs[0].abs()]).unwrap();

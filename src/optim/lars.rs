@@ -10,8 +10,11 @@
 //! Written in multi-tensor kernels ([`super::foreach`]): the norms of all weights and gradients
 //! in two calls, the trust ratios as one small vector on the device, the updates as list
 //! operations; the learning rate lives in a device scalar. Nothing is read back to the host.
+//!
+//! Under fp16 loss scaling ([`super::loss_scale`]) a step whose gradients overflowed is skipped
+//! on the device: the update's factors are multiplied by `keep = 1 - found_inf`.
 
-use super::foreach::{self, DeviceScalar};
+use super::foreach::{self, DeviceScalar, ScaledGrads};
 use super::{split_defined, Optimizer, ParamGroups};
 use anyhow::{Context, Result};
 use tch::Tensor;
@@ -54,6 +57,45 @@ impl Optimizer for Lars {
     }
 
     fn apply(&mut self, params: &mut ParamGroups, grads: &[Tensor]) -> Result<()> {
+        self.update(params, grads, None)
+    }
+
+    /// The gradients are unscaled (and zeroed where the step overflowed: inf and NaN would
+    /// poison the norms and the velocity), then the update runs with `keep = 1 - found_inf`
+    /// folded into its factors: a skipped step leaves velocity and weights as they were.
+    fn apply_scaled(
+        &mut self,
+        params: &mut ParamGroups,
+        grads: &[Tensor],
+        scaled: ScaledGrads<'_>,
+    ) -> Result<()> {
+        let keep = tch::no_grad(|| -> Result<Tensor> {
+            let keep = scaled.found_inf.f_neg()?.f_add_scalar(1.0)?;
+            let factor = keep.f_div(scaled.scale)?;
+            let mut defined: Vec<Tensor> = grads
+                .iter()
+                .filter(|g| g.defined())
+                .map(|g| g.shallow_clone())
+                .collect();
+            for g in &mut defined {
+                let _ = g.f_nan_to_num_(Some(0.0), Some(0.0), Some(0.0))?;
+            }
+            foreach::mul_tensor_(&defined, &factor)?;
+            Ok(keep)
+        })?;
+        self.update(params, grads, Some(&keep))
+    }
+}
+
+impl Lars {
+    /// One LARS step; `keep` (0-dim f32 on the device, 0 or 1; None = 1): where it is 0 the
+    /// step is skipped (learning rate 0, momentum 1, no weight update), without a read-back.
+    fn update(
+        &mut self,
+        params: &mut ParamGroups,
+        grads: &[Tensor],
+        keep: Option<&Tensor>,
+    ) -> Result<()> {
         let c = self.cfg;
         if self.velocity.len() != params.params.len() {
             self.velocity = tch::no_grad(|| {
@@ -74,6 +116,10 @@ impl Optimizer for Lars {
             .tensor()
             .shallow_clone();
         tch::no_grad(|| -> Result<()> {
+            let lr_t = match keep {
+                Some(k) => lr_t.f_mul(k)?,
+                None => lr_t,
+            };
             // the gradients become the scaled gradients s in place (they are scratch)
             let (trust, plain) = split_defined(params, grads, |p| !p.bn_or_bias);
             if !trust.params.is_empty() {
@@ -98,15 +144,26 @@ impl Optimizer for Lars {
                 .iter()
                 .map(|&i| self.velocity[i].shallow_clone())
                 .collect();
-            // v = m * v + s
-            foreach::mul_scalar_(&v, c.momentum)?;
+            // v = m * v + s   (skipped: m = 1 and s = 0)
+            match keep {
+                None => foreach::mul_scalar_(&v, c.momentum)?,
+                Some(k) => {
+                    let m = Tensor::f_where_scalar(&k.f_gt(0.5)?, c.momentum, 1.0)?;
+                    foreach::mul_tensor_(&v, &m)?;
+                }
+            }
             foreach::add_list_(&v, &s, 1.0)?;
+            // w -= v   (Nesterov: w -= m * v + s); skipped: w stays
+            let m_v = if c.nesterov { c.momentum } else { 1.0 };
+            match keep {
+                None => foreach::add_list_(&p, &v, -m_v)?,
+                Some(k) => {
+                    let step = foreach::mul_tensor(&v, &k.f_mul_scalar(m_v)?)?;
+                    foreach::add_list_(&p, &step, -1.0)?;
+                }
+            }
             if c.nesterov {
-                // w -= m * v + s
-                foreach::add_list_(&p, &v, -c.momentum)?;
                 foreach::add_list_(&p, &s, -1.0)?;
-            } else {
-                foreach::add_list_(&p, &v, -1.0)?;
             }
             Ok(())
         })

@@ -111,8 +111,8 @@ pub trait Optimizer {
 
     /// [`Optimizer::apply`] for gradients of a loss multiplied by a dynamic loss scale
     /// ([`loss_scale`]): the kernels divide them by the scale and change nothing (weights and
-    /// optimizer state) where the overflow flag is set, on the device. Optimizers whose kernels
-    /// cannot skip that way refuse ([`Optimizer::skips_on_device`] is false).
+    /// optimizer state) where the overflow flag is set, on the device. SGD and LARS do; the
+    /// default refuses (BERT's optimizers never see fp16).
     fn apply_scaled(
         &mut self,
         params: &mut ParamGroups,
@@ -122,13 +122,8 @@ pub trait Optimizer {
         let _ = (params, grads, scaled);
         anyhow::bail!(
             "this optimizer cannot skip an overflowing step on the device, which fp16 loss \
-             scaling needs (sgd can)"
+             scaling needs (sgd and lars can)"
         )
-    }
-
-    /// Whether [`Optimizer::apply_scaled`] is implemented.
-    fn skips_on_device(&self) -> bool {
-        false
     }
 
     fn step(

@@ -65,10 +65,6 @@ impl Optimizer for Sgd {
     ) -> Result<()> {
         self.update(params, grads, Some(scaled))
     }
-
-    fn skips_on_device(&self) -> bool {
-        true
-    }
 }
 
 impl Sgd {

@@ -5,6 +5,7 @@
 //! ([`ResnetRunConfig::hyperparameters`]), never retyped.
 
 use crate::methods::progressive_resizing::ProgressiveResizing;
+use crate::optim::loss_scale::LossScaleConfig;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -235,10 +236,10 @@ pub struct LossScaleSettings {
 }
 
 fn default_init_scale() -> f64 {
-    65536.0
+    LossScaleConfig::default().init_scale
 }
 fn default_growth_interval() -> i64 {
-    2000
+    LossScaleConfig::default().growth_interval
 }
 
 impl Default for LossScaleSettings {
@@ -278,8 +279,8 @@ pub struct MethodsConfig {
     pub ema: Option<EmaConfig>,
     /// "bf16": forward passes in a bf16 autocast region (the GPU speed-up; it runs on the CPU
     /// too, slowly there, for tests). "fp16": an fp16 region with dynamic loss scaling, the
-    /// overflowing steps skipped inside the optimizer's kernel (sgd only; what cuDNN's fused
-    /// batch norm of `fused_bn_relu` takes). "none": fp32.
+    /// overflowing steps skipped on the device by the optimizer (what cuDNN's fused batch norm
+    /// of `fused_bn_relu` takes). "none": fp32.
     #[serde(default = "no_amp")]
     pub amp: Amp,
     /// The fp16 loss scale's settings (only with `amp = "fp16"`; default GradScaler's).
@@ -435,14 +436,6 @@ impl ResnetRunConfig {
                     l.growth_interval
                 );
             }
-        }
-        if m.amp == Amp::Fp16 && self.optimizer.name != OptName::Sgd {
-            bail!(
-                "methods.amp = \"fp16\" needs optimizer.name = \"sgd\": its loss scaling skips \
-                 overflowing steps inside the optimizer's fused kernel, which {} does not have; \
-                 use methods.amp = \"bf16\" (no loss scaling) or the sgd optimizer",
-                self.optimizer.name.as_str()
-            );
         }
         if division == Division::Closed {
             self.validate_closed()?;

@@ -300,10 +300,6 @@ impl Workload for ResnetWorkload {
             })),
         };
         let loss_scale = match cfg.methods.amp {
-            Amp::Fp16 if !opt.skips_on_device() => bail!(
-                "methods.amp = \"fp16\" needs an optimizer that skips overflowing steps on the \
-                 device (sgd)"
-            ),
             Amp::Fp16 => {
                 let l = cfg.methods.loss_scale.unwrap_or_default();
                 Some(DynamicLossScale::new(
