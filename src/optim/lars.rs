@@ -14,9 +14,9 @@
 //! Under fp16 loss scaling ([`super::loss_scale`]) a step whose gradients overflowed is skipped
 //! on the device: the update's factors are multiplied by `keep = 1 - found_inf`.
 
-use super::foreach::{self, DeviceScalar, ScaledGrads};
-use super::{split_defined, Optimizer, ParamGroups};
-use anyhow::{Context, Result};
+use super::foreach::{self, ScaledGrads};
+use super::{split_defined, zeroed_state, Optimizer, ParamGroups, StepLr};
+use anyhow::Result;
 use tch::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,7 +33,7 @@ pub struct Lars {
     /// One velocity per parameter (zeros before the first step: `m * 0 + s = s`, as the
     /// reference's first step).
     velocity: Vec<Tensor>,
-    lr: Option<DeviceScalar>,
+    lr: StepLr,
 }
 
 impl Lars {
@@ -41,19 +41,14 @@ impl Lars {
         Lars {
             cfg,
             velocity: Vec::new(),
-            lr: None,
+            lr: StepLr::default(),
         }
     }
 }
 
 impl Optimizer for Lars {
     fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> Result<()> {
-        if let Some(first) = params.params.first() {
-            self.lr
-                .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
-                .set(lr)?;
-        }
-        Ok(())
+        self.lr.set(params, lr)
     }
 
     fn apply(&mut self, params: &mut ParamGroups, grads: &[Tensor]) -> Result<()> {
@@ -97,24 +92,11 @@ impl Lars {
         keep: Option<&Tensor>,
     ) -> Result<()> {
         let c = self.cfg;
-        if self.velocity.len() != params.params.len() {
-            self.velocity = tch::no_grad(|| {
-                params
-                    .params
-                    .iter()
-                    .map(|p| p.tensor.zeros_like())
-                    .collect()
-            });
-        }
+        zeroed_state(&mut self.velocity, params);
         if params.params.is_empty() {
             return Ok(());
         }
-        let lr_t = self
-            .lr
-            .as_ref()
-            .context("Lars::apply before begin_step")?
-            .tensor()
-            .shallow_clone();
+        let lr_t = self.lr.tensor("lars")?;
         tch::no_grad(|| -> Result<()> {
             let lr_t = match keep {
                 Some(k) => lr_t.f_mul(k)?,

@@ -137,6 +137,50 @@ pub trait Optimizer {
     }
 }
 
+/// A step's learning rate as a 0-dim tensor on the parameters' device, written in place by
+/// [`Optimizer::begin_step`] so that an update captured in a CUDA graph reads each step's value.
+#[cfg(feature = "torch")]
+#[derive(Default)]
+pub(crate) struct StepLr(Option<foreach::DeviceScalar>);
+
+#[cfg(feature = "torch")]
+impl StepLr {
+    pub fn set(&mut self, params: &ParamGroups, lr: f64) -> anyhow::Result<()> {
+        if let Some(first) = params.params.first() {
+            self.0
+                .get_or_insert_with(|| foreach::DeviceScalar::new(first.tensor.device()))
+                .set(lr)?;
+        }
+        Ok(())
+    }
+
+    /// The tensor (`who`: the optimizer, for the error when no step has begun).
+    pub fn tensor(&self, who: &str) -> anyhow::Result<tch::Tensor> {
+        use anyhow::Context;
+        Ok(self
+            .0
+            .as_ref()
+            .with_context(|| format!("{who}: apply before begin_step"))?
+            .tensor()
+            .shallow_clone())
+    }
+}
+
+/// Per-parameter optimizer state (momentum, velocity), zeros like each parameter, made on the
+/// first step (or again if the parameter list changed).
+#[cfg(feature = "torch")]
+pub(crate) fn zeroed_state(state: &mut Vec<tch::Tensor>, params: &ParamGroups) {
+    if state.len() != params.params.len() {
+        *state = tch::no_grad(|| {
+            params
+                .params
+                .iter()
+                .map(|p| p.tensor.zeros_like())
+                .collect()
+        });
+    }
+}
+
 /// The (parameter, gradient) pairs of the parameters that have a gradient, split by `keep`:
 /// (those where `keep` is true, the others), each as parallel lists plus the parameters' indices.
 #[cfg(feature = "torch")]

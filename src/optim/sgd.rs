@@ -9,9 +9,9 @@
 //! Runs libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`, [`super::foreach`]): one
 //! pass over all parameters per weight-decay group, the learning rate read from a device scalar.
 
-use super::foreach::{self, DeviceScalar, ScaledGrads};
-use super::{split_defined, Optimizer, ParamGroups};
-use anyhow::{Context, Result};
+use super::foreach::{self, ScaledGrads};
+use super::{split_defined, zeroed_state, Optimizer, ParamGroups, StepLr};
+use anyhow::Result;
 use tch::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,7 +28,7 @@ pub struct Sgd {
     /// One momentum buffer per parameter (filled by the first step).
     buffers: Vec<Tensor>,
     steps: u64,
-    lr: Option<DeviceScalar>,
+    lr: StepLr,
 }
 
 impl Sgd {
@@ -37,18 +37,14 @@ impl Sgd {
             cfg,
             buffers: Vec::new(),
             steps: 0,
-            lr: None,
+            lr: StepLr::default(),
         }
     }
 }
 
 impl Optimizer for Sgd {
     fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> Result<()> {
-        if let Some(first) = params.params.first() {
-            self.lr
-                .get_or_insert_with(|| DeviceScalar::new(first.tensor.device()))
-                .set(lr)?;
-        }
+        self.lr.set(params, lr)?;
         self.steps += 1;
         Ok(())
     }
@@ -81,21 +77,10 @@ impl Sgd {
         if params.params.is_empty() {
             return Ok(());
         }
-        if c.momentum != 0.0 && self.buffers.len() != params.params.len() {
-            self.buffers = tch::no_grad(|| {
-                params
-                    .params
-                    .iter()
-                    .map(|p| p.tensor.zeros_like())
-                    .collect()
-            });
+        if c.momentum != 0.0 {
+            zeroed_state(&mut self.buffers, params);
         }
-        let lr_t = self
-            .lr
-            .as_ref()
-            .context("Sgd::apply before begin_step")?
-            .tensor()
-            .shallow_clone();
+        let lr_t = self.lr.tensor("sgd")?;
         let first_step = self.steps == 1;
         let (decayed, plain) = split_defined(params, grads, |p| !p.bn_or_bias || c.decay_bn_bias);
         tch::no_grad(|| -> Result<()> {
