@@ -449,16 +449,7 @@ impl Workload for BertWorkload {
 
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
         let cfg = &self.cfg;
-        if let Some(t) = cfg.system.threads.filter(|&t| t > 0) {
-            tch::set_num_threads(t);
-        }
-        crate::cuda::configure(
-            ctx.device,
-            crate::cuda::DeviceSettings {
-                cudnn_benchmark: cfg.system.cudnn_benchmark,
-                tf32: cfg.system.tf32,
-            },
-        )?;
+        cfg.system.configure_process(ctx.device)?;
         let vs = VarStore::new(ctx.device);
         let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
         model.unpad = cfg.methods.unpad;

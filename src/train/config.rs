@@ -77,6 +77,24 @@ pub struct SystemConfig {
     pub loss_check_steps: u64,
 }
 
+#[cfg(feature = "torch")]
+impl SystemConfig {
+    /// Apply the process-wide settings a run's build starts with: libtorch's CPU threads and,
+    /// on a GPU, the device, cuDNN benchmark mode and TF32.
+    pub fn configure_process(&self, device: tch::Device) -> Result<()> {
+        if let Some(t) = self.threads.filter(|&t| t > 0) {
+            tch::set_num_threads(t);
+        }
+        crate::cuda::configure(
+            device,
+            crate::cuda::DeviceSettings {
+                cudnn_benchmark: self.cudnn_benchmark,
+                tf32: self.tf32,
+            },
+        )
+    }
+}
+
 fn default_loss_check_steps() -> u64 {
     8
 }

@@ -235,16 +235,7 @@ impl Workload for ResnetWorkload {
 
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
         let cfg = &self.cfg;
-        if let Some(t) = cfg.system.threads.filter(|&t| t > 0) {
-            tch::set_num_threads(t);
-        }
-        crate::cuda::configure(
-            ctx.device,
-            crate::cuda::DeviceSettings {
-                cudnn_benchmark: cfg.system.cudnn_benchmark,
-                tf32: cfg.system.tf32,
-            },
-        )?;
+        cfg.system.configure_process(ctx.device)?;
         if self.data.num_classes() as i64 != cfg.model.classes {
             bail!(
                 "the data set has {} classes but model.classes is {}",
