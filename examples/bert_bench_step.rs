@@ -28,7 +28,10 @@
 //! `mlperf-run bert --division open` with methods.fused_bias_gelu (cuBLASLt's GELU epilogue on a
 //! GPU).
 
-use anyhow::{bail, Context, Result};
+mod common;
+
+use anyhow::{bail, Result};
+use common::Flags;
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::cuda_graph::StepGraphs;
 use mlperf_run::data::bert::{shard_files, Shard, TrainLoader};
@@ -83,66 +86,30 @@ fn parse_args() -> Result<Args> {
         fused_bias_gelu: false,
         data: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
+    let mut f = Flags::new(USAGE);
+    while let Some(flag) = f.next() {
         match flag.as_str() {
-            "--unpad" => {
-                a.unpad = true;
-                continue;
-            }
-            "--bf16" => {
-                a.bf16 = true;
-                continue;
-            }
-            "--lamb" => {
-                a.lamb = true;
-                continue;
-            }
-            "--cuda-graph" => {
-                a.cuda_graph = true;
-                continue;
-            }
-            "--fused-epilogues" => {
-                a.fused_epilogues = true;
-                continue;
-            }
-            "--fused-bias-gelu" => {
-                a.fused_bias_gelu = true;
-                continue;
-            }
-            "-h" | "--help" => {
-                println!("usage: {USAGE}");
-                std::process::exit(0);
-            }
-            _ => {}
-        }
-        let v = it
-            .next()
-            .with_context(|| format!("{flag} needs a value\nusage: {USAGE}"))?;
-        let bad = || format!("bad value {v:?} for {flag}");
-        match flag.as_str() {
-            "--layers" => a.cfg.num_layers = v.parse().with_context(bad)?,
-            "--hidden" => a.cfg.hidden_size = v.parse().with_context(bad)?,
-            "--heads" => a.cfg.num_heads = v.parse().with_context(bad)?,
-            "--inter" => a.cfg.intermediate_size = v.parse().with_context(bad)?,
-            "--vocab" => a.cfg.vocab_size = v.parse().with_context(bad)?,
-            "--batch" => a.batch = v.parse().with_context(bad)?,
-            "--seq" => a.seq = v.parse().with_context(bad)?,
-            "--preds" => a.preds = v.parse().with_context(bad)?,
-            "--steps" => a.steps = v.parse().with_context(bad)?,
-            "--warmup" => a.warmup = v.parse().with_context(bad)?,
-            "--pad" => a.pad = v.parse().with_context(bad)?,
-            "--data" => a.data = Some(v.into()),
-            "--threads" => a.threads = v.parse().with_context(bad)?,
-            "--device" => {
-                a.device = match v.as_str() {
-                    "cpu" => Device::Cpu,
-                    "cuda" if tch::Cuda::is_available() => Device::Cuda(0),
-                    "cuda" => bail!("--device cuda: no CUDA device is available to libtorch"),
-                    _ => bail!(bad()),
-                }
-            }
-            _ => bail!("unknown flag {flag}\nusage: {USAGE}"),
+            "--unpad" => a.unpad = true,
+            "--bf16" => a.bf16 = true,
+            "--lamb" => a.lamb = true,
+            "--cuda-graph" => a.cuda_graph = true,
+            "--fused-epilogues" => a.fused_epilogues = true,
+            "--fused-bias-gelu" => a.fused_bias_gelu = true,
+            "--layers" => a.cfg.num_layers = f.parse()?,
+            "--hidden" => a.cfg.hidden_size = f.parse()?,
+            "--heads" => a.cfg.num_heads = f.parse()?,
+            "--inter" => a.cfg.intermediate_size = f.parse()?,
+            "--vocab" => a.cfg.vocab_size = f.parse()?,
+            "--batch" => a.batch = f.parse()?,
+            "--seq" => a.seq = f.parse()?,
+            "--preds" => a.preds = f.parse()?,
+            "--steps" => a.steps = f.parse()?,
+            "--warmup" => a.warmup = f.parse()?,
+            "--pad" => a.pad = f.parse()?,
+            "--data" => a.data = Some(f.value()?.into()),
+            "--threads" => a.threads = f.parse()?,
+            "--device" => a.device = f.device()?,
+            _ => return Err(f.unknown()),
         }
     }
     if let Some(dir) = &a.data {
@@ -310,11 +277,7 @@ fn main() -> Result<()> {
         "data": a.data.as_ref().map(|d| d.display().to_string()),
     });
     if !dev.is_cuda() {
-        let med = |k: usize| {
-            let mut v: Vec<f64> = times.iter().map(|t| t[k]).collect();
-            v.sort_by(|x, y| x.total_cmp(y));
-            v[v.len() / 2]
-        };
+        let med = |k: usize| common::median(&times.iter().map(|t| t[k]).collect::<Vec<_>>());
         if let Some(o) = json.as_object_mut() {
             for (k, i) in [
                 ("median_step_s", 0),

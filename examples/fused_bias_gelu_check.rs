@@ -16,10 +16,12 @@
 //! exceeds 2e-2 (bf16: the epilogue applies the GELU to the fp32 accumulator, the composite path
 //! to the bf16-rounded matmul output). On a CPU both sides run the composite path (plumbing only).
 
-use anyhow::{bail, Context, Result};
+mod common;
+
+use anyhow::{bail, Result};
+use common::Flags;
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
-use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
 const USAGE: &str = "fused_bias_gelu_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
@@ -36,47 +38,23 @@ struct Args {
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
-        device: if tch::Cuda::is_available() {
-            Device::Cuda(0)
-        } else {
-            Device::Cpu
-        },
+        device: common::default_device(),
         tokens: 56 * 512,
         hidden: 1024,
         inner: 4096,
         rounds: 20,
         bf16: true,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
+    let mut f = Flags::new(USAGE);
+    while let Some(flag) = f.next() {
         match flag.as_str() {
-            "--no-bf16" => {
-                a.bf16 = false;
-                continue;
-            }
-            "-h" | "--help" => {
-                println!("usage: {USAGE}");
-                std::process::exit(0);
-            }
-            _ => {}
-        }
-        let v = it
-            .next()
-            .with_context(|| format!("{flag} needs a value\nusage: {USAGE}"))?;
-        let bad = || format!("bad value {v:?} for {flag}");
-        match flag.as_str() {
-            "--device" => {
-                a.device = match v.as_str() {
-                    "cpu" => Device::Cpu,
-                    "cuda" => Device::Cuda(0),
-                    _ => bail!("{}", bad()),
-                }
-            }
-            "--tokens" => a.tokens = v.parse().with_context(bad)?,
-            "--hidden" => a.hidden = v.parse().with_context(bad)?,
-            "--inner" => a.inner = v.parse().with_context(bad)?,
-            "--rounds" => a.rounds = v.parse().with_context(bad)?,
-            _ => bail!("unknown flag {flag}\nusage: {USAGE}"),
+            "--no-bf16" => a.bf16 = false,
+            "--device" => a.device = f.device()?,
+            "--tokens" => a.tokens = f.parse()?,
+            "--hidden" => a.hidden = f.parse()?,
+            "--inner" => a.inner = f.parse()?,
+            "--rounds" => a.rounds = f.parse()?,
+            _ => return Err(f.unknown()),
         }
     }
     Ok(a)
@@ -171,20 +149,8 @@ fn main() -> Result<()> {
         ("composite", Side::Fused(GeluPath::Composite)),
         ("unfused_erf", Side::UnfusedErf),
     ] {
-        let mut times = Vec::new();
-        let mut ran = false;
-        for i in 0..a.rounds + 3 {
-            mlperf_run::cuda::synchronize(d);
-            let t0 = Instant::now();
-            let (_, lt) = run(side)?;
-            mlperf_run::cuda::synchronize(d);
-            if i >= 3 {
-                times.push(t0.elapsed().as_secs_f64());
-            }
-            ran = lt;
-        }
-        times.sort_by(|x, y| x.total_cmp(y));
-        let med = times[times.len() / 2];
+        let (times, (_, ran)) = common::time_rounds(d, 3, a.rounds, || run(side))?;
+        let med = common::median(&times);
         medians.push(med);
         println!(
             "{}",

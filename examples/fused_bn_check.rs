@@ -16,7 +16,10 @@
 //!
 //! On a CPU (no cuDNN) it checks the plumbing: both sides run the same calls there.
 
+mod common;
+
 use anyhow::{bail, Context, Result};
+use common::Flags;
 use mlperf_run::methods::fused_bn_relu;
 use mlperf_run::models::to_channels_last;
 use std::time::Instant;
@@ -42,22 +45,16 @@ fn parse_args() -> Result<Args> {
         rounds: 20,
         dtypes: vec![Kind::BFloat16, Kind::Half],
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+    let mut f = Flags::new(USAGE);
+    while let Some(flag) = f.next() {
         match flag.as_str() {
-            "--device" => {
-                a.device = match value()?.as_str() {
-                    "cuda" => Device::Cuda(0),
-                    "cpu" => Device::Cpu,
-                    d => bail!("--device cuda|cpu, got {d}"),
-                }
-            }
-            "--batch" => a.batch = value()?.parse()?,
-            "--size" => a.size = value()?.parse()?,
-            "--rounds" => a.rounds = value()?.parse()?,
+            "--device" => a.device = f.device()?,
+            "--batch" => a.batch = f.parse()?,
+            "--size" => a.size = f.parse()?,
+            "--rounds" => a.rounds = f.parse()?,
             "--dtypes" => {
-                a.dtypes = value()?
+                a.dtypes = f
+                    .value()?
                     .split(',')
                     .map(|d| match d {
                         "bf16" => Ok(Kind::BFloat16),
@@ -67,14 +64,7 @@ fn parse_args() -> Result<Args> {
                     })
                     .collect::<Result<_>>()?
             }
-            "-h" | "--help" => {
-                println!(
-                    "fused_bn_check [--device cuda|cpu] [--batch 256] [--size 224] [--rounds 20] \
-                     [--dtypes bf16,fp16]"
-                );
-                std::process::exit(0);
-            }
-            f => bail!("unknown flag {f}"),
+            _ => return Err(f.unknown()),
         }
     }
     if a.rounds == 0 || a.batch < 2 || a.size < 32 {
@@ -82,6 +72,9 @@ fn parse_args() -> Result<Args> {
     }
     Ok(a)
 }
+
+const USAGE: &str =
+    "fused_bn_check [--device cuda|cpu] [--batch 256] [--size 224] [--rounds 20] [--dtypes bf16,fp16]";
 
 /// ResNet-50's distinct BNs as (channels, spatial divisor of the image size, residual add):
 /// the stem, then per stage the 1x1-reduce BN (at the stage's input size), the 3x3 BN and the
@@ -169,11 +162,6 @@ fn new_bn(vs: &nn::VarStore, c: i64) -> nn::BatchNorm {
     )
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// (max abs diff, that over max |reference|, relative L2).
 fn diff(reference: &Tensor, other: &Tensor) -> (f64, f64, f64) {
     let r = reference.to_kind(Kind::Float);
@@ -247,7 +235,7 @@ fn main() -> Result<()> {
                 tf.push(one(true, &bn_f, &x, z.as_ref(), &gy)?.1);
                 tu.push(one(false, &bn_u, &x, z.as_ref(), &gy)?.1);
             }
-            let (mf, mu) = (median(tf), median(tu));
+            let (mf, mu) = (common::median(&tf), common::median(&tu));
             t_fused += mf;
             t_unfused += mu;
             println!(

@@ -22,7 +22,10 @@
 //! --amp fp16: methods.amp = "fp16" (autocast fp16, dynamic loss scale skipping overflowing
 //! steps on the device; sgd and lars).
 
+mod common;
+
 use anyhow::{bail, Context, Result};
+use common::Flags;
 use mlperf_run::data::rng::Rng;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard};
@@ -118,53 +121,30 @@ fn parse_args() -> Result<Args> {
         cuda_graph: false,
         fused_bn_relu: false,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--channels-last" {
-            a.channels_last = true;
-            continue;
-        }
-        if flag == "--cuda-graph" {
-            a.cuda_graph = true;
-            continue;
-        }
-        if flag == "--fused-bn-relu" {
-            a.fused_bn_relu = true;
-            continue;
-        }
-        if flag == "-h" || flag == "--help" {
-            println!("usage: {USAGE}");
-            std::process::exit(0);
-        }
-        let v = it
-            .next()
-            .with_context(|| format!("{flag} needs a value\nusage: {USAGE}"))?;
-        let bad = || format!("bad value {v:?} for {flag}");
+    let mut f = Flags::new(USAGE);
+    while let Some(flag) = f.next() {
         match flag.as_str() {
-            "--device" => {
-                a.device = match v.as_str() {
-                    "cpu" => tch::Device::Cpu,
-                    "cuda" if tch::Cuda::is_available() => tch::Device::Cuda(0),
-                    "cuda" => bail!("--device cuda: no CUDA device is available to libtorch"),
-                    _ => bail!(bad()),
-                }
-            }
-            "--batch" => a.batch = v.parse().with_context(bad)?,
-            "--size" => a.size = v.parse().with_context(bad)?,
-            "--steps" => a.steps = v.parse().with_context(bad)?,
-            "--threads" => a.threads = v.parse().with_context(bad)?,
-            "--width" => a.width = v.parse().with_context(bad)?,
-            "--classes" => a.classes = v.parse().with_context(bad)?,
+            "--channels-last" => a.channels_last = true,
+            "--cuda-graph" => a.cuda_graph = true,
+            "--fused-bn-relu" => a.fused_bn_relu = true,
+            "--device" => a.device = f.device()?,
+            "--batch" => a.batch = f.parse()?,
+            "--size" => a.size = f.parse()?,
+            "--steps" => a.steps = f.parse()?,
+            "--threads" => a.threads = f.parse()?,
+            "--width" => a.width = f.parse()?,
+            "--classes" => a.classes = f.parse()?,
             "--blocks" => {
+                let v = f.value()?;
                 a.blocks = v
                     .split(',')
                     .map(|b| b.parse())
                     .collect::<Result<_, _>>()
-                    .with_context(bad)?
+                    .with_context(|| format!("bad value {v:?} for --blocks"))?
             }
-            "--amp" if v == "none" || v == "bf16" || v == "fp16" => a.amp = v,
-            "--opt" if v == "sgd" || v == "lars" => a.opt = v,
-            _ => bail!("unknown flag or value: {flag} {v}\nusage: {USAGE}"),
+            "--amp" => a.amp = f.one_of(&["none", "bf16", "fp16"])?,
+            "--opt" => a.opt = f.one_of(&["sgd", "lars"])?,
+            _ => return Err(f.unknown()),
         }
     }
     if a.steps == 0 || a.batch == 0 || a.blocks.len() != 4 {

@@ -1,0 +1,134 @@
+//! What the benchmark and check examples share: a small command-line flag reader (switches,
+//! typed values, `--device`, `-h/--help`, the same error wording everywhere) and the median of a
+//! set of timings. Each example keeps its own flags, defaults and usage line.
+#![allow(dead_code)]
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::str::FromStr;
+use tch::Device;
+
+/// Reads `--flag [value]` arguments one flag at a time.
+///
+/// ```ignore
+/// let mut f = Flags::new(USAGE);
+/// while let Some(flag) = f.next() {
+///     match flag.as_str() {
+///         "--bf16" => a.bf16 = true,          // a switch: nothing to read
+///         "--steps" => a.steps = f.parse()?,  // a typed value
+///         "--device" => a.device = f.device()?,
+///         _ => return Err(f.unknown()),
+///     }
+/// }
+/// ```
+pub struct Flags {
+    usage: &'static str,
+    args: std::iter::Skip<std::env::Args>,
+    flag: String,
+}
+
+impl Flags {
+    /// Over the process's arguments; `usage` is printed by `-h/--help` and after errors.
+    pub fn new(usage: &'static str) -> Flags {
+        Flags {
+            usage,
+            args: std::env::args().skip(1),
+            flag: String::new(),
+        }
+    }
+
+    /// The next flag, or None after the last. `-h`/`--help` prints the usage and exits 0.
+    pub fn next(&mut self) -> Option<String> {
+        let flag = self.args.next()?;
+        if flag == "-h" || flag == "--help" {
+            println!("usage: {}", self.usage);
+            std::process::exit(0);
+        }
+        self.flag = flag.clone();
+        Some(flag)
+    }
+
+    /// The current flag's value (the next argument).
+    pub fn value(&mut self) -> Result<String> {
+        let flag = &self.flag;
+        let usage = self.usage;
+        self.args
+            .next()
+            .with_context(|| format!("{flag} needs a value\nusage: {usage}"))
+    }
+
+    /// The current flag's value parsed as `T`.
+    pub fn parse<T: FromStr>(&mut self) -> Result<T> {
+        let v = self.value()?;
+        v.parse()
+            .map_err(|_| anyhow!("bad value {v:?} for {}", self.flag))
+    }
+
+    /// The current flag's value, which must be one of `choices`.
+    pub fn one_of(&mut self, choices: &[&str]) -> Result<String> {
+        let v = self.value()?;
+        if !choices.contains(&v.as_str()) {
+            bail!(
+                "bad value {v:?} for {}: one of {}",
+                self.flag,
+                choices.join(", ")
+            );
+        }
+        Ok(v)
+    }
+
+    /// The current flag's value as a device: `cpu`, or `cuda` (the first GPU; an error when
+    /// libtorch sees none).
+    pub fn device(&mut self) -> Result<Device> {
+        match self.one_of(&["cpu", "cuda"])?.as_str() {
+            "cpu" => Ok(Device::Cpu),
+            _ if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
+            _ => bail!(
+                "{} cuda: no CUDA device is available to libtorch",
+                self.flag
+            ),
+        }
+    }
+
+    /// The error for a flag the example does not have.
+    pub fn unknown(&self) -> anyhow::Error {
+        anyhow!("unknown flag {}\nusage: {}", self.flag, self.usage)
+    }
+}
+
+/// The first GPU when libtorch sees one, else the CPU.
+pub fn default_device() -> Device {
+    if tch::Cuda::is_available() {
+        Device::Cuda(0)
+    } else {
+        Device::Cpu
+    }
+}
+
+/// The median (the upper one of an even count) of `v`, which must not be empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Runs `f` `warmup + rounds` times, each run bracketed by device synchronisations, and
+/// returns the wall time of each of the last `rounds` runs (in order) and the last result.
+pub fn time_rounds<T>(
+    device: Device,
+    warmup: usize,
+    rounds: usize,
+    mut f: impl FnMut() -> Result<T>,
+) -> Result<(Vec<f64>, T)> {
+    let mut times = Vec::with_capacity(rounds);
+    let mut last = None;
+    for i in 0..warmup + rounds.max(1) {
+        mlperf_run::cuda::synchronize(device);
+        let t0 = std::time::Instant::now();
+        last = Some(f()?);
+        mlperf_run::cuda::synchronize(device);
+        if i >= warmup {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    Ok((times, last.expect("at least one round ran")))
+}
