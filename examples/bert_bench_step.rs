@@ -37,7 +37,7 @@ use mlperf_run::cuda_graph::StepGraphs;
 use mlperf_run::data::bert::{shard_files, Shard, TrainLoader};
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime};
 use tch::{nn, Device, Kind, Tensor};
 
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
@@ -129,10 +129,7 @@ fn parse_args() -> Result<Args> {
 }
 
 fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    common::unix_seconds(SystemTime::now())
 }
 
 fn main() -> Result<()> {

@@ -70,24 +70,6 @@ enum Side {
     UnfusedErf,
 }
 
-/// Max relative differences (to `reference`'s max magnitude) per tensor, and the worst.
-fn diffs(a: &[Tensor], reference: &[Tensor]) -> (serde_json::Map<String, serde_json::Value>, f64) {
-    let mut out = serde_json::Map::new();
-    let mut worst: f64 = 0.0;
-    for ((x, r), name) in a.iter().zip(reference).zip(NAMES) {
-        let kind = x.kind();
-        let (x, r) = (x.to_kind(Kind::Double), r.to_kind(Kind::Double));
-        let abs = (&x - &r).abs().max().double_value(&[]);
-        let rel = abs / r.abs().max().double_value(&[]).max(1e-30);
-        worst = worst.max(if rel.is_nan() { f64::INFINITY } else { rel });
-        out.insert(
-            name.into(),
-            serde_json::json!({"max_abs": abs, "max_rel": rel, "dtype": format!("{kind:?}")}),
-        );
-    }
-    (out, worst)
-}
-
 fn main() -> Result<()> {
     let a = parse_args()?;
     let d = a.device;
@@ -105,12 +87,7 @@ fn main() -> Result<()> {
 
     // one forward + backward; returns the output, the grads and whether cuBLASLt ran
     let run = |side: Side| -> Result<(Vec<Tensor>, bool)> {
-        for t in leaves {
-            let mut g = t.grad();
-            if g.defined() {
-                let _ = g.zero_();
-            }
-        }
+        common::zero_grads(&leaves);
         let (y, lt) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
             match side {
                 Side::Fused(path) => dense_gelu_dense(&x, &w1, &b1, &w2, path),
@@ -138,9 +115,9 @@ fn main() -> Result<()> {
     let (composite, composite_lt) = run(Side::Fused(GeluPath::Composite))?;
     assert!(!composite_lt);
     let (erf, _) = run(Side::UnfusedErf)?;
-    let (vs_composite, worst_rel) = diffs(&fused, &composite);
-    let (vs_erf, worst_rel_erf) = diffs(&fused, &erf);
-    let (composite_vs_erf, _) = diffs(&composite, &erf);
+    let (vs_composite, worst_rel) = common::max_diffs(&fused, &composite, &NAMES);
+    let (vs_erf, worst_rel_erf) = common::max_diffs(&fused, &erf, &NAMES);
+    let (composite_vs_erf, _) = common::max_diffs(&composite, &erf, &NAMES);
 
     // timing: each side `rounds` times after 3 warm-up rounds, device-synchronised per round
     let mut medians = Vec::new();

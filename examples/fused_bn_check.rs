@@ -29,6 +29,9 @@ use tch::{Device, Kind, Tensor};
 const MOMENTUM: f64 = 0.1;
 const EPS: f64 = 1e-5;
 
+const USAGE: &str =
+    "fused_bn_check [--device cuda|cpu] [--batch 256] [--size 224] [--rounds 20] [--dtypes bf16,fp16]";
+
 struct Args {
     device: Device,
     batch: i64,
@@ -72,9 +75,6 @@ fn parse_args() -> Result<Args> {
     }
     Ok(a)
 }
-
-const USAGE: &str =
-    "fused_bn_check [--device cuda|cpu] [--batch 256] [--size 224] [--rounds 20] [--dtypes bf16,fp16]";
 
 /// ResNet-50's distinct BNs as (channels, spatial divisor of the image size, residual add):
 /// the stem, then per stage the 1x1-reduce BN (at the stage's input size), the 3x3 BN and the

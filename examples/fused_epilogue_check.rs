@@ -83,14 +83,6 @@ impl Leaves {
             &self.beta,
         ]
     }
-    fn zero_grads(&self) {
-        for t in self.all() {
-            let mut g = t.grad();
-            if g.defined() {
-                let _ = g.zero_();
-            }
-        }
-    }
 }
 
 const NAMES: [&str; 7] = ["y", "d_x", "d_w", "d_b", "d_residual", "d_gamma", "d_beta"];
@@ -117,7 +109,7 @@ fn main() -> Result<()> {
 
     // one forward + backward; returns the output, the grads and whether the kernel ran
     let run = |path: Option<FusedPath>, mask: Option<&Tensor>| -> Result<(Vec<Tensor>, bool)> {
-        l.zero_grads();
+        common::zero_grads(&l.all());
         let (y, kernel) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
             match path {
                 Some(path) => dense_dropout_add_ln(
@@ -163,20 +155,7 @@ fn main() -> Result<()> {
     let (fused, kernel_ran) = run(Some(kernel_path), Some(&mask))?;
     let (composite, composite_kernel) = run(Some(FusedPath::Composite), Some(&mask))?;
     assert!(!composite_kernel);
-    let mut diffs = serde_json::Map::new();
-    let mut worst_rel: f64 = 0.0;
-    for ((x, r), name) in fused.iter().zip(&composite).zip(NAMES) {
-        let kind = x.kind();
-        let (x, r) = (x.to_kind(Kind::Double), r.to_kind(Kind::Double));
-        let abs = (&x - &r).abs().max().double_value(&[]);
-        let scale = r.abs().max().double_value(&[]).max(1e-30);
-        let rel = abs / scale;
-        worst_rel = worst_rel.max(if rel.is_nan() { f64::INFINITY } else { rel });
-        diffs.insert(
-            name.into(),
-            serde_json::json!({"max_abs": abs, "max_rel": rel, "dtype": format!("{kind:?}")}),
-        );
-    }
+    let (diffs, worst_rel) = common::max_diffs(&fused, &composite, &NAMES);
 
     // timing: each side `rounds` times after 3 warm-up rounds, device-synchronised per round
     let mut medians = Vec::new();

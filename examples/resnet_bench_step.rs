@@ -32,7 +32,7 @@ use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard};
 use mlperf_run::train::engine::{self, RunOptions, Submission};
 use mlperf_run::train::resnet::ResnetWorkload;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// When the trainer asked for each epoch's batches and for each eval: the wall-clock bounds of
 /// epoch 2 (its first batch request to the eval after it), for GPU-utilisation sampling.
@@ -153,12 +153,6 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-fn unix(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 fn main() -> Result<()> {
     let a = parse_args()?;
     if a.threads > 0 {
@@ -197,7 +191,7 @@ fn main() -> Result<()> {
         "step_ms": 1000.0 * timed / steps,
         "steps_per_s": steps / timed,
         "window_s": timed,
-        "window_unix": [unix(start), unix(end)],
+        "window_unix": [common::unix_seconds(start), common::unix_seconds(end)],
         "losses_first_last": [out.losses.first(), out.losses.last()],
     });
     if !a.device.is_cuda() {

@@ -1,11 +1,16 @@
 //! What the benchmark and check examples share: a small command-line flag reader (switches,
-//! typed values, `--device`, `-h/--help`, the same error wording everywhere) and the median of a
-//! set of timings. Each example keeps its own flags, defaults and usage line.
+//! typed values, `--device`, `-h/--help`, the same error wording everywhere), timing helpers
+//! (device-synchronised rounds, their median, wall-clock seconds) and, for the fused-op checks,
+//! zeroing gradients and the max differences of a set of tensors. Each example keeps its own
+//! flags, defaults and usage line.
+//!
+//! Each of those examples includes this file with `mod common;` and uses only part of it.
 #![allow(dead_code)]
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::str::FromStr;
-use tch::Device;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tch::{Device, Kind, Tensor};
 
 /// Reads `--flag [value]` arguments one flag at a time.
 ///
@@ -57,10 +62,15 @@ impl Flags {
     }
 
     /// The current flag's value parsed as `T`.
-    pub fn parse<T: FromStr>(&mut self) -> Result<T> {
+    pub fn parse<T>(&mut self) -> Result<T>
+    where
+        T: FromStr,
+        T::Err: std::error::Error + Send + Sync + 'static,
+    {
         let v = self.value()?;
+        let flag = &self.flag;
         v.parse()
-            .map_err(|_| anyhow!("bad value {v:?} for {}", self.flag))
+            .with_context(|| format!("bad value {v:?} for {flag}"))
     }
 
     /// The current flag's value, which must be one of `choices`.
@@ -131,4 +141,45 @@ pub fn time_rounds<T>(
         }
     }
     Ok((times, last.expect("at least one round ran")))
+}
+
+/// Seconds since the Unix epoch of `t` (0 for a time before it).
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Zeroes the gradient of each tensor that has one (in place, keeping its memory).
+pub fn zero_grads(tensors: &[&Tensor]) {
+    for t in tensors {
+        let mut g = t.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+}
+
+/// How far each tensor of `a` is from the one at the same place in `reference`: per name, the
+/// max abs difference, that over the max |reference| (`max_rel`) and `a`'s dtype; and the worst
+/// `max_rel` (a NaN counts as infinite).
+pub fn max_diffs(
+    a: &[Tensor],
+    reference: &[Tensor],
+    names: &[&str],
+) -> (serde_json::Map<String, serde_json::Value>, f64) {
+    let mut out = serde_json::Map::new();
+    let mut worst: f64 = 0.0;
+    for ((x, r), name) in a.iter().zip(reference).zip(names) {
+        let kind = x.kind();
+        let (x, r) = (x.to_kind(Kind::Double), r.to_kind(Kind::Double));
+        let abs = (&x - &r).abs().max().double_value(&[]);
+        let rel = abs / r.abs().max().double_value(&[]).max(1e-30);
+        worst = worst.max(if rel.is_nan() { f64::INFINITY } else { rel });
+        out.insert(
+            name.to_string(),
+            serde_json::json!({"max_abs": abs, "max_rel": rel, "dtype": format!("{kind:?}")}),
+        );
+    }
+    (out, worst)
 }
