@@ -20,7 +20,7 @@
 #[cfg(feature = "torch")]
 use super::foreach::{self, ScaledGrads};
 #[cfg(feature = "torch")]
-use anyhow::{bail, Result};
+use anyhow::Result;
 #[cfg(feature = "torch")]
 use tch::{Device, Kind, Tensor};
 
@@ -60,6 +60,29 @@ pub fn init_scale_ok(s: f64) -> bool {
     (1.0..=16777216.0).contains(&s) && s.log2().fract() == 0.0
 }
 
+impl LossScaleConfig {
+    /// Refuses settings GradScaler's rules cannot run with (see [`init_scale_ok`]).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let ok = init_scale_ok(self.init_scale)
+            && self.growth_factor > 1.0
+            && self.backoff_factor > 0.0
+            && self.backoff_factor < 1.0
+            && self.growth_interval >= 1;
+        if !ok {
+            anyhow::bail!(
+                "init_scale must be a power of two from 1 to 16777216 (2^24), growth_factor > 1, \
+                 0 < backoff_factor < 1 and growth_interval >= 1, got init_scale {}, \
+                 growth_factor {}, backoff_factor {}, growth_interval {}",
+                self.init_scale,
+                self.growth_factor,
+                self.backoff_factor,
+                self.growth_interval
+            );
+        }
+        Ok(())
+    }
+}
+
 #[cfg(feature = "torch")]
 pub struct DynamicLossScale {
     cfg: LossScaleConfig,
@@ -75,17 +98,8 @@ pub struct DynamicLossScale {
 #[cfg(feature = "torch")]
 impl DynamicLossScale {
     pub fn new(device: Device, cfg: LossScaleConfig) -> Result<DynamicLossScale> {
-        let ok = init_scale_ok(cfg.init_scale)
-            && cfg.growth_factor > 1.0
-            && cfg.backoff_factor > 0.0
-            && cfg.backoff_factor < 1.0
-            && cfg.growth_interval >= 1;
-        if !ok {
-            bail!(
-                "loss scale: need init_scale a power of two in [1, 2^24], growth_factor > 1, \
-                 0 < backoff_factor < 1 and growth_interval >= 1, got {cfg:?}"
-            );
-        }
+        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("loss scale: {e}"))?;
         let f32_scalar = |v: f64| Tensor::f_full([], v, (Kind::Float, device));
         Ok(DynamicLossScale {
             cfg,

@@ -241,6 +241,17 @@ pub enum Amp {
     Fp16,
 }
 
+impl Amp {
+    /// The config's spelling ("none", "bf16", "fp16").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Amp::None => "none",
+            Amp::Bf16 => "bf16",
+            Amp::Fp16 => "fp16",
+        }
+    }
+}
+
 /// `methods.loss_scale` (with `amp = "fp16"`): the dynamic loss scale's start and how many
 /// clean steps in a row double it (torch.amp.GradScaler's `init_scale`, `growth_interval`; an
 /// overflow halves it and skips the step).
@@ -258,6 +269,17 @@ fn default_init_scale() -> f64 {
 }
 fn default_growth_interval() -> i64 {
     LossScaleConfig::default().growth_interval
+}
+
+impl LossScaleSettings {
+    /// The loss scale these settings make (GradScaler's growth and backoff factors).
+    pub fn config(&self) -> LossScaleConfig {
+        LossScaleConfig {
+            init_scale: self.init_scale,
+            growth_interval: self.growth_interval,
+            ..LossScaleConfig::default()
+        }
+    }
 }
 
 impl Default for LossScaleSettings {
@@ -446,14 +468,9 @@ impl ResnetRunConfig {
                      loss scaling): remove it or set amp = \"fp16\""
                 );
             }
-            if !crate::optim::loss_scale::init_scale_ok(l.init_scale) || l.growth_interval < 1 {
-                bail!(
-                    "methods.loss_scale: init_scale must be a power of two from 1 to 16777216 \
-                     (2^24) and growth_interval >= 1, got {} and {}",
-                    l.init_scale,
-                    l.growth_interval
-                );
-            }
+            l.config()
+                .validate()
+                .map_err(|e| anyhow::anyhow!("methods.loss_scale: {e}"))?;
         }
         if division == Division::Closed {
             self.validate_closed()?;
@@ -612,7 +629,7 @@ impl ResnetRunConfig {
                     json!(m.progressive_resizing.is_some()),
                 ),
                 ("method_ema", json!(m.ema.is_some())),
-                ("method_amp", json!(format!("{:?}", m.amp).to_lowercase())),
+                ("method_amp", json!(m.amp.as_str())),
                 ("method_fused_bn_relu", json!(m.fused_bn_relu)),
             ]);
             if m.amp == Amp::Fp16 {

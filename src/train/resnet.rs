@@ -13,7 +13,7 @@ use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
 use crate::optim::loss::cross_entropy_smoothed;
-use crate::optim::loss_scale::{DynamicLossScale, LossScaleConfig, LossScaleReport};
+use crate::optim::loss_scale::{DynamicLossScale, LossScaleReport};
 use crate::optim::schedule::{Decay, Schedule};
 use crate::optim::sgd::{Sgd, SgdConfig};
 use crate::optim::{foreach, Optimizer, ParamGroups};
@@ -258,7 +258,7 @@ impl Workload for ResnetWorkload {
                  is documented for fp16 activations (PyTorch sends no bf16 to cuDNN's batch norm \
                  either), so the batch norms will likely take the unfused path; \
                  methods.amp = \"fp16\" gives cuDNN what it takes",
-                format!("{:?}", cfg.methods.amp).to_lowercase()
+                cfg.methods.amp.as_str()
             );
         }
         let spec = ResnetSpec {
@@ -293,14 +293,7 @@ impl Workload for ResnetWorkload {
         let loss_scale = match cfg.methods.amp {
             Amp::Fp16 => {
                 let l = cfg.methods.loss_scale.unwrap_or_default();
-                Some(DynamicLossScale::new(
-                    ctx.device,
-                    LossScaleConfig {
-                        init_scale: l.init_scale,
-                        growth_interval: l.growth_interval,
-                        ..LossScaleConfig::default()
-                    },
-                )?)
+                Some(DynamicLossScale::new(ctx.device, l.config())?)
             }
             _ => None,
         };
