@@ -133,19 +133,18 @@ int mr_foreach_zero_(at::Tensor* const* xs, size_t n, char** err) {
 
 // torch.optim.SGD(fused=True)'s kernel: g = grad + wd*w; buf = g (first step) or m*buf + g;
 // w -= lr * (nesterov ? g + m*buf : buf). `lr` is a 0-dim tensor on the parameters' device.
-// With momentum 0 the buffers are not used (pass n_bufs = 0). grad_scale and found_inf
-// (nullable, 0-dim f32 on the device; GradScaler's arguments to fused optimizers): the gradients
-// are divided by grad_scale first (and stored back so), and where found_inf is 1 the kernel
+// With momentum 0 the buffers are not used (pass n_bufs = 0). found_inf (nullable, 0-dim f32 on
+// the device; what GradScaler passes a fused optimizer after unscale_): where it is 1 the kernel
 // changes nothing (neither weights nor buffers).
 int mr_fused_sgd_(at::Tensor* const* params, at::Tensor* const* grads, at::Tensor* const* bufs,
                   size_t n, size_t n_bufs, double weight_decay, double momentum,
                   const at::Tensor* lr, int nesterov, int is_first_step,
-                  const at::Tensor* grad_scale, const at::Tensor* found_inf, char** err) {
+                  const at::Tensor* found_inf, char** err) {
   return mr::catching(err, kWhat, [&] {
     at::_fused_sgd_(list(params, n, "fused_sgd"), list(grads, n, "fused_sgd"),
                     list(bufs, n_bufs, "fused_sgd"), weight_decay, momentum, one(lr, "fused_sgd"),
                     /*dampening=*/0.0, nesterov != 0, /*maximize=*/false, is_first_step != 0,
-                    maybe(grad_scale), maybe(found_inf));
+                    /*grad_scale=*/std::nullopt, maybe(found_inf));
   });
 }
 

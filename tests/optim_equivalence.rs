@@ -192,7 +192,7 @@ fn run_case(case: &Case) {
         match loss_scale.as_mut() {
             Some(ls) => {
                 opt.begin_step(&params, lr).unwrap();
-                let scaled = ls.check(&grads).unwrap();
+                let found_inf = ls.unscale(&grads).unwrap();
                 let over = ls.overflowed().unwrap();
                 // a skipped first step is the case where a fused SGD's momentum buffers
                 // could start wrong: this case must cover it
@@ -200,7 +200,7 @@ fn run_case(case: &Case) {
                 skipped += over as usize;
                 skipped_with_state += (over && taken > 0) as usize;
                 taken += !over as usize;
-                opt.apply_scaled(&mut params, &grads, scaled).unwrap();
+                opt.apply_or_skip(&mut params, &grads, found_inf).unwrap();
                 ls.update().unwrap();
                 let scale = ls.report().unwrap().scale;
                 let ref_scale = reference[&format!("{step}.scale")].double_value(&[]);

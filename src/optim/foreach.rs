@@ -40,7 +40,6 @@ extern "C" {
         lr: *const C_tensor,
         nesterov: c_int,
         is_first_step: c_int,
-        grad_scale: *const C_tensor,
         found_inf: *const C_tensor,
         err: Err,
     ) -> c_int;
@@ -232,9 +231,9 @@ pub fn zero_(xs: &[Tensor]) -> Result<()> {
 /// libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`): `g = grad + wd*w`;
 /// `buf = g` on the first step, else `momentum*buf + g`; `w -= lr * (nesterov ? g +
 /// momentum*buf : buf)`. `bufs` is empty when `momentum` is 0. `lr` is a 0-dim tensor on the
-/// parameters' device. With `scaled` (a dynamic loss scale, [`super::loss_scale`]) the
-/// gradients are divided by its scale first, and the kernel changes nothing when its
-/// overflow flag is set: the step is skipped on the device, without a read-back.
+/// parameters' device. With `found_inf` (0-dim f32, 0 or 1: a dynamic loss scale's overflow
+/// flag, [`super::loss_scale`]) the kernel changes nothing, neither weights nor buffers,
+/// where it is 1: the step is skipped on the device, without a read-back.
 #[allow(clippy::too_many_arguments)]
 pub fn fused_sgd_(
     params: &[Tensor],
@@ -245,17 +244,15 @@ pub fn fused_sgd_(
     lr: &Tensor,
     nesterov: bool,
     is_first_step: bool,
-    scaled: Option<ScaledGrads<'_>>,
+    found_inf: Option<&Tensor>,
 ) -> Result<()> {
     same_len("fused sgd", params, grads)?;
     if momentum != 0.0 {
         same_len("fused sgd", params, bufs)?;
     }
     let (p, g, b) = (ptrs(params), ptrs(grads), ptrs(bufs));
-    let (scale, found_inf) = scaled.map_or((std::ptr::null(), std::ptr::null()), |s| {
-        (s.scale.as_ptr(), s.found_inf.as_ptr())
-    });
-    // SAFETY: pointers of live tensors with the lengths given; null scale/found_inf are allowed.
+    let found_inf = found_inf.map_or(std::ptr::null(), |f| f.as_ptr());
+    // SAFETY: pointers of live tensors with the lengths given; a null found_inf is allowed.
     in_place("fused sgd", params.len(), |err| unsafe {
         mr_fused_sgd_(
             p.as_ptr(),
@@ -268,19 +265,10 @@ pub fn fused_sgd_(
             lr.as_ptr(),
             nesterov as c_int,
             is_first_step as c_int,
-            scale,
             found_inf,
             err,
         )
     })
-}
-
-/// Gradients multiplied by a dynamic loss scale, as an optimizer kernel takes them: divide by
-/// `scale`, and skip the update where `found_inf` (0-dim f32, 0 or 1) is 1.
-#[derive(Clone, Copy)]
-pub struct ScaledGrads<'a> {
-    pub scale: &'a Tensor,
-    pub found_inf: &'a Tensor,
 }
 
 /// GradScaler's overflow check (`torch._amp_foreach_non_finite_check_and_unscale_`): sets

@@ -14,7 +14,7 @@
 //! Under fp16 loss scaling ([`super::loss_scale`]) a step whose gradients overflowed is skipped
 //! on the device: the update's factors are multiplied by `keep = 1 - found_inf`.
 
-use super::foreach::{self, ScaledGrads};
+use super::foreach;
 use super::{split_defined, zeroed_state, Optimizer, ParamGroups, StepLr};
 use anyhow::Result;
 use tch::Tensor;
@@ -55,28 +55,22 @@ impl Optimizer for Lars {
         self.update(params, grads, None)
     }
 
-    /// The gradients are unscaled (and zeroed where the step overflowed: inf and NaN would
-    /// poison the norms and the velocity), then the update runs with `keep = 1 - found_inf`
-    /// folded into its factors: a skipped step leaves velocity and weights as they were.
-    fn apply_scaled(
+    /// inf and NaN in the gradients are zeroed (they would poison the norms and the velocity
+    /// even multiplied by 0), then the update runs with `keep = 1 - found_inf` folded into its
+    /// factors: a skipped step leaves velocity and weights as they were.
+    fn apply_or_skip(
         &mut self,
         params: &mut ParamGroups,
         grads: &[Tensor],
-        scaled: ScaledGrads<'_>,
+        found_inf: &Tensor,
     ) -> Result<()> {
         let keep = tch::no_grad(|| -> Result<Tensor> {
-            let keep = scaled.found_inf.f_neg()?.f_add_scalar(1.0)?;
-            let factor = keep.f_div(scaled.scale)?;
-            let mut defined: Vec<Tensor> = grads
-                .iter()
-                .filter(|g| g.defined())
-                .map(|g| g.shallow_clone())
-                .collect();
-            for g in &mut defined {
-                let _ = g.f_nan_to_num_(Some(0.0), Some(0.0), Some(0.0))?;
+            for g in grads.iter().filter(|g| g.defined()) {
+                let _ = g
+                    .shallow_clone()
+                    .f_nan_to_num_(Some(0.0), Some(0.0), Some(0.0))?;
             }
-            foreach::mul_tensor_(&defined, &factor)?;
-            Ok(keep)
+            Ok(found_inf.f_neg()?.f_add_scalar(1.0)?)
         })?;
         self.update(params, grads, Some(&keep))
     }

@@ -1,10 +1,12 @@
 //! Dynamic loss scaling for fp16 mixed precision (`methods.amp = "fp16"`): what
-//! `torch.amp.GradScaler` does around a fused optimizer, with every piece of state on the device.
+//! `torch.amp.GradScaler` does when `unscale_` runs before a fused optimizer's step (the step
+//! gets only the overflow flag), with every piece of state on the device.
 //!
 //! ```text
 //! backward of  loss * S                       (S: the scale, a 0-dim f32 device tensor)
-//! found_inf = any gradient is inf or NaN      (one multi-tensor pass, after the all-reduce)
-//! update    = the optimizer's fused kernel on grad / S; nothing changes where found_inf
+//! grad      = grad / S, found_inf = any gradient is inf or NaN
+//!                                             (one multi-tensor pass, after the all-reduce)
+//! update    = the optimizer's step; nothing changes where found_inf (on the device)
 //! S         = S * backoff after an overflow, S * growth after `growth_interval` clean steps
 //! ```
 //!
@@ -14,11 +16,12 @@
 //! after clean runs. Scales are powers of two, so scaling and unscaling are exact.
 //!
 //! Unlike `GradScaler.step` with a non-fused optimizer, nothing is read back to the host: the
-//! skip happens inside the kernel, so the step stays asynchronous and can be captured in a CUDA
+//! skip happens on the device (inside SGD's fused kernel; LARS folds the flag into its
+//! factors), so the step stays asynchronous and can be captured in a CUDA
 //! graph. The counters ([`DynamicLossScale::report`]) are read once, at the end.
 
 #[cfg(feature = "torch")]
-use super::foreach::{self, ScaledGrads};
+use super::foreach;
 #[cfg(feature = "torch")]
 use anyhow::Result;
 #[cfg(feature = "torch")]
@@ -90,8 +93,8 @@ pub struct DynamicLossScale {
     /// Clean steps in a row since the last change of the scale (int32, as GradScaler's).
     growth_tracker: Tensor,
     found_inf: Tensor,
-    /// The multiplier of the overflow pass: 1 (the optimizer's kernel divides by the scale).
-    one: Tensor,
+    /// `1 / scale`, the multiplier of the unscale pass (recomputed on the device every step).
+    inv_scale: Tensor,
     skipped: Tensor,
 }
 
@@ -106,7 +109,7 @@ impl DynamicLossScale {
             scale: f32_scalar(cfg.init_scale)?,
             growth_tracker: Tensor::f_zeros([], (Kind::Int, device))?,
             found_inf: f32_scalar(0.0)?,
-            one: f32_scalar(1.0)?,
+            inv_scale: f32_scalar(1.0 / cfg.init_scale)?,
             skipped: f32_scalar(0.0)?,
         })
     }
@@ -120,9 +123,11 @@ impl DynamicLossScale {
         Ok(loss.f_mul(&self.scale)?)
     }
 
-    /// After the backward (and the all-reduce) of a scaled loss: sets the overflow flag from
-    /// `grads` (undefined ones are skipped) and returns what the optimizer's kernel needs.
-    pub fn check(&self, grads: &[Tensor]) -> Result<ScaledGrads<'_>> {
+    /// After the backward (and the all-reduce) of a scaled loss, in one pass over `grads`
+    /// (undefined ones are skipped): divides them by the scale in place (exact: a power of two)
+    /// and sets the overflow flag if any element is inf or NaN. Returns the flag (0-dim f32,
+    /// 1 = skip this step) for [`super::Optimizer::apply_or_skip`]. Kernels only.
+    pub fn unscale(&self, grads: &[Tensor]) -> Result<&Tensor> {
         let defined: Vec<Tensor> = grads
             .iter()
             .filter(|g| g.defined())
@@ -131,12 +136,10 @@ impl DynamicLossScale {
         let mut flag = self.found_inf.shallow_clone();
         tch::no_grad(|| -> Result<()> {
             let _ = flag.f_zero_()?;
-            foreach::non_finite_check_and_unscale_(&defined, &self.found_inf, &self.one)
+            let _ = self.scale.f_reciprocal_out(&self.inv_scale)?;
+            foreach::non_finite_check_and_unscale_(&defined, &self.found_inf, &self.inv_scale)
         })?;
-        Ok(ScaledGrads {
-            scale: &self.scale,
-            found_inf: &self.found_inf,
-        })
+        Ok(&self.found_inf)
     }
 
     /// After the optimizer: counts a skipped step and moves the scale
@@ -164,7 +167,7 @@ impl DynamicLossScale {
         })
     }
 
-    /// Whether the last [`DynamicLossScale::check`] found an overflow (reads the device).
+    /// Whether the last [`DynamicLossScale::unscale`] found an overflow (reads the device).
     pub fn overflowed(&self) -> Result<bool> {
         Ok(self.found_inf.f_double_value(&[])? != 0.0)
     }
@@ -191,7 +194,7 @@ mod tests {
         let nan = vec![Tensor::from_slice(&[f32::NAN, 0.0f32])];
         let mut seen = Vec::new();
         for grads in [&bad, &clean, &clean, &clean, &nan, &clean] {
-            ls.check(grads).unwrap();
+            ls.unscale(grads).unwrap();
             let over = ls.overflowed().unwrap();
             ls.update().unwrap();
             seen.push((over, scalar(&ls.scale)));
@@ -209,8 +212,13 @@ mod tests {
         );
         let r = ls.report().unwrap();
         assert_eq!((r.skipped_steps, r.scale), (2, 512.0));
-        // the check leaves finite gradients as they were (the kernel divides by the scale)
-        assert_eq!(Vec::<f32>::try_from(&clean[0]).unwrap(), vec![1.0, -2.0]);
+        // each of the four passes over the clean gradients divided them by that step's scale:
+        // 512 every time (exactly: 2^-36)
+        let k = 512f32.powi(4);
+        assert_eq!(
+            Vec::<f32>::try_from(&clean[0]).unwrap(),
+            vec![1.0 / k, -2.0 / k]
+        );
     }
 
     #[test]

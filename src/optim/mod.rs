@@ -109,17 +109,18 @@ pub trait Optimizer {
 
     fn apply(&mut self, params: &mut ParamGroups, grads: &[tch::Tensor]) -> anyhow::Result<()>;
 
-    /// [`Optimizer::apply`] for gradients of a loss multiplied by a dynamic loss scale
-    /// ([`loss_scale`]): the kernels divide them by the scale and change nothing (weights and
-    /// optimizer state) where the overflow flag is set, on the device. SGD and LARS do; the
-    /// default refuses (BERT's optimizers never see fp16).
-    fn apply_scaled(
+    /// [`Optimizer::apply`] under a dynamic loss scale ([`loss_scale`]): the gradients are
+    /// unscaled already ([`loss_scale::DynamicLossScale::unscale`]) and may hold inf or NaN;
+    /// where `found_inf` (0-dim f32 on the device, 0 or 1) is 1 the step changes nothing,
+    /// neither weights nor optimizer state, decided on the device without a read-back. SGD
+    /// and LARS do; the default refuses (BERT's optimizers never see fp16).
+    fn apply_or_skip(
         &mut self,
         params: &mut ParamGroups,
         grads: &[tch::Tensor],
-        scaled: foreach::ScaledGrads<'_>,
+        found_inf: &tch::Tensor,
     ) -> anyhow::Result<()> {
-        let _ = (params, grads, scaled);
+        let _ = (params, grads, found_inf);
         anyhow::bail!(
             "this optimizer cannot skip an overflowing step on the device, which fp16 loss \
              scaling needs (sgd and lars can)"

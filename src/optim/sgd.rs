@@ -9,7 +9,7 @@
 //! Runs libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`, [`super::foreach`]): one
 //! pass over all parameters per weight-decay group, the learning rate read from a device scalar.
 
-use super::foreach::{self, ScaledGrads};
+use super::foreach;
 use super::{split_defined, zeroed_state, Optimizer, ParamGroups, StepLr};
 use anyhow::Result;
 use tch::Tensor;
@@ -53,25 +53,26 @@ impl Optimizer for Sgd {
         self.update(params, grads, None)
     }
 
-    fn apply_scaled(
+    fn apply_or_skip(
         &mut self,
         params: &mut ParamGroups,
         grads: &[Tensor],
-        scaled: ScaledGrads<'_>,
+        found_inf: &Tensor,
     ) -> Result<()> {
-        self.update(params, grads, Some(scaled))
+        self.update(params, grads, Some(found_inf))
     }
 }
 
 impl Sgd {
-    /// One fused-kernel call per weight-decay group; `scaled`: see [`Optimizer::apply_scaled`].
+    /// One fused-kernel call per weight-decay group; `found_inf`: see
+    /// [`Optimizer::apply_or_skip`] (the kernel itself skips).
     /// A skipped first step leaves the zeroed momentum buffers as they were, so the next
     /// step's `m * 0 + g` still starts them at `g`.
     fn update(
         &mut self,
         params: &mut ParamGroups,
         grads: &[Tensor],
-        scaled: Option<ScaledGrads<'_>>,
+        found_inf: Option<&Tensor>,
     ) -> Result<()> {
         let c = self.cfg;
         if params.params.is_empty() {
@@ -103,7 +104,7 @@ impl Sgd {
                     &lr_t,
                     c.nesterov,
                     first_step,
-                    scaled,
+                    found_inf,
                 )?;
             }
             Ok(())

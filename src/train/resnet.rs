@@ -471,8 +471,8 @@ impl Workload for ResnetWorkload {
                 Some(ls) => {
                     // an overflow on any rank is in every rank's all-reduced gradients, so all
                     // ranks skip the same steps
-                    let scaled = ls.check(&grads)?;
-                    s.opt.apply_scaled(&mut s.params, &grads, scaled)?;
+                    let found_inf = ls.unscale(&grads)?;
+                    s.opt.apply_or_skip(&mut s.params, &grads, found_inf)?;
                     ls.update()?;
                 }
                 None => s.opt.apply(&mut s.params, &grads)?,
