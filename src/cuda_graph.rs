@@ -144,6 +144,10 @@ pub const DEFAULT_WARMUP_STEPS: u32 = 3;
 /// rebuild), so 3 would do: the margin costs nothing measurable in a run of thousands of
 /// steps and keeps NCCL's lazily created communicators and buffers out of the capture.
 pub const DATA_PARALLEL_WARMUP_STEPS: u32 = 11;
+const _: () = assert!(
+    DATA_PARALLEL_WARMUP_STEPS >= 2,
+    "the bucket rebuild (after step 1) must precede the capture"
+);
 
 /// The warm-up of a run with `world_size` processes.
 pub fn warmup_steps(world_size: usize) -> u32 {
@@ -359,10 +363,6 @@ mod tests {
         assert!(!msg.contains("single-process"), "{msg}");
         assert_eq!(warmup_steps(1), DEFAULT_WARMUP_STEPS);
         assert_eq!(warmup_steps(8), DATA_PARALLEL_WARMUP_STEPS);
-        assert!(
-            DATA_PARALLEL_WARMUP_STEPS >= 2,
-            "the bucket rebuild must precede the capture"
-        );
     }
 
     #[test]

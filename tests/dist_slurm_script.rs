@@ -45,8 +45,7 @@ fn five_resnet_runs_each_with_cache_clear_and_a_fresh_seed() {
     assert_eq!(distinct.len(), 5, "seeds repeat: {seeds:?}");
     let last = stdout
         .lines()
-        .filter(|l| l.contains("--ntasks-per-node=8"))
-        .last()
+        .rfind(|l| l.contains("--ntasks-per-node=8"))
         .unwrap();
     assert!(
         last.contains("mlperf-run resnet --runs 5 --resume"),

@@ -72,10 +72,10 @@ fn killed_set_resumes_to_five_runs_with_distinct_seeds() {
 
     let files: Vec<PathBuf> = mlperf_run::score::result_files(&set).unwrap();
     assert_eq!(files.len(), 5, "exactly 5 result files: {files:?}");
-    for i in 0..2 {
+    for (i, before) in finished.iter().enumerate().take(2) {
         assert_eq!(
-            std::fs::read(file(i)).unwrap(),
-            finished[i],
+            &std::fs::read(file(i)).unwrap(),
+            before,
             "finished result_{i} rewritten"
         );
     }

@@ -39,7 +39,7 @@ impl Ema {
     /// Call after optimizer step number `step` (1-based). One multi-tensor lerp over every
     /// parameter and buffer (no per-variable kernels, nothing read back).
     pub fn update(&mut self, vs: &VarStore, step: u64) -> anyhow::Result<()> {
-        if step % self.update_interval != 0 {
+        if !step.is_multiple_of(self.update_interval) {
             return Ok(());
         }
         let s = self.smoothing;

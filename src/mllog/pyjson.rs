@@ -103,11 +103,11 @@ pub fn float_repr(x: f64) -> String {
     if (-4..16).contains(&exp) {
         if exp < 0 {
             out.push_str("0.");
-            out.extend(std::iter::repeat('0').take((-exp - 1) as usize));
+            out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
             out.push_str(&digits);
         } else if exp + 1 >= n {
             out.push_str(&digits);
-            out.extend(std::iter::repeat('0').take((exp + 1 - n) as usize));
+            out.extend(std::iter::repeat_n('0', (exp + 1 - n) as usize));
             out.push_str(".0");
         } else {
             out.push_str(&digits[..(exp + 1) as usize]);

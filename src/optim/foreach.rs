@@ -321,6 +321,7 @@ pub struct AdamArgs {
 /// `m`, `v` and the parameters: `w -= lr * m^ / (sqrt(v^) + eps)` with bias corrections from
 /// `steps` (float 0-dim tensors already counting this step; one per parameter, the same tensor
 /// may repeat). With `grad_scale` the gradients are divided by it first (and stored back so).
+#[allow(clippy::too_many_arguments)]
 pub fn fused_adam_(
     params: &[Tensor],
     grads: &[Tensor],

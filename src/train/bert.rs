@@ -181,7 +181,10 @@ impl BertRunConfig {
         if t.global_batch_size == 0 || t.gradient_accumulation_steps == 0 {
             bail!("train.global_batch_size and train.gradient_accumulation_steps must be > 0");
         }
-        if t.global_batch_size % t.gradient_accumulation_steps != 0 {
+        if !t
+            .global_batch_size
+            .is_multiple_of(t.gradient_accumulation_steps)
+        {
             bail!(
                 "train.global_batch_size ({}) must be a multiple of train.gradient_accumulation_steps ({})",
                 t.global_batch_size,
@@ -467,7 +470,10 @@ impl Workload for BertWorkload {
         }
         let world = ctx.world_size as u64;
         let t = &cfg.train;
-        if t.global_batch_size % (world * t.gradient_accumulation_steps) != 0 {
+        if !t
+            .global_batch_size
+            .is_multiple_of(world * t.gradient_accumulation_steps)
+        {
             bail!(
                 "train.global_batch_size ({}) must divide by world size ({world}) x gradient_accumulation_steps ({})",
                 t.global_batch_size,

@@ -407,7 +407,10 @@ impl ResnetRunConfig {
                 "train.global_batch_size and train.gradient_accumulation_steps must be at least 1"
             );
         }
-        if t.global_batch_size % t.gradient_accumulation_steps != 0 {
+        if !t
+            .global_batch_size
+            .is_multiple_of(t.gradient_accumulation_steps)
+        {
             bail!(
                 "train.global_batch_size ({}) must be a multiple of train.gradient_accumulation_steps ({})",
                 t.global_batch_size,
@@ -436,7 +439,8 @@ impl ResnetRunConfig {
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
         }
-        if !(o.base_lr > 0.0)
+        if o.base_lr.is_nan()
+            || o.base_lr <= 0.0
             || o.end_lr < 0.0
             || o.warmup_epochs < 0.0
             || o.schedule_epochs <= o.warmup_epochs
@@ -457,7 +461,7 @@ impl ResnetRunConfig {
                 .map_err(|e| anyhow::anyhow!("methods.progressive_resizing: {e}"))?;
         }
         if let Some(e) = &m.ema {
-            if !(e.half_life_steps > 0.0) {
+            if e.half_life_steps.is_nan() || e.half_life_steps <= 0.0 {
                 bail!("methods.ema.half_life_steps must be > 0");
             }
         }
@@ -548,7 +552,7 @@ impl ResnetRunConfig {
     pub fn local_batch(&self, world_size: u64) -> Result<u64> {
         let t = &self.train;
         let div = world_size * t.gradient_accumulation_steps;
-        if t.global_batch_size % div != 0 {
+        if !t.global_batch_size.is_multiple_of(div) {
             bail!(
                 "train.global_batch_size ({}) must be divisible by world size x gradient_accumulation_steps ({div})",
                 t.global_batch_size

@@ -239,53 +239,6 @@ impl ImageData for SyntheticImages {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn epochs_are_deterministic_per_seed_and_sharded() {
-        let d = SyntheticImages::new(4, 8, 2, 20.0);
-        let one = |seed, shard| -> Vec<i64> {
-            d.train_epoch(0, 8, 4, seed, shard)
-                .unwrap()
-                .flat_map(|b| b.unwrap().labels)
-                .collect()
-        };
-        let all = Shard {
-            rank: 0,
-            world_size: 1,
-        };
-        assert_eq!(one(1, all), one(1, all));
-        assert_ne!(one(1, all), one(2, all));
-        let a = one(
-            1,
-            Shard {
-                rank: 0,
-                world_size: 2,
-            },
-        );
-        let b = one(
-            1,
-            Shard {
-                rank: 1,
-                world_size: 2,
-            },
-        );
-        assert_eq!(a.len(), 16);
-        assert_eq!(b.len(), 16);
-        let b0 = d
-            .train_epoch(0, 8, 4, 1, all)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap();
-        assert_eq!(b0.images.len(), 4 * 8 * 8 * 3);
-        let eval: usize = d.eval(8, 3, all).unwrap().map(|b| b.unwrap().len()).sum();
-        assert_eq!(eval, 8);
-    }
-}
-
 /// An ImageFolder root (`train/`, `val/`) served by the [`crate::data::imagenet`] pipeline:
 /// training batches are random-resized-crops (MLPerf area 0.05..1) with flips at the epoch's
 /// size, shuffled and augmented from the run's seed and sharded by rank (whole batches only);
@@ -438,5 +391,52 @@ impl ImageData for FolderImages {
             what: format!("evaluation ({})", self.dir.val.root.display()),
             reported: false,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_are_deterministic_per_seed_and_sharded() {
+        let d = SyntheticImages::new(4, 8, 2, 20.0);
+        let one = |seed, shard| -> Vec<i64> {
+            d.train_epoch(0, 8, 4, seed, shard)
+                .unwrap()
+                .flat_map(|b| b.unwrap().labels)
+                .collect()
+        };
+        let all = Shard {
+            rank: 0,
+            world_size: 1,
+        };
+        assert_eq!(one(1, all), one(1, all));
+        assert_ne!(one(1, all), one(2, all));
+        let a = one(
+            1,
+            Shard {
+                rank: 0,
+                world_size: 2,
+            },
+        );
+        let b = one(
+            1,
+            Shard {
+                rank: 1,
+                world_size: 2,
+            },
+        );
+        assert_eq!(a.len(), 16);
+        assert_eq!(b.len(), 16);
+        let b0 = d
+            .train_epoch(0, 8, 4, 1, all)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(b0.images.len(), 4 * 8 * 8 * 3);
+        let eval: usize = d.eval(8, 3, all).unwrap().map(|b| b.unwrap().len()).sum();
+        assert_eq!(eval, 8);
     }
 }

@@ -19,7 +19,7 @@ use anyhow::{bail, Result};
 /// (`ranks * per_rank` of them, in stream order): every rank gets `per_rank` samples.
 /// Deterministic: the same counts give the same assignment on every rank.
 pub fn assign(tokens: &[usize], ranks: usize) -> Result<Vec<usize>> {
-    if ranks == 0 || tokens.len() % ranks != 0 {
+    if ranks == 0 || !tokens.len().is_multiple_of(ranks) {
         bail!(
             "a global batch of {} samples cannot be split evenly over {ranks} ranks",
             tokens.len()

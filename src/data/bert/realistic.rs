@@ -160,7 +160,7 @@ mod tests {
         (0..40)
             .map(|k| {
                 (0..10 + (k * 7) % 30)
-                    .map(|j| 10 + ((k * 31 + j) % 200) as i32)
+                    .map(|j| 10 + ((k * 31 + j) % 200))
                     .collect()
             })
             .collect()

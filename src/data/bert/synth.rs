@@ -574,7 +574,7 @@ mod tests {
         let words = basic_tokenize(&s[0]);
         assert_eq!(words.last().unwrap(), ".");
         assert_eq!(words[0], "python");
-        let v = Vocab::build(&[words.clone()], 5 + 40);
+        let v = Vocab::build(std::slice::from_ref(&words), 5 + 40);
         let ids = v.encode(&words);
         assert!(ids.iter().all(|&i| i != UNK));
         // a word outside the vocabulary falls back to character pieces
