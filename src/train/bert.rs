@@ -744,15 +744,3 @@ pub fn run_once(
     );
     engine::run_once(&mut w, opts)
 }
-
-/// Pick the device from the CLI flag.
-pub fn device(cuda: bool) -> Result<Device> {
-    if !cuda {
-        return Ok(Device::Cpu);
-    }
-    if tch::Cuda::is_available() {
-        Ok(Device::Cuda(0))
-    } else {
-        bail!("--device cuda: no CUDA device is available to libtorch")
-    }
-}

@@ -112,6 +112,93 @@ fn config_text(
     }
 }
 
+/// A training command once its shared flags are read: division, config text (with the recipe
+/// applied), device and the per-run flags.
+#[cfg(feature = "torch")]
+struct Command<'a> {
+    division: Division,
+    config_path: PathBuf,
+    text: String,
+    recipe: Option<String>,
+    device: tch::Device,
+    run: &'a RunArgs,
+}
+
+#[cfg(feature = "torch")]
+impl<'a> Command<'a> {
+    fn prepare(
+        benchmark: &str,
+        division: &Option<Division>,
+        config: &Option<PathBuf>,
+        recipe: &RecipeArgs,
+        run: &'a RunArgs,
+    ) -> anyhow::Result<Command<'a>> {
+        let division = required(division, "--division")?;
+        let config_path = required(config, "--config")?;
+        let (text, recipe) = config_text(benchmark, &config_path, recipe, division)?;
+        let device = match run.device {
+            DeviceArg::Cpu => tch::Device::Cpu,
+            DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
+            DeviceArg::Cuda => {
+                anyhow::bail!("--device cuda: no CUDA device is available to libtorch")
+            }
+        };
+        Ok(Command {
+            division,
+            config_path,
+            text,
+            recipe,
+            device,
+            run,
+        })
+    }
+
+    /// The run config, parsed from the config text; an error names the file (and recipe).
+    fn parse<C>(
+        &self,
+        parse: impl FnOnce(&str, Division) -> anyhow::Result<C>,
+    ) -> anyhow::Result<C> {
+        use anyhow::Context;
+        parse(&self.text, self.division).with_context(|| {
+            let file = self.config_path.display();
+            match &self.recipe {
+                Some(r) => format!("invalid config {file} with recipe {r}"),
+                None => format!("invalid config {file}"),
+            }
+        })
+    }
+
+    /// One run (`--seed`/`--log`, reported as `metric` at `unit`) or a run set; `one` trains
+    /// a run with the options given.
+    fn single_or_set(
+        &self,
+        benchmark: &str,
+        sys: &config::SystemConfig,
+        (metric, unit): (&str, &str),
+        one: impl Fn(engine::RunOptions) -> anyhow::Result<engine::RunOutcome>,
+    ) -> anyhow::Result<ExitCode> {
+        let run = |seed: Option<u64>, log: Option<PathBuf>| {
+            let mut opts = run_options(self.device, sys, self.division, seed, log);
+            opts.dump_params = self.run.dump_params.clone();
+            opts.emulate_cuda_graph = self.run.emulate_cuda_graph;
+            opts.recipe = self.recipe.clone();
+            one(opts)
+        };
+        if self.run.log.is_some() || self.run.seed.is_some() {
+            let out = run(self.run.seed, self.run.log.clone())?;
+            return Ok(report_single(&out, metric, unit));
+        }
+        set::run_set(
+            benchmark,
+            &self.run.set,
+            sys,
+            self.division,
+            self.device == tch::Device::Cpu,
+            |seed, log| run(Some(seed), Some(log)).map(|_| ()),
+        )
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct ResnetArgs {
     /// MLPerf division: closed configs are checked against the closed rules before the run.
@@ -195,50 +282,29 @@ fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode
 
 #[cfg(feature = "torch")]
 pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
-    use anyhow::Context;
     if args.recipe.is_list() {
         return print_recipes("resnet");
     }
-    let division = required(&args.division, "--division")?;
-    let config_path = required(&args.config, "--config")?;
-    let (text, recipe) = config_text("resnet", &config_path, &args.recipe, division)?;
-    let cfg = config::ResnetRunConfig::parse(&text, division).with_context(|| match &recipe {
-        Some(r) => format!("invalid config {} with recipe {r}", config_path.display()),
-        None => format!("invalid config {}", config_path.display()),
-    })?;
-    let device = match args.run.device {
-        DeviceArg::Cpu => tch::Device::Cpu,
-        DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
-        DeviceArg::Cuda => anyhow::bail!("--device cuda: no CUDA device is available to libtorch"),
+    let cmd = Command::prepare(
+        "resnet",
+        &args.division,
+        &args.config,
+        &args.recipe,
+        &args.run,
+    )?;
+    let cfg = cmd.parse(config::ResnetRunConfig::parse)?;
+    let run = resnet::ResnetRun {
+        config: &cfg,
+        division: cmd.division,
+        data_dir: args.data.clone(),
     };
-    let one = |seed: Option<u64>, log: Option<PathBuf>| {
-        let run = resnet::ResnetRun {
-            config: &cfg,
-            division,
-            data_dir: args.data.clone(),
-        };
-        let mut opts = run_options(device, &cfg.system, division, seed, log);
-        opts.dump_params = args.run.dump_params.clone();
-        opts.emulate_cuda_graph = args.run.emulate_cuda_graph;
-        opts.recipe = recipe.clone();
+    cmd.single_or_set("resnet", &cfg.system, ("eval accuracy", "epoch"), |opts| {
         if args.emulate_world > 1 {
             resnet::run_once_emulating(&run, opts, args.emulate_world)
         } else {
             resnet::run_once(&run, opts)
         }
-    };
-    if args.run.log.is_some() || args.run.seed.is_some() {
-        let out = one(args.run.seed, args.run.log.clone())?;
-        return Ok(report_single(&out, "eval accuracy", "epoch"));
-    }
-    set::run_set(
-        "resnet",
-        &args.run.set,
-        &cfg.system,
-        division,
-        device == tch::Device::Cpu,
-        |seed, log| one(Some(seed), Some(log)).map(|_| ()),
-    )
+    })
 }
 
 #[derive(clap::Args, Debug)]
@@ -269,36 +335,20 @@ pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(feature = "torch")]
 pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
-    use anyhow::Context;
     if args.recipe.is_list() {
         return print_recipes("bert");
     }
-    let division = required(&args.division, "--division")?;
-    let config_path = required(&args.config, "--config")?;
-    let data = required(&args.data, "--data")?;
-    let (text, recipe) = config_text("bert", &config_path, &args.recipe, division)?;
-    let cfg = bert::BertRunConfig::parse(&text, division).with_context(|| match &recipe {
-        Some(r) => format!("config {} with recipe {r}", config_path.display()),
-        None => format!("config {}", config_path.display()),
-    })?;
-    let device = bert::device(args.run.device == DeviceArg::Cuda)?;
-    let one = |seed: Option<u64>, log: Option<PathBuf>| {
-        let mut opts = run_options(device, &cfg.system, division, seed, log);
-        opts.dump_params = args.run.dump_params.clone();
-        opts.emulate_cuda_graph = args.run.emulate_cuda_graph;
-        opts.recipe = recipe.clone();
-        bert::run_once(&cfg, division, &data, args.init_checkpoint.as_deref(), opts)
-    };
-    if args.run.log.is_some() || args.run.seed.is_some() {
-        let out = one(args.run.seed, args.run.log.clone())?;
-        return Ok(report_single(&out, "MLM accuracy", "samples"));
-    }
-    set::run_set(
+    let cmd = Command::prepare(
         "bert",
-        &args.run.set,
-        &cfg.system,
-        division,
-        device == tch::Device::Cpu,
-        |seed, log| one(Some(seed), Some(log)).map(|_| ()),
-    )
+        &args.division,
+        &args.config,
+        &args.recipe,
+        &args.run,
+    )?;
+    let data = required(&args.data, "--data")?;
+    let cfg = cmd.parse(bert::BertRunConfig::parse)?;
+    let init = args.init_checkpoint.as_deref();
+    cmd.single_or_set("bert", &cfg.system, ("MLM accuracy", "samples"), |opts| {
+        bert::run_once(&cfg, cmd.division, &data, init, opts)
+    })
 }
