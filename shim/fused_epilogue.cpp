@@ -828,19 +828,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
 
 #endif
 
+// The epilogue's arguments, shared by both entry points (mirrored by EpilogueArgs in
+// src/models/fused_epilogue.rs): residual, LayerNorm gamma / beta, an optional keep-mask (null:
+// a fresh draw), dropout p, train (0/1), LayerNorm eps, and the path mode: 0 auto (the kernel
+// where usable), 1 composite, 2 kernel (an error when unusable).
+struct MrFeEpilogue {
+  const at::Tensor* residual;
+  const at::Tensor* gamma;
+  const at::Tensor* beta;
+  const at::Tensor* mask;
+  double p;
+  int train;
+  double eps;
+  int mode;
+};
+
+namespace {
+at::Tensor run_epilogue(const at::Tensor& h, const at::Tensor& bias, const MrFeEpilogue* e,
+                        int* used_kernel) {
+  TORCH_CHECK(e != nullptr, "fused epilogue: no epilogue arguments");
+  return run_op(h, bias, need(e->residual, "residual"), need(e->gamma, "gamma"),
+                need(e->beta, "beta"), opt(e->mask), e->p, e->train != 0, e->eps, e->mode,
+                used_kernel);
+}
+}  // namespace
+
 extern "C" {
 
-// y = LayerNorm(residual + dropout(h + bias)) as one autograd op (bias and mask may be null).
-// mode: 0 auto, 1 composite, 2 kernel (error when unusable). *used_kernel: which path ran.
+// y = LayerNorm(residual + dropout(h + bias)) as one autograd op (bias may be null).
+// *used_kernel: which path ran.
 int mr_fe_bias_dropout_add_ln(const at::Tensor* h, const at::Tensor* bias,
-                              const at::Tensor* residual, const at::Tensor* gamma,
-                              const at::Tensor* beta, const at::Tensor* mask, double p, int train,
-                              double eps, int mode, at::Tensor** out, int* used_kernel,
+                              const MrFeEpilogue* e, at::Tensor** out, int* used_kernel,
                               char** err) {
   return mr::catching(err, kWhat, [&] {
-    *out = new at::Tensor(run_op(need(h, "h"), opt(bias), need(residual, "residual"),
-                                 need(gamma, "gamma"), need(beta, "beta"), opt(mask), p, train != 0, eps, mode,
-                                 used_kernel));
+    *out = new at::Tensor(run_epilogue(need(h, "h"), opt(bias), e, used_kernel));
   });
 }
 
@@ -848,20 +869,17 @@ int mr_fe_bias_dropout_add_ln(const at::Tensor* h, const at::Tensor* bias,
 // kernel path the matmul runs without its bias and the kernel adds it; otherwise the bias goes
 // into the matmul (addmm), exactly as the unfused linear.
 int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
-                               const at::Tensor* residual, const at::Tensor* gamma,
-                               const at::Tensor* beta, const at::Tensor* mask, double p,
-                               int train, double eps, int mode, at::Tensor** out,
-                               int* used_kernel, char** err) {
+                               const MrFeEpilogue* e, at::Tensor** out, int* used_kernel,
+                               char** err) {
   return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(e != nullptr, "fused epilogue: no epilogue arguments");
     const at::Tensor& xx = need(x, "x");
     const at::Tensor& ww = need(w, "weight");
     const at::Tensor bb = opt(b);
     // the kernel path is only a candidate on CUDA while NVRTC has not failed; run_op decides
-    const bool candidate = mode != 1 && xx.is_cuda() && g_status.load() >= 0 && bb.defined();
+    const bool candidate = e->mode != 1 && xx.is_cuda() && g_status.load() >= 0 && bb.defined();
     at::Tensor h = candidate ? at::linear(xx, ww) : at::linear(xx, ww, bb);
-    *out = new at::Tensor(run_op(h, candidate ? bb : at::Tensor(), need(residual, "residual"),
-                                 need(gamma, "gamma"), need(beta, "beta"), opt(mask), p, train != 0, eps, mode,
-                                 used_kernel));
+    *out = new at::Tensor(run_epilogue(h, candidate ? bb : at::Tensor(), e, used_kernel));
   });
 }
 

@@ -18,6 +18,7 @@
 //!
 //! [`StepGraphs::emulated`] is the CPU twin for tests: the same static buffers and the same
 //! warm-up/capture/replay sequence, with the body run again in place of a replay.
+use crate::shim_error::call;
 use anyhow::{bail, Context, Result};
 use std::os::raw::{c_char, c_int};
 use tch::{Device, Kind, Tensor};
@@ -36,16 +37,6 @@ extern "C" {
     fn mr_graph_capture_begin(g: *mut MrGraph, device: c_int, err: Err) -> c_int;
     fn mr_graph_capture_end(g: *mut MrGraph, err: Err) -> c_int;
     fn mr_graph_replay(g: *mut MrGraph, err: Err) -> c_int;
-}
-
-fn call(what: &str, f: impl FnOnce(Err) -> c_int) -> Result<()> {
-    let mut err = std::ptr::null_mut();
-    if f(&mut err) != 0 {
-        // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim_error::take(err) };
-        bail!("{what}: {msg}");
-    }
-    Ok(())
 }
 
 /// Whether this build can capture CUDA graphs (the cargo feature `cuda`).

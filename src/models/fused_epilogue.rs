@@ -17,15 +17,9 @@
 //! Dtypes are those of the unfused ops: under autocast the output is fp32 (layer_norm's autocast
 //! policy); otherwise the promotion of `h` and `residual`.
 //!
-//! Not fused yet: the intermediate dense's bias + erf-GELU. libtorch 2.11's
-//! `_addmm_activation(use_gelu=true)` (cuBLASLt's GELU epilogue) has no autograd formula and does
-//! not keep the pre-activation that GELU's backward needs. A real fusion needs cuBLASLt's
-//! `CUBLASLT_EPILOGUE_GELU_AUX_BIAS` in the forward (writes the pre-activation as the aux output;
-//! the aux leading dimension must be a multiple of 8, bf16 aux under autocast) and, in the
-//! backward, `gelu_backward(dy, aux, "none")` (or `CUBLASLT_EPILOGUE_DGELU_BGRAD` on the dgrad
-//! matmul) plus a column sum for the bias; cublasLt functions would be resolved by dlsym from the
-//! already loaded libcublasLt with the handle from `at::cuda::getCurrentCUDABlasLtHandle()`, a
-//! workspace from the caching allocator, and a composite CPU twin (`addmm` + `gelu`).
+//! The intermediate dense's bias + GELU is the other BERT epilogue: `methods.fused_bias_gelu`
+//! (`crate::models::fused_bias_gelu`, cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues; tanh
+//! GELU, so open division only).
 
 use crate::shim_error::call;
 use anyhow::{bail, Result};
@@ -42,14 +36,7 @@ extern "C" {
     fn mr_fe_bias_dropout_add_ln(
         h: T,
         bias: T,
-        residual: T,
-        gamma: T,
-        beta: T,
-        mask: T,
-        p: f64,
-        train: c_int,
-        eps: f64,
-        mode: c_int,
+        e: *const EpilogueArgs,
         out: *mut *mut C_tensor,
         used_kernel: *mut c_int,
         err: Err,
@@ -58,14 +45,7 @@ extern "C" {
         x: T,
         w: T,
         b: T,
-        residual: T,
-        gamma: T,
-        beta: T,
-        mask: T,
-        p: f64,
-        train: c_int,
-        eps: f64,
-        mode: c_int,
+        e: *const EpilogueArgs,
         out: *mut *mut C_tensor,
         used_kernel: *mut c_int,
         err: Err,
@@ -126,6 +106,49 @@ fn opt(t: Option<&Tensor>) -> T {
     t.map_or(std::ptr::null(), |t| t.as_ptr())
 }
 
+/// [`Epilogue`] as the shim takes it (`MrFeEpilogue` in shim/fused_epilogue.cpp: same fields,
+/// same order).
+#[repr(C)]
+struct EpilogueArgs {
+    residual: T,
+    gamma: T,
+    beta: T,
+    mask: T,
+    p: f64,
+    train: c_int,
+    eps: f64,
+    mode: c_int,
+}
+
+impl Epilogue<'_> {
+    /// Borrows the tensors: the result lives no longer than `self`.
+    fn args(&self) -> EpilogueArgs {
+        EpilogueArgs {
+            residual: self.residual.as_ptr(),
+            gamma: self.gamma.as_ptr(),
+            beta: self.beta.as_ptr(),
+            mask: opt(self.mask),
+            p: self.p,
+            train: c_int::from(self.train),
+            eps: self.eps,
+            mode: self.path.code(),
+        }
+    }
+
+    /// Calls an entry point with these arguments; returns its output and whether the CUDA
+    /// kernel path ran.
+    fn call(
+        &self,
+        f: impl FnOnce(*const EpilogueArgs, *mut *mut C_tensor, *mut c_int, Err) -> c_int,
+    ) -> Result<(Tensor, bool)> {
+        let args = self.args();
+        let mut out = std::ptr::null_mut();
+        let mut used: c_int = 0;
+        call("fused epilogue", |err| f(&args, &mut out, &mut used, err))?;
+        Ok((finish(out), used != 0))
+    }
+}
+
 static WARNED: Once = Once::new();
 
 /// One warning per process when the kernel path failed to build (the composite path runs).
@@ -160,27 +183,10 @@ pub fn bias_dropout_add_ln(
     bias: Option<&Tensor>,
     e: &Epilogue,
 ) -> Result<(Tensor, bool)> {
-    let mut out = std::ptr::null_mut();
-    let mut used: c_int = 0;
-    // SAFETY: every pointer is a live tensor (or null where the shim allows it) for the call.
-    call("fused epilogue", |err| unsafe {
-        mr_fe_bias_dropout_add_ln(
-            h.as_ptr(),
-            opt(bias),
-            e.residual.as_ptr(),
-            e.gamma.as_ptr(),
-            e.beta.as_ptr(),
-            opt(e.mask),
-            e.p,
-            c_int::from(e.train),
-            e.eps,
-            e.path.code(),
-            &mut out,
-            &mut used,
-            err,
-        )
-    })?;
-    Ok((finish(out), used != 0))
+    // SAFETY: h, bias and the epilogue's tensors are live for the call (bias may be null).
+    e.call(|args, out, used, err| unsafe {
+        mr_fe_bias_dropout_add_ln(h.as_ptr(), opt(bias), args, out, used, err)
+    })
 }
 
 /// `LayerNorm(residual + dropout(x W^T + b))`: the dense layer and its epilogue. With the
@@ -192,28 +198,10 @@ pub fn dense_dropout_add_ln(
     b: &Tensor,
     e: &Epilogue,
 ) -> Result<(Tensor, bool)> {
-    let mut out = std::ptr::null_mut();
-    let mut used: c_int = 0;
-    // SAFETY: every pointer is a live tensor (or null where the shim allows it) for the call.
-    call("fused epilogue", |err| unsafe {
-        mr_fe_dense_dropout_add_ln(
-            x.as_ptr(),
-            w.as_ptr(),
-            b.as_ptr(),
-            e.residual.as_ptr(),
-            e.gamma.as_ptr(),
-            e.beta.as_ptr(),
-            opt(e.mask),
-            e.p,
-            c_int::from(e.train),
-            e.eps,
-            e.path.code(),
-            &mut out,
-            &mut used,
-            err,
-        )
-    })?;
-    Ok((finish(out), used != 0))
+    // SAFETY: x, w, b and the epilogue's tensors are live for the call.
+    e.call(|args, out, used, err| unsafe {
+        mr_fe_dense_dropout_add_ln(x.as_ptr(), w.as_ptr(), b.as_ptr(), args, out, used, err)
+    })
 }
 
 /// Whether this build has the CUDA kernel path (cargo feature `cuda`).
