@@ -16,11 +16,90 @@
 // batch hand-off thread keeps allocating pinned memory and copying on its own stream meanwhile.
 #include "error.hpp"
 
+#include <ATen/record_function.h>
+
+#include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 namespace {
 constexpr const char* kWhat = "CUDA graph shim";
+
+// ---- the capture check (every build; the CPU twin's capture step) --------------------------
+// Ops that cannot be part of a captured step, because they make the host wait for the device:
+// - value reads (item(), bool conversions, equal), counted where the step's own code makes them
+//   (not nested in another op: a CPU kernel may read a scalar that its CUDA twin reads on the
+//   device, e.g. a learning-rate tensor);
+// - ops that size their output from the data (nonzero, masked_select, boolean-mask indexing,
+//   unique, bincount: they read a count back on every device), counted at any depth.
+// On a GPU either ends the capture with an error (or bakes one step's sizes into the graph).
+// A global RecordFunction callback, installed on first use, counts them on the threads that
+// armed the check (thread-local: the CPU autograd engine runs the backward on the calling
+// thread; data threads are not counted). It sees ops by name, so a copy from pageable host
+// memory (also illegal in a capture, on the CPU a plain copy) is not caught here.
+const char* const kValueReads[] = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero",
+                                   "aten::equal"};
+const char* const kDataSized[] = {"aten::nonzero",     "aten::argwhere",
+                                  "aten::masked_select", "aten::unique",
+                                  "aten::_unique",     "aten::_unique2",
+                                  "aten::unique_dim",  "aten::unique_consecutive",
+                                  "aten::unique_dim_consecutive", "aten::bincount"};
+
+template <size_t N>
+bool one_of(const char* name, const char* const (&names)[N]) {
+  for (const char* n : names)
+    if (std::strcmp(name, n) == 0) return true;
+  return false;
 }
+
+thread_local int t_depth = 0;  // ops running on this thread (FUNCTION scope)
+thread_local bool t_checking = false;
+thread_local long long t_hits = 0;
+thread_local std::string t_first;
+std::atomic<bool> g_check_installed{false};
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  if (t_checking) {
+    const char* name = fn.name();
+    if ((t_depth == 0 && one_of(name, kValueReads)) || one_of(name, kDataSized)) {
+      if (t_hits++ == 0) t_first = name;
+    }
+  }
+  ++t_depth;
+  return nullptr;
+}
+
+void on_op_end(const at::RecordFunction&, at::ObserverContext*) {
+  if (t_depth > 0) --t_depth;
+}
+}  // namespace
+
+extern "C" {
+
+// Starts counting uncapturable ops on this thread (the count and the first op's name reset).
+int mr_capture_check_begin(char** err) {
+  return mr::catching(err, kWhat, [&] {
+    bool expected = false;
+    if (g_check_installed.compare_exchange_strong(expected, true)) {
+      at::addGlobalCallback(
+          at::RecordFunctionCallback(on_op_start, on_op_end).scopes({at::RecordScope::FUNCTION}));
+    }
+    t_hits = 0;
+    t_first.clear();
+    t_checking = true;
+  });
+}
+
+// Stops counting on this thread; returns how many uncapturable ops ran since begin and, when
+// any did, the first one's name in *first (malloc'd; free with mr_free_str).
+long long mr_capture_check_end(char** first) {
+  t_checking = false;
+  if (t_hits > 0) mr::set_err(first, t_first);
+  return t_hits;
+}
+
+}  // extern "C"
 
 #ifdef MLPERF_RUN_CUDA
 

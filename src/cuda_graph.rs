@@ -37,6 +37,8 @@ extern "C" {
     fn mr_graph_capture_begin(g: *mut MrGraph, device: c_int, err: Err) -> c_int;
     fn mr_graph_capture_end(g: *mut MrGraph, err: Err) -> c_int;
     fn mr_graph_replay(g: *mut MrGraph, err: Err) -> c_int;
+    fn mr_capture_check_begin(err: Err) -> c_int;
+    fn mr_capture_check_end(first: Err) -> i64;
 }
 
 /// Whether this build can capture CUDA graphs (the cargo feature `cuda`).
@@ -253,7 +255,7 @@ impl StepGraphs {
                         graph.replay()?;
                         (Some(graph), outputs)
                     }
-                    Backend::Emulated => (None, body(&statics)?),
+                    Backend::Emulated => (None, emulated_capture(&statics, body)?),
                 };
                 self.stats.captures += 1;
                 let out = copies(&outputs)?;
@@ -324,6 +326,64 @@ fn capture(
     Ok((graph, outputs))
 }
 
+/// The CPU twin's capture step: the body runs as usual, and an op that could not be captured on
+/// a GPU (a value read back to the host, an output sized from the data: `shim/graph.cpp` lists
+/// them) makes it fail, naming the op. So the twin's tests check that a step can be captured.
+fn emulated_capture(
+    statics: &[Tensor],
+    body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<Vec<Tensor>> {
+    let check = CaptureCheck::begin()?;
+    let outputs = body(statics)?;
+    if let Some((op, hits)) = check.end() {
+        bail!(
+            "the training step cannot be captured in a CUDA graph: it runs {op} ({hits} such \
+             op(s) in the step), which makes the host wait for the device (a value read back, or \
+             an output sized from the data); keep such work out of the step body (read the \
+             step's outputs after it), or set methods.cuda_graph = false"
+        );
+    }
+    Ok(outputs)
+}
+
+/// Counts this thread's uncapturable ops from `begin` to `end` (or to the drop, on an error).
+struct CaptureCheck {
+    ended: bool,
+}
+
+impl CaptureCheck {
+    fn begin() -> Result<CaptureCheck> {
+        // SAFETY: an out-pointer for the error message.
+        call("checking the CUDA graph capture", |err| unsafe {
+            mr_capture_check_begin(err)
+        })?;
+        Ok(CaptureCheck { ended: false })
+    }
+
+    /// The first uncapturable op and how many ran, if any did.
+    fn end(mut self) -> Option<(String, i64)> {
+        self.ended = true;
+        let mut first = std::ptr::null_mut();
+        // SAFETY: ends this thread's check; `first` is set (malloc'd) only when an op was counted.
+        let hits = unsafe { mr_capture_check_end(&mut first) };
+        // SAFETY: set by the shim when hits > 0.
+        (hits > 0).then(|| (unsafe { crate::shim_error::take(first) }, hits))
+    }
+}
+
+impl Drop for CaptureCheck {
+    fn drop(&mut self) {
+        if !self.ended {
+            let mut first = std::ptr::null_mut();
+            // SAFETY: as in `end`; the name is freed unread.
+            if unsafe { mr_capture_check_end(&mut first) } > 0 {
+                // SAFETY: set by the shim.
+                drop(unsafe { crate::shim_error::take(first) });
+            }
+        }
+    }
+}
+
 fn copies(outputs: &[Tensor]) -> Result<Vec<Tensor>> {
     outputs
         .iter()
@@ -387,6 +447,73 @@ mod tests {
         g.run(&[x], &mut |ins| Ok(vec![ins[0].sum(Kind::Float)]))
             .unwrap();
         assert_eq!(g.stats().eager_steps, 3);
+    }
+
+    /// The twin's capture step refuses what a GPU capture cannot take, naming the op; eager
+    /// warm-up steps may do anything.
+    fn capture_error(body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>) -> Option<String> {
+        let mut g = StepGraphs::emulated(1);
+        let x = Tensor::from_slice(&[0.0f32, 2.0, -1.0, 3.0]);
+        g.run(std::slice::from_ref(&x), body)
+            .expect("an eager warm-up step is not checked");
+        g.run(std::slice::from_ref(&x), body)
+            .err()
+            .map(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn the_capture_step_refuses_host_reads_and_data_sized_outputs() {
+        // a value read back (the step's own code)
+        let msg = capture_error(&mut |ins| {
+            let _ = ins[0].sum(Kind::Float).double_value(&[]);
+            Ok(vec![ins[0].shallow_clone()])
+        })
+        .expect("refused");
+        assert!(msg.contains("cannot be captured in a CUDA graph"), "{msg}");
+        assert!(msg.contains("aten::item"), "{msg}");
+        assert!(msg.contains("methods.cuda_graph = false"), "{msg}");
+        // an output sized from the data, also nested in another op (boolean-mask indexing)
+        let msg = capture_error(&mut |ins| Ok(vec![ins[0].nonzero()])).expect("refused");
+        assert!(msg.contains("aten::nonzero"), "{msg}");
+        let msg = capture_error(&mut |ins| Ok(vec![ins[0].masked_select(&ins[0].gt(0.5))]))
+            .expect("refused");
+        assert!(msg.contains("aten::masked_select"), "{msg}");
+        let msg = capture_error(&mut |ins| {
+            let mask = ins[0].gt(0.5);
+            Ok(vec![ins[0].index(&[Some(mask)])])
+        })
+        .expect("refused");
+        assert!(msg.contains("aten::nonzero"), "{msg}");
+        // what a step does is fine: arithmetic, reductions, in-place updates, fixed-size indexing
+        let err = capture_error(&mut |ins| {
+            let mut y = (&ins[0] * 2.0).relu();
+            let _ = y.f_add_(&ins[0])?;
+            let idx = Tensor::from_slice(&[0i64, 2]);
+            Ok(vec![y.index_select(0, &idx).sum(Kind::Float), y.max()])
+        });
+        assert_eq!(err, None);
+    }
+
+    #[test]
+    fn a_failed_capture_step_stops_counting() {
+        // the body fails after an uncapturable op: its error is the one reported, and the next
+        // shape's capture starts from a clean count
+        let mut g = StepGraphs::emulated(1);
+        let x = Tensor::from_slice(&[1.0f32, 0.0]);
+        let mut failing = |ins: &[Tensor]| -> Result<Vec<Tensor>> {
+            let _ = ins[0].nonzero();
+            bail!("the body's own error")
+        };
+        let _ = g.run(std::slice::from_ref(&x), &mut |ins| {
+            Ok(vec![ins[0].shallow_clone()])
+        });
+        let e = g.run(std::slice::from_ref(&x), &mut failing).unwrap_err();
+        assert!(format!("{e:#}").contains("the body's own error"), "{e:#}");
+        let y = Tensor::from_slice(&[1.0f32, 0.0, 2.0]);
+        let mut fine = |ins: &[Tensor]| Ok(vec![ins[0].sum(Kind::Float)]);
+        g.run(std::slice::from_ref(&y), &mut fine).unwrap();
+        g.run(std::slice::from_ref(&y), &mut fine)
+            .expect("a clean capture after a failed one");
     }
 
     #[test]

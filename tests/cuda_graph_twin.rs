@@ -2,7 +2,10 @@
 //! (`StepGraphs::emulated`: the step's inputs through static buffers, the step body split from
 //! its host-side bookkeeping, warm-up / capture / replay per input shape) trains bit-identically
 //! to the eager step, for ResNet (progressive resizing: several shapes; gradient accumulation;
-//! EMA) and BERT (LAMB, dropout). And the setting itself is refused on a CPU with what to do.
+//! EMA) and BERT (LAMB, dropout; the fused epilogues and fused bias + GELU). Its capture step
+//! also fails on an op a GPU capture cannot take (a host read, an output sized from the data),
+//! so these runs check that the steps can be captured. And the setting itself is refused on a
+//! CPU with what to do.
 #![cfg(feature = "torch")]
 
 mod common;
@@ -31,7 +34,11 @@ fn assert_same_state(what: &str, a: &[Tensor], b: &[Tensor]) {
 }
 
 fn assert_same_run(what: &str, eager: &RunOutcome, graphed: &RunOutcome) {
-    assert_eq!(eager.steps, graphed.steps, "{what}: steps");
+    assert_eq!(
+        eager.steps, graphed.steps,
+        "{what}: steps (through the twin: {:?})",
+        graphed.status
+    );
     assert!(
         eager.steps > 10,
         "{what}: too few steps to test: {:?} after {} steps",
@@ -131,12 +138,12 @@ fn bert_run(
     (out, w)
 }
 
-#[test]
-fn bert_step_through_the_graph_twin_trains_bit_identically() {
+/// The tiny BERT with dropout on (its random numbers must come out the same), 2 micro-batches,
+/// 40 steps, with `methods` changed by `set`, eagerly and through the twin: bit-identical.
+fn bert_twin_matches_eager(what: &str, set: impl Fn(&mut BertRunConfig)) {
     let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg =
         BertRunConfig::load(&preset("configs/bert/tiny_cpu.toml"), Division::Open).unwrap();
-    // dropout on (its random numbers must come out the same), 2 micro-batches, 40 steps
     cfg.model.hidden_dropout = 0.1;
     cfg.model.attention_dropout = 0.1;
     cfg.train.gradient_accumulation_steps = 2;
@@ -144,16 +151,36 @@ fn bert_step_through_the_graph_twin_trains_bit_identically() {
     cfg.train.eval_interval_samples = Some(64 * 20);
     cfg.train.target = 0.999;
     cfg.data.eval_samples = 128;
+    set(&mut cfg);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     bert_data(&data);
     let (eager, we) = bert_run(&cfg, &data, None, &dir.path().join("eager.txt"));
     let (graphed, wg) = bert_run(&cfg, &data, Some(3), &dir.path().join("graph.txt"));
-    assert_same_run("bert", &eager, &graphed);
-    assert_same_state("bert", &we.state_tensors(), &wg.state_tensors());
+    assert_same_run(what, &eager, &graphed);
+    assert_same_state(what, &we.state_tensors(), &wg.state_tensors());
     let stats = wg.graph_stats().unwrap();
-    assert_eq!((stats.eager_steps, stats.captures), (3, 1), "{stats:?}");
-    assert_eq!(stats.replays, graphed.steps - 4, "{stats:?}");
+    assert_eq!(
+        (stats.eager_steps, stats.captures),
+        (3, 1),
+        "{what}: {stats:?}"
+    );
+    assert_eq!(stats.replays, graphed.steps - 4, "{what}: {stats:?}");
+}
+
+#[test]
+fn bert_step_through_the_graph_twin_trains_bit_identically() {
+    bert_twin_matches_eager("bert", |_| {});
+}
+
+/// The fused ops' composite paths (what runs on the CPU) inside the twin's capture step: no
+/// host read, no data-sized output (the twin's capture check), and the same training.
+#[test]
+fn bert_with_the_fused_epilogues_goes_through_the_graph_twin() {
+    bert_twin_matches_eager("bert fused", |cfg| {
+        cfg.methods.fused_epilogues = true;
+        cfg.methods.fused_bias_gelu = true;
+    });
 }
 
 #[test]
