@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 namespace {
@@ -34,10 +35,13 @@ constexpr const char* kWhat = "CUDA graph shim";
 // - ops that size their output from the data (nonzero, masked_select, boolean-mask indexing,
 //   unique, bincount: they read a count back on every device), counted at any depth.
 // On a GPU either ends the capture with an error (or bakes one step's sizes into the graph).
-// A global RecordFunction callback, installed on first use, counts them on the threads that
-// armed the check (thread-local: the CPU autograd engine runs the backward on the calling
-// thread; data threads are not counted). It sees ops by name, so a copy from pageable host
-// memory (also illegal in a capture, on the CPU a plain copy) is not caught here.
+// A global RecordFunction callback, registered while a check runs, counts them on the threads
+// that armed the check (thread-local: data threads are not counted). The CPU autograd engine
+// runs the backward on the calling thread, so the CPU twin sees the whole step; on a GPU the
+// backward runs on autograd's device threads, so a real capture's check sees the forward and
+// the step's own host code, and names the op when the capture fails. It sees ops by name, so a
+// copy from pageable host memory (also illegal in a capture, on the CPU a plain copy) is not
+// caught here.
 const char* const kValueReads[] = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero",
                                    "aten::equal"};
 const char* const kDataSized[] = {"aten::nonzero",     "aten::argwhere",
@@ -57,7 +61,12 @@ thread_local int t_depth = 0;  // ops running on this thread (FUNCTION scope)
 thread_local bool t_checking = false;
 thread_local long long t_hits = 0;
 thread_local std::string t_first;
-std::atomic<bool> g_check_installed{false};
+
+// The callback is registered while at least one thread checks (so a run pays nothing for it
+// outside its capture steps).
+std::mutex g_check_mu;
+int g_checkers = 0;
+at::CallbackHandle g_check_handle = 0;
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   if (t_checking) {
@@ -78,13 +87,19 @@ void on_op_end(const at::RecordFunction&, at::ObserverContext*) {
 extern "C" {
 
 // Starts counting uncapturable ops on this thread (the count and the first op's name reset).
+// Called outside any op; ends with mr_capture_check_end on the same thread.
 int mr_capture_check_begin(char** err) {
   return mr::catching(err, kWhat, [&] {
-    bool expected = false;
-    if (g_check_installed.compare_exchange_strong(expected, true)) {
-      at::addGlobalCallback(
-          at::RecordFunctionCallback(on_op_start, on_op_end).scopes({at::RecordScope::FUNCTION}));
+    TORCH_CHECK(!t_checking, "CUDA graph: a capture check is already running on this thread");
+    {
+      std::lock_guard<std::mutex> lock(g_check_mu);
+      if (g_checkers == 0) {
+        g_check_handle = at::addGlobalCallback(
+            at::RecordFunctionCallback(on_op_start, on_op_end).scopes({at::RecordScope::FUNCTION}));
+      }
+      ++g_checkers;
     }
+    t_depth = 0;  // this thread is at the top level here (a stale count from a removal mid-op)
     t_hits = 0;
     t_first.clear();
     t_checking = true;
@@ -94,7 +109,12 @@ int mr_capture_check_begin(char** err) {
 // Stops counting on this thread; returns how many uncapturable ops ran since begin and, when
 // any did, the first one's name in *first (malloc'd; free with mr_free_str).
 long long mr_capture_check_end(char** first) {
+  if (!t_checking) return 0;
   t_checking = false;
+  {
+    std::lock_guard<std::mutex> lock(g_check_mu);
+    if (--g_checkers == 0) at::removeCallback(g_check_handle);
+  }
   if (t_hits > 0) mr::set_err(first, t_first);
   return t_hits;
 }

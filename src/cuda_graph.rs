@@ -303,27 +303,54 @@ impl Drop for StepGraphs {
     }
 }
 
-/// Captures `body` on `statics` into a new graph; a failure inside ends the capture first.
+/// Captures `body` on `statics` into a new graph; a failure inside ends the capture first. The
+/// capture check runs alongside: when the capture fails, the error names the first op of the
+/// step (forward or host code: the backward runs on autograd's device threads) that a capture
+/// cannot take.
 fn capture(
     device: usize,
     statics: &[Tensor],
     body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<(Graph, Vec<Tensor>)> {
     let mut graph = Graph::new()?;
+    let check = CaptureCheck::begin()?;
     graph.capture_begin(device)?;
-    let outputs = match crate::train::step_errors::catching(|| body(statics)) {
+    let outputs = crate::train::step_errors::catching(|| body(statics));
+    let uncapturable = check.end();
+    let outputs = match outputs {
         Ok(o) => o,
         Err(e) => {
             // the capture is broken: end it (its own error says less than the body's)
             let _ = graph.capture_end();
-            return Err(e.context(
-                "capturing the training step in a CUDA graph (an operation in the step cannot \
-                 be captured, or failed: set methods.cuda_graph = false to run it eagerly)",
-            ));
+            return Err(match uncapturable {
+                Some((op, hits)) => e.context(uncapturable_message(&op, hits)),
+                None => e.context(
+                    "capturing the training step in a CUDA graph (an operation in the step \
+                     cannot be captured, or failed: set methods.cuda_graph = false to run it \
+                     eagerly)",
+                ),
+            });
         }
     };
-    graph.capture_end()?;
+    let ended = graph.capture_end();
+    if let Some((op, hits)) = uncapturable {
+        bail!(
+            "{}{}",
+            uncapturable_message(&op, hits),
+            ended.err().map(|e| format!(" ({e:#})")).unwrap_or_default()
+        );
+    }
+    ended?;
     Ok((graph, outputs))
+}
+
+fn uncapturable_message(op: &str, hits: i64) -> String {
+    format!(
+        "the training step cannot be captured in a CUDA graph: it runs {op} ({hits} such op(s) \
+         in the step), which makes the host wait for the device (a value read back, or an output \
+         sized from the data); keep such work out of the step body (read the step's outputs \
+         after it), or set methods.cuda_graph = false"
+    )
 }
 
 /// The CPU twin's capture step: the body runs as usual, and an op that could not be captured on
@@ -336,12 +363,7 @@ fn emulated_capture(
     let check = CaptureCheck::begin()?;
     let outputs = body(statics)?;
     if let Some((op, hits)) = check.end() {
-        bail!(
-            "the training step cannot be captured in a CUDA graph: it runs {op} ({hits} such \
-             op(s) in the step), which makes the host wait for the device (a value read back, or \
-             an output sized from the data); keep such work out of the step body (read the \
-             step's outputs after it), or set methods.cuda_graph = false"
-        );
+        bail!("{}", uncapturable_message(&op, hits));
     }
     Ok(outputs)
 }
