@@ -306,7 +306,7 @@ impl Drop for StepGraphs {
 /// Captures `body` on `statics` into a new graph; a failure inside ends the capture first. The
 /// capture check runs alongside: when the capture fails, the error names the first op of the
 /// step (forward or host code: the backward runs on autograd's device threads) that a capture
-/// cannot take.
+/// cannot take. When it succeeds, CUDA is trusted (the same op on a CPU tensor is harmless).
 fn capture(
     device: usize,
     statics: &[Tensor],
@@ -333,14 +333,15 @@ fn capture(
         }
     };
     let ended = graph.capture_end();
-    if let Some((op, hits)) = uncapturable {
-        bail!(
-            "{}{}",
-            uncapturable_message(&op, hits),
-            ended.err().map(|e| format!(" ({e:#})")).unwrap_or_default()
-        );
+    match (ended, uncapturable) {
+        (Ok(()), None) => {}
+        // such an op on a CPU tensor is fine in a capture: CUDA had no complaint
+        (Ok(()), Some((op, hits))) => tracing::debug!(
+            "CUDA graph captured although the step ran {op} ({hits}x): on CPU tensors, then"
+        ),
+        (Err(e), None) => return Err(e),
+        (Err(e), Some((op, hits))) => bail!("{} ({e:#})", uncapturable_message(&op, hits)),
     }
-    ended?;
     Ok((graph, outputs))
 }
 
@@ -356,6 +357,8 @@ fn uncapturable_message(op: &str, hits: i64) -> String {
 /// The CPU twin's capture step: the body runs as usual, and an op that could not be captured on
 /// a GPU (a value read back to the host, an output sized from the data: `shim/graph.cpp` lists
 /// them) makes it fail, naming the op. So the twin's tests check that a step can be captured.
+/// It is stricter than a GPU: on the CPU it cannot tell a read of a host tensor (harmless in a
+/// capture) from a read of a device one.
 fn emulated_capture(
     statics: &[Tensor],
     body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
