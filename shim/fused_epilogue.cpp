@@ -844,12 +844,15 @@ struct MrFeEpilogue {
 };
 
 namespace {
-at::Tensor run_epilogue(const at::Tensor& h, const at::Tensor& bias, const MrFeEpilogue* e,
-                        int* used_kernel) {
+const MrFeEpilogue& need_args(const MrFeEpilogue* e) {
   TORCH_CHECK(e != nullptr, "fused epilogue: no epilogue arguments");
-  return run_op(h, bias, need(e->residual, "residual"), need(e->gamma, "gamma"),
-                need(e->beta, "beta"), opt(e->mask), e->p, e->train != 0, e->eps, e->mode,
-                used_kernel);
+  return *e;
+}
+
+at::Tensor run_epilogue(const at::Tensor& h, const at::Tensor& bias, const MrFeEpilogue& e,
+                        int* used_kernel) {
+  return run_op(h, bias, need(e.residual, "residual"), need(e.gamma, "gamma"),
+                need(e.beta, "beta"), opt(e.mask), e.p, e.train != 0, e.eps, e.mode, used_kernel);
 }
 }  // namespace
 
@@ -861,7 +864,7 @@ int mr_fe_bias_dropout_add_ln(const at::Tensor* h, const at::Tensor* bias,
                               const MrFeEpilogue* e, at::Tensor** out, int* used_kernel,
                               char** err) {
   return mr::catching(err, kWhat, [&] {
-    *out = new at::Tensor(run_epilogue(need(h, "h"), opt(bias), e, used_kernel));
+    *out = new at::Tensor(run_epilogue(need(h, "h"), opt(bias), need_args(e), used_kernel));
   });
 }
 
@@ -872,14 +875,14 @@ int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const a
                                const MrFeEpilogue* e, at::Tensor** out, int* used_kernel,
                                char** err) {
   return mr::catching(err, kWhat, [&] {
-    TORCH_CHECK(e != nullptr, "fused epilogue: no epilogue arguments");
+    const MrFeEpilogue& args = need_args(e);
     const at::Tensor& xx = need(x, "x");
     const at::Tensor& ww = need(w, "weight");
     const at::Tensor bb = opt(b);
     // the kernel path is only a candidate on CUDA while NVRTC has not failed; run_op decides
-    const bool candidate = e->mode != 1 && xx.is_cuda() && g_status.load() >= 0 && bb.defined();
+    const bool candidate = args.mode != 1 && xx.is_cuda() && g_status.load() >= 0 && bb.defined();
     at::Tensor h = candidate ? at::linear(xx, ww) : at::linear(xx, ww, bb);
-    *out = new at::Tensor(run_epilogue(h, candidate ? bb : at::Tensor(), e, used_kernel));
+    *out = new at::Tensor(run_epilogue(h, candidate ? bb : at::Tensor(), args, used_kernel));
   });
 }
 

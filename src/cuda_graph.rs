@@ -372,9 +372,7 @@ fn emulated_capture(
 }
 
 /// Counts this thread's uncapturable ops from `begin` to `end` (or to the drop, on an error).
-struct CaptureCheck {
-    ended: bool,
-}
+struct CaptureCheck;
 
 impl CaptureCheck {
     fn begin() -> Result<CaptureCheck> {
@@ -382,14 +380,19 @@ impl CaptureCheck {
         call("checking the CUDA graph capture", |err| unsafe {
             mr_capture_check_begin(err)
         })?;
-        Ok(CaptureCheck { ended: false })
+        Ok(CaptureCheck)
     }
 
-    /// The first uncapturable op and how many ran, if any did.
-    fn end(mut self) -> Option<(String, i64)> {
-        self.ended = true;
+    /// The first uncapturable op and how many ran, if any did. (The drop that follows stops
+    /// again: a no-op once the check has ended.)
+    fn end(self) -> Option<(String, i64)> {
+        Self::stop()
+    }
+
+    fn stop() -> Option<(String, i64)> {
         let mut first = std::ptr::null_mut();
-        // SAFETY: ends this thread's check; `first` is set (malloc'd) only when an op was counted.
+        // SAFETY: ends this thread's check (0 when none runs); `first` is set (malloc'd) only
+        // when an op was counted.
         let hits = unsafe { mr_capture_check_end(&mut first) };
         // SAFETY: set by the shim when hits > 0.
         (hits > 0).then(|| (unsafe { crate::shim_error::take(first) }, hits))
@@ -398,14 +401,7 @@ impl CaptureCheck {
 
 impl Drop for CaptureCheck {
     fn drop(&mut self) {
-        if !self.ended {
-            let mut first = std::ptr::null_mut();
-            // SAFETY: as in `end`; the name is freed unread.
-            if unsafe { mr_capture_check_end(&mut first) } > 0 {
-                // SAFETY: set by the shim.
-                drop(unsafe { crate::shim_error::take(first) });
-            }
-        }
+        let _ = Self::stop();
     }
 }
 
