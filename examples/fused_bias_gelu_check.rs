@@ -19,42 +19,20 @@
 mod common;
 
 use anyhow::{bail, Result};
-use common::Flags;
+use common::{Flags, OpShape};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 const USAGE: &str = "fused_bias_gelu_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
 [--inner 4096] [--rounds 20] [--no-bf16]";
 
-struct Args {
-    device: Device,
-    tokens: i64,
-    hidden: i64,
-    inner: i64,
-    rounds: usize,
-    bf16: bool,
-}
-
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        device: common::default_device(),
-        tokens: 56 * 512,
-        hidden: 1024,
-        inner: 4096,
-        rounds: 20,
-        bf16: true,
-    };
+fn parse_args() -> Result<OpShape> {
+    let mut a = OpShape::bert_large(4096);
     let mut f = Flags::new(USAGE);
     while let Some(flag) = f.next() {
-        match flag.as_str() {
-            "--no-bf16" => a.bf16 = false,
-            "--device" => a.device = f.device()?,
-            "--tokens" => a.tokens = f.parse()?,
-            "--hidden" => a.hidden = f.parse()?,
-            "--inner" => a.inner = f.parse()?,
-            "--rounds" => a.rounds = f.parse()?,
-            _ => return Err(f.unknown()),
+        if !a.take(&flag, &mut f)? {
+            return Err(f.unknown());
         }
     }
     Ok(a)

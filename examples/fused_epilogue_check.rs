@@ -19,44 +19,32 @@
 mod common;
 
 use anyhow::{bail, Result};
-use common::Flags;
+use common::{Flags, OpShape};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::models::fused_epilogue::{dense_dropout_add_ln, kernel_built, Epilogue, FusedPath};
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 const USAGE: &str = "fused_epilogue_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
 [--inner 1024] [--p 0.1] [--rounds 20] [--no-bf16]";
 
 struct Args {
-    device: Device,
-    tokens: i64,
-    hidden: i64,
-    inner: i64,
+    shape: OpShape,
+    /// the dropout probability
     p: f64,
-    rounds: usize,
-    bf16: bool,
 }
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
-        device: common::default_device(),
-        tokens: 56 * 512,
-        hidden: 1024,
-        inner: 1024,
+        shape: OpShape::bert_large(1024),
         p: 0.1,
-        rounds: 20,
-        bf16: true,
     };
     let mut f = Flags::new(USAGE);
     while let Some(flag) = f.next() {
+        if a.shape.take(&flag, &mut f)? {
+            continue;
+        }
         match flag.as_str() {
-            "--no-bf16" => a.bf16 = false,
-            "--device" => a.device = f.device()?,
-            "--tokens" => a.tokens = f.parse()?,
-            "--hidden" => a.hidden = f.parse()?,
-            "--inner" => a.inner = f.parse()?,
             "--p" => a.p = f.parse()?,
-            "--rounds" => a.rounds = f.parse()?,
             _ => return Err(f.unknown()),
         }
     }
@@ -88,7 +76,7 @@ impl Leaves {
 const NAMES: [&str; 7] = ["y", "d_x", "d_w", "d_b", "d_residual", "d_gamma", "d_beta"];
 
 fn main() -> Result<()> {
-    let a = parse_args()?;
+    let Args { shape: a, p } = parse_args()?;
     let d = a.device;
     tch::manual_seed(0);
     let f = (Kind::Float, d);
@@ -104,7 +92,7 @@ fn main() -> Result<()> {
         beta: leaf(&[a.hidden], 0.1, 0.0),
     };
     let dy = Tensor::randn([a.tokens, a.hidden], f);
-    let mask = Tensor::rand([a.tokens, a.hidden], f).ge(a.p);
+    let mask = Tensor::rand([a.tokens, a.hidden], f).ge(p);
     let precision = a.bf16.then_some(LowPrecision::BFloat16);
 
     // one forward + backward; returns the output, the grads and whether the kernel ran
@@ -121,14 +109,14 @@ fn main() -> Result<()> {
                         gamma: &l.gamma,
                         beta: &l.beta,
                         eps: 1e-12,
-                        p: a.p,
+                        p,
                         train: true,
                         mask,
                         path,
                     },
                 ),
                 None => {
-                    let h = l.x.linear(&l.w, Some(&l.b)).dropout(a.p, true);
+                    let h = l.x.linear(&l.w, Some(&l.b)).dropout(p, true);
                     let y = (h + &l.residual).layer_norm(
                         [a.hidden],
                         Some(&l.gamma),

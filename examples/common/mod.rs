@@ -1,8 +1,8 @@
 //! What the benchmark and check examples share: a small command-line flag reader (switches,
 //! typed values, `--device`, `-h/--help`, the same error wording everywhere), timing helpers
 //! (device-synchronised rounds, their median, wall-clock seconds) and, for the fused-op checks,
-//! zeroing gradients and the max differences of a set of tensors. Each example keeps its own
-//! flags, defaults and usage line.
+//! the flags they share ([`OpShape`]), zeroing gradients and the max differences of a set of
+//! tensors. Each example keeps its own usage line and any flags of its own.
 //!
 //! Each of those examples includes this file with `mod common;` and uses only part of it.
 #![allow(dead_code)]
@@ -102,6 +102,47 @@ impl Flags {
     /// The error for a flag the example does not have.
     pub fn unknown(&self) -> anyhow::Error {
         anyhow!("unknown flag {}\nusage: {}", self.flag, self.usage)
+    }
+}
+
+/// The flags the fused-op checks share: a matrix of `tokens x hidden` through an `inner`-wide
+/// op (BERT-Large: 56 x 512 tokens, hidden 1024), `rounds` timed rounds, bf16 autocast unless
+/// `--no-bf16`.
+pub struct OpShape {
+    pub device: Device,
+    pub tokens: i64,
+    pub hidden: i64,
+    pub inner: i64,
+    pub rounds: usize,
+    pub bf16: bool,
+}
+
+impl OpShape {
+    /// BERT-Large's micro-batch with the given inner width, 20 rounds, bf16, the default device.
+    pub fn bert_large(inner: i64) -> OpShape {
+        OpShape {
+            device: default_device(),
+            tokens: 56 * 512,
+            hidden: 1024,
+            inner,
+            rounds: 20,
+            bf16: true,
+        }
+    }
+
+    /// Takes `flag` when it is one of the shared flags (`--device --tokens --hidden --inner
+    /// --rounds --no-bf16`); false for any other, which the caller then handles.
+    pub fn take(&mut self, flag: &str, f: &mut Flags) -> Result<bool> {
+        match flag {
+            "--no-bf16" => self.bf16 = false,
+            "--device" => self.device = f.device()?,
+            "--tokens" => self.tokens = f.parse()?,
+            "--hidden" => self.hidden = f.parse()?,
+            "--inner" => self.inner = f.parse()?,
+            "--rounds" => self.rounds = f.parse()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 }
 
