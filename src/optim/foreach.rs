@@ -228,6 +228,33 @@ pub fn zero_(xs: &[Tensor]) -> Result<()> {
     })
 }
 
+/// Where `keep` (a 0-dim tensor on the lists' device, 0 or 1) is 0, every element of every
+/// tensor becomes +0.0, inf and NaN included; where it is 1, every bit stays as it was. A float
+/// multiply by 0 leaves inf and NaN as NaN, so the bit patterns are multiplied instead: each
+/// tensor viewed as integers of its element's width, times `keep` as that integer type (one
+/// multi-tensor pass per element width; nothing is read back to the host).
+pub fn zero_unless_(xs: &[Tensor], keep: &Tensor) -> Result<()> {
+    let mut widths: Vec<(tch::Kind, Vec<Tensor>)> = Vec::new();
+    for x in xs {
+        let int = match x.f_kind()?.elt_size_in_bytes() {
+            1 => tch::Kind::Int8,
+            2 => tch::Kind::Int16,
+            4 => tch::Kind::Int,
+            8 => tch::Kind::Int64,
+            n => bail!("foreach zero_unless: no integer type of {n} bytes"),
+        };
+        let view = x.f_view_dtype(int)?;
+        match widths.iter_mut().find(|(k, _)| *k == int) {
+            Some((_, views)) => views.push(view),
+            None => widths.push((int, vec![view])),
+        }
+    }
+    for (int, views) in &widths {
+        mul_tensor_(views, &keep.f_to_kind(*int)?)?;
+    }
+    Ok(())
+}
+
 /// libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`): `g = grad + wd*w`;
 /// `buf = g` on the first step, else `momentum*buf + g`; `w -= lr * (nesterov ? g +
 /// momentum*buf : buf)`. `bufs` is empty when `momentum` is 0. `lr` is a 0-dim tensor on the
@@ -448,6 +475,43 @@ mod tests {
         mul_scalar_(&[], 2.0).unwrap();
         assert!(norm(&[]).unwrap().is_empty());
         assert!(add_list_(&xs, &ys[..1], 1.0).is_err());
+    }
+
+    #[test]
+    fn zero_unless_clears_inf_and_nan_or_keeps_every_bit() {
+        let special = [
+            1.5f64,
+            f64::INFINITY,
+            f64::NAN,
+            -0.0,
+            f64::NEG_INFINITY,
+            -3.25e-3,
+        ];
+        let make = || -> Vec<Tensor> {
+            [Kind::Float, Kind::Half, Kind::BFloat16, Kind::Double]
+                .iter()
+                .map(|&k| Tensor::from_slice(&special).to_kind(k))
+                .collect()
+        };
+        let bits = |t: &Tensor| {
+            let int = match t.kind().elt_size_in_bytes() {
+                2 => Kind::Int16,
+                8 => Kind::Int64,
+                _ => Kind::Int,
+            };
+            Vec::<i64>::try_from(t.view_dtype(int).to_kind(Kind::Int64)).unwrap()
+        };
+        let xs = make();
+        let before: Vec<Vec<i64>> = xs.iter().map(bits).collect();
+        zero_unless_(&xs, &Tensor::from(1.0f32)).unwrap();
+        for (x, b) in xs.iter().zip(&before) {
+            assert_eq!(&bits(x), b, "keep = 1 changed {:?}", x.kind());
+        }
+        zero_unless_(&xs, &Tensor::from(0.0f32)).unwrap();
+        for x in &xs {
+            assert!(bits(x).iter().all(|&b| b == 0), "{:?}: {x}", x.kind());
+        }
+        zero_unless_(&[], &Tensor::from(0.0f32)).unwrap();
     }
 
     #[test]

@@ -55,8 +55,9 @@ impl Optimizer for Lars {
         self.update(params, grads, None)
     }
 
-    /// inf and NaN in the gradients are zeroed (they would poison the norms and the velocity
-    /// even multiplied by 0), then the update runs with `keep = 1 - found_inf` folded into its
+    /// A skipped step's gradients are zeroed first, in one multi-tensor pass
+    /// ([`foreach::zero_unless_`]: their inf and NaN would poison the norms and the velocity even
+    /// multiplied by 0), then the update runs with `keep = 1 - found_inf` folded into its
     /// factors: a skipped step leaves velocity and weights as they were.
     fn apply_or_skip(
         &mut self,
@@ -65,12 +66,14 @@ impl Optimizer for Lars {
         found_inf: &Tensor,
     ) -> Result<()> {
         let keep = tch::no_grad(|| -> Result<Tensor> {
-            for g in grads.iter().filter(|g| g.defined()) {
-                let _ = g
-                    .shallow_clone()
-                    .f_nan_to_num_(Some(0.0), Some(0.0), Some(0.0))?;
-            }
-            Ok(found_inf.f_neg()?.f_add_scalar(1.0)?)
+            let keep = found_inf.f_neg()?.f_add_scalar(1.0)?;
+            let defined: Vec<Tensor> = grads
+                .iter()
+                .filter(|g| g.defined())
+                .map(|g| g.shallow_clone())
+                .collect();
+            foreach::zero_unless_(&defined, &keep)?;
+            Ok(keep)
         })?;
         self.update(params, grads, Some(&keep))
     }
