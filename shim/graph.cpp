@@ -15,6 +15,7 @@
 // outlive the graph's pool). The capture is thread-local (cudaStreamCaptureModeThreadLocal): the
 // batch hand-off thread keeps allocating pinned memory and copying on its own stream meanwhile.
 #include "error.hpp"
+#include "host_reads.hpp"
 
 #include <ATen/record_function.h>
 
@@ -42,8 +43,6 @@ constexpr const char* kWhat = "CUDA graph shim";
 // the step's own host code, and names the op when the capture fails. It sees ops by name, so a
 // copy from pageable host memory (also illegal in a capture, on the CPU a plain copy) is not
 // caught here.
-const char* const kValueReads[] = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero",
-                                   "aten::equal"};
 const char* const kDataSized[] = {"aten::nonzero",     "aten::argwhere",
                                   "aten::masked_select", "aten::unique",
                                   "aten::_unique",     "aten::_unique2",
@@ -71,7 +70,9 @@ at::CallbackHandle g_check_handle = 0;
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   if (t_checking) {
     const char* name = fn.name();
-    if ((t_depth == 0 && one_of(name, kValueReads)) || one_of(name, kDataSized)) {
+    const bool value_read =
+        std::strcmp(name, "aten::item") == 0 || mr::is_host_value_read(name);
+    if ((t_depth == 0 && value_read) || one_of(name, kDataSized)) {
       if (t_hits++ == 0) t_first = name;
     }
   }

@@ -101,17 +101,14 @@ int mr_grad_set_none(const at::Tensor* t, char** err) {
 // RecordFunction callback, installed once; mr_host_reads returns the count so far.
 #include <ATen/record_function.h>
 
+#include "host_reads.hpp"
+
 #include <atomic>
-#include <cstring>
 
 namespace {
 std::atomic<long long> g_host_reads{0};
 std::atomic<bool> g_counter_installed{false};
 
-bool is_host_read(const char* name) {
-  return std::strcmp(name, "aten::_local_scalar_dense") == 0 ||
-         std::strcmp(name, "aten::is_nonzero") == 0 || std::strcmp(name, "aten::equal") == 0;
-}
 }  // namespace
 
 extern "C" {
@@ -123,7 +120,7 @@ int mr_host_read_counter_install(char** err) {
     at::addGlobalCallback(at::RecordFunctionCallback(
                               [](const at::RecordFunction& fn)
                                   -> std::unique_ptr<at::ObserverContext> {
-                                if (is_host_read(fn.name())) g_host_reads.fetch_add(1);
+                                if (mr::is_host_value_read(fn.name())) g_host_reads.fetch_add(1);
                                 return nullptr;
                               })
                               .scopes({at::RecordScope::FUNCTION}));

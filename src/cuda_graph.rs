@@ -493,6 +493,13 @@ mod tests {
         assert!(msg.contains("cannot be captured in a CUDA graph"), "{msg}");
         assert!(msg.contains("aten::item"), "{msg}");
         assert!(msg.contains("methods.cuda_graph = false"), "{msg}");
+        // a comparison answered on the host
+        let msg = capture_error(&mut |ins| {
+            let _ = ins[0].equal(&ins[0]);
+            Ok(vec![ins[0].shallow_clone()])
+        })
+        .expect("refused");
+        assert!(msg.contains("aten::equal"), "{msg}");
         // an output sized from the data, also nested in another op (boolean-mask indexing)
         let msg = capture_error(&mut |ins| Ok(vec![ins[0].nonzero()])).expect("refused");
         assert!(msg.contains("aten::nonzero"), "{msg}");
