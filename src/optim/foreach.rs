@@ -236,13 +236,7 @@ pub fn zero_(xs: &[Tensor]) -> Result<()> {
 pub fn zero_unless_(xs: &[Tensor], keep: &Tensor) -> Result<()> {
     let mut widths: Vec<(tch::Kind, Vec<Tensor>)> = Vec::new();
     for x in xs {
-        let int = match x.f_kind()?.elt_size_in_bytes() {
-            1 => tch::Kind::Int8,
-            2 => tch::Kind::Int16,
-            4 => tch::Kind::Int,
-            8 => tch::Kind::Int64,
-            n => bail!("foreach zero_unless: no integer type of {n} bytes"),
-        };
+        let int = same_width_int(x.f_kind()?)?;
         let view = x.f_view_dtype(int)?;
         match widths.iter_mut().find(|(k, _)| *k == int) {
             Some((_, views)) => views.push(view),
@@ -253,6 +247,17 @@ pub fn zero_unless_(xs: &[Tensor], keep: &Tensor) -> Result<()> {
         mul_tensor_(views, &keep.f_to_kind(*int)?)?;
     }
     Ok(())
+}
+
+/// The integer type as wide as `kind`'s elements (for viewing a tensor's bits).
+fn same_width_int(kind: tch::Kind) -> Result<tch::Kind> {
+    Ok(match kind.elt_size_in_bytes() {
+        1 => tch::Kind::Int8,
+        2 => tch::Kind::Int16,
+        4 => tch::Kind::Int,
+        8 => tch::Kind::Int64,
+        n => bail!("foreach zero_unless: no integer type of {n} bytes"),
+    })
 }
 
 /// libtorch's fused SGD kernel (`torch.optim.SGD(fused=True)`): `g = grad + wd*w`;
@@ -494,11 +499,7 @@ mod tests {
                 .collect()
         };
         let bits = |t: &Tensor| {
-            let int = match t.kind().elt_size_in_bytes() {
-                2 => Kind::Int16,
-                8 => Kind::Int64,
-                _ => Kind::Int,
-            };
+            let int = same_width_int(t.kind()).unwrap();
             Vec::<i64>::try_from(t.view_dtype(int).to_kind(Kind::Int64)).unwrap()
         };
         let xs = make();
