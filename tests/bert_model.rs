@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::rng::{rng_turn, seeded};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,6 +72,7 @@ fn tiny() -> BertConfig {
 
 #[test]
 fn parameter_count_matches_reference() {
+    let _turn = rng_turn();
     // Ours, built for real, at BERT-Large (padded vocabulary, as NVIDIA trains it) and tiny.
     let large = BertConfig {
         vocab_size: 30528,
@@ -99,7 +101,7 @@ fn parameter_count_matches_reference() {
     assert_eq!(BertConfig::large().param_count(), 336_226_108);
 }
 
-/// Inputs with padding: sequence k has `len - 3k` real tokens.
+/// Inputs with padding: sequence k has `len - 3k` real tokens. The caller holds the rng turn.
 fn inputs(c: &BertConfig, b: i64, s: i64) -> (Tensor, Tensor, Tensor) {
     tch::manual_seed(3);
     let lengths: Vec<i64> = (0..b).map(|k| s - 3 * k).collect();
@@ -122,6 +124,7 @@ fn converted_checkpoint_forward_matches_pytorch() {
     let Some(python) = torch_python("converted_checkpoint_forward_matches_pytorch") else {
         return;
     };
+    let _turn = rng_turn();
     let dir = tempfile::tempdir().unwrap();
     let c = tiny();
     let ckpt = dir.path().join("ref.pt");
@@ -245,6 +248,7 @@ fn converted_checkpoint_forward_matches_pytorch() {
 
 #[test]
 fn loading_reports_missing_and_misshaped_tensors() {
+    let _turn = rng_turn();
     let dir = tempfile::tempdir().unwrap();
     let c = tiny();
     let vs = nn::VarStore::new(Device::Cpu);
@@ -291,7 +295,7 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
         attention_dropout: 0.0,
         ..tiny()
     };
-    tch::manual_seed(11);
+    let _turn = seeded(11);
     let vs = nn::VarStore::new(Device::Cpu);
     let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
     let (ids, seg, mask) = inputs(&c, 3, 16);

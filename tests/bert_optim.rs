@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::rng::seeded;
 use mlperf_run::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use std::path::PathBuf;
 use std::process::Command;
@@ -15,7 +16,7 @@ const STEPS: usize = 6;
 fn run(trust_ratio: bool) -> Option<f64> {
     let py = common::oracle("lamb_matches_pytorch")?;
     let dir = tempfile::tempdir().unwrap();
-    tch::manual_seed(11);
+    let _turn = seeded(11);
     let shapes: [(&str, &[i64]); 5] = [
         ("enc.dense.weight", &[8, 6]),
         ("enc.dense.bias", &[8]),

@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::rng::rng_turn;
 use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::train::bert::{BertRunConfig, BertWorkload};
 use mlperf_run::train::config::{Division, ResnetRunConfig};
@@ -17,9 +18,6 @@ use mlperf_run::train::engine::{run_once, RunOutcome, Status, Workload};
 use mlperf_run::train::resnet::{open_data, ResnetWorkload};
 use std::path::{Path, PathBuf};
 use tch::Tensor;
-
-/// libtorch's random generator is process-wide: runs compared bit for bit take turns.
-static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn preset(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -79,7 +77,7 @@ fn resnet_run(
 
 #[test]
 fn resnet_step_through_the_graph_twin_trains_bit_identically() {
-    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = rng_turn();
     let cfg = resnet_config();
     let dir = tempfile::tempdir().unwrap();
     let (eager, we) = resnet_run(&cfg, None, &dir.path().join("eager.txt"));
@@ -141,7 +139,7 @@ fn bert_run(
 /// The tiny BERT with dropout on (its random numbers must come out the same), 2 micro-batches,
 /// 40 steps, with `methods` changed by `set`, eagerly and through the twin: bit-identical.
 fn bert_twin_matches_eager(what: &str, set: impl Fn(&mut BertRunConfig)) {
-    let _turn = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = rng_turn();
     let mut cfg =
         BertRunConfig::load(&preset("configs/bert/tiny_cpu.toml"), Division::Open).unwrap();
     cfg.model.hidden_dropout = 0.1;

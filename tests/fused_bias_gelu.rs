@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::rng::rng_turn;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
@@ -27,7 +28,8 @@ struct Inputs {
 }
 
 impl Inputs {
-    /// x `lead + [k]`, W1 `[n, k]`, b1 `[n]`, W2 `[o, n]`.
+    /// x `lead + [k]`, W1 `[n, k]`, b1 `[n]`, W2 `[o, n]`, drawn from `seed` (the caller holds
+    /// the rng turn).
     fn new(lead: &[i64], k: i64, n: i64, o: i64, seed: i64) -> Inputs {
         tch::manual_seed(seed);
         let f = (Kind::Float, Device::Cpu);
@@ -92,6 +94,7 @@ fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
 
 #[test]
 fn composite_matches_linear_and_tanh_gelu_bit_for_bit() {
+    let _turn = rng_turn();
     // [tokens, K] as unpadded BERT, [B, S, K] as a batch, a single row, and sizes that are not
     // multiples of 8
     for (lead, k, n, o) in [
@@ -117,6 +120,7 @@ fn composite_matches_linear_and_tanh_gelu_bit_for_bit() {
 
 #[test]
 fn bf16_autocast_matches_unfused_bit_for_bit() {
+    let _turn = rng_turn();
     let i = Inputs::new(&[4, 12], 32, 48, 32, 5);
     let under = |f: &dyn Fn() -> Tensor| {
         let _ac = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
@@ -135,6 +139,7 @@ fn bf16_autocast_matches_unfused_bit_for_bit() {
 
 #[test]
 fn it_differs_from_berts_erf_gelu_by_the_approximation_only() {
+    let _turn = rng_turn();
     let i = Inputs::new(&[64], 32, 64, 32, 9);
     let erf = i.run(i.unfused("none"));
     let fused = i.run(i.fused(GeluPath::Auto));
@@ -151,6 +156,7 @@ fn it_differs_from_berts_erf_gelu_by_the_approximation_only() {
 
 #[test]
 fn bad_inputs_are_clean_errors() {
+    let _turn = rng_turn();
     let i = Inputs::new(&[8], 16, 24, 16, 1);
     let f = (Kind::Float, Device::Cpu);
     let err = |w1: &Tensor, b1: &Tensor, w2: &Tensor, path: GeluPath| {
@@ -256,6 +262,7 @@ fn train_tiny(fused: bool, epilogues: bool, unpad: bool, bf16: bool, steps: usiz
 
 #[test]
 fn tiny_bert_learns_with_the_switch_on_as_with_it_off() {
+    let _turn = rng_turn();
     // alone (plain output bias + dropout + LayerNorm after the op) and with the fused epilogues
     // (the output bias goes into the epilogue op)
     for (epilogues, unpad, bf16) in [

@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::rng::rng_turn;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::methods::fused_bn_relu::{
     bn_add_relu, counts, cudnn_compiled, cudnn_probe, f_bn_add_relu,
@@ -23,13 +24,6 @@ use tch::{Device, Kind, Tensor};
 
 const MOMENTUM: f64 = 0.1;
 const EPS: f64 = 1e-5;
-
-/// libtorch's random generator is process-wide: runs compared bit for bit take turns.
-static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A BN with random affine parameters and non-trivial running statistics.
 fn make_bn(vs: &nn::VarStore, c: i64, seed: i64) -> nn::BatchNorm {
@@ -153,7 +147,7 @@ fn inputs(
 
 #[test]
 fn fp32_fused_op_is_bit_identical_to_the_unfused_chain() {
-    let _turn = turn();
+    let _turn = rng_turn();
     tch::manual_seed(1);
     let (cudnn_before, composite_before) = counts();
     let mut cases = 0;
@@ -197,7 +191,7 @@ fn fp32_fused_op_is_bit_identical_to_the_unfused_chain() {
 
 #[test]
 fn fused_op_under_bf16_autocast_runs_and_stays_within_bf16_rounding() {
-    let _turn = turn();
+    let _turn = rng_turn();
     tch::manual_seed(2);
     for &residual in &[false, true] {
         for &train in &[true, false] {
@@ -244,7 +238,7 @@ fn fused_op_under_bf16_autocast_runs_and_stays_within_bf16_rounding() {
 
 #[test]
 fn shim_errors_come_back_as_messages() {
-    let _turn = turn();
+    let _turn = rng_turn();
     let vs = nn::VarStore::new(Device::Cpu);
     let bn = make_bn(&vs, 8, 3);
     let x = Tensor::randn([2, 8, 4, 4], (Kind::Float, Device::Cpu));
@@ -298,7 +292,7 @@ fn assert_same_state(what: &str, a: &[Tensor], b: &[Tensor]) {
 /// a log both checkers accept.
 #[test]
 fn tiny_open_run_trains_bit_identically_and_passes_the_checkers() {
-    let _turn = turn();
+    let _turn = rng_turn();
     let plain = ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_open.toml"), Division::Open)
         .unwrap();
     assert!(!plain.methods.fused_bn_relu);
@@ -332,7 +326,7 @@ fn tiny_open_run_trains_bit_identically_and_passes_the_checkers() {
 /// 2 micro-batches per step) trains as the plain eager step does.
 #[test]
 fn composes_with_the_cuda_graph_twin() {
-    let _turn = turn();
+    let _turn = rng_turn();
     let mut plain =
         ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_open.toml"), Division::Open)
             .unwrap();
@@ -382,7 +376,7 @@ fn the_closed_division_refuses_it() {
 /// same with and without it (the op tests cover training).
 #[test]
 fn resnet_with_the_switch_has_the_same_parameters_and_output() {
-    let _turn = turn();
+    let _turn = rng_turn();
     use mlperf_run::models::resnet::{build, ResnetSpec};
     let spec = ResnetSpec {
         classes: 5,

@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::rng::{rng_turn, seeded};
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::fused_epilogue::{
@@ -18,13 +19,6 @@ use mlperf_run::models::fused_epilogue::{
 };
 use std::path::PathBuf;
 use tch::{nn, Device, Kind, Tensor};
-
-/// libtorch's random generator is process-wide: comparisons that reseed it take turns.
-static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    RNG.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The op's inputs as leaves that require grad.
 struct Inputs {
@@ -125,7 +119,7 @@ fn max_rel(a: &Tensor, b: &Tensor) -> f64 {
 /// Fused (composite) vs unfused on one shape, with a fixed seed before each: outputs, the six
 /// gradients and the RNG state after them all bit-identical.
 fn compare(rows: i64, p: f64, train: bool) {
-    let _turn = lock();
+    let _turn = rng_turn();
     let what = format!("rows {rows} p {p} train {train}");
     let i = Inputs::new(rows, 24, 32, 7);
     tch::manual_seed(11);
@@ -166,7 +160,7 @@ fn unpadded_tokens_match_unfused_bit_for_bit() {
 
 #[test]
 fn bf16_autocast_matches_unfused_bit_for_bit() {
-    let _turn = lock();
+    let _turn = rng_turn();
     for (p, train) in [(0.1, true), (0.0, false)] {
         let what = format!("bf16 autocast p {p} train {train}");
         let i = Inputs::new(40, 24, 32, 3);
@@ -192,7 +186,7 @@ fn bf16_autocast_matches_unfused_bit_for_bit() {
 
 #[test]
 fn a_given_mask_is_exactly_the_unfused_dropout_with_that_mask() {
-    let _turn = lock();
+    let _turn = rng_turn();
     let p = 0.25;
     let i = Inputs::new(30, 24, 32, 9);
     let mask = Tensor::rand([30, 32], (Kind::Float, Device::Cpu))
@@ -222,7 +216,7 @@ fn separate_bias_matches_within_rounding() {
     // The kernel path's form: h = x W^T without bias, the bias added inside the op. On the CPU
     // the composite adds it after the matmul instead of inside addmm: equal up to fp32 rounding
     // (a relative 1e-5 on outputs and gradients).
-    let _turn = lock();
+    let _turn = rng_turn();
     let i = Inputs::new(33, 24, 32, 13);
     for (p, train) in [(0.1, true), (0.0, false)] {
         tch::manual_seed(17);
@@ -242,7 +236,7 @@ fn separate_bias_matches_within_rounding() {
 fn a_single_row_without_batch_dimension_gets_a_bias_gradient_of_its_shape() {
     // h [H] (1-d): the bias gradient is d h itself, not a sum over every dimension
     let f = (Kind::Float, Device::Cpu);
-    tch::manual_seed(3);
+    let _turn = seeded(3);
     let h = Tensor::randn([32], f).set_requires_grad(true);
     let b = Tensor::randn([32], f).set_requires_grad(true);
     let r = Tensor::randn([32], f).set_requires_grad(true);
@@ -275,6 +269,7 @@ fn a_single_row_without_batch_dimension_gets_a_bias_gradient_of_its_shape() {
 
 #[test]
 fn bad_inputs_are_clean_errors() {
+    let _turn = rng_turn();
     let i = Inputs::new(8, 24, 32, 1);
     let wrong = Tensor::zeros([8, 31], (Kind::Float, Device::Cpu));
     let mut e = epilogue(&i, 0.1, true, None);
@@ -366,7 +361,7 @@ fn train_tiny(fused: bool, unpad: bool, bf16: bool) -> (Vec<f64>, Vec<(String, T
 
 #[test]
 fn tiny_bert_trains_identically_with_the_switch_on_and_off() {
-    let _turn = lock();
+    let _turn = rng_turn();
     for (unpad, bf16) in [(false, false), (true, false), (false, true), (true, true)] {
         let what = format!("unpad {unpad} bf16 {bf16}");
         let (la, pa) = train_tiny(false, unpad, bf16);

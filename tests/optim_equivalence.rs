@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::rng::seeded;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::optim::lars::{Lars, LarsConfig};
 use mlperf_run::optim::loss::cross_entropy_smoothed;
@@ -38,13 +39,11 @@ fn python() -> Option<PathBuf> {
 
 fn run_case(case: &Case) {
     let Some(py) = python() else { return };
-    // The cases run on parallel test threads and share libtorch's global generator: without the
-    // lock their draws interleave and each case trains on other data than seed 7's (fp16 cases
-    // then may not overflow as the coverage check below needs, or hit a rounding pattern that
-    // this tolerance was not chosen for). Nothing after the draws uses the generator.
-    static SEEDED_DRAWS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let draws = SEEDED_DRAWS.lock().unwrap_or_else(|e| e.into_inner());
-    tch::manual_seed(7);
+    // Without the turn, cases on parallel test threads interleave their draws and each trains on
+    // other data than seed 7's (fp16 cases then may not overflow as the coverage check below
+    // needs, or hit a rounding pattern that this tolerance was not chosen for). Nothing after
+    // the draws uses the generator.
+    let draws = seeded(7);
     let vs = VarStore::new(Device::Cpu);
     let root = vs.root();
     let (n, d, h, k) = (32i64, 8i64, 16i64, 4i64);

@@ -1,6 +1,9 @@
 //! ResNet-50 v1.5 has exactly torchvision's 25,557,032 parameters at 1000 classes.
 #![cfg(feature = "torch")]
 
+mod common;
+
+use common::rng::{rng_turn, seeded};
 use mlperf_run::models::parameter_count;
 use mlperf_run::models::resnet::{build, ResnetSpec};
 use tch::nn::ModuleT;
@@ -8,6 +11,7 @@ use tch::{Device, Kind, Tensor};
 
 #[test]
 fn resnet50_has_25_557_032_parameters() {
+    let _turn = rng_turn();
     let (vs, _) = build(&ResnetSpec::resnet50(1000), Device::Cpu);
     assert_eq!(parameter_count(&vs), 25_557_032);
     // 1001 classes (the MLPerf reference's extra background class) adds one row of fc
@@ -38,6 +42,7 @@ fn resnet50_has_25_557_032_parameters() {
 
 #[test]
 fn tiny_resnet_forward_shapes_and_zero_init() {
+    let _turn = rng_turn();
     let spec = ResnetSpec {
         classes: 10,
         width: 8,
@@ -58,7 +63,7 @@ fn tiny_resnet_forward_shapes_and_zero_init() {
 
 #[test]
 fn channels_last_gives_the_same_output() {
-    tch::manual_seed(3);
+    let _turn = seeded(3);
     let spec = ResnetSpec {
         classes: 5,
         width: 8,

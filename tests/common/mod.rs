@@ -8,6 +8,8 @@ pub mod dist;
 pub mod emitter_logs;
 pub mod official;
 #[cfg(feature = "torch")]
+pub mod rng;
+#[cfg(feature = "torch")]
 pub mod tensors;
 #[cfg(feature = "torch")]
 pub mod train;
