@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::rng::rng_turn;
+use common::rng::{rng_turn, seeded};
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::methods::fused_bn_relu::{
     bn_add_relu, counts, cudnn_compiled, cudnn_probe, f_bn_add_relu,
@@ -147,8 +147,7 @@ fn inputs(
 
 #[test]
 fn fp32_fused_op_is_bit_identical_to_the_unfused_chain() {
-    let _turn = rng_turn();
-    tch::manual_seed(1);
+    let _turn = seeded(1);
     let (cudnn_before, composite_before) = counts();
     let mut cases = 0;
     for &channels_last in &[false, true] {
@@ -191,8 +190,7 @@ fn fp32_fused_op_is_bit_identical_to_the_unfused_chain() {
 
 #[test]
 fn fused_op_under_bf16_autocast_runs_and_stays_within_bf16_rounding() {
-    let _turn = rng_turn();
-    tch::manual_seed(2);
+    let _turn = seeded(2);
     for &residual in &[false, true] {
         for &train in &[true, false] {
             let what = format!("bf16 residual={residual} train={train}");
