@@ -16,7 +16,11 @@
 //   ships libnvrtc; no nvcc needed) on first use and launched through the driver API, both
 //   dlopen'ed: no link-time dependency on libcuda or libnvrtc. The dropout mask comes from ATen's
 //   bernoulli_ on the device (philox offsets are advanced under CUDA graph capture), never from a
-//   seed passed to our kernel, so a captured graph draws a new mask every replay.
+//   seed passed to our kernel, so a captured graph draws a new mask every replay. The kernels'
+//   source is shim/fused_epilogue.cu.
+// - the same kernels on the CPU (mode 3, tests): CPU tensors go through the same host code, and
+//   the launches run on the emulator of CUDA's execution model (fused_epilogue_emu.cpp), so the
+//   kernels' math and the host code's launch arguments are checked without a GPU.
 //
 // Conventions as in foreach.cpp: tensors cross as tch's C_tensor (at::Tensor*), new tensors come
 // back as `new at::Tensor`, and no C++ exception crosses the boundary (error.hpp).
@@ -26,6 +30,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.hpp"
+#include "fused_epilogue_emu.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -45,145 +50,10 @@ namespace {
 
 constexpr const char* kWhat = "fused epilogue shim";
 
-// ---- the CUDA source (compiled by NVRTC; also by tests on the CPU) --------------------------
-// No #include: NVRTC has no CUDA headers here. bf16 and fp16 are handled as raw 16-bit words
-// (bf16 by bit shifts with round-to-nearest-even, fp16 by the PTX cvt instructions). The prelude
-// that mr_fe_source prepends defines HT (h, d h), RT (residual, d residual) and OT (y, d y) as
-// one of F32 / BF16 / F16. Statistics, s and all arithmetic are fp32, as native_layer_norm keeps
-// mean and rstd.
-const char* kKernelSource = R"CUDA(
-typedef unsigned short u16;
-struct F32 {
-  typedef float T;
-  static __device__ __forceinline__ float load(float v) { return v; }
-  static __device__ __forceinline__ float store(float f) { return f; }
-};
-struct BF16 {
-  typedef u16 T;
-  static __device__ __forceinline__ float load(u16 v) { return __uint_as_float(((unsigned)v) << 16); }
-  static __device__ __forceinline__ u16 store(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0;  // NaN stays a (quiet) NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                          // round to nearest even
-    return (u16)(u >> 16);
-  }
-};
-struct F16 {
-  typedef u16 T;
-  static __device__ __forceinline__ float load(u16 v) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-  }
-  static __device__ __forceinline__ u16 store(float f) {
-    u16 v;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f));
-    return v;
-  }
-};
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// `buf` holds 33 floats; the trailing __syncthreads lets the caller reuse it at once.
-__device__ __forceinline__ float block_sum(float v, float* buf) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
-  if (lane == 0) buf[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < nwarps ? buf[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
-    if (lane == 0) buf[32] = w;
-  }
-  __syncthreads();
-  float r = buf[32];
-  __syncthreads();
-  return r;
-}
-
-// One block per row. s = res + (mask ? (h + bias) * scale : 0) (no mask: h + bias), written to
-// `s` for the backward; mean and variance in two passes over s (the second pass re-reads the
-// thread's own writes, which stay in L1/L2 for rows of a few KB).
-extern "C" __global__ void mr_fe_forward(const HT::T* __restrict__ h, const float* __restrict__ bias,
-                                         const unsigned char* __restrict__ mask, float scale,
-                                         const RT::T* __restrict__ res, const float* __restrict__ gamma,
-                                         const float* __restrict__ beta, float eps, int cols,
-                                         OT::T* __restrict__ y, float* __restrict__ s,
-                                         float* __restrict__ mean_out, float* __restrict__ rstd_out) {
-  __shared__ float buf[33];
-  const long long base = (long long)blockIdx.x * cols;
-  float sum = 0.f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    float v = HT::load(h[base + c]);
-    if (bias) v += bias[c];
-    if (mask) v = mask[base + c] ? v * scale : 0.f;
-    v += RT::load(res[base + c]);
-    s[base + c] = v;
-    sum += v;
-  }
-  const float mean = block_sum(sum, buf) / cols;
-  float sq = 0.f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    float d = s[base + c] - mean;
-    sq += d * d;
-  }
-  const float rstd = rsqrtf(block_sum(sq, buf) / cols + eps);
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    y[base + c] = OT::store((s[base + c] - mean) * rstd * gamma[c] + beta[c]);
-  }
-  if (threadIdx.x == 0) {
-    mean_out[blockIdx.x] = mean;
-    rstd_out[blockIdx.x] = rstd;
-  }
-}
-
-// One block per row: LayerNorm's input gradient ds = rstd * (g - mean(g) - xhat * mean(g xhat)),
-// g = dy * gamma, then d residual = ds and d h = mask ? ds * scale : 0 (no mask: ds).
-extern "C" __global__ void mr_fe_backward(const OT::T* __restrict__ dy, const float* __restrict__ s,
-                                          const float* __restrict__ mean, const float* __restrict__ rstd,
-                                          const float* __restrict__ gamma,
-                                          const unsigned char* __restrict__ mask, float scale, int cols,
-                                          HT::T* __restrict__ dh, RT::T* __restrict__ dres) {
-  __shared__ float buf[33];
-  const long long base = (long long)blockIdx.x * cols;
-  const float m = mean[blockIdx.x], r = rstd[blockIdx.x];
-  float sg = 0.f, sgx = 0.f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    float g = OT::load(dy[base + c]) * gamma[c];
-    sg += g;
-    sgx += g * (s[base + c] - m) * r;
-  }
-  const float mg = block_sum(sg, buf) / cols;
-  const float mgx = block_sum(sgx, buf) / cols;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    float g = OT::load(dy[base + c]) * gamma[c];
-    float ds = r * (g - mg - (s[base + c] - m) * r * mgx);
-    if (dres) dres[base + c] = RT::store(ds);
-    float d = mask ? (mask[base + c] ? ds * scale : 0.f) : ds;
-    dh[base + c] = HT::store(d);
-  }
-}
-
-// d gamma and d beta partial column sums: thread = column, blockIdx.y = a chunk of rows; the
-// caller sums the [chunks, cols] partials with ATen. Reads are coalesced along the row.
-extern "C" __global__ void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restrict__ s,
-                                        const float* __restrict__ mean, const float* __restrict__ rstd,
-                                        int rows, int cols, int rows_per_chunk,
-                                        float* __restrict__ part_gamma, float* __restrict__ part_beta) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  const int r0 = blockIdx.y * rows_per_chunk;
-  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float dg = 0.f, db = 0.f;
-  for (int r = r0; r < r1; ++r) {
-    const long long i = (long long)r * cols + c;
-    float d = OT::load(dy[i]);
-    dg += d * (s[i] - mean[r]) * rstd[r];
-    db += d;
-  }
-  part_gamma[(long long)blockIdx.y * cols + c] = dg;
-  part_beta[(long long)blockIdx.y * cols + c] = db;
-}
-)CUDA";
+// ---- the CUDA source: shim/fused_epilogue.cu, as a string ----------------------------------
+const char* kKernelSource =
+#include "fused_epilogue_cu.inc"
+    ;
 
 // dtype codes shared with Rust (src/models/fused_epilogue.rs): 0 fp32, 1 bf16, 2 fp16
 const char* type_name(int code) {
@@ -206,8 +76,10 @@ const char* type_name(int code) {
 
 std::string source_for(int ht, int rt, int ot) {
   TORCH_CHECK(type_name(ht) && type_name(rt) && type_name(ot), "fused epilogue: bad dtype code");
-  return std::string("#define HT ") + type_name(ht) + "\n#define RT " + type_name(rt) +
-         "\n#define OT " + type_name(ot) + "\n" + kKernelSource;
+  // `#line`: NVRTC's messages name the lines of shim/fused_epilogue.cu
+  return std::string("#define MR_KERNEL extern \"C\" __global__\n#define HT ") + type_name(ht) +
+         "\n#define RT " + type_name(rt) + "\n#define OT " + type_name(ot) +
+         "\n#line 1 \"shim/fused_epilogue.cu\"\n" + kKernelSource;
 }
 
 // ---- NVRTC, dlopen'ed -----------------------------------------------------------------------
@@ -354,7 +226,8 @@ std::string g_status_msg;
 }
 
 bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
-                   const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type);
+                   const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type,
+                   int mode);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
     const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
     const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask, double scale,
@@ -509,7 +382,8 @@ const at::Tensor& need(const at::Tensor* t, const char* name) {
 
 at::Tensor opt(const at::Tensor* t) { return t != nullptr ? *t : at::Tensor(); }
 
-// mode: 0 auto (the kernel where usable), 1 composite, 2 kernel or an error.
+// mode: 0 auto (the GPU kernels where usable), 1 composite, 2 the GPU kernels or an error,
+// 3 the kernels on the CPU emulator or an error (tests).
 at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
                   const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask,
                   double p, bool train, double eps, int mode, int* used_kernel) {
@@ -524,14 +398,20 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
   const bool out_fp32 = at::autocast::is_autocast_enabled(h.device().type());
   const at::ScalarType out_type =
       out_fp32 ? at::kFloat : at::promote_types(h.scalar_type(), residual.scalar_type());
+  TORCH_CHECK(mode >= 0 && mode <= 3, "fused epilogue: unknown path mode ", mode);
   bool use_kernel = false;
   if (mode != 1) {
-    use_kernel = kernel_usable(h, bias, residual, gamma, beta, out_type);
+    use_kernel = kernel_usable(h, bias, residual, gamma, beta, out_type, mode);
     TORCH_CHECK(use_kernel || mode != 2,
                 "fused epilogue: the CUDA kernel path is not usable for these tensors (h ",
                 h.scalar_type(), " on ", h.device(), ", residual ", residual.scalar_type(),
                 ", gamma ", gamma.scalar_type(), ")",
                 g_status.load() < 0 ? ": " + g_status_msg : std::string());
+    TORCH_CHECK(use_kernel || mode != 3,
+                "fused epilogue: the emulated kernel path is not usable for these tensors (h ",
+                h.scalar_type(), " on ", h.device(), ", residual ", residual.scalar_type(),
+                ", gamma ", gamma.scalar_type(),
+                "): it takes CPU tensors, fp32, bf16 or fp16, with fp32 LayerNorm parameters");
   }
   if (used_kernel) *used_kernel = use_kernel ? 1 : 0;
   auto some = [](const at::Tensor& t) {
@@ -544,7 +424,7 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
 
 }  // namespace
 
-// ---- the CUDA kernel path -------------------------------------------------------------------
+// ---- the GPU side of the kernel path: NVRTC module, driver-API launch ------------------------
 #ifdef MLPERF_RUN_CUDA
 
 #include <c10/core/DeviceGuard.h>
@@ -666,7 +546,6 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
   return nullptr;
 }
 
-constexpr unsigned kThreads = 256;
 
 // A driver-API launch needs a current context in the calling thread; the autograd engine's
 // device threads normally have the runtime's primary context current already (their ATen kernels
@@ -682,7 +561,7 @@ void ensure_context(int device) {
   cu_check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
-void launch(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args, int device) {
+void launch_function(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args, int device) {
   // the tensors' device current (and its primary context bound) for the driver-API launch
   c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
   ensure_context(device);
@@ -692,16 +571,67 @@ void launch(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** arg
            "cuLaunchKernel (fused epilogue)");
 }
 
-const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+bool cuda_kernels_ready(int device, int ht, int rt, int ot) {
+  return g_status.load() >= 0 && kernels_for(device, ht, rt, ot) != nullptr;
+}
+
+void cuda_launch(int device, int ht, int rt, int ot, mr::fe_emu::Kernel which, unsigned gx,
+                 unsigned gy, unsigned threads, void** args) {
+  const Kernels* k = kernels_for(device, ht, rt, ot);
+  TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded (dtype codes ", ht,
+              ", ", rt, ", ", ot, ")");
+  const CUfunction f = which == mr::fe_emu::kForward    ? k->fwd
+                       : which == mr::fe_emu::kBackward ? k->bwd
+                                                        : k->colsum;
+  launch_function(f, gx, gy, threads, args, device);
+}
 
 }  // namespace
 
+#else  // no CUDA headers at build time: no GPU kernel path
+
+namespace {
+bool cuda_kernels_ready(int, int, int, int) { return false; }
+void cuda_launch(int, int, int, int, mr::fe_emu::Kernel, unsigned, unsigned, unsigned, void**) {
+  TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
+}
+}  // namespace
+
+#endif
+
+// ---- the kernel path, on a GPU or on the CPU emulator ---------------------------------------
 namespace {
 
+constexpr unsigned kThreads = 256;
+
+// Whether the kernels for (ht, rt, ot) can run on `device`: on a GPU once NVRTC compiled them
+// and the driver loaded them (the first call does it), on the CPU always (the emulator).
+bool kernels_ready(const at::Device& device, int ht, int rt, int ot) {
+  if (device.is_cpu()) return true;
+  return device.is_cuda() && cuda_kernels_ready(device.index(), ht, rt, ot);
+}
+
+// Launches kernel `which` on a (gx, gy) grid of kThreads-thread blocks: on the GPU on the
+// device's current stream, on the CPU by the emulator. args: the driver API's argument array.
+void launch(const at::Device& device, int ht, int rt, int ot, mr::fe_emu::Kernel which,
+            unsigned gx, unsigned gy, void** args) {
+  if (device.is_cpu()) {
+    mr::fe_emu::launch(ht, rt, ot, which, gx, gy, kThreads, args);
+  } else {
+    cuda_launch(device.index(), ht, rt, ot, which, gx, gy, kThreads, args);
+  }
+}
+
+const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// mode as run_op's: CUDA tensors take the GPU kernels in modes 0 and 2, CPU tensors the
+// emulated ones in mode 3 only.
 bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
-                   const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type) {
-  if (!h.is_cuda() || h.numel() == 0 || g_status.load() < 0) return false;
+                   const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type,
+                   int mode) {
   const auto dev = h.device();
+  if (!(dev.is_cuda() ? mode == 0 || mode == 2 : dev.is_cpu() && mode == 3)) return false;
+  if (h.numel() == 0) return false;
   if (residual.device() != dev || !gamma.defined() || !beta.defined() ||
       gamma.device() != dev || beta.device() != dev || gamma.scalar_type() != at::kFloat ||
       beta.scalar_type() != at::kFloat || gamma.numel() != h.size(-1) ||
@@ -714,7 +644,7 @@ bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor
             ot = type_code(out_type);
   if (ht < 0 || rt < 0 || ot < 0) return false;
   if (h.size(-1) > INT32_MAX || h.numel() / h.size(-1) > INT32_MAX) return false;
-  return kernels_for(dev.index(), ht, rt, ot) != nullptr;
+  return kernels_ready(dev, ht, rt, ot);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
@@ -723,10 +653,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
     double eps, at::ScalarType out_type) {
   const int64_t cols = h_in.size(-1);
   const int64_t rows = h_in.numel() / cols;
-  const int device = h_in.device().index();
-  const Kernels* k = kernels_for(device, type_code(h_in.scalar_type()),
-                                 type_code(res_in.scalar_type()), type_code(out_type));
-  TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded");
+  const int ht = type_code(h_in.scalar_type()), rt = type_code(res_in.scalar_type()),
+            ot = type_code(out_type);
   at::Tensor h = h_in.contiguous(), res = res_in.contiguous(), gamma = gamma_in.contiguous(),
              beta = beta_in.contiguous();
   at::Tensor bias = bias_in.defined() ? bias_in.contiguous() : at::Tensor();
@@ -750,7 +678,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
   void* meanp = mean.data_ptr();
   void* rstdp = rstd.data_ptr();
   void* args[] = {&hp, &bp, &mp, &sc, &rp, &gp, &bep, &ep, &c, &yp, &sp, &meanp, &rstdp};
-  launch(k->fwd, static_cast<unsigned>(rows), 1, kThreads, args, device);
+  launch(h.device(), ht, rt, ot, mr::fe_emu::kForward, static_cast<unsigned>(rows), 1, args);
   return {y, s, mean, rstd};
 }
 
@@ -760,11 +688,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     at::ScalarType res_type, bool need_res) {
   const int64_t cols = s.size(-1);
   const int64_t rows = s.numel() / cols;
-  const int device = s.device().index();
-  const Kernels* k = kernels_for(device, type_code(h_type), type_code(res_type),
-                                 type_code(dy_in.scalar_type()));
-  TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded (backward, dy ",
-              dy_in.scalar_type(), ")");
+  const int ht = type_code(h_type), rt = type_code(res_type), ot = type_code(dy_in.scalar_type());
+  TORCH_CHECK(ot >= 0, "fused epilogue: no kernels for the output gradient's dtype ",
+              dy_in.scalar_type());
   at::Tensor dy = dy_in.contiguous();
   const at::Tensor g = gamma.contiguous();  // the saved parameter, as given to the forward
   at::Tensor dh = at::empty(s.sizes(), s.options().dtype(h_type));
@@ -781,7 +707,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     void* dhp = dh.data_ptr();
     void* drp = need_res ? dres.data_ptr() : nullptr;
     void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp};
-    launch(k->bwd, static_cast<unsigned>(rows), 1, kThreads, args, device);
+    launch(s.device(), ht, rt, ot, mr::fe_emu::kBackward, static_cast<unsigned>(rows), 1, args);
   }
   // d gamma, d beta: partial sums over chunks of (at least) 64 rows, then one ATen sum; the
   // chunk count stays within gridDim.y's 65,535
@@ -800,38 +726,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     void* pbp = part_b.data_ptr();
     void* args[] = {&dyp, &sp, &mp, &rp, &r, &c, &rpc, &pgp, &pbp};
     const unsigned gx = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
-    launch(k->colsum, gx, static_cast<unsigned>(chunks), kThreads, args, device);
+    launch(s.device(), ht, rt, ot, mr::fe_emu::kColsum, gx, static_cast<unsigned>(chunks), args);
   }
   return {dh, dres, part_g.sum(0), part_b.sum(0)};
 }
 
 }  // namespace
 
-#else  // no CUDA headers at build time: the composite path only
-
-namespace {
-bool kernel_usable(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                   const at::Tensor&, at::ScalarType) {
-  return false;
-}
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-    const at::Tensor&, double, double, at::ScalarType) {
-  TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
-}
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-    const at::Tensor&, double, at::ScalarType, at::ScalarType, bool) {
-  TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
-}
-}  // namespace
-
-#endif
 
 // The epilogue's arguments, shared by both entry points (mirrored by EpilogueArgs in
 // src/models/fused_epilogue.rs): residual, LayerNorm gamma / beta, an optional keep-mask (null:
 // a fresh draw), dropout p, train (0/1), LayerNorm eps, and the path mode: 0 auto (the kernel
-// where usable), 1 composite, 2 kernel (an error when unusable).
+// where usable), 1 composite, 2 kernel (an error when unusable), 3 the kernels on the CPU
+// emulator (tests; an error when unusable).
 struct MrFeEpilogue {
   const at::Tensor* residual;
   const at::Tensor* gamma;
@@ -879,8 +786,11 @@ int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const a
     const at::Tensor& xx = need(x, "x");
     const at::Tensor& ww = need(w, "weight");
     const at::Tensor bb = opt(b);
-    // the kernel path is only a candidate on CUDA while NVRTC has not failed; run_op decides
-    const bool candidate = args.mode != 1 && xx.is_cuda() && g_status.load() >= 0 && bb.defined();
+    // the kernel path is only a candidate on CUDA while NVRTC has not failed, or on the CPU
+    // emulator when asked for; run_op decides
+    const bool candidate =
+        bb.defined() && (args.mode == 3 ? xx.is_cpu()
+                                        : args.mode != 1 && xx.is_cuda() && g_status.load() >= 0);
     at::Tensor h = candidate ? at::linear(xx, ww) : at::linear(xx, ww, bb);
     *out = new at::Tensor(run_epilogue(h, candidate ? bb : at::Tensor(), args, used_kernel));
   });

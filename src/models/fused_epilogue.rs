@@ -12,7 +12,8 @@
 //!   mask comes from ATen's `bernoulli_` on the device, so CUDA graph replays draw new masks. The
 //!   math is the same; the rounding differs from the unfused ops (fp32 throughout inside the
 //!   kernel, no intermediate bf16 rounding). If NVRTC or the driver fails, one warning is logged
-//!   and the composite path runs.
+//!   and the composite path runs. The same kernels also run on the CPU, on an emulator of CUDA's
+//!   execution model ([`FusedPath::Emulated`]), so CI checks them without a GPU.
 //!
 //! Dtypes are those of the unfused ops: under autocast the output is fp32 (layer_norm's autocast
 //! policy); otherwise the promotion of `h` and `residual`.
@@ -73,6 +74,11 @@ pub enum FusedPath {
     Composite,
     /// The CUDA kernels, or an error saying why not (the GPU check).
     Kernel,
+    /// The CUDA kernels' source (`shim/fused_epilogue.cu`) run on CPU tensors by the shim's
+    /// emulator of CUDA's execution model (`shim/cuda_emu.hpp`), through the same host code and
+    /// launch arguments as on a GPU; an error for other tensors. Slow: for tests of the kernels
+    /// on machines without a GPU.
+    Emulated,
 }
 
 impl FusedPath {
@@ -81,6 +87,7 @@ impl FusedPath {
             FusedPath::Auto => 0,
             FusedPath::Composite => 1,
             FusedPath::Kernel => 2,
+            FusedPath::Emulated => 3,
         }
     }
 }

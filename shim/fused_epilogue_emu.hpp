@@ -1,0 +1,16 @@
+// The fused epilogue's CUDA kernels (shim/fused_epilogue.cu) run by the CPU emulator of CUDA's
+// execution model (shim/cuda_emu.hpp): the `FusedPath::Emulated` path of
+// src/models/fused_epilogue.rs, for tests of the kernels without a GPU.
+#pragma once
+
+namespace mr::fe_emu {
+
+enum Kernel : int { kForward = 0, kBackward = 1, kColsum = 2 };
+
+// Launches kernel `which` of the (ht, rt, ot) variant (dtype codes 0 fp32, 1 bf16, 2 fp16) on a
+// (gx, gy) grid of `threads`-thread blocks, with the driver API's argument array. Throws
+// c10::Error for an unknown variant or kernel.
+void launch(int ht, int rt, int ot, Kernel which, unsigned gx, unsigned gy, unsigned threads,
+            void* const* args);
+
+}  // namespace mr::fe_emu

@@ -1,0 +1,359 @@
+//! The fused epilogue's CUDA kernels (`shim/fused_epilogue.cu`: forward, backward and the
+//! d gamma / d beta column sums) run without a GPU: `FusedPath::Emulated` sends CPU tensors
+//! through the same host code as on a GPU (buffers, launch shapes, the driver API's argument
+//! arrays), and the launches run on the shim's emulator of CUDA's execution model
+//! (`shim/cuda_emu.hpp`: one fiber per CUDA thread, `__syncthreads` and warp shuffles as
+//! barriers, waiting threads resumed in a shuffled order).
+//!
+//! Every output and gradient is compared with an fp64 evaluation of the same math on the same
+//! (rounded) inputs: the error must stay within the rounding of the output's dtype. The
+//! composite (ATen) path is measured the same way, for scale. The shapes cover a row shorter
+//! than a block, a row longer than one (several elements per thread, a partly idle last pass)
+//! and more rows than one column-sum chunk (64) holds.
+#![cfg(feature = "torch")]
+
+mod common;
+
+use common::rng::seeded;
+use mlperf_run::amp::{Autocast, LowPrecision};
+use mlperf_run::models::fused_epilogue::{bias_dropout_add_ln, Epilogue, FusedPath};
+use tch::{Device, Kind, Tensor};
+
+const EPS: f64 = 1e-5;
+
+struct Case {
+    rows: i64,
+    cols: i64,
+    h: Kind,
+    residual: Kind,
+    /// bf16 autocast on around the op (the LayerNorm then returns fp32, as layer_norm's policy)
+    autocast: bool,
+    /// dropout p with a given mask (0: no dropout)
+    p: f64,
+    bias: bool,
+}
+
+impl Case {
+    fn name(&self) -> String {
+        format!(
+            "{}x{} h {:?} residual {:?}{} p {}{}",
+            self.rows,
+            self.cols,
+            self.h,
+            self.residual,
+            if self.autocast { " autocast" } else { "" },
+            self.p,
+            if self.bias { " bias" } else { "" }
+        )
+    }
+}
+
+/// The op's inputs, drawn once per case.
+struct Inputs {
+    h: Tensor,
+    bias: Option<Tensor>,
+    residual: Tensor,
+    gamma: Tensor,
+    beta: Tensor,
+    mask: Option<Tensor>,
+    /// d y, in y's dtype
+    dy: Tensor,
+}
+
+fn inputs(c: &Case, seed: i64) -> Inputs {
+    let _turn = seeded(seed);
+    let f = (Kind::Float, Device::Cpu);
+    let leaf = |t: Tensor| t.set_requires_grad(true);
+    let out_kind = if c.autocast {
+        Kind::Float
+    } else {
+        promote(c.h, c.residual)
+    };
+    Inputs {
+        h: leaf((Tensor::randn([c.rows, c.cols], f) * 2.0).to_kind(c.h)),
+        bias: c
+            .bias
+            .then(|| leaf(Tensor::randn([c.cols], f) * 0.5 + 0.25)),
+        residual: leaf((Tensor::randn([c.rows, c.cols], f) + 0.5).to_kind(c.residual)),
+        gamma: leaf(Tensor::randn([c.cols], f) * 0.3 + 1.0),
+        beta: leaf(Tensor::randn([c.cols], f) * 0.3),
+        mask: (c.p > 0.0).then(|| {
+            Tensor::rand([c.rows, c.cols], f)
+                .ge(c.p)
+                .to_kind(Kind::Float)
+        }),
+        dy: Tensor::randn([c.rows, c.cols], f).to_kind(out_kind),
+    }
+}
+
+fn promote(a: Kind, b: Kind) -> Kind {
+    if a == b {
+        a
+    } else {
+        Kind::Float
+    }
+}
+
+const NAMES: [&str; 6] = ["y", "d h", "d bias", "d residual", "d gamma", "d beta"];
+
+/// y and the gradients of h, bias, residual, gamma and beta (bias: an empty tensor when absent),
+/// and whether the kernel path ran.
+fn run(c: &Case, i: &Inputs, path: FusedPath) -> (Vec<Tensor>, bool) {
+    let leaves: Vec<&Tensor> = [&i.h, &i.residual, &i.gamma, &i.beta]
+        .into_iter()
+        .chain(i.bias.as_ref())
+        .collect();
+    for t in &leaves {
+        let mut g = t.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+    let e = Epilogue {
+        residual: &i.residual,
+        gamma: &i.gamma,
+        beta: &i.beta,
+        eps: EPS,
+        p: c.p,
+        train: c.p > 0.0,
+        mask: i.mask.as_ref(),
+        path,
+    };
+    let (y, kernel) = {
+        let _ac = c
+            .autocast
+            .then(|| Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap());
+        bias_dropout_add_ln(&i.h, i.bias.as_ref(), &e)
+            .unwrap_or_else(|err| panic!("{} {path:?}: {err:#}", c.name()))
+    };
+    assert_eq!(y.kind(), i.dy.kind(), "{} {path:?}: y's dtype", c.name());
+    (&y * &i.dy).sum(Kind::Float).backward();
+    let bias_grad = i.bias.as_ref().map_or_else(
+        || Tensor::zeros([0], (Kind::Float, Device::Cpu)),
+        Tensor::grad,
+    );
+    let out = vec![
+        y.detach(),
+        i.h.grad().copy(),
+        bias_grad.copy(),
+        i.residual.grad().copy(),
+        i.gamma.grad().copy(),
+        i.beta.grad().copy(),
+    ];
+    (out, kernel)
+}
+
+/// The same math in fp64 from the same inputs (as rounded to their dtypes).
+fn reference(c: &Case, i: &Inputs) -> Vec<Tensor> {
+    let d = |t: &Tensor| t.detach().to_kind(Kind::Double).set_requires_grad(true);
+    let (h, res, gamma, beta) = (d(&i.h), d(&i.residual), d(&i.gamma), d(&i.beta));
+    let bias = i.bias.as_ref().map(d);
+    let mut x = match &bias {
+        Some(b) => &h + b,
+        None => h.shallow_clone(),
+    };
+    if let Some(m) = &i.mask {
+        x = x * m.to_kind(Kind::Double) / (1.0 - c.p);
+    }
+    let y = (x + &res).layer_norm([c.cols], Some(&gamma), Some(&beta), EPS, false);
+    (&y * i.dy.to_kind(Kind::Double))
+        .sum(Kind::Double)
+        .backward();
+    let bias_grad = bias.as_ref().map_or_else(
+        || Tensor::zeros([0], (Kind::Double, Device::Cpu)),
+        Tensor::grad,
+    );
+    vec![
+        y.detach(),
+        h.grad(),
+        bias_grad,
+        res.grad(),
+        gamma.grad(),
+        beta.grad(),
+    ]
+}
+
+/// max |a - ref| / max |ref|
+fn rel_err(a: &Tensor, reference: &Tensor) -> f64 {
+    if reference.numel() == 0 {
+        return 0.0;
+    }
+    let a = a.to_kind(Kind::Double);
+    let scale = reference.abs().max().double_value(&[]).max(1e-30);
+    (a - reference).abs().max().double_value(&[]) / scale
+}
+
+/// The bound on rel_err for a result of dtype k: one unit in the last place at the largest
+/// magnitude for bf16 / fp16 (each element is within half of one of its own), and fp32's
+/// accumulated rounding.
+fn bound(k: Kind) -> f64 {
+    match k {
+        Kind::BFloat16 => 2f64.powi(-8),
+        Kind::Half => 2f64.powi(-11),
+        _ => 2e-5,
+    }
+}
+
+/// For a bf16 / fp16 result that the kernels round once from fp32 (y, d h, d residual): the
+/// largest error in units of the element's own last place, after allowing fp32's rounding
+/// (1e-6 of the largest value). Rounding to nearest keeps it at most 0.5; truncating would not.
+fn ulps(a: &Tensor, reference: &Tensor) -> Option<f64> {
+    let mantissa = match a.kind() {
+        Kind::BFloat16 => 7.0,
+        Kind::Half => 10.0,
+        _ => return None,
+    };
+    let min_exp = if a.kind() == Kind::Half {
+        -14.0
+    } else {
+        -126.0
+    };
+    let slack = 1e-6 * reference.abs().max().double_value(&[]);
+    let exp = reference
+        .abs()
+        .clamp_min(1e-300)
+        .log2()
+        .floor()
+        .clamp_min(min_exp);
+    let ulp = (exp - mantissa).exp2();
+    let err = (a.to_kind(Kind::Double) - reference).abs() - slack;
+    Some((err.clamp_min(0.0) / ulp).max().double_value(&[]))
+}
+
+fn check(c: &Case, seed: i64) {
+    let what = c.name();
+    let i = inputs(c, seed);
+    let reference = reference(c, &i);
+    let (kernel, ran) = run(c, &i, FusedPath::Emulated);
+    assert!(ran, "{what}: the emulated kernel path did not run");
+    let (composite, ran) = run(c, &i, FusedPath::Composite);
+    assert!(!ran, "{what}: the composite path reported the kernel");
+    for (n, name) in NAMES.iter().enumerate() {
+        assert_eq!(
+            kernel[n].kind(),
+            composite[n].kind(),
+            "{what}: {name} dtype"
+        );
+        assert_eq!(
+            kernel[n].size(),
+            composite[n].size(),
+            "{what}: {name} shape"
+        );
+        let (ek, ec) = (
+            rel_err(&kernel[n], &reference[n]),
+            rel_err(&composite[n], &reference[n]),
+        );
+        // d bias is the column sum of d h in h's dtype (rounded, summed, rounded again)
+        let limit = if *name == "d bias" {
+            2.0 * bound(c.h)
+        } else {
+            bound(kernel[n].kind())
+        };
+        eprintln!("{what}: {name}: kernel {ek:.2e}, composite {ec:.2e} (bound {limit:.1e})");
+        assert!(
+            ek.is_finite() && ek <= limit,
+            "{what}: {name}: the kernels' max error is {ek:e} of the largest value (bound \
+             {limit:e}; the composite path's: {ec:e})"
+        );
+        if ["y", "d h", "d residual"].contains(name) {
+            if let Some(u) = ulps(&kernel[n], &reference[n]) {
+                assert!(
+                    u <= 0.5,
+                    "{what}: {name}: {u:.2} units in the last place off (rounding to nearest \
+                     gives at most 0.5)"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_kernels_match_fp64_in_fp32_on_rows_shorter_and_longer_than_a_block() {
+    for (n, (rows, cols)) in [(3, 200), (2, 1030)].into_iter().enumerate() {
+        for (p, bias) in [(0.1, true), (0.0, false)] {
+            check(
+                &Case {
+                    rows,
+                    cols,
+                    h: Kind::Float,
+                    residual: Kind::Float,
+                    autocast: false,
+                    p,
+                    bias,
+                },
+                n as i64,
+            );
+        }
+    }
+}
+
+#[test]
+fn the_column_sums_cover_every_chunk_of_rows() {
+    // 130 rows: chunks of 64, 64 and 2 for d gamma / d beta
+    check(
+        &Case {
+            rows: 130,
+            cols: 40,
+            h: Kind::Float,
+            residual: Kind::Float,
+            autocast: false,
+            p: 0.2,
+            bias: true,
+        },
+        5,
+    );
+}
+
+#[test]
+fn the_kernels_match_fp64_in_bf16_and_fp16_and_under_autocast() {
+    let cases = [
+        // BERT under bf16 autocast: bf16 dense output, fp32 residual stream, fp32 out
+        (Kind::BFloat16, Kind::Float, true),
+        (Kind::BFloat16, Kind::BFloat16, true),
+        // pure low precision: the output in the inputs' dtype
+        (Kind::BFloat16, Kind::BFloat16, false),
+        (Kind::Half, Kind::Half, false),
+        (Kind::Half, Kind::Float, false),
+    ];
+    for (n, (h, residual, autocast)) in cases.into_iter().enumerate() {
+        check(
+            &Case {
+                rows: 4,
+                cols: 320,
+                h,
+                residual,
+                autocast,
+                p: 0.1,
+                bias: true,
+            },
+            10 + n as i64,
+        );
+    }
+}
+
+#[test]
+fn the_emulated_path_refuses_what_the_kernels_do_not_take() {
+    let _turn = seeded(1);
+    let f = (Kind::Double, Device::Cpu);
+    let h = Tensor::randn([2, 32], f);
+    let (gamma, beta) = (Tensor::ones([32], f), Tensor::zeros([32], f));
+    let e = Epilogue {
+        residual: &h,
+        gamma: &gamma,
+        beta: &beta,
+        eps: EPS,
+        p: 0.0,
+        train: false,
+        mask: None,
+        path: FusedPath::Emulated,
+    };
+    let msg = format!("{:#}", bias_dropout_add_ln(&h, None, &e).unwrap_err());
+    assert!(
+        msg.contains("emulated kernel path is not usable") && msg.contains("Double"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("Exception raised from"),
+        "C++ backtrace in: {msg}"
+    );
+}
