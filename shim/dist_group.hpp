@@ -43,8 +43,11 @@ int guarded(Group* g, char** err, F&& f) {
 // optimizer kernels wait for the host, not for the GPU) and (2) cannot be captured in a CUDA
 // graph (querying an event recorded during a capture is illegal). Anything that reads a
 // result on the host goes through a copy on the current stream, which orders after the wait.
-// A dead or stuck peer is caught by ProcessGroupNCCL's watchdog with the same timeout (the
-// group's options), which ends the process with its own message.
+// A dead or stuck peer in an eager collective is caught by ProcessGroupNCCL's watchdog with the
+// same timeout (the group's options), which ends the process with its own message. Collectives
+// replayed from a CUDA graph are not watched: ProcessGroupNCCL registers work with its watchdog
+// only outside a capture, so a peer that dies during replays leaves the others waiting until
+// the job's own time limit (a known gap of methods.cuda_graph with several processes).
 inline void wait_one(Group* g, const c10::intrusive_ptr<c10d::Work>& w) {
   if (g->stream_ordered_waits) {
     w->wait();

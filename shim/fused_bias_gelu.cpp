@@ -88,9 +88,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct DenseGeluDense : public torch::autograd::Function<DenseGeluDense> {
-  // x [M, H], w1 [I, H], b1 [I], w2 [H2, I], one dtype; use_lt: try cuBLASLt.
+  // x [M, H], w1 [I, H], b1 [I], w2 [H2, I], one dtype; use_lt: try cuBLASLt; strict: the
+  // backward too must run on cuBLASLt (mode 2), else it is an error, not a fallback.
   static variable_list forward(AutogradContext* ctx, at::Tensor x, at::Tensor w1, at::Tensor b1,
-                               at::Tensor w2, bool use_lt) {
+                               at::Tensor w2, bool use_lt, bool strict) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::Tensor y, h;
     std::string why;
@@ -105,6 +106,7 @@ struct DenseGeluDense : public torch::autograd::Function<DenseGeluDense> {
     // at::linear without a bias: matmul, i.e. mm for 2-D operands
     at::Tensor z = y.mm(w2.t());
     ctx->saved_data["lt"] = lt;
+    ctx->saved_data["strict"] = strict;
     ctx->save_for_backward({x, w1, w2, h, y});
     return {z};
   }
@@ -127,7 +129,13 @@ struct DenseGeluDense : public torch::autograd::Function<DenseGeluDense> {
     bool lt = false;
     if (ctx->saved_data["lt"].toBool()) {
       lt = lt_backward(dz, w2, h, &dh, &db1, &why);
-      if (!lt) note_fallback(why);
+      if (!lt) {
+        note_fallback(why);
+        TORCH_CHECK(!ctx->saved_data["strict"].toBool(),
+                    "fused bias+GELU: cuBLASLt's DGELU_BGRAD epilogue did not run in the "
+                    "backward: ",
+                    why);
+      }
     }
     if (!lt) {
       dh = at::gelu_backward(dz.mm(w2), h, kApprox);
@@ -136,7 +144,7 @@ struct DenseGeluDense : public torch::autograd::Function<DenseGeluDense> {
     if (ctx->needs_input_grad(0)) dx = dh.mm(w1);
     if (ctx->needs_input_grad(1)) dw1 = dh.t().mm(x);
     if (!ctx->needs_input_grad(2)) db1 = at::Tensor();
-    return {dx, dw1, db1, dw2, at::Tensor()};
+    return {dx, dw1, db1, dw2, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -168,14 +176,22 @@ at::Tensor run_op(const at::Tensor& x_in, const at::Tensor& w1_in, const at::Ten
   // linear folds leading dimensions the same way (reshape, matmul, view back)
   std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
   out_sizes.back() = out;
-  const at::Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, hid});
+  at::Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, hid});
+  // cuBLASLt reads x as a dense matrix (a no-op for a contiguous x; the CPU path keeps x as it
+  // is, so that it stays bit-identical to the unfused ops)
+  if (mode != 1 && x2.is_cuda()) x2 = x2.contiguous();
   const bool eligible = mode != 1 && lt_eligible(x2, w1, b1, w2);
+  if (mode == 0 && !eligible && x2.is_cuda() && (t == at::kBFloat16 || t == at::kHalf)) {
+    note_fallback("the cuBLASLt path cannot run these tensors (sizes must be multiples of 8, "
+                  "W1, b1 and W2 contiguous and 16-byte aligned, and the build needs the `cuda` "
+                  "feature)");
+  }
   TORCH_CHECK(eligible || mode != 2,
               "fused bias+GELU: the cuBLASLt path cannot run these tensors (x ", x2.sizes(), " ",
               t, " on ", x2.device(), ", W1 ", w1.sizes(), ", W2 ", w2.sizes(),
               "): it needs CUDA bf16/fp16 tensors, sizes that are multiples of 8 and a build "
               "with the `cuda` feature");
-  at::Tensor z = DenseGeluDense::apply(x2, w1, b1, w2, eligible)[0];
+  at::Tensor z = DenseGeluDense::apply(x2, w1, b1, w2, eligible, mode == 2)[0];
   // the forward falls back (and records why) when cuBLASLt has no algorithm for the shape
   const bool ran = eligible && t_forward_lt;
   if (!ran && mode == 2) {
@@ -442,9 +458,11 @@ bool lt_eligible(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1
   const auto on = [&](const at::Tensor& u) {
     return u.device() == x.device() && u.is_contiguous() && aligned16(u);
   };
+  // every size positive (cuBLASLt answers INVALID_VALUE, not NOT_SUPPORTED, for an empty one)
+  const auto multiple_of_8 = [](int64_t n) { return n > 0 && n % 8 == 0; };
   return x.is_cuda() && (t == at::kBFloat16 || t == at::kHalf) && x.dim() == 2 && on(x) &&
-         on(w1) && on(b1) && on(w2) && x.size(0) > 0 && x.size(1) % 8 == 0 &&
-         w1.size(0) % 8 == 0 && w2.size(0) % 8 == 0;
+         on(w1) && on(b1) && on(w2) && x.size(0) > 0 && multiple_of_8(x.size(1)) &&
+         multiple_of_8(w1.size(0)) && multiple_of_8(w2.size(0));
 }
 
 bool lt_forward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, at::Tensor* y,

@@ -225,12 +225,15 @@ std::string ineligible(const at::Tensor& x, const at::Tensor& z, const at::Tenso
 }
 
 // Whether a refusal by cuDNN before it launched anything means "not for these tensors": the
-// NOT_SUPPORTED and BAD_PARAM categories (cuDNN 9 reports sub-codes such as
-// NOT_SUPPORTED_DATA_TYPE 3003 or NOT_SUPPORTED_SHAPE 3002, and an unsupported dtype may come
-// back as BAD_PARAM). INTERNAL_ERROR, EXECUTION_FAILED and the like still end the run.
-bool refused(cudnnStatus_t s) {
+// NOT_SUPPORTED category (cuDNN 9 reports sub-codes such as NOT_SUPPORTED_DATA_TYPE 3003 or
+// NOT_SUPPORTED_SHAPE 3002), and BAD_PARAM for dtypes other than fp16 (an unsupported dtype may
+// come back as BAD_PARAM). fp16 NHWC with C % 4 == 0 is the documented case of these fused
+// kernels, so a BAD_PARAM there means a wrong call: it ends the run with cuDNN's message, as
+// INTERNAL_ERROR, EXECUTION_FAILED and the like do, instead of hiding behind the composite path.
+bool refused(cudnnStatus_t s, at::ScalarType t) {
   const int category = static_cast<int>(s) / 1000 * 1000;  // CUDNN_STATUS_CATEGORY
-  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
+  return category == CUDNN_STATUS_NOT_SUPPORTED ||
+         (category == CUDNN_STATUS_BAD_PARAM && t != at::kHalf);
 }
 
 // A byte buffer of at least one byte: cuDNN reads a null workspace with size 0 as "the
@@ -263,7 +266,7 @@ CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::T
   cudnnBatchNormOps_t ops = ops_for(z.defined());
   cudnnTensorDescriptor_t zd = z.defined() ? d.x : nullptr;
   size_t fwd_ws = 0, bwd_ws = 0, reserve = 0;
-  // All three size queries up front: any failure of them (the backward's too) sends this dtype
+  // All three size queries up front: a refusal by them (the backward's too) sends this dtype
   // to the composite path before anything ran, so a backward never finds its path unsupported
   // after the forward took it. (The inputs were validated already: a failing size query means
   // cuDNN does not do this configuration.)
@@ -273,6 +276,7 @@ CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::T
   if (s == CUDNN_STATUS_SUCCESS) s = c.reserve_size(h, kMode, ops, d.act, d.x, &reserve);
   CudnnForward out;
   if (s != CUDNN_STATUS_SUCCESS) {
+    if (!refused(s, x.scalar_type())) check(s, "the cuDNN batch norm workspace size queries");
     refuse_dtype(x.scalar_type(), "workspace query: " + status_text(s));
     return out;
   }
@@ -290,7 +294,7 @@ CudnnForward cudnn_forward(const at::Tensor& x, const at::Tensor& z, const at::T
                 a.running_var.data_ptr(), a.eps, out.save_mean.data_ptr(),
                 out.save_invstd.data_ptr(), d.act, ws.data_ptr(), fwd_ws,
                 out.reserve.data_ptr(), reserve);
-  if (refused(s)) {
+  if (refused(s, x.scalar_type())) {
     // nothing was written (cuDNN checks support before launching): the composite path redoes
     // the whole call, running statistics included
     refuse_dtype(x.scalar_type(), status_text(s));
@@ -377,9 +381,10 @@ at::Tensor fused_forward(AutogradContext* ctx, const at::Tensor& x, const at::Te
     CudnnForward f = cudnn_forward(x, z, weight, bias, a);
     if (f.ok) {
       g_cudnn_calls.fetch_add(1);
-      ctx->save_for_backward({x, weight, f.y});
+      // bias too (cuDNN's backward recomputes the ReLU gate from it): saved, so that an
+      // in-place change before the backward is caught by autograd's version check
+      ctx->save_for_backward({x, weight, f.y, bias});
       ctx->saved_data["cudnn_fused"] = true;
-      ctx->saved_data["bias"] = bias;
       ctx->saved_data["save_mean"] = f.save_mean;
       ctx->saved_data["save_invstd"] = f.save_invstd;
       ctx->saved_data["reserve"] = f.reserve;
@@ -406,7 +411,7 @@ std::array<at::Tensor, 4> fused_backward(AutogradContext* ctx, const variable_li
   at::Tensor reserve = ctx->saved_data["reserve"].toTensor();
 #ifdef MLPERF_RUN_CUDA
   if (ctx->saved_data["cudnn_fused"].toBool()) {
-    at::Tensor bias = ctx->saved_data["bias"].toTensor();
+    const at::Tensor& bias = saved[3];
     auto g = cudnn_backward(grads[0], x, y, has_z, weight, bias, save_mean, save_invstd, reserve,
                             static_cast<size_t>(ctx->saved_data["reserve_bytes"].toInt()), eps);
     return {g[0], g[1], g[2], g[3]};

@@ -130,8 +130,11 @@ long long mr_capture_check_end(char** first) {
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <memory>
@@ -160,6 +163,15 @@ int mr_graph_capture_begin(MrGraph* g, int device, char** err) {
   return mr::catching(err, kWhat, [&] {
     TORCH_CHECK(!g->captured && !g->guard, "CUDA graph: this graph was already captured");
     g->device = static_cast<c10::DeviceIndex>(device);
+    {
+      // As torch.cuda.graph does: wait for the warm-up steps and hand the blocks they cached
+      // back to the driver. During a capture the allocator frees only the graph's own pool, so
+      // the warm-up's cached activations would otherwise stay reserved beside the capture's
+      // second full set (out of memory for a step using more than half of the GPU).
+      const c10::DeviceGuard on_device(c10::Device(c10::kCUDA, g->device));
+      c10::cuda::device_synchronize();
+      c10::cuda::CUDACachingAllocator::emptyCache();
+    }
     c10::Stream caller = c10::cuda::getCurrentCUDAStream(g->device).unwrap();
     c10::Stream side = c10::cuda::getStreamFromPool(false, g->device).unwrap();
     // the side stream starts after everything queued so far (the warm-up steps, the inputs)

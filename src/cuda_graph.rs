@@ -21,7 +21,20 @@
 use crate::shim_error::call;
 use anyhow::{bail, Context, Result};
 use std::os::raw::{c_char, c_int};
+use std::sync::OnceLock;
 use tch::{Device, Kind, Tensor};
+
+/// The error of the first real CUDA graph capture that failed in this process.
+static FAILED_CAPTURE: OnceLock<String> = OnceLock::new();
+
+/// Why this process cannot train with CUDA graphs again, if a capture failed in it. libtorch
+/// (2.11) does not undo a failed capture: the caching allocator keeps the freed graph's pool
+/// callback and the CUDA random generator stays in capture mode (later dropout calls fail). So
+/// the trainer stops a run set after such a run (it resumes in a new process) and
+/// [`StepGraphs::new`] refuses.
+pub fn failed_capture() -> Option<&'static str> {
+    FAILED_CAPTURE.get().map(String::as_str)
+}
 
 #[repr(C)]
 struct MrGraph {
@@ -119,6 +132,8 @@ pub struct GraphStats {
     pub eager_steps: u64,
     pub captures: u64,
     pub replays: u64,
+    /// Captured graphs dropped by [`StepGraphs::release`] (the trainer's end of a run).
+    pub releases: u64,
 }
 
 /// The step graphs of one run: one per input shape, the current one kept.
@@ -141,6 +156,15 @@ const _: () = assert!(
     DATA_PARALLEL_WARMUP_STEPS >= 2,
     "the bucket rebuild (after step 1) must precede the capture"
 );
+
+/// Whether ProcessGroupNCCL's blocking wait is on (TORCH_NCCL_BLOCKING_WAIT, or its old name
+/// NCCL_BLOCKING_WAIT, set to a true value as c10d reads it).
+fn nccl_blocking_wait(var: impl Fn(&str) -> Option<String>) -> bool {
+    ["TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"]
+        .iter()
+        .filter_map(|k| var(k))
+        .any(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
+}
 
 /// The warm-up of a run with `world_size` processes.
 pub fn warmup_steps(world_size: usize) -> u32 {
@@ -167,6 +191,14 @@ impl StepGraphs {
                  set methods.cuda_graph = false"
             ),
         };
+        if let Some(why) = failed_capture() {
+            bail!(
+                "a CUDA graph capture failed earlier in this process ({why}); libtorch leaves its \
+                 allocator and random generator in capture state after that: start a new process \
+                 (a run set resumes where it stopped), with methods.cuda_graph = false if the \
+                 step cannot be captured"
+            );
+        }
         if !supported() {
             bail!(
                 "methods.cuda_graph = true, but this mlperf-run was built without CUDA graph \
@@ -196,6 +228,14 @@ impl StepGraphs {
         world_size: usize,
     ) -> Result<Option<StepGraphs>> {
         let warmup = warmup_steps(world_size);
+        if cuda_graph && world_size > 1 && nccl_blocking_wait(|k| std::env::var(k).ok()) {
+            bail!(
+                "methods.cuda_graph = true with TORCH_NCCL_BLOCKING_WAIT set: a blocking wait \
+                 polls the all-reduces' events from the host, which breaks their capture; unset \
+                 TORCH_NCCL_BLOCKING_WAIT (the group's timeout still applies to eager \
+                 collectives) or set methods.cuda_graph = false"
+            );
+        }
         match (cuda_graph, emulate) {
             (true, _) => Ok(Some(StepGraphs::new(device, warmup)?)),
             (false, Some(w)) => Ok(Some(StepGraphs::emulated(w))),
@@ -220,6 +260,15 @@ impl StepGraphs {
 
     pub fn stats(&self) -> GraphStats {
         self.stats
+    }
+
+    /// Drops the current graph, its static buffers and its memory pool (the stats stay). The
+    /// next step starts a new warm-up.
+    pub fn release(&mut self) {
+        if let Some((_, Phase::Captured { .. })) = self.current {
+            self.stats.releases += 1;
+        }
+        self.current = None;
     }
 
     /// One training step on `inputs`: eagerly, captured, or replayed (see the module docs).
@@ -251,7 +300,10 @@ impl StepGraphs {
                     .context("copying a step's inputs into static buffers")?;
                 let (graph, outputs) = match self.backend {
                     Backend::Cuda(device) => {
-                        let (mut graph, outputs) = capture(device, &statics, body)?;
+                        let (mut graph, outputs) =
+                            capture(device, &statics, body).inspect_err(|e| {
+                                let _ = FAILED_CAPTURE.set(format!("{e:#}"));
+                            })?;
                         graph.replay()?;
                         (Some(graph), outputs)
                     }
@@ -460,7 +512,8 @@ mod tests {
             GraphStats {
                 eager_steps: 2,
                 captures: 1,
-                replays: 3
+                replays: 3,
+                releases: 0,
             }
         );
         // a new shape warms up again
@@ -468,6 +521,59 @@ mod tests {
         g.run(&[x], &mut |ins| Ok(vec![ins[0].sum(Kind::Float)]))
             .unwrap();
         assert_eq!(g.stats().eager_steps, 3);
+        // releasing while warming up drops no graph
+        g.release();
+        assert_eq!(g.stats().releases, 0);
+    }
+
+    #[test]
+    fn nccl_blocking_wait_is_read_as_c10d_reads_it() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(nccl_blocking_wait(env(&[(
+            "TORCH_NCCL_BLOCKING_WAIT",
+            "1"
+        )])));
+        assert!(nccl_blocking_wait(env(&[("NCCL_BLOCKING_WAIT", "True")])));
+        assert!(!nccl_blocking_wait(env(&[(
+            "TORCH_NCCL_BLOCKING_WAIT",
+            "0"
+        )])));
+        assert!(!nccl_blocking_wait(env(&[])));
+    }
+
+    #[test]
+    fn a_released_graph_is_gone_and_the_next_step_warms_up_again() {
+        let mut g = StepGraphs::emulated(1);
+        let x = Tensor::from_slice(&[1.0f32, 2.0]);
+        let step = |g: &mut StepGraphs| {
+            g.run(std::slice::from_ref(&x), &mut |ins| {
+                Ok(vec![ins[0].sum(Kind::Float)])
+            })
+            .unwrap()
+        };
+        step(&mut g); // eager
+        step(&mut g); // captured
+        step(&mut g); // replayed
+        g.release();
+        assert_eq!(g.stats().releases, 1);
+        step(&mut g); // eager again: no graph is held
+        step(&mut g); // captured anew
+        assert_eq!(
+            g.stats(),
+            GraphStats {
+                eager_steps: 2,
+                captures: 2,
+                replays: 1,
+                releases: 1,
+            }
+        );
     }
 
     /// The twin's capture step refuses what a GPU capture cannot take, naming the op; eager

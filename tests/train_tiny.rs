@@ -150,6 +150,8 @@ fn fp16_run(name: &str, mut cfg: ResnetRunConfig, division: Division, seed: u64)
     );
     let graphs = w.graph_stats().expect("the graph twin ran");
     assert!(graphs.replays > 0, "{graphs:?}");
+    // the trainer drops the graph when the run ends (before the process group is shut down)
+    assert_eq!(graphs.releases, 1, "{graphs:?}");
     let log = common::train::assert_reached_target_and_compliant(name, &cfg, &out, seed, &log_path);
     if division == Division::Open {
         assert_eq!(

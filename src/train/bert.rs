@@ -695,6 +695,12 @@ impl Workload for BertWorkload {
         self.state.as_ref().map(|s| s.per_process_batch)
     }
 
+    fn release_step_graphs(&mut self) {
+        if let Some(g) = self.state.as_mut().and_then(|s| s.graphs.as_mut()) {
+            g.release();
+        }
+    }
+
     fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {
         self.state
             .as_ref()

@@ -173,6 +173,10 @@ pub trait Workload {
     fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {
         Vec::new()
     }
+    /// Drop the run's CUDA graphs (called when the run ends, before the process group is shut
+    /// down: NCCL does not destroy a communicator while a graph that captured its collectives
+    /// exists, so the shutdown would hang).
+    fn release_step_graphs(&mut self) {}
 }
 
 /// Submission identity logged by every run.
@@ -376,6 +380,8 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         )
     })
     .map_err(|e| super::step_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size()));
+    // before `opts` (and its process group) goes at the end of this function
+    w.release_step_graphs();
     out.run_seconds = run_start.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
     let stop_meta = match &result {
         Ok(()) => match &out.status {
@@ -394,6 +400,17 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     }
     log.end(keys::RUN_STOP, Value::Null, stop_meta)
         .context("cannot write run_stop to the log")?;
+    if let Some(why) = crate::cuda_graph::failed_capture() {
+        // this process cannot train again (crate::cuda_graph::failed_capture): a set stops here
+        // as if interrupted, and resumes with its next run in a new process
+        tracing::error!(
+            "rank {rank}: a CUDA graph capture failed ({why}); libtorch keeps its allocator and \
+             random generator in capture state after that, so this process stops after this run: \
+             run the same command again to resume the set (with methods.cuda_graph = false if the \
+             step cannot be captured)"
+        );
+        crate::interrupt::request();
+    }
     if let Some(path) = &opts.dump_params {
         dump_params(w, path, rank)?;
     }

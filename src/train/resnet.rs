@@ -568,6 +568,12 @@ impl Workload for ResnetWorkload {
         })
     }
 
+    fn release_step_graphs(&mut self) {
+        if let Some(g) = self.state.as_mut().and_then(|s| s.graphs.as_mut()) {
+            g.release();
+        }
+    }
+
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         self.state
             .as_ref()
