@@ -528,24 +528,14 @@ mod tests {
 
     #[test]
     fn nccl_blocking_wait_is_read_as_c10d_reads_it() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
+        // an environment with one variable set
+        let only = |name: &'static str, value: &'static str| {
+            move |k: &str| (k == name).then(|| value.to_string())
         };
-        assert!(nccl_blocking_wait(env(&[(
-            "TORCH_NCCL_BLOCKING_WAIT",
-            "1"
-        )])));
-        assert!(nccl_blocking_wait(env(&[("NCCL_BLOCKING_WAIT", "True")])));
-        assert!(!nccl_blocking_wait(env(&[(
-            "TORCH_NCCL_BLOCKING_WAIT",
-            "0"
-        )])));
-        assert!(!nccl_blocking_wait(env(&[])));
+        assert!(nccl_blocking_wait(only("TORCH_NCCL_BLOCKING_WAIT", "1")));
+        assert!(nccl_blocking_wait(only("NCCL_BLOCKING_WAIT", "True")));
+        assert!(!nccl_blocking_wait(only("TORCH_NCCL_BLOCKING_WAIT", "0")));
+        assert!(!nccl_blocking_wait(|_: &str| None));
     }
 
     #[test]
