@@ -103,6 +103,15 @@ int mr_event_block(const MrEvent* e, const MrStream* s, char** err) {
   });
 }
 
+// *done = 1 when the work before the event's record has finished (or it was never recorded),
+// else 0; the host does not wait.
+int mr_event_query(const MrEvent* e, int* done, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(e != nullptr && done != nullptr, "device shim: null event");
+    *done = e->event.query() ? 1 : 0;
+  });
+}
+
 void mr_event_free(MrEvent* e) { delete e; }
 
 // Tells the caching allocator that `t`'s memory is used on `s` too: it is not reused until the

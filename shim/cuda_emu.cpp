@@ -18,7 +18,9 @@
 namespace mr::cuda_emu {
 namespace {
 
-constexpr std::size_t kStackBytes = 64 * 1024;
+// per fiber; only the touched pages are committed, and a c10::Error thrown inside a kernel
+// (a bad shuffle mask) builds its message there
+constexpr std::size_t kStackBytes = 256 * 1024;
 constexpr unsigned kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 

@@ -45,9 +45,9 @@ int guarded(Group* g, char** err, F&& f) {
 // result on the host goes through a copy on the current stream, which orders after the wait.
 // A dead or stuck peer in an eager collective is caught by ProcessGroupNCCL's watchdog with the
 // same timeout (the group's options), which ends the process with its own message. Collectives
-// replayed from a CUDA graph are not watched: ProcessGroupNCCL registers work with its watchdog
-// only outside a capture, so a peer that dies during replays leaves the others waiting until
-// the job's own time limit (a known gap of methods.cuda_graph with several processes).
+// replayed from a CUDA graph are not watched (ProcessGroupNCCL registers work with its watchdog
+// only outside a capture): for them the trainer bounds its wait for the GPU before each loss
+// read by the same timeout and then aborts the group (src/train/engine.rs wait_for_peers).
 inline void wait_one(Group* g, const c10::intrusive_ptr<c10d::Work>& w) {
   if (g->stream_ordered_waits) {
     w->wait();

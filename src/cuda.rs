@@ -29,6 +29,7 @@ extern "C" {
     fn mr_event_new(out: *mut *mut MrEvent, err: Err) -> c_int;
     fn mr_event_record(e: *mut MrEvent, s: *const MrStream, err: Err) -> c_int;
     fn mr_event_block(e: *const MrEvent, s: *const MrStream, err: Err) -> c_int;
+    fn mr_event_query(e: *const MrEvent, done: *mut c_int, err: Err) -> c_int;
     fn mr_event_free(e: *mut MrEvent);
     fn mr_tensor_record_stream(t: *const C_tensor, s: *const MrStream, err: Err) -> c_int;
     fn mr_empty_pinned(numel: i64, dtype: c_int, out: *mut *mut C_tensor, err: Err) -> c_int;
@@ -173,6 +174,40 @@ impl Event {
         call("CUDA event wait", |e| unsafe {
             mr_event_block(self.0, stream.0, e)
         })
+    }
+
+    /// Whether the work before the event's record has finished (the host does not wait).
+    pub fn query(&self) -> Result<bool> {
+        let mut done: c_int = 0;
+        // SAFETY: a live event and an out-pointer to a local.
+        call("CUDA event query", |e| unsafe {
+            mr_event_query(self.0, &mut done, e)
+        })?;
+        Ok(done != 0)
+    }
+}
+
+/// Waits on the host until the work queued so far on `device`'s current stream has finished,
+/// polling at most `timeout`: true when it finished, false when the time ran out. Unlike a
+/// blocking read, a device stuck on a collective that no watchdog covers (an all-reduce
+/// replayed from a CUDA graph whose peer died) cannot hold the host forever. A CPU device has
+/// nothing queued: true at once.
+pub fn wait_for_device(device: Device, timeout: std::time::Duration) -> Result<bool> {
+    if !device.is_cuda() {
+        return Ok(true);
+    }
+    let mut done = Event::new()?;
+    done.record(&Stream::current(device)?)?;
+    let start = std::time::Instant::now();
+    loop {
+        if done.query()? {
+            return Ok(true);
+        }
+        if start.elapsed() >= timeout {
+            return Ok(false);
+        }
+        // short naps: the read this precedes comes every few steps, and a step takes far longer
+        std::thread::sleep(std::time::Duration::from_micros(100));
     }
 }
 

@@ -164,6 +164,12 @@ impl GradSync for BucketedGradSync {
     fn world_size(&self) -> usize {
         self.pg.size()
     }
+    fn peer_timeout(&self) -> Option<std::time::Duration> {
+        Some(self.pg.timeout())
+    }
+    fn abandon(&mut self) {
+        self.pg.mark_failed();
+    }
 
     fn before_last_backward(&mut self, params: &[Tensor], source: GradSource<'_>) -> Result<bool> {
         if !self.overlap {

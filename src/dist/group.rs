@@ -147,6 +147,12 @@ impl ProcessGroup {
         self.backend
     }
 
+    /// Marks the group failed: it is aborted (not shut down) when dropped, and later
+    /// collectives are refused.
+    pub fn mark_failed(&mut self) {
+        self.failed = true;
+    }
+
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -283,4 +289,22 @@ impl Drop for ProcessGroup {
 
 fn to_c_int(v: usize) -> Result<c_int> {
     c_int::try_from(v).map_err(|_| anyhow::anyhow!("rank or world size {v} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_marked_failed_refuses_collectives() {
+        let rdv = Rendezvous {
+            master_port: crate::launch::free_local_port().unwrap(),
+            ..Rendezvous::single()
+        };
+        let mut pg = ProcessGroup::new(&rdv, Backend::Gloo, Duration::from_secs(30)).unwrap();
+        assert!(pg.any(true).unwrap(), "a healthy group answers");
+        pg.mark_failed();
+        let msg = format!("{:#}", pg.any(true).unwrap_err());
+        assert!(msg.contains("already failed"), "{msg}");
+    }
 }

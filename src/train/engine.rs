@@ -71,6 +71,15 @@ pub trait GradSync {
     fn broadcast_from_root(&mut self, _vars: &[tch::Tensor]) -> Result<()> {
         Ok(())
     }
+    /// How long a peer may keep this rank waiting (the group's collective timeout); None for
+    /// one process.
+    fn peer_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// Give up on the group after a peer kept this rank waiting too long: its communicators
+    /// are aborted when it is dropped, which also ends collectives stuck on the device (those
+    /// replayed from a CUDA graph included), and later collectives fail.
+    fn abandon(&mut self) {}
     /// True on every rank when `flag` is true on any rank.
     fn any(&mut self, flag: bool) -> Result<bool> {
         if self.world_size() == 1 {
@@ -440,6 +449,29 @@ fn dump_params(w: &dyn Workload, path: &std::path::Path, rank: usize) -> Result<
 }
 
 /// The losses of `pending` steps in one device-to-host read.
+/// Before a loss read in a data-parallel GPU run: the device must finish the `steps` queued
+/// steps within the group's timeout. NCCL's watchdog times eager collectives out, but not those
+/// replayed from a CUDA graph; without this, a dead peer would hold every other rank in the
+/// blocking read below forever. On timeout the group is abandoned (aborted when the run ends,
+/// which also frees the device) and the run ends with an error.
+fn wait_for_peers(opts: &mut RunOptions, steps: usize) -> Result<()> {
+    let Some(timeout) = opts.grad_sync.peer_timeout() else {
+        return Ok(());
+    };
+    if !opts.device.is_cuda() || crate::cuda::wait_for_device(opts.device, timeout)? {
+        return Ok(());
+    }
+    opts.grad_sync.abandon();
+    anyhow::bail!(
+        "rank {}: the GPU did not finish the last {steps} steps within the process group's \
+         timeout of {:.0} s (MLPERF_RUN_DIST_TIMEOUT_S): a peer process probably died or \
+         stopped while the step's all-reduces waited for it; the group is aborted and this run \
+         ends",
+        opts.grad_sync.rank(),
+        timeout.as_secs_f64()
+    )
+}
+
 fn read_losses(pending: &[tch::Tensor]) -> Result<Vec<f64>> {
     if pending.is_empty() {
         return Ok(Vec::new());
@@ -578,6 +610,7 @@ fn run_inner(
             }
             // one host read for every pending step, then the checks
             let first_step = out.steps - pending.len() as u64 + 1;
+            wait_for_peers(opts, pending.len())?;
             let losses = read_losses(&pending)?;
             pending.clear();
             out.loss_reads += 1;
