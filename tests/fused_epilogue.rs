@@ -319,11 +319,21 @@ fn tiny() -> BertConfig {
 /// A few SGD steps of a tiny BERT with dropout on, on generated batches; the losses and the
 /// final parameters.
 fn train_tiny(fused: bool, unpad: bool, bf16: bool) -> (Vec<f64>, Vec<(String, Tensor)>) {
+    train_tiny_on(fused.then_some(FusedPath::Auto), unpad, bf16)
+}
+
+/// [`train_tiny`] with the fused epilogues on the given path (None: unfused).
+fn train_tiny_on(
+    fused: Option<FusedPath>,
+    unpad: bool,
+    bf16: bool,
+) -> (Vec<f64>, Vec<(String, Tensor)>) {
     tch::manual_seed(21);
     let vs = nn::VarStore::new(Device::Cpu);
     let mut m = BertForPreTraining::new(&vs.root(), &tiny()).unwrap();
     m.unpad = unpad;
-    m.fused_epilogues = fused;
+    m.fused_epilogues = fused.is_some();
+    m.fused_epilogue_path = fused.unwrap_or(FusedPath::Auto);
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
     use nn::OptimizerConfig;
     let (b, s, preds) = (4, 16, 3);
@@ -373,6 +383,49 @@ fn tiny_bert_trains_identically_with_the_switch_on_and_off() {
             assert_eq!(na, nb);
             assert!(a.equal(b), "{what}: parameter {na} differs");
         }
+    }
+}
+
+#[test]
+fn tiny_bert_trains_through_the_emulated_cuda_kernels_as_through_the_composite_path() {
+    // The CUDA kernels (on the CPU emulator) in the model: the dense layers' bias goes into the
+    // kernel (dense_dropout_add_ln's kernel form), the dropout mask is drawn as bytes, and the
+    // LayerNorm runs in fp32 inside. Same math as the composite path; only the rounding (and
+    // under autocast the fp32 residual sum) differs.
+    let _turn = rng_turn();
+    // (unpadded rows take the same kernels; the kernel tests cover row counts)
+    for (unpad, bf16, tol) in [(false, false, 1e-5), (false, true, 2e-3)] {
+        let what = format!("unpad {unpad} bf16 {bf16}");
+        let (la, pa) = train_tiny_on(Some(FusedPath::Composite), unpad, bf16);
+        let (lb, pb) = train_tiny_on(Some(FusedPath::Emulated), unpad, bf16);
+        assert!(lb.iter().all(|l| l.is_finite()), "{what}: {lb:?}");
+        let worst_loss = la
+            .iter()
+            .zip(&lb)
+            .map(|(a, b)| (a - b).abs() / a.abs())
+            .fold(0.0, f64::max);
+        let worst_param = pa
+            .iter()
+            .zip(&pb)
+            .map(|((na, a), (nb, b))| {
+                assert_eq!(na, nb);
+                // absolute: the parameters are O(1) or smaller, and some (the attention key
+                // bias, whose gradient is 0 up to rounding) stay at rounding noise
+                (b - a).abs().max().double_value(&[])
+            })
+            .fold(0.0, f64::max);
+        eprintln!(
+            "{what}: losses {la:?} vs {lb:?}; max rel loss diff {worst_loss:.2e}, max abs \
+             parameter diff {worst_param:.2e}"
+        );
+        assert!(
+            worst_loss <= tol,
+            "{what}: losses differ by {worst_loss:e} (bound {tol:e})"
+        );
+        assert!(
+            worst_param <= tol,
+            "{what}: parameters differ by {worst_param:e} (bound {tol:e})"
+        );
     }
 }
 

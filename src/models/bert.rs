@@ -256,6 +256,10 @@ pub struct BertForPreTraining {
     /// Open/closed method `fused_epilogues`: each layer's two "dense + dropout + residual +
     /// LayerNorm" tails as one autograd op ([`crate::models::fused_epilogue`]).
     pub fused_epilogues: bool,
+    /// The implementation those fused epilogues take: `Auto` (the CUDA kernels on a GPU, else
+    /// the composite ATen ops); tests set `Emulated` to train through the CUDA kernels on the
+    /// CPU.
+    pub fused_epilogue_path: super::fused_epilogue::FusedPath,
     /// Open method `fused_bias_gelu`: each layer's feed-forward matmuls with the intermediate
     /// bias and GELU (tanh form) in their epilogues, as one op (cuBLASLt on a GPU;
     /// [`crate::models::fused_bias_gelu`]).
@@ -333,6 +337,7 @@ impl BertForPreTraining {
             unpad: false,
             fused_attention: true,
             fused_epilogues: false,
+            fused_epilogue_path: super::fused_epilogue::FusedPath::Auto,
             fused_bias_gelu: false,
         })
     }
@@ -526,7 +531,7 @@ impl BertForPreTraining {
             p: self.config.hidden_dropout,
             train,
             mask: None,
-            path: super::fused_epilogue::FusedPath::Auto,
+            path: self.fused_epilogue_path,
         }
     }
 
