@@ -53,6 +53,14 @@ extern "C" {
     ) -> c_int;
     fn mr_fe_kernel_status(msg: Err) -> c_int;
     fn mr_fe_kernel_built() -> c_int;
+    fn mr_cuda_emu_selftest(
+        which: c_int,
+        gx: u32,
+        gy: u32,
+        threads: u32,
+        out: *mut f32,
+        err: Err,
+    ) -> c_int;
     fn mr_fe_nvrtc_compile(
         nvrtc_path: *const c_char,
         arch: *const c_char,
@@ -215,6 +223,21 @@ pub fn dense_dropout_add_ln(
 pub fn kernel_built() -> bool {
     // SAFETY: no arguments.
     unsafe { mr_fe_kernel_built() != 0 }
+}
+
+/// The self-checks of the CPU emulator that runs these kernels for [`FusedPath::Emulated`]
+/// (`shim/cuda_emu_selftest.cpp`; tests/cuda_emu.rs): kernel `which` (0: per-block sum of the
+/// thread indices by warp shuffles and shared memory; 1: barriers that can never complete; 2:
+/// a partial-mask shuffle) on a (gx, gy) grid of `threads`-thread blocks. The per-block outputs,
+/// or the emulator's error.
+#[doc(hidden)]
+pub fn emulator_selftest(which: i32, gx: u32, gy: u32, threads: u32) -> Result<Vec<f32>> {
+    let mut out = vec![f32::NAN; gx as usize * gy as usize];
+    // SAFETY: `out` holds gx * gy floats and the kernels write one per block.
+    call("", |err| unsafe {
+        mr_cuda_emu_selftest(which, gx, gy, threads, out.as_mut_ptr(), err)
+    })?;
+    Ok(out)
 }
 
 /// The kernels' dtype code (fp32, bf16, fp16).
