@@ -65,7 +65,7 @@ const char* type_name(int code) {
   }
 }
 
-[[maybe_unused]] int type_code(at::ScalarType t) {
+int type_code(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return 0;
     case at::kBFloat16: return 1;

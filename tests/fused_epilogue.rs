@@ -12,6 +12,7 @@
 mod common;
 
 use common::rng::{rng_turn, seeded};
+use common::tensors::max_rel;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::fused_epilogue::{
@@ -108,12 +109,6 @@ fn fused(i: &Inputs, p: f64, train: bool) -> Tensor {
 
 fn assert_bit_identical(what: &str, a: &[Tensor], b: &[Tensor]) {
     common::tensors::assert_bit_identical(what, &NAMES, a, b);
-}
-
-fn max_rel(a: &Tensor, b: &Tensor) -> f64 {
-    let (a, b) = (a.to_kind(Kind::Double), b.to_kind(Kind::Double));
-    let scale = b.abs().max().double_value(&[]).max(1e-30);
-    (a - b).abs().max().double_value(&[]) / scale
 }
 
 /// Fused (composite) vs unfused on one shape, with a fixed seed before each: outputs, the six

@@ -15,6 +15,7 @@
 mod common;
 
 use common::rng::seeded;
+use common::tensors::max_rel;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::fused_epilogue::{bias_dropout_add_ln, Epilogue, FusedPath};
 use tch::{Device, Kind, Tensor};
@@ -173,17 +174,7 @@ fn reference(c: &Case, i: &Inputs) -> Vec<Tensor> {
     ]
 }
 
-/// max |a - ref| / max |ref|
-fn rel_err(a: &Tensor, reference: &Tensor) -> f64 {
-    if reference.numel() == 0 {
-        return 0.0;
-    }
-    let a = a.to_kind(Kind::Double);
-    let scale = reference.abs().max().double_value(&[]).max(1e-30);
-    (a - reference).abs().max().double_value(&[]) / scale
-}
-
-/// The bound on rel_err for a result of dtype k: one unit in the last place at the largest
+/// The bound on max_rel for a result of dtype k: one unit in the last place at the largest
 /// magnitude for bf16 / fp16 (each element is within half of one of its own), and fp32's
 /// accumulated rounding.
 fn bound(k: Kind) -> f64 {
@@ -240,8 +231,8 @@ fn check(c: &Case, seed: i64) {
             "{what}: {name} shape"
         );
         let (ek, ec) = (
-            rel_err(&kernel[n], &reference[n]),
-            rel_err(&composite[n], &reference[n]),
+            max_rel(&kernel[n], &reference[n]),
+            max_rel(&composite[n], &reference[n]),
         );
         // d bias is the column sum of d h in h's dtype (rounded, summed, rounded again)
         let limit = if *name == "d bias" {

@@ -15,3 +15,14 @@ pub fn assert_bit_identical(what: &str, names: &[&str], a: &[Tensor], b: &[Tenso
         assert!(x.equal(y), "{what}: {name} differs (max abs diff {diff:e})");
     }
 }
+
+/// The largest difference of `a` from `reference`, relative to the largest magnitude in
+/// `reference` (both compared in fp64); 0 for empty tensors.
+pub fn max_rel(a: &Tensor, reference: &Tensor) -> f64 {
+    if reference.numel() == 0 {
+        return 0.0;
+    }
+    let (a, r) = (a.to_kind(Kind::Double), reference.to_kind(Kind::Double));
+    let scale = r.abs().max().double_value(&[]).max(1e-30);
+    (a - r).abs().max().double_value(&[]) / scale
+}
