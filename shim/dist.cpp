@@ -179,4 +179,33 @@ int mr_dist_barrier(void* handle, char** err) {
   });
 }
 
+// Every rank's outcome at one point of the run, exchanged through the group's TCPStore (host
+// only: it works when the device, or the backend's communicator, cannot). `failure` is this
+// rank's error message, or null when it did its part. Waits at most the group's timeout for
+// every rank's outcome. On return *report is null when no rank failed; else it lists the
+// failures (malloc'd; free with mr_free_str) as "<rank>\x1f<message>" records separated by
+// "\x1e". The ranks must call this at the same points: a counter numbers the rounds.
+int mr_dist_agree(void* handle, const char* failure, char** report, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  *report = nullptr;
+  return guarded(g, err, [&] {
+    const std::string round = "mlperf-run/agree/" + std::to_string(g->agreements++) + "/";
+    // '0': done; '1' + the message: failed
+    std::string mine = failure == nullptr ? std::string("0") : std::string("1") + failure;
+    g->store->set(round + std::to_string(g->rank),
+                  std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> keys;
+    for (int r = 0; r < g->size; ++r) keys.push_back(round + std::to_string(r));
+    g->store->wait(keys, g->timeout);
+    std::string out;
+    for (int r = 0; r < g->size; ++r) {
+      const std::vector<uint8_t> v = g->store->get(keys[r]);
+      if (v.empty() || v[0] == '0') continue;
+      if (!out.empty()) out += '\x1e';
+      out += std::to_string(r) + '\x1f' + std::string(v.begin() + 1, v.end());
+    }
+    if (!out.empty()) mr::set_err(report, out);
+  });
+}
+
 }  // extern "C"

@@ -25,6 +25,8 @@ struct Group {
   bool failed = false;
   // NCCL: waits are stream-ordered (see wait_one)
   bool stream_ordered_waits = false;
+  // rounds of mr_dist_agree so far (the same on every rank)
+  unsigned long long agreements = 0;
 };
 
 // Runs f; on an exception stores its message in *err, marks the group failed, returns -1.

@@ -36,6 +36,40 @@ pub fn failed_capture() -> Option<&'static str> {
     FAILED_CAPTURE.get().map(String::as_str)
 }
 
+/// Another rank's failed capture, as this rank's run ended on it.
+static PEER_FAILED_CAPTURE: OnceLock<String> = OnceLock::new();
+
+/// Why this process's run ended on another rank's failed CUDA graph capture, if one did. The
+/// failed rank stops its run set ([`failed_capture`]); the others stop theirs with it (their next
+/// run could not form a group without it) and resume together in new processes.
+pub fn peer_failed_capture() -> Option<&'static str> {
+    PEER_FAILED_CAPTURE.get().map(String::as_str)
+}
+
+/// The ranks of a data-parallel run, as a capture needs them: after its capture each rank
+/// learns whether every rank captured, before any replays. A rank replaying a graph whose
+/// all-reduces a failed rank never joins would otherwise wait until the group's timeout.
+pub trait CapturePeers {
+    /// Every rank's capture failure (rank, message), this rank's being `failure`; empty when
+    /// every rank captured its step.
+    fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>>;
+}
+
+/// A training step's body with the ranks it exchanges gradients with: the step's inputs (or
+/// their static copies) in, its results out.
+pub type StepBody<'a, P> = dyn FnMut(&[Tensor], &mut P) -> Result<Vec<Tensor>> + 'a;
+
+/// One process: no one else to hear from.
+pub struct OneProcess;
+
+impl CapturePeers for OneProcess {
+    fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
+        Ok(failure
+            .map(|f| vec![(0, f.to_string())])
+            .unwrap_or_default())
+    }
+}
+
 #[repr(C)]
 struct MrGraph {
     _private: [u8; 0],
@@ -142,6 +176,8 @@ pub struct StepGraphs {
     warmup_steps: u32,
     current: Option<(Key, Phase)>,
     stats: GraphStats,
+    /// Fail every capture (tests: `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
+    fail_captures: bool,
 }
 
 /// Eager steps of each new shape before its capture (PyTorch's examples use 3).
@@ -255,7 +291,15 @@ impl StepGraphs {
             warmup_steps: warmup_steps.max(1),
             current: None,
             stats: GraphStats::default(),
+            fail_captures: false,
         }
+    }
+
+    /// Makes every capture of these graphs fail once the step was recorded, as a capture whose
+    /// end fails would (tests of what the ranks do then; `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
+    pub fn fail_captures(mut self) -> StepGraphs {
+        self.fail_captures = true;
+        self
     }
 
     pub fn stats(&self) -> GraphStats {
@@ -271,13 +315,25 @@ impl StepGraphs {
         self.current = None;
     }
 
-    /// One training step on `inputs`: eagerly, captured, or replayed (see the module docs).
-    /// `body` computes the step from the tensors it is handed (the inputs themselves, or their
-    /// static copies) and returns its results; what comes back are copies of them.
+    /// One training step on `inputs` in one process: [`StepGraphs::run_with_peers`] alone.
     pub fn run(
         &mut self,
         inputs: &[Tensor],
         body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
+    ) -> Result<Vec<Tensor>> {
+        self.run_with_peers(inputs, &mut OneProcess, &mut |ins, _| body(ins))
+    }
+
+    /// One training step on `inputs`: eagerly, captured, or replayed (see the module docs).
+    /// `body` computes the step from the tensors it is handed (the inputs themselves, or their
+    /// static copies) with `peers` (the gradient exchange) and returns its results; what comes
+    /// back are copies of them. A capture step shares its outcome with the other ranks before
+    /// it replays: when any rank failed, every rank ends with an error that names it.
+    pub fn run_with_peers<P: CapturePeers + ?Sized>(
+        &mut self,
+        inputs: &[Tensor],
+        peers: &mut P,
+        body: &mut StepBody<'_, P>,
     ) -> Result<Vec<Tensor>> {
         let key = key_of(inputs);
         if self.current.as_ref().map(|(k, _)| k) != Some(&key) {
@@ -290,7 +346,7 @@ impl StepGraphs {
             Phase::Warming(n) if *n < warmup => {
                 *n += 1;
                 self.stats.eager_steps += 1;
-                body(inputs)
+                body(inputs, peers)
             }
             Phase::Warming(_) => {
                 let statics = inputs
@@ -298,16 +354,47 @@ impl StepGraphs {
                     .map(|t| t.f_detach_copy())
                     .collect::<Result<Vec<_>, _>>()
                     .context("copying a step's inputs into static buffers")?;
-                let (graph, outputs) = match self.backend {
-                    Backend::Cuda(device) => {
-                        let (mut graph, outputs) =
-                            capture(device, &statics, body).inspect_err(|e| {
-                                let _ = FAILED_CAPTURE.set(format!("{e:#}"));
-                            })?;
-                        graph.replay()?;
-                        (Some(graph), outputs)
+                let on_device = matches!(self.backend, Backend::Cuda(_));
+                let captured = {
+                    let mut step = |ins: &[Tensor]| body(ins, &mut *peers);
+                    match self.backend {
+                        Backend::Cuda(device) => capture(device, &statics, &mut step)
+                            .map(|(graph, outputs)| (Some(graph), outputs)),
+                        Backend::Emulated => {
+                            emulated_capture(&statics, &mut step).map(|o| (None, o))
+                        }
                     }
-                    Backend::Emulated => (None, emulated_capture(&statics, body)?),
+                    .and_then(|c| {
+                        // as when ending a capture fails: the step was recorded (the twin ran
+                        // its collectives, as every rank's capture did), the graph is not usable
+                        if self.fail_captures {
+                            bail!("the capture failed on purpose (MLPERF_RUN_INJECT_FAULT=capture)")
+                        }
+                        Ok(c)
+                    })
+                };
+                let mine = captured.as_ref().err().map(|e| format!("{e:#}"));
+                if let (true, Some(why)) = (on_device, &mine) {
+                    let _ = FAILED_CAPTURE.set(why.clone());
+                }
+                // before any rank replays: did every rank capture?
+                let shared = peers.capture_failures(mine.as_deref());
+                let (graph, outputs) = captured?;
+                let failed = shared
+                    .context("sharing this rank's CUDA graph capture with the other ranks")?;
+                if !failed.is_empty() {
+                    let msg = peers_failed_message(&failed);
+                    if on_device {
+                        let _ = PEER_FAILED_CAPTURE.set(msg.clone());
+                    }
+                    bail!("{msg}");
+                }
+                let graph = match graph {
+                    Some(mut g) => {
+                        g.replay()?;
+                        Some(g)
+                    }
+                    None => None,
                 };
                 self.stats.captures += 1;
                 let out = copies(&outputs)?;
@@ -329,7 +416,7 @@ impl StepGraphs {
                 }
                 match graph {
                     Some(g) => g.replay()?,
-                    None => *outputs = body(statics)?,
+                    None => *outputs = body(statics, peers)?,
                 }
                 self.stats.replays += 1;
                 copies(outputs)
@@ -395,6 +482,20 @@ fn capture(
         (Err(e), Some((op, hits))) => bail!("{} ({e:#})", uncapturable_message(&op, hits)),
     }
     Ok((graph, outputs))
+}
+
+/// This rank captured its step, and these ranks could not.
+fn peers_failed_message(failed: &[(usize, String)]) -> String {
+    let ranks: Vec<String> = failed.iter().map(|(r, _)| r.to_string()).collect();
+    let why: Vec<String> = failed
+        .iter()
+        .map(|(r, m)| format!("rank {r}: {m}"))
+        .collect();
+    format!(
+        "rank(s) {} could not capture the training step in a CUDA graph, so every rank ends          this run (a replayed graph's all-reduces would wait for them): {}",
+        ranks.join(", "),
+        why.join("; ")
+    )
 }
 
 fn uncapturable_message(op: &str, hits: i64) -> String {
@@ -638,6 +739,83 @@ mod tests {
         g.run(std::slice::from_ref(&y), &mut fine).unwrap();
         g.run(std::slice::from_ref(&y), &mut fine)
             .expect("a clean capture after a failed one");
+    }
+
+    /// Ranks as a capture hears of them: what this rank said, and the others' failures.
+    struct Peers {
+        heard: Vec<Option<String>>,
+        others: Vec<(usize, String)>,
+    }
+
+    impl CapturePeers for Peers {
+        fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
+            self.heard.push(failure.map(str::to_string));
+            let mut all = self.others.clone();
+            all.extend(failure.map(|f| (1, f.to_string())));
+            Ok(all)
+        }
+    }
+
+    /// Steps of a one-element input through `g` with `peers` until one fails or 4 ran; how
+    /// many the body ran, and the first error.
+    fn steps_with(g: &mut StepGraphs, peers: &mut Peers) -> (usize, Option<String>) {
+        let mut calls = 0;
+        for _ in 0..4 {
+            let x = Tensor::from_slice(&[1.0f32]);
+            let r = g.run_with_peers(&[x], peers, &mut |ins, _| {
+                calls += 1;
+                Ok(vec![&ins[0] * 2.0])
+            });
+            if let Err(e) = r {
+                return (calls, Some(format!("{e:#}")));
+            }
+        }
+        (calls, None)
+    }
+
+    #[test]
+    fn every_rank_hears_of_each_capture_before_it_replays() {
+        // all captured: told once, at the capture step, and the graph replays
+        let mut g = StepGraphs::emulated(1);
+        let mut peers = Peers {
+            heard: vec![],
+            others: vec![],
+        };
+        assert_eq!(steps_with(&mut g, &mut peers), (4, None));
+        assert_eq!(peers.heard, vec![None]);
+        assert_eq!(g.stats().replays, 2);
+
+        // another rank failed: this rank's capture worked, yet its run ends naming that rank
+        let mut g = StepGraphs::emulated(1);
+        let mut peers = Peers {
+            heard: vec![],
+            others: vec![(3, "out of memory".into())],
+        };
+        let (calls, err) = steps_with(&mut g, &mut peers);
+        let msg = err.expect("the run ends");
+        assert_eq!(calls, 2, "warm-up and capture ran, nothing was replayed");
+        assert!(msg.contains("rank(s) 3 could not capture"), "{msg}");
+        assert!(msg.contains("rank 3: out of memory"), "{msg}");
+        assert_eq!(peers.heard, vec![None]);
+        assert_eq!(g.stats().captures, 0);
+        // the twin's process is not poisoned: only a real capture marks it
+        assert_eq!(peer_failed_capture(), None);
+
+        // this rank's capture fails: the others hear why, and its own error is the one it gets
+        let mut g = StepGraphs::emulated(1).fail_captures();
+        let mut peers = Peers {
+            heard: vec![],
+            others: vec![],
+        };
+        let (calls, err) = steps_with(&mut g, &mut peers);
+        let msg = err.expect("the run ends");
+        assert_eq!(calls, 2, "the warm-up step and the recorded one");
+        assert!(msg.contains("failed on purpose"), "{msg}");
+        assert!(!msg.contains("could not capture"), "{msg}");
+        assert_eq!(peers.heard.len(), 1);
+        let said = peers.heard[0].clone().unwrap_or_default();
+        assert!(said.contains("failed on purpose"), "{said}");
+        assert_eq!(failed_capture(), None);
     }
 
     #[test]

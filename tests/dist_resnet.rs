@@ -4,7 +4,9 @@
 //!   parameters as one process accumulating the same two per-rank micro-batches per step
 //!   (`--emulate-world 2`, so batch norm sees the same batches), and rank 0's log passes our
 //!   checker and the official compliance checker;
-//! - killing one rank mid-run ends the other as aborted, quickly.
+//! - killing one rank mid-run ends the other as aborted, quickly;
+//! - through the CUDA graph twin, the ranks train as the eager step does, and a capture that
+//!   fails on one rank ends the run on every rank, naming that rank.
 #![cfg(feature = "torch")]
 
 mod common;
@@ -258,5 +260,55 @@ fn two_process_resnet_through_the_cuda_graph_twin_equals_eager() {
         max_rel_diff(&eager0, &twin0),
         0.0,
         "the CUDA graph twin trains differently from the eager step"
+    );
+}
+
+/// `methods.cuda_graph` in a data-parallel run where one rank's capture fails (injected on
+/// rank 1, through the CPU twin): before any rank replays, the ranks share their captures'
+/// outcomes, so rank 0, whose capture worked, ends the run at once with rank 1's reason instead
+/// of replaying all-reduces that rank 1 never joins.
+#[test]
+fn a_failed_capture_on_one_rank_ends_the_run_on_every_rank_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path(), 32, 2);
+    let log = dir.path().join("result_0.txt");
+    let t0 = Instant::now();
+    let out = launch_command(2)
+        .args(["resnet", "--division", "open", "--config"])
+        .arg(&cfg)
+        .args(["--seed", "5", "--emulate-cuda-graph", "2", "--log"])
+        .arg(&log)
+        .env("MLPERF_RUN_INJECT_FAULT", "capture:1")
+        .env("MLPERF_RUN_DIST_TIMEOUT_S", "120")
+        .output()
+        .unwrap();
+    eprintln!(
+        "both ranks ended {:.1} s after the start",
+        t0.elapsed().as_secs_f64()
+    );
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    let said = |rank: usize| -> String {
+        let prefix = format!("[rank {rank}] run aborted: ");
+        t.lines()
+            .find_map(|l| l.split_once(&prefix).map(|(_, why)| why.to_string()))
+            .unwrap_or_else(|| panic!("rank {rank} did not say why its run ended: {t}"))
+    };
+    assert!(said(1).contains("failed on purpose"), "{t}");
+    let zero = said(0);
+    assert!(zero.contains("rank(s) 1 could not capture"), "{t}");
+    assert!(
+        zero.contains("rank 1: the capture failed on purpose"),
+        "{t}"
+    );
+    // rank 0's log: the capture came after the 2 eager steps, the run ended aborted with why
+    let parsed = parse_file(&log).unwrap();
+    let last = parsed.events.last().expect("a log");
+    assert_eq!(last.key, "run_stop", "{t}");
+    assert_eq!(last.status(), Some("aborted"));
+    let reason = last.metadata.get("reason").and_then(|r| r.as_str());
+    assert!(
+        reason.is_some_and(|r| r.contains("rank(s) 1 could not capture")),
+        "{reason:?}"
     );
 }

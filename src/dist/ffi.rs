@@ -32,6 +32,12 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> c_int;
     pub fn mr_dist_barrier(group: *mut c_void, err: *mut *mut c_char) -> c_int;
+    pub fn mr_dist_agree(
+        group: *mut c_void,
+        failure: *const c_char,
+        report: *mut *mut c_char,
+        err: *mut *mut c_char,
+    ) -> c_int;
 }
 
 // The gradient reducer (shim/reducer.cpp).

@@ -170,6 +170,9 @@ impl GradSync for BucketedGradSync {
     fn abandon(&mut self) {
         self.pg.mark_failed();
     }
+    fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
+        self.pg.share_failures(failure)
+    }
 
     fn before_last_backward(&mut self, params: &[Tensor], source: GradSource<'_>) -> Result<bool> {
         if !self.overlap {

@@ -1,7 +1,7 @@
 //! A c10d process group (TCPStore rendezvous + Gloo or NCCL) behind a safe, Drop-safe handle.
 use super::ffi;
 use super::rendezvous::Rendezvous;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::NonNull;
@@ -197,6 +197,35 @@ impl ProcessGroup {
         })
     }
 
+    /// Every rank's failure at this point: each rank posts its own (`failure`, None when it did
+    /// its part) and gets them all back, by rank (empty when no rank failed). The exchange goes
+    /// through the group's TCPStore on the host, so it works when the device or the backend's
+    /// communicator cannot (a failed CUDA graph capture); it waits at most the group's timeout.
+    /// Every rank must call it at the same points of a run.
+    pub fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
+        self.ensure_usable()?;
+        // the records' separators cannot be part of a message
+        let failure = failure
+            .map(|m| CString::new(m.replace(['\x1e', '\x1f', '\0'], " ")))
+            .transpose()?;
+        let mut report: *mut c_char = std::ptr::null_mut();
+        self.call("sharing the ranks' outcomes", |raw, err| unsafe {
+            // SAFETY: `failure` outlives the call; report and err are valid out-pointers.
+            ffi::mr_dist_agree(
+                raw,
+                failure.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+                &mut report,
+                err,
+            )
+        })?;
+        if report.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: set (malloc'd) by the shim when a rank failed.
+        let report = unsafe { crate::shim_error::take(report) };
+        parse_failures(&report)
+    }
+
     /// Sums (correct, total) eval counts over all ranks: the global accuracy is
     /// `correct / total` of the result, identical on every rank.
     pub fn reduce_counts(&mut self, correct: f64, total: f64) -> Result<(f64, f64)> {
@@ -287,6 +316,19 @@ impl Drop for ProcessGroup {
     }
 }
 
+/// The shim's failure report: `<rank>\x1f<message>` records separated by `\x1e`.
+fn parse_failures(report: &str) -> Result<Vec<(usize, String)>> {
+    report
+        .split('\x1e')
+        .map(|record| {
+            let parsed = record
+                .split_once('\x1f')
+                .and_then(|(r, m)| Some((r.parse::<usize>().ok()?, m.to_string())));
+            parsed.with_context(|| format!("a malformed failure record from the shim: {record:?}"))
+        })
+        .collect()
+}
+
 fn to_c_int(v: usize) -> Result<c_int> {
     c_int::try_from(v).map_err(|_| anyhow::anyhow!("rank or world size {v} is too large"))
 }
@@ -295,16 +337,43 @@ fn to_c_int(v: usize) -> Result<c_int> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_group_marked_failed_refuses_collectives() {
+    /// A Gloo group of this process alone, on a free local port.
+    fn one_rank_group() -> ProcessGroup {
         let rdv = Rendezvous {
             master_port: crate::launch::free_local_port().unwrap(),
             ..Rendezvous::single()
         };
-        let mut pg = ProcessGroup::new(&rdv, Backend::Gloo, Duration::from_secs(30)).unwrap();
+        ProcessGroup::new(&rdv, Backend::Gloo, Duration::from_secs(30)).unwrap()
+    }
+
+    #[test]
+    fn a_group_marked_failed_refuses_collectives() {
+        let mut pg = one_rank_group();
         assert!(pg.any(true).unwrap(), "a healthy group answers");
         pg.mark_failed();
         let msg = format!("{:#}", pg.any(true).unwrap_err());
         assert!(msg.contains("already failed"), "{msg}");
+        let msg = format!("{:#}", pg.share_failures(None).unwrap_err());
+        assert!(msg.contains("already failed"), "{msg}");
+    }
+
+    #[test]
+    fn shared_failures_come_back_by_rank_round_after_round() {
+        let mut pg = one_rank_group();
+        assert_eq!(pg.share_failures(None).unwrap(), vec![]);
+        // a later round does not see an earlier one's outcome, and separators are neutralised
+        let failed = pg.share_failures(Some("capture\x1efailed")).unwrap();
+        assert_eq!(failed, vec![(0, "capture failed".to_string())]);
+        assert_eq!(pg.share_failures(None).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn failure_reports_parse_and_malformed_ones_are_errors() {
+        assert_eq!(
+            parse_failures("1\x1fout of memory\x1e3\x1fa:b").unwrap(),
+            vec![(1, "out of memory".into()), (3, "a:b".into())]
+        );
+        assert!(parse_failures("one\x1fx").is_err());
+        assert!(parse_failures("1 no separator").is_err());
     }
 }

@@ -539,12 +539,7 @@ impl Workload for BertWorkload {
             warmup_steps: o.warmup_steps,
             start_warmup_step: o.start_warmup_step,
         };
-        let graphs = StepGraphs::for_run(
-            cfg.methods.cuda_graph,
-            ctx.emulate_cuda_graph,
-            ctx.device,
-            ctx.world_size,
-        )?;
+        let graphs = ctx.step_graphs(cfg.methods.cuda_graph)?;
         // sorted by name: the same order on every rank (buckets, broadcast)
         let mut names: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();
         names.sort_by(|a, b| a.0.cmp(&b.0));
@@ -579,7 +574,7 @@ impl Workload for BertWorkload {
         Ok(block.epoch_count / self.cfg.train.global_batch_size)
     }
 
-    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor> {
+    fn train_step<'s>(&mut self, sync: &'s mut (dyn GradSync + 's)) -> Result<tch::Tensor> {
         let bucket_clip = (self.cfg.optimizer.gradient_clipping == GradientClipping::Bucket)
             .then_some(self.cfg.optimizer.max_grad_norm);
         let s = self.state()?;
@@ -598,56 +593,57 @@ impl Workload for BertWorkload {
         let device = s.vs.device();
         // forward, backward, gradient exchange and update: kernels only, no host state
         // (what methods.cuda_graph captures)
-        let mut body = |ins: &[tch::Tensor]| -> Result<Vec<tch::Tensor>> {
-            // set_to_none: the first backward writes the gradients, later ones add to them
-            s.opt.zero_grad()?;
-            let mut total: Option<tch::Tensor> = None;
-            let last = ins.len() / 7 - 1;
-            for (m, b) in ins.chunks(7).enumerate() {
-                let [ids, seg, mask, pos, masked_ids, weights, nsp] = b else {
-                    bail!("a BERT micro-batch has 7 tensors, got {}", b.len());
-                };
-                let loss = maybe_autocast(device, s.autocast, || {
-                    let (mlm, nsp_logits) =
-                        s.model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
-                    pretraining_loss(&mlm, &nsp_logits, masked_ids, weights, nsp) / micro
-                })?;
-                if m == last {
-                    // the last backward may start the gradient all-reduces (hooks on .grad)
-                    let params: Vec<tch::Tensor> =
-                        s.params.iter().map(|(_, p)| p.shallow_clone()).collect();
-                    sync.before_last_backward(&params, GradSource::GradBuffers)?;
-                }
-                loss.backward();
-                let l = loss.detach();
-                total = Some(match total {
-                    Some(t) => t + l,
-                    None => l,
-                });
-            }
-            // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
-            // zero gradient in the exchange, so every rank sends the same list)
-            let grads: Vec<tch::Tensor> = s
-                .params
-                .iter()
-                .map(|(_, p)| {
-                    let g = p.grad();
-                    if g.defined() {
-                        g
-                    } else {
-                        p.zeros_like()
+        let mut body =
+            |ins: &[tch::Tensor], sync: &mut (dyn GradSync + 's)| -> Result<Vec<tch::Tensor>> {
+                // set_to_none: the first backward writes the gradients, later ones add to them
+                s.opt.zero_grad()?;
+                let mut total: Option<tch::Tensor> = None;
+                let last = ins.len() / 7 - 1;
+                for (m, b) in ins.chunks(7).enumerate() {
+                    let [ids, seg, mask, pos, masked_ids, weights, nsp] = b else {
+                        bail!("a BERT micro-batch has 7 tensors, got {}", b.len());
+                    };
+                    let loss = maybe_autocast(device, s.autocast, || {
+                        let (mlm, nsp_logits) =
+                            s.model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
+                        pretraining_loss(&mlm, &nsp_logits, masked_ids, weights, nsp) / micro
+                    })?;
+                    if m == last {
+                        // the last backward may start the gradient all-reduces (hooks on .grad)
+                        let params: Vec<tch::Tensor> =
+                            s.params.iter().map(|(_, p)| p.shallow_clone()).collect();
+                        sync.before_last_backward(&params, GradSource::GradBuffers)?;
                     }
-                })
-                .collect();
-            sync.all_reduce_grads(&grads)?;
-            let _grad_norm = s.opt.apply()?;
-            Ok(vec![
-                total.context("train.gradient_accumulation_steps is 0")?
-            ])
-        };
+                    loss.backward();
+                    let l = loss.detach();
+                    total = Some(match total {
+                        Some(t) => t + l,
+                        None => l,
+                    });
+                }
+                // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
+                // zero gradient in the exchange, so every rank sends the same list)
+                let grads: Vec<tch::Tensor> = s
+                    .params
+                    .iter()
+                    .map(|(_, p)| {
+                        let g = p.grad();
+                        if g.defined() {
+                            g
+                        } else {
+                            p.zeros_like()
+                        }
+                    })
+                    .collect();
+                sync.all_reduce_grads(&grads)?;
+                let _grad_norm = s.opt.apply()?;
+                Ok(vec![
+                    total.context("train.gradient_accumulation_steps is 0")?
+                ])
+            };
         let mut out = match s.graphs.as_mut() {
-            Some(g) => g.run(&inputs, &mut body)?,
-            None => body(&inputs)?,
+            Some(g) => g.run_with_peers(&inputs, sync, &mut body)?,
+            None => body(&inputs, sync)?,
         };
         s.step += 1;
         Ok(out.remove(0))

@@ -9,6 +9,7 @@
 //! Errors after the log is open still end it with `run_stop` aborted (the error goes in the
 //! run_stop metadata and in [`RunOutcome::reason`]).
 
+use crate::cuda_graph::{CapturePeers, StepGraphs};
 use crate::meta;
 use crate::mllog::{keys, Emitter, Sink};
 use anyhow::{Context, Result};
@@ -80,6 +81,14 @@ pub trait GradSync {
     /// are aborted when it is dropped, which also ends collectives stuck on the device (those
     /// replayed from a CUDA graph included), and later collectives fail.
     fn abandon(&mut self) {}
+    /// Every rank's failure at this point, by rank (empty when none failed): this rank's is
+    /// `failure`. Exchanged on the host (the group's store), so it works when the device cannot
+    /// take a collective; every rank calls it at the same points. One process: its own.
+    fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
+        Ok(failure
+            .map(|f| vec![(self.rank(), f.to_string())])
+            .unwrap_or_default())
+    }
     /// True on every rank when `flag` is true on any rank.
     fn any(&mut self, flag: bool) -> Result<bool> {
         if self.world_size() == 1 {
@@ -136,6 +145,33 @@ pub struct BuildContext {
     /// Run the steps through the CPU twin of `methods.cuda_graph` with this many warm-up steps
     /// per shape ([`crate::cuda_graph::StepGraphs::emulated`]; tests, `--emulate-cuda-graph`).
     pub emulate_cuda_graph: Option<u32>,
+    /// Make this rank's CUDA graph captures fail (tests; `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
+    pub fail_captures: bool,
+}
+
+impl BuildContext {
+    /// The run's step graphs ([`StepGraphs::for_run`]) for a workload whose config says
+    /// `cuda_graph`.
+    pub fn step_graphs(&self, cuda_graph: bool) -> Result<Option<StepGraphs>> {
+        let graphs = StepGraphs::for_run(
+            cuda_graph,
+            self.emulate_cuda_graph,
+            self.device,
+            self.world_size,
+        )?;
+        Ok(match graphs {
+            Some(g) if self.fail_captures => Some(g.fail_captures()),
+            other => other,
+        })
+    }
+}
+
+/// The gradient exchange is how a rank hears of the others' captures (on the host, through
+/// the group's store).
+impl CapturePeers for dyn GradSync + '_ {
+    fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
+        self.share_failures(failure)
+    }
 }
 
 /// A training block: `epoch_count` epochs (or samples) from `first_epoch_num`, then an eval
@@ -217,6 +253,9 @@ pub struct RunOptions {
     /// Make a libtorch op fail inside training step N (1-based): a check that errors inside a
     /// step end the run as aborted (tests; `MLPERF_RUN_INJECT_FAULT=step:N` on the CLI).
     pub inject_fault_at_step: Option<u64>,
+    /// Make the CUDA graph captures fail on this rank (tests of how the other ranks end;
+    /// `MLPERF_RUN_INJECT_FAULT=capture:RANK` on the CLI).
+    pub inject_capture_failure_on_rank: Option<usize>,
     pub grad_sync: Box<dyn GradSync>,
     /// Extra sink for the log (e.g. echo to stdout); tests use memory sinks.
     pub extra_sinks: Vec<Sink>,
@@ -248,6 +287,7 @@ impl RunOptions {
             divergence_loss: 1e4,
             loss_check_steps: 8,
             inject_fault_at_step: None,
+            inject_capture_failure_on_rank: None,
             grad_sync: Box::new(NoSync::default()),
             extra_sinks: Vec::new(),
             distributed_from_env: true,
@@ -391,6 +431,11 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     .map_err(|e| super::step_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size()));
     // before `opts` (and its process group) goes at the end of this function
     w.release_step_graphs();
+    if crate::cuda_graph::failed_capture().is_some() {
+        // the failed capture may have recorded collectives that will never run: the group is
+        // aborted when it goes, not shut down (a shutdown would wait for them)
+        opts.grad_sync.abandon();
+    }
     out.run_seconds = run_start.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
     let stop_meta = match &result {
         Ok(()) => match &out.status {
@@ -417,6 +462,13 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
              random generator in capture state after that, so this process stops after this run: \
              run the same command again to resume the set (with methods.cuda_graph = false if the \
              step cannot be captured)"
+        );
+        crate::interrupt::request();
+    } else if let Some(why) = crate::cuda_graph::peer_failed_capture() {
+        // the failed rank stops its set; this one stops with it (its next run could not form a
+        // group without that rank), and they resume together
+        tracing::error!(
+            "rank {rank}: {why}; the set stops on every rank: run the same command again to              resume it"
         );
         crate::interrupt::request();
     }
@@ -448,7 +500,6 @@ fn dump_params(w: &dyn Workload, path: &std::path::Path, rank: usize) -> Result<
         .with_context(|| format!("cannot write the parameters to {}", path.display()))
 }
 
-/// The losses of `pending` steps in one device-to-host read.
 /// Before a loss read in a data-parallel GPU run: the device must finish the `steps` queued
 /// steps within the group's timeout. NCCL's watchdog times eager collectives out, but not those
 /// replayed from a CUDA graph; without this, a dead peer would hold every other rank in the
@@ -472,6 +523,7 @@ fn wait_for_peers(opts: &mut RunOptions, steps: usize) -> Result<()> {
     )
 }
 
+/// The losses of `pending` steps in one device-to-host read.
 fn read_losses(pending: &[tch::Tensor]) -> Result<Vec<f64>> {
     if pending.is_empty() {
         return Ok(Vec::new());
@@ -556,6 +608,7 @@ fn run_inner(
         rank: opts.grad_sync.rank(),
         world_size: opts.grad_sync.world_size(),
         emulate_cuda_graph: opts.emulate_cuda_graph,
+        fail_captures: opts.inject_capture_failure_on_rank == Some(opts.grad_sync.rank()),
     };
     {
         // libtorch's generator is process-global: hold it while seeding and drawing the

@@ -251,9 +251,14 @@ fn run_options(
         sys.time_limit_minutes * 60.0,
     ));
     opts.loss_check_steps = sys.loss_check_steps.max(1);
-    opts.inject_fault_at_step = std::env::var("MLPERF_RUN_INJECT_FAULT")
-        .ok()
-        .and_then(|v| v.strip_prefix("step:").and_then(|n| n.parse().ok()));
+    let fault = std::env::var("MLPERF_RUN_INJECT_FAULT").ok();
+    let fault_at = |prefix: &str| {
+        fault
+            .as_deref()
+            .and_then(|v| v.strip_prefix(prefix).and_then(|n| n.parse().ok()))
+    };
+    opts.inject_fault_at_step = fault_at("step:");
+    opts.inject_capture_failure_on_rank = fault_at("capture:").map(|r: u64| r as usize);
     opts
 }
 

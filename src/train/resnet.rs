@@ -342,12 +342,7 @@ impl Workload for ResnetWorkload {
             .ema
             .as_ref()
             .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
-        let graphs = StepGraphs::for_run(
-            cfg.methods.cuda_graph,
-            ctx.emulate_cuda_graph,
-            ctx.device,
-            ctx.world_size,
-        )?;
+        let graphs = ctx.step_graphs(cfg.methods.cuda_graph)?;
         self.state = Some(State {
             device: ctx.device,
             vs,
@@ -395,7 +390,7 @@ impl Workload for ResnetWorkload {
         Ok(block.epoch_count * s.steps_per_epoch)
     }
 
-    fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<Tensor> {
+    fn train_step<'s>(&mut self, sync: &'s mut (dyn GradSync + 's)) -> Result<Tensor> {
         let accum = self.cfg.train.gradient_accumulation_steps;
         let smoothing = self.cfg.methods.label_smoothing;
         let size = {
@@ -429,7 +424,7 @@ impl Workload for ResnetWorkload {
         s.opt.begin_step(&s.params, s.schedule.lr(s.global_step))?;
         // forward, backward, gradient exchange and update: kernels only, no host state
         // (what methods.cuda_graph captures)
-        let mut body = |ins: &[Tensor]| -> Result<Vec<Tensor>> {
+        let mut body = |ins: &[Tensor], sync: &mut (dyn GradSync + 's)| -> Result<Vec<Tensor>> {
             let mut total: Option<Tensor> = None;
             let mut grads: Vec<Tensor> = Vec::new();
             let last = ins.len() / 2 - 1;
@@ -480,8 +475,8 @@ impl Workload for ResnetWorkload {
             Ok(vec![total.context("a training step without micro-batches")?])
         };
         let mut out = match s.graphs.as_mut() {
-            Some(g) => g.run(&inputs, &mut body)?,
-            None => body(&inputs)?,
+            Some(g) => g.run_with_peers(&inputs, sync, &mut body)?,
+            None => body(&inputs, sync)?,
         };
         s.global_step += 1;
         if let Some(ema) = &mut s.ema {
