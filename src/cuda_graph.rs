@@ -492,7 +492,8 @@ fn peers_failed_message(failed: &[(usize, String)]) -> String {
         .map(|(r, m)| format!("rank {r}: {m}"))
         .collect();
     format!(
-        "rank(s) {} could not capture the training step in a CUDA graph, so every rank ends          this run (a replayed graph's all-reduces would wait for them): {}",
+        "rank(s) {} could not capture the training step in a CUDA graph, so every rank ends \
+         this run (a replayed graph's all-reduces would wait for them): {}",
         ranks.join(", "),
         why.join("; ")
     )
@@ -796,6 +797,7 @@ mod tests {
         assert_eq!(calls, 2, "warm-up and capture ran, nothing was replayed");
         assert!(msg.contains("rank(s) 3 could not capture"), "{msg}");
         assert!(msg.contains("rank 3: out of memory"), "{msg}");
+        assert!(msg.contains("so every rank ends this run"), "{msg}");
         assert_eq!(peers.heard, vec![None]);
         assert_eq!(g.stats().captures, 0);
         // the twin's process is not poisoned: only a real capture marks it

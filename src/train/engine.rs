@@ -468,7 +468,8 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         // the failed rank stops its set; this one stops with it (its next run could not form a
         // group without that rank), and they resume together
         tracing::error!(
-            "rank {rank}: {why}; the set stops on every rank: run the same command again to              resume it"
+            "rank {rank}: {why}; the set stops on every rank: run the same command again to \
+             resume it"
         );
         crate::interrupt::request();
     }
