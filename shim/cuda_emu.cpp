@@ -4,7 +4,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,6 +23,49 @@ namespace {
 // per fiber; only the touched pages are committed, and a c10::Error thrown inside a kernel
 // (a bad shuffle mask) builds its message there
 constexpr std::size_t kStackBytes = 256 * 1024;
+
+// The fibers' stacks: one mapping, each stack with an inaccessible guard page below it (stacks
+// grow down), so an overflow ends the process with a segmentation fault instead of silently
+// overwriting the next fiber's frames. Kept and grown across launches (under g_launch_mu).
+class Stacks {
+ public:
+  Stacks() = default;
+  Stacks(const Stacks&) = delete;
+  Stacks& operator=(const Stacks&) = delete;
+  ~Stacks() { unmap(); }
+
+  // Room for n fibers.
+  void reserve(unsigned n) {
+    if (n <= count_) return;
+    unmap();
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    stride_ = page + kStackBytes;  // kStackBytes is a multiple of any page size in use
+    const std::size_t bytes = stride_ * n;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    TORCH_CHECK(p != MAP_FAILED, "cuda emulator: cannot map ", bytes, " bytes of fiber stacks");
+    base_ = static_cast<char*>(p);
+    bytes_ = bytes;
+    count_ = n;
+    for (unsigned i = 0; i < n; ++i) {
+      TORCH_CHECK(mprotect(base_ + i * stride_, page, PROT_NONE) == 0,
+                  "cuda emulator: cannot protect a fiber stack's guard page");
+    }
+    guard_ = page;
+  }
+  // The usable stack of fiber i (above its guard page).
+  char* stack(unsigned i) const { return base_ + i * stride_ + guard_; }
+
+ private:
+  void unmap() {
+    if (base_ != nullptr) munmap(base_, bytes_);
+    base_ = nullptr;
+    bytes_ = count_ = 0;
+  }
+  char* base_ = nullptr;
+  std::size_t bytes_ = 0, stride_ = 0, guard_ = 0;
+  unsigned count_ = 0;
+};
 constexpr unsigned kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -43,7 +88,7 @@ struct Block {
   Dim3 grid, dim, idx;
   const std::function<void()>* body = nullptr;
   std::vector<Fiber> fibers;
-  std::unique_ptr<char[]> stacks;
+  const Stacks* stacks = nullptr;
   Barrier block;
   std::vector<Barrier> warps;
   std::vector<float> lanes;  // __shfl_xor_sync's exchange slots, one per thread
@@ -57,6 +102,7 @@ struct Block {
 thread_local Block* t_block = nullptr;
 std::mutex g_launch_mu;  // one launch at a time: __shared__ is a function-local static
 std::uint64_t g_launches = 0;
+Stacks g_stacks;  // under g_launch_mu
 
 Block& block() {
   TORCH_CHECK(t_block != nullptr, "cuda emulator: a CUDA built-in used outside a kernel launch");
@@ -93,7 +139,18 @@ void wait(Block& k, Barrier& b) {
 }
 
 // A returned thread is no longer counted by its barriers (which may complete because of it).
-void leave(Block& k, Barrier& b) {
+// At a warp's shuffle that is an error: the lanes waiting there would read the slot of a lane
+// that never wrote it (CUDA leaves a full-mask shuffle with an exited lane undefined). The
+// launch fails with it; the waiters are still released so that the block can end.
+void leave(Block& k, Barrier& b, bool warp) {
+  if (warp && b.arrived > 0 && !k.error) {
+    try {
+      TORCH_CHECK(false, "cuda emulator: __shfl_xor_sync: a lane of the warp returned while ",
+                  b.arrived, " other(s) waited in a shuffle (the full mask needs all 32)");
+    } catch (...) {
+      k.error = std::current_exception();
+    }
+  }
   --b.expected;
   if (b.arrived > 0 && b.arrived == b.expected) release(k, b);
 }
@@ -107,8 +164,8 @@ void fiber_main() {
     if (!k.error) k.error = std::current_exception();
   }
   k.fibers[me].done = true;
-  leave(k, k.block);
-  leave(k, k.warps[me / kWarp]);
+  leave(k, k.block, false);
+  leave(k, k.warps[me / kWarp], true);
   // returning resumes uc_link: the scheduler
 }
 
@@ -127,7 +184,7 @@ void run_block(Block& k) {
     f.done = false;
     f.tid = Dim3{i, 0, 0};
     TORCH_CHECK(getcontext(&f.ctx) == 0, "cuda emulator: getcontext failed");
-    f.ctx.uc_stack.ss_sp = k.stacks.get() + static_cast<std::size_t>(i) * kStackBytes;
+    f.ctx.uc_stack.ss_sp = k.stacks->stack(i);
     f.ctx.uc_stack.ss_size = kStackBytes;
     f.ctx.uc_link = &k.scheduler;
     makecontext(&f.ctx, fiber_main, 0);
@@ -173,7 +230,7 @@ float shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   TORCH_CHECK(b.expected == kWarp, "cuda emulator: __shfl_xor_sync with ", b.expected,
               " live lanes: the full mask needs all 32");
   k.lanes[me] = v;
-  wait(k, b);  // every lane has written
+  wait(k, b);  // every lane has written (a lane that returns meanwhile is an error: leave)
   const unsigned src = lane ^ static_cast<unsigned>(lane_mask);
   const float r = src < kWarp ? k.lanes[warp * kWarp + src] : v;
   wait(k, b);  // every lane has read before any writes again
@@ -186,14 +243,16 @@ void launch(unsigned gx, unsigned gy, unsigned threads, const std::function<void
               " threads per block (CUDA allows 1 to 1024)");
   TORCH_CHECK(gx >= 1 && gx <= 0x7fffffffu && gy >= 1 && gy <= 65535,
               "cuda emulator: grid (", gx, ", ", gy, ") outside CUDA's limits");
-  std::lock_guard<std::mutex> lock(g_launch_mu);
+  // before the lock, which this thread would hold already
   TORCH_CHECK(t_block == nullptr, "cuda emulator: a launch from inside a kernel");
+  std::lock_guard<std::mutex> lock(g_launch_mu);
   Block k;
   k.grid = Dim3{gx, gy, 1};
   k.dim = Dim3{threads, 1, 1};
   k.body = &body;
   k.fibers.resize(threads);
-  k.stacks.reset(new char[static_cast<std::size_t>(threads) * kStackBytes]);
+  g_stacks.reserve(threads);
+  k.stacks = &g_stacks;
   k.warps.resize((threads + kWarp - 1) / kWarp);
   k.lanes.assign(threads, 0.f);
   k.rng = 0x9e3779b97f4a7c15ull ^ (++g_launches * 0xbf58476d1ce4e5b9ull);

@@ -16,8 +16,12 @@ fn warp_shuffles_shared_memory_and_block_indices_give_the_known_sums() {
     for threads in [32u32, 96, 256, 1024] {
         let n = threads as f32;
         let out = run(0, 3, 2, threads).unwrap_or_else(|e| panic!("{threads} threads: {e}"));
-        // every block of the (3, 2) grid wrote its own slot with 0 + 1 + ... + (threads - 1)
-        assert_eq!(out, vec![n * (n - 1.0) / 2.0; 6], "{threads} threads");
+        // block b of the (3, 2) grid (b = y * 3 + x) wrote its own slot with the sum of
+        // t + 1024 b over its threads t (all exact in fp32)
+        let want: Vec<f32> = (0..6)
+            .map(|b| n * (n - 1.0) / 2.0 + n * 1024.0 * b as f32)
+            .collect();
+        assert_eq!(out, want, "{threads} threads");
     }
 }
 
@@ -35,6 +39,20 @@ fn barriers_that_can_never_complete_are_an_error_not_a_hang() {
 fn unmodelled_uses_and_launches_outside_cuda_limits_are_refused() {
     let msg = run(2, 1, 1, 32).unwrap_err();
     assert!(msg.contains("only the full warp"), "{msg}");
+    // a lane that returns while the others shuffle: an error whichever runs first. When it
+    // runs last (1 launch in 32 of one warp), the others already wait in the shuffle and would
+    // be released to read its slot, never written: 400 launches meet that order (all but
+    // surely), and each must fail
+    for launch in 0..400 {
+        let msg = run(3, 1, 1, 32).unwrap_err();
+        assert!(msg.contains("__shfl_xor_sync"), "launch {launch}: {msg}");
+    }
+    // while lanes that return right after a completed shuffle are fine (a warp reduction, then
+    // only lane 0 goes on), in every resume order
+    for launch in 0..50 {
+        let out = run(4, 2, 1, 64).unwrap_or_else(|e| panic!("launch {launch}: {e}"));
+        assert_eq!(out, vec![496.0, 496.0], "launch {launch}");
+    }
     let msg = run(0, 1, 1, 2048).unwrap_err();
     assert!(msg.contains("1 to 1024"), "{msg}");
     let msg = run(0, 1, 70_000, 32).unwrap_err();
