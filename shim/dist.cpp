@@ -127,6 +127,18 @@ void mr_dist_free(void* handle) {
   }
 }
 
+// Marks the group failed, as an error in one of its calls does: mr_dist_free (and the
+// reducer's free) will abort it instead of shutting it down, and nothing waits for its
+// collectives (which a dead peer may hold forever).
+void mr_dist_mark_failed(void* handle) {
+  if (handle != nullptr) static_cast<Group*>(handle)->failed = true;
+}
+
+// Whether the group is marked failed (1) or not (0).
+int mr_dist_is_failed(const void* handle) {
+  return handle != nullptr && static_cast<const Group*>(handle)->failed ? 1 : 0;
+}
+
 // op: 0 = sum, 1 = average, 2 = max, 3 = min. In place on every tensor.
 int mr_dist_allreduce(void* handle, at::Tensor** tensors, size_t n, int op, char** err) {
   auto* g = static_cast<Group*>(handle);

@@ -50,6 +50,11 @@ pub fn peer_failed_capture() -> Option<&'static str> {
 /// learns whether every rank captured, before any replays. A rank replaying a graph whose
 /// all-reduces a failed rank never joins would otherwise wait until the group's timeout.
 pub trait CapturePeers {
+    /// Before a capture on `device`, which starts by waiting for the device: make sure that
+    /// wait ends (a data-parallel run bounds it by the group's timeout). Default: nothing.
+    fn before_capture(&mut self, _device: Device) -> Result<()> {
+        Ok(())
+    }
     /// Every rank's capture failure (rank, message), this rank's being `failure`; empty when
     /// every rank captured its step.
     fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>>;
@@ -355,6 +360,9 @@ impl StepGraphs {
                     .collect::<Result<Vec<_>, _>>()
                     .context("copying a step's inputs into static buffers")?;
                 let on_device = matches!(self.backend, Backend::Cuda(_));
+                if let Backend::Cuda(device) = self.backend {
+                    peers.before_capture(Device::Cuda(device))?;
+                }
                 let captured = {
                     let mut step = |ins: &[Tensor]| body(ins, &mut *peers);
                     match self.backend {

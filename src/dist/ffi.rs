@@ -32,6 +32,8 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> c_int;
     pub fn mr_dist_barrier(group: *mut c_void, err: *mut *mut c_char) -> c_int;
+    pub fn mr_dist_mark_failed(group: *mut c_void);
+    pub fn mr_dist_is_failed(group: *const c_void) -> c_int;
     pub fn mr_dist_agree(
         group: *mut c_void,
         failure: *const c_char,

@@ -151,6 +151,14 @@ impl ProcessGroup {
     /// collectives are refused.
     pub fn mark_failed(&mut self) {
         self.failed = true;
+        // SAFETY: a live group from mr_dist_new.
+        unsafe { ffi::mr_dist_mark_failed(self.raw.as_ptr()) }
+    }
+
+    /// Whether the shim will abort this group when it is dropped (it failed, or was marked so).
+    pub fn aborts_on_drop(&self) -> bool {
+        // SAFETY: a live group from mr_dist_new.
+        unsafe { ffi::mr_dist_is_failed(self.raw.as_ptr()) != 0 }
     }
 
     pub fn timeout(&self) -> Duration {
@@ -347,10 +355,14 @@ mod tests {
     }
 
     #[test]
-    fn a_group_marked_failed_refuses_collectives() {
+    fn a_group_marked_failed_refuses_collectives_and_is_aborted_when_dropped() {
         let mut pg = one_rank_group();
         assert!(pg.any(true).unwrap(), "a healthy group answers");
+        assert!(!pg.aborts_on_drop(), "a healthy group is shut down");
         pg.mark_failed();
+        // the shim sees the mark: the group is aborted when dropped, never shut down (a
+        // shutdown would wait for collectives a dead peer holds)
+        assert!(pg.aborts_on_drop());
         let msg = format!("{:#}", pg.any(true).unwrap_err());
         assert!(msg.contains("already failed"), "{msg}");
         let msg = format!("{:#}", pg.share_failures(None).unwrap_err());

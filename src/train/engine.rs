@@ -169,6 +169,11 @@ impl BuildContext {
 /// The gradient exchange is how a rank hears of the others' captures (on the host, through
 /// the group's store).
 impl CapturePeers for dyn GradSync + '_ {
+    fn before_capture(&mut self, device: tch::Device) -> Result<()> {
+        // a capture begins with a device synchronize, which no watchdog covers: the replays
+        // queued before it (a new shape mid-run) may wait for a dead peer
+        wait_for_device_or_abandon(self, device, "the steps queued before a CUDA graph capture")
+    }
     fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
         self.share_failures(failure)
     }
@@ -263,8 +268,8 @@ pub struct RunOptions {
     /// ([`crate::dist::Rendezvous::from_env`]: `mlperf-run launch`, torchrun, Slurm) and
     /// `grad_sync` is single-process. Default true.
     pub distributed_from_env: bool,
-    /// Write the final trainable parameters (safetensors) here; ranks other than 0 write
-    /// `<path>.rank<r>`.
+    /// Write the final trainable parameters (safetensors) here when the run ends without an
+    /// error (aborted runs included); ranks other than 0 write `<path>.rank<r>`.
     pub dump_params: Option<PathBuf>,
     /// The recipe applied to the config (`--recipe`), logged as `recipe` after the
     /// hyperparameters.
@@ -474,7 +479,15 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         crate::interrupt::request();
     }
     if let Some(path) = &opts.dump_params {
-        dump_params(w, path, rank)?;
+        match &result {
+            Ok(()) => dump_params(w, path, rank)?,
+            // the device may be stuck (a dead peer's collectives) or broken: reading the
+            // parameters back could wait forever
+            Err(_) => tracing::warn!(
+                "rank {rank}: the run ended with an error: its parameters are not written to {}",
+                path.display()
+            ),
+        }
     }
     // an error is recorded in the log and the outcome; the caller decides what it means
     Ok(out)
@@ -507,19 +520,32 @@ fn dump_params(w: &dyn Workload, path: &std::path::Path, rank: usize) -> Result<
 /// blocking read below forever. On timeout the group is abandoned (aborted when the run ends,
 /// which also frees the device) and the run ends with an error.
 fn wait_for_peers(opts: &mut RunOptions, steps: usize) -> Result<()> {
-    let Some(timeout) = opts.grad_sync.peer_timeout() else {
+    wait_for_device_or_abandon(
+        opts.grad_sync.as_mut(),
+        opts.device,
+        &format!("the last {steps} steps"),
+    )
+}
+
+/// In a data-parallel GPU run, the device must finish its queued work (`what`) within the
+/// group's timeout; else the group is abandoned and the run ends with an error.
+fn wait_for_device_or_abandon(
+    sync: &mut dyn GradSync,
+    device: tch::Device,
+    what: &str,
+) -> Result<()> {
+    let Some(timeout) = sync.peer_timeout() else {
         return Ok(());
     };
-    if !opts.device.is_cuda() || crate::cuda::wait_for_device(opts.device, timeout)? {
+    if !device.is_cuda() || crate::cuda::wait_for_device(device, timeout)? {
         return Ok(());
     }
-    opts.grad_sync.abandon();
+    sync.abandon();
     anyhow::bail!(
-        "rank {}: the GPU did not finish the last {steps} steps within the process group's \
-         timeout of {:.0} s (MLPERF_RUN_DIST_TIMEOUT_S): a peer process probably died or \
-         stopped while the step's all-reduces waited for it; the group is aborted and this run \
-         ends",
-        opts.grad_sync.rank(),
+        "rank {}: the GPU did not finish {what} within the process group's timeout of {:.0} s \
+         (MLPERF_RUN_DIST_TIMEOUT_S): a peer process probably died or stopped while the step's \
+         all-reduces waited for it; the group is aborted and this run ends",
+        sync.rank(),
         timeout.as_secs_f64()
     )
 }
