@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -51,10 +50,9 @@ class Stacks {
       TORCH_CHECK(mprotect(base_ + i * stride_, page, PROT_NONE) == 0,
                   "cuda emulator: cannot protect a fiber stack's guard page");
     }
-    guard_ = page;
   }
-  // The usable stack of fiber i (above its guard page).
-  char* stack(unsigned i) const { return base_ + i * stride_ + guard_; }
+  // The usable stack of fiber i: the top kStackBytes of its stride, above its guard page.
+  char* stack(unsigned i) const { return base_ + (i + 1) * stride_ - kStackBytes; }
 
  private:
   void unmap() {
@@ -63,9 +61,10 @@ class Stacks {
     bytes_ = count_ = 0;
   }
   char* base_ = nullptr;
-  std::size_t bytes_ = 0, stride_ = 0, guard_ = 0;
+  std::size_t bytes_ = 0, stride_ = 0;
   unsigned count_ = 0;
 };
+
 constexpr unsigned kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -88,7 +87,6 @@ struct Block {
   Dim3 grid, dim, idx;
   const std::function<void()>* body = nullptr;
   std::vector<Fiber> fibers;
-  const Stacks* stacks = nullptr;
   Barrier block;
   std::vector<Barrier> warps;
   std::vector<float> lanes;  // __shfl_xor_sync's exchange slots, one per thread
@@ -184,7 +182,7 @@ void run_block(Block& k) {
     f.done = false;
     f.tid = Dim3{i, 0, 0};
     TORCH_CHECK(getcontext(&f.ctx) == 0, "cuda emulator: getcontext failed");
-    f.ctx.uc_stack.ss_sp = k.stacks->stack(i);
+    f.ctx.uc_stack.ss_sp = g_stacks.stack(i);
     f.ctx.uc_stack.ss_size = kStackBytes;
     f.ctx.uc_link = &k.scheduler;
     makecontext(&f.ctx, fiber_main, 0);
@@ -252,7 +250,6 @@ void launch(unsigned gx, unsigned gy, unsigned threads, const std::function<void
   k.body = &body;
   k.fibers.resize(threads);
   g_stacks.reserve(threads);
-  k.stacks = &g_stacks;
   k.warps.resize((threads + kWarp - 1) / kWarp);
   k.lanes.assign(threads, 0.f);
   k.rng = 0x9e3779b97f4a7c15ull ^ (++g_launches * 0xbf58476d1ce4e5b9ull);

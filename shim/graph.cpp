@@ -178,7 +178,8 @@ int mr_graph_capture_begin(MrGraph* g, int device, char** err) {
     // hand-off draws a copy stream from it for every epoch, so a kept stream would sooner or
     // later also be a copy stream, whose copies (from another thread) cannot go on a stream
     // being captured. Drawn a few draws after the current epoch's copy stream (one per epoch
-    // and eval), this one differs from it. The cost: libtorch keeps a cuBLAS workspace per (handle, stream), at most one per pool stream.
+    // and eval), this one differs from it. The cost: libtorch keeps a cuBLAS workspace per
+    // (handle, stream), at most one per pool stream.
     c10::Stream side = c10::cuda::getStreamFromPool(false, g->device).unwrap();
     // the side stream starts after everything queued so far (the warm-up steps, the inputs)
     c10::Event ready(c10::DeviceType::CUDA);

@@ -387,7 +387,7 @@ impl StepGraphs {
                 }
                 // before any rank replays: did every rank capture?
                 let shared = peers.capture_failures(mine.as_deref());
-                let (graph, outputs) = captured?;
+                let (mut graph, outputs) = captured?;
                 let failed = shared
                     .context("sharing this rank's CUDA graph capture with the other ranks")?;
                 if !failed.is_empty() {
@@ -397,13 +397,9 @@ impl StepGraphs {
                     }
                     bail!("{msg}");
                 }
-                let graph = match graph {
-                    Some(mut g) => {
-                        g.replay()?;
-                        Some(g)
-                    }
-                    None => None,
-                };
+                if let Some(g) = graph.as_mut() {
+                    g.replay()?;
+                }
                 self.stats.captures += 1;
                 let out = copies(&outputs)?;
                 *phase = Phase::Captured {

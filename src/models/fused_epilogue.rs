@@ -226,14 +226,15 @@ pub fn kernel_built() -> bool {
 }
 
 /// The self-checks of the CPU emulator that runs these kernels for [`FusedPath::Emulated`]
-/// (`shim/cuda_emu_selftest.cpp`; tests/cuda_emu.rs): kernel `which` (0: per-block sum of the
-/// thread indices by warp shuffles and shared memory; 1: barriers that can never complete; 2:
-/// a partial-mask shuffle) on a (gx, gy) grid of `threads`-thread blocks. The per-block outputs,
-/// or the emulator's error.
+/// (`shim/cuda_emu_selftest.cpp`; tests/cuda_emu.rs): kernel `which` (0: per-block sum of
+/// thread index + 1024 x block index by warp shuffles and shared memory; 1: barriers that can
+/// never complete; 2: a partial-mask shuffle; 3: a lane that returns while the others shuffle;
+/// 4: a warp sum after which all lanes but 0 return) on a (gx, gy) grid of `threads`-thread
+/// blocks. The per-block outputs, or the emulator's error.
 #[doc(hidden)]
 pub fn emulator_selftest(which: i32, gx: u32, gy: u32, threads: u32) -> Result<Vec<f32>> {
     let mut out = vec![f32::NAN; gx as usize * gy as usize];
-    // SAFETY: `out` holds gx * gy floats and the kernels write one per block.
+    // SAFETY: `out` holds gx * gy floats and the kernels write at most one per block.
     call("", |err| unsafe {
         mr_cuda_emu_selftest(which, gx, gy, threads, out.as_mut_ptr(), err)
     })?;
