@@ -22,7 +22,8 @@
 #   a) and c) end with `mlperf-run all-methods`: every method of the row above at once (a: CUDA
 #   graph + fused BN+ReLU; c: CUDA graph + fused epilogues + fused bias+GELU), the row that
 #   answers issue 13's targets (>= 5,000 img/s and >= 0.9x torch.compile; >= 360 seq/s and
-#   >= 1.4x Hugging Face; GPU busy >= 97%);
+#   >= 1.4x Hugging Face; GPU busy >= 97%), which the table's last block reads off, met or not;
+#   a)'s fp16 rows have fp16 peers: PyTorch eager with GradScaler and its torch.compile;
 #   g) (only with --only g or --only ...,g) examples/fused_epilogue_check: the fused
 #      dense + dropout + residual + LayerNorm op's CUDA kernels vs its composite ATen path at
 #      BERT-Large shapes (56 x 512 tokens, H 1024, bf16 autocast, the same dropout mask): max
@@ -47,17 +48,25 @@
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
-# Usage: scripts/bench_gpu.sh [--rounds N] [--only a,b,c,d,ncu] [--ncu] [--out DIR]
-#                             [--data DIR] [--smoke]
-#   --rounds N   rounds of a), b), c) (default 3); d) runs once
+# Usage: scripts/bench_gpu.sh [--rounds N] [--first-round K] [--time-limit S] [--only a,b,c,d,ncu]
+#                             [--ncu] [--out DIR] [--data DIR] [--smoke]
+#   --rounds N   rounds of a), b), c), e), f), h) (default 3); d) and g) run once
+#   --first-round K  number the rounds from K (default 1): a later call that adds rounds to an
+#                earlier call's (merge their results.jsonl, then `gpu_report.py report`)
+#   --time-limit S  start no round (and no once-only part) that would end more than S seconds
+#                after the start, judged by the longest round of that part so far (a part's
+#                first round starts while less than S seconds have passed); what was left out
+#                is listed under the table. The table and the packed logs are written after
+#                every round, so a call cut off by a harder limit keeps its finished rounds
 #   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
 #                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
-#                the raw logs come packed as logs.tar.gz, updated after every part)
+#                the raw logs come packed as logs.tar.gz, updated after every round)
 #   --data DIR   where the synthetic data sets are made, or reused when present
 #                (default: $BENCH_DATA or ${TMPDIR:-/tmp}/mlperf-run-bench-data)
-#   --smoke      every part on the CPU with tiny models and data, 1 round: proves the plumbing
+#   --smoke      every part on the CPU with tiny models and data, 1 round unless --rounds says
+#                otherwise: proves the plumbing
 #
 # Works from the repository (binaries in target/release, after cargo build --release --bins
 # --examples) and from a bundle made by scripts/bundle.sh (binaries in bin/, libraries in lib/),
@@ -73,6 +82,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 PYTHON=${PYTHON:-python3}
 rounds=3
+first_round=1
+time_limit=0
 only="a,b,c,d"
 smoke=0
 ncu_flag=0
@@ -82,7 +93,9 @@ data="${BENCH_DATA:-${TMPDIR:-/tmp}/mlperf-run-bench-data}"
 die() { echo "bench_gpu: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rounds) rounds="$2"; shift 2 ;;
+    --rounds) rounds="$2"; rounds_given=1; shift 2 ;;
+    --first-round) first_round="$2"; shift 2 ;;
+    --time-limit) time_limit="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --ncu) ncu_flag=1; shift ;;
     --out) out="$2"; shift 2 ;;
@@ -94,8 +107,10 @@ while [ $# -gt 0 ]; do
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
+case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
+case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
-[ "$smoke" = 1 ] && rounds=1
+[ "$smoke" = 1 ] && [ -z "${rounds_given:-}" ] && rounds=1
 
 # ---- our binaries and their libraries ----------------------------------------------------
 find_bin() {
@@ -236,6 +251,39 @@ rotate() {  # ROUND ITEMS...
   for ((i = 0; i < n; i++)); do echo "${items[$(( (i + k) % n ))]}"; done
 }
 
+# ---- rounds, and the time limit ----------------------------------------------------------------
+round_numbers() { seq "$first_round" $((first_round + rounds - 1)); }
+round_max=0  # the longest round of the current part so far, in seconds
+round_t0=0
+# round_start PART ROUND [LAST]: false, with a note in results.jsonl, when --time-limit leaves no
+# room for this round (the caller then starts none of the part's later rounds, up to LAST, either;
+# LAST = ROUND for a part that runs once)
+round_start() {
+  local part="$1" r="$2" last="${3:-$((first_round + rounds - 1))}" used what why
+  [ "$r" = "$first_round" ] && round_max=0
+  used=$(( $(date +%s) - t_start ))
+  if [ "$time_limit" -gt 0 ] && [ $((used + round_max)) -ge "$time_limit" ]; then
+    [ "$r" -lt "$last" ] && what="rounds $r-$last" || what="round $r"
+    [ "$r" = "$first_round" ] && why="$used s had passed" ||
+      why="$used s had passed and its longest round took $round_max s"
+    limit_note "$part" "$r" "part $part, $what: not started, $why (--time-limit $time_limit)"
+    return 1
+  fi
+  round_t0=$(date +%s)
+}
+# round_end: the round's duration counts for the next round_start; the table and logs so far are
+# written out (a call cut off later keeps them)
+round_end() {
+  local took=$(( $(date +%s) - round_t0 ))
+  [ "$took" -gt "$round_max" ] && round_max=$took
+  checkpoint
+}
+limit_note() {  # PART ROUND TEXT: a record the report lists under the table (not a failure)
+  echo "== $3" >&2
+  "$PYTHON" -c 'import json,sys; print(json.dumps({"part": "limit", "side": sys.argv[1], "round": int(sys.argv[2]), "ok": True, "note": sys.argv[3]}))' \
+    "$1" "$2" "$3" >>"$out/results.jsonl"
+}
+
 # ---- sizes -------------------------------------------------------------------------------------
 if [ "$smoke" = 1 ]; then
   R_COMMON=(--device cpu --batch 4 --size 32 --classes 10 --amp bf16 --channels-last --threads 1 --blocks 1,1,1,1)
@@ -287,7 +335,8 @@ measure mm torch-matmul-bf16 1 json "" -- "$PYTHON" "$bench_py/gpu_report.py" ma
 
 # ---- a) ResNet-50 step -------------------------------------------------------------------------
 if want a; then
-  for r in $(seq "$rounds"); do
+  for r in $(round_numbers); do
+    round_start a "$r" || break
     while read -r side; do
       case "$side" in
         mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" ;;
@@ -295,18 +344,18 @@ if want a; then
         fp16) measure a "mlperf-run fp16" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 ;;
         fused) measure a "mlperf-run fp16 fused-bn-relu" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --fused-bn-relu ;;
         all) measure a "mlperf-run fp16 all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --cuda-graph --fused-bn-relu ;;
-        pytorch-fp16)
-          split="pytorch-eager-fp16:impl=pytorch-eager" \
-            measure a "pytorch eager fp16" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
-            "${R_PEER[@]}" --amp fp16 --mode eager ;;
+        pytorch-fp16)  # the peers of our fp16 rows: eager with GradScaler, then compiled
+          split="pytorch-eager-fp16:impl=pytorch-eager pytorch-compile-fp16:impl=pytorch-compile" \
+            measure a "pytorch eager+compile fp16" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
+            "${R_PEER[@]}" --amp fp16 --mode both ;;
         pytorch)  # eager, then compiled, in one process (one interpreter start-up)
           split="pytorch-eager:impl=pytorch-eager pytorch-compile:impl=pytorch-compile" \
             measure a "pytorch eager+compile" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
             "${R_PEER[@]}" --mode both ;;
       esac
     done < <(rotate "$r" mlperf-run graph fp16 fused all pytorch pytorch-fp16)
+    round_end
   done
-  checkpoint
 fi
 
 # ---- b) ResNet-50 end to end ---------------------------------------------------------------------
@@ -325,7 +374,8 @@ if want b; then
   # this machine's decode workers: cores - 1
   b_cfg="$raw/logs/$(basename "$B_CFG")"
   sed -E "s/^workers = .*/workers = $workers/" "$B_CFG" >"$b_cfg"
-  for r in $(seq "$rounds"); do
+  for r in $(round_numbers); do
+    round_start b "$r" || break
     while read -r side; do
       case "$side" in
         mlperf-run)
@@ -338,31 +388,34 @@ if want b; then
             --train --dir "$B_SET" --scale-min 0.05 "${B_PEER[@]}" --warmup-steps $((spe < 20 ? spe : 20)) --steps "$spe" ;;
       esac
     done < <(rotate "$r" mlperf-run torchvision)
+    round_end
   done
-  checkpoint
 fi
 
 # ---- e) JPEG pipeline: CPU decoder vs nvJPEG ------------------------------------------------------
 if want e; then
   [ -f "$B_SET/synth-imagenet.json" ] || ours "$MR" data synth-imagenet --out "$B_SET" "${B_SYNTH[@]}" \
     --seed 7 --force >"$raw/logs/e-synth-imagenet.log" 2>&1 || die "synth-imagenet failed (see $raw/logs)"
-  for r in $(seq "$rounds"); do
+  for r in $(round_numbers); do
+    round_start e "$r" || break
     while read -r side; do
       measure e "decoder $side" "$r" json "" -- ours "$MR" data bench-imagenet --dir "$B_SET/train" \
         --threads "$workers" --batch-size "$B_BATCH" --size 224 --scale-min 0.05 --epochs 1 \
         --decoder "$side" --require-decoder --json
     done < <(rotate "$r" cpu nvjpeg)
+    round_end
   done
-  checkpoint
 fi
 
 # ---- f) fused BN+ReLU op: fused vs unfused on ResNet-50's BN shapes ------------------------------
 if want f; then
   if FCHECK="$(find_bin fused_bn_check)"; then
     [ "$smoke" = 1 ] && F_ARGS=(--device cpu --batch 4 --size 32 --rounds 2) || F_ARGS=(--device cuda --batch 256 --size 224 --rounds 20)
-    for r in $(seq "$rounds"); do
+    for r in $(round_numbers); do
+      round_start f "$r" || break
       split="fused-bf16:impl=fused-bf16 unfused-bf16:impl=unfused-bf16 fused-fp16:impl=fused-fp16 unfused-fp16:impl=unfused-fp16" \
         measure f "fused_bn_check" "$r" json "" -- ours "$FCHECK" "${F_ARGS[@]}" --dtypes bf16,fp16
+      round_end
     done
   else
     measure f "fused_bn_check" 1 json "" -- sh -c 'echo "no fused_bn_check binary (cargo build --release --examples, or a bundle)"; exit 1'
@@ -374,7 +427,8 @@ fi
 has_hf=1
 "$PYTHON" -c 'import transformers' 2>/dev/null || has_hf=0
 if want c; then
-  for r in $(seq "$rounds"); do
+  for r in $(round_numbers); do
+    round_start c "$r" || break
     while read -r side; do
       case "$side" in
         mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
@@ -393,8 +447,8 @@ if want c; then
                --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
       esac
     done < <(rotate "$r" mlperf-run graph fused gelu all hf ref)
+    round_end
   done
-  checkpoint
 fi
 
 # ---- g) fused epilogue op: CUDA kernels vs composite (opt-in) --------------------------------------
@@ -402,14 +456,16 @@ if want g; then
   FECHECK="$(find_bin fused_epilogue_check)" || die "no fused_epilogue_check binary next to $MR"
   if [ "$smoke" = 1 ]; then G_ARGS=(--device cpu --tokens 64 --hidden 32 --inner 32 --rounds 2)
   else G_ARGS=(--device cuda --tokens 28672 --hidden 1024 --rounds 20); fi
-  for inner in 1024 4096; do
-    [ "$smoke" = 1 ] && [ "$inner" = 4096 ] && continue
-    split="fused-kernel-i$inner:side=kernel fused-composite-i$inner:side=composite unfused-i$inner:side=unfused"
-    measure g "fused-epilogue-check-i$inner" 1 json "" -- ours "$FECHECK" "${G_ARGS[@]}" \
-      $([ "$smoke" = 1 ] || echo --inner "$inner")
-    split=""
-  done
-  checkpoint
+  if round_start g "$first_round" "$first_round"; then
+    for inner in 1024 4096; do
+      [ "$smoke" = 1 ] && [ "$inner" = 4096 ] && continue
+      split="fused-kernel-i$inner:side=kernel fused-composite-i$inner:side=composite unfused-i$inner:side=unfused"
+      measure g "fused-epilogue-check-i$inner" "$first_round" json "" -- ours "$FECHECK" "${G_ARGS[@]}" \
+        $([ "$smoke" = 1 ] || echo --inner "$inner")
+      split=""
+    done
+    round_end
+  fi
 fi
 
 # ---- h) fused bias + GELU op: cuBLASLt epilogue vs composite (opt-in) ------------------------------
@@ -417,16 +473,17 @@ if want h; then
   HCHECK="$(find_bin fused_bias_gelu_check)" || die "no fused_bias_gelu_check binary next to $MR"
   if [ "$smoke" = 1 ]; then H_ARGS=(--device cpu --tokens 64 --hidden 32 --inner 64 --rounds 2)
   else H_ARGS=(--device cuda --tokens 28672 --hidden 1024 --inner 4096 --rounds 20); fi
-  for r in $(seq "$rounds"); do
+  for r in $(round_numbers); do
+    round_start h "$r" || break
     split="fused-bias-gelu-cublaslt:side=cublaslt fused-bias-gelu-composite:side=composite unfused-linear-erf-gelu:side=unfused_erf"
     measure h "fused-bias-gelu-check" "$r" json "" -- ours "$HCHECK" "${H_ARGS[@]}"
     split=""
+    round_end
   done
-  checkpoint
 fi
 
 # ---- d) mlperf-run bert vs its step benchmark ----------------------------------------------------
-if want d; then
+if want d && round_start d "$first_round" "$first_round"; then
   if [ ! -f "$D_SET/train/.done" ] || [ ! -d "$D_SET/eval" ]; then
     echo "== d: writing BERT shards $D_SET (${D_SYNTH[*]})" >&2
     text=()
@@ -440,15 +497,15 @@ if want d; then
     touch "$D_SET/train/.done"
   fi
   mllog="$raw/logs/d-mlperf-run-bert.mllog"; rm -f "$mllog"
-  measure d "mlperf-run bert (run)" 1 mllog-bert "$C_FLOPS_SMOKE" -- ours "$MR" bert --division open --config "$D_CFG" \
+  measure d "mlperf-run bert (run)" "$first_round" mllog-bert "$C_FLOPS_SMOKE" -- ours "$MR" bert --division open --config "$D_CFG" \
     --data "$D_SET" --device "$dev" --seed 1 --log "$mllog"
   mllog=""
-  measure d "bert_bench_step --lamb (step)" 1 json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${D_STEP[@]}" "${C_RUN[@]}" --lamb
-  checkpoint
+  measure d "bert_bench_step --lamb (step)" "$first_round" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${D_STEP[@]}" "${C_RUN[@]}" --lamb
+  round_end
 fi
 
 # ---- ncu: kernels per step ----------------------------------------------------------------------
-if want ncu; then
+if want ncu && round_start ncu "$first_round" "$first_round"; then
   if [ "$dev" != cuda ] || ! command -v ncu >/dev/null; then
     echo "== ncu: skipped (needs CUDA and ncu on PATH)" >&2
     echo '{"part": "ncu", "side": "ncu", "round": 1, "ok": false, "error": "skipped: needs CUDA and ncu on PATH"}' >>"$out/results.jsonl"

@@ -234,6 +234,54 @@ PARTS = {
 }
 
 
+# Issue 13's targets on one H100: (part, our row, peer row or None, threshold). A peer row makes
+# the target the median over rounds of ours / peer; without one it is our median rate. Peers are
+# like for like: our fp16 rows against PyTorch's fp16 rows.
+TARGETS = [
+    ("a", "mlperf-run fp16 all-methods", None, 5000.0),
+    ("a", "mlperf-run fp16 all-methods", "pytorch-compile-fp16", 0.9),
+    ("c", "mlperf-run all-methods", None, 360.0),
+    ("c", "mlperf-run all-methods", "hf-transformers (sdpa)", 1.4),
+]
+# ... and the GPU busy share with CUDA graphs on, for every such row of parts a and c
+BUSY_TARGET_PCT = 97.0
+
+
+def median_ratio(by, rounds, ours, peer):
+    rs = [by[(ours, x)]["value"] / by[(peer, x)]["value"] for x in rounds
+          if by.get((ours, x), {}).get("ok") and by.get((peer, x), {}).get("ok")]
+    return (statistics.median(rs), rs) if rs else (None, [])
+
+
+def target_lines(recs, on_gpu):
+    """The table's last block: each of TARGETS and the GPU busy target, met or missed."""
+    out = ["", "targets (issue 13, one H100)" + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
+    verdict = lambda v, t: "not measured" if v is None else ("met" if v >= t else "MISSED")
+    for part, ours, peer, t in TARGETS:
+        pr = [r for r in recs if r["part"] == part]
+        by = {(r["side"], r["round"]): r for r in pr}
+        rounds = sorted({r["round"] for r in pr})
+        if peer is None:
+            good = [r["value"] for r in pr if r["side"] == ours and r.get("ok")]
+            v = statistics.median(good) if good else None
+            unit = next((r.get("unit") for r in pr if r["side"] == ours and r.get("unit")), "")
+            out.append(f"  {part}) {ours:<58}{fmt(v):>10} {unit:<8} target >= {fmt(t, 0):>6}  {verdict(v, t)}")
+        else:
+            v, rs = median_ratio(by, rounds, ours, peer)
+            what = f"{ours} / {peer}"
+            out.append(f"  {part}) {what:<58}{(fmt(v, 3) + 'x') if v else '-':>10} {'':<8} target >= {fmt(t, 1) + 'x':>6}"
+                       f"  {verdict(v, t)}" + (f"  (rounds: {', '.join(fmt(x, 3) for x in rs)})" if rs else ""))
+    graph_rows = sorted({(r["part"], r["side"]) for r in recs if r["part"] in ("a", "c")
+                         and ("cuda-graph" in r["side"] or "all-methods" in r["side"])})
+    for part, side in graph_rows:
+        busy = [r["gpu_busy_pct"] for r in recs if r["part"] == part and r["side"] == side
+                and r.get("ok") and r.get("gpu_busy_pct") is not None]
+        v = statistics.mean(busy) if busy else None
+        out.append(f"  {part}) GPU busy, {side:<48}{(fmt(v, 0) + '%') if v is not None else '-':>10} {'':<8} "
+                   f"target >= {fmt(BUSY_TARGET_PCT, 0) + '%':>6}  {verdict(v, BUSY_TARGET_PCT)}")
+    return out
+
+
 def cmd_report(a):
     path = os.path.join(a.out, "results.jsonl")
     recs = []
@@ -267,18 +315,19 @@ def cmd_report(a):
         hdr = f"  {'side':<30}" + "".join(f"{'r' + str(x):>10}" for x in rounds) + \
             f"{'median':>10} {'unit':<6}{'ours/side':>10}{'TFLOP/s':>9}{'MFU':>7}{'MFU989':>8}{'GPU busy':>9}"
         w(hdr)
-        ours_side = next((x for x in sides if x.startswith("mlperf-run")), sides[0])
+        # rounds start with a different side each (rotated): the plain row is ours where there is
+        # one, and ours comes first
+        ours_side = "mlperf-run" if "mlperf-run" in sides else \
+            next((x for x in sides if x.startswith("mlperf-run")), sides[0])
+        sides.remove(ours_side)
+        sides.insert(0, ours_side)
         by = {(r["side"], r["round"]): r for r in pr}
         for s in sides:
             vals = [by.get((s, x)) for x in rounds]
             good = [v["value"] for v in vals if v and v.get("ok")]
             med = statistics.median(good) if good else None
             unit = next((v["unit"] for v in vals if v and v.get("unit")), "")
-            ratio = None
-            if s != ours_side:
-                rs = [by[(ours_side, x)]["value"] / by[(s, x)]["value"] for x in rounds
-                      if by.get((ours_side, x), {}).get("ok") and by.get((s, x), {}).get("ok")]
-                ratio = statistics.median(rs) if rs else None
+            ratio = median_ratio(by, rounds, ours_side, s)[0] if s != ours_side else None
             fps = next((v.get("flops_per_sample") for v in vals if v and v.get("flops_per_sample")), None)
             tfl = med * fps / 1e12 if (med and fps) else None
             mfu = 100 * tfl / peak if (tfl and peak and on_gpu) else None
@@ -301,8 +350,7 @@ def cmd_report(a):
         # our other variants (e.g. "mlperf-run cuda-graph"): each against every side, per round
         for v in [x for x in sides if x.startswith("mlperf-run") and x != ours_side]:
             for s in [x for x in sides if x != v]:
-                rs = [by[(v, x)]["value"] / by[(s, x)]["value"] for x in rounds
-                      if by.get((v, x), {}).get("ok") and by.get((s, x), {}).get("ok")]
+                _, rs = median_ratio(by, rounds, v, s)
                 if rs:
                     w(f"  {v} / {s}: {fmt(statistics.median(rs), 3)}x median "
                       f"(rounds: {', '.join(fmt(x, 3) for x in rs)})")
@@ -329,6 +377,14 @@ def cmd_report(a):
                   f"kernel ms/step")
             else:
                 w(f"  {r['side']:<30} failed: {r.get('error')}")
+    if any(r["part"] in ("a", "c") for r in recs):
+        lines.extend(target_lines(recs, on_gpu))
+    limits = [r["note"] for r in recs if r["part"] == "limit"]
+    if limits:
+        w("")
+        w("left out (--time-limit):")
+        for n in limits:
+            w(f"  {n}")
     w("")
     w("ours/side: median over rounds of (ours / side) per round; > 1 means ours is faster. "
       "MFU: model TFLOP/s / measured matmul TFLOP/s; MFU989: / 989 (H100 SXM dense bf16). "
