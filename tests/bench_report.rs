@@ -1,0 +1,120 @@
+//! The report of scripts/bench_gpu.sh (scripts/bench/gpu_report.py `report`) on result records
+//! written here: the targets block reads the right rows and judges them, ratios are per round,
+//! ours leads its part whichever side a rotated round began with, and what `--time-limit` left
+//! out is listed without counting as a failure.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const REPORT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench/gpu_report.py");
+
+fn python() -> PathBuf {
+    mlperf_run::official::python().unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+fn rec(part: &str, side: &str, round: u32, value: f64, unit: &str, busy: Option<f64>) -> Value {
+    json!({"part": part, "side": side, "round": round, "ok": true, "value": value, "unit": unit,
+           "device": "cuda", "gpu_busy_pct": busy})
+}
+
+/// Runs the report over `records`: (exit status, table.txt).
+fn report(dir: &Path, records: &[Value]) -> (i32, String) {
+    let lines: Vec<String> = records.iter().map(|r| r.to_string()).collect();
+    std::fs::write(dir.join("results.jsonl"), lines.join("\n") + "\n").unwrap();
+    let out = Command::new(python())
+        .arg(REPORT)
+        .args(["report", "--out"])
+        .arg(dir)
+        .output()
+        .expect("run gpu_report.py");
+    let table = std::fs::read_to_string(dir.join("table.txt")).unwrap_or_else(|e| {
+        panic!(
+            "no table.txt ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), table)
+}
+
+fn line_with<'a>(table: &'a str, needles: &[&str]) -> &'a str {
+    table
+        .lines()
+        .find(|l| needles.iter().all(|n| l.contains(n)))
+        .unwrap_or_else(|| panic!("no line with {needles:?} in:\n{table}"))
+}
+
+/// Part a over 3 rounds, each round beginning with another side (as the rotation does): the
+/// all-methods row at 5,400 / 5,000 / 5,100 img/s (median 5,100), 0.95x / 0.85x / 0.92x
+/// torch.compile fp16 per round (median 0.92x; the ratio of the medians would be 0.897x).
+fn part_a() -> Vec<Value> {
+    let mut r = Vec::new();
+    for (round, ours, ratio) in [(1, 5400.0, 0.95), (2, 5000.0, 0.85), (3, 5100.0, 0.92)] {
+        let compile = ours / ratio;
+        let mut one = vec![
+            rec("a", "mlperf-run fp16 all-methods", round, ours, "img/s", Some(98.0)),
+            rec("a", "pytorch-compile-fp16", round, compile, "img/s", Some(100.0)),
+            rec("a", "mlperf-run cuda-graph", round, 4000.0, "img/s", Some(95.0)),
+            rec("a", "mlperf-run", round, 3900.0, "img/s", Some(96.0)),
+        ];
+        one.rotate_left(round as usize - 1);
+        r.extend(one);
+    }
+    r
+}
+
+#[test]
+fn targets_are_judged_from_their_rows_per_round_and_ours_leads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recs = part_a();
+    // c: all-methods at 350 seq/s, Hugging Face never measured
+    recs.push(rec("c", "mlperf-run", 1, 270.0, "seq/s", Some(100.0)));
+    recs.push(rec("c", "mlperf-run all-methods", 1, 350.0, "seq/s", None));
+    let (status, table) = report(dir.path(), &recs);
+    assert_eq!(status, 0, "{table}");
+
+    let v = line_with(&table, &["a) mlperf-run fp16 all-methods ", "target >="]);
+    assert!(v.contains("5,100.0") && v.ends_with("met"), "{v}");
+    // the median of the per-round ratios (0.85, 0.92, 0.95), not a ratio of medians
+    let v = line_with(&table, &["all-methods / pytorch-compile-fp16", "target"]);
+    assert!(v.contains("0.920x") && v.contains("  met"), "{v}");
+    assert!(v.contains("rounds: 0.950, 0.850, 0.920"), "{v}");
+    let v = line_with(&table, &["c) mlperf-run all-methods ", "target >="]);
+    assert!(v.contains("350.0") && v.ends_with("MISSED"), "{v}");
+    let v = line_with(&table, &["all-methods / hf-transformers (sdpa)", "target"]);
+    assert!(v.ends_with("not measured"), "{v}");
+    // GPU busy: every graph row of a and c (c's all-methods row has no samples)
+    assert!(line_with(&table, &["GPU busy, mlperf-run cuda-graph"]).ends_with("MISSED"));
+    assert!(line_with(&table, &["GPU busy, mlperf-run fp16 all-methods"]).ends_with("met"));
+    assert!(line_with(&table, &["c) GPU busy, mlperf-run all-methods"]).ends_with("not measured"));
+
+    // part a's table: the plain row first although round 1 began with all-methods
+    let rows: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("a) "))
+        .skip(2)
+        .take(4)
+        .collect();
+    assert!(rows[0].trim_start().starts_with("mlperf-run  "), "{rows:?}");
+}
+
+#[test]
+fn rounds_left_out_by_the_time_limit_are_listed_and_are_not_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recs = part_a();
+    let note = "part c, rounds 2-3: not started, 530 s had passed and its longest round took 140 s (--time-limit 540)";
+    recs.push(json!({"part": "limit", "side": "c", "round": 2, "ok": true, "note": note}));
+    let (status, table) = report(dir.path(), &recs);
+    assert_eq!(status, 0, "{table}");
+    let at = table
+        .find("left out (--time-limit):")
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(table[at..].contains(note), "{table}");
+
+    // a failed measurement still makes the report fail
+    recs.push(json!({"part": "a", "side": "mlperf-run", "round": 4, "ok": false,
+                     "error": "exit status 1", "device": "cuda"}));
+    let (status, table) = report(dir.path(), &recs);
+    assert_eq!(status, 1, "{table}");
+    assert!(table.contains("mlperf-run round 4 failed: exit status 1"), "{table}");
+}
