@@ -63,10 +63,22 @@ inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 // Throws c10::Error on a bad shape or a barrier that cannot complete.
 void launch(unsigned gx, unsigned gy, unsigned threads, const std::function<void()>& body);
 
+// Parameter i's value, copied byte for byte from where args[i] points, as cuLaunchKernel copies
+// it: the host code may keep it as another type of the same size (a `const void*` slot for a
+// `const float*` parameter), which reading through a typed pointer would make an aliasing
+// violation.
+template <typename T>
+T arg_value(const void* slot) {
+  static_assert(std::is_trivially_copyable_v<T>, "kernel parameters are copied as bytes");
+  T v;
+  std::memcpy(&v, slot, sizeof v);
+  return v;
+}
+
 // Calls kernel f with the driver API's argument array: args[i] points at parameter i's value.
 template <typename... A, std::size_t... I>
 void call_with_args(void (*f)(A...), void* const* args, std::index_sequence<I...>) {
-  f(*static_cast<std::remove_cv_t<A>*>(args[I])...);
+  f(arg_value<std::remove_cv_t<A>>(args[I])...);
 }
 template <typename... A>
 void call_with_args(void (*f)(A...), void* const* args) {

@@ -30,8 +30,8 @@
 //   allocator (no cudaMalloc, no host sync: the op can be captured in a CUDA graph). The
 //   heuristics assume 16-byte aligned operands (not cuBLASLt's default 256) and plans are cached
 //   per shape and bias/aux alignment. If cuBLASLt has no algorithm for a shape (NOT_SUPPORTED
-//   from the heuristics or the matmul, or no heuristic result), that call (or that backward)
-//   takes the composite path and the first reason is kept for
+//   from the heuristics or the matmul, or no heuristic result; remembered like a plan, so the
+//   heuristics are asked once), that call (or that backward) takes the composite path and the first reason is kept for
 //   mr_fbg_fallback_reason (Rust prints it once). Other cuBLASLt errors end the run with
 //   cuBLASLt's status text.
 //
@@ -373,8 +373,13 @@ int alignment(const void* p) {
 // their alignment (cublasLt.h), so a plan chosen for a 256-byte aligned bias is not reused for
 // a 16-byte aligned one.
 struct Plan {
-  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  // false: cuBLASLt has no algorithm for this key (the heuristics found none, or the matmul
+  // refused the one they chose, with status `refusal`); later calls take the composite path
+  // without asking the heuristics again
+  bool supported = true;
+  cublasStatus_t refusal = CUBLAS_STATUS_SUCCESS;
 };
 using PlanKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int, int>;
 std::mutex g_plans_mu;
@@ -420,16 +425,21 @@ bool run_gemm(const Gemm& g, const at::Tensor& like, const void* a, const void* 
     const cublasStatus_t s =
         l.heuristic(handle, q.op, q.a, q.b, q.d, q.d, q.pref, 1, &result, &found);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
-      *why = no_algorithm(g, s);
-      return false;
+      plan.supported = false;
+      plan.refusal = s;
+    } else {
+      check(s, "cublasLtMatmulAlgoGetHeuristic");
+      plan.algo = result.algo;
+      plan.workspace = result.workspaceSize;
     }
-    check(s, "cublasLtMatmulAlgoGetHeuristic");
-    plan.algo = result.algo;
-    plan.workspace = result.workspaceSize;
     std::lock_guard<std::mutex> lock(g_plans_mu);
     // plans are copied out and only used on the host while launching: starting over is safe
     if (g_plans.size() >= kMaxPlans) g_plans.clear();
     g_plans[key] = plan;
+  }
+  if (!plan.supported) {
+    *why = no_algorithm(g, plan.refusal);
+    return false;
   }
   Descs descs(g, dt, plan.workspace);
   descs.set_pointers(bias, aux);
@@ -442,9 +452,11 @@ bool run_gemm(const Gemm& g, const at::Tensor& like, const void* a, const void* 
                &plan.algo, workspace.data_ptr(), plan.workspace,
                c10::cuda::getCurrentCUDAStream().stream());
   if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
-    // nothing was launched: forget the plan, this call takes the composite path
+    // nothing was launched: this call and later ones with this key take the composite path
     std::lock_guard<std::mutex> lock(g_plans_mu);
-    g_plans.erase(key);
+    Plan& refused = g_plans[key];
+    refused.supported = false;
+    refused.refusal = s;
     *why = no_algorithm(g, s);
     return false;
   }
