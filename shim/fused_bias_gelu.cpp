@@ -31,9 +31,9 @@
 //   heuristics assume 16-byte aligned operands (not cuBLASLt's default 256) and plans are cached
 //   per shape and bias/aux alignment. If cuBLASLt has no algorithm for a shape (NOT_SUPPORTED
 //   from the heuristics or the matmul, or no heuristic result; remembered like a plan, so the
-//   heuristics are asked once), that call (or that backward) takes the composite path and the first reason is kept for
-//   mr_fbg_fallback_reason (Rust prints it once). Other cuBLASLt errors end the run with
-//   cuBLASLt's status text.
+//   heuristics are asked once), that call (or that backward) takes the composite path and the
+//   first reason is kept for mr_fbg_fallback_reason (Rust prints it once). Other cuBLASLt
+//   errors end the run with cuBLASLt's status text.
 //
 // Autocast: the op is not an ATen op, so autocast cannot see it. The entry point casts x, W1, b1
 // and W2 the way autocast casts linear's arguments (at::autocast::cached_cast, recorded by

@@ -31,6 +31,7 @@
 
 #include "error.hpp"
 #include "fused_epilogue_emu.hpp"
+#include "fused_epilogue_kernels.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -45,6 +46,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+namespace fe = mr::fused_epilogue;
 
 namespace {
 
@@ -561,7 +564,8 @@ void ensure_context(int device) {
   cu_check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
-void launch_function(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args, int device) {
+void launch_function(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args,
+                     int device) {
   // the tensors' device current (and its primary context bound) for the driver-API launch
   c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
   ensure_context(device);
@@ -575,14 +579,14 @@ bool cuda_kernels_ready(int device, int ht, int rt, int ot) {
   return g_status.load() >= 0 && kernels_for(device, ht, rt, ot) != nullptr;
 }
 
-void cuda_launch(int device, int ht, int rt, int ot, mr::fe_emu::Kernel which, unsigned gx,
-                 unsigned gy, unsigned threads, void** args) {
+void cuda_launch(int device, int ht, int rt, int ot, fe::Kernel which, unsigned gx, unsigned gy,
+                 unsigned threads, void** args) {
   const Kernels* k = kernels_for(device, ht, rt, ot);
   TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded (dtype codes ", ht,
               ", ", rt, ", ", ot, ")");
-  const CUfunction f = which == mr::fe_emu::kForward    ? k->fwd
-                       : which == mr::fe_emu::kBackward ? k->bwd
-                                                        : k->colsum;
+  const CUfunction f = which == fe::kForward    ? k->fwd
+                       : which == fe::kBackward ? k->bwd
+                                                : k->colsum;
   launch_function(f, gx, gy, threads, args, device);
 }
 
@@ -592,7 +596,7 @@ void cuda_launch(int device, int ht, int rt, int ot, mr::fe_emu::Kernel which, u
 
 namespace {
 bool cuda_kernels_ready(int, int, int, int) { return false; }
-void cuda_launch(int, int, int, int, mr::fe_emu::Kernel, unsigned, unsigned, unsigned, void**) {
+void cuda_launch(int, int, int, int, fe::Kernel, unsigned, unsigned, unsigned, void**) {
   TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
 }
 }  // namespace
@@ -613,8 +617,8 @@ bool kernels_ready(const at::Device& device, int ht, int rt, int ot) {
 
 // Launches kernel `which` on a (gx, gy) grid of kThreads-thread blocks: on the GPU on the
 // device's current stream, on the CPU by the emulator. args: the driver API's argument array.
-void launch(const at::Device& device, int ht, int rt, int ot, mr::fe_emu::Kernel which,
-            unsigned gx, unsigned gy, void** args) {
+void launch(const at::Device& device, int ht, int rt, int ot, fe::Kernel which, unsigned gx,
+            unsigned gy, void** args) {
   if (device.is_cpu()) {
     mr::fe_emu::launch(ht, rt, ot, which, gx, gy, kThreads, args);
   } else {
@@ -678,7 +682,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
   void* meanp = mean.data_ptr();
   void* rstdp = rstd.data_ptr();
   void* args[] = {&hp, &bp, &mp, &sc, &rp, &gp, &bep, &ep, &c, &yp, &sp, &meanp, &rstdp};
-  launch(h.device(), ht, rt, ot, mr::fe_emu::kForward, static_cast<unsigned>(rows), 1, args);
+  launch(h.device(), ht, rt, ot, fe::kForward, static_cast<unsigned>(rows), 1, args);
   return {y, s, mean, rstd};
 }
 
@@ -707,7 +711,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     void* dhp = dh.data_ptr();
     void* drp = need_res ? dres.data_ptr() : nullptr;
     void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp};
-    launch(s.device(), ht, rt, ot, mr::fe_emu::kBackward, static_cast<unsigned>(rows), 1, args);
+    launch(s.device(), ht, rt, ot, fe::kBackward, static_cast<unsigned>(rows), 1, args);
   }
   // d gamma, d beta: partial sums over chunks of (at least) 64 rows, then one ATen sum; the
   // chunk count stays within gridDim.y's 65,535
@@ -726,7 +730,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     void* pbp = part_b.data_ptr();
     void* args[] = {&dyp, &sp, &mp, &rp, &r, &c, &rpc, &pgp, &pbp};
     const unsigned gx = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
-    launch(s.device(), ht, rt, ot, mr::fe_emu::kColsum, gx, static_cast<unsigned>(chunks), args);
+    launch(s.device(), ht, rt, ot, fe::kColsum, gx, static_cast<unsigned>(chunks), args);
   }
   return {dh, dres, part_g.sum(0), part_b.sum(0)};
 }

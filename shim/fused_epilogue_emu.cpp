@@ -26,9 +26,9 @@ namespace {
 template <auto Forward, auto Backward, auto Colsum>
 void launch_variant(Kernel which, unsigned gx, unsigned gy, unsigned threads, void* const* args) {
   switch (which) {
-    case kForward: return cuda_emu::launch_kernel(Forward, gx, gy, threads, args);
-    case kBackward: return cuda_emu::launch_kernel(Backward, gx, gy, threads, args);
-    case kColsum: return cuda_emu::launch_kernel(Colsum, gx, gy, threads, args);
+    case fused_epilogue::kForward: return cuda_emu::launch_kernel(Forward, gx, gy, threads, args);
+    case fused_epilogue::kBackward: return cuda_emu::launch_kernel(Backward, gx, gy, threads, args);
+    case fused_epilogue::kColsum: return cuda_emu::launch_kernel(Colsum, gx, gy, threads, args);
   }
   TORCH_CHECK(false, "fused epilogue emulator: no kernel ", static_cast<int>(which));
 }

@@ -3,9 +3,11 @@
 // src/models/fused_epilogue.rs, for tests of the kernels without a GPU.
 #pragma once
 
+#include "fused_epilogue_kernels.hpp"
+
 namespace mr::fe_emu {
 
-enum Kernel : int { kForward = 0, kBackward = 1, kColsum = 2 };
+using fused_epilogue::Kernel;
 
 // Launches kernel `which` of the (ht, rt, ot) variant (dtype codes 0 fp32, 1 bf16, 2 fp16) on a
 // (gx, gy) grid of `threads`-thread blocks, with the driver API's argument array. Throws
