@@ -26,7 +26,10 @@ pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
 pub use gradsync::{overlap_from_env, BucketedGradSync};
 pub use group::{Backend, ProcessGroup, ReduceOp};
 pub use reducer::{BucketTimes, OverlapTimings};
-pub use rendezvous::{timeout_from_env, Rendezvous, Source, DEFAULT_PORT, DEFAULT_TIMEOUT};
+pub use rendezvous::{
+    local_processes, local_processes_from_lookup, timeout_from_env, Rendezvous, Source,
+    DEFAULT_PORT, DEFAULT_TIMEOUT,
+};
 
 /// The trainer's entry point: `Ok(None)` for a single process (no launcher variables, or a
 /// world of one), else this rank's process group, with the backend chosen by `device` (NCCL

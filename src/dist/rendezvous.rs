@@ -164,6 +164,28 @@ pub fn timeout_from_env() -> Result<Duration> {
     }
 }
 
+/// How many processes of this job run on this node, from the launcher's environment:
+/// LOCAL_WORLD_SIZE (torchrun, `mlperf-run launch`), else Slurm's SLURM_NTASKS_PER_NODE, else the
+/// first count of SLURM_TASKS_PER_NODE ("8(x2)" is 8 tasks on each of 2 nodes). `None` without
+/// a launcher, or when the values do not parse (the caller then assumes one process).
+pub fn local_processes_from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    let num = |v: &str| v.trim().parse::<usize>().ok().filter(|&n| n > 0);
+    if let Some(v) = get("LOCAL_WORLD_SIZE") {
+        return num(&v);
+    }
+    if let Some(v) = get("SLURM_NTASKS_PER_NODE") {
+        return num(&v);
+    }
+    let v = get("SLURM_TASKS_PER_NODE")?;
+    let first = v.split(',').next()?;
+    num(first.split('(').next()?)
+}
+
+/// [`local_processes_from_lookup`] on the process environment.
+pub fn local_processes() -> Option<usize> {
+    local_processes_from_lookup(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+}
+
 fn parse_num(var: &str, v: &str) -> Result<usize> {
     v.trim()
         .parse()
@@ -197,6 +219,23 @@ mod tests {
         ("WORLD_SIZE", "16"),
         ("LOCAL_RANK", "1"),
     ];
+
+    fn local(vars: &[(&str, &str)]) -> Option<usize> {
+        let m: HashMap<&str, &str> = vars.iter().copied().collect();
+        local_processes_from_lookup(|k| m.get(k).map(|v| v.to_string()))
+    }
+
+    #[test]
+    fn processes_on_this_node_from_torchrun_or_slurm() {
+        assert_eq!(local(&[]), None);
+        assert_eq!(local(&[("LOCAL_WORLD_SIZE", "8"), ("SLURM_NTASKS_PER_NODE", "4")]), Some(8));
+        assert_eq!(local(&[("SLURM_NTASKS_PER_NODE", "4")]), Some(4));
+        assert_eq!(local(&[("SLURM_TASKS_PER_NODE", "8(x2),4")]), Some(8));
+        assert_eq!(local(&[("SLURM_TASKS_PER_NODE", "2")]), Some(2));
+        // unparsable or zero: unknown, not a guess
+        assert_eq!(local(&[("LOCAL_WORLD_SIZE", "eight")]), None);
+        assert_eq!(local(&[("SLURM_NTASKS_PER_NODE", "0")]), None);
+    }
 
     #[test]
     fn nothing_set_is_a_single_process() {

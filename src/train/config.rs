@@ -150,7 +150,9 @@ pub struct DataConfig {
     /// Full training image size (224 in the reference; 176 in MosaicML's recipe).
     pub train_image_size: i64,
     pub eval_image_size: i64,
-    /// Decode workers for image folders (0: all cores).
+    /// Decode workers for image folders (0: this process's share of the CPUs: all it is bound
+    /// to, or the CPUs divided among the job's processes on this node; see
+    /// `train::data::default_decode_workers`).
     #[serde(default)]
     pub workers: usize,
     /// JPEG decoder for image folders: "cpu" (libjpeg-turbo, only the crop's region; default),
