@@ -52,9 +52,30 @@ fn part_a() -> Vec<Value> {
     for (round, ours, ratio) in [(1, 5400.0, 0.95), (2, 5000.0, 0.85), (3, 5100.0, 0.92)] {
         let compile = ours / ratio;
         let mut one = vec![
-            rec("a", "mlperf-run fp16 all-methods", round, ours, "img/s", Some(98.0)),
-            rec("a", "pytorch-compile-fp16", round, compile, "img/s", Some(100.0)),
-            rec("a", "mlperf-run cuda-graph", round, 4000.0, "img/s", Some(95.0)),
+            rec(
+                "a",
+                "mlperf-run fp16 all-methods",
+                round,
+                ours,
+                "img/s",
+                Some(98.0),
+            ),
+            rec(
+                "a",
+                "pytorch-compile-fp16",
+                round,
+                compile,
+                "img/s",
+                Some(100.0),
+            ),
+            rec(
+                "a",
+                "mlperf-run cuda-graph",
+                round,
+                4000.0,
+                "img/s",
+                Some(95.0),
+            ),
             rec("a", "mlperf-run", round, 3900.0, "img/s", Some(96.0)),
         ];
         one.rotate_left(round as usize - 1);
@@ -112,9 +133,14 @@ fn rounds_left_out_by_the_time_limit_are_listed_and_are_not_failures() {
     assert!(table[at..].contains(note), "{table}");
 
     // a failed measurement still makes the report fail
-    recs.push(json!({"part": "a", "side": "mlperf-run", "round": 4, "ok": false,
-                     "error": "exit status 1", "device": "cuda"}));
+    recs.push(
+        json!({"part": "a", "side": "mlperf-run", "round": 4, "ok": false,
+                     "error": "exit status 1", "device": "cuda"}),
+    );
     let (status, table) = report(dir.path(), &recs);
     assert_eq!(status, 1, "{table}");
-    assert!(table.contains("mlperf-run round 4 failed: exit status 1"), "{table}");
+    assert!(
+        table.contains("mlperf-run round 4 failed: exit status 1"),
+        "{table}"
+    );
 }

@@ -228,7 +228,10 @@ mod tests {
     #[test]
     fn processes_on_this_node_from_torchrun_or_slurm() {
         assert_eq!(local(&[]), None);
-        assert_eq!(local(&[("LOCAL_WORLD_SIZE", "8"), ("SLURM_NTASKS_PER_NODE", "4")]), Some(8));
+        assert_eq!(
+            local(&[("LOCAL_WORLD_SIZE", "8"), ("SLURM_NTASKS_PER_NODE", "4")]),
+            Some(8)
+        );
         assert_eq!(local(&[("SLURM_NTASKS_PER_NODE", "4")]), Some(4));
         assert_eq!(local(&[("SLURM_TASKS_PER_NODE", "8(x2),4")]), Some(8));
         assert_eq!(local(&[("SLURM_TASKS_PER_NODE", "2")]), Some(2));

@@ -511,7 +511,13 @@ mod tests {
                 let mut one: libc::cpu_set_t = std::mem::zeroed();
                 libc::CPU_SET(first, &mut one);
                 assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
-                (online, mine, before, bound_to_some_cpus(), default_decode_workers())
+                (
+                    online,
+                    mine,
+                    before,
+                    bound_to_some_cpus(),
+                    default_decode_workers(),
+                )
             }
         })
         .join()
