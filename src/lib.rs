@@ -10,11 +10,13 @@
 //! - [`train`], [`models`], [`optim`], [`dist`]: training on libtorch (feature `torch`)
 //! - [`data`]: data pipelines and synthetic data sets
 //! - [`fsutil`]: atomic file writes
+//! - [`cpu_bind`]: which CPUs each training process of a node runs on (`[system] cpu_bind`)
 //! - [`amp`]: autocast regions (bf16 on GPU, and its CPU twin) through the C++ shim
 
 #[cfg(feature = "torch")]
 pub mod amp;
 pub mod benchmarks;
+pub mod cpu_bind;
 #[cfg(feature = "torch")]
 pub mod cuda;
 #[cfg(feature = "torch")]

@@ -312,3 +312,66 @@ fn a_failed_capture_on_one_rank_ends_the_run_on_every_rank_naming_it() {
         "{reason:?}"
     );
 }
+
+/// `[system] cpu_bind = "slices"` in a 2-process run: each rank binds itself to its own run of
+/// whole cores of the CPUs it was started with (or, where the launcher already bound it, says
+/// it left them), and says which.
+#[test]
+fn cpu_bind_slices_gives_each_rank_cores_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path(), 32, 2);
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    let bound = base.replace("threads = 1\n", "threads = 1\ncpu_bind = \"slices\"\n");
+    assert_ne!(
+        bound, base,
+        "tiny_cpu.toml changed: update this test's edit"
+    );
+    std::fs::write(&cfg, bound).unwrap();
+    let out = launch_command(2)
+        .args(["resnet", "--division", "open", "--config"])
+        .arg(&cfg)
+        .args(["--seed", "3", "--log"])
+        .arg(dir.path().join("result_0.txt"))
+        .env("RUST_LOG", "mlperf_run=info")
+        .env("MLPERF_RUN_DIST_TIMEOUT_S", "60")
+        .output()
+        .unwrap();
+    let t = text(&out);
+    let allowed = mlperf_run::cpu_bind::current_affinity().unwrap();
+    let cpus_of = |rank: usize| -> Option<Vec<usize>> {
+        let prefix = format!("[rank {rank}]");
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(&prefix) && l.contains("cpu_bind: "))
+            .unwrap_or_else(|| panic!("rank {rank} did not say how it was bound: {t}"));
+        if line.contains("left as started") {
+            return None;
+        }
+        let (_, list) = line
+            .split_once(&format!("local rank {rank} of 2 on CPUs "))
+            .unwrap_or_else(|| panic!("{line}"));
+        Some(mlperf_run::cpu_bind::parse_cpu_list(list.split_whitespace().next().unwrap()).unwrap())
+    };
+    assert!(
+        t.contains("[rank 0] run aborted: epoch limit reached"),
+        "{t}"
+    );
+    match (cpus_of(0), cpus_of(1)) {
+        (Some(a), Some(b)) => {
+            for c in a.iter().chain(&b) {
+                assert!(
+                    allowed.contains(c),
+                    "CPU {c} is not one of {allowed:?}: {t}"
+                );
+            }
+            if allowed.len() >= 2 {
+                assert!(
+                    a.iter().all(|c| !b.contains(c)),
+                    "{a:?} and {b:?} overlap: {t}"
+                );
+            }
+        }
+        (None, None) => eprintln!("this test runs bound to some CPUs: the ranks left them"),
+        other => panic!("the ranks disagree on whether they were bound: {other:?}: {t}"),
+    }
+}

@@ -60,6 +60,12 @@ pub struct SystemConfig {
     /// Intra-op threads for libtorch on CPU (0 or absent: libtorch's default).
     #[serde(default)]
     pub threads: Option<i32>,
+    /// Which CPUs each process of a node runs on: "none" (default, as started), "slices" (the
+    /// CPUs cut into one run of whole cores per local process) or "gpu" (the CPUs near the
+    /// rank's GPU, per NVML, shared among the ranks whose GPUs have the same ones). A process
+    /// already bound by its launcher is left as it is. See `crate::cpu_bind`.
+    #[serde(default)]
+    pub cpu_bind: crate::cpu_bind::CpuBind,
     /// Abort the run (run_stop aborted) after this many minutes of training.
     pub time_limit_minutes: f64,
     /// CUDA: cuDNN benchmark mode (time the convolution algorithms once per input shape and
@@ -82,6 +88,17 @@ impl SystemConfig {
     /// Apply the process-wide settings a run's build starts with: libtorch's CPU threads and,
     /// on a GPU, the device, cuDNN benchmark mode and TF32.
     pub fn configure_process(&self, device: tch::Device) -> Result<()> {
+        // first, once per process: the threads started from here on (libtorch's, the data
+        // pipeline's) inherit the binding
+        static CPU_BIND: std::sync::Once = std::sync::Once::new();
+        let rendezvous = crate::dist::Rendezvous::from_env()?;
+        CPU_BIND.call_once(|| {
+            let local_rank = rendezvous.map_or(0, |r| r.local_rank);
+            let local = crate::dist::local_processes().unwrap_or(1);
+            if let Some(what) = crate::cpu_bind::apply(self.cpu_bind, local_rank, local) {
+                tracing::info!("{what}");
+            }
+        });
         if let Some(t) = self.threads.filter(|&t| t > 0) {
             tch::set_num_threads(t);
         }

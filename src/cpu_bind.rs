@@ -1,0 +1,403 @@
+//! Binding a training process to its own CPUs (`[system] cpu_bind`), so that each rank of a
+//! node decodes and stages its batches on cores of its own, near its GPU, as MLPerf submitters'
+//! launch scripts do (`numactl`, `bindpcie`):
+//!
+//! - `none` (default): as started;
+//! - `slices`: the CPUs this process may use are cut into one slice of whole cores per process
+//!   of the job on this node (LOCAL_WORLD_SIZE, or Slurm's tasks per node); local rank r takes
+//!   slice r;
+//! - `gpu`: the CPUs NVML names as close to the rank's GPU (nvmlDeviceGetCpuAffinity: its NUMA
+//!   node's), shared out as whole cores among the local ranks whose GPUs have the same ones.
+//!   Without NVML (no NVIDIA driver) it is `slices`, with a warning.
+//!
+//! A process that something else already bound to a subset of the online CPUs (Slurm's
+//! `--cpu-bind`, `numactl`, `taskset`) is left as it is. Hyper-threads of one core stay
+//! together: a slice is a run of whole cores, in the order of their first CPU. The binding is
+//! the calling thread's (Linux `sched_setaffinity`), inherited by the threads it starts later:
+//! the trainer binds before it starts its decode, prefetch and libtorch threads.
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// How a training process picks its CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuBind {
+    #[default]
+    None,
+    Slices,
+    Gpu,
+}
+
+/// Parses a Linux CPU list ("0-3,8,10-11", as in sysfs and `taskset -c`).
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.trim().is_empty()) {
+        let part = part.trim();
+        let num = |v: &str| -> Result<usize> {
+            v.trim()
+                .parse()
+                .with_context(|| format!("{part:?} in the CPU list {s:?} is not a CPU number"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if b < a {
+                    bail!("{part:?} in the CPU list {s:?} is a reversed range");
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(num(part)?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// Formats CPUs as a Linux CPU list, ranges collapsed ("0-3,8").
+pub fn format_cpu_list(cpus: &[usize]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// `cpus` grouped into cores (hyper-threads of one core together), from the topology under
+/// `sysfs_cpu` (/sys/devices/system/cpu): cores in the order of their first CPU. A CPU whose
+/// topology cannot be read is a core of its own.
+pub fn cores(cpus: &[usize], sysfs_cpu: &Path) -> Vec<Vec<usize>> {
+    let read = |cpu: usize, what: &str| -> Option<String> {
+        std::fs::read_to_string(sysfs_cpu.join(format!("cpu{cpu}/topology/{what}")))
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let mut by_core: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    let mut alone = Vec::new();
+    for &cpu in cpus {
+        match (read(cpu, "physical_package_id"), read(cpu, "core_id")) {
+            (Some(p), Some(c)) => by_core.entry((p, c)).or_default().push(cpu),
+            _ => alone.push(vec![cpu]),
+        }
+    }
+    let mut all: Vec<Vec<usize>> = by_core.into_values().chain(alone).collect();
+    for core in &mut all {
+        core.sort_unstable();
+    }
+    all.sort_by_key(|core| core[0]);
+    all
+}
+
+/// Slice `k` of `n` of `cores`: contiguous runs of whole cores, the first `len % n` slices one
+/// core longer. With fewer cores than slices, slice k shares core `k % len`.
+pub fn slice_of_cores(cores: &[Vec<usize>], k: usize, n: usize) -> Vec<usize> {
+    if cores.is_empty() || n == 0 {
+        return Vec::new();
+    }
+    if cores.len() < n {
+        return cores[k % cores.len()].clone();
+    }
+    let (base, extra) = (cores.len() / n, cores.len() % n);
+    let start = k * base + k.min(extra);
+    let len = base + usize::from(k < extra);
+    cores[start..start + len].concat()
+}
+
+/// The CPUs of local rank `rank` when each local rank's candidate CPUs are `candidates[r]`
+/// (all the same for `slices`; its GPU's for `gpu`): the ranks with the same candidates share
+/// them out as whole cores, in rank order. `topology` groups CPUs into cores.
+pub fn plan(
+    candidates: &[Vec<usize>],
+    rank: usize,
+    topology: impl Fn(&[usize]) -> Vec<Vec<usize>>,
+) -> Vec<usize> {
+    let mine = &candidates[rank];
+    let sharing: Vec<usize> = (0..candidates.len())
+        .filter(|&r| candidates[r] == *mine)
+        .collect();
+    let k = sharing.iter().position(|&r| r == rank).unwrap_or(0);
+    slice_of_cores(&topology(mine), k, sharing.len())
+}
+
+/// The CPUs this thread may run on.
+pub fn current_affinity() -> Result<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; sched_getaffinity writes at most its size and
+    // CPU_ISSET reads the set it filled
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
+/// Binds this thread (and the threads it starts from now on) to `cpus`.
+pub fn set_affinity(cpus: &[usize]) -> Result<()> {
+    // SAFETY: as in current_affinity; CPU_SET writes inside the set (numbers are checked)
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if c >= libc::CPU_SETSIZE as usize {
+                bail!("CPU {c} is beyond what sched_setaffinity can name");
+            }
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            bail!(
+                "sched_setaffinity to CPUs {}: {}",
+                format_cpu_list(cpus),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| parse_cpu_list(&s).ok())
+        .map(|c| c.len())
+        .unwrap_or(0)
+}
+
+/// Each local GPU's CPUs as NVML names them, for local ranks 0..`local` (rank r uses the r-th
+/// visible GPU: CUDA_VISIBLE_DEVICES' r-th entry, an index or a UUID, else GPU r).
+fn gpu_cpus(local: usize) -> std::result::Result<Vec<Vec<usize>>, String> {
+    use nvml_wrapper::Nvml;
+    let nvml = Nvml::init().map_err(|e| format!("NVML is not available ({e})"))?;
+    let visible: Option<Vec<String>> = std::env::var("CUDA_VISIBLE_DEVICES")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let words = (libc::CPU_SETSIZE as usize).div_ceil(8 * std::mem::size_of::<libc::c_ulong>());
+    (0..local)
+        .map(|r| {
+            let name = visible
+                .as_ref()
+                .map(|v| v.get(r).cloned().unwrap_or_default())
+                .unwrap_or_else(|| r.to_string());
+            let dev = match name.parse::<u32>() {
+                Ok(i) => nvml.device_by_index(i),
+                Err(_) => nvml.device_by_uuid(name.as_str()),
+            }
+            .map_err(|e| format!("NVML has no GPU {name:?} for local rank {r} ({e})"))?;
+            let mask = dev
+                .cpu_affinity(words)
+                .map_err(|e| format!("NVML gives no CPU affinity for GPU {name:?} ({e})"))?;
+            let bits = 8 * std::mem::size_of::<libc::c_ulong>();
+            Ok((0..words * bits)
+                .filter(|&c| (mask[c / bits] >> (c % bits)) & 1 == 1)
+                .collect())
+        })
+        .collect()
+}
+
+/// Applies `mode` for local rank `rank` of `local` processes on this node and returns what it
+/// did, for the log (`None`: nothing to say). It never fails a run: where the CPUs cannot be read
+/// or set, the process runs as started and the note says why.
+pub fn apply(mode: CpuBind, rank: usize, local: usize) -> Option<String> {
+    if mode == CpuBind::None {
+        return None;
+    }
+    match bind(mode, rank, local) {
+        Ok(note) => Some(note),
+        Err(e) => Some(format!("cpu_bind: running as started: {e:#}")),
+    }
+}
+
+fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<String> {
+    let allowed = current_affinity()?;
+    let online = online_cpus();
+    if online > 0 && allowed.len() < online {
+        return Ok(format!(
+            "cpu_bind: left as started, on CPUs {} (bound by the launcher)",
+            format_cpu_list(&allowed)
+        ));
+    }
+    let local = local.max(rank + 1);
+    let mut note = String::new();
+    let candidates = match mode {
+        CpuBind::Gpu => match gpu_cpus(local) {
+            Ok(per_gpu) => per_gpu
+                .into_iter()
+                .map(|g| {
+                    let near: Vec<usize> = g.into_iter().filter(|c| allowed.contains(c)).collect();
+                    if near.is_empty() {
+                        allowed.clone()
+                    } else {
+                        near
+                    }
+                })
+                .collect(),
+            Err(why) => {
+                note = format!(" (`gpu` taken as `slices`: {why})");
+                vec![allowed.clone(); local]
+            }
+        },
+        _ => vec![allowed.clone(); local],
+    };
+    let sysfs = Path::new("/sys/devices/system/cpu");
+    let cpus = plan(&candidates, rank, |c| cores(c, sysfs));
+    if cpus.is_empty() {
+        bail!("no CPUs to bind to{note}");
+    }
+    set_affinity(&cpus)?;
+    Ok(format!(
+        "cpu_bind: local rank {rank} of {local} on CPUs {}{note}",
+        format_cpu_list(&cpus)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse_and_format() {
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n").unwrap(),
+            [0, 1, 2, 3, 8, 10, 11]
+        );
+        assert_eq!(parse_cpu_list("5,1,1").unwrap(), [1, 5]);
+        assert_eq!(format_cpu_list(&[11, 0, 1, 2, 3, 8, 10]), "0-3,8,10-11");
+        assert!(format!("{:#}", parse_cpu_list("3-1").unwrap_err()).contains("reversed"));
+        assert!(format!("{:#}", parse_cpu_list("0-x").unwrap_err()).contains("not a CPU"));
+    }
+
+    /// A sysfs with 2 packages x 2 cores x 2 threads, numbered as Linux does on such machines:
+    /// CPUs 0-3 the first thread of each core, 4-7 their siblings.
+    fn fake_sysfs() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for cpu in 0..8 {
+            let t = d.path().join(format!("cpu{cpu}/topology"));
+            std::fs::create_dir_all(&t).unwrap();
+            let core = cpu % 4;
+            std::fs::write(t.join("physical_package_id"), format!("{}\n", core / 2)).unwrap();
+            std::fs::write(t.join("core_id"), format!("{}\n", core % 2)).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn hyper_threads_of_a_core_stay_together() {
+        let d = fake_sysfs();
+        let all: Vec<usize> = (0..8).collect();
+        assert_eq!(
+            cores(&all, d.path()),
+            [vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
+        // without topology every CPU is a core
+        assert_eq!(
+            cores(&[2, 1], Path::new("/nonexistent")),
+            [vec![1], vec![2]]
+        );
+    }
+
+    #[test]
+    fn slices_are_runs_of_whole_cores() {
+        let c = vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7], vec![8]];
+        assert_eq!(slice_of_cores(&c, 0, 2), [0, 4, 1, 5, 2, 6]);
+        assert_eq!(slice_of_cores(&c, 1, 2), [3, 7, 8]);
+        // more slices than cores: shared, round robin
+        assert_eq!(slice_of_cores(&c[..2], 3, 4), [1, 5]);
+        // every CPU in exactly one slice
+        for n in 1..=5 {
+            let mut all: Vec<usize> = (0..n).flat_map(|k| slice_of_cores(&c, k, n)).collect();
+            all.sort_unstable();
+            assert_eq!(all, [0, 1, 2, 3, 4, 5, 6, 7, 8], "{n} slices");
+        }
+    }
+
+    #[test]
+    fn ranks_with_the_same_gpu_cpus_share_them_out() {
+        let d = fake_sysfs();
+        let topo = |c: &[usize]| cores(c, d.path());
+        // 4 GPUs, 2 per package: package 0 is CPUs 0,1 and siblings 4,5
+        let p0 = vec![0, 1, 4, 5];
+        let p1 = vec![2, 3, 6, 7];
+        let cands = vec![p0.clone(), p0, p1.clone(), p1];
+        assert_eq!(plan(&cands, 0, topo), [0, 4]);
+        assert_eq!(plan(&cands, 1, topo), [1, 5]);
+        assert_eq!(plan(&cands, 2, topo), [2, 6]);
+        assert_eq!(plan(&cands, 3, topo), [3, 7]);
+        // slices: 2 ranks over the whole machine
+        let all: Vec<usize> = (0..8).collect();
+        let same = vec![all.clone(), all];
+        assert_eq!(plan(&same, 1, topo), [2, 6, 3, 7]);
+    }
+
+    #[test]
+    fn binding_a_thread_takes_effect_and_none_does_nothing() {
+        let got = std::thread::spawn(|| {
+            let before = current_affinity().unwrap();
+            assert!(apply(CpuBind::None, 0, 1).is_none());
+            assert_eq!(current_affinity().unwrap(), before);
+            set_affinity(&before[..1]).unwrap();
+            let after = current_affinity().unwrap();
+            // already bound by "the launcher": slices leaves it
+            let said = apply(CpuBind::Slices, 0, 2).unwrap();
+            (before, after, said, current_affinity().unwrap())
+        })
+        .join()
+        .unwrap();
+        let (before, after, said, last) = got;
+        assert_eq!(after, [before[0]]);
+        if before.len() > 1 {
+            assert!(said.contains("left as started"), "{said}");
+        }
+        assert_eq!(last, after);
+    }
+
+    #[test]
+    fn slices_bind_an_unbound_thread_to_its_share() {
+        let got = std::thread::spawn(|| {
+            let allowed = current_affinity().unwrap();
+            let bound_before = allowed.len() < online_cpus();
+            let said = apply(CpuBind::Slices, 1, 2).unwrap();
+            (allowed, bound_before, said, current_affinity().unwrap())
+        })
+        .join()
+        .unwrap();
+        let (allowed, bound_before, said, now) = got;
+        if bound_before {
+            eprintln!("the test process is bound to some CPUs: nothing to slice");
+            assert_eq!(now, allowed);
+            return;
+        }
+        let sysfs = Path::new("/sys/devices/system/cpu");
+        let expected = plan(&[allowed.clone(), allowed.clone()], 1, |c| cores(c, sysfs));
+        assert_eq!(now, expected, "{said}");
+        assert!(
+            said.contains(&format!(
+                "local rank 1 of 2 on CPUs {}",
+                format_cpu_list(&now)
+            )),
+            "{said}"
+        );
+        if cores(&allowed, sysfs).len() >= 2 {
+            assert!(
+                now.len() < allowed.len(),
+                "a half of {allowed:?} is smaller: {now:?}"
+            );
+        }
+    }
+}
