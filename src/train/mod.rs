@@ -268,18 +268,18 @@ fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode
     let last = out
         .evals
         .last()
-        .map(|(e, a)| format!("{metric} {a:.4} at {unit} {e}"))
+        .map(|(e, a)| format!(" ({metric} {a:.4} at {unit} {e})"))
         .unwrap_or_default();
     match &out.status {
         engine::Status::Success => {
             eprintln!(
-                "run succeeded in {:.1} s ({last}), seed {}",
+                "run succeeded in {:.1} s{last}, seed {}",
                 out.run_seconds, out.seed
             );
             ExitCode::SUCCESS
         }
         engine::Status::Aborted(why) => {
-            eprintln!("run aborted: {why} ({last}), seed {}", out.seed);
+            eprintln!("run aborted: {why}{last}, seed {}", out.seed);
             ExitCode::from(1)
         }
     }
