@@ -10,8 +10,9 @@
 //!   node's), shared out as whole cores among the local ranks whose GPUs have the same ones.
 //!   Without NVML (no NVIDIA driver) it is `slices`, with a warning.
 //!
-//! A process that something else already bound to a subset of the online CPUs (Slurm's
-//! `--cpu-bind`, `numactl`, `taskset`) is left as it is. Hyper-threads of one core stay
+//! A process that something else already bound to fewer CPUs than its cgroup makes available
+//! (Slurm's `--cpu-bind`, `numactl`, `taskset`) is left as it is; a container's or a Slurm job
+//! step's CPU set, which all of its processes share, is what gets cut. Hyper-threads of one core stay
 //! together: a slice is a run of whole cores, in the order of their first CPU. The binding is
 //! the calling thread's (Linux `sched_setaffinity`), inherited by the threads it starts later:
 //! the trainer binds before it starts its decode, prefetch and libtorch threads.
@@ -172,12 +173,61 @@ pub fn set_affinity(cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 
-fn online_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
+/// The CPUs that this process's cgroup lets all of its processes use (what a container or a
+/// Slurm job step gives its tasks together): cgroup v2's `cpuset.cpus.effective`, or v1's
+/// `cpuset.effective_cpus`, else the online CPUs. Empty when none of them can be read.
+pub fn available_cpus() -> Vec<usize> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    available_cpus_from(&cgroup, Path::new("/sys/fs/cgroup"), || {
+        std::fs::read_to_string("/sys/devices/system/cpu/online").ok()
+    })
+}
+
+/// [`available_cpus`] from the text of /proc/self/cgroup, the cgroup mount point and the online
+/// CPU list.
+pub fn available_cpus_from(
+    proc_self_cgroup: &str,
+    cgroup_root: &Path,
+    online: impl Fn() -> Option<String>,
+) -> Vec<usize> {
+    let read = |path: std::path::PathBuf| -> Option<Vec<usize>> {
+        let text = std::fs::read_to_string(path).ok()?;
+        parse_cpu_list(&text).ok().filter(|c| !c.is_empty())
+    };
+    for line in proc_self_cgroup.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = match (f.next(), f.next(), f.next()) {
+            (Some(id), Some(c), Some(p)) => (id, c, p.trim_start_matches('/')),
+            _ => continue,
+        };
+        let found = if controllers.is_empty() {
+            read(cgroup_root.join(path).join("cpuset.cpus.effective"))
+        } else if controllers.split(',').any(|c| c == "cpuset") {
+            read(
+                cgroup_root
+                    .join("cpuset")
+                    .join(path)
+                    .join("cpuset.effective_cpus"),
+            )
+        } else {
+            None
+        };
+        if let Some(cpus) = found {
+            return cpus;
+        }
+    }
+    online()
         .and_then(|s| parse_cpu_list(&s).ok())
-        .map(|c| c.len())
-        .unwrap_or(0)
+        .unwrap_or_default()
+}
+
+/// Whether something bound this thread to fewer CPUs than its cgroup makes available: a
+/// launcher's per-process binding (Slurm's `--cpu-bind`, `numactl`, `taskset`, or ours), not a
+/// container's or a job's CPU set, which all of its processes share.
+pub fn launcher_bound() -> Result<bool> {
+    let mine = current_affinity()?;
+    let available = available_cpus();
+    Ok(!available.is_empty() && mine.len() < available.len())
 }
 
 /// Each local GPU's CPUs as NVML names them, for local ranks 0..`local` (rank r uses the r-th
@@ -226,8 +276,7 @@ pub fn apply(mode: CpuBind, rank: usize, local: usize) -> Option<String> {
 
 fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<String> {
     let allowed = current_affinity()?;
-    let online = online_cpus();
-    if online > 0 && allowed.len() < online {
+    if launcher_bound()? {
         return Ok(format!(
             "cpu_bind: left as started, on CPUs {} (bound by the launcher)",
             format_cpu_list(&allowed)
@@ -346,22 +395,59 @@ mod tests {
     }
 
     #[test]
+    fn the_cgroup_cpu_set_is_what_the_processes_share() {
+        let d = tempfile::tempdir().unwrap();
+        let v2 = d.path().join("job/step");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("cpuset.cpus.effective"), "4-7\n").unwrap();
+        let v1 = d.path().join("cpuset/docker/abc");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("cpuset.effective_cpus"), "0-1,8\n").unwrap();
+        let online = || Some("0-15".to_string());
+        let from = |text: &str| available_cpus_from(text, d.path(), online);
+        assert_eq!(from("0::/job/step\n"), [4, 5, 6, 7]);
+        assert_eq!(
+            from("4:memory:/x\n3:cpuset,cpu:/docker/abc\n0::/\n"),
+            [0, 1, 8]
+        );
+        // no cpuset readable: the online CPUs; nothing at all: empty
+        assert_eq!(from("0::/elsewhere\n").len(), 16);
+        assert!(available_cpus_from("", d.path(), || None).is_empty());
+    }
+
+    #[test]
     fn binding_a_thread_takes_effect_and_none_does_nothing() {
         let got = std::thread::spawn(|| {
             let before = current_affinity().unwrap();
             assert!(apply(CpuBind::None, 0, 1).is_none());
             assert_eq!(current_affinity().unwrap(), before);
+            let bound_before = launcher_bound().unwrap();
             set_affinity(&before[..1]).unwrap();
             let after = current_affinity().unwrap();
+            let bound_after = launcher_bound().unwrap();
             // already bound by "the launcher": slices leaves it
             let said = apply(CpuBind::Slices, 0, 2).unwrap();
-            (before, after, said, current_affinity().unwrap())
+            (
+                before,
+                bound_before,
+                after,
+                bound_after,
+                said,
+                current_affinity().unwrap(),
+            )
         })
         .join()
         .unwrap();
-        let (before, after, said, last) = got;
+        let (before, bound_before, after, bound_after, said, last) = got;
         assert_eq!(after, [before[0]]);
-        if before.len() > 1 {
+        // the test process runs on its cgroup's CPUs unless something bound it
+        assert_eq!(bound_before, before.len() < available_cpus().len());
+        if available_cpus().len() > 1 {
+            assert!(
+                bound_after,
+                "bound to CPU {} alone, not seen as bound",
+                before[0]
+            );
             assert!(said.contains("left as started"), "{said}");
         }
         assert_eq!(last, after);
@@ -371,7 +457,7 @@ mod tests {
     fn slices_bind_an_unbound_thread_to_its_share() {
         let got = std::thread::spawn(|| {
             let allowed = current_affinity().unwrap();
-            let bound_before = allowed.len() < online_cpus();
+            let bound_before = launcher_bound().unwrap();
             let said = apply(CpuBind::Slices, 1, 2).unwrap();
             (allowed, bound_before, said, current_affinity().unwrap())
         })

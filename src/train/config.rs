@@ -63,7 +63,7 @@ pub struct SystemConfig {
     /// Which CPUs each process of a node runs on: "none" (default, as started), "slices" (the
     /// CPUs cut into one run of whole cores per local process) or "gpu" (the CPUs near the
     /// rank's GPU, per NVML, shared among the ranks whose GPUs have the same ones). A process
-    /// already bound by its launcher is left as it is. See `crate::cpu_bind`.
+    /// already bound by its launcher is left as it is. See [`crate::cpu_bind`].
     #[serde(default)]
     pub cpu_bind: crate::cpu_bind::CpuBind,
     /// Abort the run (run_stop aborted) after this many minutes of training.
@@ -169,7 +169,7 @@ pub struct DataConfig {
     pub eval_image_size: i64,
     /// Decode workers for image folders (0: this process's share of the CPUs: all it is bound
     /// to, or the CPUs divided among the job's processes on this node; see
-    /// `train::data::default_decode_workers`).
+    /// `train::data::default_decode_workers`, which needs the `torch` feature).
     #[serde(default)]
     pub workers: usize,
     /// JPEG decoder for image folders: "cpu" (libjpeg-turbo, only the crop's region; default),
