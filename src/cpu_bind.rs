@@ -80,24 +80,25 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
     out.join(",")
 }
 
-/// `cpus` grouped into cores (hyper-threads of one core together), from the topology under
-/// `sysfs_cpu` (/sys/devices/system/cpu): cores in the order of their first CPU. A CPU whose
-/// topology cannot be read is a core of its own.
+/// `cpus` grouped into cores (the hyper-threads of one core together, as the topology under
+/// `sysfs_cpu`, /sys/devices/system/cpu, lists each CPU's `thread_siblings_list`): cores in the
+/// order of their first CPU. A CPU whose siblings cannot be read is a core of its own.
 pub fn cores(cpus: &[usize], sysfs_cpu: &Path) -> Vec<Vec<usize>> {
-    let read = |cpu: usize, what: &str| -> Option<String> {
-        std::fs::read_to_string(sysfs_cpu.join(format!("cpu{cpu}/topology/{what}")))
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
-    let mut by_core: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    let mut by_siblings: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
     let mut alone = Vec::new();
     for &cpu in cpus {
-        match (read(cpu, "physical_package_id"), read(cpu, "core_id")) {
-            (Some(p), Some(c)) => by_core.entry((p, c)).or_default().push(cpu),
-            _ => alone.push(vec![cpu]),
+        let siblings = std::fs::read_to_string(
+            sysfs_cpu.join(format!("cpu{cpu}/topology/thread_siblings_list")),
+        )
+        .ok()
+        .and_then(|s| parse_cpu_list(&s).ok())
+        .filter(|s| s.contains(&cpu));
+        match siblings {
+            Some(key) => by_siblings.entry(key).or_default().push(cpu),
+            None => alone.push(vec![cpu]),
         }
     }
-    let mut all: Vec<Vec<usize>> = by_core.into_values().chain(alone).collect();
+    let mut all: Vec<Vec<usize>> = by_siblings.into_values().chain(alone).collect();
     for core in &mut all {
         core.sort_unstable();
     }
@@ -332,16 +333,19 @@ mod tests {
         assert!(format!("{:#}", parse_cpu_list("0-x").unwrap_err()).contains("not a CPU"));
     }
 
-    /// A sysfs with 2 packages x 2 cores x 2 threads, numbered as Linux does on such machines:
-    /// CPUs 0-3 the first thread of each core, 4-7 their siblings.
+    /// A sysfs with 4 cores x 2 threads, numbered as Linux does on such machines: CPUs 0-3 the
+    /// first thread of each core, 4-7 their siblings.
     fn fake_sysfs() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         for cpu in 0..8 {
             let t = d.path().join(format!("cpu{cpu}/topology"));
             std::fs::create_dir_all(&t).unwrap();
             let core = cpu % 4;
-            std::fs::write(t.join("physical_package_id"), format!("{}\n", core / 2)).unwrap();
-            std::fs::write(t.join("core_id"), format!("{}\n", core % 2)).unwrap();
+            std::fs::write(
+                t.join("thread_siblings_list"),
+                format!("{core},{}\n", core + 4),
+            )
+            .unwrap();
         }
         d
     }
