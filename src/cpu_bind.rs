@@ -12,10 +12,12 @@
 //!
 //! A process that something else already bound to fewer CPUs than its cgroup makes available
 //! (Slurm's `--cpu-bind`, `numactl`, `taskset`) is left as it is; a container's or a Slurm job
-//! step's CPU set, which all of its processes share, is what gets cut. Hyper-threads of one core stay
-//! together: a slice is a run of whole cores, in the order of their first CPU. The binding is
-//! the calling thread's (Linux `sched_setaffinity`), inherited by the threads it starts later:
-//! the trainer binds before it starts its decode, prefetch and libtorch threads.
+//! step's CPU set, which all of its processes share, is what gets cut. Hyper-threads of one
+//! core stay together: a slice is a run of whole cores, in the order of their first CPU. The
+//! binding is the calling thread's (Linux `sched_setaffinity`), inherited by the threads it
+//! starts later: the trainer binds before it starts its decode, prefetch and libtorch threads.
+//! Binding never fails a run: where the CPUs cannot be read or set, the process runs as started
+//! and a warning says why.
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -262,26 +264,39 @@ fn gpu_cpus(local: usize) -> std::result::Result<Vec<Vec<usize>>, String> {
         .collect()
 }
 
-/// Applies `mode` for local rank `rank` of `local` processes on this node and returns what it
-/// did, for the log (`None`: nothing to say). It never fails a run: where the CPUs cannot be read
-/// or set, the process runs as started and the note says why.
-pub fn apply(mode: CpuBind, rank: usize, local: usize) -> Option<String> {
+/// What [`apply`] did, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub message: String,
+    /// Not what was asked: `gpu` without NVML, or no binding at all.
+    pub warning: bool,
+}
+
+/// Applies `mode` for local rank `rank` of `local` processes on this node and says what it did
+/// (`None` for `none`). It never fails a run: where the CPUs cannot be read or set, the process
+/// runs as started and the outcome is a warning that says why.
+pub fn apply(mode: CpuBind, rank: usize, local: usize) -> Option<Outcome> {
     if mode == CpuBind::None {
         return None;
     }
-    match bind(mode, rank, local) {
-        Ok(note) => Some(note),
-        Err(e) => Some(format!("cpu_bind: running as started: {e:#}")),
-    }
+    Some(match bind(mode, rank, local) {
+        Ok((message, warning)) => Outcome { message, warning },
+        Err(e) => Outcome {
+            message: format!("cpu_bind: running as started: {e:#}"),
+            warning: true,
+        },
+    })
 }
 
-fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<String> {
+/// The message, and whether it is a warning.
+fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<(String, bool)> {
     let allowed = current_affinity()?;
     if launcher_bound()? {
-        return Ok(format!(
+        let message = format!(
             "cpu_bind: left as started, on CPUs {} (bound by the launcher)",
             format_cpu_list(&allowed)
-        ));
+        );
+        return Ok((message, false));
     }
     let local = local.max(rank + 1);
     let mut note = String::new();
@@ -311,10 +326,11 @@ fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<String> {
         bail!("no CPUs to bind to{note}");
     }
     set_affinity(&cpus)?;
-    Ok(format!(
+    let message = format!(
         "cpu_bind: local rank {rank} of {local} on CPUs {}{note}",
         format_cpu_list(&cpus)
-    ))
+    );
+    Ok((message, !note.is_empty()))
 }
 
 #[cfg(test)]
@@ -430,7 +446,7 @@ mod tests {
             let after = current_affinity().unwrap();
             let bound_after = launcher_bound().unwrap();
             // already bound by "the launcher": slices leaves it
-            let said = apply(CpuBind::Slices, 0, 2).unwrap();
+            let said = apply(CpuBind::Slices, 0, 2).unwrap().message;
             (
                 before,
                 bound_before,
@@ -462,7 +478,7 @@ mod tests {
         let got = std::thread::spawn(|| {
             let allowed = current_affinity().unwrap();
             let bound_before = launcher_bound().unwrap();
-            let said = apply(CpuBind::Slices, 1, 2).unwrap();
+            let said = apply(CpuBind::Slices, 1, 2).unwrap().message;
             (allowed, bound_before, said, current_affinity().unwrap())
         })
         .join()

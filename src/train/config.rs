@@ -95,8 +95,10 @@ impl SystemConfig {
         CPU_BIND.call_once(|| {
             let local_rank = rendezvous.map_or(0, |r| r.local_rank);
             let local = crate::dist::local_processes().unwrap_or(1);
-            if let Some(what) = crate::cpu_bind::apply(self.cpu_bind, local_rank, local) {
-                tracing::info!("{what}");
+            match crate::cpu_bind::apply(self.cpu_bind, local_rank, local) {
+                Some(o) if o.warning => tracing::warn!("{}", o.message),
+                Some(o) => tracing::info!("{}", o.message),
+                None => {}
             }
         });
         if let Some(t) = self.threads.filter(|&t| t > 0) {
