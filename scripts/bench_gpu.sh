@@ -58,7 +58,8 @@
 #                first round starts while less than S seconds have passed); what was left out
 #                is listed under the table. The table and the packed logs are written after
 #                every round, so a call cut off by a harder limit keeps its finished rounds
-#   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part)
+#   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part), in the order a, b, e, f,
+#                g, h, c, d, ncu: the fused ops' checks before the BERT step that uses them
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
 #                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
@@ -423,34 +424,6 @@ if want f; then
   checkpoint
 fi
 
-# ---- c) BERT step --------------------------------------------------------------------------------
-has_hf=1
-"$PYTHON" -c 'import transformers' 2>/dev/null || has_hf=0
-if want c; then
-  for r in $(round_numbers); do
-    round_start c "$r" || break
-    while read -r side; do
-      case "$side" in
-        mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
-        graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph ;;
-        fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-epilogues ;;
-        gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-bias-gelu ;;
-        all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-bias-gelu ;;
-        hf)
-          if [ "$has_hf" = 1 ]; then
-            measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \
-              "${C_SHAPE[@]}" "${C_RUN[@]}"
-          else
-            echo "== c: skipping hf-transformers: $PYTHON cannot import transformers" >&2
-          fi ;;
-        ref) measure c "pytorch-eager bert_ref.py" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/bert_ref.py" bench \
-               --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
-      esac
-    done < <(rotate "$r" mlperf-run graph fused gelu all hf ref)
-    round_end
-  done
-fi
-
 # ---- g) fused epilogue op: CUDA kernels vs composite (opt-in) --------------------------------------
 if want g; then
   FECHECK="$(find_bin fused_epilogue_check)" || die "no fused_epilogue_check binary next to $MR"
@@ -478,6 +451,34 @@ if want h; then
     split="fused-bias-gelu-cublaslt:side=cublaslt fused-bias-gelu-composite:side=composite unfused-linear-erf-gelu:side=unfused_erf"
     measure h "fused-bias-gelu-check" "$r" json "" -- ours "$HCHECK" "${H_ARGS[@]}"
     split=""
+    round_end
+  done
+fi
+
+# ---- c) BERT step --------------------------------------------------------------------------------
+has_hf=1
+"$PYTHON" -c 'import transformers' 2>/dev/null || has_hf=0
+if want c; then
+  for r in $(round_numbers); do
+    round_start c "$r" || break
+    while read -r side; do
+      case "$side" in
+        mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
+        graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph ;;
+        fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-epilogues ;;
+        gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-bias-gelu ;;
+        all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-bias-gelu ;;
+        hf)
+          if [ "$has_hf" = 1 ]; then
+            measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \
+              "${C_SHAPE[@]}" "${C_RUN[@]}"
+          else
+            echo "== c: skipping hf-transformers: $PYTHON cannot import transformers" >&2
+          fi ;;
+        ref) measure c "pytorch-eager bert_ref.py" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/bert_ref.py" bench \
+               --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
+      esac
+    done < <(rotate "$r" mlperf-run graph fused gelu all hf ref)
     round_end
   done
 fi
