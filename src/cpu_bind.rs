@@ -228,9 +228,13 @@ pub fn available_cpus_from(
 /// launcher's per-process binding (Slurm's `--cpu-bind`, `numactl`, `taskset`, or ours), not a
 /// container's or a job's CPU set, which all of its processes share.
 pub fn launcher_bound() -> Result<bool> {
-    let mine = current_affinity()?;
+    Ok(narrower_than_cgroup(&current_affinity()?))
+}
+
+/// Whether an affinity of `mine` leaves out CPUs that the cgroup makes available.
+fn narrower_than_cgroup(mine: &[usize]) -> bool {
     let available = available_cpus();
-    Ok(!available.is_empty() && mine.len() < available.len())
+    !available.is_empty() && mine.len() < available.len()
 }
 
 /// Each local GPU's CPUs as NVML names them, for local ranks 0..`local` (rank r uses the r-th
@@ -291,7 +295,7 @@ pub fn apply(mode: CpuBind, rank: usize, local: usize) -> Option<Outcome> {
 /// The message, and whether it is a warning.
 fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<(String, bool)> {
     let allowed = current_affinity()?;
-    if launcher_bound()? {
+    if narrower_than_cgroup(&allowed) {
         let message = format!(
             "cpu_bind: left as started, on CPUs {} (bound by the launcher)",
             format_cpu_list(&allowed)

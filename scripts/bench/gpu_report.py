@@ -350,9 +350,9 @@ def cmd_report(a):
         # our other variants (e.g. "mlperf-run cuda-graph"): each against every side, per round
         for v in [x for x in sides if x.startswith("mlperf-run") and x != ours_side]:
             for s in [x for x in sides if x != v]:
-                _, rs = median_ratio(by, rounds, v, s)
+                m, rs = median_ratio(by, rounds, v, s)
                 if rs:
-                    w(f"  {v} / {s}: {fmt(statistics.median(rs), 3)}x median "
+                    w(f"  {v} / {s}: {fmt(m, 3)}x median "
                       f"(rounds: {', '.join(fmt(x, 3) for x in rs)})")
         if part == "d":
             run = next((r for r in pr if r["side"].startswith("mlperf-run bert") and r.get("ok")), None)

@@ -45,7 +45,7 @@ impl Rendezvous {
 
     /// Reads the process environment; see [`Rendezvous::from_lookup`].
     pub fn from_env() -> Result<Option<Rendezvous>> {
-        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+        Self::from_lookup(launcher_var)
     }
 
     /// `Ok(None)`: no launcher variables at all (a plain single-process run).
@@ -183,7 +183,12 @@ pub fn local_processes_from_lookup(get: impl Fn(&str) -> Option<String>) -> Opti
 
 /// [`local_processes_from_lookup`] on the process environment.
 pub fn local_processes() -> Option<usize> {
-    local_processes_from_lookup(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+    local_processes_from_lookup(launcher_var)
+}
+
+/// A launcher variable from the process environment; set but blank counts as unset.
+fn launcher_var(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.trim().is_empty())
 }
 
 fn parse_num(var: &str, v: &str) -> Result<usize> {

@@ -91,16 +91,18 @@ impl SystemConfig {
         // first, once per process: the threads started from here on (libtorch's, the data
         // pipeline's) inherit the binding
         static CPU_BIND: std::sync::Once = std::sync::Once::new();
-        let rendezvous = crate::dist::Rendezvous::from_env()?;
-        CPU_BIND.call_once(|| {
-            let local_rank = rendezvous.map_or(0, |r| r.local_rank);
-            let local = crate::dist::local_processes().unwrap_or(1);
-            match crate::cpu_bind::apply(self.cpu_bind, local_rank, local) {
-                Some(o) if o.warning => tracing::warn!("{}", o.message),
-                Some(o) => tracing::info!("{}", o.message),
-                None => {}
-            }
-        });
+        if !CPU_BIND.is_completed() {
+            let rendezvous = crate::dist::Rendezvous::from_env()?;
+            CPU_BIND.call_once(|| {
+                let local_rank = rendezvous.map_or(0, |r| r.local_rank);
+                let local = crate::dist::local_processes().unwrap_or(1);
+                match crate::cpu_bind::apply(self.cpu_bind, local_rank, local) {
+                    Some(o) if o.warning => tracing::warn!("{}", o.message),
+                    Some(o) => tracing::info!("{}", o.message),
+                    None => {}
+                }
+            });
+        }
         if let Some(t) = self.threads.filter(|&t| t > 0) {
             tch::set_num_threads(t);
         }

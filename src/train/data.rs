@@ -70,8 +70,7 @@ pub fn default_decode_workers() -> usize {
 
 /// [`default_decode_workers`] from its inputs: `usable`, the CPUs this process may use (its
 /// affinity, within any cgroup quota); `bound`, whether its affinity is narrower than its
-/// cgroup's CPU set;
-/// `local_processes`, the job's processes on this node.
+/// cgroup's CPU set; `local_processes`, the job's processes on this node.
 pub fn decode_worker_share(usable: usize, bound: bool, local_processes: usize) -> usize {
     if bound {
         usable.max(1)
