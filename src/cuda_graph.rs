@@ -16,6 +16,13 @@
 //! out after each replay (the graph overwrites its outputs on the next one). A new shape (a
 //! progressive-resizing step) drops the previous graph and its memory before it is captured.
 //!
+//! A short batch (a training batch that skipped unreadable images: the same shapes with fewer
+//! rows) is not a new shape: it runs eagerly beside the graph, which the next full batch replays
+//! again. In a warm-up it counts as a warm-up step, and at the capture step the graph is captured
+//! on full-size buffers while the short batch itself runs eagerly. So a rank that meets an
+//! unreadable image keeps capturing and replaying at the same steps as the others, whose replayed
+//! all-reduces its eager ones meet.
+//!
 //! [`StepGraphs::emulated`] is the CPU twin for tests: the same static buffers and the same
 //! warm-up/capture/replay sequence, with the body run again in place of a replay.
 use crate::shim_error::call;
@@ -150,6 +157,53 @@ fn key_of(inputs: &[Tensor]) -> Key {
     inputs.iter().map(|t| (t.size(), t.kind())).collect()
 }
 
+/// How a step's input shapes stand to the current graph's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    Same,
+    /// The same kinds and shapes but for fewer rows (dimension 0) in some inputs: a short batch.
+    Short,
+    /// The current shapes are a short batch of these (the shape's first steps were short).
+    Fuller,
+    /// Other shapes or kinds (progressive resizing).
+    Other,
+}
+
+fn fit(current: &Key, step: &Key) -> Fit {
+    if current == step {
+        return Fit::Same;
+    }
+    let rows_only = current.len() == step.len()
+        && current.iter().zip(step).all(|((a, ka), (b, kb))| {
+            ka == kb && a.len() == b.len() && (a == b || (!a.is_empty() && a[1..] == b[1..]))
+        });
+    if !rows_only {
+        return Fit::Other;
+    }
+    let rows = || {
+        current
+            .iter()
+            .zip(step)
+            .map(|((a, _), (b, _))| (a.first(), b.first()))
+    };
+    if rows().all(|(a, b)| b <= a) {
+        Fit::Short
+    } else if rows().all(|(a, b)| a <= b) {
+        Fit::Fuller
+    } else {
+        Fit::Other
+    }
+}
+
+/// Zero-filled tensors of `key`'s shapes and kinds on `device`: the static buffers of a graph
+/// captured at a short batch (their contents do not matter: a capture records, it does not run).
+fn buffers_of(key: &Key, device: Device) -> Result<Vec<Tensor>> {
+    key.iter()
+        .map(|(size, kind)| Tensor::f_zeros(size.as_slice(), (*kind, device)))
+        .collect::<Result<Vec<_>, _>>()
+        .context("allocating a CUDA graph's static input buffers")
+}
+
 enum Backend {
     Cuda(usize),
     /// The CPU twin: no graph, the body runs again on the static buffers.
@@ -173,6 +227,9 @@ pub struct GraphStats {
     pub replays: u64,
     /// Captured graphs dropped by [`StepGraphs::release`] (the trainer's end of a run).
     pub releases: u64,
+    /// Short batches (skipped unreadable images), run eagerly beside the graph or at its
+    /// capture; counted in `eager_steps` or `captures` too.
+    pub short_batches: u64,
 }
 
 /// The step graphs of one run: one per input shape, the current one kept.
@@ -341,12 +398,21 @@ impl StepGraphs {
         body: &mut StepBody<'_, P>,
     ) -> Result<Vec<Tensor>> {
         let key = key_of(inputs);
-        if self.current.as_ref().map(|(k, _)| k) != Some(&key) {
-            // a new shape: the previous graph (and its memory) goes first
-            self.current = Some((key, Phase::Warming(0)));
+        let fit = self.current.as_ref().map(|(k, _)| fit(k, &key));
+        match (fit, self.current.as_mut()) {
+            (Some(Fit::Same | Fit::Short), _) => {}
+            // the warm-up goes on with the full shape: every rank captures at the same step
+            (Some(Fit::Fuller), Some((k, Phase::Warming(_)))) => *k = key,
+            // a new shape (or a graph captured on short batches): the previous graph and its
+            // memory go first
+            _ => self.current = Some((key, Phase::Warming(0))),
+        }
+        let short = fit == Some(Fit::Short);
+        if short {
+            self.stats.short_batches += 1;
         }
         let warmup = self.warmup_steps;
-        let (_, phase) = self.current.as_mut().expect("set above");
+        let (key, phase) = self.current.as_mut().expect("set above");
         match phase {
             Phase::Warming(n) if *n < warmup => {
                 *n += 1;
@@ -354,11 +420,17 @@ impl StepGraphs {
                 body(inputs, peers)
             }
             Phase::Warming(_) => {
-                let statics = inputs
-                    .iter()
-                    .map(|t| t.f_detach_copy())
-                    .collect::<Result<Vec<_>, _>>()
-                    .context("copying a step's inputs into static buffers")?;
+                // a short batch cannot be the graph's shape: the graph gets full-size buffers
+                // and the short batch runs eagerly after the capture
+                let statics = if short {
+                    buffers_of(key, inputs[0].device())?
+                } else {
+                    inputs
+                        .iter()
+                        .map(|t| t.f_detach_copy())
+                        .collect::<Result<Vec<_>, _>>()
+                        .context("copying a step's inputs into static buffers")?
+                };
                 let on_device = matches!(self.backend, Backend::Cuda(_));
                 if let Backend::Cuda(device) = self.backend {
                     peers.before_capture(Device::Cuda(device))?;
@@ -368,8 +440,10 @@ impl StepGraphs {
                     match self.backend {
                         Backend::Cuda(device) => capture(device, &statics, &mut step)
                             .map(|(graph, outputs)| (Some(graph), outputs)),
+                        // the twin runs what it captures: the short batch itself
                         Backend::Emulated => {
-                            emulated_capture(&statics, &mut step).map(|o| (None, o))
+                            emulated_capture(if short { inputs } else { &statics }, &mut step)
+                                .map(|o| (None, o))
                         }
                     }
                     .and_then(|c| {
@@ -397,17 +471,27 @@ impl StepGraphs {
                     }
                     bail!("{msg}");
                 }
-                if let Some(g) = graph.as_mut() {
-                    g.replay()?;
-                }
                 self.stats.captures += 1;
-                let out = copies(&outputs)?;
+                let out = match (graph.as_mut(), short) {
+                    (Some(g), false) => {
+                        g.replay()?;
+                        copies(&outputs)?
+                    }
+                    // where the other ranks replay, this one's eager all-reduces meet theirs
+                    (Some(_), true) => short_step(inputs, &mut |ins| body(ins, &mut *peers))?,
+                    // the twin ran the step in its capture
+                    (None, _) => copies(&outputs)?,
+                };
                 *phase = Phase::Captured {
                     graph,
                     statics,
                     outputs,
                 };
                 Ok(out)
+            }
+            Phase::Captured { .. } if short => {
+                self.stats.eager_steps += 1;
+                short_step(inputs, &mut |ins| body(ins, &mut *peers))
             }
             Phase::Captured {
                 graph,
@@ -429,6 +513,24 @@ impl StepGraphs {
     }
 }
 
+/// A short batch's eager step beside a captured graph, whose memory pool stays reserved: an
+/// out-of-memory error says so.
+fn short_step(
+    inputs: &[Tensor],
+    body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<Vec<Tensor>> {
+    body(inputs).map_err(|e| {
+        if !format!("{e:#}").contains("out of memory") {
+            return e;
+        }
+        e.context(
+            "a short training batch (unreadable images were skipped: see the warnings) ran \
+             eagerly beside the captured CUDA graph, which keeps its memory: remove or repair \
+             the unreadable images, or set methods.cuda_graph = false",
+        )
+    })
+}
+
 impl Drop for StepGraphs {
     /// Says how the run's steps went (`-v`): how many ran eagerly, were captured, replayed.
     fn drop(&mut self) {
@@ -437,8 +539,12 @@ impl Drop for StepGraphs {
             Backend::Cuda(_) => "CUDA graphs",
             Backend::Emulated => "CUDA graphs (CPU twin)",
         };
+        let short = match s.short_batches {
+            0 => String::new(),
+            n => format!("; {n} short batch(es), run eagerly"),
+        };
         tracing::info!(
-            "{what}: {} eager steps, {} captures, {} replays",
+            "{what}: {} eager steps, {} captures, {} replays{short}",
             s.eager_steps,
             s.captures,
             s.replays
@@ -620,6 +726,7 @@ mod tests {
                 captures: 1,
                 replays: 3,
                 releases: 0,
+                short_batches: 0,
             }
         );
         // a new shape warms up again
@@ -630,6 +737,133 @@ mod tests {
         // releasing while warming up drops no graph
         g.release();
         assert_eq!(g.stats().releases, 0);
+    }
+
+    /// A batch of `rows` (images 2 wide, labels), the values counting from `from`.
+    fn batch(rows: i64, from: f32) -> Vec<Tensor> {
+        let images =
+            Tensor::arange(2 * rows, (Kind::Float, Device::Cpu)).view([rows, 2]) + from as f64;
+        let labels = Tensor::arange(rows, (Kind::Int64, Device::Cpu));
+        vec![images, labels]
+    }
+
+    /// Runs `rows` through `g`: what the step returned (its images' sum), and the rows the body
+    /// saw.
+    fn step_rows(g: &mut StepGraphs, rows: i64, from: f32) -> (f64, i64) {
+        let ins = batch(rows, from);
+        let mut seen = 0;
+        let out = g
+            .run(&ins, &mut |b| {
+                seen = b[0].size()[0];
+                Ok(vec![b[0].sum(Kind::Double)])
+            })
+            .unwrap();
+        (out[0].double_value(&[]), seen)
+    }
+
+    fn sum_of(rows: i64, from: f32) -> f64 {
+        batch(rows, from)[0].sum(Kind::Double).double_value(&[])
+    }
+
+    #[test]
+    fn input_shapes_are_told_apart_by_their_rows() {
+        let key = |rows: &[i64]| -> Key {
+            rows.iter()
+                .map(|&r| (vec![r, 3, 8, 8], Kind::Uint8))
+                .chain([(vec![rows[0]], Kind::Int64)])
+                .collect()
+        };
+        assert_eq!(fit(&key(&[4, 4]), &key(&[4, 4])), Fit::Same);
+        assert_eq!(fit(&key(&[4, 4]), &key(&[3, 4])), Fit::Short);
+        assert_eq!(fit(&key(&[4, 4]), &key(&[1, 1])), Fit::Short);
+        assert_eq!(fit(&key(&[3, 4]), &key(&[4, 4])), Fit::Fuller);
+        // some inputs shorter and some longer: another shape
+        assert_eq!(fit(&key(&[3, 5]), &key(&[4, 4])), Fit::Other);
+        // other image sizes, kinds, or inputs: another shape
+        let mut resized = key(&[4, 4]);
+        resized[0].0[2] = 16;
+        assert_eq!(fit(&key(&[4, 4]), &resized), Fit::Other);
+        let mut as_float = key(&[4, 4]);
+        as_float[0].1 = Kind::Float;
+        assert_eq!(fit(&key(&[4, 4]), &as_float), Fit::Other);
+        assert_eq!(fit(&key(&[4, 4]), &key(&[4])), Fit::Other);
+        // scalars have no rows
+        let scalar = |k| vec![(vec![], k)];
+        assert_eq!(fit(&scalar(Kind::Float), &scalar(Kind::Float)), Fit::Same);
+        assert_eq!(fit(&scalar(Kind::Float), &scalar(Kind::Double)), Fit::Other);
+        assert_eq!(
+            fit(&scalar(Kind::Float), &vec![(vec![1], Kind::Float)]),
+            Fit::Other
+        );
+    }
+
+    #[test]
+    fn a_short_batch_runs_eagerly_beside_the_graph_which_then_replays_again() {
+        let mut g = StepGraphs::emulated(1);
+        assert_eq!(step_rows(&mut g, 4, 0.0), (sum_of(4, 0.0), 4)); // eager
+        assert_eq!(step_rows(&mut g, 4, 1.0), (sum_of(4, 1.0), 4)); // captured
+        assert_eq!(step_rows(&mut g, 4, 2.0), (sum_of(4, 2.0), 4)); // replayed
+                                                                    // the short batch itself, not the graph's buffers
+        assert_eq!(step_rows(&mut g, 3, 3.0), (sum_of(3, 3.0), 3));
+        assert_eq!(step_rows(&mut g, 4, 4.0), (sum_of(4, 4.0), 4)); // replayed: no new warm-up
+        assert_eq!(
+            g.stats(),
+            GraphStats {
+                eager_steps: 2,
+                captures: 1,
+                replays: 2,
+                releases: 0,
+                short_batches: 1,
+            }
+        );
+    }
+
+    /// What keeps the ranks of a data-parallel run together: a rank meeting short batches
+    /// captures at the same step as one that does not, and replays at the same steps.
+    #[test]
+    fn short_batches_in_the_warm_up_keep_the_capture_step_and_its_full_shape() {
+        let full = [4, 4, 4, 4, 4, 4];
+        let with_short = [3, 4, 2, 4, 1, 4]; // short first, at the capture, after it
+        let mut stats = Vec::new();
+        for rows in [full, with_short] {
+            let mut g = StepGraphs::emulated(2);
+            let mut after = Vec::new();
+            for (i, &r) in rows.iter().enumerate() {
+                let (out, seen) = step_rows(&mut g, r, i as f32);
+                assert_eq!((out, seen), (sum_of(r, i as f32), r), "{rows:?} step {i}");
+                after.push(g.stats());
+            }
+            stats.push(after);
+        }
+        for (step, (a, b)) in stats[0].iter().zip(&stats[1]).enumerate() {
+            assert_eq!(a.captures, b.captures, "step {step}: {a:?} {b:?}");
+        }
+        // the graph was captured at the full shape: the full batches after it replay it
+        let last = stats[1].last().unwrap();
+        assert_eq!(
+            *last,
+            GraphStats {
+                eager_steps: 3,
+                captures: 1,
+                replays: 2,
+                releases: 0,
+                // the first step, short, was taken for the shape until a fuller one came
+                short_batches: 2,
+            }
+        );
+    }
+
+    #[test]
+    fn a_graph_captured_on_short_batches_gives_way_to_the_full_shape() {
+        // every warm-up step short: the graph has the short shape, and the full one needs its
+        // own warm-up (the one case where a rank's capture step moves)
+        let mut g = StepGraphs::emulated(1);
+        step_rows(&mut g, 3, 0.0);
+        step_rows(&mut g, 3, 1.0);
+        assert_eq!(g.stats().captures, 1);
+        assert_eq!(step_rows(&mut g, 4, 2.0), (sum_of(4, 2.0), 4));
+        let s = g.stats();
+        assert_eq!((s.eager_steps, s.captures, s.replays), (2, 1, 0), "{s:?}");
     }
 
     #[test]
@@ -668,6 +902,7 @@ mod tests {
                 captures: 2,
                 replays: 1,
                 releases: 1,
+                short_batches: 0,
             }
         );
     }

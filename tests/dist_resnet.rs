@@ -5,7 +5,8 @@
 //!   (`--emulate-world 2`, so batch norm sees the same batches), and rank 0's log passes our
 //!   checker and the official compliance checker;
 //! - killing one rank mid-run ends the other as aborted, quickly;
-//! - through the CUDA graph twin, the ranks train as the eager step does, and a capture that
+//! - through the CUDA graph twin, the ranks train as the eager step does, also when one rank
+//!   meets an unreadable image (a short batch, run eagerly beside the graph), and a capture that
 //!   fails on one rank ends the run on every rank, naming that rank.
 #![cfg(feature = "torch")]
 
@@ -256,6 +257,136 @@ fn two_process_resnet_through_the_cuda_graph_twin_equals_eager() {
     assert!(!eager0.is_empty());
     assert_eq!(max_rel_diff(&eager0, &eager1), 0.0, "eager replicas differ");
     assert_eq!(max_rel_diff(&twin0, &twin1), 0.0, "twin replicas differ");
+    assert_eq!(
+        max_rel_diff(&eager0, &twin0),
+        0.0,
+        "the CUDA graph twin trains differently from the eager step"
+    );
+}
+
+/// configs/resnet/tiny_cpu_jpeg.toml for `epochs` epochs, one eval per epoch.
+fn tiny_jpeg_config(dir: &Path, epochs: usize) -> PathBuf {
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu_jpeg.toml"),
+    )
+    .unwrap();
+    let edits = [
+        ("max_epochs = 24", format!("max_epochs = {epochs}")),
+        ("eval_period = 4", "eval_period = 1".to_string()),
+        (
+            "schedule_epochs = 24.0",
+            format!("schedule_epochs = {epochs}.0"),
+        ),
+    ];
+    let mut text = base.clone();
+    for (from, to) in &edits {
+        assert!(
+            base.contains(from),
+            "tiny_cpu_jpeg.toml has no `{from}`: update this test's edits"
+        );
+        text = text.replace(from, to);
+    }
+    let path = dir.join("tiny_jpeg_dp.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `methods.cuda_graph` in a data-parallel run on images one of which cannot be read: each
+/// epoch one rank's batch holding it comes out short. That rank runs it eagerly beside its graph
+/// (its all-reduces meet the other rank's replayed ones) and replays the graph again after it,
+/// so neither rank leaves the common sequence of warm-up, capture and replays. (Before, the
+/// short batch dropped that rank's graph, and its capture at the end of a new warm-up waited
+/// for ranks that were replaying.) Both ranks end with exactly the eager run's parameters.
+#[test]
+fn an_unreadable_image_on_one_rank_keeps_the_cuda_graph_twin_in_step_with_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    // 320 images: 160 per rank, 5 steps of 32 per epoch, none left over
+    let out = Command::new(BIN)
+        .args(["data", "synth-imagenet", "--out"])
+        .arg(&data)
+        .args([
+            "--classes",
+            "10",
+            "--per-class",
+            "32",
+            "--val-per-class",
+            "10",
+        ])
+        .args(["--min-size", "40", "--max-size", "56"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let class = data.join("train/n00000003");
+    let victim = std::fs::read_dir(&class)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .min()
+        .unwrap();
+    std::fs::write(&victim, "not a JPEG\n").unwrap();
+    // 3 epochs x 5 steps: the capture is step 3, so epochs 2 and 3 meet the image after it
+    let cfg = tiny_jpeg_config(dir.path(), 3);
+    let run = |name: &str, extra: &[&str]| {
+        let dump = dir.path().join(format!("{name}.safetensors"));
+        let out = launch_command(2)
+            .args(["resnet", "--division", "open", "--config"])
+            .arg(&cfg)
+            .arg("--data")
+            .arg(&data)
+            .args(["--seed", "3", "--log"])
+            .arg(dir.path().join(format!("{name}.txt")))
+            .arg("--dump-params")
+            .arg(&dump)
+            .args(extra)
+            .env("MLPERF_RUN_DIST_TIMEOUT_S", "60")
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        let t = text(&out);
+        for r in 0..2 {
+            assert!(
+                t.contains(&format!("[rank {r}] run aborted: epoch limit reached")),
+                "{name}: {t}"
+            );
+        }
+        assert!(t.contains("unreadable image"), "{name}: {t}");
+        let rank1 = dir.path().join(format!("{name}.safetensors.rank1"));
+        (load(&dump), load(&rank1), t)
+    };
+    let (eager0, eager1, _) = run("eager", &[]);
+    let (twin0, twin1, t) = run("twin", &["--emulate-cuda-graph", "2"]);
+    // each rank: 15 steps, 2 eager warm-up steps and one capture, the rest replays except
+    // its short batches
+    let summaries: Vec<&str> = t
+        .lines()
+        .filter(|l| l.contains("CUDA graphs (CPU twin)"))
+        .collect();
+    assert_eq!(summaries.len(), 2, "one graph summary per rank: {t}");
+    let mut short = 0;
+    for l in &summaries {
+        let n = |what: &str| -> u64 {
+            let (before, _) = l.split_once(what).unwrap_or_else(|| panic!("{what}: {l}"));
+            before.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let (eager, captures, replays) = (n(" eager steps"), n(" captures"), n(" replays"));
+        assert_eq!(eager + captures + replays, 15, "{l}");
+        assert_eq!(captures, 1, "{l}");
+        let s = l
+            .split_once(" short batch(es)")
+            .map(|(b, _)| b.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .unwrap_or(0);
+        // a short batch after the capture adds an eager step; one in the warm-up or at the
+        // capture step does not
+        assert!((2..=2 + s).contains(&eager), "{l}");
+        short += s;
+    }
+    eprintln!("{}", summaries.join("\n"));
+    assert!(
+        short >= 2,
+        "a short batch in each epoch after the capture: {summaries:?}"
+    );
+    assert_eq!(max_rel_diff(&twin0, &twin1), 0.0, "twin replicas differ");
+    assert_eq!(max_rel_diff(&eager0, &eager1), 0.0, "eager replicas differ");
     assert_eq!(
         max_rel_diff(&eager0, &twin0),
         0.0,
