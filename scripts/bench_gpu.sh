@@ -49,7 +49,7 @@
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
 # Usage: scripts/bench_gpu.sh [--rounds N] [--first-round K] [--time-limit S] [--only a,b,c,d,ncu]
-#                             [--ncu] [--out DIR] [--data DIR] [--smoke]
+#                             [--sides all|targets] [--ncu] [--out DIR] [--data DIR] [--smoke]
 #   --rounds N   rounds of a), b), c), e), f), h) (default 3); d) and g) run once
 #   --first-round K  number the rounds from K (default 1): a later call that adds rounds to an
 #                earlier call's (merge their results.jsonl, then `gpu_report.py report`)
@@ -60,6 +60,10 @@
 #                every round, so a call cut off by a harder limit keeps its finished rounds
 #   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part), in the order a, b, e, f,
 #                g, h, c, d, ncu: the fused ops' checks before the BERT step that uses them
+#   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
+#                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
+#                mlperf-run, mlperf-run all-methods, Hugging Face), for a call with little device
+#                time (one torch.compile per round instead of two; 7 of the 16 rows)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
 #                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
@@ -86,6 +90,7 @@ rounds=3
 first_round=1
 time_limit=0
 only="a,b,c,d"
+sides=all
 smoke=0
 ncu_flag=0
 out="${OUT:-runs/bench-gpu}"
@@ -98,6 +103,7 @@ while [ $# -gt 0 ]; do
     --first-round) first_round="$2"; shift 2 ;;
     --time-limit) time_limit="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
+    --sides) sides="$2"; shift 2 ;;
     --ncu) ncu_flag=1; shift ;;
     --out) out="$2"; shift 2 ;;
     --data) data="$2"; shift 2 ;;
@@ -108,6 +114,12 @@ while [ $# -gt 0 ]; do
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
+# the rows of a) and c), in round 1's order
+case "$sides" in
+  all) A_SIDES=(mlperf-run graph fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu all hf ref) ;;
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run all hf) ;;
+  *) die "--sides is all or targets, not $sides" ;;
+esac
 case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -354,7 +366,7 @@ if want a; then
             measure a "pytorch eager+compile" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
             "${R_PEER[@]}" --mode both ;;
       esac
-    done < <(rotate "$r" mlperf-run graph fp16 fused all pytorch pytorch-fp16)
+    done < <(rotate "$r" "${A_SIDES[@]}")
     round_end
   done
 fi
@@ -478,7 +490,7 @@ if want c; then
         ref) measure c "pytorch-eager bert_ref.py" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/bert_ref.py" bench \
                --config "$C_REF_CFG" "${C_REF[@]}" "${C_REF_RUN[@]}" ;;
       esac
-    done < <(rotate "$r" mlperf-run graph fused gelu all hf ref)
+    done < <(rotate "$r" "${C_SIDES[@]}")
     round_end
   done
 fi
