@@ -144,3 +144,59 @@ fn rounds_left_out_by_the_time_limit_are_listed_and_are_not_failures() {
         "{table}"
     );
 }
+
+/// A step row with the losses its benchmark reported: ours' ResNet rows give the first and the
+/// last, the peers and ours' BERT rows the last only.
+fn with_loss(mut r: Value, amp: &str, first: Option<f64>, last: f64) -> Value {
+    r["raw"] = match first {
+        Some(f) => json!({"amp": amp, "losses_first_last": [f, last]}),
+        None => json!({"amp": amp, "loss": last}),
+    };
+    r
+}
+
+/// The training check under a step part's table: every row's final loss, and a method row whose
+/// loss ended far from our plain row of the same precision is named (a replayed graph that does
+/// not train would show so), while rows that trained alike are not.
+#[test]
+fn the_training_check_names_a_method_row_that_did_not_train_as_the_plain_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut records = Vec::new();
+    for round in 1..=2 {
+        let row = |side: &str, amp: &str, first: Option<f64>, last: f64| {
+            with_loss(
+                rec("a", side, round, 4000.0, "img/s", Some(99.0)),
+                amp,
+                first,
+                last,
+            )
+        };
+        records.extend([
+            row("mlperf-run", "bf16", Some(6.91), 3.00),
+            row("mlperf-run cuda-graph", "bf16", Some(6.91), 3.05),
+            row("mlperf-run fp16", "fp16", Some(6.91), 3.20),
+            // the all-methods row did not train: its loss stayed where it began
+            row("mlperf-run fp16 all-methods", "fp16", Some(6.91), 6.91),
+            row("pytorch-eager", "bf16", None, 2.90 + 0.1 * round as f64),
+        ]);
+    }
+    let (status, table) = report(dir.path(), &records);
+    assert_eq!(status, 0, "{table}");
+    assert!(table.contains("training check"), "{table}");
+    // every row's loss, the peer's as the median over rounds
+    let plain = line_with(&table, &["    mlperf-run ", "->"]);
+    assert!(
+        plain.contains("6.9100") && plain.contains("3.0000"),
+        "{plain}"
+    );
+    let peer = line_with(&table, &["    pytorch-eager"]);
+    assert!(peer.trim_end().ends_with("3.0500"), "{peer}");
+    // the all-methods row is named against the plain fp16 row, not the bf16 one
+    let check = line_with(&table, &["CHECK:"]);
+    assert!(
+        check.contains("mlperf-run fp16 all-methods ends at loss 6.9100")
+            && check.contains("mlperf-run fp16 at 3.2000"),
+        "{check}"
+    );
+    assert_eq!(table.matches("CHECK:").count(), 1, "{table}");
+}

@@ -253,6 +253,55 @@ def median_ratio(by, rounds, ours, peer):
     return (statistics.median(rs), rs) if rs else (None, [])
 
 
+def last_loss(rec):
+    """(first, last) training loss a step benchmark reported, first None where it gives only the last."""
+    raw = rec.get("raw") or {}
+    fl = raw.get("losses_first_last")
+    if fl and len(fl) == 2 and fl[1] is not None:
+        return fl[0], fl[1]
+    if raw.get("loss") is not None:
+        return None, raw["loss"]
+    return None
+
+
+# how far one of our methods' final loss may lie from our plain row's before the check says so
+LOSS_CHECK_TOLERANCE = 0.10
+
+
+def loss_lines(pr, sides, ours_side):
+    """The training check of a step part: each row's loss after its steps, and our method rows
+    against our plain row of the same precision (the same seed, init and fixed batch: a method
+    that changes no math, or little, ends near it; a step that does not train does not)."""
+    losses = {}
+    for s in sides:
+        got = [last_loss(r) for r in pr if r["side"] == s and r.get("ok")]
+        got = [g for g in got if g]
+        if got:
+            first = next((g[0] for g in got if g[0] is not None), None)
+            losses[s] = (first, statistics.median(g[1] for g in got))
+    if not losses:
+        return []
+    out = ["  training check: loss after each row's steps (median over rounds; ours' rows share seed, "
+           "init and batch)"]
+    for s in sides:
+        if s in losses:
+            first, last = losses[s]
+            out.append(f"    {s:<40}" + (f"{first:8.4f} -> " if first is not None else " " * 12) + f"{last:8.4f}")
+    amp = lambda s: next(((r.get("raw") or {}).get("amp") for r in pr if r["side"] == s and r.get("ok")), None)
+    for v in [x for x in sides if x.startswith("mlperf-run") and x != ours_side and x in losses]:
+        same = [x for x in sides if x.startswith("mlperf-run") and x != v and x in losses
+                and amp(x) == amp(v) and not any(m in x for m in ("graph", "fused", "all-methods"))]
+        ref = same[0] if same else (ours_side if ours_side in losses else None)
+        if ref is None:
+            continue
+        a, b = losses[v][1], losses[ref][1]
+        gap = (a / b - 1) if b else float("inf")
+        if abs(gap) > LOSS_CHECK_TOLERANCE:
+            out.append(f"    CHECK: {v} ends at loss {a:.4f}, {ref} at {b:.4f} ({100 * gap:+.1f}%, beyond "
+                       f"{100 * LOSS_CHECK_TOLERANCE:.0f}%): does its step train as the plain one does?")
+    return out
+
+
 def target_lines(recs, on_gpu):
     """The table's last block: each of TARGETS and the GPU busy target, met or missed."""
     out = ["", "targets (issue 13, one H100)" + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
@@ -354,6 +403,8 @@ def cmd_report(a):
                 if rs:
                     w(f"  {v} / {s}: {fmt(m, 3)}x median "
                       f"(rounds: {', '.join(fmt(x, 3) for x in rs)})")
+        if part in ("a", "c"):
+            lines.extend(loss_lines(pr, sides, ours_side))
         if part == "d":
             run = next((r for r in pr if r["side"].startswith("mlperf-run bert") and r.get("ok")), None)
             step = [r for r in pr if "step" in r["side"] and r.get("ok")]
