@@ -214,6 +214,8 @@ fn main() -> Result<()> {
     // the CPU only (on CUDA the host runs ahead of the device)
     let mut times: Vec<[f64; 4]> = Vec::new();
     let mut loss = Tensor::zeros([], (Kind::Float, dev));
+    // the first step's loss, read after the timed window (the report's training check)
+    let mut first: Option<Tensor> = None;
     let (mut t_window, mut w0) = (Instant::now(), unix_now());
     for i in 0..a.warmup + a.steps {
         if i == a.warmup {
@@ -244,6 +246,9 @@ fn main() -> Result<()> {
             None => body(&inputs)?,
         };
         loss = out.remove(0);
+        if i == 0 {
+            first = Some(loss.shallow_clone());
+        }
         let t3 = Instant::now();
         if i >= a.warmup {
             times.push([
@@ -261,6 +266,7 @@ fn main() -> Result<()> {
     if !last.is_finite() {
         bail!("non-finite loss {last}");
     }
+    let first = first.map(|t| t.double_value(&[]));
     let steps = a.steps as f64;
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
@@ -270,6 +276,7 @@ fn main() -> Result<()> {
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],
         "loss": last,
+        "losses_first_last": [first, last],
         "real_token_fraction": real_tokens as f64 / (b * s) as f64,
         "data": a.data.as_ref().map(|d| d.display().to_string()),
     });

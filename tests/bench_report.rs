@@ -155,38 +155,44 @@ fn with_loss(mut r: Value, amp: &str, first: Option<f64>, last: f64) -> Value {
     r
 }
 
-/// The training check under a step part's table: every row's final loss, and a method row whose
-/// loss ended far from our plain row of the same precision is named (a replayed graph that does
-/// not train would show so), while rows that trained alike are not.
+/// The training check under a step part's table: every row's losses, and a method row that shed
+/// a different share of its first loss than our plain row of the same precision is named (a
+/// replayed graph that does not train would show so), while rows that trained alike are not,
+/// also where their final losses near 0 differ by a large factor.
 #[test]
 fn the_training_check_names_a_method_row_that_did_not_train_as_the_plain_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut records = Vec::new();
     for round in 1..=2 {
-        let row = |side: &str, amp: &str, first: Option<f64>, last: f64| {
-            with_loss(
-                rec("a", side, round, 4000.0, "img/s", Some(99.0)),
-                amp,
-                first,
-                last,
-            )
+        let row = |part: &str, side: &str, amp: &str, first: Option<f64>, last: f64| {
+            let r = rec(part, side, round, 4000.0, "img/s", Some(99.0));
+            with_loss(r, amp, first, last)
         };
         records.extend([
-            row("mlperf-run", "bf16", Some(6.91), 3.00),
-            row("mlperf-run cuda-graph", "bf16", Some(6.91), 3.05),
-            row("mlperf-run fp16", "fp16", Some(6.91), 3.20),
+            row("a", "mlperf-run", "bf16", Some(6.91), 3.00),
+            row("a", "mlperf-run cuda-graph", "bf16", Some(6.91), 3.05),
+            row("a", "mlperf-run fp16", "fp16", Some(6.91), 3.20),
             // the all-methods row did not train: its loss stayed where it began
-            row("mlperf-run fp16 all-methods", "fp16", Some(6.91), 6.91),
-            row("pytorch-eager", "bf16", None, 2.90 + 0.1 * round as f64),
+            row("a", "mlperf-run fp16 all-methods", "fp16", Some(6.91), 6.91),
+            row(
+                "a",
+                "pytorch-eager",
+                "bf16",
+                None,
+                2.90 + 0.1 * round as f64,
+            ),
+            // both trained the batch to near 0: a factor of 3 apart, but both shed over 99%
+            row("c", "mlperf-run", "bf16", Some(11.0), 0.010),
+            row("c", "mlperf-run all-methods", "bf16", Some(11.0), 0.030),
         ]);
     }
     let (status, table) = report(dir.path(), &records);
     assert_eq!(status, 0, "{table}");
-    assert!(table.contains("training check"), "{table}");
-    // every row's loss, the peer's as the median over rounds
+    assert_eq!(table.matches("training check").count(), 2, "{table}");
+    // every row's losses, the peer's as the median over rounds
     let plain = line_with(&table, &["    mlperf-run ", "->"]);
     assert!(
-        plain.contains("6.9100") && plain.contains("3.0000"),
+        plain.contains("6.9100") && plain.contains("3.0000") && plain.contains("(57% shed)"),
         "{plain}"
     );
     let peer = line_with(&table, &["    pytorch-eager"]);
@@ -194,8 +200,8 @@ fn the_training_check_names_a_method_row_that_did_not_train_as_the_plain_one() {
     // the all-methods row is named against the plain fp16 row, not the bf16 one
     let check = line_with(&table, &["CHECK:"]);
     assert!(
-        check.contains("mlperf-run fp16 all-methods ends at loss 6.9100")
-            && check.contains("mlperf-run fp16 at 3.2000"),
+        check.contains("mlperf-run fp16 all-methods shed 0% of its first loss")
+            && check.contains("mlperf-run fp16 54%"),
         "{check}"
     );
     assert_eq!(table.matches("CHECK:").count(), 1, "{table}");
