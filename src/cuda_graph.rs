@@ -520,7 +520,7 @@ fn short_step(
     body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Vec<Tensor>> {
     body(inputs).map_err(|e| {
-        if !format!("{e:#}").contains("out of memory") {
+        if !crate::train::step_errors::is_out_of_memory(&e) {
             return e;
         }
         e.context(

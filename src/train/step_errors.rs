@@ -72,12 +72,17 @@ pub fn clean(raw: &str) -> String {
     joined.trim_end_matches("\")").trim().to_string()
 }
 
+/// Whether `e` (its whole chain) is the device running out of memory.
+pub fn is_out_of_memory(e: &anyhow::Error) -> bool {
+    format!("{e:#}").contains("out of memory")
+}
+
 /// Adds what to do to an out-of-memory error: the per-process batch and how to spread it.
 pub fn advise(e: anyhow::Error, per_process_batch: Option<u64>, world: usize) -> anyhow::Error {
-    let text = format!("{e:#}");
-    if !text.contains("out of memory") {
+    if !is_out_of_memory(&e) {
         return e;
     }
+    let text = format!("{e:#}");
     let batch = per_process_batch
         .map(|b| format!(" at a per-process batch of {b} ({world} process(es))"))
         .unwrap_or_default();
