@@ -114,14 +114,14 @@ while [ $# -gt 0 ]; do
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
+case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
+case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
   all) A_SIDES=(mlperf-run graph fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu all hf ref) ;;
   targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run all hf) ;;
   *) die "--sides is all or targets, not $sides" ;;
 esac
-case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
-case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
 [ "$smoke" = 1 ] && [ -z "${rounds_given:-}" ] && rounds=1
 

@@ -253,7 +253,7 @@ def median_ratio(by, rounds, ours, peer):
     return (statistics.median(rs), rs) if rs else (None, [])
 
 
-def last_loss(rec):
+def losses_of(rec):
     """(first, last) training loss a step benchmark reported, first None where it gives only the last."""
     raw = rec.get("raw") or {}
     fl = raw.get("losses_first_last")
@@ -277,7 +277,7 @@ def loss_lines(pr, sides, ours_side):
     the loss heads for 0, where final losses differ by large factors between rows that all train.)"""
     losses = {}
     for s in sides:
-        got = [last_loss(r) for r in pr if r["side"] == s and r.get("ok")]
+        got = [losses_of(r) for r in pr if r["side"] == s and r.get("ok")]
         got = [g for g in got if g]
         if got:
             first = next((g[0] for g in got if g[0] is not None), None)
