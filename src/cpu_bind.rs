@@ -14,8 +14,10 @@
 //! (Slurm's `--cpu-bind`, `numactl`, `taskset`) is left as it is; a container's or a Slurm job
 //! step's CPU set, which all of its processes share, is what gets cut. Hyper-threads of one
 //! core stay together: a slice is a run of whole cores, in the order of their first CPU. The
-//! binding is the calling thread's (Linux `sched_setaffinity`), inherited by the threads it
-//! starts later: the trainer binds before it starts its decode, prefetch and libtorch threads.
+//! binding is the whole process's (Linux `sched_setaffinity` on each of its threads, as
+//! `taskset -a`), and the threads started later inherit it. The trainer binds before it joins
+//! the process group (NCCL reads the binding when it places its own threads) and before it
+//! starts its decode, prefetch and libtorch threads.
 //! Binding never fails a run: where the CPUs cannot be read or set, the process runs as started
 //! and a warning says why.
 
@@ -156,7 +158,12 @@ pub fn current_affinity() -> Result<Vec<usize>> {
 
 /// Binds this thread (and the threads it starts from now on) to `cpus`.
 pub fn set_affinity(cpus: &[usize]) -> Result<()> {
-    // SAFETY: as in current_affinity; CPU_SET writes inside the set (numbers are checked)
+    set_thread_affinity(0, cpus)
+}
+
+/// `cpus` as a `cpu_set_t`.
+fn cpu_set_of(cpus: &[usize]) -> Result<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it (numbers are checked)
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for &c in cpus {
@@ -165,15 +172,55 @@ pub fn set_affinity(cpus: &[usize]) -> Result<()> {
             }
             libc::CPU_SET(c, &mut set);
         }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            bail!(
-                "sched_setaffinity to CPUs {}: {}",
-                format_cpu_list(cpus),
-                std::io::Error::last_os_error()
-            );
-        }
+        Ok(set)
+    }
+}
+
+/// Binds thread `tid` (0: the calling thread) to `cpus`.
+fn set_thread_affinity(tid: libc::pid_t, cpus: &[usize]) -> Result<()> {
+    let set = cpu_set_of(cpus)?;
+    // SAFETY: sched_setaffinity reads at most size_of::<cpu_set_t>() bytes of `set`
+    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        bail!(
+            "sched_setaffinity to CPUs {}: {}",
+            format_cpu_list(cpus),
+            std::io::Error::last_os_error()
+        );
     }
     Ok(())
+}
+
+/// Binds every thread of this process to `cpus`, as `taskset -a` does: the threads already
+/// running (a process group's, started before the trainer builds its workload; the signal
+/// handler's) and, through the calling thread, the ones started from now on. Returns how many
+/// other threads were bound. A thread that ends meanwhile is no error.
+pub fn set_process_affinity(cpus: &[usize]) -> Result<usize> {
+    set_affinity(cpus)?;
+    // SAFETY: gettid has no preconditions
+    let me = unsafe { libc::gettid() };
+    let tasks = Path::new("/proc/self/task");
+    let entries = std::fs::read_dir(tasks)
+        .with_context(|| format!("listing this process's threads in {}", tasks.display()))?;
+    let mut others = 0;
+    for entry in entries.flatten() {
+        let Some(tid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if tid == me {
+            continue;
+        }
+        match set_thread_affinity(tid, cpus) {
+            Ok(()) => others += 1,
+            // the thread ended between the listing and the call
+            Err(_) if !tasks.join(tid.to_string()).exists() => {}
+            Err(e) => return Err(e.context(format!("binding thread {tid} of this process"))),
+        }
+    }
+    Ok(others)
 }
 
 /// The CPUs that this process's cgroup lets all of its processes use (what a container or a
@@ -329,9 +376,10 @@ fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<(String, bool)> {
     if cpus.is_empty() {
         bail!("no CPUs to bind to{note}");
     }
-    set_affinity(&cpus)?;
+    let others = set_process_affinity(&cpus)?;
     let message = format!(
-        "cpu_bind: local rank {rank} of {local} on CPUs {}{note}",
+        "cpu_bind: local rank {rank} of {local} on CPUs {} (with the {others} other thread(s) it \
+         had){note}",
         format_cpu_list(&cpus)
     );
     Ok((message, !note.is_empty()))
@@ -475,39 +523,5 @@ mod tests {
             assert!(said.contains("left as started"), "{said}");
         }
         assert_eq!(last, after);
-    }
-
-    #[test]
-    fn slices_bind_an_unbound_thread_to_its_share() {
-        let got = std::thread::spawn(|| {
-            let allowed = current_affinity().unwrap();
-            let bound_before = launcher_bound().unwrap();
-            let said = apply(CpuBind::Slices, 1, 2).unwrap().message;
-            (allowed, bound_before, said, current_affinity().unwrap())
-        })
-        .join()
-        .unwrap();
-        let (allowed, bound_before, said, now) = got;
-        if bound_before {
-            eprintln!("the test process is bound to some CPUs: nothing to slice");
-            assert_eq!(now, allowed);
-            return;
-        }
-        let sysfs = Path::new("/sys/devices/system/cpu");
-        let expected = plan(&[allowed.clone(), allowed.clone()], 1, |c| cores(c, sysfs));
-        assert_eq!(now, expected, "{said}");
-        assert!(
-            said.contains(&format!(
-                "local rank 1 of 2 on CPUs {}",
-                format_cpu_list(&now)
-            )),
-            "{said}"
-        );
-        if cores(&allowed, sysfs).len() >= 2 {
-            assert!(
-                now.len() < allowed.len(),
-                "a half of {allowed:?} is smaller: {now:?}"
-            );
-        }
     }
 }

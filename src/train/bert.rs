@@ -450,9 +450,12 @@ impl Workload for BertWorkload {
         self.cfg.hyperparameters(self.division, n, s)
     }
 
+    fn configure_process(&self, device: tch::Device) -> Result<()> {
+        self.cfg.system.configure_process(device)
+    }
+
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
         let cfg = &self.cfg;
-        cfg.system.configure_process(ctx.device)?;
         let vs = VarStore::new(ctx.device);
         let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
         model.unpad = cfg.methods.unpad;

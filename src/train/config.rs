@@ -85,10 +85,12 @@ pub struct SystemConfig {
 
 #[cfg(feature = "torch")]
 impl SystemConfig {
-    /// Apply the process-wide settings a run's build starts with: libtorch's CPU threads and,
-    /// on a GPU, the device, cuDNN benchmark mode and TF32.
+    /// Apply the process-wide settings a run starts with, before it joins its process group:
+    /// the CPU binding, libtorch's CPU threads and, on a GPU, the device, cuDNN benchmark mode
+    /// and TF32.
     pub fn configure_process(&self, device: tch::Device) -> Result<()> {
-        // first, once per process: the threads started from here on (libtorch's, the data
+        // first, once per process: the whole process is bound (threads already running too),
+        // and the threads started from here on (the process group's, libtorch's, the data
         // pipeline's) inherit the binding
         static CPU_BIND: std::sync::Once = std::sync::Once::new();
         if !CPU_BIND.is_completed() {

@@ -194,6 +194,12 @@ pub trait Workload {
     fn benchmark(&self) -> &'static str;
     /// Hyperparameter keys to log before init_stop, from the loaded config.
     fn hyperparameters(&self) -> Vec<(&'static str, Value)>;
+    /// Process-wide settings (CPU binding, libtorch's threads, the device's switches), applied
+    /// once the run's device is known and before the process group starts its threads, so
+    /// that they and NCCL's placement see the binding.
+    fn configure_process(&self, _device: tch::Device) -> Result<()> {
+        Ok(())
+    }
     /// Build model, optimizer and data (untimed init). Weights are seeded by the trainer
     /// (`tch::manual_seed(seed)`) just before this call.
     fn build(&mut self, ctx: &BuildContext) -> Result<()>;
@@ -623,6 +629,9 @@ fn run_inner(
             super::step_errors::check_local_gpu(rdv.local_rank, tch::Cuda::device_count())?;
             opts.device = tch::Device::Cuda(rdv.local_rank);
         }
+    }
+    w.configure_process(opts.device)?;
+    if let Some(rdv) = &rendezvous {
         opts.grad_sync = join_group(rdv, opts.device)?;
     }
     let seed = agree_on_seed(opts.grad_sync.as_mut(), seed)?;

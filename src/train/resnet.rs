@@ -233,9 +233,12 @@ impl Workload for ResnetWorkload {
         )
     }
 
+    fn configure_process(&self, device: tch::Device) -> Result<()> {
+        self.cfg.system.configure_process(device)
+    }
+
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
         let cfg = &self.cfg;
-        cfg.system.configure_process(ctx.device)?;
         if self.data.num_classes() as i64 != cfg.model.classes {
             bail!(
                 "the data set has {} classes but model.classes is {}",

@@ -1,0 +1,61 @@
+//! `cpu_bind = "slices"` binds the whole process, in a process of its own: this file has one
+//! test, because the binding narrows every thread of the test binary.
+
+use mlperf_run::cpu_bind::{
+    apply, cores, current_affinity, format_cpu_list, launcher_bound, plan, CpuBind,
+};
+use std::path::Path;
+use std::sync::mpsc;
+
+/// Slices bind an unbound process to its share of whole cores: the calling thread, the threads
+/// it starts afterwards, and the threads that were running before (a process group's, started
+/// before the trainer builds its workload).
+#[test]
+fn slices_bind_every_thread_of_the_process_to_its_share() {
+    let allowed = current_affinity().unwrap();
+    let bound_before = launcher_bound().unwrap();
+    // a thread started before the binding, which reports its CPUs when asked
+    let (ask, asked) = mpsc::channel::<()>();
+    let (tell, told) = mpsc::channel();
+    let earlier = std::thread::spawn(move || {
+        asked.recv().unwrap();
+        tell.send(current_affinity().unwrap()).unwrap();
+    });
+    let said = apply(CpuBind::Slices, 1, 2).unwrap().message;
+    let now = current_affinity().unwrap();
+    ask.send(()).unwrap();
+    let earlier_now = told.recv().unwrap();
+    earlier.join().unwrap();
+    let later_now = std::thread::spawn(|| current_affinity().unwrap())
+        .join()
+        .unwrap();
+    if bound_before {
+        eprintln!("the test process is bound to some CPUs: nothing to slice");
+        assert!(said.contains("left as started"), "{said}");
+        assert_eq!(now, allowed);
+        assert_eq!(earlier_now, allowed);
+        return;
+    }
+    let sysfs = Path::new("/sys/devices/system/cpu");
+    let expected = plan(&[allowed.clone(), allowed.clone()], 1, |c| cores(c, sysfs));
+    assert_eq!(now, expected, "{said}");
+    assert!(
+        said.contains(&format!(
+            "local rank 1 of 2 on CPUs {}",
+            format_cpu_list(&now)
+        )),
+        "{said}"
+    );
+    assert_eq!(
+        earlier_now, now,
+        "the thread started earlier kept its CPUs: {said}"
+    );
+    assert_eq!(later_now, now, "a thread started later: {said}");
+    assert!(said.contains("other thread(s)"), "{said}");
+    if cores(&allowed, sysfs).len() >= 2 {
+        assert!(
+            now.len() < allowed.len(),
+            "a half of {allowed:?} is smaller: {now:?}"
+        );
+    }
+}
