@@ -154,6 +154,15 @@ int mr_set_tf32(int matmul, int cudnn, char** err) {
   });
 }
 
+// cuDNN benchmark mode (torch.backends.cudnn.benchmark): set, and read back as 1/0.
+int mr_set_cudnn_benchmark(int on, char** err) {
+  return mr::catching(err, kWhat, [&] { at::globalContext().setBenchmarkCuDNN(on != 0); });
+}
+
+int mr_get_cudnn_benchmark(int* on, char** err) {
+  return mr::catching(err, kWhat, [&] { *on = at::globalContext().benchmarkCuDNN() ? 1 : 0; });
+}
+
 // 1/0 for the current TF32 settings of matmuls and convolutions.
 int mr_get_tf32(int* matmul, int* cudnn, char** err) {
   return mr::catching(err, kWhat, [&] {

@@ -35,6 +35,8 @@ extern "C" {
     fn mr_empty_pinned(numel: i64, dtype: c_int, out: *mut *mut C_tensor, err: Err) -> c_int;
     fn mr_set_tf32(matmul: c_int, cudnn: c_int, err: Err) -> c_int;
     fn mr_get_tf32(matmul: *mut c_int, cudnn: *mut c_int, err: Err) -> c_int;
+    fn mr_set_cudnn_benchmark(on: c_int, err: Err) -> c_int;
+    fn mr_get_cudnn_benchmark(on: *mut c_int, err: Err) -> c_int;
 }
 
 use crate::shim_error::call;
@@ -262,7 +264,7 @@ pub fn configure(device: Device, settings: DeviceSettings) -> Result<()> {
         return Ok(());
     }
     set_device(device)?;
-    tch::Cuda::cudnn_set_benchmark(settings.cudnn_benchmark);
+    set_cudnn_benchmark(settings.cudnn_benchmark)?;
     set_tf32(settings.tf32)?;
     tracing::info!(
         "{device:?}: cudnn benchmark {}, tf32 {}",
@@ -288,6 +290,47 @@ pub fn tf32() -> Result<(bool, bool)> {
     Ok((m != 0, c != 0))
 }
 
+/// cuDNN benchmark mode on or off (libtorch's global context, any machine).
+pub fn set_cudnn_benchmark(on: bool) -> Result<()> {
+    // SAFETY: a plain value.
+    call("cuDNN benchmark switch", |e| unsafe {
+        mr_set_cudnn_benchmark(on as c_int, e)
+    })
+}
+
+/// Whether cuDNN benchmark mode is on.
+pub fn cudnn_benchmark() -> Result<bool> {
+    let mut on = 0;
+    // SAFETY: an out-pointer to a local.
+    call("cuDNN benchmark switch", |e| unsafe {
+        mr_get_cudnn_benchmark(&mut on, e)
+    })?;
+    Ok(on != 0)
+}
+
+/// cuDNN benchmark mode off until dropped, then as it was: for work that cannot wait for the
+/// device (a CUDA graph capture of convolution shapes that were never timed: the benchmark
+/// times them by running them, and a capture records instead of running).
+pub struct CudnnBenchmarkOff {
+    was: bool,
+}
+
+impl CudnnBenchmarkOff {
+    pub fn new() -> Result<CudnnBenchmarkOff> {
+        let was = cudnn_benchmark()?;
+        set_cudnn_benchmark(false)?;
+        Ok(CudnnBenchmarkOff { was })
+    }
+}
+
+impl Drop for CudnnBenchmarkOff {
+    fn drop(&mut self) {
+        if let Err(e) = set_cudnn_benchmark(self.was) {
+            tracing::warn!("restoring cuDNN benchmark mode: {e:#}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +344,21 @@ mod tests {
         set_tf32(false).unwrap();
         assert_eq!(tf32().unwrap(), (false, false));
         set_tf32(before.0).unwrap();
+    }
+
+    #[test]
+    fn cudnn_benchmark_is_off_inside_the_guard_and_as_it_was_after() {
+        // the only test that touches this global (configure leaves it alone on a CPU)
+        let before = cudnn_benchmark().unwrap();
+        for was in [true, false] {
+            set_cudnn_benchmark(was).unwrap();
+            {
+                let _off = CudnnBenchmarkOff::new().unwrap();
+                assert!(!cudnn_benchmark().unwrap());
+            }
+            assert_eq!(cudnn_benchmark().unwrap(), was);
+        }
+        set_cudnn_benchmark(before).unwrap();
     }
 
     #[test]

@@ -21,7 +21,11 @@
 //! again. In a warm-up it counts as a warm-up step, and at the capture step the graph is captured
 //! on full-size buffers while the short batch itself runs eagerly. So a rank that meets an
 //! unreadable image keeps capturing and replaying at the same steps as the others, whose replayed
-//! all-reduces its eager ones meet.
+//! all-reduces its eager ones meet. The workload tells the graphs its full rows
+//! ([`StepGraphs::with_full_rows`]), so a rank whose warm-up batches were all short still
+//! captures the full shape. Such a capture is cold (no eager step ran the shape, so cuDNN's
+//! benchmark never timed its convolutions, and it cannot inside a capture): it is captured with
+//! cuDNN benchmark mode off, that is, with cuDNN's heuristic algorithm choices.
 //!
 //! [`StepGraphs::emulated`] is the CPU twin for tests: the same static buffers and the same
 //! warm-up/capture/replay sequence, with the body run again in place of a replay.
@@ -195,6 +199,17 @@ fn fit(current: &Key, step: &Key) -> Fit {
     }
 }
 
+/// `key` with every input's rows (dimension 0) raised to `rows` where it has fewer: the full
+/// shape of a step that may be a short batch.
+fn widened(mut key: Key, rows: i64) -> Key {
+    for (size, _) in &mut key {
+        if let Some(r) = size.first_mut() {
+            *r = (*r).max(rows);
+        }
+    }
+    key
+}
+
 /// Zero-filled tensors of `key`'s shapes and kinds on `device`: the static buffers of a graph
 /// captured at a short batch (their contents do not matter: a capture records, it does not run).
 fn buffers_of(key: &Key, device: Device) -> Result<Vec<Tensor>> {
@@ -211,7 +226,13 @@ enum Backend {
 }
 
 enum Phase {
-    Warming(u32),
+    Warming {
+        /// Eager steps so far.
+        steps: u32,
+        /// Whether one of them had the graph's shape (not a short batch): cuDNN's benchmark
+        /// timed its convolutions then.
+        shape_ran: bool,
+    },
     Captured {
         graph: Option<Graph>,
         statics: Vec<Tensor>,
@@ -230,6 +251,9 @@ pub struct GraphStats {
     /// Short batches (skipped unreadable images), run eagerly beside the graph or at its
     /// capture; counted in `eager_steps` or `captures` too.
     pub short_batches: u64,
+    /// Captures of a shape that no eager step of this rank ran, because every warm-up batch
+    /// was short: captured with cuDNN benchmark mode off. Counted in `captures` too.
+    pub cold_captures: u64,
 }
 
 /// The step graphs of one run: one per input shape, the current one kept.
@@ -237,6 +261,9 @@ pub struct StepGraphs {
     backend: Backend,
     warmup_steps: u32,
     current: Option<(Key, Phase)>,
+    /// The rows of every input of a full batch, where the workload knows them
+    /// ([`StepGraphs::with_full_rows`]).
+    full_rows: Option<i64>,
     stats: GraphStats,
     /// Fail every capture (tests: `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
     fail_captures: bool,
@@ -352,6 +379,7 @@ impl StepGraphs {
             // at least one eager step: optimizer state is created lazily on the first
             warmup_steps: warmup_steps.max(1),
             current: None,
+            full_rows: None,
             stats: GraphStats::default(),
             fail_captures: false,
         }
@@ -361,6 +389,16 @@ impl StepGraphs {
     /// end fails would (tests of what the ranks do then; `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
     pub fn fail_captures(mut self) -> StepGraphs {
         self.fail_captures = true;
+        self
+    }
+
+    /// Tells the graphs that every input of a full batch has `rows` rows (ResNet: the images
+    /// and labels of one micro-batch). A new shape's graph then has the full shape from its
+    /// first step, so short batches never become its shape, even when every warm-up step of
+    /// this rank is short: the rank captures and replays at the same steps as the others.
+    /// Without it the first full batch seen is taken for the shape.
+    pub fn with_full_rows(mut self, rows: i64) -> StepGraphs {
+        self.full_rows = Some(rows);
         self
     }
 
@@ -397,29 +435,51 @@ impl StepGraphs {
         peers: &mut P,
         body: &mut StepBody<'_, P>,
     ) -> Result<Vec<Tensor>> {
-        let key = key_of(inputs);
-        let fit = self.current.as_ref().map(|(k, _)| fit(k, &key));
+        let step_key = key_of(inputs);
+        let fit = self.current.as_ref().map(|(k, _)| fit(k, &step_key));
         match (fit, self.current.as_mut()) {
             (Some(Fit::Same | Fit::Short), _) => {}
             // the warm-up goes on with the full shape: every rank captures at the same step
-            (Some(Fit::Fuller), Some((k, Phase::Warming(_)))) => *k = key,
+            (Some(Fit::Fuller), Some((k, Phase::Warming { shape_ran, .. }))) => {
+                *k = step_key.clone();
+                *shape_ran = false;
+            }
             // a new shape (or a graph captured on short batches): the previous graph and its
             // memory go first
-            _ => self.current = Some((key, Phase::Warming(0))),
-        }
-        let short = fit == Some(Fit::Short);
-        if short {
-            self.stats.short_batches += 1;
+            _ => {
+                let full = match self.full_rows {
+                    Some(rows) => widened(step_key.clone(), rows),
+                    None => step_key.clone(),
+                };
+                let warming = Phase::Warming {
+                    steps: 0,
+                    shape_ran: false,
+                };
+                self.current = Some((full, warming));
+            }
         }
         let warmup = self.warmup_steps;
         let (key, phase) = self.current.as_mut().expect("set above");
+        // fewer rows than the graph's shape (Same, Short or Fuller was settled above)
+        let short = *key != step_key;
+        if short {
+            self.stats.short_batches += 1;
+        }
         match phase {
-            Phase::Warming(n) if *n < warmup => {
-                *n += 1;
+            Phase::Warming { steps, shape_ran } if *steps < warmup => {
+                *steps += 1;
+                *shape_ran |= !short;
                 self.stats.eager_steps += 1;
                 body(inputs, peers)
             }
-            Phase::Warming(_) => {
+            Phase::Warming { shape_ran, .. } => {
+                // a shape no eager step of this rank ran (every warm-up batch was short):
+                // captured with cuDNN's heuristics, as its benchmark would time the
+                // convolutions by running them, which a capture cannot
+                let cold = !*shape_ran;
+                if cold {
+                    self.stats.cold_captures += 1;
+                }
                 // a short batch cannot be the graph's shape: the graph gets full-size buffers
                 // and the short batch runs eagerly after the capture
                 let statics = if short {
@@ -438,7 +498,10 @@ impl StepGraphs {
                 let captured = {
                     let mut step = |ins: &[Tensor]| body(ins, &mut *peers);
                     match self.backend {
-                        Backend::Cuda(device) => capture(device, &statics, &mut step)
+                        Backend::Cuda(device) => cold
+                            .then(crate::cuda::CudnnBenchmarkOff::new)
+                            .transpose()
+                            .and_then(|_heuristics| capture(device, &statics, &mut step))
                             .map(|(graph, outputs)| (Some(graph), outputs)),
                         // the twin runs what it captures: the short batch itself
                         Backend::Emulated => {
@@ -539,10 +602,17 @@ impl Drop for StepGraphs {
             Backend::Cuda(_) => "CUDA graphs",
             Backend::Emulated => "CUDA graphs (CPU twin)",
         };
-        let short = match s.short_batches {
+        let mut short = match s.short_batches {
             0 => String::new(),
             n => format!("; {n} short batch(es), run eagerly"),
         };
+        if s.cold_captures > 0 {
+            short += &format!(
+                "; {} capture(s) of a shape no eager step had run (every warm-up batch short), \
+                 with cuDNN benchmark mode off",
+                s.cold_captures
+            );
+        }
         tracing::info!(
             "{what}: {} eager steps, {} captures, {} replays{short}",
             s.eager_steps,
@@ -727,6 +797,7 @@ mod tests {
                 replays: 3,
                 releases: 0,
                 short_batches: 0,
+                cold_captures: 0,
             }
         );
         // a new shape warms up again
@@ -814,6 +885,7 @@ mod tests {
                 replays: 2,
                 releases: 0,
                 short_batches: 1,
+                cold_captures: 0,
             }
         );
     }
@@ -849,14 +921,16 @@ mod tests {
                 releases: 0,
                 // the first step, short, was taken for the shape until a fuller one came
                 short_batches: 2,
+                cold_captures: 0,
             }
         );
     }
 
     #[test]
     fn a_graph_captured_on_short_batches_gives_way_to_the_full_shape() {
-        // every warm-up step short: the graph has the short shape, and the full one needs its
-        // own warm-up (the one case where a rank's capture step moves)
+        // a graph not told its full rows, every warm-up step short: the graph has the short
+        // shape, and the full one needs its own warm-up (the case where a rank's capture step
+        // moves, which `with_full_rows` rules out)
         let mut g = StepGraphs::emulated(1);
         step_rows(&mut g, 3, 0.0);
         step_rows(&mut g, 3, 1.0);
@@ -864,6 +938,96 @@ mod tests {
         assert_eq!(step_rows(&mut g, 4, 2.0), (sum_of(4, 2.0), 4));
         let s = g.stats();
         assert_eq!((s.eager_steps, s.captures, s.replays), (2, 1, 0), "{s:?}");
+    }
+
+    /// A workload that knows its full batch: every warm-up step short still gives a graph of
+    /// the full shape, captured at the usual step, which the full batches then replay.
+    #[test]
+    fn a_graph_told_its_full_rows_is_never_captured_on_a_short_shape() {
+        let mut g = StepGraphs::emulated(1).with_full_rows(4);
+        assert_eq!(step_rows(&mut g, 3, 0.0), (sum_of(3, 0.0), 3)); // eager
+        assert_eq!(step_rows(&mut g, 2, 1.0), (sum_of(2, 1.0), 2)); // captured
+        assert_eq!(g.stats().captures, 1);
+        assert_eq!(step_rows(&mut g, 4, 2.0), (sum_of(4, 2.0), 4)); // replayed
+        assert_eq!(step_rows(&mut g, 3, 3.0), (sum_of(3, 3.0), 3)); // eager beside it
+        assert_eq!(step_rows(&mut g, 4, 4.0), (sum_of(4, 4.0), 4)); // replayed
+        assert_eq!(
+            g.stats(),
+            GraphStats {
+                eager_steps: 2,
+                captures: 1,
+                replays: 2,
+                releases: 0,
+                short_batches: 3,
+                // the graph's shape had not run: cuDNN's benchmark was off for its capture
+                cold_captures: 1,
+            }
+        );
+        // a new shape (progressive resizing) is widened too: its full batch is no new shape
+        let mut g = StepGraphs::emulated(1).with_full_rows(4);
+        step_rows(&mut g, 4, 0.0);
+        step_rows(&mut g, 4, 1.0);
+        let resized = |rows: i64| {
+            vec![
+                Tensor::ones([rows, 3], (Kind::Float, Device::Cpu)),
+                Tensor::zeros([rows], (Kind::Int64, Device::Cpu)),
+            ]
+        };
+        for rows in [1, 1, 4] {
+            g.run(&resized(rows), &mut |b| Ok(vec![b[0].sum(Kind::Double)]))
+                .unwrap();
+        }
+        let s = g.stats();
+        assert_eq!(
+            (s.captures, s.replays, s.short_batches, s.cold_captures),
+            (2, 1, 2, 1),
+            "{s:?}"
+        );
+    }
+
+    /// The first batch of the graph's shape comes at the capture step, after short ones: the
+    /// capture is cold, told the full rows or not.
+    #[test]
+    fn a_shape_first_seen_at_the_capture_step_is_captured_cold() {
+        for told in [true, false] {
+            let mut g = StepGraphs::emulated(1);
+            if told {
+                g = g.with_full_rows(4);
+            }
+            assert_eq!(step_rows(&mut g, 3, 0.0), (sum_of(3, 0.0), 3)); // eager
+            assert_eq!(step_rows(&mut g, 4, 1.0), (sum_of(4, 1.0), 4)); // captured
+            assert_eq!(step_rows(&mut g, 4, 2.0), (sum_of(4, 2.0), 4)); // replayed
+            let s = g.stats();
+            assert_eq!(
+                (s.eager_steps, s.captures, s.replays, s.cold_captures),
+                (1, 1, 1, 1),
+                "told {told}: {s:?}"
+            );
+        }
+        // a full batch in the warm-up: not cold
+        let mut g = StepGraphs::emulated(2).with_full_rows(4);
+        for rows in [3, 4, 3, 4] {
+            step_rows(&mut g, rows, 0.0);
+        }
+        let s = g.stats();
+        assert_eq!((s.captures, s.replays, s.cold_captures), (1, 1, 0), "{s:?}");
+    }
+
+    #[test]
+    fn widening_raises_only_the_rows_that_are_fewer() {
+        let key: Key = vec![
+            (vec![3, 2], Kind::Float),
+            (vec![5], Kind::Int64),
+            (vec![], Kind::Float),
+        ];
+        assert_eq!(
+            widened(key, 4),
+            vec![
+                (vec![4, 2], Kind::Float),
+                (vec![5], Kind::Int64),
+                (vec![], Kind::Float),
+            ]
+        );
     }
 
     #[test]
@@ -903,6 +1067,7 @@ mod tests {
                 replays: 1,
                 releases: 1,
                 short_batches: 0,
+                cold_captures: 0,
             }
         );
     }

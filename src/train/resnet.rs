@@ -345,7 +345,10 @@ impl Workload for ResnetWorkload {
             .ema
             .as_ref()
             .map(|e| Ema::new(&vs, e.half_life_steps, e.update_interval));
-        let graphs = ctx.step_graphs(cfg.methods.cuda_graph)?;
+        // a short batch (skipped unreadable images) is never taken for the graph's shape
+        let graphs = ctx
+            .step_graphs(cfg.methods.cuda_graph)?
+            .map(|g| g.with_full_rows(local_batch as i64));
         self.state = Some(State {
             device: ctx.device,
             vs,
