@@ -75,14 +75,20 @@ pub trait CapturePeers {
 /// their static copies) in, its results out.
 pub type StepBody<'a, P> = dyn FnMut(&[Tensor], &mut P) -> Result<Vec<Tensor>> + 'a;
 
+/// What [`CapturePeers::capture_failures`] says where `rank` has no one else to hear from: its
+/// own failure, if any.
+pub fn own_failure(rank: usize, failure: Option<&str>) -> Vec<(usize, String)> {
+    failure
+        .map(|f| vec![(rank, f.to_string())])
+        .unwrap_or_default()
+}
+
 /// One process: no one else to hear from.
 pub struct OneProcess;
 
 impl CapturePeers for OneProcess {
     fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
-        Ok(failure
-            .map(|f| vec![(0, f.to_string())])
-            .unwrap_or_default())
+        Ok(own_failure(0, failure))
     }
 }
 

@@ -85,9 +85,7 @@ pub trait GradSync {
     /// `failure`. Exchanged on the host (the group's store), so it works when the device cannot
     /// take a collective; every rank calls it at the same points. One process: its own.
     fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
-        Ok(failure
-            .map(|f| vec![(self.rank(), f.to_string())])
-            .unwrap_or_default())
+        Ok(crate::cuda_graph::own_failure(self.rank(), failure))
     }
     /// True on every rank when `flag` is true on any rank.
     fn any(&mut self, flag: bool) -> Result<bool> {
