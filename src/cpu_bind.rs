@@ -159,6 +159,7 @@ pub fn current_affinity() -> Result<Vec<usize>> {
 /// Binds this thread (and the threads it starts from now on) to `cpus`.
 pub fn set_affinity(cpus: &[usize]) -> Result<()> {
     set_thread_affinity(0, cpus)
+        .with_context(|| format!("sched_setaffinity to CPUs {}", format_cpu_list(cpus)))
 }
 
 /// `cpus` as a `cpu_set_t`.
@@ -177,31 +178,45 @@ fn cpu_set_of(cpus: &[usize]) -> Result<libc::cpu_set_t> {
 }
 
 /// Binds thread `tid` (0: the calling thread) to `cpus`.
-fn set_thread_affinity(tid: libc::pid_t, cpus: &[usize]) -> Result<()> {
-    let set = cpu_set_of(cpus)?;
+fn set_thread_affinity(tid: libc::pid_t, cpus: &[usize]) -> Result<(), std::io::Error> {
+    let set = cpu_set_of(cpus)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{e:#}")))?;
     // SAFETY: sched_setaffinity reads at most size_of::<cpu_set_t>() bytes of `set`
     if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        bail!(
-            "sched_setaffinity to CPUs {}: {}",
-            format_cpu_list(cpus),
-            std::io::Error::last_os_error()
-        );
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
 
+/// How [`set_process_affinity`] went for the threads other than the calling one.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OtherThreads {
+    /// Threads bound.
+    pub bound: usize,
+    /// Why some could not be (the listing, or a thread: tid and error); they keep their CPUs.
+    pub failures: Vec<String>,
+}
+
 /// Binds every thread of this process to `cpus`, as `taskset -a` does: the threads already
 /// running (a process group's, started before the trainer builds its workload; the signal
-/// handler's) and, through the calling thread, the ones started from now on. Returns how many
-/// other threads were bound. A thread that ends meanwhile is no error.
-pub fn set_process_affinity(cpus: &[usize]) -> Result<usize> {
+/// handler's) and, through the calling thread, the ones started from now on. Fails only when
+/// the calling thread cannot be bound; after that, what other threads could not be bound is
+/// reported, not an error. A thread that ends meanwhile is neither.
+pub fn set_process_affinity(cpus: &[usize]) -> Result<OtherThreads> {
     set_affinity(cpus)?;
     // SAFETY: gettid has no preconditions
     let me = unsafe { libc::gettid() };
+    let mut others = OtherThreads::default();
     let tasks = Path::new("/proc/self/task");
-    let entries = std::fs::read_dir(tasks)
-        .with_context(|| format!("listing this process's threads in {}", tasks.display()))?;
-    let mut others = 0;
+    let entries = match std::fs::read_dir(tasks) {
+        Ok(e) => e,
+        Err(e) => {
+            others
+                .failures
+                .push(format!("listing the threads in {}: {e}", tasks.display()));
+            return Ok(others);
+        }
+    };
     for entry in entries.flatten() {
         let Some(tid) = entry
             .file_name()
@@ -214,10 +229,10 @@ pub fn set_process_affinity(cpus: &[usize]) -> Result<usize> {
             continue;
         }
         match set_thread_affinity(tid, cpus) {
-            Ok(()) => others += 1,
+            Ok(()) => others.bound += 1,
             // the thread ended between the listing and the call
-            Err(_) if !tasks.join(tid.to_string()).exists() => {}
-            Err(e) => return Err(e.context(format!("binding thread {tid} of this process"))),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => others.failures.push(format!("thread {tid}: {e}")),
         }
     }
     Ok(others)
@@ -377,12 +392,20 @@ fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<(String, bool)> {
         bail!("no CPUs to bind to{note}");
     }
     let others = set_process_affinity(&cpus)?;
+    let unbound = match others.failures.len() {
+        0 => String::new(),
+        n => format!(
+            "; {n} other thread(s) keep their CPUs: {}",
+            others.failures.join("; ")
+        ),
+    };
     let message = format!(
-        "cpu_bind: local rank {rank} of {local} on CPUs {} (with the {others} other thread(s) it \
-         had){note}",
-        format_cpu_list(&cpus)
+        "cpu_bind: local rank {rank} of {local} on CPUs {} (with the {} other thread(s) it \
+         had){unbound}{note}",
+        format_cpu_list(&cpus),
+        others.bound
     );
-    Ok((message, !note.is_empty()))
+    Ok((message, !note.is_empty() || !unbound.is_empty()))
 }
 
 #[cfg(test)]

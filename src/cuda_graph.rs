@@ -442,6 +442,19 @@ impl StepGraphs {
         body: &mut StepBody<'_, P>,
     ) -> Result<Vec<Tensor>> {
         let step_key = key_of(inputs);
+        if let Some(rows) = self.full_rows {
+            if let Some(r) = step_key
+                .iter()
+                .filter_map(|(s, _)| s.first())
+                .find(|&&r| r > rows)
+            {
+                bail!(
+                    "a training step's input has {r} rows, more than the {rows} of a full batch \
+                     its CUDA graphs were told of: a workload's batch must not grow (report \
+                     this as a bug; methods.cuda_graph = false runs the step eagerly)"
+                );
+            }
+        }
         let fit = self.current.as_ref().map(|(k, _)| fit(k, &step_key));
         match (fit, self.current.as_mut()) {
             (Some(Fit::Same | Fit::Short), _) => {}
@@ -489,18 +502,30 @@ impl StepGraphs {
                 // a short batch cannot be the graph's shape: the graph gets full-size buffers
                 // and the short batch runs eagerly after the capture
                 let statics = if short {
-                    buffers_of(key, inputs[0].device())?
+                    buffers_of(key, inputs[0].device())
                 } else {
                     inputs
                         .iter()
                         .map(|t| t.f_detach_copy())
                         .collect::<Result<Vec<_>, _>>()
-                        .context("copying a step's inputs into static buffers")?
+                        .context("copying a step's inputs into static buffers")
+                };
+                let prepared = statics.and_then(|statics| {
+                    if let Backend::Cuda(device) = self.backend {
+                        peers.before_capture(Device::Cuda(device))?;
+                    }
+                    Ok(statics)
+                });
+                let statics = match prepared {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // no capture began; the other ranks wait for this rank's outcome at
+                        // their capture step: they end too (a broken group fails at once)
+                        let _ = peers.capture_failures(Some(&format!("{e:#}")));
+                        return Err(e);
+                    }
                 };
                 let on_device = matches!(self.backend, Backend::Cuda(_));
-                if let Backend::Cuda(device) = self.backend {
-                    peers.before_capture(Device::Cuda(device))?;
-                }
                 let captured = {
                     let mut step = |ins: &[Tensor]| body(ins, &mut *peers);
                     match self.backend {
@@ -608,14 +633,18 @@ impl Drop for StepGraphs {
             Backend::Cuda(_) => "CUDA graphs",
             Backend::Emulated => "CUDA graphs (CPU twin)",
         };
+        let cudnn = match self.backend {
+            Backend::Cuda(_) => ", with cuDNN benchmark mode off",
+            Backend::Emulated => "",
+        };
         let mut short = match s.short_batches {
             0 => String::new(),
             n => format!("; {n} short batch(es), run eagerly"),
         };
         if s.cold_captures > 0 {
             short += &format!(
-                "; {} capture(s) of a shape no eager step had run (every warm-up batch short), \
-                 with cuDNN benchmark mode off",
+                "; {} capture(s) of a shape no eager step had run (every warm-up batch \
+                 short){cudnn}",
                 s.cold_captures
             );
         }
@@ -925,7 +954,7 @@ mod tests {
                 captures: 1,
                 replays: 2,
                 releases: 0,
-                // the first step, short, was taken for the shape until a fuller one came
+                // steps 2 and 4 (shorter than the shape); step 0 was the shape until step 1
                 short_batches: 2,
                 cold_captures: 0,
             }
@@ -1017,6 +1046,20 @@ mod tests {
         }
         let s = g.stats();
         assert_eq!((s.captures, s.replays, s.cold_captures), (1, 1, 0), "{s:?}");
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_full_rows_is_an_error_not_a_new_shape() {
+        let mut g = StepGraphs::emulated(1).with_full_rows(4);
+        step_rows(&mut g, 4, 0.0);
+        let err = g
+            .run(&batch(5, 1.0), &mut |b| Ok(vec![b[0].sum(Kind::Double)]))
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("5 rows, more than the 4"),
+            "{err:#}"
+        );
+        assert_eq!(g.stats().eager_steps, 1);
     }
 
     #[test]

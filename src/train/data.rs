@@ -273,6 +273,8 @@ impl ImageData for SyntheticImages {
 /// the loader's limit (1%).
 pub struct FolderImages {
     dir: crate::data::imagenet::ImagenetDir,
+    /// Decode workers; 0: [`default_decode_workers`], counted when a loader is built (after the
+    /// run bound its CPUs, `system.cpu_bind`).
     threads: usize,
     decoder: crate::data::imagenet::Decoder,
     /// Loaders are built once per (train, seed, batch, shard) and reused across epochs.
@@ -294,11 +296,6 @@ impl FolderImages {
         decoder: crate::data::imagenet::Decoder,
     ) -> Result<Self> {
         let dir = crate::data::imagenet::ImagenetDir::open(root)?;
-        let threads = if threads == 0 {
-            default_decode_workers()
-        } else {
-            threads
-        };
         Ok(FolderImages {
             dir,
             threads,
@@ -335,7 +332,10 @@ impl FolderImages {
         } else {
             LoaderConfig::eval(batch)
         };
-        c.threads = self.threads;
+        c.threads = match self.threads {
+            0 => default_decode_workers(),
+            n => n,
+        };
         c.decoder = self.decoder;
         c.rank = shard.rank;
         c.world_size = shard.world_size;
