@@ -63,14 +63,18 @@ fn resnet_config() -> ResnetRunConfig {
     cfg
 }
 
+/// One open-division run of `cfg` on `data` (an ImageFolder root; None: the config's synthetic
+/// set) from `seed`, through the graph twin with that many warm-up steps, or eagerly.
 fn resnet_run(
     cfg: &ResnetRunConfig,
+    data: Option<&Path>,
+    seed: u64,
     graphs: Option<u32>,
     log: &Path,
 ) -> (RunOutcome, ResnetWorkload) {
-    let data = open_data(cfg, None).unwrap();
-    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, data);
-    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, 11, log);
+    let opened = open_data(cfg, data).unwrap();
+    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, opened);
+    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, seed, log);
     opts.emulate_cuda_graph = graphs;
     let out = run_once(&mut w, opts).unwrap();
     (out, w)
@@ -81,8 +85,8 @@ fn resnet_step_through_the_graph_twin_trains_bit_identically() {
     let _turn = rng_turn();
     let cfg = resnet_config();
     let dir = tempfile::tempdir().unwrap();
-    let (eager, we) = resnet_run(&cfg, None, &dir.path().join("eager.txt"));
-    let (graphed, wg) = resnet_run(&cfg, Some(2), &dir.path().join("graph.txt"));
+    let (eager, we) = resnet_run(&cfg, None, 11, None, &dir.path().join("eager.txt"));
+    let (graphed, wg) = resnet_run(&cfg, None, 11, Some(2), &dir.path().join("graph.txt"));
     assert_same_run("resnet", &eager, &graphed);
     assert_same_state("resnet", &we.state_tensors(), &wg.state_tensors());
     assert!(we.graph_stats().is_none());
@@ -147,17 +151,8 @@ fn a_resnet_run_whose_warm_up_batches_are_all_short_captures_and_replays_the_ful
     cfg.optimizer.schedule_epochs = 2.0;
     cfg.train.target = 0.999; // run every epoch
     let run = |graphs: Option<u32>, log: &str| {
-        let opened = open_data(&cfg, Some(&data)).unwrap();
-        let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, opened);
-        let mut opts = common::train::cpu_run_options(
-            &cfg.system,
-            Division::Open,
-            ALL_SHORT_WARM_UP_SEED,
-            &dir.path().join(log),
-        );
-        opts.emulate_cuda_graph = graphs;
-        let out = run_once(&mut w, opts).unwrap();
-        (out, w)
+        let log = dir.path().join(log);
+        resnet_run(&cfg, Some(&data), ALL_SHORT_WARM_UP_SEED, graphs, &log)
     };
     let (eager, we) = run(None, "eager.txt");
     let (graphed, wg) = run(Some(1), "graph.txt");
