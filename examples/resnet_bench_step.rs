@@ -13,7 +13,7 @@
 //! cargo run --release --example resnet_bench_step -- [--device cpu|cuda] [--batch 8]
 //!     [--size 112] [--steps 30] [--amp none|bf16|fp16] [--channels-last] [--opt sgd|lars]
 //!     [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph]
-//!     [--fused-bn-relu]
+//!     [--fused-bn-relu] [--short-warmup]
 //!
 //! --cuda-graph: methods.cuda_graph (the step captured once and replayed; on a CPU its twin,
 //! `StepGraphs::emulated`, which only checks the plumbing). --fused-bn-relu: methods.fused_bn_relu
@@ -21,11 +21,18 @@
 //! with fp16 channels-last activations: cuDNN's fused batch norm is documented for fp16).
 //! --amp fp16: methods.amp = "fp16" (autocast fp16, dynamic loss scale skipping overflowing
 //! steps on the device; sgd and lars).
+//! --short-warmup (with --cuda-graph): the batches of the warm-up and the capture step (the
+//! first 4) and the second batch of epoch 2 have one image fewer, as when a loader skips an
+//! unreadable image. The graph is then captured "cold" on the full shape (cuDNN benchmark mode
+//! off: no eager step ran it), the short batches run eagerly beside it, and the full ones
+//! replay it. The run fails unless the graph's counts are exactly that; they are in the JSON
+//! line's "graph" either way.
 
 mod common;
 
 use anyhow::{bail, Context, Result};
 use common::Flags;
+use mlperf_run::cuda_graph::{GraphStats, DEFAULT_WARMUP_STEPS};
 use mlperf_run::data::rng::Rng;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard};
@@ -51,6 +58,8 @@ struct FixedImages {
     /// memorised training batch would otherwise end the run after epoch 1).
     eval_batch: Batch,
     calls: Arc<Mutex<Calls>>,
+    /// Steps (counted over the run, from 0) whose batch has one image fewer.
+    short_steps: Vec<usize>,
 }
 
 impl ImageData for FixedImages {
@@ -71,11 +80,24 @@ impl ImageData for FixedImages {
         _seed: u64,
         _s: Shard,
     ) -> Result<BatchIter> {
-        if let Ok(mut c) = self.calls.lock() {
-            c.train_epoch.push(SystemTime::now());
-        }
-        let b = self.batch.clone();
-        Ok(Box::new((0..self.len / batch).map(move |_| Ok(b.clone()))))
+        let epochs_before = match self.calls.lock() {
+            Ok(mut c) => {
+                c.train_epoch.push(SystemTime::now());
+                c.train_epoch.len() - 1
+            }
+            Err(_) => bail!("lock poisoned"),
+        };
+        let (b, steps) = (self.batch.clone(), self.len / batch);
+        let short = self.short_steps.clone();
+        Ok(Box::new((0..steps).map(move |i| {
+            let mut one = b.clone();
+            if short.contains(&(epochs_before * steps + i)) {
+                let n = one.len() - 1;
+                one.labels.truncate(n);
+                one.images.truncate(n * one.height * one.width * 3);
+            }
+            Ok(one)
+        })))
     }
     fn eval(&self, _size: usize, _batch: usize, _s: Shard) -> Result<BatchIter> {
         if let Ok(mut c) = self.calls.lock() {
@@ -99,11 +121,13 @@ struct Args {
     opt: String,
     cuda_graph: bool,
     fused_bn_relu: bool,
+    short_warmup: bool,
 }
 
 const USAGE: &str = "resnet_bench_step [--device cpu|cuda] [--batch 8] [--size 112] [--steps 30] \
 [--amp none|bf16|fp16] [--channels-last] [--opt sgd|lars] [--threads 2 (0: libtorch's default)] \
-[--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph] [--fused-bn-relu]";
+[--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph] [--fused-bn-relu] \
+[--short-warmup]";
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
@@ -120,6 +144,7 @@ fn parse_args() -> Result<Args> {
         opt: "sgd".into(),
         cuda_graph: false,
         fused_bn_relu: false,
+        short_warmup: false,
     };
     let mut f = Flags::new(USAGE);
     while let Some(flag) = f.next() {
@@ -127,6 +152,7 @@ fn parse_args() -> Result<Args> {
             "--channels-last" => a.channels_last = true,
             "--cuda-graph" => a.cuda_graph = true,
             "--fused-bn-relu" => a.fused_bn_relu = true,
+            "--short-warmup" => a.short_warmup = true,
             "--device" => a.device = f.device()?,
             "--batch" => a.batch = f.parse()?,
             "--size" => a.size = f.parse()?,
@@ -150,7 +176,39 @@ fn parse_args() -> Result<Args> {
     if a.steps == 0 || a.batch == 0 || a.blocks.len() != 4 {
         bail!("--steps and --batch must be at least 1, --blocks needs 4 numbers");
     }
+    if a.short_warmup && (!a.cuda_graph || a.steps < 2 || a.batch < 2) {
+        bail!("--short-warmup needs --cuda-graph, --steps 2 or more and --batch 2 or more");
+    }
     Ok(a)
+}
+
+/// The steps whose batch is short under --short-warmup: the warm-up's and the capture step's,
+/// and the second of epoch 2 (beside the graph).
+fn short_steps(a: &Args) -> Vec<usize> {
+    if !a.short_warmup {
+        return Vec::new();
+    }
+    let warm = DEFAULT_WARMUP_STEPS as usize;
+    let mut s: Vec<usize> = (0..=warm).chain([a.steps + 1]).collect();
+    s.retain(|&x| x < 2 * a.steps);
+    s.dedup();
+    s
+}
+
+/// The graph's counts a --short-warmup run must end with (one process: the default warm-up).
+fn expected_short_warmup_stats(a: &Args) -> GraphStats {
+    let warm = DEFAULT_WARMUP_STEPS as u64;
+    let short = short_steps(a);
+    let beside = short.iter().filter(|&&x| x as u64 > warm).count() as u64;
+    let eager = warm + beside;
+    GraphStats {
+        eager_steps: eager,
+        captures: 1,
+        replays: 2 * a.steps as u64 - eager - 1,
+        releases: 1,
+        short_batches: short.len() as u64,
+        cold_captures: 1,
+    }
 }
 
 fn main() -> Result<()> {
@@ -159,7 +217,7 @@ fn main() -> Result<()> {
         tch::set_num_threads(a.threads);
     }
     let calls = Arc::new(Mutex::new(Calls::default()));
-    let (out, t) = bench_once(&a, calls.clone())?;
+    let (out, t, graph) = bench_once(&a, calls.clone())?;
     if out.evals.len() != 2 || out.steps as usize != 2 * a.steps {
         bail!(
             "the run did not train 2 epochs of {} steps ({} steps, {} evals, status {:?})",
@@ -194,6 +252,24 @@ fn main() -> Result<()> {
         "window_unix": [common::unix_seconds(start), common::unix_seconds(end)],
         "losses_first_last": [out.losses.first(), out.losses.last()],
     });
+    if let (Some(g), Some(o)) = (graph, json.as_object_mut()) {
+        o.insert(
+            "graph".into(),
+            serde_json::json!({
+                "eager_steps": g.eager_steps, "captures": g.captures, "replays": g.replays,
+                "short_batches": g.short_batches, "cold_captures": g.cold_captures,
+            }),
+        );
+    }
+    if a.short_warmup {
+        let want = expected_short_warmup_stats(&a);
+        if graph != Some(want) {
+            bail!(
+                "--short-warmup: the CUDA graph's counts are {graph:?}, expected {want:?} \
+                 (result line: {json})"
+            );
+        }
+    }
     if !a.device.is_cuda() {
         // CPU: host time is compute time, so the shares of the whole run mean something
         let run = out.train_seconds;
@@ -218,7 +294,11 @@ fn main() -> Result<()> {
 fn bench_once(
     a: &Args,
     calls: Arc<Mutex<Calls>>,
-) -> Result<(engine::RunOutcome, mlperf_run::train::resnet::StepTiming)> {
+) -> Result<(
+    engine::RunOutcome,
+    mlperf_run::train::resnet::StepTiming,
+    Option<GraphStats>,
+)> {
     let (batch, size, classes) = (a.batch, a.size, a.classes);
     let mut rng = Rng::from_state(1);
     let images: Vec<u8> = (0..batch * size * size * 3)
@@ -240,6 +320,7 @@ fn bench_once(
         batch: batch_of(labels),
         eval_batch: batch_of(eval_labels),
         calls,
+        short_steps: short_steps(a),
     };
     let optimizer = match a.opt.as_str() {
         "lars" => {
@@ -320,5 +401,5 @@ fused_bn_relu = {fused_bn_relu}
     if !out.losses.iter().all(|l| l.is_finite()) {
         bail!("non-finite loss in the benchmark");
     }
-    Ok((out, w.timing()))
+    Ok((out, w.timing(), w.graph_stats()))
 }

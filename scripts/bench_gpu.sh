@@ -45,6 +45,11 @@
 #      max differences, and rows fused-bf16 / unfused-bf16 / fused-fp16 / unfused-fp16 whose
 #      img/s is batch / (sum of the per-shape medians); a) also has a `mlperf-run fused-bn-relu`
 #      row (the whole step with --fused-bn-relu). The cuDNN path needs `--features cuda`.
+#   k) (only with --only ...,k; once) short batches beside a CUDA graph: a) mlperf-run's step with
+#      --cuda-graph --short-warmup (the warm-up's and the capture step's batches, and one in the
+#      timed epoch, one image short): the graph is captured cold on the full shape with cuDNN
+#      benchmark mode off, the short batches run eagerly beside it; the row fails unless the
+#      graph's counts are exactly that (the report prints them)
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
@@ -58,8 +63,8 @@
 #                first round starts while less than S seconds have passed); what was left out
 #                is listed under the table. The table and the packed logs are written after
 #                every round, so a call cut off by a harder limit keeps its finished rounds
-#   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part), in the order a, b, e, f,
-#                g, h, c, d, ncu: the fused ops' checks before the BERT step that uses them
+#   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part), in the order a, k, b, e,
+#                f, g, h, c, d, ncu: the fused ops' checks before the BERT step that uses them
 #   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
 #                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
 #                mlperf-run, mlperf-run all-methods, Hugging Face), for a call with little device
@@ -113,6 +118,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
+for p in ${only//,/ }; do
+  case "$p" in a|b|c|d|e|f|g|h|k|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k and ncu, not $p" ;; esac
+done
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
 case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
@@ -369,6 +377,15 @@ if want a; then
     done < <(rotate "$r" "${A_SIDES[@]}")
     round_end
   done
+fi
+
+# ---- k) short batches beside a CUDA graph (opt-in, once) ------------------------------------------
+if want k; then
+  if round_start k "$first_round" "$first_round"; then
+    measure k "mlperf-run cuda-graph short-warmup" "$first_round" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" \
+      --cuda-graph --short-warmup
+    round_end
+  fi
 fi
 
 # ---- b) ResNet-50 end to end ---------------------------------------------------------------------

@@ -206,3 +206,48 @@ fn the_training_check_names_a_method_row_that_did_not_train_as_the_plain_one() {
     );
     assert_eq!(table.matches("CHECK:").count(), 1, "{table}");
 }
+
+/// Part k (short batches beside a CUDA graph) gets its own table after a), and every CUDA-graph
+/// row's step counts (its result line's "graph") are printed per round, cold captures included.
+#[test]
+fn graph_rows_show_their_step_counts_and_part_k_has_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = |eager: u64, replays: u64, short: u64, cold: u64| {
+        json!({"eager_steps": eager, "captures": 1, "replays": replays,
+               "short_batches": short, "cold_captures": cold})
+    };
+    let mut a = rec("a", "mlperf-run cuda-graph", 1, 5200.0, "img/s", Some(99.0));
+    a["raw"] = json!({"graph": graph(3, 56, 0, 0)});
+    let mut k = rec(
+        "k",
+        "mlperf-run cuda-graph short-warmup",
+        1,
+        5100.0,
+        "img/s",
+        Some(98.0),
+    );
+    k["raw"] = json!({"graph": graph(4, 55, 5, 1)});
+    let plain = rec("a", "mlperf-run", 1, 3900.0, "img/s", Some(96.0));
+    let (status, table) = report(dir.path(), &[plain, a, k]);
+    assert_eq!(status, 0, "{table}");
+    let a_at = table.find("a) ResNet-50 training step").expect("part a");
+    let k_at = table
+        .find("k) short batches beside a CUDA graph")
+        .expect("part k");
+    assert!(a_at < k_at, "{table}");
+    let a_line = line_with(&table, &["CUDA graph steps, mlperf-run cuda-graph r1"]);
+    assert!(
+        a_line.contains("3 eager, 1 capture(s) (0 cold), 56 replays, 0 short"),
+        "{a_line}"
+    );
+    let k_line = line_with(
+        &table,
+        &["CUDA graph steps, mlperf-run cuda-graph short-warmup r1"],
+    );
+    assert!(
+        k_line.contains("4 eager, 1 capture(s) (1 cold), 55 replays, 5 short"),
+        "{k_line}"
+    );
+    // the plain row has no graph: no line
+    assert_eq!(table.matches("CUDA graph steps").count(), 2, "{table}");
+}

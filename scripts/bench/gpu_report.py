@@ -229,6 +229,7 @@ PARTS = {
     "e": "e) JPEG decode + crop + resize to u8 batches (no training): CPU threads vs nvJPEG",
     "f": "f) fused BN+ReLU vs unfused, ResNet-50's BN shapes fwd+bwd (img/s = batch / sum of medians)",
     "g": "g) fused epilogue op (dense + dropout + residual + LayerNorm, fwd+bwd): CUDA kernels vs composite vs unfused",
+    "k": "k) short batches beside a CUDA graph: ResNet-50 step, the warm-up's batches and one later one image short",
     "h": "h) fused feed-forward op (1024 -> 4096 + bias + GELU -> 1024, fwd+bwd): cuBLASLt epilogues vs composite vs linear + erf GELU + linear",
     "ncu": "ncu) kernels per training step",
 }
@@ -307,6 +308,19 @@ def loss_lines(pr, sides, ours_side):
     return out
 
 
+def graph_lines(pr, sides):
+    """How each CUDA-graph row's steps went (its result line's "graph"): eager, captured, replayed,
+    short batches and cold captures, per round."""
+    out = []
+    for s in sides:
+        for r in [r for r in pr if r["side"] == s and (r.get("raw") or {}).get("graph")]:
+            g = r["raw"]["graph"]
+            out.append(f"  CUDA graph steps, {s} r{r['round']}: {g.get('eager_steps')} eager, "
+                       f"{g.get('captures')} capture(s) ({g.get('cold_captures')} cold), {g.get('replays')} "
+                       f"replays, {g.get('short_batches')} short batch(es)")
+    return out
+
+
 def target_lines(recs, on_gpu):
     """The table's last block: each of TARGETS and the GPU busy target, met or missed."""
     out = ["", "targets (issue 13, one H100)" + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
@@ -355,7 +369,7 @@ def cmd_report(a):
         w(f"measured bf16 matmul ({n}^3 on {mm[0]['raw'].get('device')}, median of {mm[0]['raw'].get('reps')}): "
           f"{peak:,.1f} TFLOP/s"
           + (f" = {100 * peak / H100_SXM_BF16_DENSE_TFLOPS:.1f}% of the H100 SXM datasheet 989" if on_gpu else ""))
-    for part in ("a", "b", "c", "d", "e", "f", "g", "h"):
+    for part in ("a", "k", "b", "c", "d", "e", "f", "g", "h"):
         pr = [r for r in recs if r["part"] == part]
         if not pr:
             continue
@@ -408,8 +422,9 @@ def cmd_report(a):
                 if rs:
                     w(f"  {v} / {s}: {fmt(m, 3)}x median "
                       f"(rounds: {', '.join(fmt(x, 3) for x in rs)})")
-        if part in ("a", "c"):
+        if part in ("a", "c", "k"):
             lines.extend(loss_lines(pr, sides, ours_side))
+            lines.extend(graph_lines(pr, sides))
         if part == "d":
             run = next((r for r in pr if r["side"].startswith("mlperf-run bert") and r.get("ok")), None)
             step = [r for r in pr if "step" in r["side"] and r.get("ok")]
