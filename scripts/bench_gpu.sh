@@ -55,7 +55,7 @@
 #
 # Usage: scripts/bench_gpu.sh [--rounds N] [--first-round K] [--time-limit S] [--only a,b,c,d,ncu]
 #                             [--sides all|targets] [--ncu] [--out DIR] [--data DIR] [--smoke]
-#   --rounds N   rounds of a), b), c), e), f), h) (default 3); d) and g) run once
+#   --rounds N   rounds of a), b), c), e), f), h) (default 3); d), g) and k) run once
 #   --first-round K  number the rounds from K (default 1): a later call that adds rounds to an
 #                earlier call's (merge their results.jsonl, then `gpu_report.py report`)
 #   --time-limit S  start no round (and no once-only part) that would end more than S seconds

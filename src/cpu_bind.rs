@@ -158,7 +158,12 @@ pub fn current_affinity() -> Result<Vec<usize>> {
 
 /// Binds this thread (and the threads it starts from now on) to `cpus`.
 pub fn set_affinity(cpus: &[usize]) -> Result<()> {
-    set_thread_affinity(0, cpus)
+    bind_calling_thread(&cpu_set_of(cpus)?, cpus)
+}
+
+/// Binds the calling thread to `set`, which is `cpus`.
+fn bind_calling_thread(set: &libc::cpu_set_t, cpus: &[usize]) -> Result<()> {
+    set_thread_affinity(0, set)
         .with_context(|| format!("sched_setaffinity to CPUs {}", format_cpu_list(cpus)))
 }
 
@@ -177,12 +182,10 @@ fn cpu_set_of(cpus: &[usize]) -> Result<libc::cpu_set_t> {
     }
 }
 
-/// Binds thread `tid` (0: the calling thread) to `cpus`.
-fn set_thread_affinity(tid: libc::pid_t, cpus: &[usize]) -> Result<(), std::io::Error> {
-    let set = cpu_set_of(cpus)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{e:#}")))?;
+/// Binds thread `tid` (0: the calling thread) to `set`.
+fn set_thread_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> Result<(), std::io::Error> {
     // SAFETY: sched_setaffinity reads at most size_of::<cpu_set_t>() bytes of `set`
-    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
@@ -203,7 +206,8 @@ pub struct OtherThreads {
 /// the calling thread cannot be bound; after that, what other threads could not be bound is
 /// reported, not an error. A thread that ends meanwhile is neither.
 pub fn set_process_affinity(cpus: &[usize]) -> Result<OtherThreads> {
-    set_affinity(cpus)?;
+    let set = cpu_set_of(cpus)?;
+    bind_calling_thread(&set, cpus)?;
     // SAFETY: gettid has no preconditions
     let me = unsafe { libc::gettid() };
     let mut others = OtherThreads::default();
@@ -228,7 +232,7 @@ pub fn set_process_affinity(cpus: &[usize]) -> Result<OtherThreads> {
         if tid == me {
             continue;
         }
-        match set_thread_affinity(tid, cpus) {
+        match set_thread_affinity(tid, &set) {
             Ok(()) => others.bound += 1,
             // the thread ended between the listing and the call
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}

@@ -629,13 +629,9 @@ impl Drop for StepGraphs {
     /// Says how the run's steps went (`-v`): how many ran eagerly, were captured, replayed.
     fn drop(&mut self) {
         let s = self.stats;
-        let what = match self.backend {
-            Backend::Cuda(_) => "CUDA graphs",
-            Backend::Emulated => "CUDA graphs (CPU twin)",
-        };
-        let cudnn = match self.backend {
-            Backend::Cuda(_) => ", with cuDNN benchmark mode off",
-            Backend::Emulated => "",
+        let (what, cudnn) = match self.backend {
+            Backend::Cuda(_) => ("CUDA graphs", ", with cuDNN benchmark mode off"),
+            Backend::Emulated => ("CUDA graphs (CPU twin)", ""),
         };
         let mut short = match s.short_batches {
             0 => String::new(),
