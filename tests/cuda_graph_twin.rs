@@ -135,13 +135,7 @@ fn a_resnet_run_whose_warm_up_batches_are_all_short_captures_and_replays_the_ful
     };
     mlperf_run::data::synth_imagenet::write_synth_imagenet(&data, &spec, false).unwrap();
     for class in ["n00000003", "n00000005", "n00000007"] {
-        let dir = data.join("train").join(class);
-        let first = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .min()
-            .unwrap();
-        std::fs::write(first, "not a JPEG\n").unwrap();
+        common::train::spoil_first_image(&data.join("train").join(class));
     }
     let mut cfg =
         ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_jpeg.toml"), Division::Open)

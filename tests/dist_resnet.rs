@@ -320,13 +320,7 @@ fn an_unreadable_image_on_one_rank_keeps_the_cuda_graph_twin_in_step_with_the_ot
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let class = data.join("train/n00000003");
-    let victim = std::fs::read_dir(&class)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .min()
-        .unwrap();
-    std::fs::write(&victim, "not a JPEG\n").unwrap();
+    common::train::spoil_first_image(&data.join("train/n00000003"));
     // 3 epochs x 5 steps: the capture is step 3, so epochs 2 and 3 meet the image after it
     let cfg = tiny_jpeg_config(dir.path(), 3);
     let args = [

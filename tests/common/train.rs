@@ -90,3 +90,14 @@ pub fn assert_reached_target_and_compliant(
     super::official::assert_compliant(name, log, "4.0.0");
     parsed
 }
+
+/// Overwrites the first image (by path) of the ImageFolder class directory `class` with text, as
+/// a damaged file would be: the loader skips it, and its batch comes out one image short.
+pub fn spoil_first_image(class: &Path) {
+    let first = std::fs::read_dir(class)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .min()
+        .unwrap_or_else(|| panic!("no images in {}", class.display()));
+    std::fs::write(first, "not a JPEG\n").unwrap();
+}
