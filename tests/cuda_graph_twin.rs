@@ -11,26 +11,15 @@
 mod common;
 
 use common::rng::rng_turn;
+use common::tensors::assert_same_state;
+use common::train::{every_epoch, open_tiny_two_micro_batches, preset, resnet_workload};
 use mlperf_run::cuda_graph::GraphStats;
 use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::train::bert::{BertRunConfig, BertWorkload};
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::engine::{run_once, RunOutcome, Status, Workload};
 use mlperf_run::train::resnet::{open_data, ResnetWorkload};
-use std::path::{Path, PathBuf};
-use tch::Tensor;
-
-fn preset(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn assert_same_state(what: &str, a: &[Tensor], b: &[Tensor]) {
-    assert_eq!(a.len(), b.len(), "{what}: variable count");
-    assert!(!a.is_empty(), "{what}: no variables");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(x.equal(y), "{what}: variable #{i} differs");
-    }
-}
+use std::path::Path;
 
 fn assert_same_run(what: &str, eager: &RunOutcome, graphed: &RunOutcome) {
     assert_eq!(
@@ -49,44 +38,13 @@ fn assert_same_run(what: &str, eager: &RunOutcome, graphed: &RunOutcome) {
     assert_eq!(eager.evals, graphed.evals, "{what}: evals");
 }
 
-/// The open tiny preset (progressive resizing, EMA, BlurPool, channels-last) for a few epochs,
-/// with 2 micro-batches per step.
-fn resnet_config() -> ResnetRunConfig {
-    let mut cfg =
-        ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_open.toml"), Division::Open)
-            .unwrap();
-    cfg.train.max_epochs = 6;
-    cfg.optimizer.schedule_epochs = 6.0;
-    cfg.train.gradient_accumulation_steps = 2;
-    cfg.train.target = 0.999; // run every epoch
-    cfg.data.synthetic.as_mut().unwrap().train_per_class = 64;
-    cfg
-}
-
-/// One open-division run of `cfg` on `data` (an ImageFolder root; None: the config's synthetic
-/// set) from `seed`, through the graph twin with that many warm-up steps, or eagerly.
-fn resnet_run(
-    cfg: &ResnetRunConfig,
-    data: Option<&Path>,
-    seed: u64,
-    graphs: Option<u32>,
-    log: &Path,
-) -> (RunOutcome, ResnetWorkload) {
-    let opened = open_data(cfg, data).unwrap();
-    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, opened);
-    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, seed, log);
-    opts.emulate_cuda_graph = graphs;
-    let out = run_once(&mut w, opts).unwrap();
-    (out, w)
-}
-
 #[test]
 fn resnet_step_through_the_graph_twin_trains_bit_identically() {
     let _turn = rng_turn();
-    let cfg = resnet_config();
+    let cfg = open_tiny_two_micro_batches(6);
     let dir = tempfile::tempdir().unwrap();
-    let (eager, we) = resnet_run(&cfg, None, 11, None, &dir.path().join("eager.txt"));
-    let (graphed, wg) = resnet_run(&cfg, None, 11, Some(2), &dir.path().join("graph.txt"));
+    let (eager, we) = resnet_workload(&cfg, None, 11, None, &dir.path().join("eager.txt"));
+    let (graphed, wg) = resnet_workload(&cfg, None, 11, Some(2), &dir.path().join("graph.txt"));
     assert_same_run("resnet", &eager, &graphed);
     assert_same_state("resnet", &we.state_tensors(), &wg.state_tensors());
     assert!(we.graph_stats().is_none());
@@ -141,12 +99,10 @@ fn a_resnet_run_whose_warm_up_batches_are_all_short_captures_and_replays_the_ful
         ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_jpeg.toml"), Division::Open)
             .unwrap();
     cfg.train.global_batch_size = 160;
-    cfg.train.max_epochs = 2;
-    cfg.optimizer.schedule_epochs = 2.0;
-    cfg.train.target = 0.999; // run every epoch
+    every_epoch(&mut cfg, 2);
     let run = |graphs: Option<u32>, log: &str| {
         let log = dir.path().join(log);
-        resnet_run(&cfg, Some(&data), ALL_SHORT_WARM_UP_SEED, graphs, &log)
+        resnet_workload(&cfg, Some(&data), ALL_SHORT_WARM_UP_SEED, graphs, &log)
     };
     let (eager, we) = run(None, "eager.txt");
     let (graphed, wg) = run(Some(1), "graph.txt");
@@ -249,7 +205,7 @@ fn bert_with_the_fused_epilogues_goes_through_the_graph_twin() {
 
 #[test]
 fn the_setting_is_refused_on_a_cpu_and_with_unpadding() {
-    let mut cfg = resnet_config();
+    let mut cfg = open_tiny_two_micro_batches(6);
     cfg.methods.cuda_graph = true;
     let dir = tempfile::tempdir().unwrap();
     let data = open_data(&cfg, None).unwrap();

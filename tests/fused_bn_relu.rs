@@ -10,15 +10,15 @@
 mod common;
 
 use common::rng::{rng_turn, seeded};
+use common::tensors::assert_same_state;
+use common::train::{open_tiny_two_micro_batches, preset, resnet_workload};
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::methods::fused_bn_relu::{
     bn_add_relu, counts, cudnn_compiled, cudnn_probe, f_bn_add_relu,
 };
 use mlperf_run::models::to_channels_last;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
-use mlperf_run::train::engine::{run_once, RunOutcome, Workload};
-use mlperf_run::train::resnet::{open_data, ResnetWorkload};
-use std::path::{Path, PathBuf};
+use mlperf_run::train::engine::Workload;
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
@@ -259,32 +259,6 @@ fn shim_errors_come_back_as_messages() {
     assert!(!msg.contains("frame #"), "{msg}");
 }
 
-fn preset(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn run_tiny(
-    cfg: &ResnetRunConfig,
-    graphs: Option<u32>,
-    seed: u64,
-    log: &Path,
-) -> (RunOutcome, ResnetWorkload) {
-    let data = open_data(cfg, None).unwrap();
-    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, data);
-    let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, seed, log);
-    opts.emulate_cuda_graph = graphs;
-    let out = run_once(&mut w, opts).unwrap();
-    (out, w)
-}
-
-fn assert_same_state(what: &str, a: &[Tensor], b: &[Tensor]) {
-    assert_eq!(a.len(), b.len(), "{what}: variable count");
-    assert!(!a.is_empty(), "{what}: no variables");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(x.equal(y), "{what}: variable #{i} differs");
-    }
-}
-
 /// The open tiny preset (BlurPool, channels-last, progressive resizing, EMA) to its target
 /// with fused BN+ReLU: the same losses, evals and final parameters and buffers as without, and
 /// a log both checkers accept.
@@ -298,10 +272,10 @@ fn tiny_open_run_trains_bit_identically_and_passes_the_checkers() {
     fused.methods.fused_bn_relu = true;
     let dir = tempfile::tempdir().unwrap();
     let seed = 99;
-    let (a, wa) = run_tiny(&plain, None, seed, &dir.path().join("plain.txt"));
+    let (a, wa) = resnet_workload(&plain, None, seed, None, &dir.path().join("plain.txt"));
     let (_, composite_before) = counts();
     let log = dir.path().join("result_0.txt");
-    let (b, wb) = run_tiny(&fused, None, seed, &log);
+    let (b, wb) = resnet_workload(&fused, None, seed, None, &log);
     let (_, composite_after) = counts();
     assert!(
         composite_after > composite_before,
@@ -325,19 +299,12 @@ fn tiny_open_run_trains_bit_identically_and_passes_the_checkers() {
 #[test]
 fn composes_with_the_cuda_graph_twin() {
     let _turn = rng_turn();
-    let mut plain =
-        ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_open.toml"), Division::Open)
-            .unwrap();
-    plain.train.max_epochs = 4;
-    plain.optimizer.schedule_epochs = 4.0;
-    plain.train.gradient_accumulation_steps = 2;
-    plain.train.target = 0.999; // run every epoch
-    plain.data.synthetic.as_mut().unwrap().train_per_class = 64;
+    let plain = open_tiny_two_micro_batches(4);
     let mut fused = plain.clone();
     fused.methods.fused_bn_relu = true;
     let dir = tempfile::tempdir().unwrap();
-    let (a, wa) = run_tiny(&plain, None, 11, &dir.path().join("eager.txt"));
-    let (b, wb) = run_tiny(&fused, Some(2), 11, &dir.path().join("graph.txt"));
+    let (a, wa) = resnet_workload(&plain, None, 11, None, &dir.path().join("eager.txt"));
+    let (b, wb) = resnet_workload(&fused, None, 11, Some(2), &dir.path().join("graph.txt"));
     assert!(a.steps > 10, "{:?} after {} steps", a.status, a.steps);
     assert_eq!(a.steps, b.steps);
     assert_eq!(a.losses, b.losses, "losses");

@@ -16,6 +16,15 @@ pub fn assert_bit_identical(what: &str, names: &[&str], a: &[Tensor], b: &[Tenso
     }
 }
 
+/// Two models' variables (parameters and buffers, in the same order) are equal to the bit.
+pub fn assert_same_state(what: &str, a: &[Tensor], b: &[Tensor]) {
+    assert_eq!(a.len(), b.len(), "{what}: variable count");
+    assert!(!a.is_empty(), "{what}: no variables");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(x.equal(y), "{what}: variable #{i} differs");
+    }
+}
+
 /// The largest difference of `a` from `reference`, relative to the largest magnitude in
 /// `reference` (both compared in fp64); 0 for empty tensors.
 pub fn max_rel(a: &Tensor, reference: &Tensor) -> f64 {

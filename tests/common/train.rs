@@ -3,9 +3,34 @@
 use mlperf_run::mllog::{parse_file, LogFile};
 use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::config::{Division, ResnetRunConfig, SystemConfig};
-use mlperf_run::train::engine::{RunOptions, RunOutcome, Status, Submission};
-use mlperf_run::train::resnet::{run_once, ResnetRun};
-use std::path::Path;
+use mlperf_run::train::engine::{self, RunOptions, RunOutcome, Status, Submission};
+use mlperf_run::train::resnet::{open_data, run_once, ResnetRun, ResnetWorkload};
+use std::path::{Path, PathBuf};
+
+/// A file of the repository (a preset under configs/), by its path from the repository root.
+pub fn preset(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Makes `cfg` train `epochs` epochs, evaluating after each, and never stop early (target
+/// 0.999): the most steps from a tiny preset.
+pub fn every_epoch(cfg: &mut ResnetRunConfig, epochs: u64) {
+    cfg.train.max_epochs = epochs;
+    cfg.optimizer.schedule_epochs = epochs as f64;
+    cfg.train.target = 0.999;
+}
+
+/// The open tiny preset (progressive resizing, EMA, BlurPool, channels-last) for `epochs`
+/// epochs ([`every_epoch`]), with 2 micro-batches per step and 64 training images per class.
+pub fn open_tiny_two_micro_batches(epochs: u64) -> ResnetRunConfig {
+    let mut cfg =
+        ResnetRunConfig::load(&preset("configs/resnet/tiny_cpu_open.toml"), Division::Open)
+            .unwrap();
+    every_epoch(&mut cfg, epochs);
+    cfg.train.gradient_accumulation_steps = 2;
+    cfg.data.synthetic.as_mut().unwrap().train_per_class = 64;
+    cfg
+}
 
 /// Options for a CPU run of a preset with system section `system` in `division`: seed `seed`,
 /// the log written to `log`, the preset's time limit.
@@ -50,6 +75,24 @@ pub fn resnet(
         cpu_run_options(&cfg.system, division, seed, log),
     )
     .unwrap()
+}
+
+/// One open-division ResNet run of `cfg` on the CPU from `seed` (in-memory data when `data` is
+/// None, else that ImageFolder root), through the CUDA-graph CPU twin with `graphs` warm-up
+/// steps per shape, or eagerly; with the workload, for its state and graph stats.
+pub fn resnet_workload(
+    cfg: &ResnetRunConfig,
+    data: Option<&Path>,
+    seed: u64,
+    graphs: Option<u32>,
+    log: &Path,
+) -> (RunOutcome, ResnetWorkload) {
+    let opened = open_data(cfg, data).unwrap();
+    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, opened);
+    let mut opts = cpu_run_options(&cfg.system, Division::Open, seed, log);
+    opts.emulate_cuda_graph = graphs;
+    let out = engine::run_once(&mut w, opts).unwrap();
+    (out, w)
 }
 
 /// What every tiny ResNet run to its target must show: success at the first eval over
