@@ -15,7 +15,7 @@
 //! step's CPU set, which all of its processes share, is what gets cut. Hyper-threads of one
 //! core stay together: a slice is a run of whole cores, in the order of their first CPU. The
 //! binding is the whole process's (Linux `sched_setaffinity` on each of its threads, as
-//! `taskset -a`), and the threads started later inherit it. The trainer binds before it joins
+//! `taskset -a`, listed again until no new one shows), and the threads started later inherit it. The trainer binds before it joins
 //! the process group (NCCL reads the binding when it places its own threads) and before it
 //! starts its decode, prefetch and libtorch threads.
 //! Binding never fails a run: where the CPUs cannot be read or set, the process runs as started
@@ -205,41 +205,69 @@ pub struct OtherThreads {
 /// handler's) and, through the calling thread, the ones started from now on. Fails only when
 /// the calling thread cannot be bound; after that, what other threads could not be bound is
 /// reported, not an error. A thread that ends meanwhile is neither.
+///
+/// Unlike `taskset -a`, which lists the threads once, the listing is repeated until it names
+/// no thread that was not already bound: a thread that a not-yet-bound one starts during a pass
+/// inherits the old CPUs, and the next pass binds it.
 pub fn set_process_affinity(cpus: &[usize]) -> Result<OtherThreads> {
     let set = cpu_set_of(cpus)?;
     bind_calling_thread(&set, cpus)?;
     // SAFETY: gettid has no preconditions
     let me = unsafe { libc::gettid() };
-    let mut others = OtherThreads::default();
     let tasks = Path::new("/proc/self/task");
-    let entries = match std::fs::read_dir(tasks) {
-        Ok(e) => e,
-        Err(e) => {
-            others
-                .failures
-                .push(format!("listing the threads in {}: {e}", tasks.display()));
-            return Ok(others);
-        }
-    };
-    for entry in entries.flatten() {
-        let Some(tid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<libc::pid_t>().ok())
-        else {
-            continue;
+    Ok(bind_listed_threads(
+        me,
+        || {
+            let entries = std::fs::read_dir(tasks)
+                .map_err(|e| format!("listing the threads in {}: {e}", tasks.display()))?;
+            Ok(entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+                .collect())
+        },
+        |tid| set_thread_affinity(tid, &set),
+    ))
+}
+
+/// How many listings [`bind_listed_threads`] makes at most: a process that keeps starting
+/// threads from unbound ones faster than they are bound is reported after this many.
+const MAX_BINDING_PASSES: usize = 16;
+
+/// Binds, with `bind`, each thread that `list` names other than `me`, once; lists again until a
+/// listing names none not seen before (at most [`MAX_BINDING_PASSES`] listings).
+fn bind_listed_threads(
+    me: libc::pid_t,
+    mut list: impl FnMut() -> Result<Vec<libc::pid_t>, String>,
+    mut bind: impl FnMut(libc::pid_t) -> Result<(), std::io::Error>,
+) -> OtherThreads {
+    let mut others = OtherThreads::default();
+    let mut seen = std::collections::BTreeSet::from([me]);
+    for _ in 0..MAX_BINDING_PASSES {
+        let tids = match list() {
+            Ok(tids) => tids,
+            Err(why) => {
+                others.failures.push(why);
+                return others;
+            }
         };
-        if tid == me {
-            continue;
+        let new: Vec<libc::pid_t> = tids.into_iter().filter(|&t| seen.insert(t)).collect();
+        if new.is_empty() {
+            return others;
         }
-        match set_thread_affinity(tid, &set) {
-            Ok(()) => others.bound += 1,
-            // the thread ended between the listing and the call
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            Err(e) => others.failures.push(format!("thread {tid}: {e}")),
+        for tid in new {
+            match bind(tid) {
+                Ok(()) => others.bound += 1,
+                // the thread ended between the listing and the call
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => others.failures.push(format!("thread {tid}: {e}")),
+            }
         }
     }
-    Ok(others)
+    others.failures.push(format!(
+        "threads kept starting through {MAX_BINDING_PASSES} listings of the process's threads; \
+         the newest may keep their CPUs"
+    ));
+    others
 }
 
 /// The CPUs that this process's cgroup lets all of its processes use (what a container or a
@@ -512,6 +540,116 @@ mod tests {
         // no cpuset readable: the online CPUs; nothing at all: empty
         assert_eq!(from("0::/elsewhere\n").len(), 16);
         assert!(available_cpus_from("", d.path(), || None).is_empty());
+    }
+
+    /// A fake process for [`bind_listed_threads`]: the threads each listing names, and the
+    /// threads that binding one of them finds it had started meanwhile.
+    struct FakeThreads {
+        running: Vec<libc::pid_t>,
+        started_by: BTreeMap<libc::pid_t, Vec<libc::pid_t>>,
+        ended: Vec<libc::pid_t>,
+        listings: usize,
+    }
+
+    impl FakeThreads {
+        fn run(&mut self, me: libc::pid_t) -> (OtherThreads, Vec<libc::pid_t>) {
+            let state = std::cell::RefCell::new((self, Vec::new()));
+            let others = bind_listed_threads(
+                me,
+                || {
+                    let (p, _) = &mut *state.borrow_mut();
+                    p.listings += 1;
+                    Ok(p.running.clone())
+                },
+                |tid| {
+                    let (p, bound) = &mut *state.borrow_mut();
+                    if p.ended.contains(&tid) {
+                        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                    if tid == 99 {
+                        return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+                    }
+                    bound.push(tid);
+                    let started = p.started_by.remove(&tid).unwrap_or_default();
+                    p.running.extend(started);
+                    Ok(())
+                },
+            );
+            let (_, bound) = state.into_inner();
+            (others, bound)
+        }
+    }
+
+    #[test]
+    fn threads_started_by_unbound_threads_during_a_pass_are_bound_by_the_next() {
+        // thread 3, unbound until the first pass reaches it, has started 4, which started 5
+        let mut p = FakeThreads {
+            running: vec![1, 2, 3],
+            started_by: BTreeMap::from([(3, vec![4]), (4, vec![5])]),
+            ended: vec![2],
+            listings: 0,
+        };
+        let (others, bound) = p.run(1);
+        assert_eq!(bound, [3, 4, 5], "each thread once, the caller never");
+        assert_eq!(
+            others,
+            OtherThreads {
+                bound: 3,
+                failures: vec![]
+            }
+        );
+        // three passes that found new threads and one that found none
+        assert_eq!(p.listings, 4);
+
+        // a thread that cannot be bound is reported and not retried
+        let mut p = FakeThreads {
+            running: vec![1, 99, 7],
+            started_by: BTreeMap::new(),
+            ended: vec![],
+            listings: 0,
+        };
+        let (others, bound) = p.run(1);
+        assert_eq!(bound, [7]);
+        assert_eq!(others.bound, 1);
+        assert_eq!(others.failures.len(), 1, "{others:?}");
+        assert!(others.failures[0].starts_with("thread 99: "), "{others:?}");
+        assert_eq!(p.listings, 2);
+    }
+
+    #[test]
+    fn a_process_that_keeps_starting_threads_is_reported_and_a_failed_listing_ends_the_binding() {
+        // every thread bound has started another meanwhile
+        let mut p = FakeThreads {
+            running: vec![1, 10],
+            started_by: (10..10 + MAX_BINDING_PASSES as libc::pid_t)
+                .map(|t| (t, vec![t + 1]))
+                .collect(),
+            ended: vec![],
+            listings: 0,
+        };
+        let (others, bound) = p.run(1);
+        assert_eq!(bound.len(), MAX_BINDING_PASSES);
+        assert_eq!(p.listings, MAX_BINDING_PASSES);
+        assert_eq!(others.failures.len(), 1, "{others:?}");
+        assert!(others.failures[0].contains("kept starting"), "{others:?}");
+
+        let mut listings = 0;
+        let others = bind_listed_threads(
+            1,
+            || {
+                listings += 1;
+                match listings {
+                    1 => Ok(vec![1, 2]),
+                    _ => Err("listing the threads in /proc/self/task: gone".to_string()),
+                }
+            },
+            |_| Ok(()),
+        );
+        assert_eq!(others.bound, 1);
+        assert_eq!(
+            others.failures,
+            ["listing the threads in /proc/self/task: gone"]
+        );
     }
 
     #[test]
