@@ -7,8 +7,9 @@
 //! the whole training part of epoch 2, `RunOutcome::block_seconds[1]`: block_start to after the
 //! block's final loss read (a device sync), not a sum of per-step host times.
 //! Prints one JSON line: img_per_s, step_ms, steps_per_s, window_unix (wall-clock bounds of the
-//! window, for GPU-utilisation sampling) and, on the CPU (where host time is compute time), the
-//! trainer's overhead shares.
+//! window, for GPU-utilisation sampling), host_step_ms (each timed step's enqueue time on the
+//! host), host_outside_steps_ms (the rest of the window: the block's start and the loss reads)
+//! and, on the CPU (where host time is compute time), the trainer's overhead shares.
 //!
 //! cargo run --release --example resnet_bench_step -- [--device cpu|cuda] [--batch 8]
 //!     [--size 112] [--steps 30] [--amp none|bf16|fp16] [--channels-last] [--opt sgd|lars]
@@ -239,6 +240,7 @@ fn main() -> Result<()> {
         .get(1)
         .context("the run has no second block")?;
     let steps = a.steps as f64;
+    let epoch2_steps = &out.step_times[out.step_times.len().saturating_sub(a.steps)..];
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if a.device.is_cuda() { "cuda" } else { "cpu" },
@@ -251,6 +253,10 @@ fn main() -> Result<()> {
         "window_s": timed,
         "window_unix": [common::unix_seconds(start), common::unix_seconds(end)],
         "losses_first_last": [out.losses.first(), out.losses.last()],
+        // where the host spent the window: each step's enqueue (train_step) and the rest
+        // (starting the block, the loss reads, which wait for the device)
+        "host_step_ms": epoch2_steps.iter().map(|t| (t * 1e5).round() / 100.0).collect::<Vec<_>>(),
+        "host_outside_steps_ms": 1000.0 * (timed - epoch2_steps.iter().sum::<f64>()),
     });
     if let (Some(g), Some(o)) = (graph, json.as_object_mut()) {
         o.insert(

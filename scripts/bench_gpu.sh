@@ -23,7 +23,10 @@
 #   graph + fused BN+ReLU; c: CUDA graph + fused epilogues + fused bias+GELU), the row that
 #   answers issue 13's targets (>= 5,000 img/s and >= 0.9x torch.compile; >= 360 seq/s and
 #   >= 1.4x Hugging Face; GPU busy >= 97%), which the table's last block reads off, met or not;
-#   a)'s fp16 rows have fp16 peers: PyTorch eager with GradScaler and its torch.compile;
+#   c) also has `mlperf-run cuda-graph fused-epilogues`, the methods that measured faster
+#   (fused bias+GELU measured slower on an H200), whose targets the last block reads too;
+#   a)'s fp16 rows have fp16 peers: PyTorch eager with GradScaler and its torch.compile; with
+#   --sides all, a) also has `mlperf-run all-methods` in bf16, against the bf16 peers;
 #   g) (only with --only g or --only ...,g) examples/fused_epilogue_check: the fused
 #      dense + dropout + residual + LayerNorm op's CUDA kernels vs its composite ATen path at
 #      BERT-Large shapes (56 x 512 tokens, H 1024, bf16 autocast, the same dropout mask): max
@@ -67,8 +70,9 @@
 #                f, g, h, c, d, ncu: the fused ops' checks before the BERT step that uses them
 #   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
 #                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
-#                mlperf-run, mlperf-run all-methods, Hugging Face), for a call with little device
-#                time (one torch.compile per round instead of two; 7 of the 16 rows)
+#                mlperf-run, mlperf-run cuda-graph fused-epilogues, mlperf-run all-methods,
+#                Hugging Face), for a call with little device time (one torch.compile per round
+#                instead of two; 8 of the 18 rows)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
 #                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
@@ -126,8 +130,8 @@ case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu all hf ref) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run all hf) ;;
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused all hf ref) ;;
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused all hf) ;;
   *) die "--sides is all or targets, not $sides" ;;
 esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -365,6 +369,7 @@ if want a; then
         fp16) measure a "mlperf-run fp16" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 ;;
         fused) measure a "mlperf-run fp16 fused-bn-relu" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --fused-bn-relu ;;
         all) measure a "mlperf-run fp16 all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --cuda-graph --fused-bn-relu ;;
+        all-bf16) measure a "mlperf-run all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --cuda-graph --fused-bn-relu ;;
         pytorch-fp16)  # the peers of our fp16 rows: eager with GradScaler, then compiled
           split="pytorch-eager-fp16:impl=pytorch-eager pytorch-compile-fp16:impl=pytorch-compile" \
             measure a "pytorch eager+compile fp16" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
@@ -496,6 +501,7 @@ if want c; then
         graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph ;;
         fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-epilogues ;;
         gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-bias-gelu ;;
+        graph-fused) measure c "mlperf-run cuda-graph fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues ;;
         all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-bias-gelu ;;
         hf)
           if [ "$has_hf" = 1 ]; then

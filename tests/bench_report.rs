@@ -251,3 +251,77 @@ fn graph_rows_show_their_step_counts_and_part_k_has_its_table() {
     // the plain row has no graph: no line
     assert_eq!(table.matches("CUDA graph steps").count(), 2, "{table}");
 }
+
+/// The bf16 ResNet targets read the bf16 all-methods row against bf16 torch.compile, and the
+/// BERT ones also read the CUDA graph + fused epilogues row (without fused bias+GELU); rows a
+/// call did not run (here the fp16 ones) read "not measured".
+#[test]
+fn the_bf16_and_the_graph_plus_epilogues_targets_read_their_own_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut recs = Vec::new();
+    for (round, ours, compile, bert, hf) in [
+        (1, 6100.0, 6700.0, 310.0, 280.0),
+        (2, 6200.0, 6600.0, 312.0, 290.0),
+    ] {
+        recs.push(rec(
+            "a",
+            "mlperf-run all-methods",
+            round,
+            ours,
+            "img/s",
+            Some(91.0),
+        ));
+        recs.push(rec(
+            "a",
+            "pytorch-compile",
+            round,
+            compile,
+            "img/s",
+            Some(98.0),
+        ));
+        let side = "mlperf-run cuda-graph fused-epilogues";
+        recs.push(rec("c", side, round, bert, "seq/s", Some(99.0)));
+        recs.push(rec(
+            "c",
+            "hf-transformers (sdpa)",
+            round,
+            hf,
+            "seq/s",
+            Some(99.0),
+        ));
+    }
+    let (status, table) = report(dir.path(), &recs);
+    assert_eq!(status, 0, "{table}");
+
+    let v = line_with(&table, &["a) mlperf-run all-methods ", "target >="]);
+    assert!(v.contains("6,150.0") && v.ends_with("met"), "{v}");
+    // per round 0.910x and 0.939x
+    let v = line_with(
+        &table,
+        &["a) mlperf-run all-methods / pytorch-compile ", "target"],
+    );
+    assert!(v.contains("0.925x") && v.contains("  met"), "{v}");
+    assert!(v.contains("rounds: 0.910, 0.939"), "{v}");
+    let v = line_with(&table, &["a) mlperf-run fp16 all-methods ", "target >="]);
+    assert!(v.ends_with("not measured"), "{v}");
+
+    let v = line_with(
+        &table,
+        &["c) mlperf-run cuda-graph fused-epilogues ", "target >="],
+    );
+    assert!(v.contains("311.0") && v.ends_with("MISSED"), "{v}");
+    // per round 1.107x and 1.076x
+    let v = line_with(
+        &table,
+        &["c) mlperf-run cuda-graph fused-epilogues / hf-transformers"],
+    );
+    assert!(v.contains("1.092x") && v.contains("MISSED"), "{v}");
+    let v = line_with(&table, &["c) mlperf-run all-methods ", "target >="]);
+    assert!(v.ends_with("not measured"), "{v}");
+    let v = line_with(
+        &table,
+        &["c) GPU busy, mlperf-run cuda-graph fused-epilogues"],
+    );
+    assert!(v.contains("99%") && v.ends_with("met"), "{v}");
+    assert!(line_with(&table, &["a) GPU busy, mlperf-run all-methods"]).ends_with("MISSED"));
+}
