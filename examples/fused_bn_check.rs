@@ -12,12 +12,12 @@
 //! rounds bn(x) to the activation dtype before the residual add, so its ReLU gate flips where
 //! bn(x) + z is within a rounding of 0 (rel L2 of dx about 3e-2 in bf16, 1e-2 in fp16;
 //! scripts/bench/bn_add_relu_rounding.py shows it on the CPU), while a fused kernel adds in fp32.
-//! Then one JSON line
-//! per dtype and side (`impl` = fused-bf16, unfused-bf16, ...) with `img_per_s` = batch / (sum
-//! of the cases' medians), for scripts/bench_gpu.sh part f. Exit 1 when a difference exceeds
-//! the bounds below (a wrong result, not a slow one: against the unfused side, and the fused
-//! side never much farther from fp32 than the unfused one), or when an fp16 case eligible for cuDNN
-//! ran the composite path (the fused kernels' documented case: the cuDNN path is broken).
+//! Then one JSON line per dtype and side (`impl` = fused-bf16, unfused-bf16, ...) with
+//! `img_per_s` = batch / (sum of the cases' medians), for scripts/bench_gpu.sh part f. Exit 1
+//! when a difference exceeds the bounds below (a wrong result, not a slow one: against the
+//! unfused side, and the fused side never much farther from fp32 than the unfused one), or when
+//! an fp16 case eligible for cuDNN ran the composite path (the fused kernels' documented case:
+//! the cuDNN path is broken).
 //!
 //! cargo run --release --features cuda --example fused_bn_check -- [--device cuda|cpu]
 //!     [--batch 256] [--size 224] [--rounds 20] [--dtypes bf16,fp16]
@@ -299,13 +299,13 @@ fn main() -> Result<()> {
                     "    {name:<13} max abs {abs:.3e}  max abs / max |ref| {rel:.3e}  rel L2 {l2:.3e}{fp32_note}{verdict}"
                 );
                 if bad {
+                    let why = if farther {
+                        " (fused farther from fp32 than unfused)"
+                    } else {
+                        ""
+                    };
                     failed.push(format!(
-                        "{kind:?} C={c} {hw}x{hw} residual={residual}: {name}{}",
-                        if farther {
-                            " (fused farther from fp32 than unfused)"
-                        } else {
-                            ""
-                        }
+                        "{kind:?} C={c} {hw}x{hw} residual={residual}: {name}{why}"
                     ));
                 }
             }

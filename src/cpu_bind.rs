@@ -15,9 +15,9 @@
 //! step's CPU set, which all of its processes share, is what gets cut. Hyper-threads of one
 //! core stay together: a slice is a run of whole cores, in the order of their first CPU. The
 //! binding is the whole process's (Linux `sched_setaffinity` on each of its threads, as
-//! `taskset -a`, listed again until no new one shows), and the threads started later inherit it. The trainer binds before it joins
-//! the process group (NCCL reads the binding when it places its own threads) and before it
-//! starts its decode, prefetch and libtorch threads.
+//! `taskset -a`, listed again until no new one shows), and the threads started later inherit
+//! it. The trainer binds before it joins the process group (NCCL reads the binding when it
+//! places its own threads) and before it starts its decode, prefetch and libtorch threads.
 //! Binding never fails a run: where the CPUs cannot be read or set, the process runs as started
 //! and a warning says why.
 
