@@ -7,7 +7,7 @@
 //! cargo run --release --example bert_bench_step -- [--layers 24] [--hidden 1024] [--heads 16]
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
-//!     [--cuda-graph] [--fused-epilogues] [--data DIR]
+//!     [--cuda-graph] [--fused-epilogues] [--keep-mask] [--data DIR]
 //!
 //! --data DIR: the fixed batch is the first training batch of a BERT data directory (seed 0, one
 //! rank), e.g. `mlperf-run data synth-bert --lengths realistic --seq-len 512`: real lengths
@@ -27,6 +27,9 @@
 //! --fused-bias-gelu: each layer's intermediate dense + bias + tanh GELU as one op, as
 //! `mlperf-run bert --division open` with methods.fused_bias_gelu (cuBLASLt's GELU epilogue on a
 //! GPU).
+//! A batch without padding (--pad 0) attends without a mask, as `mlperf-run bert` does with such
+//! batches (`BertBatch::attention_mask`), so a GPU runs FlashAttention; --keep-mask passes its
+//! all-ones mask anyway (the memory-efficient kernel on a GPU), to measure that difference.
 
 mod common;
 
@@ -34,7 +37,9 @@ use anyhow::{bail, Result};
 use common::Flags;
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::cuda_graph::StepGraphs;
-use mlperf_run::data::bert::{shard_files, Shard, TrainLoader};
+use mlperf_run::data::bert::{
+    shard_files, step_attention_mask, step_mask_slot, Shard, TrainLoader,
+};
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
 use std::time::{Instant, SystemTime};
@@ -43,7 +48,7 @@ use tch::{nn, Device, Kind, Tensor};
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
 [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] \
-[--fused-bias-gelu] [--data DIR]";
+[--fused-bias-gelu] [--keep-mask] [--data DIR]";
 
 struct Args {
     cfg: BertConfig,
@@ -61,6 +66,7 @@ struct Args {
     cuda_graph: bool,
     fused_epilogues: bool,
     fused_bias_gelu: bool,
+    keep_mask: bool,
     data: Option<std::path::PathBuf>,
 }
 
@@ -84,6 +90,7 @@ fn parse_args() -> Result<Args> {
         cuda_graph: false,
         fused_epilogues: false,
         fused_bias_gelu: false,
+        keep_mask: false,
         data: None,
     };
     let mut f = Flags::new(USAGE);
@@ -95,6 +102,7 @@ fn parse_args() -> Result<Args> {
             "--cuda-graph" => a.cuda_graph = true,
             "--fused-epilogues" => a.fused_epilogues = true,
             "--fused-bias-gelu" => a.fused_bias_gelu = true,
+            "--keep-mask" => a.keep_mask = true,
             "--layers" => a.cfg.num_layers = f.parse()?,
             "--hidden" => a.cfg.hidden_size = f.parse()?,
             "--heads" => a.cfg.num_heads = f.parse()?,
@@ -185,6 +193,7 @@ fn main() -> Result<()> {
     let nsp = Tensor::randint(2, [b], cpu);
     let [ids, seg, mask, pos, mids, w, nsp] = match &a.data {
         Some(dir) => {
+            // the data's own masks: `padded` is recomputed below, as for --pad
             let d = TrainLoader::new(&dir.join("train"), 0, 0, 1, b as usize, Device::Cpu)?
                 .next_batch()?;
             [
@@ -200,10 +209,12 @@ fn main() -> Result<()> {
         None => [ids, seg, mask, pos, mids, w, nsp],
     };
     let real_tokens = mask.sum(Kind::Int64).int64_value(&[]);
+    // what the batch hand-off decides on the host (`BertBatch::padded`)
+    let padded = real_tokens < b * s || a.keep_mask;
     let [ids, seg, mask, pos, mids, w, nsp] =
         [ids, seg, mask, pos, mids, w, nsp].map(|t| t.to_device(dev));
     let precision = a.bf16.then_some(LowPrecision::BFloat16);
-    let inputs = [ids, seg, mask, pos, mids, w, nsp];
+    let inputs = [ids, seg, step_mask_slot(mask, padded), pos, mids, w, nsp];
     let mut graphs = match (a.cuda_graph, dev) {
         (false, _) => None,
         (true, Device::Cuda(_)) => Some(StepGraphs::new(dev, a.warmup.min(3) as u32)?),
@@ -232,6 +243,7 @@ fn main() -> Result<()> {
             };
             opt.zero_grad()?;
             let loss = maybe_autocast(dev, precision, || {
+                let mask = step_attention_mask(mask);
                 let (mlm, nspl) = model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
                 pretraining_loss(&mlm, &nspl, mids, w, nsp)
             })?;
@@ -271,7 +283,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "attention_mask": padded, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

@@ -25,6 +25,9 @@
 #   >= 1.4x Hugging Face; GPU busy >= 97%), which the table's last block reads off, met or not;
 #   c) also has `mlperf-run cuda-graph fused-epilogues`, the methods that measured faster
 #   (fused bias+GELU measured slower on an H200), whose targets the last block reads too;
+#   c)'s batches have no padding, so ours attends without a mask (FlashAttention), as Hugging
+#   Face does for an all-ones mask; with --sides all, `... fused-epilogues mask-kept` passes the
+#   all-ones mask anyway (the memory-efficient kernel): the difference the mask makes;
 #   a)'s fp16 rows have fp16 peers: PyTorch eager with GradScaler and its torch.compile; with
 #   --sides all, a) also has `mlperf-run all-methods` in bf16, against the bf16 peers;
 #   g) (only with --only g or --only ...,g) examples/fused_epilogue_check: the fused
@@ -72,7 +75,7 @@
 #                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
 #                mlperf-run, mlperf-run cuda-graph fused-epilogues, mlperf-run all-methods,
 #                Hugging Face), for a call with little device time (one torch.compile per round
-#                instead of two; 8 of the 18 rows)
+#                instead of two; 8 of the 19 rows)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
 #                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
@@ -130,7 +133,7 @@ case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused all hf ref) ;;
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused mask all hf ref) ;;
   targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused all hf) ;;
   *) die "--sides is all or targets, not $sides" ;;
 esac
@@ -502,6 +505,7 @@ if want c; then
         fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-epilogues ;;
         gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-bias-gelu ;;
         graph-fused) measure c "mlperf-run cuda-graph fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues ;;
+        mask) measure c "mlperf-run cuda-graph fused-epilogues mask-kept" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --keep-mask ;;
         all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-bias-gelu ;;
         hf)
           if [ "$has_hf" = 1 ]; then

@@ -203,6 +203,25 @@ fn realistic_lengths_are_about_half_padding_at_512() {
     assert!(short * 10 > n, "{short} of {n} below 128 tokens");
     let readme = std::fs::read_to_string(dir.path().join("README.txt")).unwrap();
     assert!(readme.contains("Realistic"), "{readme}");
+    // the hand-off marks a batch padded exactly when its mask has a 0 (one-sample batches:
+    // the full sequences are batches without padding)
+    let mut l = TrainLoader::new(&dir.path().join("train"), 5, 0, 1, 1, Device::Cpu).unwrap();
+    let (mut with, mut without) = (0, 0);
+    for _ in 0..60 {
+        let b = l.next_batch().unwrap();
+        let has_zero = b.input_mask.min().int64_value(&[]) == 0;
+        assert_eq!(b.padded, has_zero);
+        assert_eq!(b.attention_mask().is_some(), has_zero);
+        if has_zero {
+            with += 1;
+        } else {
+            without += 1;
+        }
+    }
+    assert!(
+        with > 0 && without > 0,
+        "{with} padded, {without} full batches"
+    );
 }
 
 /// Each rank's batches of `steps` steps with token balancing.

@@ -196,7 +196,7 @@ fn converted_checkpoint_forward_matches_pytorch() {
     for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
         model.unpad = unpad;
         model.fused_attention = fused;
-        let (mlm, nsp) = tch::no_grad(|| model.forward(&ids, &seg, &mask, MlmOn::All, false));
+        let (mlm, nsp) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
         let d_nsp = (&nsp - &theirs["nsp"]).abs().max().double_value(&[]);
         // Padding positions are outputs nobody uses; compare the real tokens.
         let d_mlm = ((&mlm - &theirs["mlm"]) * &valid)
@@ -223,7 +223,7 @@ fn converted_checkpoint_forward_matches_pytorch() {
     // Positions mode equals gathering the full logits.
     let pos = Tensor::from_slice(&[1i64, 5, 2, 7, 3, 3, 4, 9]).view([4, 2]);
     let (mlm_pos, _) =
-        tch::no_grad(|| model.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), false));
+        tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false));
     let gathered = theirs["mlm"].gather(
         1,
         &pos.unsqueeze(-1).expand([4, 2, c.vocab_size], false),
@@ -242,7 +242,7 @@ fn converted_checkpoint_forward_matches_pytorch() {
     Tensor::write_safetensors(&bad, &bad_path).unwrap();
     model.load_reference(&vs, &bad_path).unwrap();
     model.unpad = false;
-    let (mlm_bad, _) = tch::no_grad(|| model.forward(&ids, &seg, &mask, MlmOn::All, false));
+    let (mlm_bad, _) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
     assert!((mlm_bad - &theirs["mlm"]).abs().max().double_value(&[]) > 1e-3);
 }
 
@@ -300,8 +300,9 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
     let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
     let (ids, seg, mask) = inputs(&c, 3, 16);
     let real = mask.to_kind(Kind::Float).unsqueeze(-1);
-    let fwd =
-        |m: &BertForPreTraining| tch::no_grad(|| m.forward(&ids, &seg, &mask, MlmOn::All, false));
+    let fwd = |m: &BertForPreTraining| {
+        tch::no_grad(|| m.forward(&ids, &seg, Some(&mask), MlmOn::All, false))
+    };
     let (mlm32, nsp32) = fwd(&model);
     for unpad in [false, true] {
         model.unpad = unpad;
@@ -335,7 +336,7 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
         opt.zero_grad().unwrap();
         let loss = {
             let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
-            let (mlm, n) = model.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), true);
+            let (mlm, n) = model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true);
             pretraining_loss(&mlm, &n, &mids, &w, &nsp)
         };
         assert_eq!(loss.kind(), Kind::Float);
@@ -345,4 +346,82 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
     }
     eprintln!("bf16 training loss {:.3} -> {:.3}", losses[0], losses[79]);
     assert!(losses[79] < 0.3 * losses[0], "losses {losses:?}");
+}
+
+/// A batch without padding attends without a mask (`input_mask: None`, what the batch hand-off
+/// passes for it so a GPU can run FlashAttention): the same outputs and gradients as with its
+/// all-ones mask, for both attention paths, padded and unpadded, dropout included.
+#[test]
+fn a_batch_without_padding_needs_no_attention_mask() {
+    let _turn = rng_turn();
+    let c = tiny();
+    let (b, s) = (3, 16);
+    tch::manual_seed(11);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let ids = Tensor::randint_low(1, c.vocab_size, [b, s], (Kind::Int64, Device::Cpu));
+    let seg = Tensor::arange(s, (Kind::Int64, Device::Cpu))
+        .ge(s / 2)
+        .to_kind(Kind::Int64)
+        .unsqueeze(0)
+        .expand([b, s], false)
+        .contiguous();
+    let ones = ids.ones_like();
+    let pos = Tensor::from_slice(&[1i64, 4, 7, 2, 5, 8, 3, 6, 9]).view([3, 3]);
+    let mids = ids.gather(1, &pos, false);
+    let w = mids.ones_like().to_kind(Kind::Float);
+    let nsp = Tensor::from_slice(&[0i64, 1, 0]);
+    let mut names: Vec<String> = vs.variables().keys().cloned().collect();
+    names.sort();
+    // the loss and every gradient of one dropout-on step, seeded the same way for both masks
+    let step = |m: &BertForPreTraining, mask: Option<&Tensor>| -> (f64, Vec<Tensor>) {
+        for v in vs.trainable_variables() {
+            let mut g = v.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+        }
+        tch::manual_seed(5);
+        let (mlm, n) = m.forward(&ids, &seg, mask, MlmOn::Positions(&pos), true);
+        let loss = mlperf_run::models::bert::pretraining_loss(&mlm, &n, &mids, &w, &nsp);
+        loss.backward();
+        let vars = vs.variables();
+        let grads = names.iter().map(|k| vars[k].grad().copy()).collect();
+        (loss.double_value(&[]), grads)
+    };
+    for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
+        model.unpad = unpad;
+        model.fused_attention = fused;
+        let eval = |mask: Option<&Tensor>| {
+            tch::no_grad(|| model.forward(&ids, &seg, mask, MlmOn::All, false)).0
+        };
+        let (with, without) = (eval(Some(&ones)), eval(None));
+        let d = (&with - &without).abs().max().double_value(&[]);
+        assert!(
+            d < 1e-5 && with.abs().max().double_value(&[]) > 0.1,
+            "unpad={unpad} fused={fused}: eval logits differ by {d}"
+        );
+        let (l1, g1) = step(&model, Some(&ones));
+        let (l2, g2) = step(&model, None);
+        assert!((l1 - l2).abs() < 1e-5 * l1.abs(), "losses {l1} vs {l2}");
+        for (k, (a, b)) in names.iter().zip(g1.iter().zip(&g2)) {
+            let scale = a.abs().max().double_value(&[]).max(1e-12);
+            let d = (a - b).abs().max().double_value(&[]);
+            assert!(
+                d <= 1e-4 * scale,
+                "unpad={unpad} fused={fused}: {k} gradient differs by {d} (scale {scale})"
+            );
+        }
+        // the comparison can fail: a mask that hides tokens changes the result
+        let hidden = ones.copy();
+        let _ = hidden.narrow(1, s - 4, 4).fill_(0);
+        let d = (eval(Some(&hidden)) - &without)
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(
+            d > 1e-3,
+            "unpad={unpad} fused={fused}: a real mask changed nothing ({d})"
+        );
+    }
 }

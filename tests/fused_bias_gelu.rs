@@ -245,7 +245,7 @@ fn train_tiny(fused: bool, epilogues: bool, unpad: bool, bf16: bool, steps: usiz
             let (mlm, nsp_logits) = {
                 let _ac =
                     bf16.then(|| Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap());
-                m.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), true)
+                m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true)
             };
             let loss = mlperf_run::models::bert::pretraining_loss(
                 &mlm,

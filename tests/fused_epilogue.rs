@@ -348,7 +348,7 @@ fn train_tiny_on(
         let nsp = Tensor::randint(2, [b], (Kind::Int64, Device::Cpu));
         let (mlm, nsp_logits) = {
             let _ac = bf16.then(|| Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap());
-            m.forward(&ids, &seg, &mask, MlmOn::Positions(&pos), true)
+            m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true)
         };
         let loss =
             mlperf_run::models::bert::pretraining_loss(&mlm, &nsp_logits, &labels, &weights, &nsp);

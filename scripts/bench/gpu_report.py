@@ -387,7 +387,8 @@ def cmd_report(a):
             if r["side"] not in sides:
                 sides.append(r["side"])
         rounds = sorted({r["round"] for r in pr})
-        hdr = f"  {'side':<30}" + "".join(f"{'r' + str(x):>10}" for x in rounds) + \
+        sw = max([30] + [len(x) + 1 for x in sides])  # the side column fits every name
+        hdr = f"  {'side':<{sw}}" + "".join(f"{'r' + str(x):>10}" for x in rounds) + \
             f"{'median':>10} {'unit':<6}{'ours/side':>10}{'TFLOP/s':>9}{'MFU':>7}{'MFU989':>8}{'GPU busy':>9}"
         w(hdr)
         # rounds start with a different side each (rotated): the plain row is ours where there is
@@ -410,7 +411,7 @@ def cmd_report(a):
             busy = [v["gpu_busy_pct"] for v in vals if v and v.get("gpu_busy_pct") is not None]
             busy = statistics.mean(busy) if busy else None
             cells = "".join(f"{(fmt(v['value']) if v and v.get('ok') else ('failed' if v else '')):>10}" for v in vals)
-            w(f"  {s:<30}{cells}{fmt(med):>10} {unit:<6}{(fmt(ratio, 3) + 'x') if ratio else '-':>10}"
+            w(f"  {s:<{sw}}{cells}{fmt(med):>10} {unit:<6}{(fmt(ratio, 3) + 'x') if ratio else '-':>10}"
               f"{fmt(tfl):>9}{(fmt(mfu) + '%') if mfu else '-':>7}{(fmt(mfu989) + '%') if mfu989 else '-':>8}"
               f"{(fmt(busy, 0) + '%') if busy is not None else '-':>9}")
             for v in vals:

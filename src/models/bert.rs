@@ -343,11 +343,15 @@ impl BertForPreTraining {
     }
 
     /// The encoder's output `[B, S, H]` (fp32). Padding rows are zeros when `unpad` is on.
+    /// `input_mask` (`[B, S]`, 1 = real token) is `None` when every token of the batch is real:
+    /// the attention then runs without a mask, which lets `scaled_dot_product_attention` take
+    /// FlashAttention on a GPU (it refuses any mask, even one of all ones, and the
+    /// memory-efficient kernel it falls back to is slower). Same math either way.
     pub fn encode(
         &self,
         input_ids: &Tensor,
         segment_ids: &Tensor,
-        input_mask: &Tensor,
+        input_mask: Option<&Tensor>,
         train: bool,
     ) -> Tensor {
         let c = &self.config;
@@ -358,15 +362,17 @@ impl BertForPreTraining {
             + Tensor::embedding(&self.pos_emb, &positions, -1, false, false).unsqueeze(0)
             + Tensor::embedding(&self.type_emb, segment_ids, -1, false, false);
         // SDPA boolean mask: true = attend. Shape [B, 1, 1, S] broadcasts over heads and queries.
-        let attn_mask = input_mask.ne(0).view([b, 1, 1, s]);
-        if self.unpad {
+        let attn_mask = input_mask.map(|m| m.ne(0).view([b, 1, 1, s]));
+        let attn_mask = attn_mask.as_ref();
+        // without padding there is nothing to leave out: the padded path is the unpadded one
+        if let (true, Some(input_mask)) = (self.unpad, input_mask) {
             let idx = input_mask.reshape([b * s]).nonzero().squeeze_dim(1);
             let mut x = self
                 .emb_ln
                 .forward(&emb.view([b * s, h]).index_select(0, &idx))
                 .dropout(c.hidden_dropout, train);
             for layer in &self.layers {
-                x = self.layer_forward(layer, &x, &attn_mask, Some(&idx), b, s, train);
+                x = self.layer_forward(layer, &x, attn_mask, Some(&idx), b, s, train);
             }
             Tensor::zeros([b * s, h], (x.kind(), x.device()))
                 .index_copy(0, &idx, &x)
@@ -378,7 +384,7 @@ impl BertForPreTraining {
                 .dropout(c.hidden_dropout, train)
                 .view([b * s, h]);
             for layer in &self.layers {
-                x = self.layer_forward(layer, &x, &attn_mask, None, b, s, train);
+                x = self.layer_forward(layer, &x, attn_mask, None, b, s, train);
             }
             x.view([b, s, h])
         }
@@ -390,7 +396,7 @@ impl BertForPreTraining {
         &self,
         l: &Layer,
         x: &Tensor,
-        attn_mask: &Tensor,
+        attn_mask: Option<&Tensor>,
         idx: Option<&Tensor>,
         b: i64,
         s: i64,
@@ -415,20 +421,13 @@ impl BertForPreTraining {
         let v = heads(l.value.forward(x));
         let p = if train { c.attention_dropout } else { 0.0 };
         let ctx = if self.fused_attention {
-            Tensor::scaled_dot_product_attention(
-                &q,
-                &kk,
-                &v,
-                Some(attn_mask),
-                p,
-                false,
-                None,
-                false,
-            )
+            Tensor::scaled_dot_product_attention(&q, &kk, &v, attn_mask, p, false, None, false)
         } else {
-            let scores = q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt();
-            let scores = scores.to_kind(Kind::Float)
-                + (attn_mask.logical_not().to_kind(Kind::Float) * -10000.0);
+            let scores = (q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt()).to_kind(Kind::Float);
+            let scores = match attn_mask {
+                Some(m) => scores + (m.logical_not().to_kind(Kind::Float) * -10000.0),
+                None => scores,
+            };
             scores
                 .softmax(-1, Kind::Float)
                 .dropout(p, train)
@@ -536,11 +535,12 @@ impl BertForPreTraining {
     }
 
     /// MLM logits (`[B, P, V]` at `Positions`, `[B, S, V]` for `All`) and NSP logits `[B, 2]`.
+    /// `input_mask` as for [`Self::encode`]: `None` when no token of the batch is padding.
     pub fn forward(
         &self,
         input_ids: &Tensor,
         segment_ids: &Tensor,
-        input_mask: &Tensor,
+        input_mask: Option<&Tensor>,
         mlm_on: MlmOn<'_>,
         train: bool,
     ) -> (Tensor, Tensor) {

@@ -20,7 +20,9 @@ use super::engine::{
 use super::handoff::{DeviceTensors, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::cuda_graph::{GraphStats, StepGraphs};
-use crate::data::bert::{check_vocab, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader};
+use crate::data::bert::{
+    check_vocab, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader,
+};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use anyhow::{bail, Context, Result};
@@ -385,20 +387,6 @@ struct State {
     graphs: Option<StepGraphs>,
 }
 
-/// A training micro-batch as the step's input list: ids, segments, mask, masked positions,
-/// masked ids, masked weights, NSP labels.
-fn micro_batch_inputs(b: BertBatch) -> [tch::Tensor; 7] {
-    [
-        b.input_ids,
-        b.segment_ids,
-        b.input_mask,
-        b.masked_positions,
-        b.masked_ids,
-        b.masked_weights,
-        b.nsp_labels,
-    ]
-}
-
 /// BERT as a trainer workload.
 pub struct BertWorkload {
     pub cfg: BertRunConfig,
@@ -581,14 +569,14 @@ impl Workload for BertWorkload {
         let bucket_clip = (self.cfg.optimizer.gradient_clipping == GradientClipping::Bucket)
             .then_some(self.cfg.optimizer.max_grad_norm);
         let s = self.state()?;
-        // this step's micro-batches, 7 tensors each (the order of `micro_batch_inputs`)
+        // this step's micro-batches, 7 tensors each (`BertBatch::into_step_inputs`)
         let mut inputs: Vec<tch::Tensor> = Vec::with_capacity(7 * s.micro_batches as usize);
         for _ in 0..s.micro_batches {
             let b = match s.batches.next_batch() {
                 Some(b) => b?,
                 None => bail!("the BERT training data stream ended"),
             };
-            inputs.extend(micro_batch_inputs(b));
+            inputs.extend(b.into_step_inputs());
         }
         sync.set_bucket_clip(bucket_clip)?;
         s.opt.begin_step(s.schedule.lr_at(s.step))?;
@@ -607,8 +595,13 @@ impl Workload for BertWorkload {
                         bail!("a BERT micro-batch has 7 tensors, got {}", b.len());
                     };
                     let loss = maybe_autocast(device, s.autocast, || {
-                        let (mlm, nsp_logits) =
-                            s.model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
+                        let (mlm, nsp_logits) = s.model.forward(
+                            ids,
+                            seg,
+                            step_attention_mask(mask),
+                            MlmOn::Positions(pos),
+                            true,
+                        );
                         pretraining_loss(&mlm, &nsp_logits, masked_ids, weights, nsp) / micro
                     })?;
                     if m == last {
@@ -662,7 +655,7 @@ impl Workload for BertWorkload {
                     let (mlm, _) = s.model.forward(
                         &b.input_ids,
                         &b.segment_ids,
-                        &b.input_mask,
+                        b.attention_mask(),
                         MlmOn::Positions(&b.masked_positions),
                         false,
                     );

@@ -180,6 +180,55 @@ pub struct BertBatch {
     pub masked_weights: Tensor,
     pub nsp_labels: Tensor,
     pub size: usize,
+    /// Whether some token of the batch is padding (a 0 in `input_mask`), decided on the host
+    /// from the samples before the hand-off, so the step needs no device read to know it.
+    pub padded: bool,
+}
+
+impl BertBatch {
+    /// The mask the model attends with: `input_mask` when the batch has padding, `None` when
+    /// every token is real (see `BertForPreTraining::encode`).
+    pub fn attention_mask(&self) -> Option<&Tensor> {
+        self.padded.then_some(&self.input_mask)
+    }
+
+    /// The batch as a training step's 7 input tensors (ids, segments, mask, masked positions,
+    /// masked ids, masked weights, NSP labels): the input list a captured step graph is keyed
+    /// and fed by. Without padding the mask slot holds an empty `[B, 0]` tensor, so a batch
+    /// with padding and one without have different keys (their steps run different attention
+    /// kernels); [`step_attention_mask`] reads the slot back.
+    pub fn into_step_inputs(self) -> [Tensor; 7] {
+        let mask = step_mask_slot(self.input_mask, self.padded);
+        [
+            self.input_ids,
+            self.segment_ids,
+            mask,
+            self.masked_positions,
+            self.masked_ids,
+            self.masked_weights,
+            self.nsp_labels,
+        ]
+    }
+}
+
+/// The mask slot of a step's inputs ([`BertBatch::into_step_inputs`]): `input_mask` when
+/// `padded`, else an empty `[B, 0]` tensor of its kind on its device.
+pub fn step_mask_slot(input_mask: Tensor, padded: bool) -> Tensor {
+    if padded {
+        input_mask
+    } else {
+        input_mask.narrow(1, 0, 0)
+    }
+}
+
+/// The attention mask a step's mask slot stands for ([`BertBatch::into_step_inputs`]).
+pub fn step_attention_mask(slot: &Tensor) -> Option<&Tensor> {
+    (slot.size().get(1).copied().unwrap_or(0) > 0).then_some(slot)
+}
+
+/// Whether a host mask (1 = real token) has padding.
+fn has_padding(mask: &[i64]) -> bool {
+    mask.contains(&0)
 }
 
 /// Samples gathered from shards, before they become tensors: a training batch on the host,
@@ -244,6 +293,7 @@ impl HostBatch {
             masked_weights: t.tensor(&self.w, &[b, p])?,
             nsp_labels: t.tensor(&self.nsp, &[b])?,
             size: b as usize,
+            padded: has_padding(&self.mask),
         })
     }
 
@@ -255,7 +305,9 @@ impl HostBatch {
                 .view([b, cols])
                 .to_device(device)
         };
+        let padded = has_padding(&self.mask);
         BertBatch {
+            padded,
             input_ids: t(&mut self.ids, s),
             input_mask: t(&mut self.mask, s),
             segment_ids: t(&mut self.seg, s),
@@ -595,4 +647,23 @@ pub fn check_vocab(max_token: i32, vocab_size: i64, what: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_step_mask_slot_is_empty_exactly_for_batches_without_padding() {
+        assert!(has_padding(&[1, 1, 0, 1]));
+        assert!(!has_padding(&[1, 1, 1, 1]));
+        let mask = Tensor::from_slice(&[1i64, 1, 1, 0, 1, 1]).view([2, 3]);
+        let slot = step_mask_slot(mask.shallow_clone(), true);
+        assert_eq!(slot.size(), [2, 3]);
+        assert!(step_attention_mask(&slot).is_some());
+        let slot = step_mask_slot(mask, false);
+        // the same rows (a graph key of the same batch size), no columns
+        assert_eq!(slot.size(), [2, 0]);
+        assert!(step_attention_mask(&slot).is_none());
+    }
 }
