@@ -7,7 +7,8 @@
 //! cargo run --release --example bert_bench_step -- [--layers 24] [--hidden 1024] [--heads 16]
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
-//!     [--cuda-graph] [--fused-epilogues] [--keep-mask] [--data DIR]
+//!     [--cuda-graph] [--fused-epilogues] [--fused-qkv] [--bf16-residual] [--keep-mask]
+//!     [--data DIR]
 //!
 //! --data DIR: the fixed batch is the first training batch of a BERT data directory (seed 0, one
 //! rank), e.g. `mlperf-run data synth-bert --lengths realistic --seq-len 512`: real lengths
@@ -27,6 +28,9 @@
 //! --fused-bias-gelu: each layer's intermediate dense + bias + tanh GELU as one op, as
 //! `mlperf-run bert --division open` with methods.fused_bias_gelu (cuBLASLt's GELU epilogue on a
 //! GPU).
+//! --fused-qkv: each layer's query, key and value projections as one matmul, as `mlperf-run bert`
+//! with methods.fused_qkv. --bf16-residual (with --bf16): the residual stream in bf16, as with
+//! methods.bf16_residual.
 //! A batch without padding (--pad 0) attends without a mask, as `mlperf-run bert` does with such
 //! batches (`BertBatch::attention_mask`), so a GPU runs FlashAttention; --keep-mask passes its
 //! all-ones mask anyway (the memory-efficient kernel on a GPU), to measure that difference.
@@ -48,7 +52,7 @@ use tch::{nn, Device, Kind, Tensor};
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
 [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] \
-[--fused-bias-gelu] [--keep-mask] [--data DIR]";
+[--fused-bias-gelu] [--fused-qkv] [--bf16-residual] [--keep-mask] [--data DIR]";
 
 struct Args {
     cfg: BertConfig,
@@ -66,6 +70,8 @@ struct Args {
     cuda_graph: bool,
     fused_epilogues: bool,
     fused_bias_gelu: bool,
+    fused_qkv: bool,
+    bf16_residual: bool,
     keep_mask: bool,
     data: Option<std::path::PathBuf>,
 }
@@ -90,6 +96,8 @@ fn parse_args() -> Result<Args> {
         cuda_graph: false,
         fused_epilogues: false,
         fused_bias_gelu: false,
+        fused_qkv: false,
+        bf16_residual: false,
         keep_mask: false,
         data: None,
     };
@@ -103,6 +111,8 @@ fn parse_args() -> Result<Args> {
             "--fused-epilogues" => a.fused_epilogues = true,
             "--fused-bias-gelu" => a.fused_bias_gelu = true,
             "--keep-mask" => a.keep_mask = true,
+            "--fused-qkv" => a.fused_qkv = true,
+            "--bf16-residual" => a.bf16_residual = true,
             "--layers" => a.cfg.num_layers = f.parse()?,
             "--hidden" => a.cfg.hidden_size = f.parse()?,
             "--heads" => a.cfg.num_heads = f.parse()?,
@@ -127,6 +137,9 @@ fn parse_args() -> Result<Args> {
     }
     a.cfg.max_position = a.cfg.max_position.max(a.seq);
     a.cfg.validate()?;
+    if a.bf16_residual && !a.bf16 {
+        bail!("--bf16-residual keeps the residual stream in bf16 inside bf16 autocast: add --bf16");
+    }
     if a.cuda_graph && a.unpad {
         bail!("--cuda-graph needs fixed shapes: not with --unpad");
     }
@@ -154,6 +167,8 @@ fn main() -> Result<()> {
     let mut model = BertForPreTraining::new(&vs.root(), cfg)?;
     model.unpad = a.unpad;
     model.fused_epilogues = a.fused_epilogues;
+    model.fused_qkv = a.fused_qkv;
+    model.bf16_residual = a.bf16_residual;
     model.fused_bias_gelu = a.fused_bias_gelu;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions
@@ -283,7 +298,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "attention_mask": padded, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

@@ -113,6 +113,7 @@ fn main() -> Result<()> {
                         train: true,
                         mask,
                         path,
+                        out: None,
                     },
                 ),
                 None => {

@@ -20,11 +20,15 @@
 #   c) also runs ours with methods.fused_epilogues (`mlperf-run fused-epilogues`) and with
 #   methods.fused_bias_gelu (`mlperf-run fused-bias-gelu`, open division: tanh GELU);
 #   a) and c) end with `mlperf-run all-methods`: every method of the row above at once (a: CUDA
-#   graph + fused BN+ReLU; c: CUDA graph + fused epilogues + fused bias+GELU), the row that
+#   graph + fused BN+ReLU; c: CUDA graph + fused epilogues + fused QKV + bf16 residual stream +
+#   fused bias+GELU), the row that
 #   answers issue 13's targets (>= 5,000 img/s and >= 0.9x torch.compile; >= 360 seq/s and
 #   >= 1.4x Hugging Face; GPU busy >= 97%), which the table's last block reads off, met or not;
 #   c) also has `mlperf-run cuda-graph fused-epilogues`, the methods that measured faster
-#   (fused bias+GELU measured slower on an H200), whose targets the last block reads too;
+#   (fused bias+GELU measured slower on an H200), and `... fused-epilogues fused-qkv
+#   bf16-residual` (methods.fused_qkv: query/key/value as one matmul; methods.bf16_residual: the
+#   residual stream in bf16), whose targets the last block reads too; with --sides all also
+#   `... fused-epilogues fused-qkv` alone, to split the two new methods' shares;
 #   c)'s batches have no padding, so ours attends without a mask (FlashAttention), as Hugging
 #   Face does for an all-ones mask; with --sides all, `... fused-epilogues mask-kept` passes the
 #   all-ones mask anyway (the memory-efficient kernel): the difference the mask makes;
@@ -73,9 +77,9 @@
 #                f, g, h, c, d, ncu: the fused ops' checks before the BERT step that uses them
 #   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
 #                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
-#                mlperf-run, mlperf-run cuda-graph fused-epilogues, mlperf-run all-methods,
-#                Hugging Face), for a call with little device time (one torch.compile per round
-#                instead of two; 8 of the 19 rows)
+#                mlperf-run, mlperf-run cuda-graph fused-epilogues, ... fused-qkv bf16-residual,
+#                mlperf-run all-methods, Hugging Face), for a call with little device time (one
+#                torch.compile per round instead of two; 9 of the 21 rows)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
 #                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
@@ -133,8 +137,8 @@ case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused mask all hf ref) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused all hf) ;;
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast mask all hf ref) ;;
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast all hf) ;;
   *) die "--sides is all or targets, not $sides" ;;
 esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -506,7 +510,9 @@ if want c; then
         gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-bias-gelu ;;
         graph-fused) measure c "mlperf-run cuda-graph fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues ;;
         mask) measure c "mlperf-run cuda-graph fused-epilogues mask-kept" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --keep-mask ;;
-        all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-bias-gelu ;;
+        qkv) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv ;;
+        fast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual ;;
+        all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual --fused-bias-gelu ;;
         hf)
           if [ "$has_hf" = 1 ]; then
             measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \

@@ -77,6 +77,16 @@ int type_code(at::ScalarType t) {
   }
 }
 
+// type_code's inverse (0 fp32, 1 bf16, 2 fp16)
+at::ScalarType type_of_code(int code) {
+  switch (code) {
+    case 0: return at::kFloat;
+    case 1: return at::kBFloat16;
+    case 2: return at::kHalf;
+    default: TORCH_CHECK(false, "fused epilogue: unknown output dtype code ", code);
+  }
+}
+
 std::string source_for(int ht, int rt, int ot) {
   TORCH_CHECK(type_name(ht) && type_name(rt) && type_name(ot), "fused epilogue: bad dtype code");
   // `#line`: NVRTC's messages name the lines of shim/fused_epilogue.cu
@@ -257,11 +267,14 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
                                std::optional<at::Tensor> bias_opt, at::Tensor residual,
                                at::Tensor gamma, at::Tensor beta,
                                std::optional<at::Tensor> mask_opt, double p, bool train,
-                               double eps, bool use_kernel, bool out_fp32) {
+                               double eps, bool use_kernel, bool ln_fp32,
+                               int64_t out_scalar_type) {
     const at::Tensor bias = bias_opt.value_or(at::Tensor());
     const at::Tensor mask = mask_opt.value_or(at::Tensor());
-    // The op's dtypes are decided by the caller (out_fp32: autocast was on, as layer_norm's
-    // autocast policy casts to fp32); nothing inside is re-cast by autocast.
+    // The op's dtypes are decided by the caller (ln_fp32: the composite path's LayerNorm runs
+    // in fp32, as layer_norm's autocast policy casts to fp32; out_scalar_type: the output's
+    // at::ScalarType); nothing inside is re-cast by autocast.
+    const auto out_type = static_cast<at::ScalarType>(out_scalar_type);
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const bool drop = train && p > 0 && h.numel() > 0;
     const int64_t cols = h.size(-1);
@@ -280,8 +293,6 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
         m = mask.defined() ? mask.to(at::kByte).contiguous()
                            : at::empty(h.sizes(), h.options().dtype(at::kByte)).bernoulli_(1 - p);
       }
-      const at::ScalarType out_type =
-          out_fp32 ? at::kFloat : at::promote_types(h.scalar_type(), residual.scalar_type());
       auto [y, s, mean, rstd] =
           kernel_forward(h, bias, residual, gamma, beta, m, drop ? 1.0 / (1.0 - p) : 1.0, eps,
                          out_type);
@@ -311,10 +322,13 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
       }
     }
     at::Tensor s = x + residual;
-    if (out_fp32) s = s.to(at::kFloat);
+    if (ln_fp32) s = s.to(at::kFloat);
     auto [y, mean, rstd] = at::native_layer_norm(s, {cols}, gamma, beta, eps);
     ctx->saved_data["noise_kind"] = kind;
     ctx->save_for_backward({s, mean, rstd, gamma, noise, beta});
+    // an output dtype other than the LayerNorm's (methods.bf16_residual): one cast, whose
+    // backward is the dy cast below
+    if (y.scalar_type() != out_type) y = y.to(out_type);
     return {y};
   }
 
@@ -349,6 +363,7 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
       const at::Tensor& noise = saved[4];
       const at::Tensor& beta = saved[5];
       at::Tensor ds;
+      if (dy.scalar_type() != s.scalar_type()) dy = dy.to(s.scalar_type());
       std::tie(ds, dgamma, dbeta) = at::native_layer_norm_backward(
           dy, s, {cols}, mean, rstd, gamma, beta,
           {true, need_gamma && gamma.defined(), need_beta && beta.defined()});
@@ -373,8 +388,8 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
     if (!need_h) dh = at::Tensor();
     if (!need_res) dres = at::Tensor();
     // one gradient per forward argument (the non-tensor ones get undefined)
-    return {dh, dbias, dres, dgamma, dbeta, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dh,          dbias,       dres,        dgamma,      dbeta,       at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -389,7 +404,7 @@ at::Tensor opt(const at::Tensor* t) { return t != nullptr ? *t : at::Tensor(); }
 // 3 the kernels on the CPU emulator or an error (tests).
 at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
                   const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask,
-                  double p, bool train, double eps, int mode, int* used_kernel) {
+                  double p, bool train, double eps, int mode, int out_code, int* used_kernel) {
   TORCH_CHECK(h.dim() >= 1 && h.sizes() == residual.sizes(), "fused epilogue: h ", h.sizes(),
               " and residual ", residual.sizes(), " must have the same shape");
   TORCH_CHECK(p >= 0 && p < 1, "fused epilogue: dropout p must be in [0, 1), got ", p);
@@ -397,10 +412,14 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
               mask.sizes(), " must have h's shape ", h.sizes());
   TORCH_CHECK(!mask.defined() || mask.device() == h.device(), "fused epilogue: mask on ",
               mask.device(), ", h on ", h.device(), ": put them on one device");
-  // as layer_norm under autocast: the LayerNorm runs (and returns) fp32
-  const bool out_fp32 = at::autocast::is_autocast_enabled(h.device().type());
+  // as layer_norm under autocast: the LayerNorm runs (and returns) fp32; out_code >= 0 asks for
+  // another output dtype (the LayerNorm still computes in fp32 inside)
+  const bool autocast_on = at::autocast::is_autocast_enabled(h.device().type());
   const at::ScalarType out_type =
-      out_fp32 ? at::kFloat : at::promote_types(h.scalar_type(), residual.scalar_type());
+      out_code >= 0 ? type_of_code(out_code)
+      : autocast_on ? at::kFloat
+                    : at::promote_types(h.scalar_type(), residual.scalar_type());
+  const bool ln_fp32 = autocast_on || out_type == at::kFloat;
   TORCH_CHECK(mode >= 0 && mode <= 3, "fused epilogue: unknown path mode ", mode);
   bool use_kernel = false;
   if (mode != 1) {
@@ -421,7 +440,8 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
     return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
   };
   auto out = BiasDropoutAddLayerNorm::apply(h, some(bias), residual, gamma, beta, some(mask), p,
-                                            train, eps, use_kernel, out_fp32);
+                                            train, eps, use_kernel, ln_fp32,
+                                            static_cast<int64_t>(out_type));
   return out[0];
 }
 
@@ -752,6 +772,7 @@ struct MrFeEpilogue {
   int train;
   double eps;
   int mode;
+  int out_type;  // -1: the unfused ops' output dtype; else 0 fp32, 1 bf16, 2 fp16
 };
 
 namespace {
@@ -763,7 +784,8 @@ const MrFeEpilogue& need_args(const MrFeEpilogue* e) {
 at::Tensor run_epilogue(const at::Tensor& h, const at::Tensor& bias, const MrFeEpilogue& e,
                         int* used_kernel) {
   return run_op(h, bias, need(e.residual, "residual"), need(e.gamma, "gamma"),
-                need(e.beta, "beta"), opt(e.mask), e.p, e.train != 0, e.eps, e.mode, used_kernel);
+                need(e.beta, "beta"), opt(e.mask), e.p, e.train != 0, e.eps, e.mode, e.out_type,
+                used_kernel);
 }
 }  // namespace
 

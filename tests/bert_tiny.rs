@@ -86,6 +86,8 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
         "seed",
         "method_unpad",
         "method_balance_tokens",
+        "method_fused_qkv",
+        "method_bf16_residual",
     ] {
         assert_eq!(log.with_key(key).count(), 1, "{key}");
     }
@@ -102,6 +104,12 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
         serde_json::json!(cfg.methods.balance_tokens)
     );
     assert_eq!(cfg.methods.balance_tokens, division == Division::Open);
+    // the open preset trains through the fused query/key/value projection
+    assert_eq!(cfg.methods.fused_qkv, division == Division::Open);
+    assert_eq!(
+        log.first("method_fused_qkv").unwrap().value,
+        serde_json::json!(cfg.methods.fused_qkv)
+    );
     let verdict = check_log(
         &log,
         &CheckOptions {
@@ -193,6 +201,18 @@ fn closed_configs_breaking_the_rules_are_refused() {
         err.contains("balance_tokens") && err.contains("unpad"),
         "{err}"
     );
+    // a bf16 residual stream only inside bf16 autocast
+    assert!(open.contains("bf16 = false"));
+    let text = open.replace("bf16 = false", "bf16 = false\nbf16_residual = true");
+    let err = format!(
+        "{:#}",
+        BertRunConfig::parse(&text, Division::Open).unwrap_err()
+    );
+    assert!(
+        err.contains("bf16_residual") && err.contains("methods.bf16 = true"),
+        "{err}"
+    );
+    BertRunConfig::parse(&text.replace("bf16 = false", "bf16 = true"), Division::Open).unwrap();
 }
 
 #[test]

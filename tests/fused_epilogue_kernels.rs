@@ -32,19 +32,22 @@ struct Case {
     /// dropout p with a given mask (0: no dropout)
     p: f64,
     bias: bool,
+    /// an output dtype asked for (`Epilogue::out`), or None: the unfused ops' one
+    out: Option<Kind>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{}x{} h {:?} residual {:?}{} p {}{}",
+            "{}x{} h {:?} residual {:?}{} p {}{}{}",
             self.rows,
             self.cols,
             self.h,
             self.residual,
             if self.autocast { " autocast" } else { "" },
             self.p,
-            if self.bias { " bias" } else { "" }
+            if self.bias { " bias" } else { "" },
+            self.out.map(|k| format!(" out {k:?}")).unwrap_or_default()
         )
     }
 }
@@ -65,11 +68,11 @@ fn inputs(c: &Case, seed: i64) -> Inputs {
     let _turn = seeded(seed);
     let f = (Kind::Float, Device::Cpu);
     let leaf = |t: Tensor| t.set_requires_grad(true);
-    let out_kind = if c.autocast {
+    let out_kind = c.out.unwrap_or(if c.autocast {
         Kind::Float
     } else {
         promote(c.h, c.residual)
-    };
+    });
     Inputs {
         h: leaf((Tensor::randn([c.rows, c.cols], f) * 2.0).to_kind(c.h)),
         bias: c
@@ -119,6 +122,7 @@ fn run(c: &Case, i: &Inputs, path: FusedPath) -> (Vec<Tensor>, bool) {
         train: c.p > 0.0,
         mask: i.mask.as_ref(),
         path,
+        out: c.out,
     };
     let (y, kernel) = {
         let _ac = c
@@ -271,6 +275,7 @@ fn the_kernels_match_fp64_in_fp32_on_rows_shorter_and_longer_than_a_block() {
                     autocast: false,
                     p,
                     bias,
+                    out: None,
                 },
                 n as i64,
             );
@@ -290,6 +295,7 @@ fn the_column_sums_cover_every_chunk_of_rows() {
             autocast: false,
             p: 0.2,
             bias: true,
+            out: None,
         },
         5,
     );
@@ -299,14 +305,18 @@ fn the_column_sums_cover_every_chunk_of_rows() {
 fn the_kernels_match_fp64_in_bf16_and_fp16_and_under_autocast() {
     let cases = [
         // BERT under bf16 autocast: bf16 dense output, fp32 residual stream, fp32 out
-        (Kind::BFloat16, Kind::Float, true),
-        (Kind::BFloat16, Kind::BFloat16, true),
+        (Kind::BFloat16, Kind::Float, true, None),
+        (Kind::BFloat16, Kind::BFloat16, true, None),
         // pure low precision: the output in the inputs' dtype
-        (Kind::BFloat16, Kind::BFloat16, false),
-        (Kind::Half, Kind::Half, false),
-        (Kind::Half, Kind::Float, false),
+        (Kind::BFloat16, Kind::BFloat16, false, None),
+        (Kind::Half, Kind::Half, false, None),
+        (Kind::Half, Kind::Float, false, None),
+        // methods.bf16_residual: bf16 in, bf16 out under autocast (LayerNorm in fp32 inside)
+        (Kind::BFloat16, Kind::BFloat16, true, Some(Kind::BFloat16)),
+        // an fp32 output asked for outside autocast
+        (Kind::BFloat16, Kind::BFloat16, false, Some(Kind::Float)),
     ];
-    for (n, (h, residual, autocast)) in cases.into_iter().enumerate() {
+    for (n, (h, residual, autocast, out)) in cases.into_iter().enumerate() {
         check(
             &Case {
                 rows: 4,
@@ -316,6 +326,7 @@ fn the_kernels_match_fp64_in_bf16_and_fp16_and_under_autocast() {
                 autocast,
                 p: 0.1,
                 bias: true,
+                out,
             },
             10 + n as i64,
         );
@@ -337,6 +348,7 @@ fn the_emulated_path_refuses_what_the_kernels_do_not_take() {
         train: false,
         mask: None,
         path: FusedPath::Emulated,
+        out: None,
     };
     let msg = format!("{:#}", bias_dropout_add_ln(&h, None, &e).unwrap_err());
     assert!(

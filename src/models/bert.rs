@@ -46,6 +46,13 @@
 //! - `fused_epilogues`: in every encoder layer, the attention output's and the feed-forward
 //!   output's "dense bias + dropout + residual + LayerNorm" run as one autograd op
 //!   ([`super::fused_epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path).
+//! - `fused_qkv`: every encoder layer's query, key and value projections as one matmul over the
+//!   three weights concatenated (`[3H, H]`), its output unbound into the three heads' views; the
+//!   parameters and their names stay the reference's.
+//! - `bf16_residual` (with bf16 autocast): the residual stream (each LayerNorm's output, the
+//!   encoder's output) in bf16 rather than fp32: computed in fp32, rounded once. Under plain
+//!   autocast every layer casts it to bf16 for its matmuls (query, key and value each their
+//!   own cast) and carries fp32 gradients back; NVIDIA's MLPerf BERT keeps it in half precision.
 //! - `fused_bias_gelu` (open division): every encoder layer's feed-forward matmuls with the
 //!   intermediate bias and a tanh GELU fused into them, as one op ([`super::fused_bias_gelu`]:
 //!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
@@ -260,6 +267,15 @@ pub struct BertForPreTraining {
     /// the composite ATen ops); tests set `Emulated` to train through the CUDA kernels on the
     /// CPU.
     pub fused_epilogue_path: super::fused_epilogue::FusedPath,
+    /// Open/closed method `fused_qkv`: each layer's query, key and value projections as one
+    /// matmul over their weights concatenated (the parameters stay three, with the reference's
+    /// names); the same math.
+    pub fused_qkv: bool,
+    /// Open/closed method `bf16_residual` (inside a bf16 autocast region only): the residual
+    /// stream between the encoder's layers (every LayerNorm output) in bf16 instead of the
+    /// fp32 autocast gives LayerNorm, so the next layer's matmuls read it without a cast and
+    /// its gradient is half the bytes. LayerNorms still compute in fp32.
+    pub bf16_residual: bool,
     /// Open method `fused_bias_gelu`: each layer's feed-forward matmuls with the intermediate
     /// bias and GELU (tanh form) in their epilogues, as one op (cuBLASLt on a GPU;
     /// [`crate::models::fused_bias_gelu`]).
@@ -338,11 +354,14 @@ impl BertForPreTraining {
             fused_attention: true,
             fused_epilogues: false,
             fused_epilogue_path: super::fused_epilogue::FusedPath::Auto,
+            fused_qkv: false,
+            bf16_residual: false,
             fused_bias_gelu: false,
         })
     }
 
-    /// The encoder's output `[B, S, H]` (fp32). Padding rows are zeros when `unpad` is on.
+    /// The encoder's output `[B, S, H]` (fp32; bf16 with `bf16_residual`). Padding rows are zeros
+    /// when `unpad` is on.
     /// `input_mask` (`[B, S]`, 1 = real token) is `None` when every token of the batch is real:
     /// the attention then runs without a mask, which lets `scaled_dot_product_attention` take
     /// FlashAttention on a GPU (it refuses any mask, even one of all ones, and the
@@ -368,8 +387,10 @@ impl BertForPreTraining {
         if let (true, Some(input_mask)) = (self.unpad, input_mask) {
             let idx = input_mask.reshape([b * s]).nonzero().squeeze_dim(1);
             let mut x = self
-                .emb_ln
-                .forward(&emb.view([b * s, h]).index_select(0, &idx))
+                .stream(
+                    self.emb_ln
+                        .forward(&emb.view([b * s, h]).index_select(0, &idx)),
+                )
                 .dropout(c.hidden_dropout, train);
             for layer in &self.layers {
                 x = self.layer_forward(layer, &x, attn_mask, Some(&idx), b, s, train);
@@ -379,8 +400,7 @@ impl BertForPreTraining {
                 .view([b, s, h])
         } else {
             let mut x = self
-                .emb_ln
-                .forward(&emb)
+                .stream(self.emb_ln.forward(&emb))
                 .dropout(c.hidden_dropout, train)
                 .view([b * s, h]);
             for layer in &self.layers {
@@ -405,20 +425,32 @@ impl BertForPreTraining {
         let c = &self.config;
         let (h, nh) = (c.hidden_size, c.num_heads);
         let d = h / nh;
-        // Three projections, each viewed as [B, nh, S, d] (no concatenation: its backward would
-        // zero-fill and sum full-size buffers); unpadded, each is scattered back to [B*S, H].
-        let heads = |t: Tensor| -> Tensor {
-            let t = match idx {
-                Some(idx) => {
-                    Tensor::zeros([b * s, h], (t.kind(), t.device())).index_copy(0, idx, &t)
-                }
+        // unpadded: rows of the non-padding tokens scattered back to [B*S, width]
+        let scatter = |t: Tensor| -> Tensor {
+            match idx {
+                Some(idx) => Tensor::zeros([b * s, t.size()[1]], (t.kind(), t.device()))
+                    .index_copy(0, idx, &t),
                 None => t,
-            };
-            t.view([b, s, nh, d]).permute([0, 2, 1, 3])
+            }
         };
-        let q = heads(l.query.forward(x));
-        let kk = heads(l.key.forward(x));
-        let v = heads(l.value.forward(x));
+        let to_heads = |t: Tensor| t.permute([0, 2, 1, 3]);
+        let (q, kk, v) = if self.fused_qkv {
+            // one [N, 3H] projection over the three weights stacked (x is read, cast and
+            // differentiated once); unbind's backward stacks the three gradients in one copy
+            let w = Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0);
+            let bias = Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0);
+            let qkv = scatter(x.linear(&w, Some(&bias))).view([b, s, 3, nh, d]);
+            let mut parts = qkv.unbind(2).into_iter().map(to_heads);
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(q), Some(kk), Some(v)) => (q, kk, v),
+                _ => unreachable!("unbind of a size-3 dimension gives 3 tensors"),
+            }
+        } else {
+            // three projections, each viewed as [B, nh, S, d] (no slicing of one output: the
+            // backward of narrow/select would zero-fill and sum full-size buffers)
+            let heads = |dense: &Dense| to_heads(scatter(dense.forward(x)).view([b, s, nh, d]));
+            (heads(&l.query), heads(&l.key), heads(&l.value))
+        };
         let p = if train { c.attention_dropout } else { 0.0 };
         let ctx = if self.fused_attention {
             Tensor::scaled_dot_product_attention(&q, &kk, &v, attn_mask, p, false, None, false)
@@ -449,7 +481,7 @@ impl BertForPreTraining {
             return self.fused_tail(&l.output, &l.out_ln, &inter, &x, train);
         }
         let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
-        let x = l.attn_ln.forward(&(attn + x));
+        let x = self.stream(l.attn_ln.forward(&(attn + x)));
         let out = if self.fused_bias_gelu {
             // the output dense's bias in the matmul's dtype, as linear casts it
             let z = self.fused_feed_forward(l, &x);
@@ -458,7 +490,17 @@ impl BertForPreTraining {
             l.output.forward(&l.intermediate.forward(&x).gelu("none"))
         };
         let out = out.dropout(c.hidden_dropout, train);
-        l.out_ln.forward(&(out + x))
+        self.stream(l.out_ln.forward(&(out + x)))
+    }
+
+    /// A LayerNorm's output as the residual stream carries it: bf16 with `bf16_residual`, else
+    /// as it is (fp32 under autocast, as layer_norm's policy returns it).
+    fn stream(&self, t: Tensor) -> Tensor {
+        if self.bf16_residual {
+            t.to_kind(Kind::BFloat16)
+        } else {
+            t
+        }
     }
 
     /// `methods.fused_bias_gelu`: the feed-forward block's two matmuls with the intermediate
@@ -531,6 +573,7 @@ impl BertForPreTraining {
             train,
             mask: None,
             path: self.fused_epilogue_path,
+            out: self.bf16_residual.then_some(Kind::BFloat16),
         }
     }
 

@@ -16,7 +16,8 @@
 //!   execution model ([`FusedPath::Emulated`]), so CI checks them without a GPU.
 //!
 //! Dtypes are those of the unfused ops: under autocast the output is fp32 (layer_norm's autocast
-//! policy); otherwise the promotion of `h` and `residual`.
+//! policy); otherwise the promotion of `h` and `residual`. [`Epilogue::out`] asks for another
+//! output dtype (`methods.bf16_residual`: a bf16 residual stream under autocast).
 //!
 //! The intermediate dense's bias + GELU is the other BERT epilogue: `methods.fused_bias_gelu`
 //! (`crate::models::fused_bias_gelu`, cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues; tanh
@@ -115,6 +116,10 @@ pub struct Epilogue<'a> {
     /// GPU check, to compare both paths with the same mask.
     pub mask: Option<&'a Tensor>,
     pub path: FusedPath,
+    /// The output's dtype: `None` as the unfused ops give it (fp32 under autocast), or one of
+    /// fp32 / bf16 / fp16 (`methods.bf16_residual`: bf16 under autocast; the LayerNorm still
+    /// computes in fp32 and its output is rounded once).
+    pub out: Option<Kind>,
 }
 
 fn opt(t: Option<&Tensor>) -> T {
@@ -133,12 +138,13 @@ struct EpilogueArgs {
     train: c_int,
     eps: f64,
     mode: c_int,
+    out_type: c_int,
 }
 
 impl Epilogue<'_> {
     /// Borrows the tensors: the result lives no longer than `self`.
-    fn args(&self) -> EpilogueArgs {
-        EpilogueArgs {
+    fn args(&self) -> Result<EpilogueArgs> {
+        Ok(EpilogueArgs {
             residual: self.residual.as_ptr(),
             gamma: self.gamma.as_ptr(),
             beta: self.beta.as_ptr(),
@@ -147,7 +153,11 @@ impl Epilogue<'_> {
             train: c_int::from(self.train),
             eps: self.eps,
             mode: self.path.code(),
-        }
+            out_type: match self.out {
+                Some(k) => kind_code(k)?,
+                None => -1,
+            },
+        })
     }
 
     /// Calls an entry point with these arguments; returns its output and whether the CUDA
@@ -156,7 +166,7 @@ impl Epilogue<'_> {
         &self,
         f: impl FnOnce(*const EpilogueArgs, *mut *mut C_tensor, *mut c_int, Err) -> c_int,
     ) -> Result<(Tensor, bool)> {
-        let args = self.args();
+        let args = self.args()?;
         let mut out = std::ptr::null_mut();
         let mut used: c_int = 0;
         call("fused epilogue", |err| f(&args, &mut out, &mut used, err))?;

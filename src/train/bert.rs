@@ -131,6 +131,16 @@ pub struct BertMethodsConfig {
     /// beyond rounding, so both divisions allow it. See [`crate::models::fused_epilogue`].
     #[serde(default)]
     pub fused_epilogues: bool,
+    /// Each encoder layer's query, key and value projections as one matmul over the three
+    /// weights concatenated (the parameters and their names stay three); the same math, so both
+    /// divisions allow it. See [`crate::models::bert`].
+    #[serde(default)]
+    pub fused_qkv: bool,
+    /// With `bf16`: the residual stream between encoder layers (every LayerNorm output) in bf16
+    /// instead of autocast's fp32 (LayerNorm still computes in fp32); a choice of number format,
+    /// so both divisions allow it. See [`crate::models::bert`].
+    #[serde(default)]
+    pub bf16_residual: bool,
     /// Each encoder layer's feed-forward matmuls with the intermediate bias and a tanh GELU in
     /// their epilogues, as one op (cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD on a GPU, the
     /// composite ATen twin elsewhere). The reference's
@@ -206,6 +216,12 @@ impl BertRunConfig {
             bail!(
                 "methods.cuda_graph = true needs fixed tensor shapes, and methods.unpad = true \
                  changes the token count every step: turn one of them off"
+            );
+        }
+        if self.methods.bf16_residual && !self.methods.bf16 {
+            bail!(
+                "methods.bf16_residual = true keeps the residual stream in bf16 inside bf16 \
+                 autocast: set methods.bf16 = true as well, or remove it"
             );
         }
         if self.methods.balance_tokens && !self.methods.unpad {
@@ -343,6 +359,8 @@ impl BertRunConfig {
             ("method_fused_attention", json!(m.fused_attention)),
             ("method_bf16", json!(m.bf16)),
             ("method_fused_epilogues", json!(m.fused_epilogues)),
+            ("method_fused_qkv", json!(m.fused_qkv)),
+            ("method_bf16_residual", json!(m.bf16_residual)),
             ("method_fused_bias_gelu", json!(m.fused_bias_gelu)),
             ("method_balance_tokens", json!(m.balance_tokens)),
         ];
@@ -449,6 +467,8 @@ impl Workload for BertWorkload {
         model.unpad = cfg.methods.unpad;
         model.fused_attention = cfg.methods.fused_attention;
         model.fused_epilogues = cfg.methods.fused_epilogues;
+        model.fused_qkv = cfg.methods.fused_qkv;
+        model.bf16_residual = cfg.methods.bf16_residual;
         model.fused_bias_gelu = cfg.methods.fused_bias_gelu;
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
