@@ -82,7 +82,8 @@ fn compile_shim(lib: &Path) {
         .file("shim/fused_epilogue_emu.cpp")
         .file("shim/cuda_emu.cpp")
         .file("shim/cuda_emu_selftest.cpp")
-        .file("shim/fused_bias_gelu.cpp");
+        .file("shim/fused_bias_gelu.cpp")
+        .file("shim/varlen_attention.cpp");
     let nccl = std::env::var_os("CARGO_FEATURE_NCCL").is_some();
     let cuda = std::env::var_os("CARGO_FEATURE_CUDA").is_some();
     if nccl || cuda {

@@ -8,7 +8,7 @@
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
 //!     [--cuda-graph] [--fused-epilogues] [--fused-qkv] [--bf16-residual] [--keep-mask]
-//!     [--data DIR]
+//!     [--scatter-attention] [--data DIR]
 //!
 //! --data DIR: the fixed batch is the first training batch of a BERT data directory (seed 0, one
 //! rank), e.g. `mlperf-run data synth-bert --lengths realistic --seq-len 512`: real lengths
@@ -30,7 +30,9 @@
 //! GPU).
 //! --fused-qkv: each layer's query, key and value projections as one matmul, as `mlperf-run bert`
 //! with methods.fused_qkv. --bf16-residual (with --bf16): the residual stream in bf16, as with
-//! methods.bf16_residual.
+//! methods.bf16_residual. --unpad attends within each packed sequence with FlashAttention's
+//! varlen kernel on a GPU (bf16); --scatter-attention takes the scatter path instead (q/k/v
+//! scattered to [B, S], SDPA with the mask), to compare.
 //! A batch without padding (--pad 0) attends without a mask, as `mlperf-run bert` does with such
 //! batches (`BertBatch::attention_mask`), so a GPU runs FlashAttention; --keep-mask passes its
 //! all-ones mask anyway (the memory-efficient kernel on a GPU), to measure that difference.
@@ -45,6 +47,7 @@ use mlperf_run::data::bert::{
     shard_files, step_attention_mask, step_mask_slot, Shard, TrainLoader,
 };
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
+use mlperf_run::models::varlen_attention::{varlen_failed, VarlenPath};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
 use std::time::{Instant, SystemTime};
 use tch::{nn, Device, Kind, Tensor};
@@ -52,7 +55,8 @@ use tch::{nn, Device, Kind, Tensor};
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
 [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] \
-[--fused-bias-gelu] [--fused-qkv] [--bf16-residual] [--keep-mask] [--data DIR]";
+[--fused-bias-gelu] [--fused-qkv] [--bf16-residual] [--keep-mask] [--scatter-attention] \
+[--data DIR]";
 
 struct Args {
     cfg: BertConfig,
@@ -73,6 +77,7 @@ struct Args {
     fused_qkv: bool,
     bf16_residual: bool,
     keep_mask: bool,
+    scatter_attention: bool,
     data: Option<std::path::PathBuf>,
 }
 
@@ -99,6 +104,7 @@ fn parse_args() -> Result<Args> {
         fused_qkv: false,
         bf16_residual: false,
         keep_mask: false,
+        scatter_attention: false,
         data: None,
     };
     let mut f = Flags::new(USAGE);
@@ -111,6 +117,7 @@ fn parse_args() -> Result<Args> {
             "--fused-epilogues" => a.fused_epilogues = true,
             "--fused-bias-gelu" => a.fused_bias_gelu = true,
             "--keep-mask" => a.keep_mask = true,
+            "--scatter-attention" => a.scatter_attention = true,
             "--fused-qkv" => a.fused_qkv = true,
             "--bf16-residual" => a.bf16_residual = true,
             "--layers" => a.cfg.num_layers = f.parse()?,
@@ -169,6 +176,9 @@ fn main() -> Result<()> {
     model.fused_epilogues = a.fused_epilogues;
     model.fused_qkv = a.fused_qkv;
     model.bf16_residual = a.bf16_residual;
+    if a.scatter_attention {
+        model.varlen_path = VarlenPath::Scatter;
+    }
     model.fused_bias_gelu = a.fused_bias_gelu;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions
@@ -298,7 +308,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "unpad_attention": if !a.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && a.bf16 { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

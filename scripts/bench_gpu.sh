@@ -45,6 +45,11 @@
 #      erf GELU + linear (BERT-Large: 56 x 512 tokens, 1024 -> 4096 -> 1024, bf16 autocast): max
 #      abs/rel diffs of the output and every gradient, and median fwd+bwd time per side (needs a
 #      `--features cuda` build)
+#   v) (only with --only v or --only ...,v) examples/varlen_attention_check: unpadded attention
+#      (methods.unpad) with FlashAttention's varlen kernel vs the scatter path (q/k/v scattered
+#      to [B, S], SDPA with the key-padding mask) at BERT-Large shapes (56 x 512, half the tokens
+#      real, 16 heads of 64, bf16, no dropout): max abs/rel diffs of the output and the q/k/v
+#      gradients, and median fwd+bwd time per side
 #   e) (only with --only e or --only ...,e) the JPEG pipeline alone on b)'s images:
 #      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
 #      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip
@@ -65,7 +70,7 @@
 #
 # Usage: scripts/bench_gpu.sh [--rounds N] [--first-round K] [--time-limit S] [--only a,b,c,d,ncu]
 #                             [--sides all|targets] [--ncu] [--out DIR] [--data DIR] [--smoke]
-#   --rounds N   rounds of a), b), c), e), f), h) (default 3); d), g) and k) run once
+#   --rounds N   rounds of a), b), c), e), f), h) (default 3); d), g), k) and v) run once
 #   --first-round K  number the rounds from K (default 1): a later call that adds rounds to an
 #                earlier call's (merge their results.jsonl, then `gpu_report.py report`)
 #   --time-limit S  start no round (and no once-only part) that would end more than S seconds
@@ -74,7 +79,7 @@
 #                is listed under the table. The table and the packed logs are written after
 #                every round, so a call cut off by a harder limit keeps its finished rounds
 #   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part), in the order a, k, b, e,
-#                f, g, h, c, d, ncu: the fused ops' checks before the BERT step that uses them
+#                f, g, h, v, c, d, ncu: the fused ops' checks before the BERT step that uses them
 #   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
 #                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
 #                mlperf-run, mlperf-run cuda-graph fused-epilogues, ... fused-qkv bf16-residual,
@@ -130,7 +135,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
 for p in ${only//,/ }; do
-  case "$p" in a|b|c|d|e|f|g|h|k|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k and ncu, not $p" ;; esac
+  case "$p" in a|b|c|d|e|f|g|h|k|v|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k, v and ncu, not $p" ;; esac
 done
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
 case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
@@ -494,6 +499,20 @@ if want h; then
     split=""
     round_end
   done
+fi
+
+# ---- v) unpadded attention: FlashAttention varlen vs scatter (opt-in, once) -------------------
+if want v; then
+  VCHECK="$(find_bin varlen_attention_check)" || die "no varlen_attention_check binary next to $MR"
+  if [ "$smoke" = 1 ]; then V_ARGS=(--device cpu --batch 4 --seq 64 --heads 2 --head-dim 16 --rounds 2)
+  else V_ARGS=(--device cuda --batch 56 --seq 512 --heads 16 --head-dim 64 --fill 0.5 --rounds 20); fi
+  if round_start v "$first_round" "$first_round"; then
+    # on a CPU the varlen kernel cannot run: the smoke run times the scatter side only
+    [ "$smoke" = 1 ] && split="scatter-sdpa:side=scatter" || split="varlen-flash:side=varlen scatter-sdpa:side=scatter"
+    measure v "varlen-attention-check" "$first_round" json "" -- ours "$VCHECK" "${V_ARGS[@]}"
+    split=""
+    round_end
+  fi
 fi
 
 # ---- c) BERT step --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 #
 # builds the release binaries (cargo build --release --bins --examples), then writes
 #   DIR/bin/      mlperf-run, resnet_bench_step, bert_bench_step, fused_bn_check,
-#                 fused_epilogue_check, fused_bias_gelu_check (stripped)
+#                 fused_epilogue_check, fused_bias_gelu_check, varlen_attention_check (stripped)
 #   DIR/lib/      their shared libraries that neither torch nor the C/C++ runtime provides
 #                 (HDF5 and its dependencies, from ldd); libtorch/libc10/CUDA come from the
 #                 target's own torch (python3 -c 'import torch' ...), glibc and libstdc++ from
@@ -48,7 +48,7 @@ rm -rf "$dest/bin" "$dest/lib" "$dest/scripts" "$dest/configs" "$dest/benchmarks
 mkdir -p "$dest/bin" "$dest/lib" "$dest/scripts/bench" "$dest/data"
 bins=("$target/release/mlperf-run" "$target/release/examples/resnet_bench_step" "$target/release/examples/bert_bench_step"
   "$target/release/examples/fused_bn_check" "$target/release/examples/fused_epilogue_check"
-  "$target/release/examples/fused_bias_gelu_check")
+  "$target/release/examples/fused_bias_gelu_check" "$target/release/examples/varlen_attention_check")
 for b in "${bins[@]}"; do
   install -m 755 "$b" "$dest/bin/"
   strip "$dest/bin/$(basename "$b")"

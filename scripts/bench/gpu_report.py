@@ -231,6 +231,7 @@ PARTS = {
     "g": "g) fused epilogue op (dense + dropout + residual + LayerNorm, fwd+bwd): CUDA kernels vs composite vs unfused",
     "k": "k) short batches beside a CUDA graph: ResNet-50 step, the warm-up's batches and one later one image short",
     "h": "h) fused feed-forward op (1024 -> 4096 + bias + GELU -> 1024, fwd+bwd): cuBLASLt epilogues vs composite vs linear + erf GELU + linear",
+    "v": "v) unpadded attention (56 x 512, half real, fwd+bwd, bf16): FlashAttention varlen vs scatter + SDPA with mask",
     "ncu": "ncu) kernels per training step",
 }
 
@@ -379,7 +380,7 @@ def cmd_report(a):
         w(f"measured bf16 matmul ({n}^3 on {mm[0]['raw'].get('device')}, median of {mm[0]['raw'].get('reps')}): "
           f"{peak:,.1f} TFLOP/s"
           + (f" = {100 * peak / H100_SXM_BF16_DENSE_TFLOPS:.1f}% of the H100 SXM datasheet 989" if on_gpu else ""))
-    for part in ("a", "k", "b", "c", "d", "e", "f", "g", "h"):
+    for part in ("a", "k", "b", "c", "d", "e", "f", "g", "h", "v"):
         pr = [r for r in recs if r["part"] == part]
         if not pr:
             continue

@@ -37,9 +37,10 @@
 //!
 //! # Open-division methods
 //! - `unpad`: the embeddings' output is gathered to the non-padding tokens (`[T, H]`); every
-//!   dense layer, LayerNorm, GELU and dropout runs on those T tokens only. Attention scatters
-//!   q/k/v back to `[B, S]` for `scaled_dot_product_attention` (with the key-padding mask) and
-//!   gathers its output again.
+//!   dense layer, LayerNorm, GELU and dropout runs on those T tokens only. Attention runs within
+//!   each packed sequence ([`super::varlen_attention`]): FlashAttention's varlen kernel on a GPU
+//!   in bf16 / fp16; elsewhere q/k/v are scattered back to `[B, S]` for
+//!   `scaled_dot_product_attention` with the key-padding mask and the output gathered again.
 //! - bf16: run `forward` inside [`crate::amp::Autocast`] (bf16): the matmuls (linear layers,
 //!   attention, decoder) run in bf16 while weights, LayerNorm and the losses stay fp32; the
 //!   outputs (logits) come back in fp32 either way.
@@ -57,6 +58,7 @@
 //!   intermediate bias and a tanh GELU fused into them, as one op ([`super::fused_bias_gelu`]:
 //!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
 
+use super::varlen_attention::{self, Packing, VarlenPath};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -276,6 +278,9 @@ pub struct BertForPreTraining {
     /// fp32 autocast gives LayerNorm, so the next layer's matmuls read it without a cast and
     /// its gradient is half the bytes. LayerNorms still compute in fp32.
     pub bf16_residual: bool,
+    /// How unpadded attention runs ([`super::varlen_attention`]): `Auto` takes FlashAttention's
+    /// varlen kernel on a GPU; the GPU check sets `Scatter` to compare.
+    pub varlen_path: VarlenPath,
     /// Open method `fused_bias_gelu`: each layer's feed-forward matmuls with the intermediate
     /// bias and GELU (tanh form) in their epilogues, as one op (cuBLASLt on a GPU;
     /// [`crate::models::fused_bias_gelu`]).
@@ -356,6 +361,7 @@ impl BertForPreTraining {
             fused_epilogue_path: super::fused_epilogue::FusedPath::Auto,
             fused_qkv: false,
             bf16_residual: false,
+            varlen_path: VarlenPath::Auto,
             fused_bias_gelu: false,
         })
     }
@@ -385,18 +391,18 @@ impl BertForPreTraining {
         let attn_mask = attn_mask.as_ref();
         // without padding there is nothing to leave out: the padded path is the unpadded one
         if let (true, Some(input_mask)) = (self.unpad, input_mask) {
-            let idx = input_mask.reshape([b * s]).nonzero().squeeze_dim(1);
+            let pack = Packing::from_mask(input_mask);
             let mut x = self
                 .stream(
                     self.emb_ln
-                        .forward(&emb.view([b * s, h]).index_select(0, &idx)),
+                        .forward(&emb.view([b * s, h]).index_select(0, &pack.idx)),
                 )
                 .dropout(c.hidden_dropout, train);
             for layer in &self.layers {
-                x = self.layer_forward(layer, &x, attn_mask, Some(&idx), b, s, train);
+                x = self.layer_forward(layer, &x, attn_mask, Some(&pack), b, s, train);
             }
             Tensor::zeros([b * s, h], (x.kind(), x.device()))
-                .index_copy(0, &idx, &x)
+                .index_copy(0, &pack.idx, &x)
                 .view([b, s, h])
         } else {
             let mut x = self
@@ -410,14 +416,42 @@ impl BertForPreTraining {
         }
     }
 
-    /// One encoder layer on `x`: `[B*S, H]`, or `[T, H]` (non-padding tokens `idx`) when unpadded.
+    /// The query, key and value projections of `x` (`[N, H]`), each viewed `[N, heads,
+    /// head_dim]` (token-major).
+    fn projections(&self, l: &Layer, x: &Tensor) -> [Tensor; 3] {
+        let (nh, d) = (
+            self.config.num_heads,
+            self.config.hidden_size / self.config.num_heads,
+        );
+        if self.fused_qkv {
+            // one [N, 3H] projection over the three weights stacked (x is read, cast and
+            // differentiated once); unbind's backward stacks the three gradients in one copy
+            let w = Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0);
+            let bias = Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0);
+            let mut parts = x.linear(&w, Some(&bias)).view([-1, 3, nh, d]).unbind(1);
+            let v = parts.pop();
+            let k = parts.pop();
+            let q = parts.pop();
+            match (q, k, v) {
+                (Some(q), Some(k), Some(v)) => [q, k, v],
+                _ => unreachable!("unbind of a size-3 dimension gives 3 tensors"),
+            }
+        } else {
+            // three projections (no slicing of one output: the backward of narrow/select would
+            // zero-fill and sum full-size buffers)
+            [&l.query, &l.key, &l.value].map(|dense| dense.forward(x).view([-1, nh, d]))
+        }
+    }
+
+    /// One encoder layer on `x`: `[B*S, H]`, or `[T, H]` (the real tokens of `pack`) when
+    /// unpadded.
     #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
         l: &Layer,
         x: &Tensor,
         attn_mask: Option<&Tensor>,
-        idx: Option<&Tensor>,
+        pack: Option<&Packing>,
         b: i64,
         s: i64,
         train: bool,
@@ -425,52 +459,53 @@ impl BertForPreTraining {
         let c = &self.config;
         let (h, nh) = (c.hidden_size, c.num_heads);
         let d = h / nh;
-        // unpadded: rows of the non-padding tokens scattered back to [B*S, width]
-        let scatter = |t: Tensor| -> Tensor {
-            match idx {
-                Some(idx) => Tensor::zeros([b * s, t.size()[1]], (t.kind(), t.device()))
-                    .index_copy(0, idx, &t),
-                None => t,
-            }
-        };
-        let to_heads = |t: Tensor| t.permute([0, 2, 1, 3]);
-        let (q, kk, v) = if self.fused_qkv {
-            // one [N, 3H] projection over the three weights stacked (x is read, cast and
-            // differentiated once); unbind's backward stacks the three gradients in one copy
-            let w = Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0);
-            let bias = Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0);
-            let qkv = scatter(x.linear(&w, Some(&bias))).view([b, s, 3, nh, d]);
-            let mut parts = qkv.unbind(2).into_iter().map(to_heads);
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some(q), Some(kk), Some(v)) => (q, kk, v),
-                _ => unreachable!("unbind of a size-3 dimension gives 3 tensors"),
-            }
-        } else {
-            // three projections, each viewed as [B, nh, S, d] (no slicing of one output: the
-            // backward of narrow/select would zero-fill and sum full-size buffers)
-            let heads = |dense: &Dense| to_heads(scatter(dense.forward(x)).view([b, s, nh, d]));
-            (heads(&l.query), heads(&l.key), heads(&l.value))
-        };
+        let [q, kk, v] = self.projections(l, x);
         let p = if train { c.attention_dropout } else { 0.0 };
-        let ctx = if self.fused_attention {
-            Tensor::scaled_dot_product_attention(&q, &kk, &v, attn_mask, p, false, None, false)
-        } else {
-            let scores = (q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt()).to_kind(Kind::Float);
-            let scores = match attn_mask {
-                Some(m) => scores + (m.logical_not().to_kind(Kind::Float) * -10000.0),
-                None => scores,
-            };
-            scores
-                .softmax(-1, Kind::Float)
-                .dropout(p, train)
-                .to_kind(v.kind())
-                .matmul(&v)
+        let ctx = match pack {
+            // unpadded: attention within each packed sequence (FlashAttention's varlen kernel on
+            // a GPU)
+            Some(pack) if self.fused_attention => {
+                match varlen_attention::attention(&q, &kk, &v, pack, p, self.varlen_path) {
+                    Ok(ctx) => ctx,
+                    Err(err) => panic!("{err:#}"),
+                }
+            }
+            _ => {
+                // [B, nh, S, d] views; unpadded, the real tokens' rows scattered back to B*S
+                let to_heads = |t: Tensor| {
+                    let t = match pack {
+                        Some(pack) => Tensor::zeros([b * s, nh, d], (t.kind(), t.device()))
+                            .index_copy(0, &pack.idx, &t),
+                        None => t,
+                    };
+                    t.view([b, s, nh, d]).permute([0, 2, 1, 3])
+                };
+                let (q, kk, v) = (to_heads(q), to_heads(kk), to_heads(v));
+                let ctx = if self.fused_attention {
+                    Tensor::scaled_dot_product_attention(
+                        &q, &kk, &v, attn_mask, p, false, None, false,
+                    )
+                } else {
+                    let scores =
+                        (q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt()).to_kind(Kind::Float);
+                    let scores = match attn_mask {
+                        Some(m) => scores + (m.logical_not().to_kind(Kind::Float) * -10000.0),
+                        None => scores,
+                    };
+                    scores
+                        .softmax(-1, Kind::Float)
+                        .dropout(p, train)
+                        .to_kind(v.kind())
+                        .matmul(&v)
+                };
+                let ctx = ctx.permute([0, 2, 1, 3]).reshape([b * s, nh, d]);
+                match pack {
+                    Some(pack) => ctx.index_select(0, &pack.idx),
+                    None => ctx,
+                }
+            }
         };
-        let ctx = ctx.permute([0, 2, 1, 3]).reshape([b * s, h]);
-        let ctx = match idx {
-            Some(idx) => ctx.index_select(0, idx),
-            None => ctx,
-        };
+        let ctx = ctx.reshape([-1, h]);
         if self.fused_epilogues {
             let x = self.fused_tail(&l.attn_out, &l.attn_ln, &ctx, x, train);
             if self.fused_bias_gelu {

@@ -4,6 +4,7 @@ pub mod bert;
 pub mod fused_bias_gelu;
 pub mod fused_epilogue;
 pub mod resnet;
+pub mod varlen_attention;
 
 use tch::Tensor;
 

@@ -403,6 +403,46 @@ struct State {
     autocast: Option<LowPrecision>,
     /// `methods.cuda_graph`: the step captured and replayed (or its CPU twin in tests).
     graphs: Option<StepGraphs>,
+    /// Which training batches attend without a mask.
+    masks: MaskPolicy,
+}
+
+/// Which training batches without padding attend without a mask (FlashAttention on a GPU). A
+/// CUDA graph is keyed by its step's input shapes, and a batch without a mask has another key
+/// (`BertBatch::into_step_inputs`), so with graphs the choice must not flip back and forth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MaskPolicy {
+    /// No graphs: each batch as it is.
+    PerBatch,
+    /// Graphs, one process: batches drop the mask until the first one with padding; every later
+    /// batch carries its mask, so the key changes at most once (a data set without padding
+    /// never carries one).
+    UntilPadding { seen: bool },
+    /// Graphs, several ranks: every batch carries its mask. The ranks must capture at the same
+    /// step, and their batches' padding differs.
+    Always,
+}
+
+impl MaskPolicy {
+    fn new(graphs: bool, world_size: usize) -> MaskPolicy {
+        match (graphs, world_size) {
+            (false, _) => MaskPolicy::PerBatch,
+            (true, 1) => MaskPolicy::UntilPadding { seen: false },
+            (true, _) => MaskPolicy::Always,
+        }
+    }
+
+    /// Whether `b` carries its mask; updates the policy's state.
+    fn apply(&mut self, b: &mut BertBatch) {
+        match self {
+            MaskPolicy::PerBatch => {}
+            MaskPolicy::UntilPadding { seen } => {
+                *seen |= b.padded;
+                b.padded |= *seen;
+            }
+            MaskPolicy::Always => b.padded = true,
+        }
+    }
 }
 
 /// BERT as a trainer workload.
@@ -569,6 +609,7 @@ impl Workload for BertWorkload {
             eval_batches,
             micro_batches: t.gradient_accumulation_steps,
             per_process_batch: t.global_batch_size / world,
+            masks: MaskPolicy::new(graphs.is_some(), ctx.world_size),
             step: 0,
             seq_len,
             autocast: amp::bf16_switch(cfg.methods.bf16, ctx.device, "methods.bf16"),
@@ -592,10 +633,11 @@ impl Workload for BertWorkload {
         // this step's micro-batches, 7 tensors each (`BertBatch::into_step_inputs`)
         let mut inputs: Vec<tch::Tensor> = Vec::with_capacity(7 * s.micro_batches as usize);
         for _ in 0..s.micro_batches {
-            let b = match s.batches.next_batch() {
+            let mut b = match s.batches.next_batch() {
                 Some(b) => b?,
                 None => bail!("the BERT training data stream ended"),
             };
+            s.masks.apply(&mut b);
             inputs.extend(b.into_step_inputs());
         }
         sync.set_bucket_clip(bucket_clip)?;
@@ -761,4 +803,52 @@ pub fn run_once(
         init_checkpoint.map(Path::to_path_buf),
     );
     engine::run_once(&mut w, opts)
+}
+
+#[cfg(test)]
+mod mask_policy_tests {
+    use super::MaskPolicy;
+    use crate::data::bert::BertBatch;
+    use tch::Tensor;
+
+    fn batch(padded: bool) -> BertBatch {
+        let t = || Tensor::zeros([1, 2], (tch::Kind::Int64, tch::Device::Cpu));
+        BertBatch {
+            input_ids: t(),
+            segment_ids: t(),
+            input_mask: t(),
+            masked_positions: t(),
+            masked_ids: t(),
+            masked_weights: t(),
+            nsp_labels: t(),
+            size: 1,
+            padded,
+        }
+    }
+
+    fn carried(mut p: MaskPolicy, padded: &[bool]) -> Vec<bool> {
+        padded
+            .iter()
+            .map(|&x| {
+                let mut b = batch(x);
+                p.apply(&mut b);
+                b.padded
+            })
+            .collect()
+    }
+
+    #[test]
+    fn with_graphs_the_mask_choice_flips_at_most_once_and_never_across_ranks() {
+        let stream = [false, false, true, false, true, false];
+        // no graphs: each batch as it is
+        assert_eq!(carried(MaskPolicy::new(false, 4), &stream), stream);
+        // one process: mask-free until the first padded batch, masked from then on
+        assert_eq!(
+            carried(MaskPolicy::new(true, 1), &stream),
+            [false, false, true, true, true, true]
+        );
+        assert_eq!(carried(MaskPolicy::new(true, 1), &[false; 4]), [false; 4]);
+        // several ranks: always masked
+        assert_eq!(carried(MaskPolicy::new(true, 8), &stream), [true; 6]);
+    }
 }

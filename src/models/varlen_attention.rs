@@ -1,0 +1,271 @@
+//! Attention over the non-padding tokens of a batch (BERT's `methods.unpad`).
+//!
+//! With unpadding the encoder works on `[T, H]`: the T real tokens of the batch, sequence after
+//! sequence. Attention must stay inside each sequence. Two paths give the same math:
+//! - **varlen** (CUDA, bf16 / fp16): FlashAttention-2's variable-length kernel
+//!   (`at::_flash_attention_forward` over `shim/varlen_attention.cpp`) reads the packed
+//!   `[T, heads, head_dim]` tensors directly, with `cu_seqlens` saying where each sequence
+//!   starts. No padding is scattered in, no mask is read, and no work is spent on padding pairs:
+//!   the attention costs the sum of the squared lengths, not B x S^2.
+//! - **scatter** (every device; the CPU twin): q, k and v are scattered back to `[B, S]` with
+//!   zeros at the padding, `scaled_dot_product_attention` runs with the key-padding mask, and
+//!   the real tokens' rows are gathered again.
+//!
+//! If the varlen kernel fails (a libtorch built without FlashAttention, say), one warning is
+//! logged and the scatter path runs from then on.
+
+use crate::shim_error::call;
+use anyhow::Result;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tch::{Device, Kind, Tensor};
+use torch_sys::C_tensor;
+
+extern "C" {
+    fn mr_varlen_flash_attention(
+        q: *const C_tensor,
+        k: *const C_tensor,
+        v: *const C_tensor,
+        cu_seqlens: *const C_tensor,
+        max_len: i64,
+        dropout_p: f64,
+        out: *mut *mut C_tensor,
+        err: *mut *mut std::os::raw::c_char,
+    ) -> std::os::raw::c_int;
+}
+
+/// Where the real tokens of a `[B, S]` batch are, for the unpadded encoder.
+pub struct Packing {
+    /// Flat indices (into `B*S`) of the real tokens, in order: sequence 0's first.
+    pub idx: Tensor,
+    /// `[B + 1]` int32 offsets of each sequence's first token in the packed `[T, ...]` rows.
+    pub cu_seqlens: Tensor,
+    pub batch: i64,
+    pub seq: i64,
+}
+
+impl Packing {
+    /// From an input mask `[B, S]` (1 = real token). `idx` needs the token count on the host
+    /// (`nonzero` waits for the device); the offsets are computed on the device.
+    pub fn from_mask(input_mask: &Tensor) -> Packing {
+        let (b, s) = input_mask.size2().expect("input_mask must be [batch, seq]");
+        let real = input_mask.ne(0);
+        let idx = real.reshape([b * s]).nonzero().squeeze_dim(1);
+        let lengths = real.sum_dim_intlist(1, false, Kind::Int);
+        let cu_seqlens = Tensor::cat(
+            &[
+                Tensor::zeros([1], (Kind::Int, input_mask.device())),
+                lengths.cumsum(0, Kind::Int),
+            ],
+            0,
+        );
+        Packing {
+            idx,
+            cu_seqlens,
+            batch: b,
+            seq: s,
+        }
+    }
+}
+
+/// Which implementation [`attention`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VarlenPath {
+    /// varlen on CUDA with bf16 / fp16 inputs (while it has not failed), else scatter.
+    Auto,
+    /// The scatter path everywhere (the reference for the GPU check).
+    Scatter,
+    /// The varlen kernel, or an error saying why not (the GPU check).
+    Varlen,
+}
+
+static VARLEN_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the varlen kernel is a candidate for these inputs.
+fn varlen_candidate(q: &Tensor) -> bool {
+    matches!(q.device(), Device::Cuda(_)) && matches!(q.kind(), Kind::BFloat16 | Kind::Half)
+}
+
+/// The varlen kernel on packed `[T, heads, head_dim]` q, k, v.
+pub fn varlen_flash(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) -> Result<Tensor> {
+    let mut out = std::ptr::null_mut();
+    // SAFETY: the tensors are live for the call; on success `out` is a new tensor we own.
+    call("varlen attention", |err| unsafe {
+        mr_varlen_flash_attention(
+            q.as_ptr(),
+            k.as_ptr(),
+            v.as_ptr(),
+            pack.cu_seqlens.as_ptr(),
+            pack.seq,
+            p,
+            &mut out,
+            err,
+        )
+    })?;
+    // SAFETY: the shim handed over a new at::Tensor.
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// The scatter path: q, k, v (`[T, heads, head_dim]`) scattered to `[B, heads, S, head_dim]`,
+/// SDPA with the key-padding mask, the real tokens' rows gathered back.
+pub fn scatter(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) -> Tensor {
+    let (b, s) = (pack.batch, pack.seq);
+    let (nh, d) = (q.size()[1], q.size()[2]);
+    let heads = |t: &Tensor| {
+        Tensor::zeros([b * s, nh, d], (t.kind(), t.device()))
+            .index_copy(0, &pack.idx, t)
+            .view([b, s, nh, d])
+            .permute([0, 2, 1, 3])
+    };
+    let keep = Tensor::zeros([b * s], (Kind::Bool, q.device()))
+        .index_fill(0, &pack.idx, 1)
+        .view([b, 1, 1, s]);
+    let ctx = Tensor::scaled_dot_product_attention(
+        &heads(q),
+        &heads(k),
+        &heads(v),
+        Some(&keep),
+        p,
+        false,
+        None,
+        false,
+    );
+    ctx.permute([0, 2, 1, 3])
+        .reshape([b * s, nh, d])
+        .index_select(0, &pack.idx)
+}
+
+/// Attention of the packed `[T, heads, head_dim]` q over k, v within each sequence of `pack`,
+/// dropout `p` on the probabilities; `[T, heads, head_dim]`.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pack: &Packing,
+    p: f64,
+    path: VarlenPath,
+) -> Result<Tensor> {
+    match path {
+        VarlenPath::Scatter => Ok(scatter(q, k, v, pack, p)),
+        VarlenPath::Varlen => varlen_flash(q, k, v, pack, p),
+        VarlenPath::Auto => {
+            if varlen_candidate(q) && !VARLEN_FAILED.load(Ordering::Relaxed) {
+                match varlen_flash(q, k, v, pack, p) {
+                    Ok(t) => return Ok(t),
+                    Err(err) => {
+                        if !VARLEN_FAILED.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(
+                                "methods.unpad: FlashAttention's varlen kernel failed, using the \
+                                 scatter path from now on: {}",
+                                format!("{err:#}").lines().next().unwrap_or("")
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(scatter(q, k, v, pack, p))
+        }
+    }
+}
+
+/// Whether [`VarlenPath::Auto`] gave up on the varlen kernel in this process.
+pub fn varlen_failed() -> bool {
+    VARLEN_FAILED.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mask(lengths: &[i64], s: i64) -> Tensor {
+        Tensor::arange(s, (Kind::Int64, Device::Cpu))
+            .unsqueeze(0)
+            .lt_tensor(&Tensor::from_slice(lengths).unsqueeze(1))
+            .to_kind(Kind::Int64)
+    }
+
+    #[test]
+    fn packing_lists_the_real_tokens_and_where_each_sequence_starts() {
+        // a hole in the last row: tokens stay grouped by sequence, in order
+        let m = Tensor::from_slice(&[1i64, 1, 0, 0, 1, 1, 1, 1, 1, 0, 1, 0]).view([3, 4]);
+        let p = Packing::from_mask(&m);
+        assert_eq!(
+            Vec::<i64>::try_from(&p.idx).unwrap(),
+            [0, 1, 4, 5, 6, 7, 8, 10]
+        );
+        assert_eq!(p.cu_seqlens.kind(), Kind::Int);
+        assert_eq!(Vec::<i32>::try_from(&p.cu_seqlens).unwrap(), [0, 2, 6, 8]);
+        assert_eq!((p.batch, p.seq), (3, 4));
+    }
+
+    /// The scatter path is attention within each sequence: the same as running each sequence
+    /// alone, unmasked, on its own tokens.
+    #[test]
+    fn the_scatter_path_attends_within_each_sequence_only() {
+        let (nh, d, s) = (2, 8, 7);
+        let lengths = [7i64, 3, 5, 1];
+        let p = Packing::from_mask(&mask(&lengths, s));
+        let t: i64 = lengths.iter().sum();
+        let _g = tch::no_grad_guard();
+        let [q, k, v] =
+            [1.0, 2.0, 3.0].map(|_| Tensor::randn([t, nh, d], (Kind::Float, Device::Cpu)));
+        let out = attention(&q, &k, &v, &p, 0.0, VarlenPath::Auto).unwrap();
+        assert_eq!(out.size(), [t, nh, d]);
+        let mut start = 0;
+        for &len in &lengths {
+            let one = |x: &Tensor| x.narrow(0, start, len).permute([1, 0, 2]).unsqueeze(0);
+            let alone = Tensor::scaled_dot_product_attention(
+                &one(&q),
+                &one(&k),
+                &one(&v),
+                None::<&Tensor>,
+                0.0,
+                false,
+                None,
+                false,
+            )
+            .squeeze_dim(0)
+            .permute([1, 0, 2]);
+            let diff = (out.narrow(0, start, len) - alone)
+                .abs()
+                .max()
+                .double_value(&[]);
+            assert!(diff < 1e-5, "sequence of {len}: {diff}");
+            start += len;
+        }
+        // the comparison can fail: attending across sequences gives something else
+        let across = Tensor::scaled_dot_product_attention(
+            &q.permute([1, 0, 2]).unsqueeze(0),
+            &k.permute([1, 0, 2]).unsqueeze(0),
+            &v.permute([1, 0, 2]).unsqueeze(0),
+            None::<&Tensor>,
+            0.0,
+            false,
+            None,
+            false,
+        )
+        .squeeze_dim(0)
+        .permute([1, 0, 2]);
+        assert!((&out - across).abs().max().double_value(&[]) > 1e-2);
+    }
+
+    #[test]
+    fn the_varlen_kernel_is_a_clear_error_off_cuda_and_auto_takes_the_scatter_path() {
+        let p = Packing::from_mask(&mask(&[3, 2], 4));
+        let x = Tensor::randn([5, 2, 8], (Kind::BFloat16, Device::Cpu));
+        let err = format!(
+            "{:#}",
+            attention(&x, &x, &x, &p, 0.0, VarlenPath::Varlen).unwrap_err()
+        );
+        assert!(
+            err.contains("varlen attention") && err.contains("CUDA"),
+            "{err}"
+        );
+        let auto = attention(&x, &x, &x, &p, 0.0, VarlenPath::Auto).unwrap();
+        let scatter = attention(&x, &x, &x, &p, 0.0, VarlenPath::Scatter).unwrap();
+        assert!(auto.equal(&scatter));
+        assert!(
+            !varlen_failed(),
+            "a CPU tensor is no reason to give up the kernel"
+        );
+    }
+}
