@@ -5,7 +5,7 @@
 mod common;
 
 use common::rng::{rng_turn, seeded};
-use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
+use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tch::{nn, Device, Kind, Tensor};
@@ -288,8 +288,6 @@ fn loading_reports_missing_and_misshaped_tensors() {
 #[test]
 fn bf16_autocast_forward_tracks_fp32_and_trains() {
     use mlperf_run::amp::{Autocast, LowPrecision};
-    use mlperf_run::models::bert::pretraining_loss;
-    use mlperf_run::optim::lamb::{Lamb, LambConfig};
     let c = BertConfig {
         hidden_dropout: 0.0,
         attention_dropout: 0.0,
@@ -326,26 +324,106 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
     }
     model.unpad = false;
     // fit one batch under autocast: the loss must fall a lot
+    let losses = fit_under_bf16(&model, &vs, &ids, &seg, &mask);
+    eprintln!("bf16 training loss {:.3} -> {:.3}", losses[0], losses[79]);
+    assert!(losses[79] < 0.3 * losses[0], "losses {losses:?}");
+}
+
+/// Three masked positions per sequence of a 3-sequence batch, and their labels.
+struct Targets {
+    pos: Tensor,
+    mids: Tensor,
+    w: Tensor,
+    nsp: Tensor,
+}
+
+fn targets(ids: &Tensor) -> Targets {
     let pos = Tensor::from_slice(&[1i64, 4, 7, 2, 5, 8, 3, 6, 9]).view([3, 3]);
     let mids = ids.gather(1, &pos, false);
     let w = mids.ones_like().to_kind(Kind::Float);
-    let nsp = Tensor::from_slice(&[0i64, 1, 0]);
-    let mut opt = Lamb::new(vs.variables(), LambConfig::default()).unwrap();
-    let mut losses = Vec::new();
-    for _ in 0..80 {
-        opt.zero_grad().unwrap();
-        let loss = {
-            let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
-            let (mlm, n) = model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true);
-            pretraining_loss(&mlm, &n, &mids, &w, &nsp)
-        };
-        assert_eq!(loss.kind(), Kind::Float);
-        loss.backward();
-        let _ = opt.step(2e-2).unwrap();
-        losses.push(loss.double_value(&[]));
+    Targets {
+        pos,
+        mids,
+        w,
+        nsp: Tensor::from_slice(&[0i64, 1, 0]),
     }
-    eprintln!("bf16 training loss {:.3} -> {:.3}", losses[0], losses[79]);
-    assert!(losses[79] < 0.3 * losses[0], "losses {losses:?}");
+}
+
+/// 80 LAMB steps on one batch under bf16 autocast: the losses.
+fn fit_under_bf16(
+    model: &BertForPreTraining,
+    vs: &nn::VarStore,
+    ids: &Tensor,
+    seg: &Tensor,
+    mask: &Tensor,
+) -> Vec<f64> {
+    use mlperf_run::amp::{Autocast, LowPrecision};
+    use mlperf_run::optim::lamb::{Lamb, LambConfig};
+    let t = targets(ids);
+    let mut opt = Lamb::new(vs.variables(), LambConfig::default()).unwrap();
+    (0..80)
+        .map(|_| {
+            opt.zero_grad().unwrap();
+            let loss = {
+                let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
+                let (mlm, n) = model.forward(ids, seg, Some(mask), MlmOn::Positions(&t.pos), true);
+                pretraining_loss(&mlm, &n, &t.mids, &t.w, &t.nsp)
+            };
+            assert_eq!(loss.kind(), Kind::Float);
+            loss.backward();
+            let _ = opt.step(2e-2).unwrap();
+            loss.double_value(&[])
+        })
+        .collect()
+}
+
+/// The loss and every gradient (in `names` order) of one training step (dropout on, the
+/// generator seeded the same way every call).
+fn loss_and_grads(
+    model: &BertForPreTraining,
+    vs: &nn::VarStore,
+    names: &[String],
+    (ids, seg, mask): (&Tensor, &Tensor, Option<&Tensor>),
+    t: &Targets,
+) -> (f64, Vec<Tensor>) {
+    for v in vs.trainable_variables() {
+        let mut g = v.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+    tch::manual_seed(5);
+    let (mlm, n) = model.forward(ids, seg, mask, MlmOn::Positions(&t.pos), true);
+    let loss = pretraining_loss(&mlm, &n, &t.mids, &t.w, &t.nsp);
+    loss.backward();
+    let vars = vs.variables();
+    let grads = names.iter().map(|k| vars[k].grad().copy()).collect();
+    (loss.double_value(&[]), grads)
+}
+
+/// The same loss and gradients within fp32 rounding (relative to each gradient's largest
+/// entry; key biases have no gradient in exact math, as softmax ignores a per-query constant).
+fn assert_same_step(what: &str, names: &[String], a: &(f64, Vec<Tensor>), b: &(f64, Vec<Tensor>)) {
+    assert!(
+        (a.0 - b.0).abs() < 1e-5 * a.0.abs(),
+        "{what}: losses {} vs {}",
+        a.0,
+        b.0
+    );
+    for (k, (x, y)) in names.iter().zip(a.1.iter().zip(&b.1)) {
+        let scale = x.abs().max().double_value(&[]).max(1e-6);
+        let d = (x - y).abs().max().double_value(&[]);
+        assert!(
+            d <= 1e-4 * scale,
+            "{what}: {k} gradient differs by {d} (scale {scale})"
+        );
+    }
+}
+
+fn sorted_names(vs: &nn::VarStore) -> Vec<String> {
+    let mut names: Vec<String> = vs.variables().keys().cloned().collect();
+    names.sort();
+    names
 }
 
 /// A batch without padding attends without a mask (`input_mask: None`, what the batch hand-off
@@ -367,31 +445,12 @@ fn a_batch_without_padding_needs_no_attention_mask() {
         .expand([b, s], false)
         .contiguous();
     let ones = ids.ones_like();
-    let pos = Tensor::from_slice(&[1i64, 4, 7, 2, 5, 8, 3, 6, 9]).view([3, 3]);
-    let mids = ids.gather(1, &pos, false);
-    let w = mids.ones_like().to_kind(Kind::Float);
-    let nsp = Tensor::from_slice(&[0i64, 1, 0]);
-    let mut names: Vec<String> = vs.variables().keys().cloned().collect();
-    names.sort();
-    // the loss and every gradient of one dropout-on step, seeded the same way for both masks
-    let step = |m: &BertForPreTraining, mask: Option<&Tensor>| -> (f64, Vec<Tensor>) {
-        for v in vs.trainable_variables() {
-            let mut g = v.grad();
-            if g.defined() {
-                let _ = g.zero_();
-            }
-        }
-        tch::manual_seed(5);
-        let (mlm, n) = m.forward(&ids, &seg, mask, MlmOn::Positions(&pos), true);
-        let loss = mlperf_run::models::bert::pretraining_loss(&mlm, &n, &mids, &w, &nsp);
-        loss.backward();
-        let vars = vs.variables();
-        let grads = names.iter().map(|k| vars[k].grad().copy()).collect();
-        (loss.double_value(&[]), grads)
-    };
+    let t = targets(&ids);
+    let names = sorted_names(&vs);
     for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
         model.unpad = unpad;
         model.fused_attention = fused;
+        let what = format!("unpad={unpad} fused={fused}");
         let eval = |mask: Option<&Tensor>| {
             tch::no_grad(|| model.forward(&ids, &seg, mask, MlmOn::All, false)).0
         };
@@ -399,20 +458,10 @@ fn a_batch_without_padding_needs_no_attention_mask() {
         let d = (&with - &without).abs().max().double_value(&[]);
         assert!(
             d < 1e-5 && with.abs().max().double_value(&[]) > 0.1,
-            "unpad={unpad} fused={fused}: eval logits differ by {d}"
+            "{what}: eval logits differ by {d}"
         );
-        let (l1, g1) = step(&model, Some(&ones));
-        let (l2, g2) = step(&model, None);
-        assert!((l1 - l2).abs() < 1e-5 * l1.abs(), "losses {l1} vs {l2}");
-        for (k, (a, b)) in names.iter().zip(g1.iter().zip(&g2)) {
-            // (key biases have no gradient in exact math: softmax ignores a per-query constant)
-            let scale = a.abs().max().double_value(&[]).max(1e-6);
-            let d = (a - b).abs().max().double_value(&[]);
-            assert!(
-                d <= 1e-4 * scale,
-                "unpad={unpad} fused={fused}: {k} gradient differs by {d} (scale {scale})"
-            );
-        }
+        let step = |mask| loss_and_grads(&model, &vs, &names, (&ids, &seg, mask), &t);
+        assert_same_step(&what, &names, &step(Some(&ones)), &step(None));
         // the comparison can fail: a mask that hides tokens changes the result
         let hidden = ones.copy();
         let _ = hidden.narrow(1, s - 4, 4).fill_(0);
@@ -420,10 +469,7 @@ fn a_batch_without_padding_needs_no_attention_mask() {
             .abs()
             .max()
             .double_value(&[]);
-        assert!(
-            d > 1e-3,
-            "unpad={unpad} fused={fused}: a real mask changed nothing ({d})"
-        );
+        assert!(d > 1e-3, "{what}: a real mask changed nothing ({d})");
     }
 }
 
@@ -438,58 +484,32 @@ fn fused_qkv_matches_three_projections() {
     let vs = nn::VarStore::new(Device::Cpu);
     let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
     let (ids, seg, mask) = inputs(&c, 3, 16);
-    let pos = Tensor::from_slice(&[1i64, 4, 7, 2, 5, 8, 3, 6, 9]).view([3, 3]);
-    let mids = ids.gather(1, &pos, false);
-    let w = mids.ones_like().to_kind(Kind::Float);
-    let nsp = Tensor::from_slice(&[0i64, 1, 0]);
-    let mut names: Vec<String> = vs.variables().keys().cloned().collect();
-    names.sort();
+    let t = targets(&ids);
+    let names = sorted_names(&vs);
     assert!(names
         .iter()
         .any(|n| n.ends_with("layer.1.attention.self.key.weight")));
-    let step = |m: &BertForPreTraining| -> (f64, Vec<Tensor>) {
-        for v in vs.trainable_variables() {
-            let mut g = v.grad();
-            if g.defined() {
-                let _ = g.zero_();
-            }
-        }
-        tch::manual_seed(5);
-        let (mlm, n) = m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true);
-        let loss = mlperf_run::models::bert::pretraining_loss(&mlm, &n, &mids, &w, &nsp);
-        loss.backward();
-        let vars = vs.variables();
-        let grads = names.iter().map(|k| vars[k].grad().copy()).collect();
-        (loss.double_value(&[]), grads)
-    };
     let real = mask.unsqueeze(-1).to_kind(Kind::Float);
     for unpad in [false, true] {
         model.unpad = unpad;
+        let what = format!("unpad={unpad}");
         let mut outs = Vec::new();
         for fused in [false, true] {
             model.fused_qkv = fused;
             let eval = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false)).0;
-            outs.push((eval, step(&model)));
+            let step = loss_and_grads(&model, &vs, &names, (&ids, &seg, Some(&mask)), &t);
+            outs.push((eval, step));
         }
-        let ((e0, (l0, g0)), (e1, (l1, g1))) = (&outs[0], &outs[1]);
+        let ((e0, s0), (e1, s1)) = (&outs[0], &outs[1]);
         let d = ((e0 - e1) * &real).abs().max().double_value(&[]);
-        assert!(d < 1e-5, "unpad={unpad}: eval logits differ by {d}");
-        assert!((l0 - l1).abs() < 1e-5 * l0.abs(), "losses {l0} vs {l1}");
-        for (k, (a, b)) in names.iter().zip(g0.iter().zip(g1)) {
-            // (key biases have no gradient in exact math: softmax ignores a per-query constant)
-            let scale = a.abs().max().double_value(&[]).max(1e-6);
-            let d = (a - b).abs().max().double_value(&[]);
-            assert!(
-                d <= 1e-4 * scale,
-                "unpad={unpad}: {k} gradient differs by {d} (scale {scale})"
-            );
-        }
+        assert!(d < 1e-5, "{what}: eval logits differ by {d}");
+        assert_same_step(&what, &names, s0, s1);
         // the query/key/value gradients were reached (not all zero)
         let i = names
             .iter()
             .position(|n| n.ends_with("layer.0.attention.self.value.weight"))
             .unwrap();
-        assert!(g1[i].abs().max().double_value(&[]) > 0.0);
+        assert!(s1.1[i].abs().max().double_value(&[]) > 0.0);
     }
 }
 
@@ -501,7 +521,6 @@ fn fused_qkv_matches_three_projections() {
 fn bf16_residual_stream_tracks_fp32_and_trains() {
     use mlperf_run::amp::{Autocast, LowPrecision};
     use mlperf_run::models::fused_epilogue::FusedPath;
-    use mlperf_run::optim::lamb::{Lamb, LambConfig};
     let _turn = rng_turn();
     let c = tiny();
     tch::manual_seed(17);
@@ -546,23 +565,7 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
     model.fused_epilogue_path = FusedPath::Composite;
     model.fused_qkv = true;
     model.bf16_residual = true;
-    let pos = Tensor::from_slice(&[1i64, 4, 7, 2, 5, 8, 3, 6, 9]).view([3, 3]);
-    let mids = ids.gather(1, &pos, false);
-    let w = mids.ones_like().to_kind(Kind::Float);
-    let nsp = Tensor::from_slice(&[0i64, 1, 0]);
-    let mut opt = Lamb::new(vs.variables(), LambConfig::default()).unwrap();
-    let mut losses = Vec::new();
-    for _ in 0..80 {
-        opt.zero_grad().unwrap();
-        let loss = {
-            let _amp = bf16();
-            let (mlm, n) = model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true);
-            mlperf_run::models::bert::pretraining_loss(&mlm, &n, &mids, &w, &nsp)
-        };
-        loss.backward();
-        let _ = opt.step(2e-2).unwrap();
-        losses.push(loss.double_value(&[]));
-    }
+    let losses = fit_under_bf16(&model, &vs, &ids, &seg, &mask);
     eprintln!(
         "bf16 residual training loss {:.3} -> {:.3}",
         losses[0], losses[79]
@@ -571,9 +574,7 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
     // every parameter learned: the gradients reached all of them through the bf16 stream
     for (name, t) in vs.variables() {
         let g = t.grad();
-        assert!(
-            g.defined() && g.abs().max().double_value(&[]) > 0.0 || name.contains("key.bias"),
-            "{name}: no gradient"
-        );
+        let reached = g.defined() && g.abs().max().double_value(&[]) > 0.0;
+        assert!(reached || name.contains("key.bias"), "{name}: no gradient");
     }
 }

@@ -210,13 +210,13 @@ mod tests {
             [1.0, 2.0, 3.0].map(|_| Tensor::randn([t, nh, d], (Kind::Float, Device::Cpu)));
         let out = attention(&q, &k, &v, &p, 0.0, VarlenPath::Auto).unwrap();
         assert_eq!(out.size(), [t, nh, d]);
-        let mut start = 0;
-        for &len in &lengths {
-            let one = |x: &Tensor| x.narrow(0, start, len).permute([1, 0, 2]).unsqueeze(0);
-            let alone = Tensor::scaled_dot_product_attention(
-                &one(&q),
-                &one(&k),
-                &one(&v),
+        // one sequence's [len, heads, d] rows attended alone, without a mask
+        let alone = |q: &Tensor, k: &Tensor, v: &Tensor| {
+            let heads = |x: &Tensor| x.permute([1, 0, 2]).unsqueeze(0);
+            Tensor::scaled_dot_product_attention(
+                &heads(q),
+                &heads(k),
+                &heads(v),
                 None::<&Tensor>,
                 0.0,
                 false,
@@ -224,8 +224,13 @@ mod tests {
                 false,
             )
             .squeeze_dim(0)
-            .permute([1, 0, 2]);
-            let diff = (out.narrow(0, start, len) - alone)
+            .permute([1, 0, 2])
+        };
+        let mut start = 0;
+        for &len in &lengths {
+            let one = |x: &Tensor| x.narrow(0, start, len);
+            let want = alone(&one(&q), &one(&k), &one(&v));
+            let diff = (out.narrow(0, start, len) - want)
                 .abs()
                 .max()
                 .double_value(&[]);
@@ -233,18 +238,7 @@ mod tests {
             start += len;
         }
         // the comparison can fail: attending across sequences gives something else
-        let across = Tensor::scaled_dot_product_attention(
-            &q.permute([1, 0, 2]).unsqueeze(0),
-            &k.permute([1, 0, 2]).unsqueeze(0),
-            &v.permute([1, 0, 2]).unsqueeze(0),
-            None::<&Tensor>,
-            0.0,
-            false,
-            None,
-            false,
-        )
-        .squeeze_dim(0)
-        .permute([1, 0, 2]);
+        let across = alone(&q, &k, &v);
         assert!((&out - across).abs().max().double_value(&[]) > 1e-2);
     }
 
