@@ -11,12 +11,15 @@
 //!   zeros at the padding, `scaled_dot_product_attention` runs with the key-padding mask, and
 //!   the real tokens' rows are gathered again.
 //!
-//! If the varlen kernel fails (a libtorch built without FlashAttention, say), one warning is
+//! Before its first use in a process, [`VarlenPath::Auto`] checks the varlen kernel against the
+//! scatter path on a small fixed input (forward and backward, no dropout; [`self_check`]). If
+//! the kernel fails or disagrees (a libtorch built without FlashAttention, say), one warning is
 //! logged and the scatter path runs from then on.
 
 use crate::shim_error::call;
 use anyhow::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use tch::{Device, Kind, Tensor};
 use torch_sys::C_tensor;
 
@@ -79,6 +82,7 @@ pub enum VarlenPath {
 }
 
 static VARLEN_FAILED: AtomicBool = AtomicBool::new(false);
+static CHECKED: OnceLock<()> = OnceLock::new();
 
 /// Whether the varlen kernel is a candidate for these inputs.
 fn varlen_candidate(q: &Tensor) -> bool {
@@ -148,23 +152,95 @@ pub fn attention(
         VarlenPath::Scatter => Ok(scatter(q, k, v, pack, p)),
         VarlenPath::Varlen => varlen_flash(q, k, v, pack, p),
         VarlenPath::Auto => {
+            if varlen_candidate(q) {
+                CHECKED.get_or_init(|| {
+                    if let Err(err) = self_check(q.device(), q.kind()) {
+                        give_up(&err);
+                    }
+                });
+            }
             if varlen_candidate(q) && !VARLEN_FAILED.load(Ordering::Relaxed) {
                 match varlen_flash(q, k, v, pack, p) {
                     Ok(t) => return Ok(t),
-                    Err(err) => {
-                        if !VARLEN_FAILED.swap(true, Ordering::Relaxed) {
-                            tracing::warn!(
-                                "methods.unpad: FlashAttention's varlen kernel failed, using the \
-                                 scatter path from now on: {}",
-                                format!("{err:#}").lines().next().unwrap_or("")
-                            );
-                        }
-                    }
+                    Err(err) => give_up(&err),
                 }
             }
             Ok(scatter(q, k, v, pack, p))
         }
     }
+}
+
+/// One warning, and the scatter path for the rest of the process.
+fn give_up(err: &anyhow::Error) {
+    if !VARLEN_FAILED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "methods.unpad: FlashAttention's varlen kernel is not usable, using the scatter path \
+             from now on: {}",
+            format!("{err:#}").lines().next().unwrap_or("")
+        );
+    }
+}
+
+/// The varlen kernel against the scatter path on `device` in `kind`: three sequences (64, 17
+/// and 1 tokens of 64 positions, 2 heads of 64) from a fixed pattern (no random draws, so the
+/// run's generators are untouched); output and q/k/v gradients must agree within 2e-2 of the
+/// largest value (bf16 rounding). An error says which differs, or why the kernel failed.
+pub fn self_check(device: Device, kind: Kind) -> Result<()> {
+    let mask = Tensor::arange(64, (Kind::Int64, Device::Cpu))
+        .unsqueeze(0)
+        .lt_tensor(&Tensor::from_slice(&[64i64, 17, 1]).unsqueeze(1))
+        .to_kind(Kind::Int64)
+        .to_device(device);
+    let pack = Packing::from_mask(&mask);
+    let n = 82 * 2 * 64;
+    let pattern = |phase: f64| {
+        (Tensor::arange(n, (Kind::Float, device)) * 0.37 + phase)
+            .sin()
+            .view([82, 2, 64])
+            .to_kind(kind)
+            .set_requires_grad(true)
+    };
+    tch::with_grad(|| {
+        let (q, k, v) = (pattern(0.0), pattern(1.0), pattern(2.0));
+        let dy = (Tensor::arange(n, (Kind::Float, device)) * 0.11)
+            .cos()
+            .view([82, 2, 64])
+            .to_kind(kind);
+        let run = |f: &dyn Fn() -> Result<Tensor>| -> Result<Vec<Tensor>> {
+            for t in [&q, &k, &v] {
+                let mut g = t.grad();
+                if g.defined() {
+                    let _ = g.zero_();
+                }
+            }
+            let out = f()?;
+            (&out * &dy).sum(Kind::Float).backward();
+            Ok(vec![
+                out.detach(),
+                q.grad().copy(),
+                k.grad().copy(),
+                v.grad().copy(),
+            ])
+        };
+        let scatter = run(&|| Ok(scatter(&q, &k, &v, &pack, 0.0)))?;
+        let varlen = run(&|| varlen_flash(&q, &k, &v, &pack, 0.0))?;
+        for (name, (a, b)) in ["output", "d q", "d k", "d v"]
+            .iter()
+            .zip(varlen.iter().zip(&scatter))
+        {
+            let (a, b) = (a.to_kind(Kind::Float), b.to_kind(Kind::Float));
+            let scale = b.abs().max().double_value(&[]).max(1e-6);
+            let diff = (&a - &b).abs().max().double_value(&[]);
+            // (a NaN difference fails too)
+            if diff.is_nan() || diff > 2e-2 * scale {
+                anyhow::bail!(
+                    "its {name} differs from the scatter path's by {diff:.3e} (largest value \
+                     {scale:.3e}) on the self-check"
+                );
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Whether [`VarlenPath::Auto`] gave up on the varlen kernel in this process.
@@ -261,5 +337,8 @@ mod tests {
             !varlen_failed(),
             "a CPU tensor is no reason to give up the kernel"
         );
+        // the self-check runs the scatter side, then fails on the kernel's CPU refusal
+        let err = format!("{:#}", self_check(Device::Cpu, Kind::Float).unwrap_err());
+        assert!(err.contains("CUDA"), "{err}");
     }
 }
