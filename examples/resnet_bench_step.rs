@@ -42,8 +42,9 @@ use mlperf_run::train::resnet::ResnetWorkload;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-/// When the trainer asked for each epoch's batches and for each eval: the wall-clock bounds of
-/// epoch 2 (its first batch request to the eval after it), for GPU-utilisation sampling.
+/// When the trainer asked for each epoch's batches and for each eval: which epoch a batch
+/// request belongs to (short batches), and the wall-clock end of epoch 2 (the eval after it),
+/// for GPU-utilisation sampling.
 #[derive(Default)]
 struct Calls {
     train_epoch: Vec<SystemTime>,
@@ -229,16 +230,17 @@ fn main() -> Result<()> {
         );
     }
     let calls = calls.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?;
-    // epoch 2 = block 2; its wall-clock bounds from the data set's calls
-    let (start, end) = match (calls.train_epoch.get(1), calls.eval.get(1)) {
-        (Some(s), Some(e)) => (*s, *e),
-        _ => bail!("the trainer did not ask for epoch 2 and its eval"),
-    };
     // block_start of epoch 2 to after its final loss read (a device sync)
     let timed = *out
         .block_seconds
         .get(1)
         .context("the run has no second block")?;
+    // its wall-clock end is the eval after it; its start that minus the window (the trainer asks
+    // for epoch 2's batches early, during epoch 1's eval, so that call does not mark the start)
+    let end = match (calls.train_epoch.get(1), calls.eval.get(1)) {
+        (Some(_), Some(e)) => common::unix_seconds(*e),
+        _ => bail!("the trainer did not ask for epoch 2 and its eval"),
+    };
     let steps = a.steps as f64;
     let epoch2_steps = &out.step_times[out.step_times.len().saturating_sub(a.steps)..];
     let mut json = serde_json::json!({
@@ -251,7 +253,7 @@ fn main() -> Result<()> {
         "step_ms": 1000.0 * timed / steps,
         "steps_per_s": steps / timed,
         "window_s": timed,
-        "window_unix": [common::unix_seconds(start), common::unix_seconds(end)],
+        "window_unix": [end - timed, end],
         "losses_first_last": [out.losses.first(), out.losses.last()],
         // where the host spent the window: each step's enqueue (train_step) and the rest
         // (starting the block, the loss reads, which wait for the device)

@@ -194,3 +194,76 @@ fn same_seed_same_loss_curve() {
     assert_eq!(a.evals, b.evals);
     assert_ne!(a.losses, c.losses, "a different seed gave the same curve");
 }
+
+/// The trainer asks for epoch e+1's batches as epoch e ends, before e's eval, so their reading,
+/// decoding and copying overlap the eval and the next epoch's first step finds them ready; it
+/// asks for no epoch past `train.max_epochs`. The training is the same (same seed: same losses).
+#[test]
+fn the_next_epochs_batches_are_requested_before_the_eval() {
+    use mlperf_run::train::data::{BatchIter, ImageData, Shard, SyntheticImages};
+    use mlperf_run::train::engine;
+    use mlperf_run::train::resnet::ResnetWorkload;
+    use std::sync::{Arc, Mutex};
+
+    struct Recording {
+        inner: SyntheticImages,
+        calls: Arc<Mutex<Vec<String>>>,
+    }
+    impl ImageData for Recording {
+        fn num_classes(&self) -> usize {
+            self.inner.num_classes()
+        }
+        fn train_len(&self) -> usize {
+            self.inner.train_len()
+        }
+        fn eval_len(&self) -> usize {
+            self.inner.eval_len()
+        }
+        fn train_epoch(
+            &self,
+            epoch: u64,
+            size: usize,
+            batch: usize,
+            seed: u64,
+            shard: Shard,
+        ) -> anyhow::Result<BatchIter> {
+            self.calls.lock().unwrap().push(format!("train {epoch}"));
+            self.inner.train_epoch(epoch, size, batch, seed, shard)
+        }
+        fn eval(&self, size: usize, batch: usize, shard: Shard) -> anyhow::Result<BatchIter> {
+            self.calls.lock().unwrap().push("eval".into());
+            self.inner.eval(size, batch, shard)
+        }
+    }
+
+    let mut cfg = config("tiny_cpu.toml", Division::Open);
+    cfg.train.max_epochs = 3;
+    cfg.train.eval_period = 1;
+    cfg.train.target = 0.999;
+    let s = cfg.data.synthetic.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let data = Recording {
+        inner: SyntheticImages::new(
+            cfg.model.classes as usize,
+            s.train_per_class,
+            s.eval_per_class,
+            s.noise,
+        ),
+        calls: calls.clone(),
+    };
+    let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, Box::new(data));
+    let log = dir.path().join("result_0.txt");
+    let opts = common::train::cpu_run_options(&cfg.system, Division::Open, 3, &log);
+    let out = engine::run_once(&mut w, opts).unwrap();
+    assert_eq!(out.evals.len(), 3, "{:?}", out.status);
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        ["train 0", "train 1", "eval", "train 2", "eval", "eval"],
+        "the order of the data requests"
+    );
+    // the same training as the plain data set gives
+    let plain = train(&cfg, Division::Open, 3, &dir.path().join("plain.txt"));
+    assert_eq!(out.losses, plain.losses);
+}

@@ -208,6 +208,22 @@ fn prefetch(iter: BatchIter, device: Device) -> Result<Prefetcher<(Tensor, Tenso
     })
 }
 
+/// The training batches of `s.epoch` at image size `size`, one pipeline per shard, handed over
+/// ahead of use.
+fn epoch_batches(
+    data: &dyn ImageData,
+    s: &State,
+    size: usize,
+) -> Result<Vec<Prefetcher<(Tensor, Tensor)>>> {
+    s.train_shards
+        .iter()
+        .map(|shard| {
+            let iter = data.train_epoch(s.epoch, size, s.local_batch, s.seed, *shard)?;
+            prefetch(iter, s.device)
+        })
+        .collect()
+}
+
 /// Batches staged ahead of the training step (each a u8 batch in device memory).
 const PREFETCH_DEPTH: usize = 2;
 
@@ -399,18 +415,17 @@ impl Workload for ResnetWorkload {
     fn train_step<'s>(&mut self, sync: &'s mut (dyn GradSync + 's)) -> Result<Tensor> {
         let accum = self.cfg.train.gradient_accumulation_steps;
         let smoothing = self.cfg.methods.label_smoothing;
-        let size = {
+        let (size, next_size) = {
             let epoch = self.state()?.epoch;
-            self.train_size(epoch) as usize
+            (
+                self.train_size(epoch) as usize,
+                self.train_size(epoch + 1) as usize,
+            )
         };
+        let max_epochs = self.cfg.train.max_epochs;
         let s = self.state.as_mut().context("the workload was not built")?;
         if s.iters.is_empty() {
-            for shard in &s.train_shards {
-                let iter = self
-                    .data
-                    .train_epoch(s.epoch, size, s.local_batch, s.seed, *shard)?;
-                s.iters.push(prefetch(iter, s.device)?);
-            }
+            s.iters = epoch_batches(&*self.data, s, size)?;
         }
         let n_iters = s.iters.len();
         let micro = accum as usize * n_iters;
@@ -492,7 +507,14 @@ impl Workload for ResnetWorkload {
         if s.step_in_epoch == s.steps_per_epoch {
             s.step_in_epoch = 0;
             s.epoch += 1;
-            s.iters.clear();
+            // the next epoch's first batches are read, decoded and copied while this epoch's
+            // last steps and its eval run, so its first step finds them ready instead of the GPU
+            // waiting for them (a new pipeline per epoch otherwise starts cold)
+            s.iters = if s.epoch < max_epochs {
+                epoch_batches(&*self.data, s, next_size)?
+            } else {
+                Vec::new()
+            };
         }
         let all = t_start.elapsed().as_secs_f64();
         self.timing.data_wait += data_wait;
