@@ -415,8 +415,9 @@ enum MaskPolicy {
     /// No graphs: each batch as it is.
     PerBatch,
     /// Graphs, one process: batches drop the mask until the first one with padding; every later
-    /// batch carries its mask, so the key changes at most once (a data set without padding
-    /// never carries one).
+    /// batch carries its mask. So at most one more graph is captured: the key changes once, or
+    /// twice when that step's micro-batches are mixed, and that one step runs eagerly in its
+    /// warm-up. A data set without padding never carries a mask.
     UntilPadding { seen: bool },
     /// Graphs, several ranks: every batch carries its mask. The ranks must capture at the same
     /// step, and their batches' padding differs.
