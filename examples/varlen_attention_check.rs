@@ -19,7 +19,7 @@ mod common;
 
 use anyhow::{bail, Result};
 use common::Flags;
-use mlperf_run::models::varlen_attention::{attention, Packing, VarlenPath};
+use mlperf_run::models::varlen_attention::{forward_backward, Packing, VarlenPath};
 use tch::{Device, Kind, Tensor};
 
 const USAGE: &str = "varlen_attention_check [--device cuda|cpu] [--batch 56] [--seq 512] \
@@ -105,17 +105,7 @@ fn main() -> Result<()> {
     };
     let (q, k, v) = (leaf(), leaf(), leaf());
     let dy = Tensor::randn([t, a.heads, a.head_dim], (Kind::Float, d)).to_kind(kind);
-    let run = |path: VarlenPath| -> Result<Vec<Tensor>> {
-        common::zero_grads(&[&q, &k, &v]);
-        let out = attention(&q, &k, &v, &pack, 0.0, path)?;
-        (&out * &dy).sum(Kind::Float).backward();
-        Ok(vec![
-            out.detach(),
-            q.grad().copy(),
-            k.grad().copy(),
-            v.grad().copy(),
-        ])
-    };
+    let run = |path: VarlenPath| forward_backward(&q, &k, &v, &dy, &pack, path);
     let scatter = run(VarlenPath::Scatter)?;
     let varlen = if d.is_cuda() {
         Some(run(VarlenPath::Varlen)?)

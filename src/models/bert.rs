@@ -287,6 +287,14 @@ pub struct BertForPreTraining {
     pub fused_bias_gelu: bool,
 }
 
+/// The tokens an encoder layer holds: all `B*S` (with the attention's key mask, `None` when no
+/// token is padding), or the real ones packed sequence after sequence (`unpad`).
+#[derive(Clone, Copy)]
+enum Tokens<'a> {
+    Padded(Option<&'a Tensor>),
+    Packed(&'a Packing),
+}
+
 /// Masked positions per sequence for the MLM head, or the whole sequence.
 pub enum MlmOn<'a> {
     /// `[B, P]` positions (int64); the head runs on these only.
@@ -386,9 +394,6 @@ impl BertForPreTraining {
         let emb = Tensor::embedding(&self.word_emb, input_ids, -1, false, false)
             + Tensor::embedding(&self.pos_emb, &positions, -1, false, false).unsqueeze(0)
             + Tensor::embedding(&self.type_emb, segment_ids, -1, false, false);
-        // SDPA boolean mask: true = attend. Shape [B, 1, 1, S] broadcasts over heads and queries.
-        let attn_mask = input_mask.map(|m| m.ne(0).view([b, 1, 1, s]));
-        let attn_mask = attn_mask.as_ref();
         // without padding there is nothing to leave out: the padded path is the unpadded one
         if let (true, Some(input_mask)) = (self.unpad, input_mask) {
             let pack = Packing::from_mask(input_mask);
@@ -399,7 +404,7 @@ impl BertForPreTraining {
                 )
                 .dropout(c.hidden_dropout, train);
             for layer in &self.layers {
-                x = self.layer_forward(layer, &x, attn_mask, Some(&pack), b, s, train);
+                x = self.layer_forward(layer, &x, Tokens::Packed(&pack), b, s, train);
             }
             Tensor::zeros([b * s, h], (x.kind(), x.device()))
                 .index_copy(0, &pack.idx, &x)
@@ -409,8 +414,10 @@ impl BertForPreTraining {
                 .stream(self.emb_ln.forward(&emb))
                 .dropout(c.hidden_dropout, train)
                 .view([b * s, h]);
+            // SDPA boolean mask: true = attend; [B, 1, 1, S] broadcasts over heads and queries
+            let attn_mask = input_mask.map(|m| m.ne(0).view([b, 1, 1, s]));
             for layer in &self.layers {
-                x = self.layer_forward(layer, &x, attn_mask, None, b, s, train);
+                x = self.layer_forward(layer, &x, Tokens::Padded(attn_mask.as_ref()), b, s, train);
             }
             x.view([b, s, h])
         }
@@ -443,15 +450,13 @@ impl BertForPreTraining {
         }
     }
 
-    /// One encoder layer on `x`: `[B*S, H]`, or `[T, H]` (the real tokens of `pack`) when
+    /// One encoder layer on `x`: `[B*S, H]`, or `[T, H]` (the real tokens of a packing) when
     /// unpadded.
-    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
         l: &Layer,
         x: &Tensor,
-        attn_mask: Option<&Tensor>,
-        pack: Option<&Packing>,
+        tokens: Tokens<'_>,
         b: i64,
         s: i64,
         train: bool,
@@ -461,48 +466,25 @@ impl BertForPreTraining {
         let d = h / nh;
         let [q, kk, v] = self.projections(l, x);
         let p = if train { c.attention_dropout } else { 0.0 };
-        let ctx = match pack {
+        let ctx = match tokens {
             // unpadded: attention within each packed sequence (FlashAttention's varlen kernel on
             // a GPU)
-            Some(pack) if self.fused_attention => {
+            Tokens::Packed(pack) if self.fused_attention => {
                 match varlen_attention::attention(&q, &kk, &v, pack, p, self.varlen_path) {
                     Ok(ctx) => ctx,
                     Err(err) => panic!("{err:#}"),
                 }
             }
-            _ => {
-                // [B, nh, S, d] views; unpadded, the real tokens' rows scattered back to B*S
-                let to_heads = |t: Tensor| {
-                    let t = match pack {
-                        Some(pack) => Tensor::zeros([b * s, nh, d], (t.kind(), t.device()))
-                            .index_copy(0, &pack.idx, &t),
-                        None => t,
-                    };
-                    t.view([b, s, nh, d]).permute([0, 2, 1, 3])
-                };
-                let (q, kk, v) = (to_heads(q), to_heads(kk), to_heads(v));
-                let ctx = if self.fused_attention {
-                    Tensor::scaled_dot_product_attention(
-                        &q, &kk, &v, attn_mask, p, false, None, false,
-                    )
-                } else {
-                    let scores =
-                        (q.matmul(&kk.transpose(-1, -2)) / (d as f64).sqrt()).to_kind(Kind::Float);
-                    let scores = match attn_mask {
-                        Some(m) => scores + (m.logical_not().to_kind(Kind::Float) * -10000.0),
-                        None => scores,
-                    };
-                    scores
-                        .softmax(-1, Kind::Float)
-                        .dropout(p, train)
-                        .to_kind(v.kind())
-                        .matmul(&v)
-                };
-                let ctx = ctx.permute([0, 2, 1, 3]).reshape([b * s, nh, d]);
-                match pack {
-                    Some(pack) => ctx.index_select(0, &pack.idx),
-                    None => ctx,
-                }
+            Tokens::Packed(pack) => {
+                varlen_attention::scatter_with(&q, &kk, &v, pack, |q, k, v, keep| {
+                    self.padded_attention(q, k, v, Some(keep), p, train)
+                })
+            }
+            Tokens::Padded(attn_mask) => {
+                let heads = |t: Tensor| t.view([b, s, nh, d]).permute([0, 2, 1, 3]);
+                self.padded_attention(&heads(q), &heads(kk), &heads(v), attn_mask, p, train)
+                    .permute([0, 2, 1, 3])
+                    .reshape([b * s, nh, d])
             }
         };
         let ctx = ctx.reshape([-1, h]);
@@ -526,6 +508,34 @@ impl BertForPreTraining {
         };
         let out = out.dropout(c.hidden_dropout, train);
         self.stream(l.out_ln.forward(&(out + x)))
+    }
+
+    /// Attention over `[B, heads, S, head_dim]` q, k, v with the key mask `attn_mask` (`[B, 1, 1,
+    /// S]` bool, true = attend; `None`: every key): `scaled_dot_product_attention`, or the
+    /// reference's explicit softmax(QK^T/sqrt(d) - 10000*masked) V without `fused_attention`.
+    fn padded_attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        attn_mask: Option<&Tensor>,
+        p: f64,
+        train: bool,
+    ) -> Tensor {
+        if self.fused_attention {
+            return Tensor::scaled_dot_product_attention(q, k, v, attn_mask, p, false, None, false);
+        }
+        let d = q.size()[3];
+        let scores = (q.matmul(&k.transpose(-1, -2)) / (d as f64).sqrt()).to_kind(Kind::Float);
+        let scores = match attn_mask {
+            Some(m) => scores + (m.logical_not().to_kind(Kind::Float) * -10000.0),
+            None => scores,
+        };
+        scores
+            .softmax(-1, Kind::Float)
+            .dropout(p, train)
+            .to_kind(v.kind())
+            .matmul(v)
     }
 
     /// A LayerNorm's output as the residual stream carries it: bf16 with `bf16_residual`, else

@@ -112,6 +112,21 @@ pub fn varlen_flash(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) 
 /// The scatter path: q, k, v (`[T, heads, head_dim]`) scattered to `[B, heads, S, head_dim]`,
 /// SDPA with the key-padding mask, the real tokens' rows gathered back.
 pub fn scatter(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) -> Tensor {
+    scatter_with(q, k, v, pack, |q, k, v, keep| {
+        Tensor::scaled_dot_product_attention(q, k, v, Some(keep), p, false, None, false)
+    })
+}
+
+/// The scatter path around any padded attention: q, k, v (`[T, heads, head_dim]`) scattered
+/// to `[B, heads, S, head_dim]` with zeros at the padding, `attend(q, k, v, keep)` with the key
+/// mask `keep` (`[B, 1, 1, S]` bool, true = real token), the real tokens' rows gathered back.
+pub fn scatter_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pack: &Packing,
+    attend: impl FnOnce(&Tensor, &Tensor, &Tensor, &Tensor) -> Tensor,
+) -> Tensor {
     let (b, s) = (pack.batch, pack.seq);
     let (nh, d) = (q.size()[1], q.size()[2]);
     let heads = |t: &Tensor| {
@@ -123,17 +138,8 @@ pub fn scatter(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) -> Te
     let keep = Tensor::zeros([b * s], (Kind::Bool, q.device()))
         .index_fill(0, &pack.idx, 1)
         .view([b, 1, 1, s]);
-    let ctx = Tensor::scaled_dot_product_attention(
-        &heads(q),
-        &heads(k),
-        &heads(v),
-        Some(&keep),
-        p,
-        false,
-        None,
-        false,
-    );
-    ctx.permute([0, 2, 1, 3])
+    attend(&heads(q), &heads(k), &heads(v), &keep)
+        .permute([0, 2, 1, 3])
         .reshape([b * s, nh, d])
         .index_select(0, &pack.idx)
 }
@@ -158,11 +164,11 @@ pub fn attention(
                         give_up(&err);
                     }
                 });
-            }
-            if varlen_candidate(q) && !VARLEN_FAILED.load(Ordering::Relaxed) {
-                match varlen_flash(q, k, v, pack, p) {
-                    Ok(t) => return Ok(t),
-                    Err(err) => give_up(&err),
+                if !VARLEN_FAILED.load(Ordering::Relaxed) {
+                    match varlen_flash(q, k, v, pack, p) {
+                        Ok(t) => return Ok(t),
+                        Err(err) => give_up(&err),
+                    }
                 }
             }
             Ok(scatter(q, k, v, pack, p))
@@ -206,24 +212,8 @@ pub fn self_check(device: Device, kind: Kind) -> Result<()> {
             .cos()
             .view([82, 2, 64])
             .to_kind(kind);
-        let run = |f: &dyn Fn() -> Result<Tensor>| -> Result<Vec<Tensor>> {
-            for t in [&q, &k, &v] {
-                let mut g = t.grad();
-                if g.defined() {
-                    let _ = g.zero_();
-                }
-            }
-            let out = f()?;
-            (&out * &dy).sum(Kind::Float).backward();
-            Ok(vec![
-                out.detach(),
-                q.grad().copy(),
-                k.grad().copy(),
-                v.grad().copy(),
-            ])
-        };
-        let scatter = run(&|| Ok(scatter(&q, &k, &v, &pack, 0.0)))?;
-        let varlen = run(&|| varlen_flash(&q, &k, &v, &pack, 0.0))?;
+        let scatter = forward_backward(&q, &k, &v, &dy, &pack, VarlenPath::Scatter)?;
+        let varlen = forward_backward(&q, &k, &v, &dy, &pack, VarlenPath::Varlen)?;
         for (name, (a, b)) in ["output", "d q", "d k", "d v"]
             .iter()
             .zip(varlen.iter().zip(&scatter))
@@ -241,6 +231,33 @@ pub fn self_check(device: Device, kind: Kind) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// One forward and backward of [`attention`] by `path` on leaves q, k, v with output gradient
+/// `dy`: the output and the q, k, v gradients (their earlier gradients zeroed first). What the
+/// self-check and the GPU check (`examples/varlen_attention_check.rs`) compare.
+pub fn forward_backward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    dy: &Tensor,
+    pack: &Packing,
+    path: VarlenPath,
+) -> Result<Vec<Tensor>> {
+    for t in [q, k, v] {
+        let mut g = t.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+    let out = attention(q, k, v, pack, 0.0, path)?;
+    (&out * dy).sum(Kind::Float).backward();
+    Ok(vec![
+        out.detach(),
+        q.grad().copy(),
+        k.grad().copy(),
+        v.grad().copy(),
+    ])
 }
 
 /// Whether [`VarlenPath::Auto`] gave up on the varlen kernel in this process.
