@@ -11,9 +11,12 @@
 //   outputs and gradients (tests/fused_epilogue.rs).
 // - the CUDA kernel path (cargo feature `cuda`, MLPERF_RUN_CUDA): one row-per-block forward
 //   kernel (bias, mask, residual, LayerNorm statistics, output) and one row-per-block backward
-//   kernel (LayerNorm backward fused with the mask and the residual gradient), plus a column-sum
-//   kernel for d gamma / d beta. The kernels are compiled at run time with NVRTC (torch's wheel
-//   ships libnvrtc; no nvcc needed) on first use and launched through the driver API, both
+//   kernel (LayerNorm backward fused with the mask and the residual gradient), plus column-sum
+//   kernels for d gamma, d beta and the dense bias's gradient (partial sums per chunk of rows,
+//   then one pass over the partials). Rows of a multiple of 4 elements (BERT's 1024) take
+//   vectorised variants of the row kernels that keep the row in registers. The kernels are
+//   compiled at run time with NVRTC (torch's wheel ships libnvrtc; no nvcc needed) on first use
+//   and launched through the driver API, both
 //   dlopen'ed: no link-time dependency on libcuda or libnvrtc. The dropout mask comes from ATen's
 //   bernoulli_ on the device (philox offsets are advanced under CUDA graph capture), never from a
 //   seed passed to our kernel, so a captured graph draws a new mask every replay. The kernels'
@@ -57,6 +60,12 @@ constexpr const char* kWhat = "fused epilogue shim";
 const char* kKernelSource =
 #include "fused_epilogue_cu.inc"
     ;
+
+// The kernels' names in the source, indexed by fe::Kernel.
+constexpr int kKernelCount = 6;
+constexpr const char* kKernelNames[kKernelCount] = {
+    "mr_fe_forward",    "mr_fe_backward",    "mr_fe_colsum",
+    "mr_fe_forward_v4", "mr_fe_backward_v4", "mr_fe_colsum_final"};
 
 // dtype codes shared with Rust (src/models/fused_epilogue.rs): 0 fp32, 1 bf16, 2 fp16
 const char* type_name(int code) {
@@ -245,10 +254,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
     const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
     const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask, double scale,
     double eps, at::ScalarType out_type);
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     const at::Tensor& dy, const at::Tensor& s, const at::Tensor& mean, const at::Tensor& rstd,
     const at::Tensor& gamma, const at::Tensor& mask, double scale, at::ScalarType h_type,
-    at::ScalarType res_type, bool need_res);
+    at::ScalarType res_type, bool need_res, bool need_bias);
 
 // ---- the autograd op ------------------------------------------------------------------------
 using torch::autograd::AutogradContext;
@@ -357,8 +366,9 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
     at::Tensor dh, dbias, dres, dgamma, dbeta;
     if (ctx->saved_data["use_kernel"].toBool()) {
       const at::Tensor& m = saved[4];
-      std::tie(dh, dres, dgamma, dbeta) = kernel_backward(
-          dy, s, mean, rstd, gamma, m, drop ? 1.0 / (1.0 - p) : 1.0, h_type, res_type, need_res);
+      std::tie(dh, dres, dgamma, dbeta, dbias) =
+          kernel_backward(dy, s, mean, rstd, gamma, m, drop ? 1.0 / (1.0 - p) : 1.0, h_type,
+                          res_type, need_res, need_bias);
     } else {
       const at::Tensor& noise = saved[4];
       const at::Tensor& beta = saved[5];
@@ -378,7 +388,7 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
       }
       dh = dx;
     }
-    if (need_bias && dh.defined()) {
+    if (need_bias && dh.defined() && !dbias.defined()) {
       // linear's bias gradient: the column sum of d h
       // (a 1-d h: d h itself; an empty dim list would make sum() add up everything)
       std::vector<int64_t> dims;
@@ -505,8 +515,9 @@ void cu_check(CUresult rc, const char* what) {
   TORCH_CHECK(false, what, ": CUDA driver error ", rc, " (", msg ? msg : "?", ")");
 }
 
+// indexed by fe::Kernel
 struct Kernels {
-  CUfunction fwd = nullptr, bwd = nullptr, colsum = nullptr;
+  CUfunction f[kKernelCount] = {};
 };
 
 // One compiled module per (device, ht, rt, ot), built on first use: in the eager warm-up steps,
@@ -556,9 +567,8 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
     CUmodule module = nullptr;
     cu_check(d.moduleLoadData(&module, cubin.data()), "cuModuleLoadData");
     Kernels k;
-    cu_check(d.moduleGetFunction(&k.fwd, module, "mr_fe_forward"), "cuModuleGetFunction");
-    cu_check(d.moduleGetFunction(&k.bwd, module, "mr_fe_backward"), "cuModuleGetFunction");
-    cu_check(d.moduleGetFunction(&k.colsum, module, "mr_fe_colsum"), "cuModuleGetFunction");
+    for (int i = 0; i < kKernelCount; ++i)
+      cu_check(d.moduleGetFunction(&k.f[i], module, kKernelNames[i]), "cuModuleGetFunction");
     g_status.store(1);
     return &g_kernels.emplace(key, k).first->second;
   } catch (const c10::Error& e) {
@@ -604,10 +614,8 @@ void cuda_launch(int device, int ht, int rt, int ot, fe::Kernel which, unsigned 
   const Kernels* k = kernels_for(device, ht, rt, ot);
   TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded (dtype codes ", ht,
               ", ", rt, ", ", ot, ")");
-  const CUfunction f = which == fe::kForward    ? k->fwd
-                       : which == fe::kBackward ? k->bwd
-                                                : k->colsum;
-  launch_function(f, gx, gy, threads, args, device);
+  TORCH_CHECK(which >= 0 && which < kKernelCount, "fused epilogue: no kernel ", static_cast<int>(which));
+  launch_function(k->f[which], gx, gy, threads, args, device);
 }
 
 }  // namespace
@@ -647,6 +655,29 @@ void launch(const at::Device& device, int ht, int rt, int ot, fe::Kernel which, 
 }
 
 const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// The vectorised row kernels (mr_fe_*_v4) take rows of a multiple of 4 elements, at most
+// 4 * kThreads * MR_FE_GROUPS (2) of them, and every tensor's data aligned to 4 of its
+// elements (4 bytes for the mask); an undefined tensor is no obstacle.
+constexpr int64_t kV4MaxCols = 4 * kThreads * 2;
+
+bool v4_aligned(const at::Tensor& t) {
+  if (!t.defined()) return true;
+  const auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+  return addr % (4 * t.element_size()) == 0;
+}
+
+// This thread's launches of the vectorised forward [0] and backward [1] kernels (tests: which
+// row kernels ran; the CPU's autograd runs a backward in the thread that called it).
+thread_local int64_t t_v4_launches[2] = {0, 0};
+
+bool v4_usable(int64_t cols, std::initializer_list<const at::Tensor*> tensors) {
+  if (cols % 4 != 0 || cols > kV4MaxCols) return false;
+  for (const at::Tensor* t : tensors) {
+    if (!v4_aligned(*t)) return false;
+  }
+  return true;
+}
 
 // mode as run_op's: CUDA tensors take the GPU kernels in modes 0 and 2, CPU tensors the
 // emulated ones in mode 3 only.
@@ -702,14 +733,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
   void* meanp = mean.data_ptr();
   void* rstdp = rstd.data_ptr();
   void* args[] = {&hp, &bp, &mp, &sc, &rp, &gp, &bep, &ep, &c, &yp, &sp, &meanp, &rstdp};
-  launch(h.device(), ht, rt, ot, fe::kForward, static_cast<unsigned>(rows), 1, args);
+  const bool v4 = v4_usable(cols, {&h, &bias, &mask, &res, &gamma, &beta, &y, &s});
+  launch(h.device(), ht, rt, ot, v4 ? fe::kForwardV4 : fe::kForward,
+         static_cast<unsigned>(rows), 1, args);
+  if (v4) ++t_v4_launches[0];
   return {y, s, mean, rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
+// d h, d residual (need_res), d gamma, d beta and (need_bias) the dense bias's gradient, fp32.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     const at::Tensor& dy_in, const at::Tensor& s, const at::Tensor& mean, const at::Tensor& rstd,
     const at::Tensor& gamma, const at::Tensor& mask, double scale, at::ScalarType h_type,
-    at::ScalarType res_type, bool need_res) {
+    at::ScalarType res_type, bool need_res, bool need_bias) {
   const int64_t cols = s.size(-1);
   const int64_t rows = s.numel() / cols;
   const int ht = type_code(h_type), rt = type_code(res_type), ot = type_code(dy_in.scalar_type());
@@ -731,28 +766,48 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     void* dhp = dh.data_ptr();
     void* drp = need_res ? dres.data_ptr() : nullptr;
     void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp};
-    launch(s.device(), ht, rt, ot, fe::kBackward, static_cast<unsigned>(rows), 1, args);
+    const bool v4 = v4_usable(cols, {&dy, &s, &g, &mask, &dh, &dres});
+    launch(s.device(), ht, rt, ot, v4 ? fe::kBackwardV4 : fe::kBackward,
+           static_cast<unsigned>(rows), 1, args);
+    if (v4) ++t_v4_launches[1];
   }
   // d gamma, d beta: partial sums over chunks of (at least) 64 rows, then one ATen sum; the
   // chunk count stays within gridDim.y's 65,535
   const int rows_per_chunk =
       static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  at::Tensor part_g = at::empty({chunks, cols}, s.options().dtype(at::kFloat));
-  at::Tensor part_b = at::empty({chunks, cols}, s.options().dtype(at::kFloat));
+  const auto f32 = s.options().dtype(at::kFloat);
+  at::Tensor part_g = at::empty({chunks, cols}, f32);
+  at::Tensor part_b = at::empty({chunks, cols}, f32);
+  at::Tensor part_bias = need_bias ? at::empty({chunks, cols}, f32) : at::Tensor();
+  const unsigned gx = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
   {
     const void* dyp = dy.data_ptr();
     const void* sp = s.data_ptr();
     const void* mp = mean.data_ptr();
     const void* rp = rstd.data_ptr();
+    const void* dhp = dh.data_ptr();
     int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rows_per_chunk;
     void* pgp = part_g.data_ptr();
     void* pbp = part_b.data_ptr();
-    void* args[] = {&dyp, &sp, &mp, &rp, &r, &c, &rpc, &pgp, &pbp};
-    const unsigned gx = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+    void* pbiasp = need_bias ? part_bias.data_ptr() : nullptr;
+    void* args[] = {&dyp, &sp, &mp, &rp, &dhp, &r, &c, &rpc, &pgp, &pbp, &pbiasp};
     launch(s.device(), ht, rt, ot, fe::kColsum, gx, static_cast<unsigned>(chunks), args);
   }
-  return {dh, dres, part_g.sum(0), part_b.sum(0)};
+  at::Tensor dgamma = at::empty({cols}, f32), dbeta = at::empty({cols}, f32);
+  at::Tensor dbias = need_bias ? at::empty({cols}, f32) : at::Tensor();
+  {
+    const void* pgp = part_g.data_ptr();
+    const void* pbp = part_b.data_ptr();
+    const void* pbiasp = ptr_or_null(part_bias);
+    int n = static_cast<int>(chunks), c = static_cast<int>(cols);
+    void* dgp = dgamma.data_ptr();
+    void* dbp = dbeta.data_ptr();
+    void* dbiasp = need_bias ? dbias.data_ptr() : nullptr;
+    void* args[] = {&pgp, &pbp, &pbiasp, &n, &c, &dgp, &dbp, &dbiasp};
+    launch(s.device(), ht, rt, ot, fe::kColsumFinal, gx, 1, args);
+  }
+  return {dh, dres, dgamma, dbeta, dbias};
 }
 
 }  // namespace
@@ -822,6 +877,10 @@ int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const a
   });
 }
 
+// How many times this thread launched the vectorised forward (which 0) or backward (1) row
+// kernel.
+int64_t mr_fe_v4_launches(int which) { return which == 0 || which == 1 ? t_v4_launches[which] : -1; }
+
 // Kernel-path status: 0 not tried, 1 loaded, -1 failed (*msg: why, malloc'd; free with
 // mr_free_str).
 int mr_fe_kernel_status(char** msg) {
@@ -849,6 +908,11 @@ int mr_fe_nvrtc_compile(const char* nvrtc_path, const char* arch, int ht, int rt
   return mr::catching(err, kWhat, [&] {
     Nvrtc n = open_nvrtc(nvrtc_path ? nvrtc_path : "");
     std::string bin = nvrtc_compile(n, arch, ht, rt, ot);
+    // every kernel the host launches is in the module (its name is in the PTX or CUBIN)
+    for (const char* name : kKernelNames) {
+      TORCH_CHECK(bin.find(name) != std::string::npos, "NVRTC's ", arch,
+                  " output has no kernel ", name);
+    }
     *size = bin.size();
   });
 }

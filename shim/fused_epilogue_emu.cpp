@@ -23,12 +23,19 @@ inline unsigned short emu_float_to_half(float f) { return c10::detail::fp16_ieee
 
 namespace {
 
-template <auto Forward, auto Backward, auto Colsum>
+template <auto Forward, auto Backward, auto Colsum, auto ForwardV4, auto BackwardV4,
+          auto ColsumFinal>
 void launch_variant(Kernel which, unsigned gx, unsigned gy, unsigned threads, void* const* args) {
   switch (which) {
     case fused_epilogue::kForward: return cuda_emu::launch_kernel(Forward, gx, gy, threads, args);
     case fused_epilogue::kBackward: return cuda_emu::launch_kernel(Backward, gx, gy, threads, args);
     case fused_epilogue::kColsum: return cuda_emu::launch_kernel(Colsum, gx, gy, threads, args);
+    case fused_epilogue::kForwardV4:
+      return cuda_emu::launch_kernel(ForwardV4, gx, gy, threads, args);
+    case fused_epilogue::kBackwardV4:
+      return cuda_emu::launch_kernel(BackwardV4, gx, gy, threads, args);
+    case fused_epilogue::kColsumFinal:
+      return cuda_emu::launch_kernel(ColsumFinal, gx, gy, threads, args);
   }
   TORCH_CHECK(false, "fused epilogue emulator: no kernel ", static_cast<int>(which));
 }
@@ -38,10 +45,11 @@ struct Variant {
   void (*launch)(Kernel, unsigned, unsigned, unsigned, void* const*);
 };
 
-#define MR_FE_EMU_ROW(ht, rt, ot, ns)                                                \
-  Variant{ht, rt, ot,                                                                \
-          &launch_variant<&kernels::ns::mr_fe_forward, &kernels::ns::mr_fe_backward, \
-                          &kernels::ns::mr_fe_colsum>},
+#define MR_FE_EMU_ROW(ht, rt, ot, ns)                                                    \
+  Variant{ht, rt, ot,                                                                    \
+          &launch_variant<&kernels::ns::mr_fe_forward, &kernels::ns::mr_fe_backward,     \
+                          &kernels::ns::mr_fe_colsum, &kernels::ns::mr_fe_forward_v4,    \
+                          &kernels::ns::mr_fe_backward_v4, &kernels::ns::mr_fe_colsum_final>},
 const Variant kVariants[] = {MR_FE_EMU_VARIANTS(MR_FE_EMU_ROW)};
 #undef MR_FE_EMU_ROW
 

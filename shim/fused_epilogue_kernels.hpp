@@ -1,10 +1,19 @@
-// The fused epilogue's three CUDA kernels (shim/fused_epilogue.cu) as the host code names them,
+// The fused epilogue's CUDA kernels (shim/fused_epilogue.cu) as the host code names them,
 // for both of their launch paths: on a GPU (NVRTC and cuLaunchKernel, fused_epilogue.cpp) and on
 // the CPU emulator (fused_epilogue_emu.hpp).
 #pragma once
 
 namespace mr::fused_epilogue {
 
-enum Kernel : int { kForward = 0, kBackward = 1, kColsum = 2 };
+// _V4: the vectorised row kernels (rows of a multiple of 4 elements, aligned vectors);
+// kColsumFinal: the column sums' second stage.
+enum Kernel : int {
+  kForward = 0,
+  kBackward = 1,
+  kColsum = 2,
+  kForwardV4 = 3,
+  kBackwardV4 = 4,
+  kColsumFinal = 5
+};
 
 }  // namespace mr::fused_epilogue

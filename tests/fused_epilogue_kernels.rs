@@ -17,7 +17,9 @@ mod common;
 use common::rng::seeded;
 use common::tensors::max_rel;
 use mlperf_run::amp::{Autocast, LowPrecision};
-use mlperf_run::models::fused_epilogue::{bias_dropout_add_ln, Epilogue, FusedPath};
+use mlperf_run::models::fused_epilogue::{
+    bias_dropout_add_ln, vectorised_launches, Epilogue, FusedPath,
+};
 use tch::{Device, Kind, Tensor};
 
 const EPS: f64 = 1e-5;
@@ -219,8 +221,18 @@ fn check(c: &Case, seed: i64) {
     let what = c.name();
     let i = inputs(c, seed);
     let reference = reference(c, &i);
+    let before = vectorised_launches();
     let (kernel, ran) = run(c, &i, FusedPath::Emulated);
     assert!(ran, "{what}: the emulated kernel path did not run");
+    // rows of a multiple of 4 elements, two groups of 4 per 256-thread block at most, take the
+    // vectorised row kernels (the test's tensors are fresh allocations, so aligned)
+    let v4 = c.cols % 4 == 0 && c.cols <= 2048;
+    let after = vectorised_launches();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        if v4 { (1, 1) } else { (0, 0) },
+        "{what}: vectorised (forward, backward) launches"
+    );
     let (composite, ran) = run(c, &i, FusedPath::Composite);
     assert!(!ran, "{what}: the composite path reported the kernel");
     for (n, name) in NAMES.iter().enumerate() {
@@ -278,6 +290,34 @@ fn the_kernels_match_fp64_in_fp32_on_rows_shorter_and_longer_than_a_block() {
                     out: None,
                 },
                 n as i64,
+            );
+        }
+    }
+}
+
+#[test]
+fn the_vectorised_row_kernels_match_fp64_at_and_beyond_one_group_per_thread() {
+    // rows of a multiple of 4 take the _v4 kernels: 1024 (BERT's width: one group of 4 per
+    // thread of a 256-thread block), 1600 (a second, partly idle group per thread) and 2052
+    // (past the two groups a thread holds: the scalar kernels again); 1030 (not a multiple of 4)
+    // is the scalar case of the test above
+    for (n, cols) in [1024, 1600, 2052].into_iter().enumerate() {
+        for (h, residual, out) in [
+            (Kind::Float, Kind::Float, None),
+            (Kind::BFloat16, Kind::BFloat16, Some(Kind::BFloat16)),
+        ] {
+            check(
+                &Case {
+                    rows: 3,
+                    cols,
+                    h,
+                    residual,
+                    autocast: h == Kind::BFloat16,
+                    p: 0.1,
+                    bias: true,
+                    out,
+                },
+                20 + n as i64,
             );
         }
     }

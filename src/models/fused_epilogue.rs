@@ -53,6 +53,7 @@ extern "C" {
         err: Err,
     ) -> c_int;
     fn mr_fe_kernel_status(msg: Err) -> c_int;
+    fn mr_fe_v4_launches(which: c_int) -> i64;
     fn mr_fe_kernel_built() -> c_int;
     fn mr_cuda_emu_selftest(
         which: c_int,
@@ -229,6 +230,15 @@ pub fn dense_dropout_add_ln(
     })
 }
 
+/// How many times the calling thread launched the vectorised row kernels (rows of a multiple
+/// of 4 elements, aligned: BERT's), as (forward, backward); the other rows take the scalar ones.
+/// For tests of which kernels ran (a CPU backward runs in the thread that called it).
+#[doc(hidden)]
+pub fn vectorised_launches() -> (i64, i64) {
+    // SAFETY: no pointers.
+    unsafe { (mr_fe_v4_launches(0), mr_fe_v4_launches(1)) }
+}
+
 /// Whether this build has the CUDA kernel path (cargo feature `cuda`).
 pub fn kernel_built() -> bool {
     // SAFETY: no arguments.
@@ -262,8 +272,9 @@ fn kind_code(k: Kind) -> Result<c_int> {
 }
 
 /// Compiles the CUDA kernels with NVRTC loaded from `nvrtc` for `arch` (`sm_XY`: a CUBIN,
-/// `compute_XY`: PTX) with h / residual / output dtypes; returns the binary's size. Needs no
-/// GPU: CI uses it to catch errors in the kernel source.
+/// `compute_XY`: PTX) with h / residual / output dtypes; returns the binary's size, after
+/// checking that every kernel the host launches is in it. Needs no GPU: CI uses it to catch
+/// errors in the kernel source.
 pub fn nvrtc_compile(
     nvrtc: &Path,
     arch: &str,
