@@ -43,8 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 /// When the trainer asked for each epoch's batches and for each eval: which epoch a batch
-/// request belongs to (short batches), and the wall-clock end of epoch 2 (the eval after it),
-/// for GPU-utilisation sampling.
+/// request belongs to (short batches), and a check that both epochs and evals ran.
 #[derive(Default)]
 struct Calls {
     train_epoch: Vec<SystemTime>,
@@ -235,11 +234,13 @@ fn main() -> Result<()> {
         .block_seconds
         .get(1)
         .context("the run has no second block")?;
-    // its wall-clock end is the eval after it; its start that minus the window (the trainer asks
-    // for epoch 2's batches early, during epoch 1's eval, so that call does not mark the start)
-    let end = match (calls.train_epoch.get(1), calls.eval.get(1)) {
-        (Some(_), Some(e)) => common::unix_seconds(*e),
-        _ => bail!("the trainer did not ask for epoch 2 and its eval"),
+    if calls.train_epoch.len() < 2 || calls.eval.len() < 2 {
+        bail!("the trainer did not ask for epoch 2 and its eval");
+    }
+    // the same span's wall-clock bounds, as the trainer took them
+    let (start, end) = match out.block_windows.get(1) {
+        Some((a, b)) => (common::unix_seconds(*a), common::unix_seconds(*b)),
+        None => bail!("the run has no second block window"),
     };
     let steps = a.steps as f64;
     let epoch2_steps = &out.step_times[out.step_times.len().saturating_sub(a.steps)..];
@@ -253,7 +254,7 @@ fn main() -> Result<()> {
         "step_ms": 1000.0 * timed / steps,
         "steps_per_s": steps / timed,
         "window_s": timed,
-        "window_unix": [end - timed, end],
+        "window_unix": [start, end],
         "losses_first_last": [out.losses.first(), out.losses.last()],
         // where the host spent the window: each step's enqueue (train_step) and the rest
         // (starting the block, the loss reads, which wait for the device)

@@ -345,8 +345,9 @@ if [ "$smoke" = 1 ]; then
   MM=(--device cpu --n 256 --reps 3)
 else
   R_COMMON=(--device cuda --batch 256 --size 224 --amp bf16 --channels-last --threads 0)
-  R_OURS=("${R_COMMON[@]}" --opt sgd --steps 30)
-  R_PEER=("${R_COMMON[@]}" --steps 30 --warmup 10)
+  # 60 timed steps (~2-3 s): enough 200 ms nvidia-smi samples whose period lies inside the window
+  R_OURS=("${R_COMMON[@]}" --opt sgd --steps 60)
+  R_PEER=("${R_COMMON[@]}" --steps 60 --warmup 10)
   R_FLOPS="resnet50:224"
   B_SYNTH=(--classes 100 --per-class 160 --val-per-class 10 --min-size 300 --max-size 500)
   B_CFG="$cfg_dir/resnet/bench_1gpu.toml"

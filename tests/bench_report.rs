@@ -325,3 +325,65 @@ fn the_bf16_and_the_graph_plus_epilogues_targets_read_their_own_rows() {
     assert!(v.contains("99%") && v.ends_with("met"), "{v}");
     assert!(line_with(&table, &["a) GPU busy, mlperf-run all-methods"]).ends_with("MISSED"));
 }
+
+/// GPU busy counts only the nvidia-smi samples whose 200 ms period lies inside the timed window:
+/// a sample just after the window opens mostly reports what ran before it (here an idle GPU),
+/// and one after the window is not the window's.
+#[test]
+fn gpu_busy_counts_the_samples_whose_period_lies_inside_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2026-01-01 00:00:00 UTC; nvidia-smi writes local time, so the report runs with TZ=UTC
+    let t0 = 1_767_225_600.0_f64;
+    let log = dir.path().join("run.log");
+    std::fs::write(
+        &log,
+        format!(
+            "$ ours bench\n{}\n",
+            json!({"img_per_s": 100.0, "window_unix": [t0 + 0.05, t0 + 1.05]})
+        ),
+    )
+    .unwrap();
+    // (seconds after t0, utilization): before the window, just after it opens (its period
+    // mostly before it), four inside, one after it
+    let samples = [
+        (0.0, 0),
+        (0.15, 10),
+        (0.35, 100),
+        (0.55, 96),
+        (0.75, 100),
+        (0.95, 100),
+        (1.15, 0),
+    ];
+    let smi: String = samples
+        .iter()
+        .map(|(s, u)| format!("2026/01/01 00:00:{:06.3}, {u}\n", s))
+        .collect();
+    let smi_path = dir.path().join("smi.csv");
+    std::fs::write(&smi_path, smi).unwrap();
+    let out = Command::new(python())
+        .env("TZ", "UTC")
+        .arg(REPORT)
+        .args([
+            "record",
+            "--part",
+            "a",
+            "--side",
+            "mlperf-run",
+            "--kind",
+            "json",
+            "--log",
+        ])
+        .arg(&log)
+        .arg("--smi")
+        .arg(&smi_path)
+        .output()
+        .expect("run gpu_report.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rec["gpu_samples"], json!(4), "{rec}");
+    assert_eq!(rec["gpu_busy_pct"], json!(99.0), "{rec}");
+}

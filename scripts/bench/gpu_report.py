@@ -5,7 +5,8 @@
           [--smi CSV] [--flops-spec resnet50:SIZE | bert:LAYERS:HIDDEN:INTER:SEQ] [--device D]
           [--note TEXT] [--error TEXT]
       one result record (a JSON line, printed): the measured rate (img/s or seq/s), the timed
-      window(s), the mean GPU busy % of the nvidia-smi samples inside them, FLOPs per sample
+      window(s), the mean GPU busy % of the nvidia-smi samples inside them (see SMI_PERIOD_S),
+      FLOPs per sample
   matmul  --device cpu|cuda [--n 8192] [--reps 7]: bf16 N x N x N matmul TFLOP/s (median)
   report  --out DIR: read DIR/results.jsonl, print the table, write DIR/results.json,
           DIR/results.csv and DIR/table.txt
@@ -111,8 +112,17 @@ def mllog_throughput(path, bert):
     return res
 
 
+# nvidia-smi's utilization.gpu is the share of its last sample period (1/6 s to 1 s by product;
+# about 1/6 s on H100 / H200) in which a kernel ran: a sample speaks for the period before its
+# timestamp. The bench samples every 200 ms, so a sample counts for a window only when the
+# 200 ms before it lie inside the window too (one taken just after a window opens would mostly
+# measure what came before it: the warm-up, an eval, process start).
+SMI_PERIOD_S = 0.2
+
+
 def smi_busy(path, windows):
-    """Mean utilization.gpu of the samples (`timestamp, util` lines) inside any window."""
+    """Mean utilization.gpu of the samples (`timestamp, util` lines) whose period (the
+    SMI_PERIOD_S before the sample) lies inside a window."""
     if not path or not os.path.exists(path) or not windows:
         return None, 0
     vals = []
@@ -126,7 +136,7 @@ def smi_busy(path, windows):
                 u = float(parts[1])
             except ValueError:
                 continue
-            if any(a <= t <= b for a, b in windows):
+            if any(a + SMI_PERIOD_S <= t <= b for a, b in windows):
                 vals.append(u)
     return (statistics.mean(vals) if vals else None), len(vals)
 
@@ -471,7 +481,7 @@ def cmd_report(a):
     w("")
     w("ours/side: median over rounds of (ours / side) per round; > 1 means ours is faster. "
       "MFU: model TFLOP/s / measured matmul TFLOP/s; MFU989: / 989 (H100 SXM dense bf16). "
-      "GPU busy: mean nvidia-smi utilization.gpu inside the timed windows.")
+      "GPU busy: mean nvidia-smi utilization.gpu over the samples whose 200 ms period lies inside a timed window.")
     w("FLOPs: ResNet-50 3 x 4.11 GMAC x 2 per 224-px image; BERT 6 x N(encoder layers) x seq + "
       "12 x layers x seq^2 x hidden per sequence.")
     text = "\n".join(lines)

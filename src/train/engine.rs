@@ -333,6 +333,9 @@ pub struct RunOutcome {
     /// Seconds of the training part of each block: block_start to after the block's final
     /// loss read (a device sync), so it times the device work too.
     pub block_seconds: Vec<f64>,
+    /// Wall-clock bounds of the same spans as [`RunOutcome::block_seconds`] (for matching
+    /// outside samples, e.g. nvidia-smi's, to a block).
+    pub block_windows: Vec<(std::time::SystemTime, std::time::SystemTime)>,
     /// Host reads of step losses (each covers all steps since the previous read).
     pub loss_reads: u64,
     /// Seconds in the training part of the blocks (block_start to block_stop, logging and
@@ -419,6 +422,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         step_seconds: 0.0,
         step_times: Vec::new(),
         block_seconds: Vec::new(),
+        block_windows: Vec::new(),
         loss_reads: 0,
         train_seconds: 0.0,
         log_path: opts.log_path.clone(),
@@ -672,6 +676,7 @@ fn run_inner(
     let target = w.target();
     for block in w.blocks() {
         let block_t0 = Instant::now();
+        let block_wall0 = std::time::SystemTime::now();
         log.start(
             keys::BLOCK_START,
             Value::Null,
@@ -740,6 +745,8 @@ fn run_inner(
             }
         }
         out.block_seconds.push(block_t0.elapsed().as_secs_f64());
+        out.block_windows
+            .push((block_wall0, block_wall0 + block_t0.elapsed()));
         log.end(
             keys::BLOCK_STOP,
             Value::Null,
