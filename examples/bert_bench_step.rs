@@ -8,7 +8,7 @@
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
 //!     [--cuda-graph] [--fused-epilogues] [--fused-qkv] [--bf16-residual] [--keep-mask]
-//!     [--scatter-attention] [--data DIR]
+//!     [--scatter-attention] [--flash-varlen] [--data DIR]
 //!
 //! --data DIR: the fixed batch is the first training batch of a BERT data directory (seed 0, one
 //! rank), e.g. `mlperf-run data synth-bert --lengths realistic --seq-len 512`: real lengths
@@ -36,6 +36,8 @@
 //! A batch without padding (--pad 0) attends without a mask, as `mlperf-run bert` does with such
 //! batches (`BertBatch::attention_mask`), so a GPU runs FlashAttention; --keep-mask passes its
 //! all-ones mask anyway (the memory-efficient kernel on a GPU), to measure that difference.
+//! --flash-varlen: such a batch attends through FlashAttention-2's varlen kernel, every sequence
+//! at full length, instead of SDPA (cuDNN's attention on an H100 / H200), to compare the two.
 
 mod common;
 
@@ -56,7 +58,7 @@ const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] 
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
 [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] \
 [--fused-bias-gelu] [--fused-qkv] [--bf16-residual] [--keep-mask] [--scatter-attention] \
-[--data DIR]";
+[--flash-varlen] [--data DIR]";
 
 struct Args {
     cfg: BertConfig,
@@ -78,6 +80,7 @@ struct Args {
     bf16_residual: bool,
     keep_mask: bool,
     scatter_attention: bool,
+    flash_varlen: bool,
     data: Option<std::path::PathBuf>,
 }
 
@@ -105,6 +108,7 @@ fn parse_args() -> Result<Args> {
         bf16_residual: false,
         keep_mask: false,
         scatter_attention: false,
+        flash_varlen: false,
         data: None,
     };
     let mut f = Flags::new(USAGE);
@@ -120,6 +124,7 @@ fn parse_args() -> Result<Args> {
             "--scatter-attention" => a.scatter_attention = true,
             "--fused-qkv" => a.fused_qkv = true,
             "--bf16-residual" => a.bf16_residual = true,
+            "--flash-varlen" => a.flash_varlen = true,
             "--layers" => a.cfg.num_layers = f.parse()?,
             "--hidden" => a.cfg.hidden_size = f.parse()?,
             "--heads" => a.cfg.num_heads = f.parse()?,
@@ -180,6 +185,7 @@ fn main() -> Result<()> {
         model.varlen_path = VarlenPath::Scatter;
     }
     model.fused_bias_gelu = a.fused_bias_gelu;
+    model.flash_varlen_unpadded = a.flash_varlen;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions
     let mut opt = Lamb::new(
@@ -308,7 +314,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "unpad_attention": if !a.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && a.bf16 { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !a.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && a.bf16 { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

@@ -32,6 +32,8 @@
 #   c)'s batches have no padding, so ours attends without a mask (FlashAttention), as Hugging
 #   Face does for an all-ones mask; with --sides all, `... fused-epilogues mask-kept` passes the
 #   all-ones mask anyway (the memory-efficient kernel): the difference the mask makes;
+#   `... bf16-residual flash-varlen` attends through FlashAttention-2's varlen kernel (every
+#   sequence full length) instead of SDPA, which picks cuDNN's attention on an H100 / H200;
 #   a)'s fp16 rows have fp16 peers: PyTorch eager with GradScaler and its torch.compile; with
 #   --sides all, a) also has `mlperf-run all-methods` in bf16, against the bf16 peers;
 #   g) (only with --only g or --only ...,g) examples/fused_epilogue_check: the fused
@@ -142,8 +144,8 @@ case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast mask all hf ref) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast all hf) ;;
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-fa2 mask all hf ref) ;;
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-fa2 all hf) ;;
   *) die "--sides is all or targets, not $sides" ;;
 esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -532,6 +534,7 @@ if want c; then
         mask) measure c "mlperf-run cuda-graph fused-epilogues mask-kept" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --keep-mask ;;
         qkv) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv ;;
         fast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual ;;
+        fast-fa2) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual --flash-varlen ;;
         all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual --fused-bias-gelu ;;
         hf)
           if [ "$has_hf" = 1 ]; then

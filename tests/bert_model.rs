@@ -428,7 +428,8 @@ fn sorted_names(vs: &nn::VarStore) -> Vec<String> {
 
 /// A batch without padding attends without a mask (`input_mask: None`, what the batch hand-off
 /// passes for it so a GPU can run FlashAttention): the same outputs and gradients as with its
-/// all-ones mask, for both attention paths, padded and unpadded, dropout included.
+/// all-ones mask, for both attention paths, padded and unpadded, dropout included, and through
+/// the full-length packing of `flash_varlen_unpadded`.
 #[test]
 fn a_batch_without_padding_needs_no_attention_mask() {
     let _turn = rng_turn();
@@ -447,10 +448,19 @@ fn a_batch_without_padding_needs_no_attention_mask() {
     let ones = ids.ones_like();
     let t = targets(&ids);
     let names = sorted_names(&vs);
-    for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
+    // flash: the experimental flash_varlen_unpadded, which sends a batch without padding through
+    // the packed attention path (on a CPU its scatter twin)
+    for (unpad, fused, flash) in [
+        (false, true, false),
+        (true, true, false),
+        (false, false, false),
+        (true, false, false),
+        (false, true, true),
+    ] {
         model.unpad = unpad;
         model.fused_attention = fused;
-        let what = format!("unpad={unpad} fused={fused}");
+        model.flash_varlen_unpadded = flash;
+        let what = format!("unpad={unpad} fused={fused} flash_varlen_unpadded={flash}");
         let eval = |mask: Option<&Tensor>| {
             tch::no_grad(|| model.forward(&ids, &seg, mask, MlmOn::All, false)).0
         };

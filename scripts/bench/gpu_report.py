@@ -263,6 +263,8 @@ TARGETS = [
     ("c", "mlperf-run cuda-graph fused-epilogues", "hf-transformers (sdpa)", 1.4),
     ("c", "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual", None, 360.0),
     ("c", "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual", "hf-transformers (sdpa)", 1.4),
+    ("c", "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen", None, 360.0),
+    ("c", "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen", "hf-transformers (sdpa)", 1.4),
 ]
 # ... and the GPU busy share with CUDA graphs on, for every such row of parts a and c
 BUSY_TARGET_PCT = 97.0

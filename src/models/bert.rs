@@ -285,6 +285,12 @@ pub struct BertForPreTraining {
     /// bias and GELU (tanh form) in their epilogues, as one op (cuBLASLt on a GPU;
     /// [`crate::models::fused_bias_gelu`]).
     pub fused_bias_gelu: bool,
+    /// Experimental (benchmarks only): a batch without padding attends through FlashAttention-2's
+    /// varlen kernel with every sequence at full length (the batch is already "packed": `[B*S,
+    /// heads, head_dim]` token-major) instead of `scaled_dot_product_attention`, which picks
+    /// cuDNN's attention on an H100 / H200. Same math; for measuring the two kernels against
+    /// each other in the training step (`bert_bench_step --flash-varlen`).
+    pub flash_varlen_unpadded: bool,
 }
 
 /// The tokens an encoder layer holds: all `B*S` (with the attention's key mask, `None` when no
@@ -371,6 +377,7 @@ impl BertForPreTraining {
             bf16_residual: false,
             varlen_path: VarlenPath::Auto,
             fused_bias_gelu: false,
+            flash_varlen_unpadded: false,
         })
     }
 
@@ -416,8 +423,15 @@ impl BertForPreTraining {
                 .view([b * s, h]);
             // SDPA boolean mask: true = attend; [B, 1, 1, S] broadcasts over heads and queries
             let attn_mask = input_mask.map(|m| m.ne(0).view([b, 1, 1, s]));
+            // no padding and flash_varlen_unpadded: B sequences of S tokens, packed already
+            let full = (input_mask.is_none() && self.flash_varlen_unpadded && self.fused_attention)
+                .then(|| Packing::full(b, s, input_ids.device()));
+            let tokens = match &full {
+                Some(pack) => Tokens::Packed(pack),
+                None => Tokens::Padded(attn_mask.as_ref()),
+            };
             for layer in &self.layers {
-                x = self.layer_forward(layer, &x, Tokens::Padded(attn_mask.as_ref()), b, s, train);
+                x = self.layer_forward(layer, &x, tokens, b, s, train);
             }
             x.view([b, s, h])
         }

@@ -70,6 +70,19 @@ impl Packing {
     }
 }
 
+impl Packing {
+    /// `batch` sequences of `seq` tokens each, none of them padding: the `[B*S]` token rows as
+    /// they are.
+    pub fn full(batch: i64, seq: i64, device: Device) -> Packing {
+        Packing {
+            idx: Tensor::arange(batch * seq, (Kind::Int64, device)),
+            cu_seqlens: Tensor::arange_start_step(0, (batch + 1) * seq, seq, (Kind::Int, device)),
+            batch,
+            seq,
+        }
+    }
+}
+
 /// Which implementation [`attention`] takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VarlenPath {
