@@ -43,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <mutex>
@@ -250,10 +251,18 @@ std::string g_status_msg;
 bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
                    const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type,
                    int mode);
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
+
+// Where the _v4 forward's own dropout mask draws its Philox numbers: seed and offset as values,
+// or (CUDA graph capture) read at run time from the graph's device pointers.
+struct RngState {
+  uint64_t seed = 0, offset = 0, offset_intragraph = 0;
+  int64_t* seed_ptr = nullptr;
+  int64_t* offset_ptr = nullptr;
+};
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
     const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
-    const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask, double scale,
-    double eps, at::ScalarType out_type);
+    const at::Tensor& gamma, const at::Tensor& beta, const at::Tensor& mask, double draw_p,
+    double scale, double eps, at::ScalarType out_type);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_backward(
     const at::Tensor& dy, const at::Tensor& s, const at::Tensor& mean, const at::Tensor& rstd,
     const at::Tensor& gamma, const at::Tensor& mask, double scale, at::ScalarType h_type,
@@ -297,14 +306,12 @@ struct BiasDropoutAddLayerNorm : public torch::autograd::Function<BiasDropoutAdd
     ctx->saved_data["bias_type"] =
         static_cast<int64_t>(bias.defined() ? bias.scalar_type() : h.scalar_type());
     if (use_kernel) {
-      at::Tensor m;
-      if (drop) {
-        m = mask.defined() ? mask.to(at::kByte).contiguous()
-                           : at::empty(h.sizes(), h.options().dtype(at::kByte)).bernoulli_(1 - p);
-      }
-      auto [y, s, mean, rstd] =
-          kernel_forward(h, bias, residual, gamma, beta, m, drop ? 1.0 / (1.0 - p) : 1.0, eps,
-                         out_type);
+      // a given mask as bytes; else (dropout on) the kernels draw one (draw_p = p)
+      const at::Tensor given = drop && mask.defined() ? mask.to(at::kByte).contiguous()
+                                                      : at::Tensor();
+      auto [y, s, mean, rstd, m] =
+          kernel_forward(h, bias, residual, gamma, beta, given, drop && !mask.defined() ? p : 0.0,
+                         drop ? 1.0 / (1.0 - p) : 1.0, eps, out_type);
       ctx->save_for_backward({s, mean, rstd, gamma, m});
       return {y};
     }
@@ -460,6 +467,7 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
 // ---- the GPU side of the kernel path: NVRTC module, driver-API launch ------------------------
 #ifdef MLPERF_RUN_CUDA
 
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -609,6 +617,28 @@ bool cuda_kernels_ready(int device, int ht, int rt, int ot) {
   return g_status.load() >= 0 && kernels_for(device, ht, rt, ot) != nullptr;
 }
 
+// The device's default generator's Philox state for one draw of the _v4 forward's mask, with
+// the generator's offset advanced past it (by 4, its granularity): values, or under CUDA graph
+// capture the graph's seed / offset pointers plus this draw's offset inside the graph.
+RngState cuda_rng_state(int device) {
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(device));
+  at::PhiloxCudaState st;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    st = at::check_generator<at::CUDAGeneratorImpl>(gen)->philox_cuda_state(4);
+  }
+  RngState r;
+  if (st.captured_) {
+    r.seed_ptr = st.seed_.ptr;
+    r.offset_ptr = st.offset_.ptr;
+    r.offset_intragraph = st.offset_intragraph_;
+  } else {
+    r.seed = st.seed_.val;
+    r.offset = st.offset_.val;
+  }
+  return r;
+}
+
 void cuda_launch(int device, int ht, int rt, int ot, fe::Kernel which, unsigned gx, unsigned gy,
                  unsigned threads, void** args) {
   const Kernels* k = kernels_for(device, ht, rt, ot);
@@ -624,6 +654,9 @@ void cuda_launch(int device, int ht, int rt, int ot, fe::Kernel which, unsigned 
 
 namespace {
 bool cuda_kernels_ready(int, int, int, int) { return false; }
+RngState cuda_rng_state(int) {
+  TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
+}
 void cuda_launch(int, int, int, int, fe::Kernel, unsigned, unsigned, unsigned, void**) {
   TORCH_CHECK(false, "fused epilogue: built without the `cuda` feature (no kernel path)");
 }
@@ -671,6 +704,11 @@ bool v4_aligned(const at::Tensor& t) {
 // row kernels ran; the CPU's autograd runs a backward in the thread that called it).
 thread_local int64_t t_v4_launches[2] = {0, 0};
 
+// Whether a forward on this thread that needs a dropout mask lets the _v4 kernel draw it (the
+// default) or draws it with ATen's bernoulli_, as the composite path does (tests that compare
+// the two paths step for step turn it off on their thread).
+thread_local bool t_draw_in_kernel = true;
+
 bool v4_usable(int64_t cols, std::initializer_list<const at::Tensor*> tensors) {
   if (cols % 4 != 0 || cols > kV4MaxCols) return false;
   for (const at::Tensor* t : tensors) {
@@ -702,10 +740,13 @@ bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor
   return kernels_ready(dev, ht, rt, ot);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
+// y, s, mean, rstd and the dropout mask applied (undefined without dropout). `mask`: a given
+// mask (bytes), or undefined; draw_p > 0 (no mask given): draw one with keep probability
+// 1 - draw_p, in the _v4 kernel itself where it runs, else with ATen's bernoulli_ on the device.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
     const at::Tensor& h_in, const at::Tensor& bias_in, const at::Tensor& res_in,
-    const at::Tensor& gamma_in, const at::Tensor& beta_in, const at::Tensor& mask, double scale,
-    double eps, at::ScalarType out_type) {
+    const at::Tensor& gamma_in, const at::Tensor& beta_in, const at::Tensor& mask_in,
+    double draw_p, double scale, double eps, at::ScalarType out_type) {
   const int64_t cols = h_in.size(-1);
   const int64_t rows = h_in.numel() / cols;
   const int ht = type_code(h_in.scalar_type()), rt = type_code(res_in.scalar_type()),
@@ -720,6 +761,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
   stat_shape.push_back(1);
   at::Tensor mean = at::empty(stat_shape, h.options().dtype(at::kFloat));
   at::Tensor rstd = at::empty(stat_shape, h.options().dtype(at::kFloat));
+  at::Tensor mask = mask_in;
+  at::Tensor mask_out;  // drawn by the _v4 kernel
+  const bool v4 = v4_usable(cols, {&h, &bias, &mask, &res, &gamma, &beta, &y, &s});
+  RngState rng;
+  if (draw_p > 0) {
+    if (v4 && t_draw_in_kernel) {
+      mask_out = at::empty(h.sizes(), h.options().dtype(at::kByte));
+      if (h.is_cuda()) {
+        rng = cuda_rng_state(h.device().index());
+      } else {
+        // the emulator: a seed from the CPU generator (manual_seed makes it repeat)
+        rng.seed = static_cast<uint64_t>(
+            at::randint(std::numeric_limits<int64_t>::max(), {1}, at::kLong).item<int64_t>());
+      }
+    } else {
+      mask = at::empty(h.sizes(), h.options().dtype(at::kByte)).bernoulli_(1 - draw_p);
+    }
+  }
   const void* hp = h.data_ptr();
   const void* bp = ptr_or_null(bias);
   const void* mp = ptr_or_null(mask);
@@ -732,12 +791,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_forward(
   void* sp = s.data_ptr();
   void* meanp = mean.data_ptr();
   void* rstdp = rstd.data_ptr();
-  void* args[] = {&hp, &bp, &mp, &sc, &rp, &gp, &bep, &ep, &c, &yp, &sp, &meanp, &rstdp};
-  const bool v4 = v4_usable(cols, {&h, &bias, &mask, &res, &gamma, &beta, &y, &s});
+  void* mop = mask_out.defined() ? mask_out.data_ptr() : nullptr;
+  float keep = static_cast<float>(1.0 - draw_p);
+  unsigned long long seed = rng.seed, offset = rng.offset, intra = rng.offset_intragraph;
+  const long long* seedp = reinterpret_cast<const long long*>(rng.seed_ptr);
+  const long long* offp = reinterpret_cast<const long long*>(rng.offset_ptr);
+  // the scalar kernel takes the first 13 (cuLaunchKernel and the emulator read as many as the
+  // kernel has parameters)
+  void* args[] = {&hp,  &bp,  &mp,   &sc,   &rp,    &gp,   &bep,  &ep,   &c,    &yp,
+                  &sp,  &meanp, &rstdp, &mop, &keep, &seed, &seedp, &offset, &offp, &intra};
   launch(h.device(), ht, rt, ot, v4 ? fe::kForwardV4 : fe::kForward,
          static_cast<unsigned>(rows), 1, args);
   if (v4) ++t_v4_launches[0];
-  return {y, s, mean, rstd};
+  return {y, s, mean, rstd, mask_out.defined() ? mask_out : mask};
 }
 
 // d h, d residual (need_res), d gamma, d beta and (need_bias) the dense bias's gradient, fp32.
@@ -876,6 +942,10 @@ int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const a
     *out = new at::Tensor(run_epilogue(h, candidate ? bb : at::Tensor(), args, used_kernel));
   });
 }
+
+// in_kernel != 0: the _v4 forward draws the dropout masks of this thread's calls (the default);
+// 0: ATen's bernoulli_ draws them, as on the composite path.
+void mr_fe_set_thread_mask_draw(int in_kernel) { t_draw_in_kernel = in_kernel != 0; }
 
 // How many times this thread launched the vectorised forward (which 0) or backward (1) row
 // kernel.

@@ -89,6 +89,29 @@ __device__ __forceinline__ void load_mask4(const unsigned char* p, unsigned char
   for (int j = 0; j < 4; ++j) o[j] = t.v[j];
 }
 
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"): four 32-bit
+// random words from a 128-bit counter and a 64-bit key, for the _v4 forward's own dropout mask.
+__device__ __forceinline__ unsigned mr_umulhi(unsigned a, unsigned b) {
+#ifdef __CUDACC_RTC__
+  return __umulhi(a, b);
+#else
+  return (unsigned)(((unsigned long long)a * b) >> 32);
+#endif
+}
+__device__ __forceinline__ void philox4x32_10(unsigned c[4], unsigned k0, unsigned k1) {
+  for (int r = 0; r < 10; ++r) {
+    const unsigned hi0 = mr_umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+    const unsigned hi1 = mr_umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+    const unsigned n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 // `buf` holds 33 floats; the trailing __syncthreads lets the caller reuse it at once.
 __device__ __forceinline__ float block_sum(float v, float* buf) {
@@ -205,15 +228,33 @@ MR_KERNEL void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restric
 // a row is read once and s is written once and never read back here.
 #define MR_FE_GROUPS 2
 
+//
+// mr_fe_forward_v4 can also draw the dropout mask itself (mask_out given, `mask` null): element
+// e of the tensor is kept when the Philox4x32-10 word of counter (e / 4 as 64 bits, offset as 64
+// bits) and key `seed`, picked by e % 4, is below keep * 2^32; the mask goes to mask_out for the
+// backward. seed and offset come as values, or under CUDA graph capture as device pointers
+// read at run time (offset = *offset_ptr + offset_intragraph), as ATen's philox unpack reads a
+// PhiloxCudaState, so every replay draws a new mask.
 MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __restrict__ bias,
                                 const unsigned char* __restrict__ mask, float scale,
                                 const RT::T* __restrict__ res, const float* __restrict__ gamma,
                                 const float* __restrict__ beta, float eps, int cols,
                                 OT::T* __restrict__ y, float* __restrict__ s,
-                                float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+                                float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                unsigned char* __restrict__ mask_out, float keep,
+                                unsigned long long seed_val, const long long* seed_ptr,
+                                unsigned long long offset_val, const long long* offset_ptr,
+                                unsigned long long offset_intragraph) {
   __shared__ float buf[33];
   const long long base = (long long)blockIdx.x * cols;
   const int groups = cols >> 2;
+  unsigned long long seed = seed_val, offset = offset_val;
+  if (mask_out) {
+    if (seed_ptr) seed = (unsigned long long)*seed_ptr;
+    if (offset_ptr) offset = (unsigned long long)*offset_ptr + offset_intragraph;
+  }
+  // keep * 2^32 as an integer threshold (keep < 1)
+  const unsigned threshold = (unsigned)((double)keep * 4294967296.0);
   float v[MR_FE_GROUPS][4];
   float sum = 0.f;
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
@@ -226,10 +267,20 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
     load4<RT>(res + i, rv);
     if (bias) load4<F32>(bias + 4 * g, bv);
     if (mask) load_mask4(mask + i, mv);
+    if (mask_out) {
+      const unsigned long long e4 = (unsigned long long)(i >> 2);
+      unsigned c[4] = {(unsigned)e4, (unsigned)(e4 >> 32), (unsigned)offset,
+                       (unsigned)(offset >> 32)};
+      philox4x32_10(c, (unsigned)seed, (unsigned)(seed >> 32));
+      U8x4 m;
+      for (int j = 0; j < 4; ++j) m.v[j] = mv[j] = c[j] < threshold ? 1 : 0;
+      *reinterpret_cast<U8x4*>(mask_out + i) = m;
+    }
+    const bool masked = mask || mask_out;
     for (int j = 0; j < 4; ++j) {
       float x = hv[j];
       if (bias) x += bv[j];
-      if (mask) x = mv[j] ? x * scale : 0.f;
+      if (masked) x = mv[j] ? x * scale : 0.f;
       x += rv[j];
       v[k][j] = x;
       sum += x;

@@ -16,7 +16,8 @@ use common::tensors::max_rel;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::fused_epilogue::{
-    bias_dropout_add_ln, dense_dropout_add_ln, kernel_built, nvrtc_compile, Epilogue, FusedPath,
+    bias_dropout_add_ln, dense_dropout_add_ln, kernel_built, nvrtc_compile,
+    set_thread_mask_draw_in_kernel, Epilogue, FusedPath,
 };
 use std::path::PathBuf;
 use tch::{nn, Device, Kind, Tensor};
@@ -390,6 +391,9 @@ fn tiny_bert_trains_through_the_emulated_cuda_kernels_as_through_the_composite_p
     // LayerNorm runs in fp32 inside. Same math as the composite path; only the rounding (and
     // under autocast the fp32 residual sum) differs.
     let _turn = rng_turn();
+    // the same masks on both paths: ATen's bernoulli_ draws the kernels' too (by default the
+    // vectorised forward draws its own; tests/fused_epilogue_kernels.rs checks those)
+    set_thread_mask_draw_in_kernel(false);
     // (unpadded rows take the same kernels; the kernel tests cover row counts)
     for (unpad, bf16, tol) in [(false, false, 1e-5), (false, true, 2e-3)] {
         let what = format!("unpad {unpad} bf16 {bf16}");

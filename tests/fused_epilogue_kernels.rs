@@ -400,3 +400,70 @@ fn the_emulated_path_refuses_what_the_kernels_do_not_take() {
         "C++ backtrace in: {msg}"
     );
 }
+
+/// The vectorised forward draws the dropout mask itself when none is given (Philox in the
+/// kernel; the backward reads the mask it wrote): about 1 - p of the elements kept, the output
+/// and every gradient those of the fp64 math with exactly that mask, a new mask every call, and
+/// the same one again after the same manual seed.
+#[test]
+fn the_vectorised_forward_draws_its_own_mask() {
+    let c = Case {
+        rows: 48,
+        cols: 1024,
+        h: Kind::Float,
+        residual: Kind::Float,
+        autocast: false,
+        p: 0.1,
+        bias: true,
+        out: None,
+    };
+    let mut i = inputs(&c, 40);
+    i.mask = None;
+    // the mask a call applied: where d h is exactly 0 (d y is random, so d s is not)
+    let draw = |seed: Option<i64>| {
+        let _turn = seed.map(seeded);
+        let before = vectorised_launches();
+        let (out, ran) = run(&c, &i, FusedPath::Emulated);
+        assert!(ran, "the emulated kernel path did not run");
+        assert_eq!(
+            vectorised_launches().0 - before.0,
+            1,
+            "the vectorised forward did not run"
+        );
+        let mask = out[1].ne(0.0).to_kind(Kind::Float);
+        (out, mask)
+    };
+    let (out, mask) = draw(Some(3));
+    let n = (c.rows * c.cols) as f64;
+    let kept = mask.sum(Kind::Double).double_value(&[]) / n;
+    // 1 - p within 4.4 standard deviations of a binomial share
+    let sd = (c.p * (1.0 - c.p) / n).sqrt();
+    assert!(
+        (kept - (1.0 - c.p)).abs() < 4.4 * sd,
+        "kept {kept:.4} of the elements, expected {:.4} +- {:.4}",
+        1.0 - c.p,
+        4.4 * sd
+    );
+    let mut with_mask = inputs(&c, 40);
+    with_mask.mask = Some(mask.shallow_clone());
+    let reference = reference(&c, &with_mask);
+    for (k, name) in NAMES.iter().enumerate() {
+        let e = max_rel(&out[k], &reference[k]);
+        let limit = if *name == "d bias" {
+            2.0 * bound(c.h)
+        } else {
+            bound(out[k].kind())
+        };
+        assert!(
+            e <= limit,
+            "{name}: {e:e} off the fp64 math with the drawn mask (bound {limit:e})"
+        );
+    }
+    let (_, again) = draw(None);
+    assert!(!again.equal(&mask), "a second call drew the same mask");
+    let (_, reseeded) = draw(Some(3));
+    assert!(
+        reseeded.equal(&mask),
+        "the same manual seed drew another mask"
+    );
+}

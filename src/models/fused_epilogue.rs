@@ -54,6 +54,7 @@ extern "C" {
     ) -> c_int;
     fn mr_fe_kernel_status(msg: Err) -> c_int;
     fn mr_fe_v4_launches(which: c_int) -> i64;
+    fn mr_fe_set_thread_mask_draw(in_kernel: c_int);
     fn mr_fe_kernel_built() -> c_int;
     fn mr_cuda_emu_selftest(
         which: c_int,
@@ -237,6 +238,17 @@ pub fn dense_dropout_add_ln(
 pub fn vectorised_launches() -> (i64, i64) {
     // SAFETY: no pointers.
     unsafe { (mr_fe_v4_launches(0), mr_fe_v4_launches(1)) }
+}
+
+/// Who draws the dropout mask when the calling thread's forward needs one (no mask given) and
+/// the vectorised forward runs: that kernel itself (`true`, the default: Philox from the
+/// device's generator, no separate pass) or ATen's `bernoulli_` as the composite path does
+/// (`false`: the two paths then draw the same mask from the same generator state, for tests
+/// that compare them step for step).
+#[doc(hidden)]
+pub fn set_thread_mask_draw_in_kernel(in_kernel: bool) {
+    // SAFETY: no pointers.
+    unsafe { mr_fe_set_thread_mask_draw(in_kernel as c_int) }
 }
 
 /// Whether this build has the CUDA kernel path (cargo feature `cuda`).
