@@ -871,7 +871,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
     void* dbp = dbeta.data_ptr();
     void* dbiasp = need_bias ? dbias.data_ptr() : nullptr;
     void* args[] = {&pgp, &pbp, &pbiasp, &n, &c, &dgp, &dbp, &dbiasp};
-    launch(s.device(), ht, rt, ot, fe::kColsumFinal, gx, 1, args);
+    // 32 columns per block
+    launch(s.device(), ht, rt, ot, fe::kColsumFinal, static_cast<unsigned>((cols + 31) / 32), 1,
+           args);
   }
   return {dh, dres, dgamma, dbeta, dbias};
 }

@@ -357,25 +357,51 @@ MR_KERNEL void mr_fe_backward_v4(const OT::T* __restrict__ dy, const float* __re
   }
 }
 
-// The column sums' second stage: thread = column, the [chunks, cols] partials of
-// mr_fe_colsum summed in chunk order (deterministic): d gamma, d beta and, when given, the
-// dense bias's gradient (the column sum of d h in h's dtype, rounded to it as ATen's sum of a
-// 16-bit d h would be, then widened to the fp32 bias).
+// The column sums' second stage: the [chunks, cols] partials of mr_fe_colsum summed per
+// column into d gamma, d beta and, when given, the dense bias's gradient (the column sum of d h
+// in h's dtype, rounded to it as ATen's sum of a 16-bit d h would be, then widened to the fp32
+// bias). A block takes 32 columns (lane = column); its warps split the chunks (warp w: chunks
+// w, w + warps, ...; four at a time, so each thread has several loads in flight), and warp 0
+// adds the warps' sums in warp order: the same order every run (deterministic).
 MR_KERNEL void mr_fe_colsum_final(const float* __restrict__ part_gamma,
                                   const float* __restrict__ part_beta,
                                   const float* __restrict__ part_bias, int chunks, int cols,
                                   float* __restrict__ dgamma, float* __restrict__ dbeta,
                                   float* __restrict__ dbias) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float g = 0.f, b = 0.f, hb = 0.f;
-  for (int k = 0; k < chunks; ++k) {
-    const long long i = (long long)k * cols + c;
-    g += part_gamma[i];
-    b += part_beta[i];
-    if (part_bias) hb += part_bias[i];
+  __shared__ float red[3][32][33];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int c = blockIdx.x * 32 + lane;
+  float g[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f}, hb[4] = {0.f, 0.f, 0.f, 0.f};
+  if (c < cols) {
+    int k = warp;
+    for (; k + 3 * warps < chunks; k += 4 * warps) {
+      for (int u = 0; u < 4; ++u) {
+        const long long i = (long long)(k + u * warps) * cols + c;
+        g[u] += part_gamma[i];
+        b[u] += part_beta[i];
+        if (part_bias) hb[u] += part_bias[i];
+      }
+    }
+    for (; k < chunks; k += warps) {
+      const long long i = (long long)k * cols + c;
+      g[0] += part_gamma[i];
+      b[0] += part_beta[i];
+      if (part_bias) hb[0] += part_bias[i];
+    }
   }
-  dgamma[c] = g;
-  dbeta[c] = b;
-  if (part_bias) dbias[c] = HT::load(HT::store(hb));
+  red[0][warp][lane] = (g[0] + g[1]) + (g[2] + g[3]);
+  red[1][warp][lane] = (b[0] + b[1]) + (b[2] + b[3]);
+  red[2][warp][lane] = (hb[0] + hb[1]) + (hb[2] + hb[3]);
+  __syncthreads();
+  if (warp == 0 && c < cols) {
+    float sg = 0.f, sb = 0.f, sh = 0.f;
+    for (int w = 0; w < warps; ++w) {
+      sg += red[0][w][lane];
+      sb += red[1][w][lane];
+      sh += red[2][w][lane];
+    }
+    dgamma[c] = sg;
+    dbeta[c] = sb;
+    if (part_bias) dbias[c] = HT::load(HT::store(sh));
+  }
 }
