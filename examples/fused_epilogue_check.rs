@@ -14,14 +14,19 @@
 //! with the differences and `ok`. Exit status 1 when the kernel path did not run on CUDA or a
 //! relative difference exceeds 2e-2 (bf16 rounding: the composite rounds h + bias and the dropout
 //! product to bf16 where the kernel keeps fp32). On a CPU both sides run the composite path
-//! (plumbing only).
+//! (plumbing only). It also checks the mask the kernel draws itself when none is given (the
+//! vectorised forward's Philox draw): about 1 - p kept and 2p(1-p) of the positions changed on a
+//! second call (each within 5 binomial standard deviations), and the composite path given
+//! exactly that mask agreeing within 2e-2 (`check: drawn_mask`; a failure fails the check).
 
 mod common;
 
 use anyhow::{bail, Result};
 use common::{Flags, OpShape};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
-use mlperf_run::models::fused_epilogue::{dense_dropout_add_ln, kernel_built, Epilogue, FusedPath};
+use mlperf_run::models::fused_epilogue::{
+    bias_dropout_add_ln, dense_dropout_add_ln, kernel_built, Epilogue, FusedPath,
+};
 use tch::{Kind, Tensor};
 
 const USAGE: &str = "fused_epilogue_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
@@ -146,6 +151,60 @@ fn main() -> Result<()> {
     assert!(!composite_kernel);
     let (diffs, worst_rel) = common::max_diffs(&fused, &composite, &NAMES);
 
+    // the mask the kernel draws itself (no mask given; the vectorised forward's Philox draw on a
+    // GPU): about 1 - p kept, a new one per call, and the composite path given exactly that
+    // mask agrees with it
+    let h0 = Tensor::randn([a.tokens, a.hidden], f).to_kind(Kind::BFloat16);
+    let drawn = |path: FusedPath, mask: Option<&Tensor>| -> Result<(Vec<Tensor>, bool)> {
+        let h = h0.detach().set_requires_grad(true);
+        let (y, kernel) = maybe_autocast(d, precision, || {
+            bias_dropout_add_ln(
+                &h,
+                Some(&l.b),
+                &Epilogue {
+                    residual: &l.residual,
+                    gamma: &l.gamma,
+                    beta: &l.beta,
+                    eps: 1e-12,
+                    p,
+                    train: true,
+                    mask,
+                    path,
+                    out: None,
+                },
+            )
+        })??;
+        (&y * dy.to_kind(y.kind())).sum(y.kind()).backward();
+        Ok((vec![y.detach(), h.grad().copy()], kernel))
+    };
+    let (first, drew) = drawn(kernel_path, None)?;
+    let kept_mask = first[1].ne(0.0);
+    let n = (a.tokens * a.hidden) as f64;
+    let kept = kept_mask.sum(Kind::Double).double_value(&[]) / n;
+    let (second, _) = drawn(kernel_path, None)?;
+    let changed = second[1]
+        .ne(0.0)
+        .ne_tensor(&kept_mask)
+        .sum(Kind::Double)
+        .double_value(&[])
+        / n;
+    let (given, _) = drawn(FusedPath::Composite, Some(&kept_mask))?;
+    let (mask_diffs, mask_rel) = common::max_diffs(&first, &given, &["y", "d_h"]);
+    // 2p(1-p) of the positions differ between two independent masks; both shares within 5
+    // standard deviations of a binomial share
+    let q = 2.0 * p * (1.0 - p);
+    let mask_ok = (kept - (1.0 - p)).abs() < 5.0 * (p * (1.0 - p) / n).sqrt()
+        && (changed - q).abs() < 5.0 * (q * (1.0 - q) / n).sqrt()
+        && mask_rel < 2e-2;
+    println!(
+        "{}",
+        serde_json::json!({
+            "check": "drawn_mask", "ok": mask_ok, "kernel_ran": drew, "kept": kept,
+            "changed_between_calls": changed, "expected_changed": 2.0 * p * (1.0 - p),
+            "worst_rel_vs_composite_with_that_mask": mask_rel, "diffs": mask_diffs,
+        })
+    );
+
     // timing: each side `rounds` times after 3 warm-up rounds, device-synchronised per round
     let mut medians = Vec::new();
     for (side, path) in [
@@ -166,7 +225,7 @@ fn main() -> Result<()> {
             })
         );
     }
-    let ok = worst_rel < 2e-2 && (kernel_ran || !d.is_cuda());
+    let ok = worst_rel < 2e-2 && (kernel_ran || !d.is_cuda()) && mask_ok;
     println!(
         "{}",
         serde_json::json!({
@@ -178,7 +237,9 @@ fn main() -> Result<()> {
     );
     if !ok {
         bail!(
-            "fused epilogue check failed: kernel ran {kernel_ran}, worst relative difference {worst_rel:e}"
+            "fused epilogue check failed: kernel ran {kernel_ran}, worst relative difference \
+             {worst_rel:e}, drawn mask ok {mask_ok} (kept {kept:.4}, changed {changed:.4}, \
+             {mask_rel:e} off the composite path with that mask)"
         );
     }
     Ok(())
