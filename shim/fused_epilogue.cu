@@ -230,9 +230,9 @@ MR_KERNEL void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restric
 
 //
 // mr_fe_forward_v4 can also draw the dropout mask itself (mask_out given, `mask` null): element
-// e of the tensor is kept when the Philox4x32-10 word of counter (e / 4 as 64 bits, offset as 64
-// bits) and key `seed`, picked by e % 4, is below keep * 2^32; the mask goes to mask_out for the
-// backward. seed and offset come as values, or under CUDA graph capture as device pointers
+// e of the tensor is kept when the Philox4x32-10 word of counter (offset / 4 as 64 bits, then
+// e / 4 as 64 bits) and key `seed`, picked by e % 4, is below keep * 2^32; the mask goes to
+// mask_out for the backward. seed and offset come as values, or under CUDA graph capture as device pointers
 // read at run time (offset = *offset_ptr + offset_intragraph), as ATen's philox unpack reads a
 // PhiloxCudaState, so every replay draws a new mask.
 MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __restrict__ bias,
@@ -268,9 +268,11 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
     if (bias) load4<F32>(bias + 4 * g, bv);
     if (mask) load_mask4(mask + i, mv);
     if (mask_out) {
-      const unsigned long long e4 = (unsigned long long)(i >> 2);
-      unsigned c[4] = {(unsigned)e4, (unsigned)(e4 >> 32), (unsigned)offset,
-                       (unsigned)(offset >> 32)};
+      // curand's layout (ATen's dropout kernels): the offset's 4-word block in the counter's low
+      // half, the subsequence (here the element group) in its high half; the generator reserved
+      // this block for this call alone, so no other kernel's counters meet ours
+      const unsigned long long e4 = (unsigned long long)(i >> 2), o4 = offset >> 2;
+      unsigned c[4] = {(unsigned)o4, (unsigned)(o4 >> 32), (unsigned)e4, (unsigned)(e4 >> 32)};
       philox4x32_10(c, (unsigned)seed, (unsigned)(seed >> 32));
       U8x4 m;
       for (int j = 0; j < 4; ++j) m.v[j] = mv[j] = c[j] < threshold ? 1 : 0;
