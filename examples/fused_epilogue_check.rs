@@ -66,6 +66,21 @@ struct Leaves {
 }
 
 impl Leaves {
+    /// The op's arguments beside h (or the dense layer): training with dropout p.
+    fn epilogue<'a>(&'a self, p: f64, path: FusedPath, mask: Option<&'a Tensor>) -> Epilogue<'a> {
+        Epilogue {
+            residual: &self.residual,
+            gamma: &self.gamma,
+            beta: &self.beta,
+            eps: 1e-12,
+            p,
+            train: true,
+            mask,
+            path,
+            out: None,
+        }
+    }
+
     fn all(&self) -> [&Tensor; 6] {
         [
             &self.x,
@@ -105,22 +120,7 @@ fn main() -> Result<()> {
         common::zero_grads(&l.all());
         let (y, kernel) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
             match path {
-                Some(path) => dense_dropout_add_ln(
-                    &l.x,
-                    &l.w,
-                    &l.b,
-                    &Epilogue {
-                        residual: &l.residual,
-                        gamma: &l.gamma,
-                        beta: &l.beta,
-                        eps: 1e-12,
-                        p,
-                        train: true,
-                        mask,
-                        path,
-                        out: None,
-                    },
-                ),
+                Some(path) => dense_dropout_add_ln(&l.x, &l.w, &l.b, &l.epilogue(p, path, mask)),
                 None => {
                     let h = l.x.linear(&l.w, Some(&l.b)).dropout(p, true);
                     let y = (h + &l.residual).layer_norm(
@@ -158,21 +158,7 @@ fn main() -> Result<()> {
     let drawn = |path: FusedPath, mask: Option<&Tensor>| -> Result<(Vec<Tensor>, bool)> {
         let h = h0.detach().set_requires_grad(true);
         let (y, kernel) = maybe_autocast(d, precision, || {
-            bias_dropout_add_ln(
-                &h,
-                Some(&l.b),
-                &Epilogue {
-                    residual: &l.residual,
-                    gamma: &l.gamma,
-                    beta: &l.beta,
-                    eps: 1e-12,
-                    p,
-                    train: true,
-                    mask,
-                    path,
-                    out: None,
-                },
-            )
+            bias_dropout_add_ln(&h, Some(&l.b), &l.epilogue(p, path, mask))
         })??;
         (&y * dy.to_kind(y.kind())).sum(y.kind()).backward();
         Ok((vec![y.detach(), h.grad().copy()], kernel))
