@@ -13,8 +13,8 @@
 //   kernel (bias, mask, residual, LayerNorm statistics, output) and one row-per-block backward
 //   kernel (LayerNorm backward fused with the mask and the residual gradient), plus column-sum
 //   kernels for d gamma, d beta and the dense bias's gradient (partial sums per chunk of rows,
-//   then one pass over the partials). Rows of a multiple of 4 elements (BERT's 1024) take
-//   vectorised variants of the row kernels that keep the row in registers. The kernels are
+//   then one pass over the partials). Rows of a multiple of 4 elements up to 1,024 (BERT's)
+//   take vectorised variants of the row kernels: a warp per row, the row kept in registers. The kernels are
 //   compiled at run time with NVRTC (torch's wheel ships libnvrtc; no nvcc needed) on first use
 //   and launched through the driver API, both
 //   dlopen'ed: no link-time dependency on libcuda or libnvrtc. The dropout mask comes from ATen's
@@ -689,10 +689,16 @@ void launch(const at::Device& device, int ht, int rt, int ot, fe::Kernel which, 
 
 const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-// The vectorised row kernels (mr_fe_*_v4) take rows of a multiple of 4 elements, at most
-// 4 * kThreads * MR_FE_GROUPS (2) of them, and every tensor's data aligned to 4 of its
-// elements (4 bytes for the mask); an undefined tensor is no obstacle.
-constexpr int64_t kV4MaxCols = 4 * kThreads * 2;
+// The vectorised row kernels (mr_fe_*_v4: a warp per row, kThreads / 32 rows per block) take
+// rows of a multiple of 4 elements, at most 4 * 32 * MR_FE_GROUPS (8) of them, and every
+// tensor's data aligned to 4 of its elements (4 bytes for the mask); an undefined tensor is no
+// obstacle.
+constexpr int64_t kV4MaxCols = 4 * 32 * 8;
+constexpr unsigned kV4RowsPerBlock = kThreads / 32;
+
+unsigned v4_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kV4RowsPerBlock - 1) / kV4RowsPerBlock);
+}
 
 bool v4_aligned(const at::Tensor& t) {
   if (!t.defined()) return true;
@@ -796,12 +802,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_fo
   unsigned long long seed = rng.seed, offset = rng.offset, intra = rng.offset_intragraph;
   const long long* seedp = reinterpret_cast<const long long*>(rng.seed_ptr);
   const long long* offp = reinterpret_cast<const long long*>(rng.offset_ptr);
+  int nrows = static_cast<int>(rows);
   // the scalar kernel takes the first 13 (cuLaunchKernel and the emulator read as many as the
   // kernel has parameters)
-  void* args[] = {&hp,  &bp,  &mp,   &sc,   &rp,    &gp,   &bep,  &ep,   &c,    &yp,
-                  &sp,  &meanp, &rstdp, &mop, &keep, &seed, &seedp, &offset, &offp, &intra};
-  launch(h.device(), ht, rt, ot, v4 ? fe::kForwardV4 : fe::kForward,
-         static_cast<unsigned>(rows), 1, args);
+  void* args[] = {&hp,  &bp,    &mp,    &sc,  &rp,   &gp,   &bep,  &ep,     &c,    &yp,    &sp,
+                  &meanp, &rstdp, &mop, &keep, &seed, &seedp, &offset, &offp, &intra, &nrows};
+  if (v4) {
+    launch(h.device(), ht, rt, ot, fe::kForwardV4, v4_blocks(rows), 1, args);
+  } else {
+    launch(h.device(), ht, rt, ot, fe::kForward, static_cast<unsigned>(rows), 1, args);
+  }
   if (v4) ++t_v4_launches[0];
   return {y, s, mean, rstd, mask_out.defined() ? mask_out : mask};
 }
@@ -831,10 +841,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
     int c = static_cast<int>(cols);
     void* dhp = dh.data_ptr();
     void* drp = need_res ? dres.data_ptr() : nullptr;
-    void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp};
+    int nrows = static_cast<int>(rows);
+    // the scalar kernel takes the first 10
+    void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp, &nrows};
     const bool v4 = v4_usable(cols, {&dy, &s, &g, &mask, &dh, &dres});
-    launch(s.device(), ht, rt, ot, v4 ? fe::kBackwardV4 : fe::kBackward,
-           static_cast<unsigned>(rows), 1, args);
+    if (v4) {
+      launch(s.device(), ht, rt, ot, fe::kBackwardV4, v4_blocks(rows), 1, args);
+    } else {
+      launch(s.device(), ht, rt, ot, fe::kBackward, static_cast<unsigned>(rows), 1, args);
+    }
     if (v4) ++t_v4_launches[1];
   }
   // d gamma, d beta: partial sums over chunks of (at least) 64 rows, then one ATen sum; the

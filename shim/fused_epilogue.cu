@@ -221,20 +221,27 @@ MR_KERNEL void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restric
 
 // ---- the vectorised row kernels ------------------------------------------------------------
 // mr_fe_forward and mr_fe_backward for rows whose length is a multiple of 4 and at most
-// 4 * blockDim.x * MR_FE_GROUPS, with every pointer aligned to its 4-element vector (the host
-// checks; other rows take the kernels above). The same math, element for element, as those:
-// each thread owns groups of 4 adjacent elements (group g = threadIdx.x + k * blockDim.x), loads
-// and stores each group as one vector and keeps its values in registers between the passes, so
-// a row is read once and s is written once and never read back here.
-#define MR_FE_GROUPS 2
+// 4 * 32 * MR_FE_GROUPS (1,024), with every pointer aligned to its 4-element vector (the host
+// checks; other rows take the kernels above). The same math, element for element, as those, but
+// one WARP per row (blockDim.x / 32 rows per block, `rows` bounds the last block): lane l owns
+// the groups of 4 adjacent elements g = l + 32 k, loads and stores each group as one vector and
+// keeps its values in registers between the passes, and the row's sums are warp shuffles, with
+// no block barrier. So a row is read once, s is written once and never read back here, and an
+// SM keeps dozens of rows' loads in flight.
+#define MR_FE_GROUPS 8
 
-//
+// Sum over the warp; every lane gets the result.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // mr_fe_forward_v4 can also draw the dropout mask itself (mask_out given, `mask` null): element
 // e of the tensor is kept when the Philox4x32-10 word of counter (offset / 4 as 64 bits, then
 // e / 4 as 64 bits) and key `seed`, picked by e % 4, is below keep * 2^32; the mask goes to
-// mask_out for the backward. seed and offset come as values, or under CUDA graph capture as device pointers
-// read at run time (offset = *offset_ptr + offset_intragraph), as ATen's philox unpack reads a
-// PhiloxCudaState, so every replay draws a new mask.
+// mask_out for the backward. seed and offset come as values, or under CUDA graph capture as
+// device pointers read at run time (offset = *offset_ptr + offset_intragraph), as ATen's philox
+// unpack reads a PhiloxCudaState, so every replay draws a new mask.
 MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __restrict__ bias,
                                 const unsigned char* __restrict__ mask, float scale,
                                 const RT::T* __restrict__ res, const float* __restrict__ gamma,
@@ -244,9 +251,11 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
                                 unsigned char* __restrict__ mask_out, float keep,
                                 unsigned long long seed_val, const long long* seed_ptr,
                                 unsigned long long offset_val, const long long* offset_ptr,
-                                unsigned long long offset_intragraph) {
-  __shared__ float buf[33];
-  const long long base = (long long)blockIdx.x * cols;
+                                unsigned long long offset_intragraph, int rows) {
+  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= rows) return;  // the whole warp: no shuffle is left waiting
+  const long long base = row * cols;
   const int groups = cols >> 2;
   unsigned long long seed = seed_val, offset = offset_val;
   if (mask_out) {
@@ -258,7 +267,7 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
   float v[MR_FE_GROUPS][4];
   float sum = 0.f;
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    const int g = threadIdx.x + k * blockDim.x;
+    const int g = lane + 32 * k;
     if (g >= groups) continue;
     const long long i = base + 4 * g;
     float hv[4], rv[4], bv[4];
@@ -289,19 +298,19 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
     }
     store4(s + i, v[k]);
   }
-  const float mean = block_sum(sum, buf) / cols;
+  const float mean = warp_sum(sum) / cols;
   float sq = 0.f;
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    const int g = threadIdx.x + k * blockDim.x;
+    const int g = lane + 32 * k;
     if (g >= groups) continue;
     for (int j = 0; j < 4; ++j) {
       const float d = v[k][j] - mean;
       sq += d * d;
     }
   }
-  const float rstd = rsqrtf(block_sum(sq, buf) / cols + eps);
+  const float rstd = rsqrtf(warp_sum(sq) / cols + eps);
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    const int g = threadIdx.x + k * blockDim.x;
+    const int g = lane + 32 * k;
     if (g >= groups) continue;
     float gv[4], bev[4], out[4];
     load4<F32>(gamma + 4 * g, gv);
@@ -309,9 +318,9 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
     for (int j = 0; j < 4; ++j) out[j] = (v[k][j] - mean) * rstd * gv[j] + bev[j];
     store4<OT>(y + base + 4 * g, out);
   }
-  if (threadIdx.x == 0) {
-    mean_out[blockIdx.x] = mean;
-    rstd_out[blockIdx.x] = rstd;
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
   }
 }
 
@@ -319,15 +328,17 @@ MR_KERNEL void mr_fe_backward_v4(const OT::T* __restrict__ dy, const float* __re
                                  const float* __restrict__ mean, const float* __restrict__ rstd,
                                  const float* __restrict__ gamma,
                                  const unsigned char* __restrict__ mask, float scale, int cols,
-                                 HT::T* __restrict__ dh, RT::T* __restrict__ dres) {
-  __shared__ float buf[33];
-  const long long base = (long long)blockIdx.x * cols;
+                                 HT::T* __restrict__ dh, RT::T* __restrict__ dres, int rows) {
+  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= rows) return;  // the whole warp
+  const long long base = row * cols;
   const int groups = cols >> 2;
-  const float m = mean[blockIdx.x], r = rstd[blockIdx.x];
+  const float m = mean[row], r = rstd[row];
   float gg[MR_FE_GROUPS][4], xc[MR_FE_GROUPS][4];  // dy * gamma, s - mean
   float sg = 0.f, sgx = 0.f;
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    const int g = threadIdx.x + k * blockDim.x;
+    const int g = lane + 32 * k;
     if (g >= groups) continue;
     const long long i = base + 4 * g;
     float dv[4], sv[4], gv[4];
@@ -341,10 +352,10 @@ MR_KERNEL void mr_fe_backward_v4(const OT::T* __restrict__ dy, const float* __re
       sgx += gg[k][j] * xc[k][j] * r;
     }
   }
-  const float mg = block_sum(sg, buf) / cols;
-  const float mgx = block_sum(sgx, buf) / cols;
+  const float mg = warp_sum(sg) / cols;
+  const float mgx = warp_sum(sgx) / cols;
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    const int g = threadIdx.x + k * blockDim.x;
+    const int g = lane + 32 * k;
     if (g >= groups) continue;
     const long long i = base + 4 * g;
     float ds[4], d[4];
