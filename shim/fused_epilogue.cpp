@@ -14,13 +14,14 @@
 //   kernel (LayerNorm backward fused with the mask and the residual gradient), plus column-sum
 //   kernels for d gamma, d beta and the dense bias's gradient (partial sums per chunk of rows,
 //   then one pass over the partials). Rows of a multiple of 4 elements up to 1,024 (BERT's)
-//   take vectorised variants of the row kernels: a warp per row, the row kept in registers. The kernels are
-//   compiled at run time with NVRTC (torch's wheel ships libnvrtc; no nvcc needed) on first use
-//   and launched through the driver API, both
-//   dlopen'ed: no link-time dependency on libcuda or libnvrtc. The dropout mask comes from ATen's
-//   bernoulli_ on the device (philox offsets are advanced under CUDA graph capture), never from a
-//   seed passed to our kernel, so a captured graph draws a new mask every replay. The kernels'
-//   source is shim/fused_epilogue.cu.
+//   take vectorised variants of the row kernels: a warp per row, the row kept in registers.
+//   The kernels are compiled at run time with NVRTC (torch's wheel ships libnvrtc; no nvcc
+//   needed) on first use and launched through the driver API, both dlopen'ed: no link-time
+//   dependency on libcuda or libnvrtc. The dropout mask: the vectorised forward draws it itself
+//   (Philox from the device generator's Philox state, reserved through ATen; under CUDA graph
+//   capture read from the graph's seed / offset pointers, so each replay draws a new mask) and
+//   writes it for the backward; the other rows get it from ATen's bernoulli_ on the device. The
+//   kernels' source is shim/fused_epilogue.cu.
 // - the same kernels on the CPU (mode 3, tests): CPU tensors go through the same host code, and
 //   the launches run on the emulator of CUDA's execution model (fused_epilogue_emu.cpp), so the
 //   kernels' math and the host code's launch arguments are checked without a GPU.

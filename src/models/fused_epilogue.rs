@@ -8,9 +8,11 @@
 //!   bit-identical to them (`tests/fused_epilogue.rs`).
 //! - **kernel** (CUDA, build feature `cuda`): the bias add, the dropout mask multiply, the
 //!   residual add and the LayerNorm in one row kernel, and the LayerNorm backward fused with the
-//!   mask and the residual gradient in another, compiled at run time with NVRTC on first use. The
-//!   mask comes from ATen's `bernoulli_` on the device, so CUDA graph replays draw new masks. The
-//!   math is the same; the rounding differs from the unfused ops (fp32 throughout inside the
+//!   mask and the residual gradient in another, compiled at run time with NVRTC on first use.
+//!   Rows of a multiple of 4 elements up to 1,024 (BERT's) take vectorised kernels (a warp per
+//!   row), whose forward draws the dropout mask itself (Philox from the device generator's state,
+//!   graph-safe, so CUDA graph replays draw new masks); other rows get it from ATen's
+//!   `bernoulli_` on the device. The math is the same; the rounding differs from the unfused ops (fp32 throughout inside the
 //!   kernel, no intermediate bf16 rounding). If NVRTC or the driver fails, one warning is logged
 //!   and the composite path runs. The same kernels also run on the CPU, on an emulator of CUDA's
 //!   execution model ([`FusedPath::Emulated`]), so CI checks them without a GPU.
