@@ -88,6 +88,7 @@
 #                mlperf-run all-methods, Hugging Face), for a call with little device time (one
 #                torch.compile per round instead of two; 9 of the 21 rows)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
+#                (ResNet-50), and one BERT-Large step's kernels by class, ours vs Hugging Face
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
 #                raw logs in logs/ and smi/ (default: $OUT if set, else runs/bench-gpu; in $OUT
 #                the raw logs come packed as logs.tar.gz, updated after every round)
@@ -600,6 +601,20 @@ if want ncu && round_start ncu "$first_round" "$first_round"; then
       env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_COMMON[@]}" --opt sgd --steps 3
     ncu_side pytorch-eager 2 6 "$PYTHON" "$bench_py/resnet_step.py" "${R_COMMON[@]}" --warmup 1 --steps 1 -- \
       "$PYTHON" "$bench_py/resnet_step.py" "${R_COMMON[@]}" --warmup 1 --steps 5
+    # BERT: one eager step of ours (the fast methods, no graph: ncu times each kernel) and of
+    # Hugging Face, by kernel class (the second of 2 steps)
+    kernels_side() {  # SIDE CMD...
+      local side="$1" tag; shift
+      tag="ncu-$(echo "$side" | tr -c 'A-Za-z0-9._\n-' '_')"
+      echo "== ncu: $side (kernels by class)" >&2
+      "${nc[@]}" --log-file "$raw/logs/$tag.csv" "$@" >"$raw/logs/$tag.log" 2>&1
+      "$PYTHON" "$bench_py/gpu_report.py" kernels --side "$side" --csv "$raw/logs/$tag.csv" \
+        --append "$out/results.jsonl" >/dev/null
+    }
+    kernels_side "bert mlperf-run fused-epilogues fused-qkv bf16-residual" env LD_LIBRARY_PATH="$ours_ld" \
+      "$BSTEP" "${C_SHAPE[@]}" --device cuda --bf16 --fused-epilogues --fused-qkv --bf16-residual --warmup 1 --steps 1
+    [ "$has_hf" = 1 ] && kernels_side "bert hf-transformers (sdpa)" "$PYTHON" "$bench_py/hf_bert_step.py" \
+      "${C_SHAPE[@]}" --device cuda --bf16 --warmup 1 --steps 1
   fi
 fi
 

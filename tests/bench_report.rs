@@ -387,3 +387,85 @@ fn gpu_busy_counts_the_samples_whose_period_lies_inside_the_window() {
     assert_eq!(rec["gpu_samples"], json!(4), "{rec}");
     assert_eq!(rec["gpu_busy_pct"], json!(99.0), "{rec}");
 }
+
+/// `gpu_report.py kernels`: the last training step of an ncu log (after the second-to-last
+/// optimizer update, up to the last), its kernels by class; a kernel whose name holds a
+/// "lambda" is not taken for LAMB, and a log of one step is an error, not a table.
+#[test]
+fn ncu_kernels_of_the_last_step_by_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let row = |id: usize, name: &str, ns: u64| {
+        format!(
+            "\"{id}\",\"1\",\"bench\",\"host\",\"{name}\",\"1\",\"7\",\"(256, 1, 1)\",\"(1, 1, 1)\",\"0\",\
+             \"9.0\",\"Command line profiler metrics\",\"gpu__time_duration.sum\",\"ns\",\"{ns}\"\n"
+        )
+    };
+    let adam = "void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor<float, 4>>(T1, T2)";
+    let lambda_kernel =
+        "void at::native::vectorized_elementwise_kernel<4, [lambda(float) (instance 1)]>(int, T2)";
+    let step = |big: bool| {
+        let f = if big { 2 } else { 1 };
+        vec![
+            ("nvjet_sm90_tst_256x128_gemm", 1_000_000 * f),
+            ("mr_fe_backward_v4", 500_000 * f),
+            ("void at::native::reduce_kernel<128, 4>(T1)", 250_000 * f),
+            (lambda_kernel, 125_000 * f),
+            (adam, 250_000 * f),
+            (adam, 250_000 * f),
+        ]
+    };
+    let mut csv = String::from("==PROF== Connected\n\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n");
+    let kernels: Vec<(&str, u64)> = [("void init_randn_kernel", 9_000_000)]
+        .into_iter()
+        .chain(step(false))
+        .chain(step(true))
+        .collect();
+    for (i, (name, ns)) in kernels.iter().enumerate() {
+        csv.push_str(&row(i, name, *ns));
+    }
+    let path = dir.path().join("ncu.csv");
+    std::fs::write(&path, &csv).unwrap();
+    let run = |p: &Path| {
+        let out = Command::new(python())
+            .arg(REPORT)
+            .args(["kernels", "--side", "ours", "--csv"])
+            .arg(p)
+            .output()
+            .expect("run gpu_report.py");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let rec = run(&path);
+    assert_eq!(rec["ok"], json!(true), "{rec}");
+    assert_eq!(rec["raw"]["kernels"], json!(6), "{rec}");
+    assert!(
+        (rec["value"].as_f64().unwrap() - 4.75).abs() < 1e-9,
+        "{rec}"
+    );
+    let class = |name: &str| {
+        rec["raw"]["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c[0] == json!(name))
+            .map(|c| (c[1].as_u64().unwrap(), c[2].as_f64().unwrap()))
+    };
+    assert_eq!(class("gemm"), Some((1, 2.0)));
+    assert_eq!(class("fused epilogue (ours)"), Some((1, 1.0)));
+    assert_eq!(class("optimizer"), Some((2, 1.0)));
+    assert_eq!(class("reduction"), Some((1, 0.5)));
+    assert_eq!(class("elementwise"), Some((1, 0.25)));
+    // one step only: no step to isolate
+    let one: String = csv
+        .lines()
+        .take(2 + 1 + 6)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let one_path = dir.path().join("one.csv");
+    std::fs::write(&one_path, one).unwrap();
+    let rec = run(&one_path);
+    assert_eq!(rec["ok"], json!(false), "{rec}");
+    assert!(
+        rec["error"].as_str().unwrap().contains("need 2 steps"),
+        "{rec}"
+    );
+}

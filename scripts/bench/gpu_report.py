@@ -8,6 +8,8 @@
       window(s), the mean GPU busy % of the nvidia-smi samples inside them (see SMI_PERIOD_S),
       FLOPs per sample
   matmul  --device cpu|cuda [--n 8192] [--reps 7]: bf16 N x N x N matmul TFLOP/s (median)
+  kernels --side S --csv NCU.csv [--append FILE]: one training step's kernels by class (the last
+          step of an ncu log of 2 or more steps), as a record
   report  --out DIR: read DIR/results.jsonl, print the table, write DIR/results.json,
           DIR/results.csv and DIR/table.txt
 
@@ -243,6 +245,7 @@ PARTS = {
     "h": "h) fused feed-forward op (1024 -> 4096 + bias + GELU -> 1024, fwd+bwd): cuBLASLt epilogues vs composite vs linear + erf GELU + linear",
     "v": "v) unpadded attention (56 x 512, half real, fwd+bwd, bf16): FlashAttention varlen vs scatter + SDPA with mask",
     "ncu": "ncu) kernels per training step",
+    "ncu-kernels": "ncu) one training step's kernels by class (gpu__time_duration.sum at ncu's clocks)",
 }
 
 
@@ -472,6 +475,20 @@ def cmd_report(a):
                   f"kernel ms/step")
             else:
                 w(f"  {r['side']:<30} failed: {r.get('error')}")
+    kern = [r for r in recs if r["part"] == "ncu-kernels"]
+    if kern:
+        w("")
+        w(PARTS["ncu-kernels"])
+        for r in kern:
+            if not r.get("ok"):
+                w(f"  {r['side']}: failed: {r.get('error')}")
+                continue
+            raw = r["raw"]
+            total = raw["step_kernel_ms"]
+            w(f"  {r['side']}: {raw['kernels']} kernels, {total:.2f} ms (ncu clocks)")
+            for cls, n, ms in raw["classes"]:
+                w(f"    {cls:<26} {n:>6} {ms:>9.2f} ms {100 * ms / total:>5.1f}%")
+            w("    largest kernels: " + "; ".join(f"{k} {ms:.2f} ms ({n})" for k, n, ms in raw["top"][:6]))
     if any(r["part"] in ("a", "c") for r in recs):
         lines.extend(target_lines(recs, on_gpu))
     limits = [r["note"] for r in recs if r["part"] == "limit"]
@@ -519,6 +536,84 @@ def ncu_parse(path):
     return n, ms
 
 
+# Kernel classes for `kernels` (first match of a lower-cased substring wins).
+KERNEL_CLASSES = [
+    ("attention", ("flash", "fmha", "sdpa", "dot_do_o", "convert_dq")),
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "gemv", "splitkreduce")),
+    ("optimizer", ("adammath", "sgdmath", "lpnorm", "multi_tensor")),
+    ("fused epilogue (ours)", ("mr_fe_",)),
+    ("layer norm", ("layer_norm", "layernorm", "gammabeta")),
+    ("batch norm", ("batch_norm", "batchnorm", "bn_fw", "bn_bw", "welford")),
+    ("gelu", ("gelu",)),
+    ("dropout / rng", ("bernoulli", "dropout", "philox", "distribution")),
+    ("embedding / index", ("embedding", "index", "gather", "scatter", "radix", "unique", "segment",
+                           "grad_weight", "scan::")),
+    ("reduction", ("reduce",)),
+    ("copy / cast / cat", ("copy", "catarray", "transpose")),
+    ("elementwise", ("elementwise",)),
+]
+# the update kernels that end a training step: ATen's fused AdamW / SGD (our LAMB and LARS run
+# on them too); plain substrings like "lamb" would match the "lambda" in many kernels' names
+STEP_END = ("adammath", "sgdmath")
+
+
+def kernel_class(name):
+    low = name.lower()
+    for cls, keys in KERNEL_CLASSES:
+        if any(k in low for k in keys):
+            return cls
+    return "other"
+
+
+def short_kernel_name(name):
+    n = name.replace("void ", "")
+    for p in ("at::native::", "at::", "(anonymous namespace)::", "<unnamed>::"):
+        n = n.replace(p, "")
+    cut = min([i for i in (n.find("<"), n.find("(")) if i >= 0] or [len(n)])
+    return n[:cut][:60] or name[:60]
+
+
+def cmd_kernels(a):
+    """One training step's kernels by class, from an `ncu --csv --metrics gpu__time_duration.sum`
+    log of a run with 2 or more steps: the last step is the kernels after the second-to-last
+    optimizer update up to the last one (update kernels at most 3 launches apart form one
+    update: a multi-tensor optimizer launches them back to back)."""
+    rec = {"part": "ncu-kernels", "side": a.side, "round": 1, "device": "cuda", "ok": False, "log": a.csv}
+    scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}
+    try:
+        with open(a.csv, errors="replace") as f:
+            rows = [l for l in f if l.startswith('"')]
+        ks = [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) * scale.get(r.get("Metric Unit", "ns"), 1e-6))
+              for r in csv.DictReader(rows) if r.get("Metric Name") == "gpu__time_duration.sum"]
+        ends = [i for i, (n, _) in enumerate(ks) if any(k in n.lower() for k in STEP_END)]
+        clusters = []
+        for i in ends:
+            if clusters and i - clusters[-1][-1] <= 3:
+                clusters[-1].append(i)
+            else:
+                clusters.append([i])
+        if len(clusters) < 2:
+            raise ValueError(f"{len(clusters)} optimizer update(s) among {len(ks)} kernels: need 2 steps")
+        step = ks[clusters[-2][-1] + 1: clusters[-1][-1] + 1]
+        by_cls, by_name = {}, {}
+        for n, ms in step:
+            for d, k in ((by_cls, kernel_class(n)), (by_name, short_kernel_name(n))):
+                c = d.setdefault(k, [0, 0.0])
+                c[0] += 1
+                c[1] += ms
+        rec["raw"] = {"kernels": len(step), "step_kernel_ms": sum(ms for _, ms in step),
+                      "classes": sorted(([k, c, ms] for k, (c, ms) in by_cls.items()), key=lambda x: -x[2]),
+                      "top": sorted(([k, c, ms] for k, (c, ms) in by_name.items()), key=lambda x: -x[2])[:12]}
+        rec["value"], rec["unit"], rec["ok"] = rec["raw"]["step_kernel_ms"], "ms", True
+    except (OSError, ValueError, KeyError) as e:
+        rec["error"] = str(e)
+    line = json.dumps(rec)
+    if a.append:
+        with open(a.append, "a") as f:
+            f.write(line + "\n")
+    print(line)
+
+
 def cmd_ncu(a):
     """Per-step kernels from two ncu runs of the same program: `small` with S1 steps, `big` with
     S2 steps (init and evals cancel out)."""
@@ -560,6 +655,10 @@ def main():
     p.add_argument("--reps", type=int, default=7)
     p = sub.add_parser("report")
     p.add_argument("--out", required=True)
+    p = sub.add_parser("kernels")
+    p.add_argument("--side", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--append")
     p = sub.add_parser("ncu")
     p.add_argument("--side", required=True)
     p.add_argument("--small", required=True)
@@ -567,7 +666,8 @@ def main():
     p.add_argument("--small-steps", type=int, required=True)
     p.add_argument("--big-steps", type=int, required=True)
     a = ap.parse_args()
-    return {"record": cmd_record, "matmul": cmd_matmul, "report": cmd_report, "ncu": cmd_ncu}[a.cmd](a) or 0
+    return {"record": cmd_record, "matmul": cmd_matmul, "report": cmd_report, "ncu": cmd_ncu,
+            "kernels": cmd_kernels}[a.cmd](a) or 0
 
 
 if __name__ == "__main__":
