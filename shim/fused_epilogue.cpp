@@ -645,7 +645,8 @@ void cuda_launch(int device, int ht, int rt, int ot, fe::Kernel which, unsigned 
   const Kernels* k = kernels_for(device, ht, rt, ot);
   TORCH_CHECK(k != nullptr, "fused epilogue: the CUDA kernels are not loaded (dtype codes ", ht,
               ", ", rt, ", ", ot, ")");
-  TORCH_CHECK(which >= 0 && which < kKernelCount, "fused epilogue: no kernel ", static_cast<int>(which));
+  TORCH_CHECK(which >= 0 && which < kKernelCount, "fused epilogue: no kernel ",
+              static_cast<int>(which));
   launch_function(k->f[which], gx, gy, threads, args, device);
 }
 
@@ -722,6 +723,20 @@ bool v4_usable(int64_t cols, std::initializer_list<const at::Tensor*> tensors) {
     if (!v4_aligned(*t)) return false;
   }
   return true;
+}
+
+// Launches a row kernel over `rows` rows: the vectorised one (v4: a warp per row, counted in
+// t_v4_launches[counter]) or the scalar one (a block per row). `args` holds the vectorised
+// kernel's arguments; the scalar one takes the leading ones (cuLaunchKernel and the emulator
+// read as many as the kernel has parameters).
+void launch_rows(const at::Device& device, int ht, int rt, int ot, bool v4, fe::Kernel scalar,
+                 fe::Kernel vectorised, int counter, int64_t rows, void** args) {
+  if (v4) {
+    launch(device, ht, rt, ot, vectorised, v4_blocks(rows), 1, args);
+    ++t_v4_launches[counter];
+  } else {
+    launch(device, ht, rt, ot, scalar, static_cast<unsigned>(rows), 1, args);
+  }
 }
 
 // mode as run_op's: CUDA tensors take the GPU kernels in modes 0 and 2, CPU tensors the
@@ -804,16 +819,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_fo
   const long long* seedp = reinterpret_cast<const long long*>(rng.seed_ptr);
   const long long* offp = reinterpret_cast<const long long*>(rng.offset_ptr);
   int nrows = static_cast<int>(rows);
-  // the scalar kernel takes the first 13 (cuLaunchKernel and the emulator read as many as the
-  // kernel has parameters)
+  // the scalar kernel takes the first 13
   void* args[] = {&hp,  &bp,    &mp,    &sc,  &rp,   &gp,   &bep,  &ep,     &c,    &yp,    &sp,
                   &meanp, &rstdp, &mop, &keep, &seed, &seedp, &offset, &offp, &intra, &nrows};
-  if (v4) {
-    launch(h.device(), ht, rt, ot, fe::kForwardV4, v4_blocks(rows), 1, args);
-  } else {
-    launch(h.device(), ht, rt, ot, fe::kForward, static_cast<unsigned>(rows), 1, args);
-  }
-  if (v4) ++t_v4_launches[0];
+  launch_rows(h.device(), ht, rt, ot, v4, fe::kForward, fe::kForwardV4, 0, rows, args);
   return {y, s, mean, rstd, mask_out.defined() ? mask_out : mask};
 }
 
@@ -846,15 +855,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
     // the scalar kernel takes the first 10
     void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp, &nrows};
     const bool v4 = v4_usable(cols, {&dy, &s, &g, &mask, &dh, &dres});
-    if (v4) {
-      launch(s.device(), ht, rt, ot, fe::kBackwardV4, v4_blocks(rows), 1, args);
-    } else {
-      launch(s.device(), ht, rt, ot, fe::kBackward, static_cast<unsigned>(rows), 1, args);
-    }
-    if (v4) ++t_v4_launches[1];
+    launch_rows(s.device(), ht, rt, ot, v4, fe::kBackward, fe::kBackwardV4, 1, rows, args);
   }
-  // d gamma, d beta: partial sums over chunks of (at least) 64 rows, then one ATen sum; the
-  // chunk count stays within gridDim.y's 65,535
+  // d gamma, d beta (and d bias): partial sums over chunks of (at least) 64 rows, then
+  // mr_fe_colsum_final over the partials; the chunk count stays within gridDim.y's 65,535
   const int rows_per_chunk =
       static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
@@ -967,7 +971,9 @@ void mr_fe_set_thread_mask_draw(int in_kernel) { t_draw_in_kernel = in_kernel !=
 
 // How many times this thread launched the vectorised forward (which 0) or backward (1) row
 // kernel.
-int64_t mr_fe_v4_launches(int which) { return which == 0 || which == 1 ? t_v4_launches[which] : -1; }
+int64_t mr_fe_v4_launches(int which) {
+  return which == 0 || which == 1 ? t_v4_launches[which] : -1;
+}
 
 // Kernel-path status: 0 not tried, 1 loaded, -1 failed (*msg: why, malloc'd; free with
 // mr_free_str).

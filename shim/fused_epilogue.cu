@@ -68,22 +68,15 @@ __device__ __forceinline__ void store4(float* p, const float* in) {
   for (int j = 0; j < 4; ++j) t.v[j] = in[j];
   *reinterpret_cast<F32x4*>(p) = t;
 }
+// a 16-bit type's (BF16, F16) rounding of four values; F32 below
 template <class TY>
-__device__ __forceinline__ void store4(typename TY::T* p, const float* in);
+__device__ __forceinline__ void store4(typename TY::T* p, const float* in) {
+  U16x4 t;
+  for (int j = 0; j < 4; ++j) t.v[j] = TY::store(in[j]);
+  *reinterpret_cast<U16x4*>(p) = t;
+}
 template <>
 __device__ __forceinline__ void store4<F32>(float* p, const float* in) { store4(p, in); }
-template <>
-__device__ __forceinline__ void store4<BF16>(u16* p, const float* in) {
-  U16x4 t;
-  for (int j = 0; j < 4; ++j) t.v[j] = BF16::store(in[j]);
-  *reinterpret_cast<U16x4*>(p) = t;
-}
-template <>
-__device__ __forceinline__ void store4<F16>(u16* p, const float* in) {
-  U16x4 t;
-  for (int j = 0; j < 4; ++j) t.v[j] = F16::store(in[j]);
-  *reinterpret_cast<U16x4*>(p) = t;
-}
 __device__ __forceinline__ void load_mask4(const unsigned char* p, unsigned char* o) {
   const U8x4 t = *reinterpret_cast<const U8x4*>(p);
   for (int j = 0; j < 4; ++j) o[j] = t.v[j];
@@ -112,16 +105,21 @@ __device__ __forceinline__ void philox4x32_10(unsigned c[4], unsigned k0, unsign
   }
 }
 
+// Sum over the warp; every lane gets the result.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 // `buf` holds 33 floats; the trailing __syncthreads lets the caller reuse it at once.
 __device__ __forceinline__ float block_sum(float v, float* buf) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = warp_sum(v);
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
   if (lane == 0) buf[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float w = lane < nwarps ? buf[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
+    const float w = warp_sum(lane < nwarps ? buf[lane] : 0.f);
     if (lane == 0) buf[32] = w;
   }
   __syncthreads();
@@ -229,12 +227,6 @@ MR_KERNEL void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restric
 // no block barrier. So a row is read once, s is written once and never read back here, and an
 // SM keeps dozens of rows' loads in flight.
 #define MR_FE_GROUPS 8
-
-// Sum over the warp; every lane gets the result.
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // mr_fe_forward_v4 can also draw the dropout mask itself (mask_out given, `mask` null): element
 // e of the tensor is kept when the Philox4x32-10 word of counter (offset / 4 as 64 bits, then

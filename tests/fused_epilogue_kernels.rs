@@ -326,34 +326,22 @@ fn the_vectorised_row_kernels_match_fp64_at_and_beyond_their_widths() {
 #[test]
 fn the_column_sums_cover_every_chunk_of_rows() {
     // 2,113 rows: 33 chunks of 64 rows (the last of 1) for d gamma, d beta and d bias, summed
-    // by 8 warps four chunks at a time plus a remainder
-    check(
-        &Case {
-            rows: 2113,
-            cols: 40,
-            h: Kind::Float,
-            residual: Kind::Float,
-            autocast: false,
-            p: 0.2,
-            bias: true,
-            out: None,
-        },
-        6,
-    );
-    // 130 rows: chunks of 64, 64 and 2
-    check(
-        &Case {
-            rows: 130,
-            cols: 40,
-            h: Kind::Float,
-            residual: Kind::Float,
-            autocast: false,
-            p: 0.2,
-            bias: true,
-            out: None,
-        },
-        5,
-    );
+    // by 8 warps four chunks at a time plus a remainder; 130 rows: chunks of 64, 64 and 2
+    for (rows, seed) in [(2113, 6), (130, 5)] {
+        check(
+            &Case {
+                rows,
+                cols: 40,
+                h: Kind::Float,
+                residual: Kind::Float,
+                autocast: false,
+                p: 0.2,
+                bias: true,
+                out: None,
+            },
+            seed,
+        );
+    }
 }
 
 #[test]

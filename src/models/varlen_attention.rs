@@ -68,9 +68,7 @@ impl Packing {
             seq: s,
         }
     }
-}
 
-impl Packing {
     /// `batch` sequences of `seq` tokens each, none of them padding: the `[B*S]` token rows as
     /// they are.
     pub fn full(batch: i64, seq: i64, device: Device) -> Packing {
