@@ -24,7 +24,9 @@
 //! the warm-up steps and replayed, as `mlperf-run bert` with methods.cuda_graph; on a CPU its
 //! twin (`StepGraphs::emulated`, plumbing only); the phase times are then 0.
 //! --fused-epilogues: each layer's dense bias + dropout + residual + LayerNorm as one op, as
-//! `mlperf-run bert` with methods.fused_epilogues (CUDA kernels via NVRTC on a GPU).
+//! `mlperf-run bert` with methods.fused_epilogues (CUDA kernels via NVRTC on a GPU), and the
+//! intermediate dense's bias + GELU as one op too; --no-gelu-epilogue leaves that one unfused
+//! (to measure it).
 //! --fused-bias-gelu: each layer's intermediate dense + bias + tanh GELU as one op, as
 //! `mlperf-run bert --division open` with methods.fused_bias_gelu (cuBLASLt's GELU epilogue on a
 //! GPU).
@@ -56,7 +58,7 @@ use tch::{nn, Device, Kind, Tensor};
 
 const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
 [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
-[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] \
+[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] [--no-gelu-epilogue] \
 [--fused-bias-gelu] [--fused-qkv] [--bf16-residual] [--keep-mask] [--scatter-attention] \
 [--flash-varlen] [--data DIR]";
 
@@ -75,6 +77,7 @@ struct Args {
     lamb: bool,
     cuda_graph: bool,
     fused_epilogues: bool,
+    no_gelu_epilogue: bool,
     fused_bias_gelu: bool,
     fused_qkv: bool,
     bf16_residual: bool,
@@ -103,6 +106,7 @@ fn parse_args() -> Result<Args> {
         lamb: false,
         cuda_graph: false,
         fused_epilogues: false,
+        no_gelu_epilogue: false,
         fused_bias_gelu: false,
         fused_qkv: false,
         bf16_residual: false,
@@ -119,6 +123,7 @@ fn parse_args() -> Result<Args> {
             "--lamb" => a.lamb = true,
             "--cuda-graph" => a.cuda_graph = true,
             "--fused-epilogues" => a.fused_epilogues = true,
+            "--no-gelu-epilogue" => a.no_gelu_epilogue = true,
             "--fused-bias-gelu" => a.fused_bias_gelu = true,
             "--keep-mask" => a.keep_mask = true,
             "--scatter-attention" => a.scatter_attention = true,
@@ -179,6 +184,7 @@ fn main() -> Result<()> {
     let mut model = BertForPreTraining::new(&vs.root(), cfg)?;
     model.unpad = a.unpad;
     model.fused_epilogues = a.fused_epilogues;
+    model.fused_gelu_epilogue = !a.no_gelu_epilogue;
     model.fused_qkv = a.fused_qkv;
     model.bf16_residual = a.bf16_residual;
     if a.scatter_attention {
@@ -314,7 +320,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !a.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && a.bf16 { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "gelu_epilogue": a.fused_epilogues && !a.no_gelu_epilogue, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !a.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && a.bf16 { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

@@ -64,10 +64,11 @@ const char* kKernelSource =
     ;
 
 // The kernels' names in the source, indexed by fe::Kernel.
-constexpr int kKernelCount = 6;
+constexpr int kKernelCount = 8;
 constexpr const char* kKernelNames[kKernelCount] = {
-    "mr_fe_forward",    "mr_fe_backward",    "mr_fe_colsum",
-    "mr_fe_forward_v4", "mr_fe_backward_v4", "mr_fe_colsum_final"};
+    "mr_fe_forward",           "mr_fe_backward",           "mr_fe_colsum",
+    "mr_fe_forward_v4",        "mr_fe_backward_v4",        "mr_fe_colsum_final",
+    "mr_fe_bias_gelu_forward", "mr_fe_bias_gelu_backward"};
 
 // dtype codes shared with Rust (src/models/fused_epilogue.rs): 0 fp32, 1 bf16, 2 fp16
 const char* type_name(int code) {
@@ -697,6 +698,8 @@ const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr()
 // obstacle.
 constexpr int64_t kV4MaxCols = 4 * 32 * 8;
 constexpr unsigned kV4RowsPerBlock = kThreads / 32;
+// rows per warp in mr_fe_backward_v4, which also takes the column sums (a block: 64 rows)
+constexpr unsigned kV4RowsPerWarp = 8;
 
 unsigned v4_blocks(int64_t rows) {
   return static_cast<unsigned>((rows + kV4RowsPerBlock - 1) / kV4RowsPerBlock);
@@ -840,6 +843,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
   const at::Tensor g = gamma.contiguous();  // the saved parameter, as given to the forward
   at::Tensor dh = at::empty(s.sizes(), s.options().dtype(h_type));
   at::Tensor dres = need_res ? at::empty(s.sizes(), s.options().dtype(res_type)) : at::Tensor();
+  const bool v4 = v4_usable(cols, {&dy, &s, &g, &mask, &dh, &dres});
+  // d gamma, d beta (and d bias) as partial sums over chunks of rows, then mr_fe_colsum_final
+  // over the partials. The vectorised backward takes them itself (a chunk is one block's
+  // kV4RowsPerBlock warps times kV4RowsPerWarp rows); otherwise mr_fe_colsum does, over chunks of
+  // (at least) 64 rows, their count within its gridDim.y's 65,535.
+  const int rows_per_chunk =
+      v4 ? static_cast<int>(kV4RowsPerBlock * kV4RowsPerWarp)
+         : static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
+  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  const auto f32 = s.options().dtype(at::kFloat);
+  at::Tensor part_g = at::empty({chunks, cols}, f32);
+  at::Tensor part_b = at::empty({chunks, cols}, f32);
+  at::Tensor part_bias = need_bias ? at::empty({chunks, cols}, f32) : at::Tensor();
   {
     const void* dyp = dy.data_ptr();
     const void* sp = s.data_ptr();
@@ -852,22 +868,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
     void* dhp = dh.data_ptr();
     void* drp = need_res ? dres.data_ptr() : nullptr;
     int nrows = static_cast<int>(rows);
+    int rpw = static_cast<int>(kV4RowsPerWarp);
+    void* pgp = part_g.data_ptr();
+    void* pbp = part_b.data_ptr();
+    void* pbiasp = need_bias ? part_bias.data_ptr() : nullptr;
     // the scalar kernel takes the first 10
-    void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp, &nrows};
-    const bool v4 = v4_usable(cols, {&dy, &s, &g, &mask, &dh, &dres});
-    launch_rows(s.device(), ht, rt, ot, v4, fe::kBackward, fe::kBackwardV4, 1, rows, args);
+    void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp, &nrows, &rpw,
+                    &pgp, &pbp, &pbiasp};
+    if (v4) {
+      launch(s.device(), ht, rt, ot, fe::kBackwardV4, static_cast<unsigned>(chunks), 1, args);
+      ++t_v4_launches[1];
+    } else {
+      launch_rows(s.device(), ht, rt, ot, false, fe::kBackward, fe::kBackwardV4, 1, rows, args);
+    }
   }
-  // d gamma, d beta (and d bias): partial sums over chunks of (at least) 64 rows, then
-  // mr_fe_colsum_final over the partials; the chunk count stays within gridDim.y's 65,535
-  const int rows_per_chunk =
-      static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
-  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  const auto f32 = s.options().dtype(at::kFloat);
-  at::Tensor part_g = at::empty({chunks, cols}, f32);
-  at::Tensor part_b = at::empty({chunks, cols}, f32);
-  at::Tensor part_bias = need_bias ? at::empty({chunks, cols}, f32) : at::Tensor();
-  const unsigned gx = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
-  {
+  if (!v4) {
+    const unsigned gx = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
     const void* dyp = dy.data_ptr();
     const void* sp = s.data_ptr();
     const void* mp = mean.data_ptr();
@@ -890,13 +906,112 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
     void* dgp = dgamma.data_ptr();
     void* dbp = dbeta.data_ptr();
     void* dbiasp = need_bias ? dbias.data_ptr() : nullptr;
-    void* args[] = {&pgp, &pbp, &pbiasp, &n, &c, &dgp, &dbp, &dbiasp};
-    // 32 columns per block
-    launch(s.device(), ht, rt, ot, fe::kColsumFinal, static_cast<unsigned>((cols + 31) / 32), 1,
-           args);
+    int first = 0;
+    void* args[] = {&pgp, &pbp, &pbiasp, &n, &c, &dgp, &dbp, &dbiasp, &first};
+    // 32 columns of one of d gamma, d beta, d bias per block
+    launch(s.device(), ht, rt, ot, fe::kColsumFinal, static_cast<unsigned>((cols + 31) / 32),
+           need_bias ? 3 : 2, args);
   }
   return {dh, dres, dgamma, dbeta, dbias};
 }
+
+// ---- bias + GELU: the intermediate dense's epilogue -----------------------------------------
+// Whether the bias + GELU kernels take z (the matmul's output, [..., cols]) and bias ([cols],
+// fp32) in this mode (as kernel_usable: CUDA tensors in modes 0 and 2, CPU ones in mode 3):
+// fp32 / bf16 / fp16 z, cols a multiple of 4, aligned data, and the kernels for z's dtype ready.
+bool gelu_kernel_usable(const at::Tensor& z, const at::Tensor& bias, int mode) {
+  const auto dev = z.device();
+  if (!(dev.is_cuda() ? mode == 0 || mode == 2 : dev.is_cpu() && mode == 3)) return false;
+  if (z.dim() < 1 || z.numel() == 0 || !bias.defined() || bias.device() != dev ||
+      bias.scalar_type() != at::kFloat || bias.dim() != 1 || bias.numel() != z.size(-1))
+    return false;
+  const int64_t cols = z.size(-1);
+  if (cols % 4 != 0 || cols > INT32_MAX || z.numel() / cols > INT32_MAX) return false;
+  const int ht = type_code(z.scalar_type());
+  if (ht < 0 || !z.is_contiguous() || !bias.is_contiguous() || !v4_aligned(z) ||
+      !v4_aligned(bias))
+    return false;
+  return kernels_ready(dev, ht, ht, ht);
+}
+
+// y = GELU(z + bias) (z contiguous, usable as above)
+at::Tensor kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias) {
+  const int ht = type_code(z.scalar_type());
+  at::Tensor y = at::empty_like(z, at::MemoryFormat::Contiguous);
+  const void* zp = z.data_ptr();
+  const void* bp = bias.data_ptr();
+  int c = static_cast<int>(z.size(-1));
+  long long groups = z.numel() / 4;
+  void* yp = y.data_ptr();
+  void* args[] = {&zp, &bp, &c, &groups, &yp};
+  launch(z.device(), ht, ht, ht, fe::kBiasGeluForward,
+         static_cast<unsigned>((groups + kThreads - 1) / kThreads), 1, args);
+  return y;
+}
+
+// d z and (need_bias) the bias's gradient (fp32, the column sum of d z as rounded to z's dtype,
+// rounded to it again as ATen's sum of a 16-bit tensor)
+std::tuple<at::Tensor, at::Tensor> kernel_bias_gelu_backward(const at::Tensor& dy_in,
+                                                             const at::Tensor& z,
+                                                             const at::Tensor& bias,
+                                                             bool need_bias) {
+  const int ht = type_code(z.scalar_type());
+  const int64_t cols = z.size(-1), rows = z.numel() / cols;
+  at::Tensor dy = dy_in.to(z.scalar_type()).contiguous();
+  at::Tensor dz = at::empty_like(z, at::MemoryFormat::Contiguous);
+  TORCH_CHECK(v4_aligned(dy), "fused bias + GELU: the output gradient is not aligned");
+  // chunks of (at least) 64 rows, their count within gridDim.y's 65,535
+  const int rows_per_chunk = static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
+  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  at::Tensor part = at::empty({chunks, cols}, z.options().dtype(at::kFloat));
+  {
+    const void* dyp = dy.data_ptr();
+    const void* zp = z.data_ptr();
+    const void* bp = bias.data_ptr();
+    int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rows_per_chunk;
+    void* dzp = dz.data_ptr();
+    void* pp = part.data_ptr();
+    void* args[] = {&dyp, &zp, &bp, &r, &c, &rpc, &dzp, &pp};
+    // 4 columns per thread
+    const int64_t per_block = 4 * static_cast<int64_t>(kThreads);
+    launch(z.device(), ht, ht, ht, fe::kBiasGeluBackward,
+           static_cast<unsigned>((cols + per_block - 1) / per_block),
+           static_cast<unsigned>(chunks), args);
+  }
+  if (!need_bias) return {dz, at::Tensor()};
+  at::Tensor dbias = at::empty({cols}, z.options().dtype(at::kFloat));
+  {
+    const void* none = nullptr;
+    const void* pp = part.data_ptr();
+    int n = static_cast<int>(chunks), c = static_cast<int>(cols), first = 2;
+    void* null_out = nullptr;
+    void* dbp = dbias.data_ptr();
+    void* args[] = {&none, &none, &pp, &n, &c, &null_out, &null_out, &dbp, &first};
+    launch(z.device(), ht, ht, ht, fe::kColsumFinal, static_cast<unsigned>((cols + 31) / 32), 1,
+           args);
+  }
+  return {dz, dbias};
+}
+
+// GELU(z + bias) as one autograd op on the kernels (z: the matmul's output without its bias).
+struct BiasGelu : public torch::autograd::Function<BiasGelu> {
+  static variable_list forward(AutogradContext* ctx, at::Tensor z, at::Tensor bias) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    at::Tensor y = kernel_bias_gelu_forward(z, bias);
+    ctx->save_for_backward({z, bias});
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    auto saved = ctx->get_saved_variables();
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    auto [dz, dbias] = kernel_bias_gelu_backward(grads[0], saved[0], saved[1],
+                                                 ctx->needs_input_grad(1));
+    if (!ctx->needs_input_grad(0)) dz = at::Tensor();
+    return {dz, dbias};
+  }
+};
 
 }  // namespace
 
@@ -962,6 +1077,46 @@ int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const a
                                         : args.mode != 1 && xx.is_cuda() && g_status.load() >= 0);
     at::Tensor h = candidate ? at::linear(xx, ww) : at::linear(xx, ww, bb);
     *out = new at::Tensor(run_epilogue(h, candidate ? bb : at::Tensor(), args, used_kernel));
+  });
+}
+
+// y = GELU(x W^T + b), the exact (erf) GELU: the intermediate dense and its epilogue. mode as
+// the epilogues' (0 auto, 1 composite, 2 kernel or an error, 3 the emulated kernels or an
+// error). With the kernels the matmul runs without its bias and one kernel adds it and applies
+// the GELU (its backward also sums the bias's gradient); otherwise exactly the unfused
+// gelu(linear(x, w, b)).
+int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
+                          int mode, at::Tensor** out, int* used_kernel, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(mode >= 0 && mode <= 3, "fused bias + GELU: unknown path mode ", mode);
+    const at::Tensor& xx = need(x, "x");
+    const at::Tensor& ww = need(w, "weight");
+    const at::Tensor& bb = need(b, "bias");
+    const bool candidate =
+        mode == 3 ? xx.is_cpu() : mode != 1 && xx.is_cuda() && g_status.load() >= 0;
+    at::Tensor y;
+    bool used = false;
+    if (candidate) {
+      at::Tensor z = at::linear(xx, ww);
+      if (gelu_kernel_usable(z, bb, mode)) {
+        y = BiasGelu::apply(z, bb)[0];
+        used = true;
+      } else {
+        TORCH_CHECK(mode == 0, "fused bias + GELU: the ", mode == 3 ? "emulated " : "CUDA ",
+                    "kernel path is not usable for these tensors (", z.scalar_type(), " on ",
+                    z.device(), ", ", z.size(-1), " columns, bias ", bb.scalar_type(),
+                    "): it takes fp32, bf16 or fp16 rows of a multiple of 4 with an fp32 bias",
+                    g_status.load() < 0 ? ": " + g_status_msg : std::string());
+        y = at::gelu(z + bb.to(z.scalar_type()));
+      }
+    } else {
+      TORCH_CHECK(mode <= 1, "fused bias + GELU: the ", mode == 3 ? "emulated " : "CUDA ",
+                  "kernel path takes ", mode == 3 ? "CPU" : "CUDA", " tensors, not ",
+                  xx.device(), g_status.load() < 0 ? ": " + g_status_msg : std::string());
+      y = at::gelu(at::linear(xx, ww, bb));
+    }
+    if (used_kernel) *used_kernel = used ? 1 : 0;
+    *out = new at::Tensor(std::move(y));
   });
 }
 

@@ -227,6 +227,13 @@ MR_KERNEL void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restric
 // no block barrier. So a row is read once, s is written once and never read back here, and an
 // SM keeps dozens of rows' loads in flight.
 #define MR_FE_GROUPS 8
+// Full unrolling of the loops over a lane's groups, so its per-group arrays stay in registers
+// (NVRTC; the emulator's C++ compiler needs nothing).
+#ifdef __CUDACC_RTC__
+#define MR_UNROLL _Pragma("unroll")
+#else
+#define MR_UNROLL
+#endif
 
 // mr_fe_forward_v4 can also draw the dropout mask itself (mask_out given, `mask` null): element
 // e of the tensor is kept when the Philox4x32-10 word of counter (offset / 4 as 64 bits, then
@@ -316,97 +323,189 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
   }
 }
 
+// mr_fe_backward_v4 also takes the column sums, so d y, s and d h are not read again: warp w of
+// block b takes rows_per_warp rows in a row, from (b * warps + w) * rows_per_warp, and keeps its
+// columns' sums of d y * xhat (d gamma), d y (d beta) and, part_bias given, d h as rounded to
+// h's dtype (the dense bias) in registers; the block then adds its warps' sums in warp order into
+// row b of the [gridDim.x, cols] partials, which mr_fe_colsum_final sums. Every warp reaches the
+// block's barriers (a warp past the last row adds zeros). At most 8 warps per block.
+__device__ __forceinline__ void mr_fe_block_colsum(const float a[MR_FE_GROUPS][4],
+                                                   F32x4 (*red)[32 * MR_FE_GROUPS], int lane,
+                                                   int warp, int warps, int groups, int cols,
+                                                   float* __restrict__ out) {
+  MR_UNROLL
+  for (int k = 0; k < MR_FE_GROUPS; ++k) {
+    const int g = lane + 32 * k;
+    if (g >= groups) continue;
+    F32x4 t;
+    for (int j = 0; j < 4; ++j) t.v[j] = a[k][j];
+    red[warp][g] = t;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float t = 0.f;
+    for (int w = 0; w < warps; ++w) t += red[w][c >> 2].v[c & 3];
+    out[c] = t;
+  }
+  __syncthreads();
+}
+
 MR_KERNEL void mr_fe_backward_v4(const OT::T* __restrict__ dy, const float* __restrict__ s,
                                  const float* __restrict__ mean, const float* __restrict__ rstd,
                                  const float* __restrict__ gamma,
                                  const unsigned char* __restrict__ mask, float scale, int cols,
-                                 HT::T* __restrict__ dh, RT::T* __restrict__ dres, int rows) {
-  const int lane = threadIdx.x & 31;
-  const long long row = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (row >= rows) return;  // the whole warp
-  const long long base = row * cols;
+                                 HT::T* __restrict__ dh, RT::T* __restrict__ dres, int rows,
+                                 int rows_per_warp, float* __restrict__ part_gamma,
+                                 float* __restrict__ part_beta, float* __restrict__ part_bias) {
+  __shared__ F32x4 red[8][32 * MR_FE_GROUPS];  // the warps' sums of one quantity (32 KB)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int groups = cols >> 2;
-  const float m = mean[row], r = rstd[row];
-  float gg[MR_FE_GROUPS][4], xc[MR_FE_GROUPS][4];  // dy * gamma, s - mean
-  float sg = 0.f, sgx = 0.f;
+  float acc_g[MR_FE_GROUPS][4], acc_b[MR_FE_GROUPS][4], acc_h[MR_FE_GROUPS][4];
+  MR_UNROLL
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    const int g = lane + 32 * k;
-    if (g >= groups) continue;
-    const long long i = base + 4 * g;
-    float dv[4], sv[4], gv[4];
-    load4<OT>(dy + i, dv);
-    load4<F32>(s + i, sv);
-    load4<F32>(gamma + 4 * g, gv);
-    for (int j = 0; j < 4; ++j) {
-      gg[k][j] = dv[j] * gv[j];
-      xc[k][j] = sv[j] - m;
-      sg += gg[k][j];
-      sgx += gg[k][j] * xc[k][j] * r;
+    for (int j = 0; j < 4; ++j) acc_g[k][j] = acc_b[k][j] = acc_h[k][j] = 0.f;
+  }
+  const long long first = ((long long)blockIdx.x * warps + warp) * rows_per_warp;
+  for (int t = 0; t < rows_per_warp; ++t) {
+    const long long row = first + t;
+    if (row >= rows) break;  // the whole warp
+    const long long base = row * cols;
+    const float m = mean[row], r = rstd[row];
+    float gg[MR_FE_GROUPS][4], xc[MR_FE_GROUPS][4];  // dy * gamma, s - mean
+    float sg = 0.f, sgx = 0.f;
+    MR_UNROLL
+  for (int k = 0; k < MR_FE_GROUPS; ++k) {
+      const int g = lane + 32 * k;
+      if (g >= groups) continue;
+      const long long i = base + 4 * g;
+      float dv[4], sv[4], gv[4];
+      load4<OT>(dy + i, dv);
+      load4<F32>(s + i, sv);
+      load4<F32>(gamma + 4 * g, gv);
+      for (int j = 0; j < 4; ++j) {
+        gg[k][j] = dv[j] * gv[j];
+        xc[k][j] = sv[j] - m;
+        sg += gg[k][j];
+        sgx += gg[k][j] * xc[k][j] * r;
+        acc_g[k][j] += dv[j] * xc[k][j] * r;
+        acc_b[k][j] += dv[j];
+      }
+    }
+    const float mg = warp_sum(sg) / cols;
+    const float mgx = warp_sum(sgx) / cols;
+    MR_UNROLL
+  for (int k = 0; k < MR_FE_GROUPS; ++k) {
+      const int g = lane + 32 * k;
+      if (g >= groups) continue;
+      const long long i = base + 4 * g;
+      float ds[4], d[4];
+      unsigned char mv[4];
+      if (mask) load_mask4(mask + i, mv);
+      for (int j = 0; j < 4; ++j) {
+        ds[j] = r * (gg[k][j] - mg - xc[k][j] * r * mgx);
+        d[j] = mask ? (mv[j] ? ds[j] * scale : 0.f) : ds[j];
+        if (part_bias) acc_h[k][j] += HT::load(HT::store(d[j]));
+      }
+      if (dres) store4<RT>(dres + i, ds);
+      store4<HT>(dh + i, d);
     }
   }
-  const float mg = warp_sum(sg) / cols;
-  const float mgx = warp_sum(sgx) / cols;
-  for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    const int g = lane + 32 * k;
-    if (g >= groups) continue;
-    const long long i = base + 4 * g;
-    float ds[4], d[4];
-    unsigned char mv[4];
-    if (mask) load_mask4(mask + i, mv);
-    for (int j = 0; j < 4; ++j) {
-      ds[j] = r * (gg[k][j] - mg - xc[k][j] * r * mgx);
-      d[j] = mask ? (mv[j] ? ds[j] * scale : 0.f) : ds[j];
-    }
-    if (dres) store4<RT>(dres + i, ds);
-    store4<HT>(dh + i, d);
-  }
+  const long long prow = (long long)blockIdx.x * cols;
+  mr_fe_block_colsum(acc_g, red, lane, warp, warps, groups, cols, part_gamma + prow);
+  mr_fe_block_colsum(acc_b, red, lane, warp, warps, groups, cols, part_beta + prow);
+  if (part_bias) mr_fe_block_colsum(acc_h, red, lane, warp, warps, groups, cols, part_bias + prow);
 }
 
-// The column sums' second stage: the [chunks, cols] partials of mr_fe_colsum summed per
-// column into d gamma, d beta and, when given, the dense bias's gradient (the column sum of d h
-// in h's dtype, rounded to it as ATen's sum of a 16-bit d h would be, then widened to the fp32
-// bias). A block takes 32 columns (lane = column); its warps split the chunks (warp w: chunks
-// w, w + warps, ...; four at a time, so each thread has several loads in flight), and warp 0
-// adds the warps' sums in warp order: the same order every run (deterministic).
+// The column sums' second stage: the [chunks, cols] partials (of mr_fe_colsum or
+// mr_fe_backward_v4) summed per column into d gamma (blockIdx.y 0), d beta (1) and, when given,
+// the dense bias's gradient (2: the column sum of d h in h's dtype, rounded to it as ATen's sum
+// of a 16-bit d h would be, then widened to the fp32 bias), for blockIdx.y = 0, 1, ... from
+// `first` on (mr_fe_bias_gelu_backward's partials: first = 2, part_bias only). A block takes 32
+// columns (lane = column) of one of them; its warps split the chunks (warp w: chunks w, w + warps, ...; eight at
+// a time, so each thread has several loads in flight), and warp 0 adds the warps' sums in warp
+// order: the same order every run (deterministic).
 MR_KERNEL void mr_fe_colsum_final(const float* __restrict__ part_gamma,
                                   const float* __restrict__ part_beta,
                                   const float* __restrict__ part_bias, int chunks, int cols,
                                   float* __restrict__ dgamma, float* __restrict__ dbeta,
-                                  float* __restrict__ dbias) {
-  __shared__ float red[3][32][33];
+                                  float* __restrict__ dbias, int first) {
+  __shared__ float red[32][33];
+  const int which = first + blockIdx.y;
+  if (which == 2 && !part_bias) return;  // the whole block
+  const float* __restrict__ part = which == 0 ? part_gamma : which == 1 ? part_beta : part_bias;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int c = blockIdx.x * 32 + lane;
-  float g[4] = {0.f, 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f}, hb[4] = {0.f, 0.f, 0.f, 0.f};
+  float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   if (c < cols) {
     int k = warp;
-    for (; k + 3 * warps < chunks; k += 4 * warps) {
-      for (int u = 0; u < 4; ++u) {
-        const long long i = (long long)(k + u * warps) * cols + c;
-        g[u] += part_gamma[i];
-        b[u] += part_beta[i];
-        if (part_bias) hb[u] += part_bias[i];
-      }
+    for (; k + 7 * warps < chunks; k += 8 * warps) {
+      for (int u = 0; u < 8; ++u) a[u] += part[(long long)(k + u * warps) * cols + c];
     }
-    for (; k < chunks; k += warps) {
-      const long long i = (long long)k * cols + c;
-      g[0] += part_gamma[i];
-      b[0] += part_beta[i];
-      if (part_bias) hb[0] += part_bias[i];
-    }
+    for (; k < chunks; k += warps) a[0] += part[(long long)k * cols + c];
   }
-  red[0][warp][lane] = (g[0] + g[1]) + (g[2] + g[3]);
-  red[1][warp][lane] = (b[0] + b[1]) + (b[2] + b[3]);
-  red[2][warp][lane] = (hb[0] + hb[1]) + (hb[2] + hb[3]);
+  red[warp][lane] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
   __syncthreads();
   if (warp == 0 && c < cols) {
-    float sg = 0.f, sb = 0.f, sh = 0.f;
-    for (int w = 0; w < warps; ++w) {
-      sg += red[0][w][lane];
-      sb += red[1][w][lane];
-      sh += red[2][w][lane];
-    }
-    dgamma[c] = sg;
-    dbeta[c] = sb;
-    if (part_bias) dbias[c] = HT::load(HT::store(sh));
+    float sum = 0.f;
+    for (int w = 0; w < warps; ++w) sum += red[w][lane];
+    if (which == 0) dgamma[c] = sum;
+    if (which == 1) dbeta[c] = sum;
+    if (which == 2) dbias[c] = HT::load(HT::store(sum));
   }
+}
+
+// ---- the intermediate dense's epilogue: bias + GELU -----------------------------------------
+// y = GELU(z + bias), the exact (erf) GELU as ATen's gelu computes it (in fp32, here with the
+// fp32 bias added in fp32 too), rounded once to h's dtype (HT). z, y and d z are [rows, cols]
+// with cols a multiple of 4 and every pointer aligned to its 4-element vector (the host checks);
+// a thread takes 4 adjacent elements, which share a row.
+__device__ __forceinline__ float mr_gelu(float x) {
+  return x * 0.5f * (1.f + erff(x * 0.70710678118654752f));
+}
+// d GELU / dx, as ATen's gelu_backward (erf form): cdf + x * pdf
+__device__ __forceinline__ float mr_gelu_grad(float x) {
+  const float cdf = 0.5f * (1.f + erff(x * 0.70710678118654752f));
+  const float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;  // 1 / sqrt(2 pi)
+  return cdf + x * pdf;
+}
+
+MR_KERNEL void mr_fe_bias_gelu_forward(const HT::T* __restrict__ z, const float* __restrict__ bias,
+                                       int cols, long long groups, HT::T* __restrict__ y) {
+  const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  const long long i = 4 * g;
+  float zv[4], bv[4], out[4];
+  load4<HT>(z + i, zv);
+  load4<F32>(bias + (int)(i % cols), bv);
+  for (int j = 0; j < 4; ++j) out[j] = mr_gelu(zv[j] + bv[j]);
+  store4<HT>(y + i, out);
+}
+
+// d z = d y * GELU'(z + bias), rounded to HT, and the bias's gradient as partial column sums of
+// that rounded d z over chunks of rows_per_chunk rows (part_bias [chunks, cols]; then
+// mr_fe_colsum_final with first = 2): thread = 4 adjacent columns (a block: 4 * blockDim.x
+// columns), blockIdx.y = the chunk; rows in order, four loads in flight.
+MR_KERNEL void mr_fe_bias_gelu_backward(const HT::T* __restrict__ dy, const HT::T* __restrict__ z,
+                                        const float* __restrict__ bias, int rows, int cols,
+                                        int rows_per_chunk, HT::T* __restrict__ dz,
+                                        float* __restrict__ part_bias) {
+  const int c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= cols) return;
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float bv[4], acc[4] = {0.f, 0.f, 0.f, 0.f};
+  load4<F32>(bias + c, bv);
+#ifdef __CUDACC_RTC__
+#pragma unroll 4
+#endif
+  for (int r = r0; r < r1; ++r) {
+    const long long i = (long long)r * cols + c;
+    float dv[4], zv[4], d[4];
+    load4<HT>(dy + i, dv);
+    load4<HT>(z + i, zv);
+    for (int j = 0; j < 4; ++j) d[j] = dv[j] * mr_gelu_grad(zv[j] + bv[j]);
+    store4<HT>(dz + i, d);
+    for (int j = 0; j < 4; ++j) acc[j] += HT::load(HT::store(d[j]));
+  }
+  store4(part_bias + (long long)blockIdx.y * cols + c, acc);
 }

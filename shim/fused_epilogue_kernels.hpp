@@ -6,14 +6,16 @@
 namespace mr::fused_epilogue {
 
 // _V4: the vectorised row kernels (rows of a multiple of 4 elements, aligned vectors);
-// kColsumFinal: the column sums' second stage.
+// kColsumFinal: the column sums' second stage; kBiasGelu*: the intermediate dense's bias + GELU.
 enum Kernel : int {
   kForward = 0,
   kBackward = 1,
   kColsum = 2,
   kForwardV4 = 3,
   kBackwardV4 = 4,
-  kColsumFinal = 5
+  kColsumFinal = 5,
+  kBiasGeluForward = 6,
+  kBiasGeluBackward = 7
 };
 
 }  // namespace mr::fused_epilogue

@@ -18,7 +18,7 @@ use common::rng::seeded;
 use common::tensors::max_rel;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::fused_epilogue::{
-    bias_dropout_add_ln, vectorised_launches, Epilogue, FusedPath,
+    bias_dropout_add_ln, dense_bias_gelu, vectorised_launches, Epilogue, FusedPath,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -325,13 +325,16 @@ fn the_vectorised_row_kernels_match_fp64_at_and_beyond_their_widths() {
 
 #[test]
 fn the_column_sums_cover_every_chunk_of_rows() {
-    // 2,113 rows: 33 chunks of 64 rows (the last of 1) for d gamma, d beta and d bias, summed
-    // by 8 warps four chunks at a time plus a remainder; 130 rows: chunks of 64, 64 and 2
-    for (rows, seed) in [(2113, 6), (130, 5)] {
+    // The vectorised backward sums chunks of 64 rows (a block: 8 warps of 8 rows; warps past
+    // the last row add zeros) and mr_fe_colsum_final sums the chunks with 8 warps, eight chunks
+    // at a time plus a remainder. 4,161 rows: 66 chunks, the last of 1 row; 130 rows: chunks of
+    // 64, 64 and 2, all in the remainder loop. Rows of 42 take the scalar kernels, whose
+    // column-sum kernel has chunks of its own.
+    for (rows, cols, seed) in [(4161, 40, 6), (130, 40, 5), (130, 42, 7)] {
         check(
             &Case {
                 rows,
-                cols: 40,
+                cols,
                 h: Kind::Float,
                 residual: Kind::Float,
                 autocast: false,
@@ -468,5 +471,144 @@ fn the_vectorised_forward_draws_its_own_mask() {
     assert!(
         reseeded.equal(&mask),
         "the same manual seed drew another mask"
+    );
+}
+
+/// `GELU(x W^T + b)` and its gradients (x, W, b) from one path, on fresh leaves made from the
+/// same values, under `autocast` when given (the matmul, so z and y, in that dtype); the output
+/// gradient `dy` is given.
+fn dense_gelu_grads(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    dy: &Tensor,
+    path: Option<FusedPath>,
+    autocast: Option<LowPrecision>,
+) -> (Vec<Tensor>, bool) {
+    let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
+    let (x, w, b) = (leaf(x), leaf(w), leaf(b));
+    let (y, used) = {
+        let _ac = autocast.map(|p| Autocast::enter(Device::Cpu, p).unwrap());
+        match path {
+            Some(path) => dense_bias_gelu(&x, &w, &b, path).expect("dense_bias_gelu"),
+            // the fp64 reference: the same math on the (rounded) inputs widened to fp64
+            None => (x.linear(&w, Some(&b)).gelu("none"), false),
+        }
+    };
+    (y.to_kind(Kind::Double) * dy.to_kind(Kind::Double))
+        .sum(Kind::Double)
+        .backward();
+    (vec![y.detach(), x.grad(), w.grad(), b.grad()], used)
+}
+
+/// The intermediate dense's bias + GELU kernels (forward; backward with the bias's column sums
+/// over chunks of 64 rows, then mr_fe_colsum_final) against fp64: in fp32, and under bf16 and
+/// fp16 autocast (as BERT trains), with more rows than one chunk and a short last chunk; the
+/// composite path (exactly the unfused `linear(x, w, b).gelu()`) is measured the same way.
+#[test]
+fn the_bias_gelu_kernels_match_fp64() {
+    let _turn = seeded(11);
+    // (autocast, rows, columns: a block's 1,024 columns and more, with idle threads; bound)
+    let cases = [
+        (None, 130, 1032, 2e-5),
+        (Some(LowPrecision::BFloat16), 70, 40, 2.0 * 2f64.powi(-8)),
+        (Some(LowPrecision::Float16), 200, 8, 2.0 * 2f64.powi(-11)),
+    ];
+    for (autocast, rows, cols, bound) in cases {
+        let f = (Kind::Float, Device::Cpu);
+        let low = match autocast {
+            Some(LowPrecision::BFloat16) => Kind::BFloat16,
+            Some(LowPrecision::Float16) => Kind::Half,
+            None => Kind::Float,
+        };
+        let x = Tensor::randn([rows, 24], f);
+        let w = Tensor::randn([cols, 24], f) * 0.3;
+        let b = Tensor::randn([cols], f);
+        let dy = Tensor::randn([rows, cols], f).to_kind(low);
+        // the reference sees the matmul's inputs as autocast rounds them
+        let wide = |t: &Tensor| t.to_kind(low).to_kind(Kind::Double);
+        let (reference, _) = dense_gelu_grads(
+            &wide(&x),
+            &wide(&w),
+            &b.to_kind(Kind::Double),
+            &dy,
+            None,
+            None,
+        );
+        let (kernel, used) = dense_gelu_grads(&x, &w, &b, &dy, Some(FusedPath::Emulated), autocast);
+        assert!(used, "{low:?}: the emulated kernels did not run");
+        let (composite, used) =
+            dense_gelu_grads(&x, &w, &b, &dy, Some(FusedPath::Composite), autocast);
+        assert!(!used, "{low:?}: the composite path reported the kernels");
+        assert_eq!(kernel[0].kind(), low, "y is in the matmul's dtype");
+        for (n, name) in ["y", "d x", "d W", "d b"].iter().enumerate() {
+            assert_eq!(
+                kernel[n].kind(),
+                composite[n].kind(),
+                "{low:?}: {name} dtype"
+            );
+            assert_eq!(
+                kernel[n].size(),
+                composite[n].size(),
+                "{low:?}: {name} shape"
+            );
+            let (ek, ec) = (
+                max_rel(&kernel[n], &reference[n]),
+                max_rel(&composite[n], &reference[n]),
+            );
+            eprintln!("{low:?} {rows}x{cols}: {name}: kernel {ek:.2e}, composite {ec:.2e}");
+            assert!(
+                ek <= bound,
+                "{low:?} {rows}x{cols}: {name}: kernel error {ek:.2e} > {bound:.1e}"
+            );
+        }
+    }
+}
+
+/// Auto on CPU tensors is exactly the unfused ops; the kernel paths refuse what they cannot run,
+/// with messages that say why.
+#[test]
+fn the_bias_gelu_op_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
+    let _turn = seeded(12);
+    let f = (Kind::Float, Device::Cpu);
+    let (x, w, b) = (
+        Tensor::randn([6, 8], f),
+        Tensor::randn([12, 8], f),
+        Tensor::randn([12], f),
+    );
+    let dy = Tensor::randn([6, 12], f);
+    let (auto, used) = dense_gelu_grads(&x, &w, &b, &dy, Some(FusedPath::Auto), None);
+    assert!(!used);
+    let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
+    let (lx, lw, lb) = (leaf(&x), leaf(&w), leaf(&b));
+    let y = lx.linear(&lw, Some(&lb)).gelu("none");
+    (y.to_kind(Kind::Double) * dy.to_kind(Kind::Double))
+        .sum(Kind::Double)
+        .backward();
+    for (a, u) in auto
+        .iter()
+        .zip([y.detach(), lx.grad(), lw.grad(), lb.grad()])
+    {
+        assert!(a.equal(&u), "Auto on a CPU differs from the unfused ops");
+    }
+    let msg = format!(
+        "{:#}",
+        dense_bias_gelu(&x, &w, &b, FusedPath::Kernel).unwrap_err()
+    );
+    assert!(msg.contains("CUDA kernel path takes CUDA tensors"), "{msg}");
+    // 6 columns: not a multiple of 4
+    let w6 = Tensor::randn([6, 8], f);
+    let b6 = Tensor::randn([6], f);
+    let msg = format!(
+        "{:#}",
+        dense_bias_gelu(&x, &w6, &b6, FusedPath::Emulated).unwrap_err()
+    );
+    assert!(
+        msg.contains("emulated kernel path is not usable") && msg.contains("6 columns"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("Exception raised from"),
+        "C++ backtrace in: {msg}"
     );
 }

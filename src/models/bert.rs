@@ -46,7 +46,9 @@
 //!   outputs (logits) come back in fp32 either way.
 //! - `fused_epilogues`: in every encoder layer, the attention output's and the feed-forward
 //!   output's "dense bias + dropout + residual + LayerNorm" run as one autograd op
-//!   ([`super::fused_epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path).
+//!   ([`super::fused_epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path),
+//!   and so do the intermediate dense's bias + (erf) GELU (the same math; with the CUDA kernels
+//!   one pass forward and one backward that also sums the bias's gradient).
 //! - `fused_qkv`: every encoder layer's query, key and value projections as one matmul over the
 //!   three weights concatenated (`[3H, H]`), its output unbound into the three heads' views; the
 //!   parameters and their names stay the reference's.
@@ -269,6 +271,10 @@ pub struct BertForPreTraining {
     /// the composite ATen ops); tests set `Emulated` to train through the CUDA kernels on the
     /// CPU.
     pub fused_epilogue_path: super::fused_epilogue::FusedPath,
+    /// With `fused_epilogues`: the intermediate dense's bias + GELU as one op too
+    /// ([`crate::models::fused_epilogue::dense_bias_gelu`]; on by default; the benchmark turns it
+    /// off to measure it).
+    pub fused_gelu_epilogue: bool,
     /// Open/closed method `fused_qkv`: each layer's query, key and value projections as one
     /// matmul over their weights concatenated (the parameters stay three, with the reference's
     /// names); the same math.
@@ -373,6 +379,7 @@ impl BertForPreTraining {
             fused_attention: true,
             fused_epilogues: false,
             fused_epilogue_path: super::fused_epilogue::FusedPath::Auto,
+            fused_gelu_epilogue: true,
             fused_qkv: false,
             bf16_residual: false,
             varlen_path: VarlenPath::Auto,
@@ -508,7 +515,11 @@ impl BertForPreTraining {
                 let z = self.fused_feed_forward(l, &x);
                 return self.fused_bias_tail(&z, &l.output.b, &l.out_ln, &x, train);
             }
-            let inter = l.intermediate.forward(&x).gelu("none");
+            let inter = if self.fused_gelu_epilogue {
+                self.fused_gelu(&l.intermediate, &x)
+            } else {
+                l.intermediate.forward(&x).gelu("none")
+            };
             return self.fused_tail(&l.output, &l.out_ln, &inter, &x, train);
         }
         let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
@@ -612,6 +623,15 @@ impl BertForPreTraining {
         use super::fused_epilogue::bias_dropout_add_ln;
         let e = self.epilogue(ln, residual, train);
         match bias_dropout_add_ln(h, Some(bias), &e) {
+            Ok((y, _)) => y,
+            Err(err) => panic!("{err:#}"),
+        }
+    }
+
+    /// `GELU(x W^T + b)` with the bias and the GELU as one op ([`super::fused_epilogue::dense_bias_gelu`]).
+    fn fused_gelu(&self, dense: &Dense, x: &Tensor) -> Tensor {
+        use super::fused_epilogue::dense_bias_gelu;
+        match dense_bias_gelu(x, &dense.w, &dense.b, self.fused_epilogue_path) {
             Ok((y, _)) => y,
             Err(err) => panic!("{err:#}"),
         }

@@ -21,9 +21,12 @@
 //! policy); otherwise the promotion of `h` and `residual`. [`Epilogue::out`] asks for another
 //! output dtype (`methods.bf16_residual`: a bf16 residual stream under autocast).
 //!
-//! The intermediate dense's bias + GELU is the other BERT epilogue: `methods.fused_bias_gelu`
-//! (`crate::models::fused_bias_gelu`, cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues; tanh
-//! GELU, so open division only).
+//! The intermediate dense's bias + GELU is the other BERT epilogue ([`dense_bias_gelu`], also
+//! under `methods.fused_epilogues`): on the kernel path the matmul runs without its bias, one
+//! elementwise kernel adds it and applies the exact (erf) GELU, and its backward takes the
+//! GELU's gradient and the bias's column sums in one pass. (`methods.fused_bias_gelu`, open
+//! division only, instead fuses a tanh GELU into the matmuls: `crate::models::fused_bias_gelu`,
+//! cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues.)
 
 use crate::shim_error::call;
 use anyhow::{bail, Result};
@@ -50,6 +53,15 @@ extern "C" {
         w: T,
         b: T,
         e: *const EpilogueArgs,
+        out: *mut *mut C_tensor,
+        used_kernel: *mut c_int,
+        err: Err,
+    ) -> c_int;
+    fn mr_fe_dense_bias_gelu(
+        x: T,
+        w: T,
+        b: T,
+        mode: c_int,
         out: *mut *mut C_tensor,
         used_kernel: *mut c_int,
         err: Err,
@@ -231,6 +243,35 @@ pub fn dense_dropout_add_ln(
     e.call(|args, out, used, err| unsafe {
         mr_fe_dense_dropout_add_ln(x.as_ptr(), w.as_ptr(), b.as_ptr(), args, out, used, err)
     })
+}
+
+/// `GELU(x W^T + b)` (the exact, erf GELU): the intermediate dense layer and its epilogue. With
+/// the kernel path the matmul runs without its bias and one kernel adds the bias and applies the
+/// GELU, in fp32, rounded once to the matmul's dtype; its backward computes the GELU's gradient
+/// and the bias's in one pass (the unfused ops take a separate reduction for the bias).
+/// Otherwise it is exactly the unfused `linear(x, w, b).gelu("none")`. Returns the output and
+/// whether the kernel path ran.
+pub fn dense_bias_gelu(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    path: FusedPath,
+) -> Result<(Tensor, bool)> {
+    let mut out = std::ptr::null_mut();
+    let mut used: c_int = 0;
+    // SAFETY: x, w and b are live for the call; the shim hands back a new tensor on success.
+    call("fused bias + GELU", |err| unsafe {
+        mr_fe_dense_bias_gelu(
+            x.as_ptr(),
+            w.as_ptr(),
+            b.as_ptr(),
+            path.code(),
+            &mut out,
+            &mut used,
+            err,
+        )
+    })?;
+    Ok((finish(out), used != 0))
 }
 
 /// How many times the calling thread launched the vectorised row kernels (rows of a multiple
