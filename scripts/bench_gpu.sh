@@ -34,6 +34,8 @@
 #   all-ones mask anyway (the memory-efficient kernel): the difference the mask makes;
 #   `... bf16-residual flash-varlen` attends through FlashAttention-2's varlen kernel (every
 #   sequence full length) instead of SDPA, which picks cuDNN's attention on an H100 / H200;
+#   `... fused-epilogues-ln-only fused-qkv bf16-residual` is the fast row with only the
+#   LayerNorm epilogues fused (--no-gelu-epilogue): the bias + GELU epilogue's share;
 #   a)'s fp16 rows have fp16 peers: PyTorch eager with GradScaler and its torch.compile; with
 #   --sides all, a) also has `mlperf-run all-methods` in bf16, against the bf16 peers;
 #   g) (only with --only g or --only ...,g) examples/fused_epilogue_check: the fused
@@ -85,8 +87,9 @@
 #   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
 #                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
 #                mlperf-run, mlperf-run cuda-graph fused-epilogues, ... fused-qkv bf16-residual,
-#                mlperf-run all-methods, Hugging Face), for a call with little device time (one
-#                torch.compile per round instead of two; 9 of the 21 rows)
+#                the same with the LayerNorm epilogues only, mlperf-run all-methods, Hugging
+#                Face), for a call with little device time (one torch.compile per round
+#                instead of two; 9 of the 22 rows)
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #                (ResNet-50), and one BERT-Large step's kernels by class, ours vs Hugging Face
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
@@ -145,8 +148,8 @@ case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-fa2 mask all hf ref) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-fa2 all hf) ;;
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-ln fast-fa2 mask all hf ref) ;;
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-ln all hf) ;;
   *) die "--sides is all or targets, not $sides" ;;
 esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -535,6 +538,7 @@ if want c; then
         mask) measure c "mlperf-run cuda-graph fused-epilogues mask-kept" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --keep-mask ;;
         qkv) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv ;;
         fast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual ;;
+        fast-ln) measure c "mlperf-run cuda-graph fused-epilogues-ln-only fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --no-gelu-epilogue --fused-qkv --bf16-residual ;;
         fast-fa2) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual --flash-varlen ;;
         all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual --fused-bias-gelu ;;
         hf)
