@@ -18,6 +18,10 @@
 //! vectorised forward's Philox draw): about 1 - p kept and 2p(1-p) of the positions changed on a
 //! second call (each within 5 binomial standard deviations), and the composite path given
 //! exactly that mask agreeing within 2e-2 (`check: drawn_mask`; a failure fails the check).
+//! And the intermediate dense's bias + GELU op ([`dense_bias_gelu`]: x [tokens, hidden] through
+//! a [4 hidden, hidden] weight): its kernel path against the unfused `linear(x, w, b).gelu()`,
+//! the output and the x, W, b gradients within 2e-2, and both timed (`check: bias_gelu`; a
+//! failure fails the check).
 
 mod common;
 
@@ -25,7 +29,7 @@ use anyhow::{bail, Result};
 use common::{Flags, OpShape};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::models::fused_epilogue::{
-    bias_dropout_add_ln, dense_dropout_add_ln, kernel_built, Epilogue, FusedPath,
+    bias_dropout_add_ln, dense_bias_gelu, dense_dropout_add_ln, kernel_built, Epilogue, FusedPath,
 };
 use tch::{Kind, Tensor};
 
@@ -191,6 +195,45 @@ fn main() -> Result<()> {
         })
     );
 
+    // the intermediate dense's bias + GELU: kernel path vs the unfused ops, same inputs
+    let inter = 4 * a.hidden;
+    let gx = leaf(&[a.tokens, a.hidden], 1.0, 0.0);
+    let gw = leaf(&[inter, a.hidden], 0.02, 0.0);
+    let gb = leaf(&[inter], 0.1, 0.0);
+    let gdy = Tensor::randn([a.tokens, inter], f);
+    let gelu_run = |path: Option<FusedPath>| -> Result<(Vec<Tensor>, bool)> {
+        common::zero_grads(&[&gx, &gw, &gb]);
+        let (y, kernel) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
+            match path {
+                Some(path) => dense_bias_gelu(&gx, &gw, &gb, path),
+                None => Ok((gx.linear(&gw, Some(&gb)).gelu("none"), false)),
+            }
+        })??;
+        (&y * gdy.to_kind(y.kind())).sum(y.kind()).backward();
+        Ok((
+            vec![y.detach(), gx.grad().copy(), gw.grad().copy(), gb.grad().copy()],
+            kernel,
+        ))
+    };
+    let (gelu_fused, gelu_ran) = gelu_run(Some(kernel_path))?;
+    let (gelu_unfused, _) = gelu_run(None)?;
+    let (gelu_diffs, gelu_rel) =
+        common::max_diffs(&gelu_fused, &gelu_unfused, &["y", "d_x", "d_w", "d_b"]);
+    let (gk, _) = common::time_rounds(d, 3, a.rounds, || gelu_run(Some(kernel_path)))?;
+    let (gu, _) = common::time_rounds(d, 3, a.rounds, || gelu_run(None))?;
+    let (gk, gu) = (common::median(&gk), common::median(&gu));
+    let gelu_ok = gelu_rel < 2e-2 && (gelu_ran || !d.is_cuda());
+    println!(
+        "{}",
+        serde_json::json!({
+            "check": "bias_gelu", "ok": gelu_ok, "kernel_ran": gelu_ran,
+            "worst_rel_vs_unfused": gelu_rel, "diffs": gelu_diffs,
+            "kernel_median_ms": gk * 1e3, "unfused_median_ms": gu * 1e3,
+            "speedup_kernel_vs_unfused": gu / gk, "tokens": a.tokens, "hidden": a.hidden,
+            "intermediate": inter,
+        })
+    );
+
     // timing: each side `rounds` times after 3 warm-up rounds, device-synchronised per round
     let mut medians = Vec::new();
     for (side, path) in [
@@ -211,7 +254,7 @@ fn main() -> Result<()> {
             })
         );
     }
-    let ok = worst_rel < 2e-2 && (kernel_ran || !d.is_cuda()) && mask_ok;
+    let ok = worst_rel < 2e-2 && (kernel_ran || !d.is_cuda()) && mask_ok && gelu_ok;
     println!(
         "{}",
         serde_json::json!({
@@ -225,7 +268,8 @@ fn main() -> Result<()> {
         bail!(
             "fused epilogue check failed: kernel ran {kernel_ran}, worst relative difference \
              {worst_rel:e}, drawn mask ok {mask_ok} (kept {kept:.4}, changed {changed:.4}, \
-             {mask_rel:e} off the composite path with that mask)"
+             {mask_rel:e} off the composite path with that mask), bias + GELU ok {gelu_ok} \
+             (kernel ran {gelu_ran}, {gelu_rel:e} off the unfused ops)"
         );
     }
     Ok(())
