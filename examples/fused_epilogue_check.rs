@@ -211,7 +211,12 @@ fn main() -> Result<()> {
         })??;
         (&y * gdy.to_kind(y.kind())).sum(y.kind()).backward();
         Ok((
-            vec![y.detach(), gx.grad().copy(), gw.grad().copy(), gb.grad().copy()],
+            vec![
+                y.detach(),
+                gx.grad().copy(),
+                gw.grad().copy(),
+                gb.grad().copy(),
+            ],
             kernel,
         ))
     };

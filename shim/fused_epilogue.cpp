@@ -14,7 +14,10 @@
 //   kernel (LayerNorm backward fused with the mask and the residual gradient), plus column-sum
 //   kernels for d gamma, d beta and the dense bias's gradient (partial sums per chunk of rows,
 //   then one pass over the partials). Rows of a multiple of 4 elements up to 1,024 (BERT's)
-//   take vectorised variants of the row kernels: a warp per row, the row kept in registers.
+//   take vectorised variants of the row kernels: a warp per row, the row kept in registers; the
+//   vectorised backward also takes the column sums' partials itself (no second pass over the
+//   rows). Also here: the intermediate dense's bias + GELU (mr_fe_dense_bias_gelu), one
+//   elementwise kernel forward and one backward that also sums the bias's gradient.
 //   The kernels are compiled at run time with NVRTC (torch's wheel ships libnvrtc; no nvcc
 //   needed) on first use and launched through the driver API, both dlopen'ed: no link-time
 //   dependency on libcuda or libnvrtc. The dropout mask: the vectorised forward draws it itself
@@ -679,14 +682,14 @@ bool kernels_ready(const at::Device& device, int ht, int rt, int ot) {
   return device.is_cuda() && cuda_kernels_ready(device.index(), ht, rt, ot);
 }
 
-// Launches kernel `which` on a (gx, gy) grid of kThreads-thread blocks: on the GPU on the
+// Launches kernel `which` on a (gx, gy) grid of `threads`-thread blocks: on the GPU on the
 // device's current stream, on the CPU by the emulator. args: the driver API's argument array.
 void launch(const at::Device& device, int ht, int rt, int ot, fe::Kernel which, unsigned gx,
-            unsigned gy, void** args) {
+            unsigned gy, void** args, unsigned threads = kThreads) {
   if (device.is_cpu()) {
-    mr::fe_emu::launch(ht, rt, ot, which, gx, gy, kThreads, args);
+    mr::fe_emu::launch(ht, rt, ot, which, gx, gy, threads, args);
   } else {
-    cuda_launch(device.index(), ht, rt, ot, which, gx, gy, kThreads, args);
+    cuda_launch(device.index(), ht, rt, ot, which, gx, gy, threads, args);
   }
 }
 
@@ -698,7 +701,9 @@ const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr()
 // obstacle.
 constexpr int64_t kV4MaxCols = 4 * 32 * 8;
 constexpr unsigned kV4RowsPerBlock = kThreads / 32;
-// rows per warp in mr_fe_backward_v4, which also takes the column sums (a block: 64 rows)
+// mr_fe_backward_v4, which also takes the column sums: blocks of kV4BackwardWarps warps
+// (MR_FE_BWD_WARPS in the source) of kV4RowsPerWarp rows each
+constexpr unsigned kV4BackwardWarps = 4;
 constexpr unsigned kV4RowsPerWarp = 8;
 
 unsigned v4_blocks(int64_t rows) {
@@ -846,10 +851,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
   const bool v4 = v4_usable(cols, {&dy, &s, &g, &mask, &dh, &dres});
   // d gamma, d beta (and d bias) as partial sums over chunks of rows, then mr_fe_colsum_final
   // over the partials. The vectorised backward takes them itself (a chunk is one block's
-  // kV4RowsPerBlock warps times kV4RowsPerWarp rows); otherwise mr_fe_colsum does, over chunks of
-  // (at least) 64 rows, their count within its gridDim.y's 65,535.
+  // kV4BackwardWarps warps times kV4RowsPerWarp rows); otherwise mr_fe_colsum does, over chunks
+  // of (at least) 64 rows, their count within its gridDim.y's 65,535.
   const int rows_per_chunk =
-      v4 ? static_cast<int>(kV4RowsPerBlock * kV4RowsPerWarp)
+      v4 ? static_cast<int>(kV4BackwardWarps * kV4RowsPerWarp)
          : static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   const auto f32 = s.options().dtype(at::kFloat);
@@ -876,7 +881,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
     void* args[] = {&dyp, &sp, &mp, &rp, &gp, &maskp, &sc, &c, &dhp, &drp, &nrows, &rpw,
                     &pgp, &pbp, &pbiasp};
     if (v4) {
-      launch(s.device(), ht, rt, ot, fe::kBackwardV4, static_cast<unsigned>(chunks), 1, args);
+      launch(s.device(), ht, rt, ot, fe::kBackwardV4, static_cast<unsigned>(chunks), 1, args,
+             32 * kV4BackwardWarps);
       ++t_v4_launches[1];
     } else {
       launch_rows(s.device(), ht, rt, ot, false, fe::kBackward, fe::kBackwardV4, 1, rows, args);
@@ -944,8 +950,10 @@ at::Tensor kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias)
   long long groups = z.numel() / 4;
   void* yp = y.data_ptr();
   void* args[] = {&zp, &bp, &c, &groups, &yp};
+  // two groups of 4 elements per thread
+  const long long per_block = 2 * static_cast<long long>(kThreads);
   launch(z.device(), ht, ht, ht, fe::kBiasGeluForward,
-         static_cast<unsigned>((groups + kThreads - 1) / kThreads), 1, args);
+         static_cast<unsigned>((groups + per_block - 1) / per_block), 1, args);
   return y;
 }
 

@@ -323,58 +323,50 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
   }
 }
 
-// mr_fe_backward_v4 also takes the column sums, so d y, s and d h are not read again: warp w of
-// block b takes rows_per_warp rows in a row, from (b * warps + w) * rows_per_warp, and keeps its
-// columns' sums of d y * xhat (d gamma), d y (d beta) and, part_bias given, d h as rounded to
-// h's dtype (the dense bias) in registers; the block then adds its warps' sums in warp order into
-// row b of the [gridDim.x, cols] partials, which mr_fe_colsum_final sums. Every warp reaches the
-// block's barriers (a warp past the last row adds zeros). At most 8 warps per block.
-__device__ __forceinline__ void mr_fe_block_colsum(const float a[MR_FE_GROUPS][4],
-                                                   F32x4 (*red)[32 * MR_FE_GROUPS], int lane,
-                                                   int warp, int warps, int groups, int cols,
-                                                   float* __restrict__ out) {
+// mr_fe_backward_v4 also takes the column sums, so d y, s and d h are not read again. A block is
+// MR_FE_BWD_WARPS warps (the host launches 32 * MR_FE_BWD_WARPS threads); warp w of block b takes
+// rows_per_warp rows in a row, from (b * MR_FE_BWD_WARPS + w) * rows_per_warp, and adds each
+// row's d y * xhat (d gamma), d y (d beta) and, part_bias given, d h as rounded to h's dtype (the
+// dense bias) into its own slice of shared memory (no other warp touches it, so no atomics and a
+// fixed order); at the end the block adds its warps' slices in warp order into row b of the
+// [gridDim.x, cols] partials, which mr_fe_colsum_final sums. The sums live in shared memory
+// rather than registers so that a thread needs few enough registers for several blocks per SM:
+// a warp works on one row at a time, and it is the number of warps per SM that keeps enough
+// loads in flight. A row's loads (d y, s, gamma and the mask) are all issued in the first pass.
+#define MR_FE_BWD_WARPS 4
+#ifdef __CUDACC_RTC__
+#define MR_FE_BWD_BOUNDS __launch_bounds__(32 * MR_FE_BWD_WARPS, 4)
+#else
+#define MR_FE_BWD_BOUNDS
+#endif
+MR_KERNEL MR_FE_BWD_BOUNDS void mr_fe_backward_v4(
+    const OT::T* __restrict__ dy, const float* __restrict__ s, const float* __restrict__ mean,
+    const float* __restrict__ rstd, const float* __restrict__ gamma,
+    const unsigned char* __restrict__ mask, float scale, int cols, HT::T* __restrict__ dh,
+    RT::T* __restrict__ dres, int rows, int rows_per_warp, float* __restrict__ part_gamma,
+    float* __restrict__ part_beta, float* __restrict__ part_bias) {
+  // [warp][d gamma, d beta, d bias][group of 4 columns]: 48 KB
+  __shared__ F32x4 acc[MR_FE_BWD_WARPS][3][32 * MR_FE_GROUPS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int groups = cols >> 2;
+  const F32x4 zero = {{0.f, 0.f, 0.f, 0.f}};
   MR_UNROLL
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
     const int g = lane + 32 * k;
     if (g >= groups) continue;
-    F32x4 t;
-    for (int j = 0; j < 4; ++j) t.v[j] = a[k][j];
-    red[warp][g] = t;
+    for (int q = 0; q < 3; ++q) acc[warp][q][g] = zero;
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    float t = 0.f;
-    for (int w = 0; w < warps; ++w) t += red[w][c >> 2].v[c & 3];
-    out[c] = t;
-  }
-  __syncthreads();
-}
-
-MR_KERNEL void mr_fe_backward_v4(const OT::T* __restrict__ dy, const float* __restrict__ s,
-                                 const float* __restrict__ mean, const float* __restrict__ rstd,
-                                 const float* __restrict__ gamma,
-                                 const unsigned char* __restrict__ mask, float scale, int cols,
-                                 HT::T* __restrict__ dh, RT::T* __restrict__ dres, int rows,
-                                 int rows_per_warp, float* __restrict__ part_gamma,
-                                 float* __restrict__ part_beta, float* __restrict__ part_bias) {
-  __shared__ F32x4 red[8][32 * MR_FE_GROUPS];  // the warps' sums of one quantity (32 KB)
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int groups = cols >> 2;
-  float acc_g[MR_FE_GROUPS][4], acc_b[MR_FE_GROUPS][4], acc_h[MR_FE_GROUPS][4];
-  MR_UNROLL
-  for (int k = 0; k < MR_FE_GROUPS; ++k) {
-    for (int j = 0; j < 4; ++j) acc_g[k][j] = acc_b[k][j] = acc_h[k][j] = 0.f;
-  }
-  const long long first = ((long long)blockIdx.x * warps + warp) * rows_per_warp;
+  const long long first = ((long long)blockIdx.x * MR_FE_BWD_WARPS + warp) * rows_per_warp;
   for (int t = 0; t < rows_per_warp; ++t) {
     const long long row = first + t;
     if (row >= rows) break;  // the whole warp
     const long long base = row * cols;
     const float m = mean[row], r = rstd[row];
     float gg[MR_FE_GROUPS][4], xc[MR_FE_GROUPS][4];  // dy * gamma, s - mean
+    U8x4 mk[MR_FE_GROUPS];
     float sg = 0.f, sgx = 0.f;
     MR_UNROLL
-  for (int k = 0; k < MR_FE_GROUPS; ++k) {
+    for (int k = 0; k < MR_FE_GROUPS; ++k) {
       const int g = lane + 32 * k;
       if (g >= groups) continue;
       const long long i = base + 4 * g;
@@ -382,38 +374,51 @@ MR_KERNEL void mr_fe_backward_v4(const OT::T* __restrict__ dy, const float* __re
       load4<OT>(dy + i, dv);
       load4<F32>(s + i, sv);
       load4<F32>(gamma + 4 * g, gv);
+      if (mask) mk[k] = *reinterpret_cast<const U8x4*>(mask + i);
+      F32x4 ag = acc[warp][0][g], ab = acc[warp][1][g];
       for (int j = 0; j < 4; ++j) {
         gg[k][j] = dv[j] * gv[j];
         xc[k][j] = sv[j] - m;
         sg += gg[k][j];
         sgx += gg[k][j] * xc[k][j] * r;
-        acc_g[k][j] += dv[j] * xc[k][j] * r;
-        acc_b[k][j] += dv[j];
+        ag.v[j] += dv[j] * xc[k][j] * r;
+        ab.v[j] += dv[j];
       }
+      acc[warp][0][g] = ag;
+      acc[warp][1][g] = ab;
     }
     const float mg = warp_sum(sg) / cols;
     const float mgx = warp_sum(sgx) / cols;
     MR_UNROLL
-  for (int k = 0; k < MR_FE_GROUPS; ++k) {
+    for (int k = 0; k < MR_FE_GROUPS; ++k) {
       const int g = lane + 32 * k;
       if (g >= groups) continue;
       const long long i = base + 4 * g;
       float ds[4], d[4];
-      unsigned char mv[4];
-      if (mask) load_mask4(mask + i, mv);
       for (int j = 0; j < 4; ++j) {
         ds[j] = r * (gg[k][j] - mg - xc[k][j] * r * mgx);
-        d[j] = mask ? (mv[j] ? ds[j] * scale : 0.f) : ds[j];
-        if (part_bias) acc_h[k][j] += HT::load(HT::store(d[j]));
+        d[j] = mask ? (mk[k].v[j] ? ds[j] * scale : 0.f) : ds[j];
       }
       if (dres) store4<RT>(dres + i, ds);
       store4<HT>(dh + i, d);
+      if (part_bias) {
+        F32x4 ah = acc[warp][2][g];
+        for (int j = 0; j < 4; ++j) ah.v[j] += HT::load(HT::store(d[j]));
+        acc[warp][2][g] = ah;
+      }
     }
   }
+  __syncthreads();
   const long long prow = (long long)blockIdx.x * cols;
-  mr_fe_block_colsum(acc_g, red, lane, warp, warps, groups, cols, part_gamma + prow);
-  mr_fe_block_colsum(acc_b, red, lane, warp, warps, groups, cols, part_beta + prow);
-  if (part_bias) mr_fe_block_colsum(acc_h, red, lane, warp, warps, groups, cols, part_bias + prow);
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float sum[3] = {0.f, 0.f, 0.f};
+    for (int w = 0; w < MR_FE_BWD_WARPS; ++w) {
+      for (int q = 0; q < 3; ++q) sum[q] += acc[w][q][c >> 2].v[c & 3];
+    }
+    part_gamma[prow + c] = sum[0];
+    part_beta[prow + c] = sum[1];
+    if (part_bias) part_bias[prow + c] = sum[2];
+  }
 }
 
 // The column sums' second stage: the [chunks, cols] partials (of mr_fe_colsum or
@@ -455,36 +460,60 @@ MR_KERNEL void mr_fe_colsum_final(const float* __restrict__ part_gamma,
 }
 
 // ---- the intermediate dense's epilogue: bias + GELU -----------------------------------------
-// y = GELU(z + bias), the exact (erf) GELU as ATen's gelu computes it (in fp32, here with the
-// fp32 bias added in fp32 too), rounded once to h's dtype (HT). z, y and d z are [rows, cols]
-// with cols a multiple of 4 and every pointer aligned to its 4-element vector (the host checks);
-// a thread takes 4 adjacent elements, which share a row.
-__device__ __forceinline__ float mr_gelu(float x) {
-  return x * 0.5f * (1.f + erff(x * 0.70710678118654752f));
-}
-// d GELU / dx, as ATen's gelu_backward (erf form): cdf + x * pdf
-__device__ __forceinline__ float mr_gelu_grad(float x) {
-  const float cdf = 0.5f * (1.f + erff(x * 0.70710678118654752f));
-  const float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;  // 1 / sqrt(2 pi)
-  return cdf + x * pdf;
+// y = GELU(z + bias) = x Phi(x), x = z + bias, the exact (erf) GELU, in fp32 (the fp32 bias added
+// in fp32 too), rounded once to h's dtype (HT). z, y and d z are [rows, cols] with cols a multiple
+// of 4 and every pointer aligned to its 4-element vector (the host checks).
+// Phi(x) = (1 + erf(x / sqrt 2)) / 2 with erf from Abramowitz and Stegun 7.1.26: erf(a) = 1 -
+// t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-a^2), t = 1 / (1 + p a), a >= 0, odd in a; at most
+// 1.5e-7 off erf (about erff's own error in fp32, far below a 16-bit output's rounding), and a
+// third of erff's instructions: the GELU passes over BERT's [tokens, 4096] are otherwise bound
+// by arithmetic, not memory. exp(-a^2) with a = |x| / sqrt 2 is exp(-x^2 / 2), the normal
+// density's exponential, which the backward needs too.
+#ifdef __CUDACC_RTC__
+__device__ __forceinline__ float mr_rcp(float x) { return __fdividef(1.f, x); }
+__device__ __forceinline__ float mr_exp(float x) { return __expf(x); }
+#else  // the CPU emulator
+__device__ __forceinline__ float mr_rcp(float x) { return 1.f / x; }
+__device__ __forceinline__ float mr_exp(float x) { return expf(x); }
+#endif
+// Phi(x) and the normal density phi(x)
+__device__ __forceinline__ void mr_normal(float x, float& cdf, float& pdf) {
+  const float a = fabsf(x) * 0.70710678118654752f;
+  const float t = mr_rcp(1.f + 0.3275911f * a);
+  const float poly =
+      t * (0.254829592f +
+           t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float e = mr_exp(-0.5f * x * x);  // exp(-a^2)
+  const float half_erfc = 0.5f * poly * e;  // (1 - erf(a)) / 2
+  cdf = x >= 0.f ? 1.f - half_erfc : half_erfc;
+  pdf = e * 0.39894228040143268f;  // 1 / sqrt(2 pi)
 }
 
+// Two groups of 4 adjacent elements per thread (they share a row: cols is a multiple of 4).
 MR_KERNEL void mr_fe_bias_gelu_forward(const HT::T* __restrict__ z, const float* __restrict__ bias,
                                        int cols, long long groups, HT::T* __restrict__ y) {
-  const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (g >= groups) return;
-  const long long i = 4 * g;
-  float zv[4], bv[4], out[4];
-  load4<HT>(z + i, zv);
-  load4<F32>(bias + (int)(i % cols), bv);
-  for (int j = 0; j < 4; ++j) out[j] = mr_gelu(zv[j] + bv[j]);
-  store4<HT>(y + i, out);
+  const long long g0 = 2 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+  for (int u = 0; u < 2; ++u) {
+    const long long g = g0 + u;
+    if (g >= groups) return;
+    const long long i = 4 * g;
+    float zv[4], bv[4], out[4];
+    load4<HT>(z + i, zv);
+    load4<F32>(bias + (int)(i % cols), bv);
+    for (int j = 0; j < 4; ++j) {
+      const float x = zv[j] + bv[j];
+      float cdf, pdf;
+      mr_normal(x, cdf, pdf);
+      out[j] = x * cdf;
+    }
+    store4<HT>(y + i, out);
+  }
 }
 
-// d z = d y * GELU'(z + bias), rounded to HT, and the bias's gradient as partial column sums of
-// that rounded d z over chunks of rows_per_chunk rows (part_bias [chunks, cols]; then
-// mr_fe_colsum_final with first = 2): thread = 4 adjacent columns (a block: 4 * blockDim.x
-// columns), blockIdx.y = the chunk; rows in order, four loads in flight.
+// d z = d y * GELU'(x) = d y (Phi(x) + x phi(x)), rounded to HT, and the bias's gradient as
+// partial column sums of that rounded d z over chunks of rows_per_chunk rows (part_bias [chunks,
+// cols]; then mr_fe_colsum_final with first = 2): thread = 4 adjacent columns (a block: 4 *
+// blockDim.x columns), blockIdx.y = the chunk; rows in order, four loads in flight.
 MR_KERNEL void mr_fe_bias_gelu_backward(const HT::T* __restrict__ dy, const HT::T* __restrict__ z,
                                         const float* __restrict__ bias, int rows, int cols,
                                         int rows_per_chunk, HT::T* __restrict__ dz,
@@ -503,7 +532,12 @@ MR_KERNEL void mr_fe_bias_gelu_backward(const HT::T* __restrict__ dy, const HT::
     float dv[4], zv[4], d[4];
     load4<HT>(dy + i, dv);
     load4<HT>(z + i, zv);
-    for (int j = 0; j < 4; ++j) d[j] = dv[j] * mr_gelu_grad(zv[j] + bv[j]);
+    for (int j = 0; j < 4; ++j) {
+      const float x = zv[j] + bv[j];
+      float cdf, pdf;
+      mr_normal(x, cdf, pdf);
+      d[j] = dv[j] * (cdf + x * pdf);
+    }
     store4<HT>(dz + i, d);
     for (int j = 0; j < 4; ++j) acc[j] += HT::load(HT::store(d[j]));
   }

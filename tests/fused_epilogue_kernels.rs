@@ -325,11 +325,11 @@ fn the_vectorised_row_kernels_match_fp64_at_and_beyond_their_widths() {
 
 #[test]
 fn the_column_sums_cover_every_chunk_of_rows() {
-    // The vectorised backward sums chunks of 64 rows (a block: 8 warps of 8 rows; warps past
+    // The vectorised backward sums chunks of 32 rows (a block: 4 warps of 8 rows; warps past
     // the last row add zeros) and mr_fe_colsum_final sums the chunks with 8 warps, eight chunks
-    // at a time plus a remainder. 4,161 rows: 66 chunks, the last of 1 row; 130 rows: chunks of
-    // 64, 64 and 2, all in the remainder loop. Rows of 42 take the scalar kernels, whose
-    // column-sum kernel has chunks of its own.
+    // at a time plus a remainder. 4,161 rows: 131 chunks, the last of 1 row; 130 rows: four
+    // chunks of 32 and one of 2, all in the remainder loop. Rows of 42 take the scalar kernels,
+    // whose column-sum kernel has chunks of 64 rows.
     for (rows, cols, seed) in [(4161, 40, 6), (130, 40, 5), (130, 42, 7)] {
         check(
             &Case {
