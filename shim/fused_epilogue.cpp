@@ -53,6 +53,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace fe = mr::fused_epilogue;
@@ -940,20 +941,32 @@ bool gelu_kernel_usable(const at::Tensor& z, const at::Tensor& bias, int mode) {
   return kernels_ready(dev, ht, ht, ht);
 }
 
+// Chunks of rows for the bias + GELU kernels' blockIdx.y: (at least) `least` rows each, their
+// count within gridDim.y's 65,535.
+int gelu_rows_per_chunk(int64_t rows, int64_t least) {
+  return static_cast<int>(std::max<int64_t>(least, (rows + 65534) / 65535));
+}
+
+// The bias + GELU kernels' grid: 4 columns per thread along x, chunks of rows along y.
+std::pair<unsigned, unsigned> gelu_grid(int64_t rows, int64_t cols, int rows_per_chunk) {
+  const int64_t per_block = 4 * static_cast<int64_t>(kThreads);
+  return {static_cast<unsigned>((cols + per_block - 1) / per_block),
+          static_cast<unsigned>((rows + rows_per_chunk - 1) / rows_per_chunk)};
+}
+
 // y = GELU(z + bias) (z contiguous, usable as above)
 at::Tensor kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias) {
   const int ht = type_code(z.scalar_type());
+  const int64_t cols = z.size(-1), rows = z.numel() / cols;
   at::Tensor y = at::empty_like(z, at::MemoryFormat::Contiguous);
   const void* zp = z.data_ptr();
   const void* bp = bias.data_ptr();
-  int c = static_cast<int>(z.size(-1));
-  long long groups = z.numel() / 4;
+  int r = static_cast<int>(rows), c = static_cast<int>(cols);
+  int rpc = gelu_rows_per_chunk(rows, 16);
   void* yp = y.data_ptr();
-  void* args[] = {&zp, &bp, &c, &groups, &yp};
-  // two groups of 4 elements per thread
-  const long long per_block = 2 * static_cast<long long>(kThreads);
-  launch(z.device(), ht, ht, ht, fe::kBiasGeluForward,
-         static_cast<unsigned>((groups + per_block - 1) / per_block), 1, args);
+  void* args[] = {&zp, &bp, &r, &c, &rpc, &yp};
+  const auto [gx, gy] = gelu_grid(rows, cols, rpc);
+  launch(z.device(), ht, ht, ht, fe::kBiasGeluForward, gx, gy, args);
   return y;
 }
 
@@ -968,8 +981,8 @@ std::tuple<at::Tensor, at::Tensor> kernel_bias_gelu_backward(const at::Tensor& d
   at::Tensor dy = dy_in.to(z.scalar_type()).contiguous();
   at::Tensor dz = at::empty_like(z, at::MemoryFormat::Contiguous);
   TORCH_CHECK(v4_aligned(dy), "fused bias + GELU: the output gradient is not aligned");
-  // chunks of (at least) 64 rows, their count within gridDim.y's 65,535
-  const int rows_per_chunk = static_cast<int>(std::max<int64_t>(64, (rows + 65534) / 65535));
+  // chunks of (at least) 64 rows: the bias's partial sums
+  const int rows_per_chunk = gelu_rows_per_chunk(rows, 64);
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   at::Tensor part = at::empty({chunks, cols}, z.options().dtype(at::kFloat));
   {
@@ -980,11 +993,8 @@ std::tuple<at::Tensor, at::Tensor> kernel_bias_gelu_backward(const at::Tensor& d
     void* dzp = dz.data_ptr();
     void* pp = part.data_ptr();
     void* args[] = {&dyp, &zp, &bp, &r, &c, &rpc, &dzp, &pp};
-    // 4 columns per thread
-    const int64_t per_block = 4 * static_cast<int64_t>(kThreads);
-    launch(z.device(), ht, ht, ht, fe::kBiasGeluBackward,
-           static_cast<unsigned>((cols + per_block - 1) / per_block),
-           static_cast<unsigned>(chunks), args);
+    const auto [gx, gy] = gelu_grid(rows, cols, rows_per_chunk);
+    launch(z.device(), ht, ht, ht, fe::kBiasGeluBackward, gx, gy, args);
   }
   if (!need_bias) return {dz, at::Tensor()};
   at::Tensor dbias = at::empty({cols}, z.options().dtype(at::kFloat));

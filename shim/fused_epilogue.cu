@@ -489,17 +489,24 @@ __device__ __forceinline__ void mr_normal(float x, float& cdf, float& pdf) {
   pdf = e * 0.39894228040143268f;  // 1 / sqrt(2 pi)
 }
 
-// Two groups of 4 adjacent elements per thread (they share a row: cols is a multiple of 4).
+// Thread = 4 adjacent columns (a block: 4 * blockDim.x columns) over rows_per_chunk rows from
+// blockIdx.y * rows_per_chunk, the bias loaded once (no index arithmetic per element).
 MR_KERNEL void mr_fe_bias_gelu_forward(const HT::T* __restrict__ z, const float* __restrict__ bias,
-                                       int cols, long long groups, HT::T* __restrict__ y) {
-  const long long g0 = 2 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
-  for (int u = 0; u < 2; ++u) {
-    const long long g = g0 + u;
-    if (g >= groups) return;
-    const long long i = 4 * g;
-    float zv[4], bv[4], out[4];
+                                       int rows, int cols, int rows_per_chunk,
+                                       HT::T* __restrict__ y) {
+  const int c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= cols) return;
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float bv[4];
+  load4<F32>(bias + c, bv);
+#ifdef __CUDACC_RTC__
+#pragma unroll 4
+#endif
+  for (int r = r0; r < r1; ++r) {
+    const long long i = (long long)r * cols + c;
+    float zv[4], out[4];
     load4<HT>(z + i, zv);
-    load4<F32>(bias + (int)(i % cols), bv);
     for (int j = 0; j < 4; ++j) {
       const float x = zv[j] + bv[j];
       float cdf, pdf;
