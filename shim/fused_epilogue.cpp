@@ -68,11 +68,11 @@ const char* kKernelSource =
     ;
 
 // The kernels' names in the source, indexed by fe::Kernel.
-constexpr int kKernelCount = 8;
+constexpr int kKernelCount = 9;
 constexpr const char* kKernelNames[kKernelCount] = {
     "mr_fe_forward",           "mr_fe_backward",           "mr_fe_colsum",
     "mr_fe_forward_v4",        "mr_fe_backward_v4",        "mr_fe_colsum_final",
-    "mr_fe_bias_gelu_forward", "mr_fe_bias_gelu_backward"};
+    "mr_fe_bias_gelu_forward", "mr_fe_bias_gelu_backward", "mr_fe_qkv_grad"};
 
 // dtype codes shared with Rust (src/models/fused_epilogue.rs): 0 fp32, 1 bf16, 2 fp16
 const char* type_name(int code) {
@@ -1011,6 +1011,90 @@ std::tuple<at::Tensor, at::Tensor> kernel_bias_gelu_backward(const at::Tensor& d
   return {dz, dbias};
 }
 
+// ---- fused QKV's backward -------------------------------------------------------------------
+// [d q | d k | d v] as one [rows, 3 cols] gradient and the bias's gradient (fp32: the column sum
+// of that gradient, rounded to its dtype as ATen's sum of a 16-bit tensor), from d q, d k, d v
+// ([rows, cols] each, one dtype, contiguous, aligned: the caller checks).
+std::tuple<at::Tensor, at::Tensor> kernel_qkv_grad(const at::Tensor& dq, const at::Tensor& dk,
+                                                   const at::Tensor& dv) {
+  const int ht = type_code(dq.scalar_type());
+  const int64_t cols = dq.size(1), rows = dq.size(0);
+  at::Tensor dqkv = at::empty({rows, 3 * cols}, dq.options());
+  const int rows_per_chunk = gelu_rows_per_chunk(rows, 64);
+  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  at::Tensor part = at::empty({chunks, 3 * cols}, dq.options().dtype(at::kFloat));
+  {
+    const void* qp = dq.data_ptr();
+    const void* kp = dk.data_ptr();
+    const void* vp = dv.data_ptr();
+    int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rows_per_chunk;
+    void* op = dqkv.data_ptr();
+    void* pp = part.data_ptr();
+    void* args[] = {&qp, &kp, &vp, &r, &c, &rpc, &op, &pp};
+    const auto [gx, gy] = gelu_grid(rows, 3 * cols, rows_per_chunk);
+    launch(dq.device(), ht, ht, ht, fe::kQkvGrad, gx, gy, args);
+  }
+  at::Tensor dbias = at::empty({3 * cols}, dq.options().dtype(at::kFloat));
+  {
+    const void* none = nullptr;
+    const void* pp = part.data_ptr();
+    int n = static_cast<int>(chunks), c = static_cast<int>(3 * cols), first = 2;
+    void* null_out = nullptr;
+    void* dbp = dbias.data_ptr();
+    void* args[] = {&none, &none, &pp, &n, &c, &null_out, &null_out, &dbp, &first};
+    launch(dq.device(), ht, ht, ht, fe::kColsumFinal, static_cast<unsigned>((3 * cols + 31) / 32),
+           1, args);
+  }
+  return {dqkv, dbias};
+}
+
+// The query, key and value projections as one matmul, x [N, H] through w [3H, H] and b [3H] (the
+// three weights and biases concatenated), returning q, k, v as [N, heads, H / heads] views of
+// its output; the backward stacks d q, d k, d v and sums the bias's gradient in one kernel
+// (kernel_qkv_grad), then takes d x and d w with two matmuls. The matmul runs in `dtype` (the
+// autocast dtype under autocast, as linear would), and each gradient comes back in its input's
+// dtype (as autocast's casts would carry it).
+struct QkvProjection : public torch::autograd::Function<QkvProjection> {
+  static variable_list forward(AutogradContext* ctx, at::Tensor x, at::Tensor w, at::Tensor b,
+                               int64_t heads, int64_t dtype) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto dt = static_cast<at::ScalarType>(dtype);
+    at::Tensor xc = x.to(dt), wc = w.to(dt);
+    at::Tensor qkv = at::linear(xc, wc, b.to(dt));
+    ctx->save_for_backward({xc, wc});
+    ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["w_type"] = static_cast<int64_t>(w.scalar_type());
+    ctx->saved_data["b_type"] = static_cast<int64_t>(b.scalar_type());
+    const int64_t hidden = w.size(1);
+    at::Tensor v = qkv.view({-1, 3, heads, hidden / heads});
+    return {v.select(1, 0), v.select(1, 1), v.select(1, 2)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& xc = saved[0];
+    const at::Tensor& wc = saved[1];
+    const int64_t rows = xc.size(0), hidden = wc.size(1);
+    std::vector<at::Tensor> g(3);
+    for (int i = 0; i < 3; ++i) {
+      g[i] = grads[i].defined() ? grads[i].to(xc.scalar_type()).reshape({rows, hidden}).contiguous()
+                                : at::zeros({rows, hidden}, xc.options());
+      if (!v4_aligned(g[i])) g[i] = g[i].clone();  // a fresh allocation is aligned
+    }
+    auto [dqkv, dbias] = kernel_qkv_grad(g[0], g[1], g[2]);
+    const auto type = [&](const char* k) {
+      return static_cast<at::ScalarType>(ctx->saved_data[k].toInt());
+    };
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) dx = at::mm(dqkv, wc).to(type("x_type"));
+    if (ctx->needs_input_grad(1)) dw = at::mm(dqkv.t(), xc).to(type("w_type"));
+    if (!ctx->needs_input_grad(2)) dbias = at::Tensor();
+    else dbias = dbias.to(type("b_type"));
+    return {dx, dw, dbias, at::Tensor(), at::Tensor()};
+  }
+};
+
 // GELU(z + bias) as one autograd op on the kernels (z: the matmul's output without its bias).
 struct BiasGelu : public torch::autograd::Function<BiasGelu> {
   static variable_list forward(AutogradContext* ctx, at::Tensor z, at::Tensor bias) {
@@ -1135,6 +1219,50 @@ int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Te
     }
     if (used_kernel) *used_kernel = used ? 1 : 0;
     *out = new at::Tensor(std::move(y));
+  });
+}
+
+// Fused QKV: q, k, v ([N, heads, H / heads] each) = the query, key and value projections of x
+// ([N, H]) as one matmul through w ([3H, H]) and b ([3H]), the three weights and biases
+// concatenated. mode as the epilogues'. With the kernel path the backward stacks the three
+// gradients and sums the bias's gradient in one kernel (QkvProjection); otherwise exactly
+// linear(x, w, b).view({-1, 3, heads, H / heads}).unbind(1).
+int mr_fe_qkv_projection(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
+                         int64_t heads, int mode, at::Tensor** out, int* used_kernel,
+                         char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(mode >= 0 && mode <= 3, "fused QKV: unknown path mode ", mode);
+    const at::Tensor& xx = need(x, "x");
+    const at::Tensor& ww = need(w, "weight");
+    const at::Tensor& bb = need(b, "bias");
+    TORCH_CHECK(ww.dim() == 2 && ww.size(0) % 3 == 0 && heads > 0 &&
+                    ww.size(1) % heads == 0 && bb.numel() == ww.size(0),
+                "fused QKV: weight ", ww.sizes(), " and bias ", bb.sizes(),
+                " are not three [H, H] / [H] stacked with H a multiple of ", heads, " heads");
+    const auto dev = xx.device().type();
+    const bool autocast_on = at::autocast::is_autocast_enabled(dev);
+    const at::ScalarType dt =
+        autocast_on ? at::autocast::get_autocast_dtype(dev) : xx.scalar_type();
+    const int64_t hidden = ww.size(1);
+    const bool device_ok = mode == 3 ? xx.is_cpu() : (mode == 0 || mode == 2) && xx.is_cuda();
+    const bool usable = device_ok && xx.dim() == 2 && xx.size(1) == hidden &&
+                        ww.size(0) == 3 * hidden && hidden % 4 == 0 && xx.size(0) > 0 &&
+                        xx.size(0) <= INT32_MAX && type_code(dt) >= 0 &&
+                        kernels_ready(xx.device(), type_code(dt), type_code(dt), type_code(dt));
+    TORCH_CHECK(usable || mode <= 1, "fused QKV: the ", mode == 3 ? "emulated " : "CUDA ",
+                "kernel path is not usable for these tensors (x ", xx.sizes(), " ",
+                xx.scalar_type(), " on ", xx.device(), ", computing in ", dt,
+                "): it takes ", mode == 3 ? "CPU" : "CUDA",
+                " tensors, [N, H] with H a multiple of 4, fp32, bf16 or fp16",
+                g_status.load() < 0 ? ": " + g_status_msg : std::string());
+    std::vector<at::Tensor> qkv;
+    if (usable) {
+      qkv = QkvProjection::apply(xx, ww, bb, heads, static_cast<int64_t>(dt));
+    } else {
+      qkv = at::linear(xx, ww, bb).view({-1, 3, heads, hidden / heads}).unbind(1);
+    }
+    for (int i = 0; i < 3; ++i) out[i] = new at::Tensor(std::move(qkv[i]));
+    if (used_kernel) *used_kernel = usable ? 1 : 0;
   });
 }
 

@@ -550,3 +550,33 @@ MR_KERNEL void mr_fe_bias_gelu_backward(const HT::T* __restrict__ dy, const HT::
   }
   store4(part_bias + (long long)blockIdx.y * cols + c, acc);
 }
+
+// ---- fused QKV's backward: [d q | d k | d v] and the bias's column sums --------------------
+// d qkv [rows, 3 cols] = [d q | d k | d v] (each [rows, cols], contiguous), copied exactly, and
+// the partial column sums of d qkv over chunks of rows_per_chunk rows (part [chunks, 3 cols];
+// then mr_fe_colsum_final with first = 2: the bias's gradient). Thread = 4 adjacent columns of
+// d qkv (cols a multiple of 4, so they come from one of d q, d k, d v), blockIdx.y = the chunk.
+MR_KERNEL void mr_fe_qkv_grad(const HT::T* __restrict__ dq, const HT::T* __restrict__ dk,
+                              const HT::T* __restrict__ dv, int rows, int cols,
+                              int rows_per_chunk, HT::T* __restrict__ dqkv,
+                              float* __restrict__ part) {
+  const int width = 3 * cols;
+  const int c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= width) return;
+  const int which = c / cols, cc = c - which * cols;
+  const HT::T* __restrict__ src = which == 0 ? dq : which == 1 ? dk : dv;
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#ifdef __CUDACC_RTC__
+#pragma unroll 4
+#endif
+  for (int r = r0; r < r1; ++r) {
+    // widened and stored back: exact (every value of HT is a float)
+    float v[4];
+    load4<HT>(src + (long long)r * cols + cc, v);
+    store4<HT>(dqkv + (long long)r * width + c, v);
+    for (int j = 0; j < 4; ++j) acc[j] += v[j];
+  }
+  store4(part + (long long)blockIdx.y * width + c, acc);
+}

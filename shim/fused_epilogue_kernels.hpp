@@ -6,7 +6,8 @@
 namespace mr::fused_epilogue {
 
 // _V4: the vectorised row kernels (rows of a multiple of 4 elements, aligned vectors);
-// kColsumFinal: the column sums' second stage; kBiasGelu*: the intermediate dense's bias + GELU.
+// kColsumFinal: the column sums' second stage; kBiasGelu*: the intermediate dense's bias + GELU;
+// kQkvGrad: fused QKV's backward (the gradients stacked, the bias's column sums).
 enum Kernel : int {
   kForward = 0,
   kBackward = 1,
@@ -15,7 +16,8 @@ enum Kernel : int {
   kBackwardV4 = 4,
   kColsumFinal = 5,
   kBiasGeluForward = 6,
-  kBiasGeluBackward = 7
+  kBiasGeluBackward = 7,
+  kQkvGrad = 8
 };
 
 }  // namespace mr::fused_epilogue

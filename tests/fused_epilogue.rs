@@ -317,14 +317,16 @@ fn tiny() -> BertConfig {
 /// A few SGD steps of a tiny BERT with dropout on, on generated batches; the losses and the
 /// final parameters.
 fn train_tiny(fused: bool, unpad: bool, bf16: bool) -> (Vec<f64>, Vec<(String, Tensor)>) {
-    train_tiny_on(fused.then_some(FusedPath::Auto), unpad, bf16)
+    train_tiny_on(fused.then_some(FusedPath::Auto), unpad, bf16, false)
 }
 
-/// [`train_tiny`] with the fused epilogues on the given path (None: unfused).
+/// [`train_tiny`] with the fused epilogues on the given path (None: unfused), and with
+/// `methods.fused_qkv` (whose backward kernel takes the same path) when `qkv`.
 fn train_tiny_on(
     fused: Option<FusedPath>,
     unpad: bool,
     bf16: bool,
+    qkv: bool,
 ) -> (Vec<f64>, Vec<(String, Tensor)>) {
     tch::manual_seed(21);
     let vs = nn::VarStore::new(Device::Cpu);
@@ -332,6 +334,7 @@ fn train_tiny_on(
     m.unpad = unpad;
     m.fused_epilogues = fused.is_some();
     m.fused_epilogue_path = fused.unwrap_or(FusedPath::Auto);
+    m.fused_qkv = qkv;
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
     use nn::OptimizerConfig;
     let (b, s, preds) = (4, 16, 3);
@@ -394,11 +397,17 @@ fn tiny_bert_trains_through_the_emulated_cuda_kernels_as_through_the_composite_p
     // the same masks on both paths: ATen's bernoulli_ draws the kernels' too (by default the
     // vectorised forward draws its own; tests/fused_epilogue_kernels.rs checks those)
     set_thread_mask_draw_in_kernel(false);
-    // (unpadded rows take the same kernels; the kernel tests cover row counts)
-    for (unpad, bf16, tol) in [(false, false, 1e-5), (false, true, 2e-3)] {
-        let what = format!("unpad {unpad} bf16 {bf16}");
-        let (la, pa) = train_tiny_on(Some(FusedPath::Composite), unpad, bf16);
-        let (lb, pb) = train_tiny_on(Some(FusedPath::Emulated), unpad, bf16);
+    // (unpadded rows take the same kernels; the kernel tests cover row counts). With fused QKV
+    // too, whose backward kernel (the gradients side by side, the bias's column sums) runs
+    // emulated as well.
+    for (unpad, bf16, qkv, tol) in [
+        (false, false, false, 1e-5),
+        (false, true, false, 2e-3),
+        (false, true, true, 2e-3),
+    ] {
+        let what = format!("unpad {unpad} bf16 {bf16} fused QKV {qkv}");
+        let (la, pa) = train_tiny_on(Some(FusedPath::Composite), unpad, bf16, qkv);
+        let (lb, pb) = train_tiny_on(Some(FusedPath::Emulated), unpad, bf16, qkv);
         assert!(lb.iter().all(|l| l.is_finite()), "{what}: {lb:?}");
         let worst_loss = la
             .iter()

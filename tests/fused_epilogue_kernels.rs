@@ -18,7 +18,7 @@ use common::rng::seeded;
 use common::tensors::max_rel;
 use mlperf_run::amp::{Autocast, LowPrecision};
 use mlperf_run::models::fused_epilogue::{
-    bias_dropout_add_ln, dense_bias_gelu, vectorised_launches, Epilogue, FusedPath,
+    bias_dropout_add_ln, dense_bias_gelu, qkv_projection, vectorised_launches, Epilogue, FusedPath,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -607,6 +607,175 @@ fn the_bias_gelu_op_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
         msg.contains("emulated kernel path is not usable") && msg.contains("6 columns"),
         "{msg}"
     );
+    assert!(
+        !msg.contains("Exception raised from"),
+        "C++ backtrace in: {msg}"
+    );
+}
+
+/// Fused QKV's q, k, v and the gradients of x, W (`[3H, H]`) and b (`[3H]`) from one path, on
+/// fresh leaves; the output gradients `dys` are given. `None`: the unbind path in fp64 on the
+/// inputs as autocast rounds them (the reference).
+fn qkv_grads(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    dys: &[Tensor; 3],
+    heads: i64,
+    path: Option<FusedPath>,
+    autocast: Option<LowPrecision>,
+) -> (Vec<Tensor>, bool) {
+    let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
+    let (x, w, b) = (leaf(x), leaf(w), leaf(b));
+    let (qkv, used) = {
+        let _ac = autocast.map(|p| Autocast::enter(Device::Cpu, p).unwrap());
+        match path {
+            Some(path) => qkv_projection(&x, &w, &b, heads, path).expect("qkv_projection"),
+            None => {
+                let h = w.size()[1];
+                let v = x.linear(&w, Some(&b)).view([-1, 3, heads, h / heads]);
+                ([v.select(1, 0), v.select(1, 1), v.select(1, 2)], false)
+            }
+        }
+    };
+    let mut loss = Tensor::zeros([], (Kind::Double, Device::Cpu));
+    for (t, dy) in qkv.iter().zip(dys) {
+        loss += (t.to_kind(Kind::Double) * dy.to_kind(Kind::Double)).sum(Kind::Double);
+    }
+    loss.backward();
+    let mut out: Vec<Tensor> = qkv.iter().map(|t| t.detach()).collect();
+    out.extend([x.grad(), w.grad(), b.grad()]);
+    (out, used)
+}
+
+/// Fused QKV's backward kernel (d q, d k, d v side by side, the bias's column sums over chunks of
+/// 64 rows, then mr_fe_colsum_final) against fp64: in fp32, under bf16 autocast with an fp32 x
+/// and with a bf16 x (methods.bf16_residual), over more rows than a chunk holds and a width whose
+/// last block has idle threads; the composite (unbind) path is measured the same way.
+#[test]
+fn the_fused_qkv_backward_kernel_matches_fp64() {
+    let _turn = seeded(13);
+    // (autocast, x's dtype, rows, hidden, heads, bound)
+    let cases = [
+        (None, Kind::Float, 150, 360, 6, 2e-5),
+        (
+            Some(LowPrecision::BFloat16),
+            Kind::Float,
+            70,
+            64,
+            4,
+            2.0 * 2f64.powi(-8),
+        ),
+        (
+            Some(LowPrecision::BFloat16),
+            Kind::BFloat16,
+            130,
+            32,
+            2,
+            2.0 * 2f64.powi(-8),
+        ),
+    ];
+    for (autocast, xk, rows, h, heads, bound) in cases {
+        let f = (Kind::Float, Device::Cpu);
+        let low = if autocast.is_some() {
+            Kind::BFloat16
+        } else {
+            Kind::Float
+        };
+        let x = Tensor::randn([rows, h], f).to_kind(xk);
+        let w = Tensor::randn([3 * h, h], f) * 0.2;
+        let b = Tensor::randn([3 * h], f);
+        let dys = [0, 1, 2].map(|_| Tensor::randn([rows, heads, h / heads], f).to_kind(low));
+        let wide = |t: &Tensor| t.to_kind(low).to_kind(Kind::Double);
+        let (reference, _) = qkv_grads(
+            &wide(&x),
+            &wide(&w),
+            &b.to_kind(Kind::Double),
+            &dys,
+            heads,
+            None,
+            None,
+        );
+        let what = format!("{autocast:?} x {xk:?} {rows}x{h}");
+        let (kernel, used) =
+            qkv_grads(&x, &w, &b, &dys, heads, Some(FusedPath::Emulated), autocast);
+        assert!(used, "{what}: the emulated kernel did not run");
+        let (composite, used) = qkv_grads(
+            &x,
+            &w,
+            &b,
+            &dys,
+            heads,
+            Some(FusedPath::Composite),
+            autocast,
+        );
+        assert!(!used, "{what}: the composite path reported the kernel");
+        for (n, name) in ["q", "k", "v", "d x", "d W", "d b"].iter().enumerate() {
+            assert_eq!(
+                kernel[n].kind(),
+                composite[n].kind(),
+                "{what}: {name} dtype"
+            );
+            assert_eq!(
+                kernel[n].size(),
+                composite[n].size(),
+                "{what}: {name} shape"
+            );
+            let (ek, ec) = (
+                max_rel(&kernel[n], &reference[n]),
+                max_rel(&composite[n], &reference[n]),
+            );
+            eprintln!("{what}: {name}: kernel {ek:.2e}, composite {ec:.2e}");
+            assert!(
+                ek <= bound,
+                "{what}: {name}: kernel error {ek:.2e} > {bound:.1e}"
+            );
+        }
+        // the forward is the same matmul on both paths
+        for n in 0..3 {
+            assert!(kernel[n].equal(&composite[n]), "{what}: output {n} differs");
+        }
+    }
+}
+
+/// Auto on CPU tensors is exactly the unbind path; the kernel paths refuse what they cannot run.
+#[test]
+fn fused_qkv_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
+    let _turn = seeded(14);
+    let f = (Kind::Float, Device::Cpu);
+    let (x, w, b) = (
+        Tensor::randn([5, 8], f),
+        Tensor::randn([24, 8], f),
+        Tensor::randn([24], f),
+    );
+    let dys = [0, 1, 2].map(|_| Tensor::randn([5, 2, 4], f));
+    let (auto, used) = qkv_grads(&x, &w, &b, &dys, 2, Some(FusedPath::Auto), None);
+    assert!(!used);
+    let (unbind, _) = qkv_grads(&x, &w, &b, &dys, 2, None, None);
+    for (a, u) in auto.iter().zip(&unbind) {
+        assert!(a.equal(u), "Auto on a CPU differs from the unbind path");
+    }
+    let msg = format!(
+        "{:#}",
+        qkv_projection(&x, &w, &b, 2, FusedPath::Kernel).unwrap_err()
+    );
+    assert!(msg.contains("CUDA kernel path is not usable"), "{msg}");
+    let msg = format!(
+        "{:#}",
+        qkv_projection(&x, &w, &b, 3, FusedPath::Emulated).unwrap_err()
+    );
+    assert!(msg.contains("multiple of 3 heads"), "{msg}");
+    // 6 columns: not a multiple of 4
+    let (x6, w6, b6) = (
+        Tensor::randn([5, 6], f),
+        Tensor::randn([18, 6], f),
+        Tensor::randn([18], f),
+    );
+    let msg = format!(
+        "{:#}",
+        qkv_projection(&x6, &w6, &b6, 2, FusedPath::Emulated).unwrap_err()
+    );
+    assert!(msg.contains("emulated kernel path is not usable"), "{msg}");
     assert!(
         !msg.contains("Exception raised from"),
         "C++ backtrace in: {msg}"

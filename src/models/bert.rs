@@ -50,8 +50,10 @@
 //!   and so do the intermediate dense's bias + (erf) GELU (the same math; with the CUDA kernels
 //!   one pass forward and one backward that also sums the bias's gradient).
 //! - `fused_qkv`: every encoder layer's query, key and value projections as one matmul over the
-//!   three weights concatenated (`[3H, H]`), its output unbound into the three heads' views; the
-//!   parameters and their names stay the reference's.
+//!   three weights concatenated (`[3H, H]`), its output viewed as the three heads' tensors; the
+//!   parameters and their names stay the reference's. On the CUDA kernel path its backward puts
+//!   the three gradients side by side and sums the bias's gradient in one kernel
+//!   ([`super::fused_epilogue::qkv_projection`]).
 //! - `bf16_residual` (with bf16 autocast): the residual stream (each LayerNorm's output, the
 //!   encoder's output) in bf16 rather than fp32: computed in fp32, rounded once. Under plain
 //!   autocast every layer casts it to bf16 for its matmuls (query, key and value each their
@@ -447,26 +449,23 @@ impl BertForPreTraining {
     /// The query, key and value projections of `x` (`[N, H]`), each viewed `[N, heads,
     /// head_dim]` (token-major).
     fn projections(&self, l: &Layer, x: &Tensor) -> [Tensor; 3] {
-        let (nh, d) = (
-            self.config.num_heads,
-            self.config.hidden_size / self.config.num_heads,
-        );
+        let nh = self.config.num_heads;
         if self.fused_qkv {
             // one [N, 3H] projection over the three weights stacked (x is read, cast and
-            // differentiated once); unbind's backward stacks the three gradients in one copy
+            // differentiated once); its backward puts the three gradients side by side and sums
+            // the bias's gradient in one kernel on a GPU (without: unbind's backward copies them
+            // into one tensor and linear's backward sums its bias gradient separately)
             let w = Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0);
             let bias = Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0);
-            let mut parts = x.linear(&w, Some(&bias)).view([-1, 3, nh, d]).unbind(1);
-            let v = parts.pop();
-            let k = parts.pop();
-            let q = parts.pop();
-            match (q, k, v) {
-                (Some(q), Some(k), Some(v)) => [q, k, v],
-                _ => unreachable!("unbind of a size-3 dimension gives 3 tensors"),
+            match super::fused_epilogue::qkv_projection(x, &w, &bias, nh, self.fused_epilogue_path)
+            {
+                Ok((qkv, _)) => qkv,
+                Err(err) => panic!("{err:#}"),
             }
         } else {
             // three projections (no slicing of one output: the backward of narrow/select would
             // zero-fill and sum full-size buffers)
+            let d = self.config.hidden_size / nh;
             [&l.query, &l.key, &l.value].map(|dense| dense.forward(x).view([-1, nh, d]))
         }
     }

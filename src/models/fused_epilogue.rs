@@ -66,6 +66,16 @@ extern "C" {
         used_kernel: *mut c_int,
         err: Err,
     ) -> c_int;
+    fn mr_fe_qkv_projection(
+        x: T,
+        w: T,
+        b: T,
+        heads: i64,
+        mode: c_int,
+        out: *mut *mut C_tensor,
+        used_kernel: *mut c_int,
+        err: Err,
+    ) -> c_int;
     fn mr_fe_kernel_status(msg: Err) -> c_int;
     fn mr_fe_v4_launches(which: c_int) -> i64;
     fn mr_fe_set_thread_mask_draw(in_kernel: c_int);
@@ -272,6 +282,42 @@ pub fn dense_bias_gelu(
         )
     })?;
     Ok((finish(out), used != 0))
+}
+
+/// Fused QKV (`methods.fused_qkv`): the query, key and value projections of `x` (`[N, H]`) as
+/// one matmul through `w` (`[3H, H]`) and `b` (`[3H]`), the three weights and biases
+/// concatenated; returns q, k, v as `[N, heads, H / heads]` views of its output and whether the
+/// kernel path ran. With the kernel path (CUDA, or the emulator) the backward puts d q, d k and
+/// d v side by side and sums the bias's gradient in one kernel, where the unfused ops take a
+/// stacking copy and a separate reduction; otherwise it is exactly `linear(x, w, b)` viewed
+/// `[N, 3, heads, H / heads]` and unbound.
+pub fn qkv_projection(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    heads: i64,
+    path: FusedPath,
+) -> Result<([Tensor; 3], bool)> {
+    let mut out = [std::ptr::null_mut(); 3];
+    let mut used: c_int = 0;
+    // SAFETY: x, w and b are live for the call; `out` has room for the three new tensors the
+    // shim hands back on success.
+    call("fused QKV", |err| unsafe {
+        mr_fe_qkv_projection(
+            x.as_ptr(),
+            w.as_ptr(),
+            b.as_ptr(),
+            heads,
+            path.code(),
+            out.as_mut_ptr(),
+            &mut used,
+            err,
+        )
+    })?;
+    warn_if_kernel_failed();
+    // SAFETY: on success the shim returned three new at::Tensors that we now own.
+    let [q, k, v] = out.map(|t| unsafe { Tensor::from_ptr(t) });
+    Ok(([q, k, v], used != 0))
 }
 
 /// How many times the calling thread launched the vectorised row kernels (rows of a multiple
