@@ -941,17 +941,38 @@ bool gelu_kernel_usable(const at::Tensor& z, const at::Tensor& bias, int mode) {
   return kernels_ready(dev, ht, ht, ht);
 }
 
-// Chunks of rows for the bias + GELU kernels' blockIdx.y: (at least) `least` rows each, their
-// count within gridDim.y's 65,535.
-int gelu_rows_per_chunk(int64_t rows, int64_t least) {
-  return static_cast<int>(std::max<int64_t>(least, (rows + 65534) / 65535));
+// The column kernels' chunks of rows (bias + GELU, fused QKV's backward: blockIdx.y): (at
+// least) `least` rows each, their count within gridDim.y's 65,535.
+struct RowChunks {
+  int rows_per_chunk;
+  int64_t chunks;
+};
+RowChunks row_chunks(int64_t rows, int64_t least) {
+  const int per = static_cast<int>(std::max<int64_t>(least, (rows + 65534) / 65535));
+  return {per, (rows + per - 1) / per};
 }
 
-// The bias + GELU kernels' grid: 4 columns per thread along x, chunks of rows along y.
-std::pair<unsigned, unsigned> gelu_grid(int64_t rows, int64_t cols, int rows_per_chunk) {
+// Their grid: 4 columns per thread along x, the chunks along y.
+std::pair<unsigned, unsigned> column_grid(int64_t cols, const RowChunks& rc) {
   const int64_t per_block = 4 * static_cast<int64_t>(kThreads);
   return {static_cast<unsigned>((cols + per_block - 1) / per_block),
-          static_cast<unsigned>((rows + rows_per_chunk - 1) / rows_per_chunk)};
+          static_cast<unsigned>(rc.chunks)};
+}
+
+// A bias's gradient from a column kernel's [chunks, cols] partial sums (fp32): their column sums
+// rounded to dtype code ht, as ATen's sum of a 16-bit tensor (mr_fe_colsum_final, first = 2).
+at::Tensor bias_grad_from_partials(const at::Tensor& part, int ht) {
+  const int64_t chunks = part.size(0), cols = part.size(1);
+  at::Tensor dbias = at::empty({cols}, part.options());
+  const void* none = nullptr;
+  const void* pp = part.data_ptr();
+  int n = static_cast<int>(chunks), c = static_cast<int>(cols), first = 2;
+  void* null_out = nullptr;
+  void* dbp = dbias.data_ptr();
+  void* args[] = {&none, &none, &pp, &n, &c, &null_out, &null_out, &dbp, &first};
+  launch(part.device(), ht, ht, ht, fe::kColsumFinal, static_cast<unsigned>((cols + 31) / 32), 1,
+         args);
+  return dbias;
 }
 
 // y = GELU(z + bias) (z contiguous, usable as above)
@@ -961,11 +982,11 @@ at::Tensor kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias)
   at::Tensor y = at::empty_like(z, at::MemoryFormat::Contiguous);
   const void* zp = z.data_ptr();
   const void* bp = bias.data_ptr();
-  int r = static_cast<int>(rows), c = static_cast<int>(cols);
-  int rpc = gelu_rows_per_chunk(rows, 16);
+  const RowChunks rc = row_chunks(rows, 16);
+  int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rc.rows_per_chunk;
   void* yp = y.data_ptr();
   void* args[] = {&zp, &bp, &r, &c, &rpc, &yp};
-  const auto [gx, gy] = gelu_grid(rows, cols, rpc);
+  const auto [gx, gy] = column_grid(cols, rc);
   launch(z.device(), ht, ht, ht, fe::kBiasGeluForward, gx, gy, args);
   return y;
 }
@@ -982,33 +1003,21 @@ std::tuple<at::Tensor, at::Tensor> kernel_bias_gelu_backward(const at::Tensor& d
   at::Tensor dz = at::empty_like(z, at::MemoryFormat::Contiguous);
   TORCH_CHECK(v4_aligned(dy), "fused bias + GELU: the output gradient is not aligned");
   // chunks of (at least) 64 rows: the bias's partial sums
-  const int rows_per_chunk = gelu_rows_per_chunk(rows, 64);
-  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  at::Tensor part = at::empty({chunks, cols}, z.options().dtype(at::kFloat));
+  const RowChunks rc = row_chunks(rows, 64);
+  at::Tensor part = at::empty({rc.chunks, cols}, z.options().dtype(at::kFloat));
   {
     const void* dyp = dy.data_ptr();
     const void* zp = z.data_ptr();
     const void* bp = bias.data_ptr();
-    int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rows_per_chunk;
+    int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rc.rows_per_chunk;
     void* dzp = dz.data_ptr();
     void* pp = part.data_ptr();
     void* args[] = {&dyp, &zp, &bp, &r, &c, &rpc, &dzp, &pp};
-    const auto [gx, gy] = gelu_grid(rows, cols, rows_per_chunk);
+    const auto [gx, gy] = column_grid(cols, rc);
     launch(z.device(), ht, ht, ht, fe::kBiasGeluBackward, gx, gy, args);
   }
   if (!need_bias) return {dz, at::Tensor()};
-  at::Tensor dbias = at::empty({cols}, z.options().dtype(at::kFloat));
-  {
-    const void* none = nullptr;
-    const void* pp = part.data_ptr();
-    int n = static_cast<int>(chunks), c = static_cast<int>(cols), first = 2;
-    void* null_out = nullptr;
-    void* dbp = dbias.data_ptr();
-    void* args[] = {&none, &none, &pp, &n, &c, &null_out, &null_out, &dbp, &first};
-    launch(z.device(), ht, ht, ht, fe::kColsumFinal, static_cast<unsigned>((cols + 31) / 32), 1,
-           args);
-  }
-  return {dz, dbias};
+  return {dz, bias_grad_from_partials(part, ht)};
 }
 
 // ---- fused QKV's backward -------------------------------------------------------------------
@@ -1020,32 +1029,18 @@ std::tuple<at::Tensor, at::Tensor> kernel_qkv_grad(const at::Tensor& dq, const a
   const int ht = type_code(dq.scalar_type());
   const int64_t cols = dq.size(1), rows = dq.size(0);
   at::Tensor dqkv = at::empty({rows, 3 * cols}, dq.options());
-  const int rows_per_chunk = gelu_rows_per_chunk(rows, 64);
-  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  at::Tensor part = at::empty({chunks, 3 * cols}, dq.options().dtype(at::kFloat));
-  {
-    const void* qp = dq.data_ptr();
-    const void* kp = dk.data_ptr();
-    const void* vp = dv.data_ptr();
-    int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rows_per_chunk;
-    void* op = dqkv.data_ptr();
-    void* pp = part.data_ptr();
-    void* args[] = {&qp, &kp, &vp, &r, &c, &rpc, &op, &pp};
-    const auto [gx, gy] = gelu_grid(rows, 3 * cols, rows_per_chunk);
-    launch(dq.device(), ht, ht, ht, fe::kQkvGrad, gx, gy, args);
-  }
-  at::Tensor dbias = at::empty({3 * cols}, dq.options().dtype(at::kFloat));
-  {
-    const void* none = nullptr;
-    const void* pp = part.data_ptr();
-    int n = static_cast<int>(chunks), c = static_cast<int>(3 * cols), first = 2;
-    void* null_out = nullptr;
-    void* dbp = dbias.data_ptr();
-    void* args[] = {&none, &none, &pp, &n, &c, &null_out, &null_out, &dbp, &first};
-    launch(dq.device(), ht, ht, ht, fe::kColsumFinal, static_cast<unsigned>((3 * cols + 31) / 32),
-           1, args);
-  }
-  return {dqkv, dbias};
+  const RowChunks rc = row_chunks(rows, 64);
+  at::Tensor part = at::empty({rc.chunks, 3 * cols}, dq.options().dtype(at::kFloat));
+  const void* qp = dq.data_ptr();
+  const void* kp = dk.data_ptr();
+  const void* vp = dv.data_ptr();
+  int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rc.rows_per_chunk;
+  void* op = dqkv.data_ptr();
+  void* pp = part.data_ptr();
+  void* args[] = {&qp, &kp, &vp, &r, &c, &rpc, &op, &pp};
+  const auto [gx, gy] = column_grid(3 * cols, rc);
+  launch(dq.device(), ht, ht, ht, fe::kQkvGrad, gx, gy, args);
+  return {dqkv, bias_grad_from_partials(part, ht)};
 }
 
 // The query, key and value projections as one matmul, x [N, H] through w [3H, H] and b [3H] (the

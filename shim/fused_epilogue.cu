@@ -489,15 +489,24 @@ __device__ __forceinline__ void mr_normal(float x, float& cdf, float& pdf) {
   pdf = e * 0.39894228040143268f;  // 1 / sqrt(2 pi)
 }
 
+// The column kernels' share (bias + GELU, fused QKV's backward): thread = 4 adjacent columns c
+// (a block: 4 * blockDim.x of them), over the rows [r0, r1) of chunk blockIdx.y; false for a
+// thread past the last column.
+__device__ __forceinline__ bool mr_column_chunk(int rows, int cols, int rows_per_chunk, int& c,
+                                                int& r0, int& r1) {
+  c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  r0 = blockIdx.y * rows_per_chunk;
+  r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  return c < cols;
+}
+
 // Thread = 4 adjacent columns (a block: 4 * blockDim.x columns) over rows_per_chunk rows from
 // blockIdx.y * rows_per_chunk, the bias loaded once (no index arithmetic per element).
 MR_KERNEL void mr_fe_bias_gelu_forward(const HT::T* __restrict__ z, const float* __restrict__ bias,
                                        int rows, int cols, int rows_per_chunk,
                                        HT::T* __restrict__ y) {
-  const int c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (c >= cols) return;
-  const int r0 = blockIdx.y * rows_per_chunk;
-  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  int c, r0, r1;
+  if (!mr_column_chunk(rows, cols, rows_per_chunk, c, r0, r1)) return;
   float bv[4];
   load4<F32>(bias + c, bv);
 #ifdef __CUDACC_RTC__
@@ -525,10 +534,8 @@ MR_KERNEL void mr_fe_bias_gelu_backward(const HT::T* __restrict__ dy, const HT::
                                         const float* __restrict__ bias, int rows, int cols,
                                         int rows_per_chunk, HT::T* __restrict__ dz,
                                         float* __restrict__ part_bias) {
-  const int c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (c >= cols) return;
-  const int r0 = blockIdx.y * rows_per_chunk;
-  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  int c, r0, r1;
+  if (!mr_column_chunk(rows, cols, rows_per_chunk, c, r0, r1)) return;
   float bv[4], acc[4] = {0.f, 0.f, 0.f, 0.f};
   load4<F32>(bias + c, bv);
 #ifdef __CUDACC_RTC__
@@ -561,12 +568,10 @@ MR_KERNEL void mr_fe_qkv_grad(const HT::T* __restrict__ dq, const HT::T* __restr
                               int rows_per_chunk, HT::T* __restrict__ dqkv,
                               float* __restrict__ part) {
   const int width = 3 * cols;
-  const int c = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (c >= width) return;
+  int c, r0, r1;
+  if (!mr_column_chunk(rows, width, rows_per_chunk, c, r0, r1)) return;
   const int which = c / cols, cc = c - which * cols;
   const HT::T* __restrict__ src = which == 0 ? dq : which == 1 ? dk : dv;
-  const int r0 = blockIdx.y * rows_per_chunk;
-  const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #ifdef __CUDACC_RTC__
 #pragma unroll 4

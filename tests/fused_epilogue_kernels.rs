@@ -235,33 +235,16 @@ fn check(c: &Case, seed: i64) {
     );
     let (composite, ran) = run(c, &i, FusedPath::Composite);
     assert!(!ran, "{what}: the composite path reported the kernel");
-    for (n, name) in NAMES.iter().enumerate() {
-        assert_eq!(
-            kernel[n].kind(),
-            composite[n].kind(),
-            "{what}: {name} dtype"
-        );
-        assert_eq!(
-            kernel[n].size(),
-            composite[n].size(),
-            "{what}: {name} shape"
-        );
-        let (ek, ec) = (
-            max_rel(&kernel[n], &reference[n]),
-            max_rel(&composite[n], &reference[n]),
-        );
-        // d bias is the column sum of d h in h's dtype (rounded, summed, rounded again)
-        let limit = if *name == "d bias" {
+    // d bias is the column sum of d h in h's dtype (rounded, summed, rounded again)
+    let limit = |n: usize| {
+        if NAMES[n] == "d bias" {
             2.0 * bound(c.h)
         } else {
             bound(kernel[n].kind())
-        };
-        eprintln!("{what}: {name}: kernel {ek:.2e}, composite {ec:.2e} (bound {limit:.1e})");
-        assert!(
-            ek.is_finite() && ek <= limit,
-            "{what}: {name}: the kernels' max error is {ek:e} of the largest value (bound \
-             {limit:e}; the composite path's: {ec:e})"
-        );
+        }
+    };
+    within_bound(&what, &NAMES, &kernel, &composite, &reference, limit);
+    for (n, name) in NAMES.iter().enumerate() {
         if ["y", "d h", "d residual"].contains(name) {
             if let Some(u) = ulps(&kernel[n], &reference[n]) {
                 assert!(
@@ -474,6 +457,42 @@ fn the_vectorised_forward_draws_its_own_mask() {
     );
 }
 
+/// Each of the kernel path's tensors has the composite path's dtype and shape and lies within
+/// `bound(n)` (relative to the largest reference value) of the fp64 reference; the composite path's
+/// error is printed beside it, for scale.
+fn within_bound(
+    what: &str,
+    names: &[&str],
+    kernel: &[Tensor],
+    composite: &[Tensor],
+    reference: &[Tensor],
+    bound: impl Fn(usize) -> f64,
+) {
+    for (n, name) in names.iter().enumerate() {
+        assert_eq!(
+            kernel[n].kind(),
+            composite[n].kind(),
+            "{what}: {name} dtype"
+        );
+        assert_eq!(
+            kernel[n].size(),
+            composite[n].size(),
+            "{what}: {name} shape"
+        );
+        let (ek, ec, limit) = (
+            max_rel(&kernel[n], &reference[n]),
+            max_rel(&composite[n], &reference[n]),
+            bound(n),
+        );
+        eprintln!("{what}: {name}: kernel {ek:.2e}, composite {ec:.2e} (bound {limit:.1e})");
+        assert!(
+            ek.is_finite() && ek <= limit,
+            "{what}: {name}: the kernels' max error is {ek:e} of the largest value (bound \
+             {limit:e}; the composite path's: {ec:e})"
+        );
+    }
+}
+
 /// `GELU(x W^T + b)` and its gradients (x, W, b) from one path, on fresh leaves made from the
 /// same values, under `autocast` when given (the matmul, so z and y, in that dtype); the output
 /// gradient `dy` is given.
@@ -541,27 +560,15 @@ fn the_bias_gelu_kernels_match_fp64() {
             dense_gelu_grads(&x, &w, &b, &dy, Some(FusedPath::Composite), autocast);
         assert!(!used, "{low:?}: the composite path reported the kernels");
         assert_eq!(kernel[0].kind(), low, "y is in the matmul's dtype");
-        for (n, name) in ["y", "d x", "d W", "d b"].iter().enumerate() {
-            assert_eq!(
-                kernel[n].kind(),
-                composite[n].kind(),
-                "{low:?}: {name} dtype"
-            );
-            assert_eq!(
-                kernel[n].size(),
-                composite[n].size(),
-                "{low:?}: {name} shape"
-            );
-            let (ek, ec) = (
-                max_rel(&kernel[n], &reference[n]),
-                max_rel(&composite[n], &reference[n]),
-            );
-            eprintln!("{low:?} {rows}x{cols}: {name}: kernel {ek:.2e}, composite {ec:.2e}");
-            assert!(
-                ek <= bound,
-                "{low:?} {rows}x{cols}: {name}: kernel error {ek:.2e} > {bound:.1e}"
-            );
-        }
+        let what = format!("{low:?} {rows}x{cols}");
+        within_bound(
+            &what,
+            &["y", "d x", "d W", "d b"],
+            &kernel,
+            &composite,
+            &reference,
+            |_| bound,
+        );
     }
 }
 
@@ -710,27 +717,8 @@ fn the_fused_qkv_backward_kernel_matches_fp64() {
             autocast,
         );
         assert!(!used, "{what}: the composite path reported the kernel");
-        for (n, name) in ["q", "k", "v", "d x", "d W", "d b"].iter().enumerate() {
-            assert_eq!(
-                kernel[n].kind(),
-                composite[n].kind(),
-                "{what}: {name} dtype"
-            );
-            assert_eq!(
-                kernel[n].size(),
-                composite[n].size(),
-                "{what}: {name} shape"
-            );
-            let (ek, ec) = (
-                max_rel(&kernel[n], &reference[n]),
-                max_rel(&composite[n], &reference[n]),
-            );
-            eprintln!("{what}: {name}: kernel {ek:.2e}, composite {ec:.2e}");
-            assert!(
-                ek <= bound,
-                "{what}: {name}: kernel error {ek:.2e} > {bound:.1e}"
-            );
-        }
+        let names = ["q", "k", "v", "d x", "d W", "d b"];
+        within_bound(&what, &names, &kernel, &composite, &reference, |_| bound);
         // the forward is the same matmul on both paths
         for n in 0..3 {
             assert!(kernel[n].equal(&composite[n]), "{what}: output {n} differs");
