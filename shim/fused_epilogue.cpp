@@ -258,6 +258,22 @@ bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor
                    const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type,
                    int mode);
 
+// Path modes (0 auto, 1 composite, 2 kernel or an error, 3 the emulated kernels or an error):
+// whether `mode` sends tensors on `dev` to the kernels: CUDA tensors in modes 0 and 2, CPU
+// tensors (the emulator) in mode 3 only.
+bool mode_takes(const at::Device& dev, int mode) {
+  return dev.is_cuda() ? mode == 0 || mode == 2 : dev.is_cpu() && mode == 3;
+}
+
+// ... and whether the kernels are still a candidate there: on CUDA only while NVRTC and the
+// driver have not failed (the final say is the op's own usability check).
+bool kernel_candidate(const at::Device& dev, int mode) {
+  return mode_takes(dev, mode) && (dev.is_cpu() || g_status.load() >= 0);
+}
+
+// "CUDA" or "emulated", for the kernel paths' errors (mode 2 or 3)
+const char* kernel_path_name(int mode) { return mode == 3 ? "emulated" : "CUDA"; }
+
 // Where the _v4 forward's own dropout mask draws its Philox numbers: seed and offset as values,
 // or (CUDA graph capture) read at run time from the graph's device pointers.
 struct RngState {
@@ -734,28 +750,12 @@ bool v4_usable(int64_t cols, std::initializer_list<const at::Tensor*> tensors) {
   return true;
 }
 
-// Launches a row kernel over `rows` rows: the vectorised one (v4: a warp per row, counted in
-// t_v4_launches[counter]) or the scalar one (a block per row). `args` holds the vectorised
-// kernel's arguments; the scalar one takes the leading ones (cuLaunchKernel and the emulator
-// read as many as the kernel has parameters).
-void launch_rows(const at::Device& device, int ht, int rt, int ot, bool v4, fe::Kernel scalar,
-                 fe::Kernel vectorised, int counter, int64_t rows, void** args) {
-  if (v4) {
-    launch(device, ht, rt, ot, vectorised, v4_blocks(rows), 1, args);
-    ++t_v4_launches[counter];
-  } else {
-    launch(device, ht, rt, ot, scalar, static_cast<unsigned>(rows), 1, args);
-  }
-}
-
-// mode as run_op's: CUDA tensors take the GPU kernels in modes 0 and 2, CPU tensors the
-// emulated ones in mode 3 only.
+// mode as run_op's (mode_takes)
 bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor& residual,
                    const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type,
                    int mode) {
   const auto dev = h.device();
-  if (!(dev.is_cuda() ? mode == 0 || mode == 2 : dev.is_cpu() && mode == 3)) return false;
-  if (h.numel() == 0) return false;
+  if (!mode_takes(dev, mode) || h.numel() == 0) return false;
   if (residual.device() != dev || !gamma.defined() || !beta.defined() ||
       gamma.device() != dev || beta.device() != dev || gamma.scalar_type() != at::kFloat ||
       beta.scalar_type() != at::kFloat || gamma.numel() != h.size(-1) ||
@@ -828,10 +828,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_fo
   const long long* seedp = reinterpret_cast<const long long*>(rng.seed_ptr);
   const long long* offp = reinterpret_cast<const long long*>(rng.offset_ptr);
   int nrows = static_cast<int>(rows);
-  // the scalar kernel takes the first 13
+  // the vectorised kernel's arguments; the scalar one (a block per row) takes the first 13
+  // (cuLaunchKernel and the emulator read as many as the kernel has parameters)
   void* args[] = {&hp,  &bp,    &mp,    &sc,  &rp,   &gp,   &bep,  &ep,     &c,    &yp,    &sp,
                   &meanp, &rstdp, &mop, &keep, &seed, &seedp, &offset, &offp, &intra, &nrows};
-  launch_rows(h.device(), ht, rt, ot, v4, fe::kForward, fe::kForwardV4, 0, rows, args);
+  if (v4) {
+    launch(h.device(), ht, rt, ot, fe::kForwardV4, v4_blocks(rows), 1, args);
+    ++t_v4_launches[0];
+  } else {
+    launch(h.device(), ht, rt, ot, fe::kForward, static_cast<unsigned>(rows), 1, args);
+  }
   return {y, s, mean, rstd, mask_out.defined() ? mask_out : mask};
 }
 
@@ -886,7 +892,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
              32 * kV4BackwardWarps);
       ++t_v4_launches[1];
     } else {
-      launch_rows(s.device(), ht, rt, ot, false, fe::kBackward, fe::kBackwardV4, 1, rows, args);
+      launch(s.device(), ht, rt, ot, fe::kBackward, static_cast<unsigned>(rows), 1, args);
     }
   }
   if (!v4) {
@@ -924,11 +930,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
 
 // ---- bias + GELU: the intermediate dense's epilogue -----------------------------------------
 // Whether the bias + GELU kernels take z (the matmul's output, [..., cols]) and bias ([cols],
-// fp32) in this mode (as kernel_usable: CUDA tensors in modes 0 and 2, CPU ones in mode 3):
+// fp32) in this mode (mode_takes):
 // fp32 / bf16 / fp16 z, cols a multiple of 4, aligned data, and the kernels for z's dtype ready.
 bool gelu_kernel_usable(const at::Tensor& z, const at::Tensor& bias, int mode) {
   const auto dev = z.device();
-  if (!(dev.is_cuda() ? mode == 0 || mode == 2 : dev.is_cpu() && mode == 3)) return false;
+  if (!mode_takes(dev, mode)) return false;
   if (z.dim() < 1 || z.numel() == 0 || !bias.defined() || bias.device() != dev ||
       bias.scalar_type() != at::kFloat || bias.dim() != 1 || bias.numel() != z.size(-1))
     return false;
@@ -1167,11 +1173,8 @@ int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const a
     const at::Tensor& xx = need(x, "x");
     const at::Tensor& ww = need(w, "weight");
     const at::Tensor bb = opt(b);
-    // the kernel path is only a candidate on CUDA while NVRTC has not failed, or on the CPU
-    // emulator when asked for; run_op decides
-    const bool candidate =
-        bb.defined() && (args.mode == 3 ? xx.is_cpu()
-                                        : args.mode != 1 && xx.is_cuda() && g_status.load() >= 0);
+    // run_op decides whether the kernels run
+    const bool candidate = bb.defined() && kernel_candidate(xx.device(), args.mode);
     at::Tensor h = candidate ? at::linear(xx, ww) : at::linear(xx, ww, bb);
     *out = new at::Tensor(run_epilogue(h, candidate ? bb : at::Tensor(), args, used_kernel));
   });
@@ -1189,8 +1192,7 @@ int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Te
     const at::Tensor& xx = need(x, "x");
     const at::Tensor& ww = need(w, "weight");
     const at::Tensor& bb = need(b, "bias");
-    const bool candidate =
-        mode == 3 ? xx.is_cpu() : mode != 1 && xx.is_cuda() && g_status.load() >= 0;
+    const bool candidate = kernel_candidate(xx.device(), mode);
     at::Tensor y;
     bool used = false;
     if (candidate) {
@@ -1199,16 +1201,16 @@ int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Te
         y = BiasGelu::apply(z, bb)[0];
         used = true;
       } else {
-        TORCH_CHECK(mode == 0, "fused bias + GELU: the ", mode == 3 ? "emulated " : "CUDA ",
-                    "kernel path is not usable for these tensors (", z.scalar_type(), " on ",
+        TORCH_CHECK(mode == 0, "fused bias + GELU: the ", kernel_path_name(mode),
+                    " kernel path is not usable for these tensors (", z.scalar_type(), " on ",
                     z.device(), ", ", z.size(-1), " columns, bias ", bb.scalar_type(),
                     "): it takes fp32, bf16 or fp16 rows of a multiple of 4 with an fp32 bias",
                     g_status.load() < 0 ? ": " + g_status_msg : std::string());
         y = at::gelu(z + bb.to(z.scalar_type()));
       }
     } else {
-      TORCH_CHECK(mode <= 1, "fused bias + GELU: the ", mode == 3 ? "emulated " : "CUDA ",
-                  "kernel path takes ", mode == 3 ? "CPU" : "CUDA", " tensors, not ",
+      TORCH_CHECK(mode <= 1, "fused bias + GELU: the ", kernel_path_name(mode),
+                  " kernel path takes ", mode == 3 ? "CPU" : "CUDA", " tensors, not ",
                   xx.device(), g_status.load() < 0 ? ": " + g_status_msg : std::string());
       y = at::gelu(at::linear(xx, ww, bb));
     }
@@ -1239,13 +1241,12 @@ int mr_fe_qkv_projection(const at::Tensor* x, const at::Tensor* w, const at::Ten
     const at::ScalarType dt =
         autocast_on ? at::autocast::get_autocast_dtype(dev) : xx.scalar_type();
     const int64_t hidden = ww.size(1);
-    const bool device_ok = mode == 3 ? xx.is_cpu() : (mode == 0 || mode == 2) && xx.is_cuda();
-    const bool usable = device_ok && xx.dim() == 2 && xx.size(1) == hidden &&
+    const bool usable = mode_takes(xx.device(), mode) && xx.dim() == 2 && xx.size(1) == hidden &&
                         ww.size(0) == 3 * hidden && hidden % 4 == 0 && xx.size(0) > 0 &&
                         xx.size(0) <= INT32_MAX && type_code(dt) >= 0 &&
                         kernels_ready(xx.device(), type_code(dt), type_code(dt), type_code(dt));
-    TORCH_CHECK(usable || mode <= 1, "fused QKV: the ", mode == 3 ? "emulated " : "CUDA ",
-                "kernel path is not usable for these tensors (x ", xx.sizes(), " ",
+    TORCH_CHECK(usable || mode <= 1, "fused QKV: the ", kernel_path_name(mode),
+                " kernel path is not usable for these tensors (x ", xx.sizes(), " ",
                 xx.scalar_type(), " on ", xx.device(), ", computing in ", dt,
                 "): it takes ", mode == 3 ? "CPU" : "CUDA",
                 " tensors, [N, H] with H a multiple of 4, fp32, bf16 or fp16",

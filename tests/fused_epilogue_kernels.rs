@@ -493,9 +493,36 @@ fn within_bound(
     }
 }
 
-/// `GELU(x W^T + b)` and its gradients (x, W, b) from one path, on fresh leaves made from the
-/// same values, under `autocast` when given (the matmul, so z and y, in that dtype); the output
-/// gradient `dy` is given.
+/// One path's outputs, then the gradients of x, W and b: `f` runs on fresh leaves made from
+/// their values, under `autocast` when given, and the fp64 sum of each output times its given
+/// gradient (`dys`) is backpropagated. Also whether `f` reported the kernel path.
+fn outputs_and_grads(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    dys: &[Tensor],
+    autocast: Option<LowPrecision>,
+    f: impl FnOnce(&Tensor, &Tensor, &Tensor) -> (Vec<Tensor>, bool),
+) -> (Vec<Tensor>, bool) {
+    let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
+    let (x, w, b) = (leaf(x), leaf(w), leaf(b));
+    let (outs, used) = {
+        let _ac = autocast.map(|p| Autocast::enter(Device::Cpu, p).unwrap());
+        f(&x, &w, &b)
+    };
+    let mut loss = Tensor::zeros([], (Kind::Double, Device::Cpu));
+    for (t, dy) in outs.iter().zip(dys) {
+        loss += (t.to_kind(Kind::Double) * dy.to_kind(Kind::Double)).sum(Kind::Double);
+    }
+    loss.backward();
+    let mut all: Vec<Tensor> = outs.iter().map(|t| t.detach()).collect();
+    all.extend([x.grad(), w.grad(), b.grad()]);
+    (all, used)
+}
+
+/// `GELU(x W^T + b)` and its gradients (x, W, b) from one path (None: the unfused ops, the fp64
+/// reference on inputs widened to fp64), under `autocast` when given (the matmul, so z and y,
+/// in that dtype); the output gradient `dy` is given.
 fn dense_gelu_grads(
     x: &Tensor,
     w: &Tensor,
@@ -504,20 +531,20 @@ fn dense_gelu_grads(
     path: Option<FusedPath>,
     autocast: Option<LowPrecision>,
 ) -> (Vec<Tensor>, bool) {
-    let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
-    let (x, w, b) = (leaf(x), leaf(w), leaf(b));
-    let (y, used) = {
-        let _ac = autocast.map(|p| Autocast::enter(Device::Cpu, p).unwrap());
-        match path {
-            Some(path) => dense_bias_gelu(&x, &w, &b, path).expect("dense_bias_gelu"),
-            // the fp64 reference: the same math on the (rounded) inputs widened to fp64
-            None => (x.linear(&w, Some(&b)).gelu("none"), false),
-        }
-    };
-    (y.to_kind(Kind::Double) * dy.to_kind(Kind::Double))
-        .sum(Kind::Double)
-        .backward();
-    (vec![y.detach(), x.grad(), w.grad(), b.grad()], used)
+    outputs_and_grads(
+        x,
+        w,
+        b,
+        std::slice::from_ref(dy),
+        autocast,
+        |x, w, b| match path {
+            Some(path) => {
+                let (y, used) = dense_bias_gelu(x, w, b, path).expect("dense_bias_gelu");
+                (vec![y], used)
+            }
+            None => (vec![x.linear(w, Some(b)).gelu("none")], false),
+        },
+    )
 }
 
 /// The intermediate dense's bias + GELU kernels (forward; backward with the bias's column sums
@@ -632,27 +659,17 @@ fn qkv_grads(
     path: Option<FusedPath>,
     autocast: Option<LowPrecision>,
 ) -> (Vec<Tensor>, bool) {
-    let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
-    let (x, w, b) = (leaf(x), leaf(w), leaf(b));
-    let (qkv, used) = {
-        let _ac = autocast.map(|p| Autocast::enter(Device::Cpu, p).unwrap());
-        match path {
-            Some(path) => qkv_projection(&x, &w, &b, heads, path).expect("qkv_projection"),
-            None => {
-                let h = w.size()[1];
-                let v = x.linear(&w, Some(&b)).view([-1, 3, heads, h / heads]);
-                ([v.select(1, 0), v.select(1, 1), v.select(1, 2)], false)
-            }
+    outputs_and_grads(x, w, b, dys, autocast, |x, w, b| match path {
+        Some(path) => {
+            let (qkv, used) = qkv_projection(x, w, b, heads, path).expect("qkv_projection");
+            (Vec::from(qkv), used)
         }
-    };
-    let mut loss = Tensor::zeros([], (Kind::Double, Device::Cpu));
-    for (t, dy) in qkv.iter().zip(dys) {
-        loss += (t.to_kind(Kind::Double) * dy.to_kind(Kind::Double)).sum(Kind::Double);
-    }
-    loss.backward();
-    let mut out: Vec<Tensor> = qkv.iter().map(|t| t.detach()).collect();
-    out.extend([x.grad(), w.grad(), b.grad()]);
-    (out, used)
+        None => {
+            let h = w.size()[1];
+            let v = x.linear(w, Some(b)).view([-1, 3, heads, h / heads]);
+            (vec![v.select(1, 0), v.select(1, 1), v.select(1, 2)], false)
+        }
+    })
 }
 
 /// Fused QKV's backward kernel (d q, d k, d v side by side, the bias's column sums over chunks of
