@@ -6,33 +6,37 @@
 //!
 //! cargo run --release --example bert_bench_step -- [--layers 24] [--hidden 1024] [--heads 16]
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
-//!     [--warmup 5] [--pad 0.0] [--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb]
-//!     [--cuda-graph] [--fused-epilogues] [--fused-qkv] [--bf16-residual] [--keep-mask]
-//!     [--scatter-attention] [--flash-varlen] [--data DIR]
+//!     [--warmup 5] [--pad 0.0] [--threads 0] [--device cpu|cuda] [--lamb]
+//!     [--methods amp=bf16,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,...]
+//!     [--no-gelu-epilogue] [--keep-mask] [--scatter-attention] [--flash-varlen] [--data DIR]
+//!
+//! --methods: BERT's methods as a config's `[methods]` table names them
+//! ([`mlperf_run::methods::BertMethods`]): a bare name turns one on, `name=value` sets one
+//! (`amp=bf16`). The model takes them whole, as `mlperf-run bert` does.
 //!
 //! --data DIR: the fixed batch is the first training batch of a BERT data directory (seed 0, one
 //! rank), e.g. `mlperf-run data synth-bert --lengths realistic --seq-len 512`: real lengths
 //! (about half padding) instead of --pad's equal ones; --seq and --preds come from its shards.
 //!
 //! Timed window: --warmup steps, a device sync, --steps steps, one device sync at the end (never
-//! per step); the loss is read only after that. --bf16: bf16 autocast around forward + loss, as
-//! `mlperf-run bert` does with methods.bf16. --lamb: LAMB (layer-wise trust ratio) instead of
+//! per step); the loss is read only after that. amp=bf16: bf16 autocast around forward + loss, as
+//! `mlperf-run bert` does with methods.amp = "bf16". --lamb: LAMB (layer-wise trust ratio) instead of
 //! AdamW, as `mlperf-run bert` trains with optimizer.name = "lamb". Prints one JSON line:
 //! seq_per_s, step_ms, window_unix, and on the CPU (where host time is compute time) the median
 //! step and phase times (median_step_s, forward_s, backward_s, optimizer_s).
-//! --cuda-graph: the step (zero_grad, forward, backward, optimizer kernels) captured once after
+//! cuda_graph: the step (zero_grad, forward, backward, optimizer kernels) captured once after
 //! the warm-up steps and replayed, as `mlperf-run bert` with methods.cuda_graph; on a CPU its
 //! twin (`StepGraphs::emulated`, plumbing only); the phase times are then 0.
-//! --fused-epilogues: each layer's dense bias + dropout + residual + LayerNorm as one op, as
+//! fused_epilogues: each layer's dense bias + dropout + residual + LayerNorm as one op, as
 //! `mlperf-run bert` with methods.fused_epilogues (CUDA kernels via NVRTC on a GPU), and the
 //! intermediate dense's bias + GELU as one op too; --no-gelu-epilogue leaves that one unfused
 //! (to measure it).
-//! --fused-bias-gelu: each layer's intermediate dense + bias + tanh GELU as one op, as
+//! fused_bias_gelu: each layer's intermediate dense + bias + tanh GELU as one op, as
 //! `mlperf-run bert --division open` with methods.fused_bias_gelu (cuBLASLt's GELU epilogue on a
 //! GPU).
-//! --fused-qkv: each layer's query, key and value projections as one matmul, as `mlperf-run bert`
-//! with methods.fused_qkv. --bf16-residual (with --bf16): the residual stream in bf16, as with
-//! methods.bf16_residual. --unpad attends within each packed sequence with FlashAttention's
+//! fused_qkv: each layer's query, key and value projections as one matmul, as `mlperf-run bert`
+//! with methods.fused_qkv. bf16_residual (with amp=bf16): the residual stream in bf16, as with
+//! methods.bf16_residual. unpad attends within each packed sequence with FlashAttention's
 //! varlen kernel on a GPU (bf16); --scatter-attention takes the scatter path instead (q/k/v
 //! scattered to [B, S], SDPA with the mask), to compare.
 //! A batch without padding (--pad 0) attends without a mask, as `mlperf-run bert` does with such
@@ -44,126 +48,96 @@
 mod common;
 
 use anyhow::{bail, Result};
-use common::Flags;
+use clap::Parser;
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::cuda_graph::StepGraphs;
 use mlperf_run::data::bert::{
     shard_files, step_attention_mask, step_mask_slot, Shard, TrainLoader,
 };
+use mlperf_run::methods::BertMethods;
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::varlen_attention::{varlen_failed, VarlenPath};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
 use std::time::{Instant, SystemTime};
 use tch::{nn, Device, Kind, Tensor};
 
-const USAGE: &str = "bert_bench_step [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096] \
-[--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20] [--warmup 5] [--pad 0.0] \
-[--unpad] [--threads 0] [--device cpu|cuda] [--bf16] [--lamb] [--cuda-graph] [--fused-epilogues] [--no-gelu-epilogue] \
-[--fused-bias-gelu] [--fused-qkv] [--bf16-residual] [--keep-mask] [--scatter-attention] \
-[--flash-varlen] [--data DIR]";
-
+/// BERT training-step throughput (one fixed batch; prints one JSON line).
+#[derive(Parser)]
 struct Args {
-    cfg: BertConfig,
+    #[arg(long, default_value_t = 24)]
+    layers: i64,
+    #[arg(long, default_value_t = 1024)]
+    hidden: i64,
+    #[arg(long, default_value_t = 16)]
+    heads: i64,
+    #[arg(long, default_value_t = 4096)]
+    inter: i64,
+    #[arg(long, default_value_t = 30528)]
+    vocab: i64,
+    #[arg(long, default_value_t = 32)]
     batch: i64,
+    #[arg(long, default_value_t = 512)]
     seq: i64,
+    #[arg(long, default_value_t = 76)]
     preds: i64,
+    #[arg(long, default_value_t = 20)]
     steps: usize,
+    #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// Share of each sequence that is padding (equal lengths), in [0, 1).
+    #[arg(long, default_value_t = 0.0)]
     pad: f64,
-    unpad: bool,
+    /// libtorch intra-op threads (0: its default).
+    #[arg(long, default_value_t = 0)]
     threads: i32,
+    #[arg(long, value_parser = common::parse_device, default_value = "cpu")]
     device: Device,
-    bf16: bool,
+    /// LAMB (layer-wise trust ratio) instead of AdamW.
+    #[arg(long)]
     lamb: bool,
-    cuda_graph: bool,
-    fused_epilogues: bool,
+    /// The methods, as a config's [methods] names them: e.g. amp=bf16,cuda_graph,fused_qkv.
+    #[arg(long, value_parser = common::parse_methods::<BertMethods>, default_value = "")]
+    methods: BertMethods,
+    /// With fused_epilogues: leave the intermediate dense's bias + GELU unfused (to measure it).
+    #[arg(long)]
     no_gelu_epilogue: bool,
-    fused_bias_gelu: bool,
-    fused_qkv: bool,
-    bf16_residual: bool,
+    /// Pass a batch's all-ones mask anyway (the memory-efficient kernel on a GPU).
+    #[arg(long)]
     keep_mask: bool,
+    /// With unpad: the scatter path (q/k/v scattered to [B, S], SDPA with the mask).
+    #[arg(long)]
     scatter_attention: bool,
+    /// A batch without padding attends through FlashAttention-2's varlen kernel.
+    #[arg(long)]
     flash_varlen: bool,
+    /// The fixed batch is the first training batch of this BERT data directory.
+    #[arg(long)]
     data: Option<std::path::PathBuf>,
 }
 
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        cfg: BertConfig {
-            vocab_size: 30528,
-            ..BertConfig::large()
-        },
-        batch: 32,
-        seq: 512,
-        preds: 76,
-        steps: 20,
-        warmup: 5,
-        pad: 0.0,
-        unpad: false,
-        threads: 0,
-        device: Device::Cpu,
-        bf16: false,
-        lamb: false,
-        cuda_graph: false,
-        fused_epilogues: false,
-        no_gelu_epilogue: false,
-        fused_bias_gelu: false,
-        fused_qkv: false,
-        bf16_residual: false,
-        keep_mask: false,
-        scatter_attention: false,
-        flash_varlen: false,
-        data: None,
+/// The arguments, checked; the model shape they give.
+fn parse_args() -> Result<(Args, BertConfig)> {
+    let mut a = Args::parse();
+    let mut cfg = BertConfig {
+        num_layers: a.layers,
+        hidden_size: a.hidden,
+        num_heads: a.heads,
+        intermediate_size: a.inter,
+        vocab_size: a.vocab,
+        ..BertConfig::large()
     };
-    let mut f = Flags::new(USAGE);
-    while let Some(flag) = f.next() {
-        match flag.as_str() {
-            "--unpad" => a.unpad = true,
-            "--bf16" => a.bf16 = true,
-            "--lamb" => a.lamb = true,
-            "--cuda-graph" => a.cuda_graph = true,
-            "--fused-epilogues" => a.fused_epilogues = true,
-            "--no-gelu-epilogue" => a.no_gelu_epilogue = true,
-            "--fused-bias-gelu" => a.fused_bias_gelu = true,
-            "--keep-mask" => a.keep_mask = true,
-            "--scatter-attention" => a.scatter_attention = true,
-            "--fused-qkv" => a.fused_qkv = true,
-            "--bf16-residual" => a.bf16_residual = true,
-            "--flash-varlen" => a.flash_varlen = true,
-            "--layers" => a.cfg.num_layers = f.parse()?,
-            "--hidden" => a.cfg.hidden_size = f.parse()?,
-            "--heads" => a.cfg.num_heads = f.parse()?,
-            "--inter" => a.cfg.intermediate_size = f.parse()?,
-            "--vocab" => a.cfg.vocab_size = f.parse()?,
-            "--batch" => a.batch = f.parse()?,
-            "--seq" => a.seq = f.parse()?,
-            "--preds" => a.preds = f.parse()?,
-            "--steps" => a.steps = f.parse()?,
-            "--warmup" => a.warmup = f.parse()?,
-            "--pad" => a.pad = f.parse()?,
-            "--data" => a.data = Some(f.value()?.into()),
-            "--threads" => a.threads = f.parse()?,
-            "--device" => a.device = f.device()?,
-            _ => return Err(f.unknown()),
-        }
-    }
     if let Some(dir) = &a.data {
         let first = shard_files(&dir.join("train"))?[0].clone();
         let shard = Shard::read(&first)?;
         (a.seq, a.preds) = (shard.seq as i64, shard.preds as i64);
     }
-    a.cfg.max_position = a.cfg.max_position.max(a.seq);
-    a.cfg.validate()?;
-    if a.bf16_residual && !a.bf16 {
-        bail!("--bf16-residual keeps the residual stream in bf16 inside bf16 autocast: add --bf16");
-    }
-    if a.cuda_graph && a.unpad {
-        bail!("--cuda-graph needs fixed shapes: not with --unpad");
-    }
+    cfg.max_position = cfg.max_position.max(a.seq);
+    cfg.validate()?;
+    a.methods.validate()?;
     if a.steps == 0 || a.batch < 1 || !(0.0..1.0).contains(&a.pad) {
         bail!("need --steps >= 1, --batch >= 1 and --pad in [0, 1)");
     }
-    Ok(a)
+    Ok((a, cfg))
 }
 
 fn unix_now() -> f64 {
@@ -171,8 +145,9 @@ fn unix_now() -> f64 {
 }
 
 fn main() -> Result<()> {
-    let a = parse_args()?;
-    let (cfg, dev) = (&a.cfg, a.device);
+    let (a, cfg) = parse_args()?;
+    let (cfg, dev) = (&cfg, a.device);
+    let m = &a.methods;
     let (b, s, p) = (a.batch, a.seq, a.preds);
     // as every `mlperf-run` training run (engine::run_once) does
     mlperf_run::train::allocator::keep_freed_host_memory();
@@ -181,16 +156,11 @@ fn main() -> Result<()> {
     }
     tch::manual_seed(0);
     let vs = nn::VarStore::new(dev);
-    let mut model = BertForPreTraining::new(&vs.root(), cfg)?;
-    model.unpad = a.unpad;
-    model.fused_epilogues = a.fused_epilogues;
+    let mut model = BertForPreTraining::new(&vs.root(), cfg, m)?;
     model.fused_gelu_epilogue = !a.no_gelu_epilogue;
-    model.fused_qkv = a.fused_qkv;
-    model.bf16_residual = a.bf16_residual;
     if a.scatter_attention {
         model.varlen_path = VarlenPath::Scatter;
     }
-    model.fused_bias_gelu = a.fused_bias_gelu;
     model.flash_varlen_unpadded = a.flash_varlen;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions
@@ -250,9 +220,9 @@ fn main() -> Result<()> {
     let padded = real_tokens < b * s || a.keep_mask;
     let [ids, seg, mask, pos, mids, w, nsp] =
         [ids, seg, mask, pos, mids, w, nsp].map(|t| t.to_device(dev));
-    let precision = a.bf16.then_some(LowPrecision::BFloat16);
+    let precision = m.bf16().then_some(LowPrecision::BFloat16);
     let inputs = [ids, seg, step_mask_slot(mask, padded), pos, mids, w, nsp];
-    let mut graphs = match (a.cuda_graph, dev) {
+    let mut graphs = match (m.cuda_graph, dev) {
         (false, _) => None,
         (true, Device::Cuda(_)) => Some(StepGraphs::new(dev, a.warmup.min(3) as u32)?),
         (true, _) => Some(StepGraphs::emulated(a.warmup.min(3) as u32)),
@@ -320,7 +290,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": a.bf16, "unpad": a.unpad, "cuda_graph": a.cuda_graph, "fused_epilogues": a.fused_epilogues, "gelu_epilogue": a.fused_epilogues && !a.no_gelu_epilogue, "fused_bias_gelu": a.fused_bias_gelu, "fused_qkv": a.fused_qkv, "bf16_residual": a.bf16_residual, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !a.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && a.bf16 { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": m.bf16(), "unpad": m.unpad, "cuda_graph": m.cuda_graph, "fused_epilogues": m.fused_epilogues, "gelu_epilogue": m.fused_epilogues && !a.no_gelu_epilogue, "fused_bias_gelu": m.fused_bias_gelu, "fused_qkv": m.fused_qkv, "bf16_residual": m.bf16_residual, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !m.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && m.bf16() { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

@@ -19,23 +19,21 @@
 mod common;
 
 use anyhow::{bail, Result};
-use common::{Flags, OpShape};
+use clap::Parser;
+use common::{OpShape, OpShapeArgs};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
 use tch::{Kind, Tensor};
 
-const USAGE: &str = "fused_bias_gelu_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
-[--inner 4096] [--rounds 20] [--no-bf16]";
+/// cuBLASLt's fused bias + GELU feed-forward op against the composite path.
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    shape: OpShapeArgs,
+}
 
 fn parse_args() -> Result<OpShape> {
-    let mut a = OpShape::bert_large(4096);
-    let mut f = Flags::new(USAGE);
-    while let Some(flag) = f.next() {
-        if !a.take(&flag, &mut f)? {
-            return Err(f.unknown());
-        }
-    }
-    Ok(a)
+    Ok(Args::parse().shape.resolve(4096))
 }
 
 const NAMES: [&str; 5] = ["z", "d_x", "d_w1", "d_b1", "d_w2"];

@@ -27,7 +27,7 @@
 mod common;
 
 use anyhow::{bail, Context, Result};
-use common::Flags;
+use clap::Parser;
 use mlperf_run::methods::fused_bn_relu;
 use mlperf_run::models::to_channels_last;
 use std::time::Instant;
@@ -37,47 +37,33 @@ use tch::{Device, Kind, Tensor};
 const MOMENTUM: f64 = 0.1;
 const EPS: f64 = 1e-5;
 
-const USAGE: &str =
-    "fused_bn_check [--device cuda|cpu] [--batch 256] [--size 224] [--rounds 20] [--dtypes bf16,fp16]";
-
+/// cuDNN's fused BN + (add) + ReLU against the unfused chain on ResNet-50's shapes.
+#[derive(Parser)]
 struct Args {
+    #[arg(long, value_parser = common::parse_device, default_value = "cuda")]
     device: Device,
+    #[arg(long, default_value_t = 256)]
     batch: i64,
+    #[arg(long, default_value_t = 224)]
     size: i64,
+    #[arg(long, default_value_t = 20)]
     rounds: usize,
+    /// Activation dtypes: bf16, fp16, fp32.
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "bf16,fp16")]
     dtypes: Vec<Kind>,
 }
 
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        device: Device::Cuda(0),
-        batch: 256,
-        size: 224,
-        rounds: 20,
-        dtypes: vec![Kind::BFloat16, Kind::Half],
-    };
-    let mut f = Flags::new(USAGE);
-    while let Some(flag) = f.next() {
-        match flag.as_str() {
-            "--device" => a.device = f.device()?,
-            "--batch" => a.batch = f.parse()?,
-            "--size" => a.size = f.parse()?,
-            "--rounds" => a.rounds = f.parse()?,
-            "--dtypes" => {
-                a.dtypes = f
-                    .value()?
-                    .split(',')
-                    .map(|d| match d {
-                        "bf16" => Ok(Kind::BFloat16),
-                        "fp16" => Ok(Kind::Half),
-                        "fp32" => Ok(Kind::Float),
-                        _ => bail!("--dtypes: bf16, fp16 or fp32, got {d}"),
-                    })
-                    .collect::<Result<_>>()?
-            }
-            _ => return Err(f.unknown()),
-        }
+fn parse_dtype(d: &str) -> Result<Kind> {
+    match d {
+        "bf16" => Ok(Kind::BFloat16),
+        "fp16" => Ok(Kind::Half),
+        "fp32" => Ok(Kind::Float),
+        _ => bail!("bf16, fp16 or fp32"),
     }
+}
+
+fn parse_args() -> Result<Args> {
+    let a = Args::parse();
     if a.rounds == 0 || a.batch < 2 || a.size < 32 {
         bail!("--rounds >= 1, --batch >= 2, --size >= 32");
     }

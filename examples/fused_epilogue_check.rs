@@ -26,15 +26,23 @@
 mod common;
 
 use anyhow::{bail, Result};
-use common::{Flags, OpShape};
+use clap::Parser;
+use common::{OpShape, OpShapeArgs};
 use mlperf_run::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::models::fused_epilogue::{
     bias_dropout_add_ln, dense_bias_gelu, dense_dropout_add_ln, kernel_built, Epilogue, FusedPath,
 };
 use tch::{Kind, Tensor};
 
-const USAGE: &str = "fused_epilogue_check [--device cuda|cpu] [--tokens 28672] [--hidden 1024] \
-[--inner 1024] [--p 0.1] [--rounds 20] [--no-bf16]";
+/// The fused epilogue ops against their composite paths.
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    shape: OpShapeArgs,
+    /// The dropout probability.
+    #[arg(long, default_value_t = 0.1)]
+    p: f64,
+}
 
 struct Args {
     shape: OpShape,
@@ -43,21 +51,11 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        shape: OpShape::bert_large(1024),
-        p: 0.1,
-    };
-    let mut f = Flags::new(USAGE);
-    while let Some(flag) = f.next() {
-        if a.shape.take(&flag, &mut f)? {
-            continue;
-        }
-        match flag.as_str() {
-            "--p" => a.p = f.parse()?,
-            _ => return Err(f.unknown()),
-        }
-    }
-    Ok(a)
+    let c = Cli::parse();
+    Ok(Args {
+        shape: c.shape.resolve(1024),
+        p: c.p,
+    })
 }
 
 struct Leaves {

@@ -12,17 +12,18 @@
 //! and, on the CPU (where host time is compute time), the trainer's overhead shares.
 //!
 //! cargo run --release --example resnet_bench_step -- [--device cpu|cuda] [--batch 8]
-//!     [--size 112] [--steps 30] [--amp none|bf16|fp16] [--channels-last] [--opt sgd|lars]
-//!     [--threads 2] [--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph]
-//!     [--fused-bn-relu] [--short-warmup]
+//!     [--size 112] [--steps 30] [--opt sgd|lars] [--threads 2] [--width 64]
+//!     [--blocks 3,4,6,3] [--classes 1000]
+//!     [--methods amp=fp16,channels_last,cuda_graph,fused_bn_relu,...] [--short-warmup]
 //!
-//! --cuda-graph: methods.cuda_graph (the step captured once and replayed; on a CPU its twin,
-//! `StepGraphs::emulated`, which only checks the plumbing). --fused-bn-relu: methods.fused_bn_relu
-//! (BN + residual + ReLU as one op; cuDNN's fused kernels in a `--features cuda` build on a GPU
-//! with fp16 channels-last activations: cuDNN's fused batch norm is documented for fp16).
-//! --amp fp16: methods.amp = "fp16" (autocast fp16, dynamic loss scale skipping overflowing
-//! steps on the device; sgd and lars).
-//! --short-warmup (with --cuda-graph): the batches of the warm-up and the capture step (the
+//! --methods: ResNet's methods as a config's `[methods]` table names them
+//! ([`mlperf_run::methods::ResnetMethods`]): a bare name turns one on, `name=value` sets one.
+//! cuda_graph: the step captured once and replayed (on a CPU its twin, `StepGraphs::emulated`,
+//! which only checks the plumbing). fused_bn_relu: BN + residual + ReLU as one op (cuDNN's fused
+//! kernels on a GPU with fp16 channels-last activations: cuDNN's fused batch norm is documented
+//! for fp16). amp=fp16: autocast fp16, dynamic loss scale skipping overflowing steps on the
+//! device (sgd and lars).
+//! --short-warmup (with cuda_graph): the batches of the warm-up and the capture step (the
 //! first 4) and the second batch of epoch 2 have one image fewer, as when a loader skips an
 //! unreadable image. The graph is then captured "cold" on the full shape (cuDNN benchmark mode
 //! off: no eager step ran it), the short batches run eagerly beside it, and the full ones
@@ -32,9 +33,10 @@
 mod common;
 
 use anyhow::{bail, Context, Result};
-use common::Flags;
+use clap::Parser;
 use mlperf_run::cuda_graph::{GraphStats, DEFAULT_WARMUP_STEPS};
 use mlperf_run::data::rng::Rng;
+use mlperf_run::methods::ResnetMethods;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard};
 use mlperf_run::train::engine::{self, RunOptions, Submission};
@@ -108,77 +110,44 @@ impl ImageData for FixedImages {
     }
 }
 
+/// ResNet training steps through the real trainer on one fixed batch (prints one JSON line).
+#[derive(Parser)]
 struct Args {
+    #[arg(long, value_parser = common::parse_device, default_value = "cpu")]
     device: tch::Device,
+    #[arg(long, default_value_t = 8)]
     batch: usize,
+    #[arg(long, default_value_t = 112)]
     size: usize,
+    #[arg(long, default_value_t = 30)]
     steps: usize,
+    /// libtorch intra-op threads (0: its default).
+    #[arg(long, default_value_t = 2)]
     threads: i32,
+    #[arg(long, default_value_t = 64)]
     width: i64,
+    #[arg(long, default_value_t = 1000)]
     classes: usize,
+    /// Bottlenecks per stage.
+    #[arg(long, value_delimiter = ',', default_value = "3,4,6,3")]
     blocks: Vec<i64>,
-    amp: String,
-    channels_last: bool,
+    #[arg(long, value_parser = ["sgd", "lars"], default_value = "sgd")]
     opt: String,
-    cuda_graph: bool,
-    fused_bn_relu: bool,
+    /// The methods, as a config's [methods] names them: e.g. amp=fp16,channels_last,cuda_graph.
+    #[arg(long, value_parser = common::parse_methods::<ResnetMethods>, default_value = "")]
+    methods: ResnetMethods,
+    /// With cuda_graph: the warm-up's and the capture step's batches one image short.
+    #[arg(long)]
     short_warmup: bool,
 }
 
-const USAGE: &str = "resnet_bench_step [--device cpu|cuda] [--batch 8] [--size 112] [--steps 30] \
-[--amp none|bf16|fp16] [--channels-last] [--opt sgd|lars] [--threads 2 (0: libtorch's default)] \
-[--width 64] [--blocks 3,4,6,3] [--classes 1000] [--cuda-graph] [--fused-bn-relu] \
-[--short-warmup]";
-
 fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        device: tch::Device::Cpu,
-        batch: 8,
-        size: 112,
-        steps: 30,
-        threads: 2,
-        width: 64,
-        classes: 1000,
-        blocks: vec![3, 4, 6, 3],
-        amp: "none".into(),
-        channels_last: false,
-        opt: "sgd".into(),
-        cuda_graph: false,
-        fused_bn_relu: false,
-        short_warmup: false,
-    };
-    let mut f = Flags::new(USAGE);
-    while let Some(flag) = f.next() {
-        match flag.as_str() {
-            "--channels-last" => a.channels_last = true,
-            "--cuda-graph" => a.cuda_graph = true,
-            "--fused-bn-relu" => a.fused_bn_relu = true,
-            "--short-warmup" => a.short_warmup = true,
-            "--device" => a.device = f.device()?,
-            "--batch" => a.batch = f.parse()?,
-            "--size" => a.size = f.parse()?,
-            "--steps" => a.steps = f.parse()?,
-            "--threads" => a.threads = f.parse()?,
-            "--width" => a.width = f.parse()?,
-            "--classes" => a.classes = f.parse()?,
-            "--blocks" => {
-                let v = f.value()?;
-                a.blocks = v
-                    .split(',')
-                    .map(|b| b.parse())
-                    .collect::<Result<_, _>>()
-                    .with_context(|| format!("bad value {v:?} for --blocks"))?
-            }
-            "--amp" => a.amp = f.one_of(&["none", "bf16", "fp16"])?,
-            "--opt" => a.opt = f.one_of(&["sgd", "lars"])?,
-            _ => return Err(f.unknown()),
-        }
-    }
+    let a = Args::parse();
     if a.steps == 0 || a.batch == 0 || a.blocks.len() != 4 {
         bail!("--steps and --batch must be at least 1, --blocks needs 4 numbers");
     }
-    if a.short_warmup && (!a.cuda_graph || a.steps < 2 || a.batch < 2) {
-        bail!("--short-warmup needs --cuda-graph, --steps 2 or more and --batch 2 or more");
+    if a.short_warmup && (!a.methods.cuda_graph || a.steps < 2 || a.batch < 2) {
+        bail!("--short-warmup needs --methods cuda_graph, --steps 2 or more and --batch 2 or more");
     }
     Ok(a)
 }
@@ -247,8 +216,8 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if a.device.is_cuda() { "cuda" } else { "cpu" },
-        "amp": a.amp, "channels_last": a.channels_last, "opt": a.opt, "cuda_graph": a.cuda_graph,
-        "fused_bn_relu": a.fused_bn_relu,
+        "amp": a.methods.amp.as_str(), "channels_last": a.methods.channels_last, "opt": a.opt,
+        "cuda_graph": a.methods.cuda_graph, "fused_bn_relu": a.methods.fused_bn_relu,
         "steps": a.steps, "warmup": a.steps, "threads": a.threads, "batch": a.batch, "size": a.size,
         "img_per_s": steps * a.batch as f64 / timed,
         "step_ms": 1000.0 * timed / steps,
@@ -372,21 +341,19 @@ warmup_epochs = 0.0
 decay = "poly"
 schedule_epochs = 2.0
 weight_decay = 0.00005
-[methods]
-amp = "{amp}"
-channels_last = {channels_last}
-cuda_graph = {cuda_graph}
-fused_bn_relu = {fused_bn_relu}
 "#,
         threads = a.threads,
         width = a.width,
         blocks = a.blocks,
-        amp = a.amp,
-        channels_last = a.channels_last,
-        cuda_graph = a.cuda_graph && a.device.is_cuda(),
-        fused_bn_relu = a.fused_bn_relu,
     );
-    let cfg = ResnetRunConfig::parse(&cfg_text, Division::Open)?;
+    let mut cfg = ResnetRunConfig::parse(&cfg_text, Division::Open)?;
+    // the methods whole, as `mlperf-run resnet` takes them from [methods]; a CPU runs the CUDA
+    // graph's twin (below) instead of the graph
+    cfg.methods = ResnetMethods {
+        cuda_graph: a.methods.cuda_graph && a.device.is_cuda(),
+        ..a.methods.clone()
+    };
+    cfg.validate(Division::Open)?;
     let mut w = ResnetWorkload::new(cfg, Division::Open, Box::new(data));
     let dir = std::env::temp_dir().join(format!("mlperf-run-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -402,7 +369,7 @@ fused_bn_relu = {fused_bn_relu}
     opts.seed = Some(1);
     opts.log_path = Some(dir.join("bench_log.txt"));
     opts.distributed_from_env = false;
-    if a.cuda_graph && !a.device.is_cuda() {
+    if a.methods.cuda_graph && !a.device.is_cuda() {
         opts.emulate_cuda_graph = Some(mlperf_run::cuda_graph::DEFAULT_WARMUP_STEPS);
     }
     let out = engine::run_once(&mut w, opts)?;

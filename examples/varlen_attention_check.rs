@@ -18,46 +18,32 @@
 mod common;
 
 use anyhow::{bail, Result};
-use common::Flags;
+use clap::Parser;
 use mlperf_run::models::varlen_attention::{forward_backward, Packing, VarlenPath};
 use tch::{Device, Kind, Tensor};
 
-const USAGE: &str = "varlen_attention_check [--device cuda|cpu] [--batch 56] [--seq 512] \
-[--heads 16] [--head-dim 64] [--fill 0.5] [--rounds 20]";
-
+/// FlashAttention's varlen kernel against the scatter path on packed sequences.
+#[derive(Parser)]
 struct Args {
+    #[arg(long, value_parser = common::parse_device, default_value = "auto")]
     device: Device,
+    #[arg(long, default_value_t = 56)]
     batch: i64,
+    #[arg(long, default_value_t = 512)]
     seq: i64,
+    #[arg(long, default_value_t = 16)]
     heads: i64,
+    #[arg(long, default_value_t = 64)]
     head_dim: i64,
+    /// Share of the tokens that are real.
+    #[arg(long, default_value_t = 0.5)]
     fill: f64,
+    #[arg(long, default_value_t = 20)]
     rounds: usize,
 }
 
 fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        device: common::default_device(),
-        batch: 56,
-        seq: 512,
-        heads: 16,
-        head_dim: 64,
-        fill: 0.5,
-        rounds: 20,
-    };
-    let mut f = Flags::new(USAGE);
-    while let Some(flag) = f.next() {
-        match flag.as_str() {
-            "--device" => a.device = f.device()?,
-            "--batch" => a.batch = f.parse()?,
-            "--seq" => a.seq = f.parse()?,
-            "--heads" => a.heads = f.parse()?,
-            "--head-dim" => a.head_dim = f.parse()?,
-            "--fill" => a.fill = f.parse()?,
-            "--rounds" => a.rounds = f.parse()?,
-            _ => return Err(f.unknown()),
-        }
-    }
+    let a = Args::parse();
     if a.batch < 1 || a.seq < 1 || !(a.fill > 0.0 && a.fill <= 1.0) || a.rounds == 0 {
         bail!("need --batch >= 1, --seq >= 1, --fill in (0, 1] and --rounds >= 1");
     }

@@ -26,7 +26,7 @@ run_pair() {  # PAD_FRACTION UNPAD LABEL: ROUNDS alternating rounds of each side
       a=(taskset -c "0-$((THREADS - 1))"); b=(taskset -c "$THREADS-$((2 * THREADS - 1))")
       if [ $((r % 2)) = 0 ]; then local t=("${a[@]}"); a=("${b[@]}"); b=("${t[@]}"); fi
     fi
-    local unpad=(); [ "$2" = 1 ] && unpad=(--unpad)
+    local unpad=(); [ "$2" = 1 ] && unpad=(--methods unpad)
     "${a[@]}" "$ours" --layers 12 --hidden 768 --heads 12 --inter 3072 --vocab 30522 --batch "$BATCH" \
       --seq 128 --preds "$PREDS" --steps "$STEPS" --warmup 1 --pad "$1" "${unpad[@]}" --threads "$THREADS" >>"$out" &
     local pid=$!

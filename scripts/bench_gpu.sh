@@ -15,7 +15,7 @@
 #   d) a `mlperf-run bert` run (configs/bert/bench_1gpu.toml, seq/s of block 2 from its log)
 #      against the same step benchmark with LAMB (and against c); target: within 5%
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
-#   once and replayed; needs binaries built with `--features cuda`, else those rows fail with
+#   once and replayed; in the default build; a lite or CPU-only build fails those rows with
 #   the reason), reported against ours without it and against every peer;
 #   c) also runs ours with methods.fused_epilogues (`mlperf-run fused-epilogues`) and with
 #   methods.fused_bias_gelu (`mlperf-run fused-bias-gelu`, open division: tanh GELU);
@@ -42,13 +42,13 @@
 #      dense + dropout + residual + LayerNorm op's CUDA kernels vs its composite ATen path at
 #      BERT-Large shapes (56 x 512 tokens, H 1024, bf16 autocast, the same dropout mask): max
 #      abs/rel diffs of the output and every gradient, and median fwd+bwd time per side (needs a
-#      `--features cuda` build; the table's rate is 512-token sequences per second of the op)
+#      default build; the table's rate is 512-token sequences per second of the op)
 #   h) (only with --only h or --only ...,h) examples/fused_bias_gelu_check: the fused
 #      feed-forward op gelu_tanh(x W1^T + b1) W2^T with cuBLASLt's GELU_AUX_BIAS (forward) and
 #      DGELU_BGRAD (backward) epilogues vs its composite ATen path and vs the unfused linear +
 #      erf GELU + linear (BERT-Large: 56 x 512 tokens, 1024 -> 4096 -> 1024, bf16 autocast): max
 #      abs/rel diffs of the output and every gradient, and median fwd+bwd time per side (needs a
-#      `--features cuda` build)
+#      default build)
 #   v) (only with --only v or --only ...,v) examples/varlen_attention_check: unpadded attention
 #      (methods.unpad) with FlashAttention's varlen kernel vs the scatter path (q/k/v scattered
 #      to [B, S], SDPA with the key-padding mask) at BERT-Large shapes (56 x 512, half the tokens
@@ -63,9 +63,9 @@
 #      (batch 256, channels-last, bf16 and fp16): which path ran (cuDNN or composite and why),
 #      max differences, and rows fused-bf16 / unfused-bf16 / fused-fp16 / unfused-fp16 whose
 #      img/s is batch / (sum of the per-shape medians); a) also has a `mlperf-run fused-bn-relu`
-#      row (the whole step with --fused-bn-relu). The cuDNN path needs `--features cuda`.
+#      row (the whole step with the fused_bn_relu method). The cuDNN path is in the default build.
 #   k) (only with --only ...,k; once) short batches beside a CUDA graph: a) mlperf-run's step with
-#      --cuda-graph --short-warmup (the warm-up's and the capture step's batches, and one in the
+#      --methods ...,cuda_graph --short-warmup (the warm-up's and the capture step's batches, and one in the
 #      timed epoch, one image short): the graph is captured cold on the full shape with cuDNN
 #      benchmark mode off, the short batches run eagerly beside it; the row fails unless the
 #      graph's counts are exactly that (the report prints them)
@@ -329,9 +329,9 @@ limit_note() {  # PART ROUND TEXT: a record the report lists under the table (no
 
 # ---- sizes -------------------------------------------------------------------------------------
 if [ "$smoke" = 1 ]; then
-  R_COMMON=(--device cpu --batch 4 --size 32 --classes 10 --amp bf16 --channels-last --threads 1 --blocks 1,1,1,1)
-  R_OURS=("${R_COMMON[@]}" --width 8 --opt sgd --steps 2)
-  R_PEER=("${R_COMMON[@]}" --steps 2 --warmup 1)
+  R_SHAPE=(--device cpu --batch 4 --size 32 --classes 10 --threads 1 --blocks 1,1,1,1)
+  R_OURS=("${R_SHAPE[@]}" --width 8 --opt sgd --steps 2)
+  R_PEER=("${R_SHAPE[@]}" --amp bf16 --channels-last --steps 2 --warmup 1)
   R_FLOPS=""
   B_SYNTH=(--classes 4 --per-class 24 --val-per-class 2 --min-size 48 --max-size 64)
   B_CFG="$cfg_dir/resnet/bench_smoke_cpu.toml"
@@ -341,7 +341,7 @@ if [ "$smoke" = 1 ]; then
   C_SHAPE=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 2 --seq 64 --preds 10)
   C_REF_CFG='{"vocab_size":1000,"hidden_size":128,"num_layers":2,"num_heads":2,"intermediate_size":512}'
   C_REF=(--batch 2 --seq 64 --predictions 10)
-  C_RUN=(--steps 2 --warmup 1 --threads 1 --device cpu --bf16)
+  C_COMMON=(--steps 2 --warmup 1 --threads 1 --device cpu)
   C_REF_RUN=(--steps 2 --warmup 1 --threads 1 --device cpu --bf16 --sdpa)
   C_FLOPS=""
   D_SYNTH=(--seq-len 64 --train-samples 256 --eval-samples 64 --shards 2)
@@ -350,10 +350,10 @@ if [ "$smoke" = 1 ]; then
   D_STEP=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 8 --seq 64 --preds 10)
   MM=(--device cpu --n 256 --reps 3)
 else
-  R_COMMON=(--device cuda --batch 256 --size 224 --amp bf16 --channels-last --threads 0)
+  R_SHAPE=(--device cuda --batch 256 --size 224 --threads 0)
   # 60 timed steps (~2-3 s): enough 200 ms nvidia-smi samples whose period lies inside the window
-  R_OURS=("${R_COMMON[@]}" --opt sgd --steps 60)
-  R_PEER=("${R_COMMON[@]}" --steps 60 --warmup 10)
+  R_OURS=("${R_SHAPE[@]}" --opt sgd --steps 60)
+  R_PEER=("${R_SHAPE[@]}" --amp bf16 --channels-last --steps 60 --warmup 10)
   R_FLOPS="resnet50:224"
   B_SYNTH=(--classes 100 --per-class 160 --val-per-class 10 --min-size 300 --max-size 500)
   B_CFG="$cfg_dir/resnet/bench_1gpu.toml"
@@ -363,7 +363,7 @@ else
   C_SHAPE=(--layers 24 --hidden 1024 --heads 16 --inter 4096 --vocab 30528 --batch 32 --seq 512 --preds 76)
   C_REF_CFG='{"vocab_size":30528,"hidden_size":1024,"num_layers":24,"num_heads":16,"intermediate_size":4096}'
   C_REF=(--batch 32 --seq 512 --predictions 76)
-  C_RUN=(--steps 20 --warmup 5 --device cuda --bf16)
+  C_COMMON=(--steps 20 --warmup 5 --device cuda)
   C_REF_RUN=(--steps 20 --warmup 5 --device cuda --bf16 --sdpa)
   C_FLOPS="bert:24:1024:4096:512"
   D_SYNTH=(--seq-len 512 --train-samples 6400 --eval-samples 256 --shards 4)
@@ -373,6 +373,11 @@ else
   MM=(--device cuda --n 8192 --reps 7)
 fi
 [ "$smoke" = 1 ] && C_FLOPS_SMOKE="bert:2:128:512:64" || C_FLOPS_SMOKE="$C_FLOPS"
+# the peers' flags (bf16 autocast); ours take the same as methods (`--methods`, the names of a
+# config's [methods] table): every row of ours starts from these and adds its own
+C_RUN=("${C_COMMON[@]}" --bf16)
+R_M="amp=bf16,channels_last"
+C_M="amp=bf16"
 
 # ---- matmul peak (for MFU) -----------------------------------------------------------------------
 measure mm torch-matmul-bf16 1 json "" -- "$PYTHON" "$bench_py/gpu_report.py" matmul "${MM[@]}"
@@ -383,12 +388,12 @@ if want a; then
     round_start a "$r" || break
     while read -r side; do
       case "$side" in
-        mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" ;;
-        graph) measure a "mlperf-run cuda-graph" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --cuda-graph ;;
-        fp16) measure a "mlperf-run fp16" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 ;;
-        fused) measure a "mlperf-run fp16 fused-bn-relu" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --fused-bn-relu ;;
-        all) measure a "mlperf-run fp16 all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --amp fp16 --cuda-graph --fused-bn-relu ;;
-        all-bf16) measure a "mlperf-run all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --cuda-graph --fused-bn-relu ;;
+        mlperf-run) measure a mlperf-run "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --methods "$R_M" ;;
+        graph) measure a "mlperf-run cuda-graph" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --methods "$R_M,cuda_graph" ;;
+        fp16) measure a "mlperf-run fp16" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --methods "$R_M,amp=fp16" ;;
+        fused) measure a "mlperf-run fp16 fused-bn-relu" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --methods "$R_M,amp=fp16,fused_bn_relu" ;;
+        all) measure a "mlperf-run fp16 all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --methods "$R_M,amp=fp16,cuda_graph,fused_bn_relu" ;;
+        all-bf16) measure a "mlperf-run all-methods" "$r" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" --methods "$R_M,cuda_graph,fused_bn_relu" ;;
         pytorch-fp16)  # the peers of our fp16 rows: eager with GradScaler, then compiled
           split="pytorch-eager-fp16:impl=pytorch-eager pytorch-compile-fp16:impl=pytorch-compile" \
             measure a "pytorch eager+compile fp16" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/resnet_step.py" \
@@ -407,7 +412,7 @@ fi
 if want k; then
   if round_start k "$first_round" "$first_round"; then
     measure k "mlperf-run cuda-graph short-warmup" "$first_round" json "$R_FLOPS" -- ours "$RSTEP" "${R_OURS[@]}" \
-      --cuda-graph --short-warmup
+      --methods "$R_M,cuda_graph" --short-warmup
     round_end
   fi
 fi
@@ -530,17 +535,17 @@ if want c; then
     round_start c "$r" || break
     while read -r side; do
       case "$side" in
-        mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" ;;
-        graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph ;;
-        fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-epilogues ;;
-        gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --fused-bias-gelu ;;
-        graph-fused) measure c "mlperf-run cuda-graph fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues ;;
-        mask) measure c "mlperf-run cuda-graph fused-epilogues mask-kept" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --keep-mask ;;
-        qkv) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv ;;
-        fast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual ;;
-        fast-ln) measure c "mlperf-run cuda-graph fused-epilogues-ln-only fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --no-gelu-epilogue --fused-qkv --bf16-residual ;;
-        fast-fa2) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual --flash-varlen ;;
-        all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_RUN[@]}" --cuda-graph --fused-epilogues --fused-qkv --bf16-residual --fused-bias-gelu ;;
+        mlperf-run) measure c mlperf-run "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M" ;;
+        graph) measure c "mlperf-run cuda-graph" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph" ;;
+        fused) measure c "mlperf-run fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,fused_epilogues" ;;
+        gelu) measure c "mlperf-run fused-bias-gelu" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,fused_bias_gelu" ;;
+        graph-fused) measure c "mlperf-run cuda-graph fused-epilogues" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues" ;;
+        mask) measure c "mlperf-run cuda-graph fused-epilogues mask-kept" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues" --keep-mask ;;
+        qkv) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv" ;;
+        fast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" ;;
+        fast-ln) measure c "mlperf-run cuda-graph fused-epilogues-ln-only fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" --no-gelu-epilogue ;;
+        fast-fa2) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" --flash-varlen ;;
+        all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,fused_bias_gelu" ;;
         hf)
           if [ "$has_hf" = 1 ]; then
             measure c "hf-transformers (sdpa)" "$r" json "$C_FLOPS_SMOKE" -- "$PYTHON" "$bench_py/hf_bert_step.py" \
@@ -574,7 +579,7 @@ if want d && round_start d "$first_round" "$first_round"; then
   measure d "mlperf-run bert (run)" "$first_round" mllog-bert "$C_FLOPS_SMOKE" -- ours "$MR" bert --division open --config "$D_CFG" \
     --data "$D_SET" --device "$dev" --seed 1 --log "$mllog"
   mllog=""
-  measure d "bert_bench_step --lamb (step)" "$first_round" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${D_STEP[@]}" "${C_RUN[@]}" --lamb
+  measure d "bert_bench_step --lamb (step)" "$first_round" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${D_STEP[@]}" "${C_COMMON[@]}" --methods "$C_M" --lamb
   round_end
 fi
 
@@ -601,10 +606,10 @@ if want ncu && round_start ncu "$first_round" "$first_round"; then
         --big "$raw/logs/$tag-s$s2.csv" --small-steps "$s1" --big-steps "$s2" | tee -a "$out/results.jsonl" >&2
     }
     # ours: 2 epochs of K steps = 2K training steps (plus init and 2 evals, which cancel out)
-    ncu_side mlperf-run 2 6 env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_COMMON[@]}" --opt sgd --steps 1 -- \
-      env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_COMMON[@]}" --opt sgd --steps 3
-    ncu_side pytorch-eager 2 6 "$PYTHON" "$bench_py/resnet_step.py" "${R_COMMON[@]}" --warmup 1 --steps 1 -- \
-      "$PYTHON" "$bench_py/resnet_step.py" "${R_COMMON[@]}" --warmup 1 --steps 5
+    ncu_side mlperf-run 2 6 env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_SHAPE[@]}" --methods "$R_M" --opt sgd --steps 1 -- \
+      env LD_LIBRARY_PATH="$ours_ld" "$RSTEP" "${R_SHAPE[@]}" --methods "$R_M" --opt sgd --steps 3
+    ncu_side pytorch-eager 2 6 "$PYTHON" "$bench_py/resnet_step.py" "${R_SHAPE[@]}" --amp bf16 --channels-last --warmup 1 --steps 1 -- \
+      "$PYTHON" "$bench_py/resnet_step.py" "${R_SHAPE[@]}" --amp bf16 --channels-last --warmup 1 --steps 5
     # BERT: one eager step of ours (the fast methods, no graph: ncu times each kernel) and of
     # Hugging Face, by kernel class (the second of 2 steps)
     kernels_side() {  # SIDE CMD...
@@ -616,7 +621,7 @@ if want ncu && round_start ncu "$first_round" "$first_round"; then
         --append "$out/results.jsonl" >/dev/null
     }
     kernels_side "bert mlperf-run fused-epilogues fused-qkv bf16-residual" env LD_LIBRARY_PATH="$ours_ld" \
-      "$BSTEP" "${C_SHAPE[@]}" --device cuda --bf16 --fused-epilogues --fused-qkv --bf16-residual --warmup 1 --steps 1
+      "$BSTEP" "${C_SHAPE[@]}" --device cuda --methods amp=bf16,fused_epilogues,fused_qkv,bf16_residual --warmup 1 --steps 1
     [ "$has_hf" = 1 ] && kernels_side "bert hf-transformers (sdpa)" "$PYTHON" "$bench_py/hf_bert_step.py" \
       "${C_SHAPE[@]}" --device cuda --bf16 --warmup 1 --steps 1
   fi

@@ -7,23 +7,21 @@
 #   - a Python venv OUTSIDE the work tree with torch==2.11.0 (libtorch for tch 0.24.0) and
 #     mlperf-logging==4.1.68 (the official MLCommons checkers, our test oracle)
 #
-#   - with `--nccl` or `--cuda` (or MLPERF_RUN_NCCL=1): the CUDA headers that
-#     `cargo build --features nccl` and `--features cuda` (CUDA graphs) need beside the venv's NCCL (torch's CUDA wheel brings nccl.h and the CUDA runtime
-#     headers; the pip packages nvidia-cuda-crt and nvidia-cuda-cccl, pinned to the runtime's
-#     CUDA version, complete them)
+#   - the CUDA headers that the default build's `nccl` and `cuda` features (ProcessGroupNCCL,
+#     CUDA graphs, the fused kernels) compile against, beside the venv's NCCL (torch's CUDA
+#     wheel brings nccl.h and the CUDA runtime headers; the pip packages nvidia-cuda-crt and
+#     nvidia-cuda-cccl, pinned to the runtime's CUDA version, complete them). The same on a
+#     machine with or without a GPU: the wheel is the CUDA build either way.
 #
-# Environment: MLPERF_RUN_VENV (default ~/.cache/mlperf-run/venv), MLPERF_RUN_NCCL.
-# Usage: `source scripts/setup.sh [--nccl|--cuda]` or `MLPERF_RUN_NCCL=1 source scripts/setup.sh`.
+# Environment: MLPERF_RUN_VENV (default ~/.cache/mlperf-run/venv). Set MLPERF_RUN_NCCL=0 to skip
+# the CUDA headers (only for the lite build, `cargo build --no-default-features`).
+# Usage: `source scripts/setup.sh` (`--nccl` and `--cuda` are accepted and change nothing).
 # After sourcing: the venv's python first on PATH, LIBTORCH_USE_PYTORCH=1 for torch-sys.
 # Sourcing leaves the caller's shell options alone: the installing runs in a subshell.
 
 MLPERF_RUN_VENV=${MLPERF_RUN_VENV:-$HOME/.cache/mlperf-run/venv}
 export MLPERF_RUN_VENV
-MLPERF_RUN_SETUP_NCCL=${MLPERF_RUN_NCCL:-0}
-# (a script that sources this file without arguments passes its own: only --nccl/--cuda count)
-for a in "$@"; do
-  case "$a" in --nccl | --cuda) MLPERF_RUN_SETUP_NCCL=1 ;; esac
-done
+MLPERF_RUN_SETUP_NCCL=${MLPERF_RUN_NCCL:-1}
 (
 set -euo pipefail
 TORCH_VERSION=2.11.0
@@ -40,7 +38,7 @@ for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_apt+=("$p")
 done
 if [ ${#missing_apt[@]} -gt 0 ]; then
-  log "installing Debian packages: ${missing_apt[*]}"
+  log "installing Debian packages: ${missing_apt[*]} (about a minute)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing_apt[@]}" >/dev/null
@@ -56,22 +54,22 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-if [ "$MLPERF_RUN_SETUP_NCCL" = "1" ]; then
+if [ "$MLPERF_RUN_SETUP_NCCL" = "1" ] && ! compgen -G "$MLPERF_RUN_VENV/.mlperf-run-setup-nccl-cuda*" >/dev/null; then
   # the CUDA version of torch's wheel, from its runtime package (e.g. nvidia-cuda-runtime 13.0.96)
   installed=$("$MLPERF_RUN_VENV/bin/pip" list --disable-pip-version-check 2>/dev/null)
   cuda_rt=$(printf '%s\n' "$installed" | awk '$1 == "nvidia-cuda-runtime" || $1 == "nvidia-cuda-runtime-cu12" { print $2; exit }')
   if [ -z "$cuda_rt" ]; then
-    log "--nccl: torch in $MLPERF_RUN_VENV is not a CUDA wheel (no nvidia-cuda-runtime): no NCCL to build against"
+    log "torch in $MLPERF_RUN_VENV is not a CUDA wheel (no nvidia-cuda-runtime): no NCCL to build against"
     exit 1
   fi
   if ! printf '%s\n' "$installed" | grep -q '^nvidia-nccl'; then
-    log "--nccl: torch's CUDA wheel brought no nvidia-nccl package"
+    log "torch's CUDA wheel brought no nvidia-nccl package"
     exit 1
   fi
   cuda_mm=$(printf '%s' "$cuda_rt" | cut -d. -f1,2)
   nccl_stamp="$MLPERF_RUN_VENV/.mlperf-run-setup-nccl-cuda$cuda_mm"
   if [ ! -f "$nccl_stamp" ]; then
-    log "--nccl: installing the CUDA $cuda_mm headers (nvidia-cuda-crt, nvidia-cuda-cccl)"
+    log "installing the CUDA $cuda_mm headers the default build compiles against (nvidia-cuda-crt, nvidia-cuda-cccl; under a minute)"
     case "$cuda_mm" in
       # CUDA 12 wheels: crt/ comes with the nvcc package
       12.*) pkgs=("nvidia-cuda-nvcc-cu12==$cuda_mm.*" "nvidia-cuda-cccl-cu12==$cuda_mm.*") ;;

@@ -241,9 +241,9 @@ struct MrGraph {};
 namespace {
 int refuse(char** err) {
   mr::set_err(err,
-              "this mlperf-run was built without CUDA graph support: rebuild it with `cargo "
-              "build --release --features cuda` after `source scripts/setup.sh --cuda` (the CUDA "
-              "headers; README: CUDA graphs), "
+              "this mlperf-run was built without CUDA graph support: rebuild it with the default "
+              "features (`scripts/mlperf-run`, or `cargo build --release` after `source "
+              "scripts/setup.sh`; docs/gpu.md), "
               "or set methods.cuda_graph = false");
   return -1;
 }

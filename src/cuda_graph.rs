@@ -333,9 +333,9 @@ impl StepGraphs {
         if !supported() {
             bail!(
                 "methods.cuda_graph = true, but this mlperf-run was built without CUDA graph \
-                 support: rebuild it with `cargo build --release --features cuda` after `source \
-                 scripts/setup.sh --cuda` (the CUDA headers; README: CUDA graphs), or set \
-                 methods.cuda_graph = false"
+                 support (a lite build, `--no-default-features`): rebuild it with the default \
+                 features (`scripts/mlperf-run`, or `cargo build --release` after `source \
+                 scripts/setup.sh`; docs/gpu.md), or set methods.cuda_graph = false"
             );
         }
         Ok(Self::with_backend(Backend::Cuda(index), warmup_steps))

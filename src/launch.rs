@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Example: mlperf-run launch --nproc-per-node 8 -- resnet --config closed_8xA100"
+    after_help = "Example: mlperf-run launch --nproc-per-node 8 -- resnet --division closed \
+                  --config configs/resnet/closed_8xA100.toml --device cuda --data /data/imagenet"
 )]
 pub struct LaunchArgs {
     /// Worker processes to start on this node (one per GPU).

@@ -6,6 +6,7 @@
 //! - [`rules`]: compliance checks (`check`)
 //! - [`score`]: olympic scoring and reference convergence points (`score`)
 //! - [`regress`]: the CI regression gate (`regress`)
+//! - [`runs`]: run sets (N seeded runs, resume), their outcome, progress line, plot and report
 //! - [`submission`]: system description, submitter tree, tarball, verify
 //! - [`train`], [`models`], [`optim`], [`dist`]: training on libtorch (feature `torch`)
 //! - [`data`]: data pipelines and synthetic data sets
@@ -35,12 +36,10 @@ pub mod mllog;
 pub mod models;
 pub mod official;
 pub mod optim;
-pub mod plot;
-pub mod progress;
 pub mod recipes;
 pub mod regress;
 pub mod rules;
-pub mod runset;
+pub mod runs;
 pub mod score;
 #[cfg(feature = "torch")]
 mod shim_error;

@@ -1,5 +1,5 @@
 //! The CI regression gate (`mlperf-run regress`): scores result sets and compares them with
-//! recorded baselines in a CSV file (see README "Regression gate" for the schema).
+//! recorded baselines in a CSV file (see docs/rules-and-scoring.md, "Regression gate", for the schema).
 //!
 //! A row is keyed by (benchmark, config, system). The score (minutes, lower is better) regresses
 //! when it grows by more than the tolerance; the throughput (higher is better), where both the

@@ -38,6 +38,6 @@ fn bert_bench_presets_train_two_blocks() {
         for b in &blocks {
             assert_eq!(b.epoch_count, steps * c.train.global_batch_size, "{name}");
         }
-        assert!(c.train.target > 0.99 && c.methods.bf16, "{name}");
+        assert!(c.train.target > 0.99 && c.methods.bf16(), "{name}");
     }
 }

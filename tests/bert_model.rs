@@ -51,7 +51,7 @@ fn cfg_json(c: &BertConfig) -> String {
 
 fn count_ours(c: &BertConfig) -> i64 {
     let vs = nn::VarStore::new(Device::Cpu);
-    let _m = BertForPreTraining::new(&vs.root(), c).unwrap();
+    let _m = BertForPreTraining::new(&vs.root(), c, &Default::default()).unwrap();
     vs.variables().values().map(|t| t.numel() as i64).sum()
 }
 
@@ -189,13 +189,13 @@ fn converted_checkpoint_forward_matches_pytorch() {
         .collect();
 
     let vs = nn::VarStore::new(Device::Cpu);
-    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let mut model = BertForPreTraining::new(&vs.root(), &c, &Default::default()).unwrap();
     let report = model.load_reference(&vs, &st).unwrap();
     assert_eq!(report.loaded, vs.variables().len());
     let valid = mask.unsqueeze(-1).to_kind(Kind::Float);
     for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
-        model.unpad = unpad;
-        model.fused_attention = fused;
+        model.methods.unpad = unpad;
+        model.methods.fused_attention = fused;
         let (mlm, nsp) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
         let d_nsp = (&nsp - &theirs["nsp"]).abs().max().double_value(&[]);
         // Padding positions are outputs nobody uses; compare the real tokens.
@@ -241,7 +241,7 @@ fn converted_checkpoint_forward_matches_pytorch() {
     let bad_path = dir.path().join("bad.safetensors");
     Tensor::write_safetensors(&bad, &bad_path).unwrap();
     model.load_reference(&vs, &bad_path).unwrap();
-    model.unpad = false;
+    model.methods.unpad = false;
     let (mlm_bad, _) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
     assert!((mlm_bad - &theirs["mlm"]).abs().max().double_value(&[]) > 1e-3);
 }
@@ -252,7 +252,7 @@ fn loading_reports_missing_and_misshaped_tensors() {
     let dir = tempfile::tempdir().unwrap();
     let c = tiny();
     let vs = nn::VarStore::new(Device::Cpu);
-    let model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let model = BertForPreTraining::new(&vs.root(), &c, &Default::default()).unwrap();
     let vars = vs.variables();
     let mut named: Vec<(String, Tensor)> =
         vars.iter().map(|(k, v)| (k.clone(), v.detach())).collect();
@@ -279,7 +279,12 @@ fn loading_reports_missing_and_misshaped_tensors() {
     );
     assert!(err.contains("convert_bert_checkpoint"), "{err}");
     // An invalid shape is an error, not a panic.
-    assert!(BertForPreTraining::new(&vs.root(), &BertConfig { num_heads: 5, ..c }).is_err());
+    assert!(BertForPreTraining::new(
+        &vs.root(),
+        &BertConfig { num_heads: 5, ..c },
+        &Default::default()
+    )
+    .is_err());
 }
 
 /// The CPU twin of `methods.bf16`: the forward pass in a bf16 autocast region (C++ shim) gives
@@ -295,7 +300,7 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
     };
     let _turn = seeded(11);
     let vs = nn::VarStore::new(Device::Cpu);
-    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let mut model = BertForPreTraining::new(&vs.root(), &c, &Default::default()).unwrap();
     let (ids, seg, mask) = inputs(&c, 3, 16);
     let real = mask.to_kind(Kind::Float).unsqueeze(-1);
     let fwd = |m: &BertForPreTraining| {
@@ -303,7 +308,7 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
     };
     let (mlm32, nsp32) = fwd(&model);
     for unpad in [false, true] {
-        model.unpad = unpad;
+        model.methods.unpad = unpad;
         let (mlm16, nsp16) = {
             let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
             fwd(&model)
@@ -322,7 +327,7 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
         let nd = (&nsp16 - &nsp32).abs().max().double_value(&[]);
         assert!(nd < 0.05 * nsp32.abs().max().double_value(&[]).max(1e-3));
     }
-    model.unpad = false;
+    model.methods.unpad = false;
     // fit one batch under autocast: the loss must fall a lot
     let losses = fit_under_bf16(&model, &vs, &ids, &seg, &mask);
     eprintln!("bf16 training loss {:.3} -> {:.3}", losses[0], losses[79]);
@@ -437,7 +442,7 @@ fn a_batch_without_padding_needs_no_attention_mask() {
     let (b, s) = (3, 16);
     tch::manual_seed(11);
     let vs = nn::VarStore::new(Device::Cpu);
-    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let mut model = BertForPreTraining::new(&vs.root(), &c, &Default::default()).unwrap();
     let ids = Tensor::randint_low(1, c.vocab_size, [b, s], (Kind::Int64, Device::Cpu));
     let seg = Tensor::arange(s, (Kind::Int64, Device::Cpu))
         .ge(s / 2)
@@ -457,8 +462,8 @@ fn a_batch_without_padding_needs_no_attention_mask() {
         (true, false, false),
         (false, true, true),
     ] {
-        model.unpad = unpad;
-        model.fused_attention = fused;
+        model.methods.unpad = unpad;
+        model.methods.fused_attention = fused;
         model.flash_varlen_unpadded = flash;
         let what = format!("unpad={unpad} fused={fused} flash_varlen_unpadded={flash}");
         let eval = |mask: Option<&Tensor>| {
@@ -492,7 +497,7 @@ fn fused_qkv_matches_three_projections() {
     let c = tiny();
     tch::manual_seed(13);
     let vs = nn::VarStore::new(Device::Cpu);
-    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let mut model = BertForPreTraining::new(&vs.root(), &c, &Default::default()).unwrap();
     let (ids, seg, mask) = inputs(&c, 3, 16);
     let t = targets(&ids);
     let names = sorted_names(&vs);
@@ -501,11 +506,11 @@ fn fused_qkv_matches_three_projections() {
         .any(|n| n.ends_with("layer.1.attention.self.key.weight")));
     let real = mask.unsqueeze(-1).to_kind(Kind::Float);
     for unpad in [false, true] {
-        model.unpad = unpad;
+        model.methods.unpad = unpad;
         let what = format!("unpad={unpad}");
         let mut outs = Vec::new();
         for fused in [false, true] {
-            model.fused_qkv = fused;
+            model.methods.fused_qkv = fused;
             let eval = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false)).0;
             let step = loss_and_grads(&model, &vs, &names, (&ids, &seg, Some(&mask)), &t);
             outs.push((eval, step));
@@ -535,7 +540,7 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
     let c = tiny();
     tch::manual_seed(17);
     let vs = nn::VarStore::new(Device::Cpu);
-    let mut model = BertForPreTraining::new(&vs.root(), &c).unwrap();
+    let mut model = BertForPreTraining::new(&vs.root(), &c, &Default::default()).unwrap();
     let (ids, seg, mask) = inputs(&c, 3, 16);
     let real = mask.to_kind(Kind::Float).unsqueeze(-1);
     let (mlm32, _) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
@@ -546,14 +551,14 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
         (true, FusedPath::Composite),
         (true, FusedPath::Emulated),
     ] {
-        model.fused_epilogues = fused;
+        model.methods.fused_epilogues = fused;
         model.fused_epilogue_path = path;
         for unpad in [false, true] {
-            model.unpad = unpad;
+            model.methods.unpad = unpad;
             let what = format!("fused={fused} {path:?} unpad={unpad}");
             let mut kinds = Vec::new();
             for on in [false, true] {
-                model.bf16_residual = on;
+                model.methods.bf16_residual = on;
                 let _amp = bf16();
                 let enc = tch::no_grad(|| model.encode(&ids, &seg, Some(&mask), false));
                 kinds.push(enc.kind());
@@ -570,11 +575,11 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
         }
     }
     // fit one batch with the bf16 stream (and the fused query/key/value projection)
-    model.unpad = false;
-    model.fused_epilogues = true;
+    model.methods.unpad = false;
+    model.methods.fused_epilogues = true;
     model.fused_epilogue_path = FusedPath::Composite;
-    model.fused_qkv = true;
-    model.bf16_residual = true;
+    model.methods.fused_qkv = true;
+    model.methods.bf16_residual = true;
     let losses = fit_under_bf16(&model, &vs, &ids, &seg, &mask);
     eprintln!(
         "bf16 residual training loss {:.3} -> {:.3}",

@@ -221,10 +221,10 @@ fn tiny() -> BertConfig {
 fn train_tiny(fused: bool, epilogues: bool, unpad: bool, bf16: bool, steps: usize) -> Vec<f64> {
     tch::manual_seed(21);
     let vs = nn::VarStore::new(Device::Cpu);
-    let mut m = BertForPreTraining::new(&vs.root(), &tiny()).unwrap();
-    m.unpad = unpad;
-    m.fused_bias_gelu = fused;
-    m.fused_epilogues = epilogues;
+    let mut m = BertForPreTraining::new(&vs.root(), &tiny(), &Default::default()).unwrap();
+    m.methods.unpad = unpad;
+    m.methods.fused_bias_gelu = fused;
+    m.methods.fused_epilogues = epilogues;
     use nn::OptimizerConfig;
     let mut opt = nn::Adam::default().build(&vs, 3e-3).unwrap();
     let (b, s, preds) = (4, 16, 3);

@@ -318,23 +318,32 @@ fn composes_with_the_cuda_graph_twin() {
 }
 
 #[test]
-fn the_closed_division_refuses_it() {
+fn both_divisions_allow_it() {
     let text = std::fs::read_to_string(preset("configs/resnet/tiny_cpu.toml")).unwrap();
     let text = if text.contains("[methods]") {
         text.replace("[methods]", "[methods]\nfused_bn_relu = true")
     } else {
         format!("{text}\n[methods]\nfused_bn_relu = true\n")
     };
-    let e = ResnetRunConfig::parse(&text, Division::Closed).unwrap_err();
-    let msg = format!("{e:#}");
-    assert!(msg.contains("closed division"), "{msg}");
-    assert!(
-        msg.contains("methods.fused_bn_relu is an open-division method"),
-        "{msg}"
-    );
-    // the same config is fine in the open division
+    // the same math in one kernel (what NVIDIA's closed ResNet runs): a closed-division method
+    let cfg = ResnetRunConfig::parse(&text, Division::Closed).unwrap();
+    assert!(cfg.methods.fused_bn_relu);
     let cfg = ResnetRunConfig::parse(&text, Division::Open).unwrap();
     assert!(cfg.methods.fused_bn_relu);
+    // an open-only method beside it is still refused, named with the reason
+    let blur = text.replace(
+        "fused_bn_relu = true",
+        "fused_bn_relu = true\nblurpool = true",
+    );
+    let msg = format!(
+        "{:#}",
+        ResnetRunConfig::parse(&blur, Division::Closed).unwrap_err()
+    );
+    assert!(
+        msg.contains("methods.blurpool is an open-division method")
+            && msg.contains("changes the model"),
+        "{msg}"
+    );
 }
 
 /// The model switch itself: same parameter names, and a ResNet forward in eval mode is the
@@ -348,15 +357,17 @@ fn resnet_with_the_switch_has_the_same_parameters_and_output() {
         width: 8,
         blocks: [1, 2, 1, 1],
         zero_init_last_bn: false,
-        blurpool: false,
-        fused_bn_relu: false,
+        methods: Default::default(),
     };
     tch::manual_seed(4);
     let (va, na) = build(&spec, Device::Cpu);
     tch::manual_seed(4);
     let (vb, nb) = build(
         &ResnetSpec {
-            fused_bn_relu: true,
+            methods: mlperf_run::methods::ResnetMethods {
+                fused_bn_relu: true,
+                ..Default::default()
+            },
             ..spec.clone()
         },
         Device::Cpu,

@@ -330,11 +330,11 @@ fn train_tiny_on(
 ) -> (Vec<f64>, Vec<(String, Tensor)>) {
     tch::manual_seed(21);
     let vs = nn::VarStore::new(Device::Cpu);
-    let mut m = BertForPreTraining::new(&vs.root(), &tiny()).unwrap();
-    m.unpad = unpad;
-    m.fused_epilogues = fused.is_some();
+    let mut m = BertForPreTraining::new(&vs.root(), &tiny(), &Default::default()).unwrap();
+    m.methods.unpad = unpad;
+    m.methods.fused_epilogues = fused.is_some();
     m.fused_epilogue_path = fused.unwrap_or(FusedPath::Auto);
-    m.fused_qkv = qkv;
+    m.methods.fused_qkv = qkv;
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
     use nn::OptimizerConfig;
     let (b, s, preds) = (4, 16, 3);

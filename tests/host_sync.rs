@@ -28,7 +28,7 @@ impl Workload for ReadsEveryStep {
     fn build(&mut self, ctx: &BuildContext) -> anyhow::Result<()> {
         self.0.build(ctx)
     }
-    fn blocks(&self) -> Vec<Block> {
+    fn blocks(&self) -> anyhow::Result<Vec<Block>> {
         self.0.blocks()
     }
     fn start_block(&mut self, block: &Block) -> anyhow::Result<u64> {

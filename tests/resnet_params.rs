@@ -4,6 +4,7 @@
 mod common;
 
 use common::rng::{rng_turn, seeded};
+use mlperf_run::methods::ResnetMethods;
 use mlperf_run::models::parameter_count;
 use mlperf_run::models::resnet::{build, ResnetSpec};
 use tch::nn::ModuleT;
@@ -20,7 +21,10 @@ fn resnet50_has_25_557_032_parameters() {
     // BlurPool adds fixed filters, not parameters; names follow torchvision
     let (vs, _) = build(
         &ResnetSpec {
-            blurpool: true,
+            methods: ResnetMethods {
+                blurpool: true,
+                ..Default::default()
+            },
             ..ResnetSpec::resnet50(1000)
         },
         Device::Cpu,
@@ -48,8 +52,10 @@ fn tiny_resnet_forward_shapes_and_zero_init() {
         width: 8,
         blocks: [1, 1, 1, 1],
         zero_init_last_bn: true,
-        blurpool: true,
-        fused_bn_relu: false,
+        methods: ResnetMethods {
+            blurpool: true,
+            ..Default::default()
+        },
     };
     let (vs, net) = build(&spec, Device::Cpu);
     let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
@@ -69,8 +75,7 @@ fn channels_last_gives_the_same_output() {
         width: 8,
         blocks: [1, 1, 1, 1],
         zero_init_last_bn: false,
-        blurpool: false,
-        fused_bn_relu: false,
+        methods: ResnetMethods::default(),
     };
     let (vs, net) = build(&spec, Device::Cpu);
     let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));

@@ -32,14 +32,18 @@ impl Workload for Scripted {
     fn build(&mut self, _ctx: &BuildContext) -> Result<()> {
         Ok(())
     }
-    fn blocks(&self) -> Vec<Block> {
-        (0..self.accuracies.len() as u64)
+    fn blocks(&self) -> anyhow::Result<Vec<Block>> {
+        // no accuracies scripted: a config that gives no blocks (an error, named)
+        if self.accuracies.is_empty() {
+            anyhow::bail!("train.max_samples = 0 gives no training blocks: set it above 0");
+        }
+        Ok((0..self.accuracies.len() as u64)
             .map(|i| Block {
                 first_epoch_num: 2 * i + 1,
                 epoch_count: 2,
                 eval_epoch_num: 2 * i + 2,
             })
-            .collect()
+            .collect())
     }
     fn start_block(&mut self, _block: &Block) -> Result<u64> {
         Ok(2)
@@ -198,9 +202,38 @@ fn an_error_still_ends_the_log_with_run_stop_aborted() {
 
 #[test]
 fn seeds_come_from_the_os_when_not_given() {
-    let a = engine::os_seed().unwrap();
-    let b = engine::os_seed().unwrap();
-    let c = engine::os_seed().unwrap();
+    let none = Default::default();
+    let a = mlperf_run::runs::os_seed(&none).unwrap();
+    let b = mlperf_run::runs::os_seed(&none).unwrap();
+    let c = mlperf_run::runs::os_seed(&none).unwrap();
     assert!(a != b || b != c, "three equal OS seeds");
     assert!(a < (1 << 31));
+}
+
+/// A workload whose blocks cannot be made (a config error) ends the run as aborted with that
+/// error as the reason, not as if it had reached its epoch limit.
+#[test]
+fn a_config_error_in_the_blocks_aborts_the_run_naming_it() {
+    let (out, lines) = run(Scripted {
+        accuracies: vec![],
+        losses: vec![],
+        fail_at_step: None,
+        step: 0,
+        eval: 0,
+    });
+    let Status::Aborted(reason) = &out.status else {
+        panic!("expected aborted, got {:?}", out.status);
+    };
+    assert!(reason.contains("train.max_samples"), "{reason}");
+    assert!(!reason.contains("epoch limit"), "{reason}");
+    let log = parse_str(&lines.join("\n"));
+    let stop = log.last("run_stop").unwrap();
+    assert_eq!(stop.status(), Some("aborted"));
+    assert!(stop
+        .meta("reason")
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .contains("train.max_samples"));
+    assert!(log.first("block_start").is_none());
 }

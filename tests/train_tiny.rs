@@ -65,6 +65,28 @@ fn tiny_cpu_open_methods_reach_target_and_pass_the_checkers() {
     reaches_target_and_passes("tiny_cpu_open.toml", Division::Open, 99);
 }
 
+/// Fused BN+ReLU is the same math in one kernel (what NVIDIA's closed ResNet runs), so the
+/// closed division takes it: the closed tiny preset with it on passes the closed validation,
+/// reaches its target and its log passes our checker and the official one (4.0.0).
+#[test]
+fn tiny_cpu_closed_with_fused_bn_relu_reaches_target_and_passes() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = if text.contains("[methods]") {
+        text.replace("[methods]", "[methods]\nfused_bn_relu = true")
+    } else {
+        format!("{text}\n[methods]\nfused_bn_relu = true\n")
+    };
+    let cfg = ResnetRunConfig::parse(&text, Division::Closed).unwrap();
+    assert!(cfg.methods.fused_bn_relu);
+    run_to_target_and_check(
+        "tiny_cpu.toml (fused_bn_relu)",
+        &cfg,
+        Division::Closed,
+        1234,
+    );
+}
+
 /// The CPU twin of the GPU mixed-precision path: `methods.amp = "bf16"` runs the forward pass
 /// in a bf16 autocast region (C++ shim). The closed tiny preset still reaches its target, and
 /// the loss curve starts where fp32's does (same seed, same weights) but is not the same curve.
@@ -118,7 +140,7 @@ fn fp16_lars_closed_skips_overflows_and_reaches_target() {
 /// passes the checkers, the scale ends below where it started, and above where the skips alone
 /// would have left it (so it grew).
 fn fp16_run(name: &str, mut cfg: ResnetRunConfig, division: Division, seed: u64) {
-    use mlperf_run::train::config::LossScaleSettings;
+    use mlperf_run::methods::LossScaleSettings;
     use mlperf_run::train::resnet::{open_data, ResnetWorkload};
     const INIT: f64 = 16777216.0;
     cfg.methods.amp = Amp::Fp16;

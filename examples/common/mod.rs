@@ -1,113 +1,57 @@
-//! What the benchmark and check examples share: a small command-line flag reader (switches,
-//! typed values, `--device`, `-h/--help`, the same error wording everywhere), timing helpers
-//! (device-synchronised rounds, their median, wall-clock seconds) and, for the fused-op checks,
-//! the flags they share ([`OpShape`]), zeroing gradients and the max differences of a set of
-//! tensors. Each example keeps its own usage line and any flags of its own.
+//! What the benchmark and check examples share: clap value parsers for `--device` and
+//! `--methods` (the benchmark's methods struct, as a config's `[methods]` table names them),
+//! timing helpers (device-synchronised rounds, their median, wall-clock seconds) and, for the
+//! fused-op checks, the flags they share ([`OpShapeArgs`]), zeroing gradients and the max
+//! differences of a set of tensors. Each example parses its own flags with clap.
 //!
 //! Each of those examples includes this file with `mod common;` and uses only part of it.
 #![allow(dead_code)]
 
-use anyhow::{anyhow, bail, Context, Result};
-use std::str::FromStr;
+use anyhow::{bail, Result};
+use mlperf_run::methods::MethodSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tch::{Device, Kind, Tensor};
 
-/// Reads `--flag [value]` arguments one flag at a time.
-///
-/// ```ignore
-/// let mut f = Flags::new(USAGE);
-/// while let Some(flag) = f.next() {
-///     match flag.as_str() {
-///         "--bf16" => a.bf16 = true,          // a switch: nothing to read
-///         "--steps" => a.steps = f.parse()?,  // a typed value
-///         "--device" => a.device = f.device()?,
-///         _ => return Err(f.unknown()),
-///     }
-/// }
-/// ```
-pub struct Flags {
-    usage: &'static str,
-    args: std::iter::Skip<std::env::Args>,
-    flag: String,
+/// `--device`: `cpu`, `cuda` (the first GPU; an error when libtorch sees none) or `auto` (the
+/// first GPU when there is one, else the CPU).
+pub fn parse_device(v: &str) -> Result<Device> {
+    match v {
+        "cpu" => Ok(Device::Cpu),
+        "auto" => Ok(default_device()),
+        "cuda" if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
+        "cuda" => bail!("no CUDA device is available to libtorch"),
+        _ => bail!("one of cpu, cuda, auto"),
+    }
 }
 
-impl Flags {
-    /// Over the process's arguments; `usage` is printed by `-h/--help` and after errors.
-    pub fn new(usage: &'static str) -> Flags {
-        Flags {
-            usage,
-            args: std::env::args().skip(1),
-            flag: String::new(),
-        }
-    }
-
-    /// The next flag, or None after the last. `-h`/`--help` prints the usage and exits 0.
-    pub fn next(&mut self) -> Option<String> {
-        let flag = self.args.next()?;
-        if flag == "-h" || flag == "--help" {
-            println!("usage: {}", self.usage);
-            std::process::exit(0);
-        }
-        self.flag = flag.clone();
-        Some(flag)
-    }
-
-    /// The current flag's value (the next argument).
-    pub fn value(&mut self) -> Result<String> {
-        let flag = &self.flag;
-        let usage = self.usage;
-        self.args
-            .next()
-            .with_context(|| format!("{flag} needs a value\nusage: {usage}"))
-    }
-
-    /// The current flag's value parsed as `T`.
-    pub fn parse<T>(&mut self) -> Result<T>
-    where
-        T: FromStr,
-        T::Err: std::error::Error + Send + Sync + 'static,
-    {
-        let v = self.value()?;
-        let flag = &self.flag;
-        v.parse()
-            .with_context(|| format!("bad value {v:?} for {flag}"))
-    }
-
-    /// The current flag's value, which must be one of `choices`.
-    pub fn one_of(&mut self, choices: &[&str]) -> Result<String> {
-        let v = self.value()?;
-        if !choices.contains(&v.as_str()) {
-            bail!(
-                "bad value {v:?} for {}: one of {}",
-                self.flag,
-                choices.join(", ")
-            );
-        }
-        Ok(v)
-    }
-
-    /// The current flag's value as a device: `cpu`, or `cuda` (the first GPU; an error when
-    /// libtorch sees none).
-    pub fn device(&mut self) -> Result<Device> {
-        match self.one_of(&["cpu", "cuda"])?.as_str() {
-            "cpu" => Ok(Device::Cpu),
-            _ if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
-            _ => bail!(
-                "{} cuda: no CUDA device is available to libtorch",
-                self.flag
-            ),
-        }
-    }
-
-    /// The error for a flag the example does not have.
-    pub fn unknown(&self) -> anyhow::Error {
-        anyhow!("unknown flag {}\nusage: {}", self.flag, self.usage)
-    }
+/// `--methods a,b,name=value`: the benchmark's methods through its own struct
+/// ([`mlperf_run::methods::parse_list`]), checked as a config's `[methods]` table is.
+pub fn parse_methods<M: MethodSet + Clone + Send + Sync + 'static>(v: &str) -> Result<M> {
+    mlperf_run::methods::parse_list(v)
 }
 
 /// The flags the fused-op checks share: a matrix of `tokens x hidden` through an `inner`-wide
 /// op (BERT-Large: 56 x 512 tokens, hidden 1024), `rounds` timed rounds, bf16 autocast unless
 /// `--no-bf16`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OpShapeArgs {
+    #[arg(long, value_parser = parse_device, default_value = "auto")]
+    pub device: Device,
+    #[arg(long, default_value_t = 56 * 512)]
+    pub tokens: i64,
+    #[arg(long, default_value_t = 1024)]
+    pub hidden: i64,
+    /// The op's inner width (default: the check's own, BERT-Large's).
+    #[arg(long)]
+    pub inner: Option<i64>,
+    #[arg(long, default_value_t = 20)]
+    pub rounds: usize,
+    /// fp32 instead of bf16 autocast.
+    #[arg(long)]
+    pub no_bf16: bool,
+}
+
+/// [`OpShapeArgs`] with the inner width decided.
 pub struct OpShape {
     pub device: Device,
     pub tokens: i64,
@@ -117,32 +61,17 @@ pub struct OpShape {
     pub bf16: bool,
 }
 
-impl OpShape {
-    /// BERT-Large's micro-batch with the given inner width, 20 rounds, bf16, the default device.
-    pub fn bert_large(inner: i64) -> OpShape {
+impl OpShapeArgs {
+    /// The shape, with `default_inner` where `--inner` was not given.
+    pub fn resolve(&self, default_inner: i64) -> OpShape {
         OpShape {
-            device: default_device(),
-            tokens: 56 * 512,
-            hidden: 1024,
-            inner,
-            rounds: 20,
-            bf16: true,
+            device: self.device,
+            tokens: self.tokens,
+            hidden: self.hidden,
+            inner: self.inner.unwrap_or(default_inner),
+            rounds: self.rounds,
+            bf16: !self.no_bf16,
         }
-    }
-
-    /// Takes `flag` when it is one of the shared flags (`--device --tokens --hidden --inner
-    /// --rounds --no-bf16`); false for any other, which the caller then handles.
-    pub fn take(&mut self, flag: &str, f: &mut Flags) -> Result<bool> {
-        match flag {
-            "--no-bf16" => self.bf16 = false,
-            "--device" => self.device = f.device()?,
-            "--tokens" => self.tokens = f.parse()?,
-            "--hidden" => self.hidden = f.parse()?,
-            "--inner" => self.inner = f.parse()?,
-            "--rounds" => self.rounds = f.parse()?,
-            _ => return Ok(false),
-        }
-        Ok(true)
     }
 }
 

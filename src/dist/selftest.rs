@@ -291,8 +291,7 @@ fn overlap(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
             width: 8,
             blocks: [1, 1, 1, 1],
             zero_init_last_bn: true,
-            blurpool: false,
-            fused_bn_relu: false,
+            methods: Default::default(),
         },
         SelftestModel::Resnet50 => ResnetSpec::resnet50(1000),
     };

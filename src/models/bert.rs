@@ -63,6 +63,7 @@
 //!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
 
 use super::varlen_attention::{self, Packing, VarlenPath};
+use crate::methods::BertMethods;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -261,14 +262,10 @@ pub struct BertForPreTraining {
     transform_ln: LayerNorm,
     mlm_bias: Tensor,
     nsp: Dense,
-    /// Open method: compute dense layers on non-padding tokens only.
-    pub unpad: bool,
-    /// true: `scaled_dot_product_attention` (fused kernels where libtorch has them); false: the
-    /// reference's explicit softmax(QK^T/sqrt(d) - 10000*padding) V.
-    pub fused_attention: bool,
-    /// Open/closed method `fused_epilogues`: each layer's two "dense + dropout + residual +
-    /// LayerNorm" tails as one autograd op ([`crate::models::fused_epilogue`]).
-    pub fused_epilogues: bool,
+    /// The methods this model runs with (`[methods]` of the config, whole): unpadding, fused
+    /// attention, fused epilogues, fused QKV, the bf16 residual stream, fused bias + GELU
+    /// ([`crate::methods::BertMethods`]). Tests and benchmarks may change it after `new`.
+    pub methods: BertMethods,
     /// The implementation those fused epilogues take: `Auto` (the CUDA kernels on a GPU, else
     /// the composite ATen ops); tests set `Emulated` to train through the CUDA kernels on the
     /// CPU.
@@ -277,22 +274,9 @@ pub struct BertForPreTraining {
     /// ([`crate::models::fused_epilogue::dense_bias_gelu`]; on by default; the benchmark turns it
     /// off to measure it).
     pub fused_gelu_epilogue: bool,
-    /// Open/closed method `fused_qkv`: each layer's query, key and value projections as one
-    /// matmul over their weights concatenated (the parameters stay three, with the reference's
-    /// names); the same math.
-    pub fused_qkv: bool,
-    /// Open/closed method `bf16_residual` (inside a bf16 autocast region only): the residual
-    /// stream between the encoder's layers (every LayerNorm output) in bf16 instead of the
-    /// fp32 autocast gives LayerNorm, so the next layer's matmuls read it without a cast and
-    /// its gradient is half the bytes. LayerNorms still compute in fp32.
-    pub bf16_residual: bool,
     /// How unpadded attention runs ([`super::varlen_attention`]): `Auto` takes FlashAttention's
     /// varlen kernel on a GPU; the GPU check sets `Scatter` to compare.
     pub varlen_path: VarlenPath,
-    /// Open method `fused_bias_gelu`: each layer's feed-forward matmuls with the intermediate
-    /// bias and GELU (tanh form) in their epilogues, as one op (cuBLASLt on a GPU;
-    /// [`crate::models::fused_bias_gelu`]).
-    pub fused_bias_gelu: bool,
     /// Experimental (benchmarks only): a batch without padding attends through FlashAttention-2's
     /// varlen kernel with every sequence at full length (the batch is already "packed": `[B*S,
     /// heads, head_dim]` token-major) instead of `scaled_dot_product_attention`, which picks
@@ -319,7 +303,7 @@ pub enum MlmOn<'a> {
 
 impl BertForPreTraining {
     /// Create the variables under `root` (use `vs.root()`) with the reference names.
-    pub fn new(root: &VPath, config: &BertConfig) -> Result<Self> {
+    pub fn new(root: &VPath, config: &BertConfig, methods: &BertMethods) -> Result<Self> {
         config.validate()?;
         let c = config;
         let emb_init = Init::Randn {
@@ -366,6 +350,7 @@ impl BertForPreTraining {
         let mlm_bias = pred.var("bias", &[c.vocab_size], Init::Const(0.0));
         let nsp = Dense::new(&cls / "seq_relationship", c.hidden_size, 2);
         Ok(BertForPreTraining {
+            methods: methods.clone(),
             config: c.clone(),
             word_emb,
             pos_emb,
@@ -377,15 +362,9 @@ impl BertForPreTraining {
             transform_ln,
             mlm_bias,
             nsp,
-            unpad: false,
-            fused_attention: true,
-            fused_epilogues: false,
             fused_epilogue_path: super::fused_epilogue::FusedPath::Auto,
             fused_gelu_epilogue: true,
-            fused_qkv: false,
-            bf16_residual: false,
             varlen_path: VarlenPath::Auto,
-            fused_bias_gelu: false,
             flash_varlen_unpadded: false,
         })
     }
@@ -411,7 +390,7 @@ impl BertForPreTraining {
             + Tensor::embedding(&self.pos_emb, &positions, -1, false, false).unsqueeze(0)
             + Tensor::embedding(&self.type_emb, segment_ids, -1, false, false);
         // without padding there is nothing to leave out: the padded path is the unpadded one
-        if let (true, Some(input_mask)) = (self.unpad, input_mask) {
+        if let (true, Some(input_mask)) = (self.methods.unpad, input_mask) {
             let pack = Packing::from_mask(input_mask);
             let mut x = self
                 .stream(
@@ -433,7 +412,9 @@ impl BertForPreTraining {
             // SDPA boolean mask: true = attend; [B, 1, 1, S] broadcasts over heads and queries
             let attn_mask = input_mask.map(|m| m.ne(0).view([b, 1, 1, s]));
             // no padding and flash_varlen_unpadded: B sequences of S tokens, packed already
-            let full = (input_mask.is_none() && self.flash_varlen_unpadded && self.fused_attention)
+            let full = (input_mask.is_none()
+                && self.flash_varlen_unpadded
+                && self.methods.fused_attention)
                 .then(|| Packing::full(b, s, input_ids.device()));
             let tokens = match &full {
                 Some(pack) => Tokens::Packed(pack),
@@ -450,7 +431,7 @@ impl BertForPreTraining {
     /// head_dim]` (token-major).
     fn projections(&self, l: &Layer, x: &Tensor) -> [Tensor; 3] {
         let nh = self.config.num_heads;
-        if self.fused_qkv {
+        if self.methods.fused_qkv {
             // one [N, 3H] projection over the three weights stacked (x is read, cast and
             // differentiated once); its backward puts the three gradients side by side and sums
             // the bias's gradient in one kernel on a GPU (without: unbind's backward copies them
@@ -489,7 +470,7 @@ impl BertForPreTraining {
         let ctx = match tokens {
             // unpadded: attention within each packed sequence (FlashAttention's varlen kernel on
             // a GPU)
-            Tokens::Packed(pack) if self.fused_attention => {
+            Tokens::Packed(pack) if self.methods.fused_attention => {
                 match varlen_attention::attention(&q, &kk, &v, pack, p, self.varlen_path) {
                     Ok(ctx) => ctx,
                     Err(err) => panic!("{err:#}"),
@@ -508,9 +489,9 @@ impl BertForPreTraining {
             }
         };
         let ctx = ctx.reshape([-1, h]);
-        if self.fused_epilogues {
+        if self.methods.fused_epilogues {
             let x = self.fused_tail(&l.attn_out, &l.attn_ln, &ctx, x, train);
-            if self.fused_bias_gelu {
+            if self.methods.fused_bias_gelu {
                 let z = self.fused_feed_forward(l, &x);
                 return self.fused_bias_tail(&z, &l.output.b, &l.out_ln, &x, train);
             }
@@ -523,7 +504,7 @@ impl BertForPreTraining {
         }
         let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
         let x = self.stream(l.attn_ln.forward(&(attn + x)));
-        let out = if self.fused_bias_gelu {
+        let out = if self.methods.fused_bias_gelu {
             // the output dense's bias in the matmul's dtype, as linear casts it
             let z = self.fused_feed_forward(l, &x);
             &z + l.output.b.to_kind(z.kind())
@@ -546,7 +527,7 @@ impl BertForPreTraining {
         p: f64,
         train: bool,
     ) -> Tensor {
-        if self.fused_attention {
+        if self.methods.fused_attention {
             return Tensor::scaled_dot_product_attention(q, k, v, attn_mask, p, false, None, false);
         }
         let d = q.size()[3];
@@ -565,7 +546,7 @@ impl BertForPreTraining {
     /// A LayerNorm's output as the residual stream carries it: bf16 with `bf16_residual`, else
     /// as it is (fp32 under autocast, as layer_norm's policy returns it).
     fn stream(&self, t: Tensor) -> Tensor {
-        if self.bf16_residual {
+        if self.methods.bf16_residual {
             t.to_kind(Kind::BFloat16)
         } else {
             t
@@ -651,7 +632,7 @@ impl BertForPreTraining {
             train,
             mask: None,
             path: self.fused_epilogue_path,
-            out: self.bf16_residual.then_some(Kind::BFloat16),
+            out: self.methods.bf16_residual.then_some(Kind::BFloat16),
         }
     }
 

@@ -8,7 +8,7 @@
 //! fused BN+ReLU (`methods.fused_bn_relu`: every BN followed by a ReLU, with the residual add
 //! in between for the last BN of a bottleneck, runs as one op; parameters unchanged).
 
-use crate::methods::{blurpool, fused_bn_relu};
+use crate::methods::{blurpool, fused_bn_relu, ResnetMethods};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
@@ -22,10 +22,11 @@ pub struct ResnetSpec {
     pub blocks: [i64; 4],
     /// Zero-init the gamma of the last BN of every bottleneck (Goyal et al.).
     pub zero_init_last_bn: bool,
-    /// Composer BlurPool (replace_convs, replace_maxpools, blur_first, min_channels 16).
-    pub blurpool: bool,
-    /// BN (+ residual) + ReLU as one op ([`fused_bn_relu`]); same parameters and buffers.
-    pub fused_bn_relu: bool,
+    /// The run's methods, whole ([`ResnetMethods`]); the model reads `blurpool` (Composer
+    /// BlurPool: replace_convs, replace_maxpools, blur_first, min_channels 16) and
+    /// `fused_bn_relu` (BN (+ residual) + ReLU as one op, [`fused_bn_relu`]; same parameters and
+    /// buffers).
+    pub methods: ResnetMethods,
 }
 
 impl ResnetSpec {
@@ -36,8 +37,7 @@ impl ResnetSpec {
             width: 64,
             blocks: [3, 4, 6, 3],
             zero_init_last_bn: false,
-            blurpool: false,
-            fused_bn_relu: false,
+            methods: ResnetMethods::default(),
         }
     }
 }
@@ -157,7 +157,7 @@ impl Bottleneck {
                     1,
                     stride,
                     0,
-                    spec.blurpool,
+                    spec.methods.blurpool,
                 ),
                 bn(&p / "downsample" / "1", c_out, false),
             )
@@ -165,12 +165,20 @@ impl Bottleneck {
         Bottleneck {
             conv1: conv(&p / "conv1", c_in, planes, 1, 1, 0),
             bn1: bn(&p / "bn1", planes, false),
-            conv2: MaybeBlurConv::new(&p / "conv2", planes, planes, 3, stride, 1, spec.blurpool),
+            conv2: MaybeBlurConv::new(
+                &p / "conv2",
+                planes,
+                planes,
+                3,
+                stride,
+                1,
+                spec.methods.blurpool,
+            ),
             bn2: bn(&p / "bn2", planes, false),
             conv3: conv(&p / "conv3", planes, c_out, 1, 1, 0),
             bn3: bn(&p / "bn3", c_out, spec.zero_init_last_bn),
             downsample,
-            fused_bn_relu: spec.fused_bn_relu,
+            fused_bn_relu: spec.methods.fused_bn_relu,
         }
     }
 }
@@ -219,10 +227,13 @@ impl Resnet {
         Resnet {
             conv1: conv(root / "conv1", 3, w, 7, 2, 3),
             bn1: bn(root / "bn1", w, false),
-            maxpool_blur: spec.blurpool.then(|| blurpool::filter(w, root.device())),
+            maxpool_blur: spec
+                .methods
+                .blurpool
+                .then(|| blurpool::filter(w, root.device())),
             layers,
             fc: nn::linear(root / "fc", c_in, spec.classes, Default::default()),
-            fused_bn_relu: spec.fused_bn_relu,
+            fused_bn_relu: spec.methods.fused_bn_relu,
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::cuda_graph::{GraphStats, StepGraphs};
 use crate::data::bert::{
     check_vocab, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader,
 };
+use crate::methods::{BertMethods, MethodSet};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use anyhow::{bail, Context, Result};
@@ -109,55 +110,6 @@ fn one() -> f64 {
     1.0
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct BertMethodsConfig {
-    /// Dense layers on non-padding tokens only.
-    #[serde(default)]
-    pub unpad: bool,
-    /// scaled_dot_product_attention (fused kernels) instead of explicit softmax attention.
-    #[serde(default = "yes")]
-    pub fused_attention: bool,
-    /// bf16 autocast (matmuls in bf16, LayerNorm/softmax/losses and weights in fp32): the
-    /// GPU speed-up; it runs on the CPU too (slowly there, for tests).
-    #[serde(default)]
-    pub bf16: bool,
-    /// Capture the training step in a CUDA graph and replay it (GPU only, fixed shapes: not
-    /// with `unpad`; changes no math). See [`crate::cuda_graph`].
-    #[serde(default)]
-    pub cuda_graph: bool,
-    /// Each encoder layer's "dense bias + dropout + residual + LayerNorm" as one autograd op
-    /// (CUDA kernels compiled at run time, the composite ATen twin elsewhere); changes no math
-    /// beyond rounding, so both divisions allow it. See [`crate::models::fused_epilogue`].
-    #[serde(default)]
-    pub fused_epilogues: bool,
-    /// Each encoder layer's query, key and value projections as one matmul over the three
-    /// weights concatenated (the parameters and their names stay three); the same math, so both
-    /// divisions allow it. See [`crate::models::bert`].
-    #[serde(default)]
-    pub fused_qkv: bool,
-    /// With `bf16`: the residual stream between encoder layers (every LayerNorm output) in bf16
-    /// instead of autocast's fp32 (LayerNorm still computes in fp32); a choice of number format,
-    /// so both divisions allow it. See [`crate::models::bert`].
-    #[serde(default)]
-    pub bf16_residual: bool,
-    /// Each encoder layer's feed-forward matmuls with the intermediate bias and a tanh GELU in
-    /// their epilogues, as one op (cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD on a GPU, the
-    /// composite ATen twin elsewhere). The reference's
-    /// GELU is the erf form, so this is open-division only. See
-    /// [`crate::models::fused_bias_gelu`].
-    #[serde(default)]
-    pub fused_bias_gelu: bool,
-    /// Token load balance: each global micro-batch is dealt out to the ranks by non-padding
-    /// token count ([`crate::data::bert::balance`]); open division, with `unpad` only.
-    #[serde(default)]
-    pub balance_tokens: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BertRunConfig {
@@ -169,7 +121,7 @@ pub struct BertRunConfig {
     pub train: BertTrainConfig,
     pub optimizer: BertOptimizerConfig,
     #[serde(default)]
-    pub methods: BertMethodsConfig,
+    pub methods: BertMethods,
 }
 
 impl BertRunConfig {
@@ -180,7 +132,15 @@ impl BertRunConfig {
     }
 
     pub fn parse(text: &str, division: Division) -> Result<BertRunConfig> {
-        let cfg: BertRunConfig = toml::from_str(text)?;
+        let mut table: toml::Table = toml::from_str(text)?;
+        if let Some(toml::Value::Table(methods)) = table.get_mut("methods") {
+            for w in crate::methods::bert::migrate_legacy_keys(methods)? {
+                tracing::warn!("{w}");
+            }
+        }
+        let cfg: BertRunConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         cfg.validate(division)?;
         Ok(cfg)
     }
@@ -212,24 +172,7 @@ impl BertRunConfig {
         if self.data.eval_samples == 0 || self.data.eval_batch_size == 0 {
             bail!("data.eval_samples and data.eval_batch_size must be > 0");
         }
-        if self.methods.cuda_graph && self.methods.unpad {
-            bail!(
-                "methods.cuda_graph = true needs fixed tensor shapes, and methods.unpad = true \
-                 changes the token count every step: turn one of them off"
-            );
-        }
-        if self.methods.bf16_residual && !self.methods.bf16 {
-            bail!(
-                "methods.bf16_residual = true keeps the residual stream in bf16 inside bf16 \
-                 autocast: set methods.bf16 = true as well, or remove it"
-            );
-        }
-        if self.methods.balance_tokens && !self.methods.unpad {
-            bail!(
-                "methods.balance_tokens balances non-padding tokens, which only set a rank's \
-                 step time with methods.unpad = true: set both or neither"
-            );
-        }
+        self.methods.validate()?;
         match division {
             Division::Closed => {
                 if t.target < 0.720 {
@@ -247,19 +190,7 @@ impl BertRunConfig {
                          FLOOR(0.05*(230.23*GBS + 3,000,000), 25,000) samples: remove the key"
                     );
                 }
-                if self.methods.fused_bias_gelu {
-                    bail!(
-                        "methods.fused_bias_gelu is an open-division method (its GELU is the tanh \
-                         approximation cuBLASLt fuses, the reference uses the erf GELU): remove it \
-                         or use --division open"
-                    );
-                }
-                if self.methods.balance_tokens {
-                    bail!(
-                        "methods.balance_tokens is an open-division method (it changes which \
-                         samples share a rank's loss): remove it or use --division open"
-                    );
-                }
+                self.methods.refuse_in_closed()?;
                 if o.max_grad_norm != 1.0 {
                     bail!(
                         "optimizer.max_grad_norm must be 1.0 in the closed division (got {})",
@@ -355,15 +286,8 @@ impl BertRunConfig {
             ("opt_end_learning_rate", json!(o.end_learning_rate)),
             ("opt_gradient_clip_norm", json!(o.max_grad_norm)),
             ("max_sequence_length", json!(max_seq_len)),
-            ("method_unpad", json!(m.unpad)),
-            ("method_fused_attention", json!(m.fused_attention)),
-            ("method_bf16", json!(m.bf16)),
-            ("method_fused_epilogues", json!(m.fused_epilogues)),
-            ("method_fused_qkv", json!(m.fused_qkv)),
-            ("method_bf16_residual", json!(m.bf16_residual)),
-            ("method_fused_bias_gelu", json!(m.fused_bias_gelu)),
-            ("method_balance_tokens", json!(m.balance_tokens)),
         ];
+        kv.extend(m.log_keys());
         if division == Division::Open {
             kv.push((
                 "eval_interval_samples",
@@ -399,7 +323,7 @@ struct State {
     per_process_batch: u64,
     step: i64,
     seq_len: i64,
-    /// `methods.bf16`: forward passes in a bf16 autocast region.
+    /// `methods.amp = "bf16"`: forward passes in a bf16 autocast region.
     autocast: Option<LowPrecision>,
     /// `methods.cuda_graph`: the step captured and replayed (or its CPU twin in tests).
     graphs: Option<StepGraphs>,
@@ -504,13 +428,7 @@ impl Workload for BertWorkload {
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
         let cfg = &self.cfg;
         let vs = VarStore::new(ctx.device);
-        let mut model = BertForPreTraining::new(&vs.root(), &cfg.model)?;
-        model.unpad = cfg.methods.unpad;
-        model.fused_attention = cfg.methods.fused_attention;
-        model.fused_epilogues = cfg.methods.fused_epilogues;
-        model.fused_qkv = cfg.methods.fused_qkv;
-        model.bf16_residual = cfg.methods.bf16_residual;
-        model.fused_bias_gelu = cfg.methods.fused_bias_gelu;
+        let model = BertForPreTraining::new(&vs.root(), &cfg.model, &cfg.methods)?;
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
             tracing::info!(
@@ -613,14 +531,14 @@ impl Workload for BertWorkload {
             masks: MaskPolicy::new(graphs.is_some(), ctx.world_size),
             step: 0,
             seq_len,
-            autocast: amp::bf16_switch(cfg.methods.bf16, ctx.device, "methods.bf16"),
+            autocast: amp::bf16_switch(cfg.methods.bf16(), ctx.device, "methods.amp"),
             graphs,
         });
         Ok(())
     }
 
-    fn blocks(&self) -> Vec<Block> {
-        self.cfg.blocks(self.division).unwrap_or_default()
+    fn blocks(&self) -> Result<Vec<Block>> {
+        self.cfg.blocks(self.division)
     }
 
     fn start_block(&mut self, block: &Block) -> Result<u64> {

@@ -4,8 +4,8 @@
 //! before a run starts. The hyperparameter keys of the log come from these values
 //! ([`ResnetRunConfig::hyperparameters`]), never retyped.
 
-use crate::methods::progressive_resizing::ProgressiveResizing;
-use crate::optim::loss_scale::LossScaleConfig;
+use crate::methods::MethodSet;
+pub use crate::methods::{Amp, ResnetMethods};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -257,131 +257,6 @@ fn default_eta() -> f64 {
     0.001
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Amp {
-    None,
-    Bf16,
-    /// fp16 autocast with dynamic loss scaling ([`crate::optim::loss_scale`]).
-    Fp16,
-}
-
-impl Amp {
-    /// The config's spelling ("none", "bf16", "fp16").
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Amp::None => "none",
-            Amp::Bf16 => "bf16",
-            Amp::Fp16 => "fp16",
-        }
-    }
-}
-
-/// `methods.loss_scale` (with `amp = "fp16"`): the dynamic loss scale's start and how many
-/// clean steps in a row double it (torch.amp.GradScaler's `init_scale`, `growth_interval`; an
-/// overflow halves it and skips the step).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LossScaleSettings {
-    #[serde(default = "default_init_scale")]
-    pub init_scale: f64,
-    #[serde(default = "default_growth_interval")]
-    pub growth_interval: i64,
-}
-
-fn default_init_scale() -> f64 {
-    LossScaleConfig::default().init_scale
-}
-fn default_growth_interval() -> i64 {
-    LossScaleConfig::default().growth_interval
-}
-
-impl LossScaleSettings {
-    /// The loss scale these settings make (GradScaler's growth and backoff factors).
-    pub fn config(&self) -> LossScaleConfig {
-        LossScaleConfig {
-            init_scale: self.init_scale,
-            growth_interval: self.growth_interval,
-            ..LossScaleConfig::default()
-        }
-    }
-}
-
-impl Default for LossScaleSettings {
-    fn default() -> Self {
-        LossScaleSettings {
-            init_scale: default_init_scale(),
-            growth_interval: default_growth_interval(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EmaConfig {
-    pub half_life_steps: f64,
-    #[serde(default = "one")]
-    pub update_interval: u64,
-}
-
-fn one() -> u64 {
-    1
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MethodsConfig {
-    #[serde(default)]
-    pub blurpool: bool,
-    #[serde(default)]
-    pub channels_last: bool,
-    /// 0 = off (closed: 0 or 0.1).
-    #[serde(default)]
-    pub label_smoothing: f64,
-    #[serde(default)]
-    pub progressive_resizing: Option<ProgressiveResizing>,
-    #[serde(default)]
-    pub ema: Option<EmaConfig>,
-    /// "bf16": forward passes in a bf16 autocast region (the GPU speed-up; it runs on the CPU
-    /// too, slowly there, for tests). "fp16": an fp16 region with dynamic loss scaling, the
-    /// overflowing steps skipped on the device by the optimizer (what cuDNN's fused batch norm
-    /// of `fused_bn_relu` takes). "none": fp32.
-    #[serde(default = "no_amp")]
-    pub amp: Amp,
-    /// The fp16 loss scale's settings (only with `amp = "fp16"`; default GradScaler's).
-    #[serde(default)]
-    pub loss_scale: Option<LossScaleSettings>,
-    /// Capture the training step in a CUDA graph and replay it (GPU only; changes no math, so
-    /// both divisions allow it). See [`crate::cuda_graph`].
-    #[serde(default)]
-    pub cuda_graph: bool,
-    /// Batch norm + (residual add) + ReLU as one op (open division; cuDNN's fused kernels on a
-    /// GPU with the `cuda` feature, the unfused chain's exact math elsewhere). See
-    /// [`crate::methods::fused_bn_relu`].
-    #[serde(default)]
-    pub fused_bn_relu: bool,
-}
-
-fn no_amp() -> Amp {
-    Amp::None
-}
-
-impl Default for MethodsConfig {
-    fn default() -> Self {
-        MethodsConfig {
-            blurpool: false,
-            channels_last: false,
-            label_smoothing: 0.0,
-            progressive_resizing: None,
-            ema: None,
-            amp: Amp::None,
-            loss_scale: None,
-            cuda_graph: false,
-            fused_bn_relu: false,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResnetRunConfig {
@@ -393,7 +268,7 @@ pub struct ResnetRunConfig {
     pub train: TrainConfig,
     pub optimizer: OptimizerConfig,
     #[serde(default)]
-    pub methods: MethodsConfig,
+    pub methods: ResnetMethods,
 }
 
 /// Samples of the full ImageNet training and validation sets.
@@ -556,20 +431,7 @@ impl ResnetRunConfig {
                 t.eval_period, t.eval_offset
             ))?;
         }
-        if m.label_smoothing != 0.0 && m.label_smoothing != 0.1 {
-            refuse(format!(
-                "methods.label_smoothing must be 0 or 0.1, got {}",
-                m.label_smoothing
-            ))?;
-        }
-        if m.blurpool || m.progressive_resizing.is_some() || m.ema.is_some() {
-            refuse("methods.blurpool, methods.progressive_resizing and methods.ema are open-division methods".into())?;
-        }
-        if m.fused_bn_relu {
-            // cuDNN's fused kernels compute BN+add+ReLU with their own reductions: not the
-            // reference's arithmetic, so it is an open-division method
-            refuse("methods.fused_bn_relu is an open-division method (set it to false or use --division open)".into())?;
-        }
+        m.refuse_in_closed()?;
         Ok(())
     }
 
@@ -645,22 +507,11 @@ impl ResnetRunConfig {
         }
         if division == Division::Open {
             let m = &self.methods;
-            kv.extend([
-                (
-                    "opt_learning_rate_decay_schedule",
-                    json!(format!("{:?}", o.decay).to_lowercase()),
-                ),
-                ("method_blurpool", json!(m.blurpool)),
-                ("method_channels_last", json!(m.channels_last)),
-                ("method_label_smoothing", json!(m.label_smoothing)),
-                (
-                    "method_progressive_resizing",
-                    json!(m.progressive_resizing.is_some()),
-                ),
-                ("method_ema", json!(m.ema.is_some())),
-                ("method_amp", json!(m.amp.as_str())),
-                ("method_fused_bn_relu", json!(m.fused_bn_relu)),
-            ]);
+            kv.extend([(
+                "opt_learning_rate_decay_schedule",
+                json!(format!("{:?}", o.decay).to_lowercase()),
+            )]);
+            kv.extend(m.log_keys());
             if m.amp == Amp::Fp16 {
                 let l = m.loss_scale.unwrap_or_default();
                 kv.extend([

@@ -201,8 +201,9 @@ pub trait Workload {
     /// Build model, optimizer and data (untimed init). Weights are seeded by the trainer
     /// (`tch::manual_seed(seed)`) just before this call.
     fn build(&mut self, ctx: &BuildContext) -> Result<()>;
-    /// The training blocks up to the epoch (or sample) limit, in order.
-    fn blocks(&self) -> Vec<Block>;
+    /// The training blocks up to the epoch (or sample) limit, in order; an error (a config
+    /// that gives no blocks) ends the run as aborted with that error, named.
+    fn blocks(&self) -> Result<Vec<Block>>;
     /// Prepare `block`; returns its number of optimizer steps.
     fn start_block(&mut self, block: &Block) -> Result<u64>;
     /// One optimizer step (all its micro-batches); returns the step's loss as a 0-dim tensor
@@ -307,56 +308,7 @@ impl RunOptions {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Status {
-    Success,
-    Aborted(String),
-}
-
-/// What a run did.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    pub seed: u64,
-    pub status: Status,
-    /// Loss of every optimizer step, in order.
-    pub losses: Vec<f64>,
-    /// (epoch_num, accuracy) of every eval.
-    pub evals: Vec<(u64, f64)>,
-    /// run_start to run_stop.
-    pub run_seconds: f64,
-    pub steps: u64,
-    /// Seconds spent inside `Workload::train_step` (the rest of the loop is trainer overhead).
-    pub step_seconds: f64,
-    /// Seconds of each `Workload::train_step`, in order. On a GPU these are the host's
-    /// enqueue times (steps run asynchronously); [`RunOutcome::block_seconds`] ends with a read.
-    pub step_times: Vec<f64>,
-    /// Seconds of the training part of each block: block_start to after the block's final
-    /// loss read (a device sync), so it times the device work too.
-    pub block_seconds: Vec<f64>,
-    /// Wall-clock bounds of the same spans as [`RunOutcome::block_seconds`] (for matching
-    /// outside samples, e.g. nvidia-smi's, to a block).
-    pub block_windows: Vec<(std::time::SystemTime, std::time::SystemTime)>,
-    /// Host reads of step losses (each covers all steps since the previous read).
-    pub loss_reads: u64,
-    /// Seconds in the training part of the blocks (block_start to block_stop, logging and
-    /// the loop included, evals excluded).
-    pub train_seconds: f64,
-    pub log_path: Option<PathBuf>,
-}
-
-impl RunOutcome {
-    pub fn success(&self) -> bool {
-        self.status == Status::Success
-    }
-}
-
-/// A seed from the OS (getrandom), below 2^31 so every consumer can take it.
-pub fn os_seed() -> Result<u64> {
-    let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b)
-        .map_err(|e| anyhow::anyhow!("cannot draw a seed from the OS: {e}"))?;
-    Ok(u64::from_le_bytes(b) & 0x7fff_ffff)
-}
+pub use crate::runs::{RunOutcome, Status};
 
 fn open_log(opts: &mut RunOptions, rank: usize) -> Result<Emitter> {
     let mut sinks = std::mem::take(&mut opts.extra_sinks);
@@ -398,7 +350,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     super::allocator::keep_freed_host_memory();
     let seed = match opts.seed {
         Some(s) => s,
-        None => os_seed()?,
+        None => crate::runs::os_seed(&Default::default())?,
     };
     // a multi-process environment: the rank decides who logs; the group itself is formed
     // after the log is open, so a failed rendezvous still ends rank 0's log as aborted
@@ -413,19 +365,8 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     };
     let mut log = open_log(&mut opts, rank)?;
     let mut out = RunOutcome {
-        seed,
-        status: Status::Aborted("not started".into()),
-        losses: Vec::new(),
-        evals: Vec::new(),
-        run_seconds: 0.0,
-        steps: 0,
-        step_seconds: 0.0,
-        step_times: Vec::new(),
-        block_seconds: Vec::new(),
-        block_windows: Vec::new(),
-        loss_reads: 0,
-        train_seconds: 0.0,
         log_path: opts.log_path.clone(),
+        ..RunOutcome::new(seed, Status::Aborted("not started".into()))
     };
     let mut run_start: Option<Instant> = None;
     // a libtorch error inside tch's panicking API (CUDA out of memory, a bad device) becomes an
@@ -674,7 +615,7 @@ fn run_inner(
     *run_start = Some(started);
 
     let target = w.target();
-    for block in w.blocks() {
+    for block in w.blocks()? {
         let block_t0 = Instant::now();
         let block_wall0 = std::time::SystemTime::now();
         log.start(

@@ -16,7 +16,7 @@ pub mod handoff;
 pub mod host_reads;
 #[cfg(feature = "torch")]
 pub mod resnet;
-pub mod set;
+
 #[cfg(feature = "torch")]
 pub mod step_errors;
 
@@ -43,7 +43,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
     #[command(flatten)]
-    pub set: set::SetArgs,
+    pub set: crate::runs::driver::SetArgs,
     /// Write the final trainable parameters to this safetensors file (ranks above 0:
     /// FILE.rank<r>). For equivalence checks.
     #[arg(long, hide = true)]
@@ -188,13 +188,13 @@ impl<'a> Command<'a> {
             let out = run(self.run.seed, self.run.log.clone())?;
             return Ok(report_single(&out, metric, unit));
         }
-        set::run_set(
+        crate::runs::driver::run_and_report(
             benchmark,
             &self.run.set,
             sys,
             self.division,
             self.device == tch::Device::Cpu,
-            |seed, log| run(Some(seed), Some(log)).map(|_| ()),
+            |seed, log| run(Some(seed), Some(log)),
         )
     }
 }

@@ -285,8 +285,7 @@ impl Workload for ResnetWorkload {
             width: cfg.model.width,
             blocks: cfg.model.blocks,
             zero_init_last_bn: cfg.model.zero_init_last_bn,
-            blurpool: cfg.methods.blurpool,
-            fused_bn_relu: cfg.methods.fused_bn_relu,
+            methods: cfg.methods.clone(),
         };
         let (vs, net) = resnet::build(&spec, ctx.device);
         if self.channels_last() {
@@ -393,7 +392,7 @@ impl Workload for ResnetWorkload {
         Ok(())
     }
 
-    fn blocks(&self) -> Vec<Block> {
+    fn blocks(&self) -> Result<Vec<Block>> {
         let mut out = Vec::new();
         let mut first = 0u64;
         for e in self.cfg.eval_epochs() {
@@ -404,7 +403,7 @@ impl Workload for ResnetWorkload {
             });
             first = e + 1;
         }
-        out
+        Ok(out)
     }
 
     fn start_block(&mut self, block: &Block) -> Result<u64> {

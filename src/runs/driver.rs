@@ -1,12 +1,15 @@
-//! `mlperf-run resnet|bert` run sets: N seeded runs into RESULTS/SYSTEM/BENCHMARK, with a
-//! live progress line, the score table and an accuracy plot at the end. Before the first run
-//! the node's system description is written beside the results (`sysinfo.json`).
+//! `mlperf-run resnet|bert` run sets: N seeded runs into RESULTS/SYSTEM/BENCHMARK
+//! ([`super::run_set`]), with a live progress line, the score table and an accuracy plot at the
+//! end. Before the first run the node's system description is written beside the results
+//! (`sysinfo.json`).
 
-use super::config::{Division, SystemConfig};
-use crate::progress::{fmt_duration, RunProgress};
-use crate::runset::{self, RunRequest, SetEvent, SetSpec};
+use super::outcome::RunOutcome;
+use super::plot;
+use super::progress::{fmt_duration, RunProgress};
+use super::set::{self, RunRequest, SetEvent, SetSpec};
 use crate::submission::sysinfo;
-use crate::{benchmarks, plot, score};
+use crate::train::config::{Division, SystemConfig};
+use crate::{benchmarks, score};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,16 +62,17 @@ fn record_node(set_dir: &Path, node: &sysinfo::RunSetNode) {
     }
 }
 
-/// Run a set of `benchmark` with `run_one(seed, log_path)` performing one run. `sys` and
-/// `division` give the set's identity (the system folder defaults to sys.submission_platform);
-/// `cpu_only`: the runs train on the CPU (recorded as no accelerators).
-pub fn run_set(
+/// Run a set of `benchmark` with `run_one(seed, log_path)` performing one run, then report it.
+/// `sys` and `division` give the set's identity (the system folder defaults to
+/// sys.submission_platform); `cpu_only`: the runs train on the CPU (recorded as no
+/// accelerators).
+pub fn run_and_report(
     benchmark: &str,
     args: &SetArgs,
     sys: &SystemConfig,
     division: Division,
     cpu_only: bool,
-    mut run_one: impl FnMut(u64, PathBuf) -> Result<()>,
+    mut run_one: impl FnMut(u64, PathBuf) -> Result<RunOutcome>,
 ) -> Result<ExitCode> {
     let default_system = sys.submission_platform.as_str();
     let bench = benchmarks::get(benchmark)?;
@@ -90,7 +94,7 @@ pub fn run_set(
         seeds: args
             .seeds
             .as_deref()
-            .map(runset::parse_seed_list)
+            .map(set::parse_seed_list)
             .transpose()?,
         resume: args.resume,
         writer: is_writer_rank(),
@@ -128,7 +132,7 @@ pub fn run_set(
         remaining = remaining.saturating_sub(1);
         result
     };
-    let outcome = runset::run_set(&spec, &mut executor, |event| match event {
+    let outcome = set::run_set(&spec, &mut executor, |event| match event {
         SetEvent::Kept(r) => eprintln!(
             "run {}/{runs}: kept from before (seed {}, {})",
             r.index + 1,

@@ -1,5 +1,6 @@
-//! Run sets: N seeded runs of one benchmark into `RESULTS/SYSTEM/BENCHMARK/result_<i>.txt`,
-//! resumable, with the set going on after a run that crashes or diverges.
+//! A run set: N seeded runs of one benchmark into `RESULTS/SYSTEM/BENCHMARK/result_<i>.txt`,
+//! resumable, with the set going on after a run that crashes or diverges. Each run's
+//! [`RunOutcome`] says how it ended; only a crashed run's log is read back, to close it.
 //!
 //! Durability: a run's log is appended line by line, each line flushed as it is written
 //! (see [`crate::mllog::Sink`]), so Ctrl-C or a crash leaves a valid partial log. A result file
@@ -7,6 +8,7 @@
 //! `--resume`, an unfinished file (killed mid-run) is moved to `interrupted/` beside the set
 //! and its run is done again with a fresh seed.
 
+use super::outcome::RunOutcome;
 use crate::mllog::{self, keys, Emitter, LogFile, Sink};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -56,14 +58,15 @@ pub struct RunRequest {
     pub log_path: PathBuf,
 }
 
-/// Performs one seeded run, writing its MLPerf log to `req.log_path`. An `Err` means the run
-/// crashed; the set records it as aborted and goes on.
+/// Performs one seeded run, writing its MLPerf log to `req.log_path` (closed with run_stop), and
+/// says how it ended. An `Err` means the run crashed; the set closes its log as aborted if the
+/// run did not, and goes on.
 pub trait RunExecutor {
-    fn run(&mut self, req: &RunRequest) -> Result<()>;
+    fn run(&mut self, req: &RunRequest) -> Result<RunOutcome>;
 }
 
-impl<F: FnMut(&RunRequest) -> Result<()>> RunExecutor for F {
-    fn run(&mut self, req: &RunRequest) -> Result<()> {
+impl<F: FnMut(&RunRequest) -> Result<RunOutcome>> RunExecutor for F {
+    fn run(&mut self, req: &RunRequest) -> Result<RunOutcome> {
         self(req)
     }
 }
@@ -109,13 +112,14 @@ fn status_of(log: &LogFile) -> Option<String> {
         .map(|e| e.status().unwrap_or("unknown").to_string())
 }
 
-/// Draw a seed from the OS that is not in `used`.
+/// A seed from the OS (getrandom, as the closed rules want: not a counter) that is not in
+/// `used`, below 2^31 so every consumer (libtorch's generators, the data order) can take it.
 pub fn os_seed(used: &BTreeSet<u64>) -> Result<u64> {
     loop {
-        let mut buf = [0u8; 4];
+        let mut buf = [0u8; 8];
         getrandom::getrandom(&mut buf)
             .map_err(|e| anyhow::anyhow!("cannot draw a seed from the OS: {e}"))?;
-        let seed = u32::from_le_bytes(buf) as u64;
+        let seed = u64::from_le_bytes(buf) & 0x7fff_ffff;
         if !used.contains(&seed) {
             return Ok(seed);
         }
@@ -244,23 +248,19 @@ pub fn run_set(
             log_path: spec.result_path(index),
         };
         on_event(SetEvent::Starting(&req));
-        let error = executor.run(&req).err().map(|e| format!("{e:#}"));
-        if let Some(msg) = &error {
-            tracing::error!("run {index} crashed: {msg}");
-        }
+        let (status, error) = match executor.run(&req) {
+            Ok(out) => (Some(out.status.as_str().to_string()), None),
+            Err(e) => {
+                let msg = format!("{e:#}");
+                tracing::error!("run {index} crashed: {msg}");
+                (None, Some(msg))
+            }
+        };
         if !spec.writer {
-            let status = Some(
-                if error.is_some() {
-                    keys::STATUS_ABORTED
-                } else {
-                    "unknown"
-                }
-                .to_string(),
-            );
             outcome.runs.push(RunRecord {
                 index,
                 seed: Some(seed),
-                status,
+                status: Some(status.unwrap_or_else(|| keys::STATUS_ABORTED.to_string())),
                 ran_now: true,
                 error,
             });
@@ -270,25 +270,14 @@ pub fn run_set(
             }
             continue;
         }
-        let mut log = mllog::parse_file(&req.log_path).unwrap_or_default();
-        if status_of(&log).is_none() {
-            // The run died without closing its log: close it as aborted so it counts as a
-            // non-converged run and a resume does not redo it.
-            let mut emitter = Emitter::new(vec![Sink::file(&req.log_path, true)?]);
-            let reason = error
-                .clone()
-                .unwrap_or_else(|| "run ended without run_stop".into());
-            emitter.end(
-                keys::RUN_STOP,
-                Value::Null,
-                crate::meta! {"status" => keys::STATUS_ABORTED, "reason" => reason},
-            )?;
-            log = mllog::parse_file(&req.log_path)?;
-        }
+        let status = match status {
+            Some(s) => s,
+            None => close_crashed_log(&req.log_path, error.as_deref())?,
+        };
         let record = RunRecord {
             index,
             seed: Some(seed),
-            status: status_of(&log),
+            status: Some(status),
             ran_now: true,
             error,
         };
@@ -301,6 +290,24 @@ pub fn run_set(
     }
     outcome.runs.sort_by_key(|r| r.index);
     Ok(outcome)
+}
+
+/// The run_stop status of a crashed run's log: the one it wrote, or, when it died without one,
+/// "aborted", written now (with the crash as the reason) so the run counts as non-converged and
+/// a resume does not redo it.
+fn close_crashed_log(path: &std::path::Path, error: Option<&str>) -> Result<String> {
+    let log = mllog::parse_file(path).unwrap_or_default();
+    if let Some(status) = status_of(&log) {
+        return Ok(status);
+    }
+    let mut emitter = Emitter::new(vec![Sink::file(path, true)?]);
+    let reason = error.unwrap_or("run ended without run_stop").to_string();
+    emitter.end(
+        keys::RUN_STOP,
+        Value::Null,
+        crate::meta! {"status" => keys::STATUS_ABORTED, "reason" => reason},
+    )?;
+    Ok(keys::STATUS_ABORTED.to_string())
 }
 
 /// Parse `--seeds 1,2,3`.
@@ -319,10 +326,11 @@ pub fn parse_seed_list(text: &str) -> Result<Vec<u64>> {
 mod tests {
     use super::*;
     use crate::meta;
+    use crate::runs::Status;
     use std::path::Path;
 
     /// A fake run: a minimal log with seed, run_start and (unless `crash`) run_stop.
-    fn fake_run(req: &RunRequest, crash: bool) -> Result<()> {
+    fn fake_run(req: &RunRequest, crash: bool) -> Result<RunOutcome> {
         let mut e = Emitter::new(vec![Sink::file(&req.log_path, false)?]);
         e.event(keys::SEED, req.seed)?;
         e.start(keys::RUN_START, Value::Null, meta!())?;
@@ -330,7 +338,7 @@ mod tests {
             bail!("simulated crash");
         }
         e.end(keys::RUN_STOP, Value::Null, meta! {"status" => "success"})?;
-        Ok(())
+        Ok(RunOutcome::new(req.seed, Status::Success))
     }
 
     fn spec(root: &Path, resume: bool) -> SetSpec {
@@ -417,6 +425,16 @@ mod tests {
     }
 
     #[test]
+    fn os_seeds_are_31_bit_and_skip_the_used_ones() {
+        let mut used = BTreeSet::new();
+        for _ in 0..64 {
+            let s = os_seed(&used).unwrap();
+            assert!(s < (1 << 31), "{s}");
+            assert!(used.insert(s), "{s} drawn twice");
+        }
+    }
+
+    #[test]
     fn seed_list_is_validated() {
         assert_eq!(parse_seed_list("1, 2,3").unwrap(), vec![1, 2, 3]);
         assert!(parse_seed_list("1,x").is_err());
@@ -453,12 +471,17 @@ mod tests {
             &other,
             &mut |r: &RunRequest| {
                 ran.push((r.index, r.seed));
-                Ok(())
+                Ok(RunOutcome::new(r.seed, Status::Aborted("diverged".into())))
             },
             |_| {},
         )
         .unwrap();
         assert_eq!(ran, vec![(2, 12), (3, 13), (4, 14)]);
+        // the status comes from the run's outcome (no log of its own on this rank)
+        assert!(out
+            .runs
+            .iter()
+            .all(|r| r.status.as_deref() == Some("aborted")));
         assert!(out.moved_aside.is_empty());
         assert!(
             !writer.result_path(3).exists(),
@@ -472,6 +495,11 @@ mod tests {
             seeds: None,
             ..other
         };
-        assert!(run_set(&no_seeds, &mut |_: &RunRequest| Ok(()), |_| {}).is_err());
+        assert!(run_set(
+            &no_seeds,
+            &mut |r: &RunRequest| Ok(RunOutcome::new(r.seed, Status::Success)),
+            |_| {}
+        )
+        .is_err());
     }
 }

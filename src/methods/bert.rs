@@ -1,0 +1,214 @@
+//! BERT-Large's methods (`[methods]` of configs/bert/*.toml): one struct, passed whole to the
+//! model ([`crate::models::bert::BertForPreTraining::new`]) and the trainer, each method
+//! declared once in [`BertMethods::declared`].
+
+use super::declare::{Closed, Method, MethodSet};
+use super::{Amp, NUMBER_FORMAT, SAME_MATH};
+use anyhow::{bail, Result};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BertMethods {
+    /// Dense layers on non-padding tokens only.
+    #[serde(default)]
+    pub unpad: bool,
+    /// scaled_dot_product_attention (fused kernels) instead of explicit softmax attention.
+    #[serde(default = "yes")]
+    pub fused_attention: bool,
+    /// Mixed precision: "bf16" runs the forward passes in a bf16 autocast region (matmuls in
+    /// bf16; LayerNorm, softmax, losses and the weights in fp32), the GPU speed-up; it runs on
+    /// the CPU too (slowly there, for tests). "none": fp32. ("fp16" needs loss scaling, which
+    /// the BERT trainer does not have: refused.) The old `bf16 = true` still reads as
+    /// `amp = "bf16"`, with a warning ([`migrate_legacy_keys`]).
+    #[serde(default)]
+    pub amp: Amp,
+    /// Capture the training step in a CUDA graph and replay it (GPU only, fixed shapes: not
+    /// with `unpad`; changes no math). See [`crate::cuda_graph`].
+    #[serde(default)]
+    pub cuda_graph: bool,
+    /// Each encoder layer's "dense bias + dropout + residual + LayerNorm" as one autograd op
+    /// (CUDA kernels compiled at run time, the composite ATen twin elsewhere); changes no math
+    /// beyond rounding. See [`crate::models::fused_epilogue`].
+    #[serde(default)]
+    pub fused_epilogues: bool,
+    /// Each encoder layer's query, key and value projections as one matmul over the three
+    /// weights concatenated (the parameters and their names stay three); the same math. See
+    /// [`crate::models::bert`].
+    #[serde(default)]
+    pub fused_qkv: bool,
+    /// With `amp = "bf16"`: the residual stream between encoder layers (every LayerNorm output)
+    /// in bf16 instead of autocast's fp32 (LayerNorm still computes in fp32); a choice of number
+    /// format. See [`crate::models::bert`].
+    #[serde(default)]
+    pub bf16_residual: bool,
+    /// Each encoder layer's feed-forward matmuls with the intermediate bias and a tanh GELU in
+    /// their epilogues, as one op (cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD on a GPU, the
+    /// composite ATen twin elsewhere). The reference's GELU is the erf form. See
+    /// [`crate::models::fused_bias_gelu`].
+    #[serde(default)]
+    pub fused_bias_gelu: bool,
+    /// Token load balance: each global micro-batch is dealt out to the ranks in equal sample
+    /// counts by non-padding token count ([`crate::data::bert::balance`]); with `unpad` only.
+    #[serde(default)]
+    pub balance_tokens: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for BertMethods {
+    fn default() -> Self {
+        BertMethods {
+            unpad: false,
+            fused_attention: true,
+            amp: Amp::None,
+            cuda_graph: false,
+            fused_epilogues: false,
+            fused_qkv: false,
+            bf16_residual: false,
+            fused_bias_gelu: false,
+            balance_tokens: false,
+        }
+    }
+}
+
+impl MethodSet for BertMethods {
+    fn declared(&self) -> Vec<Method> {
+        use Closed::{Allowed, OpenOnly};
+        vec![
+            Method::switch(
+                "unpad",
+                self.unpad,
+                Allowed(
+                    "the same math on the real tokens only: unpadding was agreed as allowed by \
+                     the submitters' working group (training_policies issue 376)",
+                ),
+                "method_unpad",
+            ),
+            Method::switch(
+                "fused_attention",
+                self.fused_attention,
+                Allowed(SAME_MATH),
+                "method_fused_attention",
+            ),
+            // logged under its old key `method_bf16` (true for amp = "bf16"), so logs and
+            // recorded sets compare across versions
+            Method::new(
+                "amp",
+                self.amp != Amp::None,
+                Allowed(NUMBER_FORMAT),
+                Some("method_bf16"),
+                json!(self.amp == Amp::Bf16),
+            ),
+            Method::switch(
+                "fused_epilogues",
+                self.fused_epilogues,
+                Allowed(SAME_MATH),
+                "method_fused_epilogues",
+            ),
+            Method::switch(
+                "fused_qkv",
+                self.fused_qkv,
+                Allowed(SAME_MATH),
+                "method_fused_qkv",
+            ),
+            Method::switch(
+                "bf16_residual",
+                self.bf16_residual,
+                Allowed(NUMBER_FORMAT),
+                "method_bf16_residual",
+            ),
+            Method::switch(
+                "fused_bias_gelu",
+                self.fused_bias_gelu,
+                OpenOnly(
+                    "its GELU is the tanh approximation cuBLASLt fuses; the reference's is the \
+                     erf form, another function",
+                ),
+                "method_fused_bias_gelu",
+            ),
+            Method::switch(
+                "balance_tokens",
+                self.balance_tokens,
+                Allowed(
+                    "it deals the same global batch among the ranks in equal counts: the rules \
+                     allow arbitrary sharding and batching while the data stays randomly ordered \
+                     and each sample is seen once",
+                ),
+                "method_balance_tokens",
+            ),
+            // logged as `cuda_graph` with the device settings
+            Method::new(
+                "cuda_graph",
+                self.cuda_graph,
+                Allowed(SAME_MATH),
+                None,
+                json!(self.cuda_graph),
+            ),
+        ]
+    }
+}
+
+impl BertMethods {
+    /// Settings that cannot run together, named with the fix.
+    pub fn validate(&self) -> Result<()> {
+        if self.amp == Amp::Fp16 {
+            bail!(
+                "methods.amp = \"fp16\" is not available for bert (it needs loss scaling, which the \
+                 BERT trainer does not have): use amp = \"bf16\" or \"none\""
+            );
+        }
+        if self.cuda_graph && self.unpad {
+            bail!(
+                "methods.cuda_graph = true needs fixed tensor shapes, and methods.unpad = true \
+                 changes the token count every step: turn one of them off"
+            );
+        }
+        if self.bf16_residual && self.amp != Amp::Bf16 {
+            bail!(
+                "methods.bf16_residual = true keeps the residual stream in bf16 inside bf16 \
+                 autocast: set methods.amp = \"bf16\" as well, or remove it"
+            );
+        }
+        if self.balance_tokens && !self.unpad {
+            bail!(
+                "methods.balance_tokens balances non-padding tokens, which only set a rank's \
+                 step time with methods.unpad = true: set both or neither"
+            );
+        }
+        Ok(())
+    }
+
+    /// bf16 autocast is on.
+    pub fn bf16(&self) -> bool {
+        self.amp == Amp::Bf16
+    }
+}
+
+/// Rewrites keys of older configs in a parsed `[methods]` table to today's, returning one
+/// warning per rewrite that names the new key: `bf16 = true` becomes `amp = "bf16"` (false:
+/// `amp = "none"`). A table that sets both, differently, is refused.
+pub fn migrate_legacy_keys(methods: &mut toml::Table) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    if let Some(old) = methods.remove("bf16") {
+        let Some(on) = old.as_bool() else {
+            bail!("methods.bf16 must be true or false (better: methods.amp = \"bf16\" | \"none\")");
+        };
+        let amp = if on { "bf16" } else { "none" };
+        match methods.get("amp").and_then(|v| v.as_str()) {
+            Some(a) if a != amp => bail!(
+                "methods.bf16 = {on} and methods.amp = \"{a}\" disagree: remove methods.bf16 \
+                 (methods.amp is the key now)"
+            ),
+            _ => {}
+        }
+        methods.insert("amp".into(), toml::Value::String(amp.into()));
+        warnings.push(format!(
+            "methods.bf16 = {on} is the old key: write methods.amp = \"{amp}\" instead"
+        ));
+    }
+    Ok(warnings)
+}

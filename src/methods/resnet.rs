@@ -1,0 +1,179 @@
+//! ResNet-50's methods (`[methods]` of configs/resnet/*.toml): one struct, passed whole to the
+//! model and the trainer, each method declared once in [`ResnetMethods::declared`].
+
+use super::declare::{Closed, Method, MethodSet};
+use super::progressive_resizing::ProgressiveResizing;
+use super::{Amp, NUMBER_FORMAT, SAME_MATH};
+use crate::optim::loss_scale::LossScaleConfig;
+use serde::Deserialize;
+use serde_json::json;
+
+/// `methods.loss_scale` (with `amp = "fp16"`): the dynamic loss scale's start and how many
+/// clean steps in a row double it (torch.amp.GradScaler's `init_scale`, `growth_interval`; an
+/// overflow halves it and skips the step).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LossScaleSettings {
+    #[serde(default = "default_init_scale")]
+    pub init_scale: f64,
+    #[serde(default = "default_growth_interval")]
+    pub growth_interval: i64,
+}
+
+fn default_init_scale() -> f64 {
+    LossScaleConfig::default().init_scale
+}
+fn default_growth_interval() -> i64 {
+    LossScaleConfig::default().growth_interval
+}
+
+impl LossScaleSettings {
+    /// The loss scale these settings make (GradScaler's growth and backoff factors).
+    pub fn config(&self) -> LossScaleConfig {
+        LossScaleConfig {
+            init_scale: self.init_scale,
+            growth_interval: self.growth_interval,
+            ..LossScaleConfig::default()
+        }
+    }
+}
+
+impl Default for LossScaleSettings {
+    fn default() -> Self {
+        LossScaleSettings {
+            init_scale: default_init_scale(),
+            growth_interval: default_growth_interval(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmaConfig {
+    pub half_life_steps: f64,
+    #[serde(default = "one")]
+    pub update_interval: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResnetMethods {
+    #[serde(default)]
+    pub blurpool: bool,
+    #[serde(default)]
+    pub channels_last: bool,
+    /// 0 = off (closed: 0 or 0.1).
+    #[serde(default)]
+    pub label_smoothing: f64,
+    #[serde(default)]
+    pub progressive_resizing: Option<ProgressiveResizing>,
+    #[serde(default)]
+    pub ema: Option<EmaConfig>,
+    /// "bf16": forward passes in a bf16 autocast region (the GPU speed-up; it runs on the CPU
+    /// too, slowly there, for tests). "fp16": an fp16 region with dynamic loss scaling, the
+    /// overflowing steps skipped on the device by the optimizer (what cuDNN's fused batch norm
+    /// of `fused_bn_relu` takes). "none": fp32.
+    #[serde(default = "no_amp")]
+    pub amp: Amp,
+    /// The fp16 loss scale's settings (only with `amp = "fp16"`; default GradScaler's).
+    #[serde(default)]
+    pub loss_scale: Option<LossScaleSettings>,
+    /// Capture the training step in a CUDA graph and replay it (GPU only; changes no math, so
+    /// both divisions allow it). See [`crate::cuda_graph`].
+    #[serde(default)]
+    pub cuda_graph: bool,
+    /// Batch norm + (residual add) + ReLU as one op (cuDNN's fused kernels on a GPU with the
+    /// `cuda` feature, the unfused chain's exact math elsewhere; the kernel NVIDIA's closed
+    /// ResNet uses, so both divisions allow it). See [`crate::methods::fused_bn_relu`].
+    #[serde(default)]
+    pub fused_bn_relu: bool,
+}
+
+fn no_amp() -> Amp {
+    Amp::None
+}
+
+impl Default for ResnetMethods {
+    fn default() -> Self {
+        ResnetMethods {
+            blurpool: false,
+            channels_last: false,
+            label_smoothing: 0.0,
+            progressive_resizing: None,
+            ema: None,
+            amp: Amp::None,
+            loss_scale: None,
+            cuda_graph: false,
+            fused_bn_relu: false,
+        }
+    }
+}
+
+impl MethodSet for ResnetMethods {
+    fn declared(&self) -> Vec<Method> {
+        use Closed::{Allowed, OpenOnly};
+        let smoothing = if self.label_smoothing == 0.0 || self.label_smoothing == 0.1 {
+            Allowed("the closed rules allow label smoothing 0 or 0.1")
+        } else {
+            OpenOnly("the closed rules allow label smoothing 0 or 0.1 only")
+        };
+        vec![
+            Method::switch(
+                "blurpool",
+                self.blurpool,
+                OpenOnly("a blur filter before strided convolutions changes the model"),
+                "method_blurpool",
+            ),
+            Method::switch(
+                "channels_last",
+                self.channels_last,
+                Allowed("a memory layout: the same math"),
+                "method_channels_last",
+            ),
+            Method::new(
+                "label_smoothing",
+                self.label_smoothing != 0.0,
+                smoothing,
+                Some("method_label_smoothing"),
+                json!(self.label_smoothing),
+            ),
+            Method::switch(
+                "progressive_resizing",
+                self.progressive_resizing.is_some(),
+                OpenOnly("training on smaller images than the reference's 224 px changes the data"),
+                "method_progressive_resizing",
+            ),
+            Method::switch(
+                "ema",
+                self.ema.is_some(),
+                OpenOnly("evaluating an average of the weights changes the model evaluated"),
+                "method_ema",
+            ),
+            Method::new(
+                "amp",
+                self.amp != Amp::None,
+                Allowed(NUMBER_FORMAT),
+                Some("method_amp"),
+                json!(self.amp.as_str()),
+            ),
+            Method::switch(
+                "fused_bn_relu",
+                self.fused_bn_relu,
+                Allowed(SAME_MATH),
+                "method_fused_bn_relu",
+            ),
+            // logged as `cuda_graph` with the device settings, in both divisions
+            Method::new(
+                "cuda_graph",
+                self.cuda_graph,
+                Allowed(SAME_MATH),
+                None,
+                json!(self.cuda_graph),
+            ),
+        ]
+    }
+}

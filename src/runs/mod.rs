@@ -1,0 +1,20 @@
+//! Run sets: N seeded runs of one benchmark into `RESULTS/SYSTEM/BENCHMARK/result_<i>.txt`.
+//!
+//! - [`set`]: the set itself: which runs remain, seeds, resume, closing a crashed run's log
+//!   ([`run_set`]), with any [`RunExecutor`] (the trainer, or a fake in tests);
+//! - [`outcome`]: what one run did ([`RunOutcome`]), as the trainer returns it to the set;
+//! - [`driver`]: the `mlperf-run resnet|bert` side: the flags, the node's system description,
+//!   the progress line and the report at the end ([`driver::run_and_report`]);
+//! - [`progress`], [`plot`]: the live view of a run from its log, and the accuracy plot.
+
+pub mod driver;
+pub mod outcome;
+pub mod plot;
+pub mod progress;
+pub mod set;
+
+pub use outcome::{RunOutcome, Status};
+pub use set::{
+    os_seed, parse_seed_list, run_set, RunExecutor, RunRecord, RunRequest, SetEvent, SetOutcome,
+    SetSpec,
+};
