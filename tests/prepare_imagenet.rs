@@ -564,6 +564,11 @@ fn a_rerun_resumes_after_an_interruption_and_then_skips_everything() {
     std::fs::create_dir_all(&next).unwrap();
     std::fs::write(next.join(train_name("n01440764", 0)), jpeg(100)).unwrap();
     std::fs::write(next.join(".n01440764_17.JPEG.tmp-999999"), b"half").unwrap();
+    let marker_tmp = spec
+        .out
+        .join(STATE_DIR)
+        .join("train/.n01440764.done.tmp-999999");
+    std::fs::write(&marker_tmp, b"{").unwrap();
     spec.stop_after_train_classes = None;
     let s = prepare_imagenet(&spec).unwrap();
     assert_prepared(&spec.out);
@@ -574,8 +579,9 @@ fn a_rerun_resumes_after_an_interruption_and_then_skips_everything() {
             s.files_written,
             s.temps_removed
         ),
-        (1, 1, 16 - 3 - 1, 1)
+        (1, 1, 16 - 3 - 1, 2)
     );
+    assert!(!marker_tmp.exists());
     let done = tree(&spec.out);
 
     // A second full run skips everything and changes nothing.
@@ -712,4 +718,44 @@ fn cli_prepares_prints_a_summary_and_exits_2_on_errors() {
     ] {
         assert!(help.contains(want), "want `{want}` in --help:\n{help}");
     }
+}
+
+#[test]
+fn the_packaged_init_datasets_script_points_at_prepare_imagenet() {
+    let template = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/submission/templates/init_datasets.sh"),
+    )
+    .unwrap()
+    .replace("{{BENCHMARK}}", "resnet")
+    .replace("{{VERSION}}", "test");
+    let f = Fixture::new();
+    let script = f.path("init_datasets.sh");
+    std::fs::write(&script, template).unwrap();
+    let missing = f.path("no_such_data");
+    let o = Command::new("bash")
+        .arg(&script)
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("data prepare-imagenet --train-tar ILSVRC2012_img_train.tar")
+            && stderr.contains(&format!("--out {}", missing.display())),
+        "{stderr}"
+    );
+    // What it did before stays: a prepared folder passes.
+    let spec = f.spec("prepared");
+    prepare_imagenet(&spec).unwrap();
+    let o = Command::new("bash")
+        .arg(&script)
+        .arg(&spec.out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout.contains("classes: 3 train, 3 val") && stdout.contains("looks ready"),
+        "{stdout}"
+    );
 }

@@ -833,6 +833,8 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
     let state = out.join(STATE_DIR);
     std::fs::create_dir_all(state.join("train"))
         .with_context(|| format!("cannot create {}", state.display()))?;
+    summary.temps_removed +=
+        remove_stale_temps(&state)? + remove_stale_temps(&state.join("train"))?;
 
     // 3. Train classes, streamed one class tar at a time.
     let mut progress = Progress::new();
