@@ -2,12 +2,14 @@
 //!
 //! - [`imagenet`]: the ImageFolder reader and the ResNet batch pipeline
 //! - [`synth_imagenet`]: `data synth-imagenet`, a synthetic ImageNet-style JPEG data set
+//! - [`prepare_imagenet`]: `data prepare-imagenet`, the ILSVRC2012 tars to the ImageFolder layout
 //! - [`rng`]: counter-based random streams shared by the pipelines
 //! - `bert` (feature `torch`): BERT pre-training data
 
 #[cfg(feature = "torch")]
 pub mod bert;
 pub mod imagenet;
+pub mod prepare_imagenet;
 pub mod rng;
 pub mod synth_imagenet;
 
@@ -23,6 +25,9 @@ pub struct DataArgs {
 pub enum DataCommand {
     /// Write a synthetic ImageNet-style data set (train/ and val/ ImageFolders of JPEG files).
     SynthImagenet(synth_imagenet::SynthImagenetArgs),
+    /// Turn the ILSVRC2012 tars (train, val, val labels) into the train/<wnid>/ and
+    /// val/<wnid>/ ImageFolders the trainer reads; resumable, streamed, verified.
+    PrepareImagenet(prepare_imagenet::PrepareImagenetArgs),
     /// Time the ImageNet training pipeline on an ImageFolder (for scripts/bench_data.sh).
     #[command(hide = true)]
     BenchImagenet(imagenet::bench::BenchImagenetArgs),
@@ -37,6 +42,7 @@ pub enum DataCommand {
 pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
     match args.command {
         DataCommand::SynthImagenet(a) => synth_imagenet::run_synth_imagenet(a),
+        DataCommand::PrepareImagenet(a) => prepare_imagenet::run_prepare_imagenet(a),
         DataCommand::BenchImagenet(a) => imagenet::bench::run_bench_imagenet(a),
         #[cfg(feature = "torch")]
         DataCommand::SynthBert(a) => bert::synth::run_synth_bert(a),

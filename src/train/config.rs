@@ -271,8 +271,9 @@ pub struct ResnetRunConfig {
     pub methods: ResnetMethods,
 }
 
-/// Samples of the full ImageNet training and validation sets.
-pub const IMAGENET_TRAIN_SAMPLES: u64 = 1_281_167;
+/// Samples of the full ImageNet training set (defined with the data pipeline, which also
+/// holds the validation count and the class count).
+pub use crate::data::imagenet::IMAGENET_TRAIN_SAMPLES;
 
 impl ResnetRunConfig {
     /// Read and validate `path` for `division`.

@@ -37,7 +37,8 @@ impl ImageFolder {
         if !root.is_dir() {
             bail!(
                 "image folder {} does not exist or is not a directory (expected <class>/<image>.JPEG inside; \
-                 make one with `mlperf-run data synth-imagenet --out DIR`)",
+                 make one from the ILSVRC2012 tars with `mlperf-run data prepare-imagenet`, or a \
+                 synthetic one with `mlperf-run data synth-imagenet --out DIR`)",
                 root.display()
             );
         }

@@ -11,6 +11,13 @@
 //!
 //! The trainer turns each [`Batch`] into a tensor and normalises it on the device.
 
+/// Images in the full ILSVRC2012 training set (`ILSVRC2012_img_train.tar`).
+pub const IMAGENET_TRAIN_SAMPLES: u64 = 1_281_167;
+/// Images in the full ILSVRC2012 validation set (`ILSVRC2012_img_val.tar`).
+pub const IMAGENET_VAL_SAMPLES: u64 = 50_000;
+/// Classes (synsets) of ILSVRC2012.
+pub const IMAGENET_CLASSES: usize = 1000;
+
 pub mod bench;
 pub mod decode;
 pub mod folder;

@@ -3,6 +3,8 @@
 # {{VERSION}} (see README.md).
 # Usage: ./init_datasets.sh DATA_DIR          check a prepared data set
 #        ./init_datasets.sh --synthetic DIR   write a tiny synthetic one (proves the pipeline only)
+# ResNet: make DATA_DIR from the ILSVRC2012 tars with `mlperf-run data prepare-imagenet`
+# (mlperf-run/docs/data.md); the message below gives the command when DATA_DIR is missing.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MLPERF_RUN="${MLPERF_RUN:-$HERE/mlperf-run/target/release/mlperf-run}"
@@ -16,12 +18,18 @@ if [ "${1:-}" = "--synthetic" ]; then
 fi
 DATADIR="${1:-${DATADIR:-/data/{{BENCHMARK}}}}"
 fail() { echo "init_datasets.sh: $*" >&2; exit 1; }
-[ -d "$DATADIR" ] || fail "$DATADIR does not exist: prepare the {{BENCHMARK}} data set as the MLPerf reference describes"
+how_to_prepare() {
+    case "{{BENCHMARK}}" in
+        resnet) echo "make it from the ILSVRC2012 tars with: $MLPERF_RUN data prepare-imagenet --train-tar ILSVRC2012_img_train.tar --val-tar ILSVRC2012_img_val.tar --val-labels LOC_val_solution.csv --out $DATADIR (rerun the same command to resume; see mlperf-run/docs/data.md)" ;;
+        *) echo "prepare the {{BENCHMARK}} data set as the MLPerf reference describes" ;;
+    esac
+}
+[ -d "$DATADIR" ] || fail "$DATADIR does not exist: $(how_to_prepare)"
 case "{{BENCHMARK}}" in
     resnet)
         # ImageFolder layout: train/<wnid>/*.JPEG and val/<wnid>/*.JPEG
         for split in train val; do
-            [ -d "$DATADIR/$split" ] || fail "$DATADIR/$split is missing (expected ImageFolder train/ and val/)"
+            [ -d "$DATADIR/$split" ] || fail "$DATADIR/$split is missing (expected ImageFolder train/ and val/): $(how_to_prepare)"
         done
         echo "classes: $(find "$DATADIR/train" -mindepth 1 -maxdepth 1 -type d | wc -l) train, $(find "$DATADIR/val" -mindepth 1 -maxdepth 1 -type d | wc -l) val"
         ;;
