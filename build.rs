@@ -229,8 +229,8 @@ fn cuda_include_dirs(torch_root: &Path, nccl: bool) -> Vec<PathBuf> {
         if !has(needed) {
             panic!(
                 "features `cuda`/`nccl`: {needed} not found in {dirs:?}; it comes with {from}. Install it \
-                 and set CUDA_HOME or MLPERF_RUN_CUDA_INCLUDE, or build without `--features cuda` \
-                 and `--features nccl`"
+                 and set CUDA_HOME or MLPERF_RUN_CUDA_INCLUDE, or build without NCCL, CUDA graphs \
+                 and the fused kernels: `--no-default-features --features torch`"
             );
         }
     }

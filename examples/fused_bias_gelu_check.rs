@@ -6,7 +6,7 @@
 //! forward + backward time of each side (and of the unfused `linear` + erf `gelu` + `linear`,
 //! today's BERT feed-forward block) over rounds, each round bracketed by device synchronisations.
 //!
-//! cargo run --release --features cuda --example fused_bias_gelu_check -- [--device cuda|cpu]
+//! cargo run --release --example fused_bias_gelu_check -- [--device cuda|cpu]
 //!     [--tokens 28672] [--hidden 1024] [--inner 4096] [--rounds 20] [--no-bf16]
 //!
 //! Tokens 28,672 = 56 x 512 (a BERT-Large micro-batch), hidden 1024 -> inner 4096 -> hidden

@@ -19,7 +19,7 @@
 //! an fp16 case eligible for cuDNN ran the composite path (the fused kernels' documented case:
 //! the cuDNN path is broken).
 //!
-//! cargo run --release --features cuda --example fused_bn_check -- [--device cuda|cpu]
+//! cargo run --release --example fused_bn_check -- [--device cuda|cpu]
 //!     [--batch 256] [--size 224] [--rounds 20] [--dtypes bf16,fp16]
 //!
 //! On a CPU (no cuDNN) it checks the plumbing: both sides run the same calls there.

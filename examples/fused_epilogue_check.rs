@@ -5,7 +5,7 @@
 //! the median forward + backward time of each (and of the unfused ops) over rounds, each round
 //! bracketed by device synchronisations.
 //!
-//! cargo run --release --features cuda --example fused_epilogue_check -- [--device cuda|cpu]
+//! cargo run --release --example fused_epilogue_check -- [--device cuda|cpu]
 //!     [--tokens 28672] [--hidden 1024] [--inner 1024] [--p 0.1] [--rounds 20] [--no-bf16]
 //!
 //! Tokens 28,672 = 56 x 512 (a BERT-Large micro-batch); --inner 1024 is the attention output

@@ -22,9 +22,9 @@
 #   DIR/REQUIREMENTS.txt  the glibc / libstdc++ versions the binaries need
 # On the GPU machine:  cd DIR && scripts/bench_gpu.sh [--rounds 3] [--out OUTDIR]
 #
-# BUNDLE_FEATURES=cuda (or "cuda nccl") builds with those cargo features (CUDA graphs need
-# `cuda`; both need the CUDA headers, see build.rs) into target/bundle-<features>, so the
-# default build in target/ is not rebuilt.
+# BUNDLE_FEATURES="..." builds with those cargo features into target/bundle-<features>, so the
+# default build in target/ is not rebuilt. Not needed for the GPU: the default build already has
+# NCCL, CUDA graphs and the fused kernels.
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: scripts/bundle.sh DIR" >&2; exit 2; }
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -27,7 +27,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#args[@]} -ge 2 ] || { echo "usage: $0 BEFORE_BIN AFTER_BIN [OUT_DIR] [--official]" >&2; exit 2; }
+[ ${#args[@]} -ge 2 ] || { echo "usage: $0 BEFORE_BIN AFTER_BIN [OUT_DIR] [--official] [--before-root DIR]" >&2; exit 2; }
+# the official checker and the venv's python (scripts/setup.sh, idempotent)
+[ $official = 1 ] && source "$root/scripts/setup.sh" >/dev/null
 before="$(realpath "${args[0]}")"; after="$(realpath "${args[1]}")"
 out="${args[2]:-$(mktemp -d)}"
 mkdir -p "$out"

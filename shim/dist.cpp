@@ -87,8 +87,8 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
       be = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
 #else
       throw std::runtime_error(
-          "this mlperf-run was built without NCCL; rebuild with `--features nccl` on a CUDA "
-          "machine, or use the gloo backend");
+          "this mlperf-run was built without NCCL (`--no-default-features`): rebuild it with the "
+          "default features (scripts/mlperf-run), or use the gloo backend");
 #endif
     } else {
       throw std::runtime_error("unknown backend id " + std::to_string(backend));

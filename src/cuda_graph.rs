@@ -333,7 +333,7 @@ impl StepGraphs {
         if !supported() {
             bail!(
                 "methods.cuda_graph = true, but this mlperf-run was built without CUDA graph \
-                 support (a lite build, `--no-default-features`): rebuild it with the default \
+                 support (`--no-default-features --features torch`): rebuild it with the default \
                  features (`scripts/mlperf-run`, or `cargo build --release` after `source \
                  scripts/setup.sh`; docs/gpu.md), or set methods.cuda_graph = false"
             );

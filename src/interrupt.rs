@@ -14,7 +14,7 @@ pub fn install() {
             REQUESTED.store(true, Ordering::SeqCst);
             if COUNT.fetch_add(1, Ordering::SeqCst) >= 1 {
                 eprintln!("interrupted twice: exiting now");
-                std::process::exit(130);
+                std::process::exit(crate::cli::ExitStatus::Interrupted.code().into());
             }
             eprintln!(
                 "interrupt: finishing the current run's log as aborted (Ctrl-C again to exit now)"

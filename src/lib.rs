@@ -17,6 +17,7 @@
 #[cfg(feature = "torch")]
 pub mod amp;
 pub mod benchmarks;
+pub mod cli;
 pub mod cpu_bind;
 #[cfg(feature = "torch")]
 pub mod cuda;

@@ -6,7 +6,8 @@ as a DataLoader with pin_memory=True hands it over), copied to the device (non-b
 normalised with the ImageNet mean/std there every step, as our hand-off does. cuDNN benchmark
 mode on, as ours (system.cudnn_benchmark, default true); --no-cudnn-benchmark turns it off.
 
-Options as ours: --device cpu|cuda, --amp none|bf16|fp16 (torch.autocast around forward + loss;
+Options as ours (ours take the methods as `--methods amp=...,channels_last`): --device cpu|cuda,
+--amp none|bf16|fp16 (torch.autocast around forward + loss;
 fp16 with torch.amp.GradScaler as PyTorch's AMP recipe has it: scale, backward, scaler.step
 (which reads the overflow flag back to the host), scaler.update),
 --channels-last (model and input in channels-last memory format), plus --mode eager|compile|both

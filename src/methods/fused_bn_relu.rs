@@ -1,4 +1,4 @@
-//! Fused batch norm + (residual add) + ReLU (`methods.fused_bn_relu`, ResNet, open division):
+//! Fused batch norm + (residual add) + ReLU (`methods.fused_bn_relu`, ResNet, both divisions):
 //! `y = relu(bn(x) + z)` as one autograd op from the C++ shim (`shim/fused_bn.cpp`).
 //!
 //! On the CPU (and on CUDA wherever cuDNN's fused kernels do not apply) the op runs the very

@@ -277,13 +277,13 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
             .iter()
             .any(|c| !c.verdict.compliant() || matches!(&c.official, Some(Ok(o)) if !o.compliant));
     let official_errors = checked.iter().any(|c| matches!(c.official, Some(Err(_))));
+    use crate::cli::ExitStatus;
     Ok(if io_errors > 0 || official_errors {
-        ExitCode::from(2)
-    } else if failing {
-        ExitCode::from(1)
+        ExitStatus::Error
     } else {
-        ExitCode::SUCCESS
-    })
+        ExitStatus::verdict(!failing)
+    }
+    .into())
 }
 
 fn label(compliant: bool) -> &'static str {

@@ -7,6 +7,7 @@ use super::outcome::RunOutcome;
 use super::plot;
 use super::progress::{fmt_duration, RunProgress};
 use super::set::{self, RunRequest, SetEvent, SetSpec};
+use crate::cli::ExitStatus;
 use crate::submission::sysinfo;
 use crate::train::config::{Division, SystemConfig};
 use crate::{benchmarks, score};
@@ -170,18 +171,14 @@ pub fn run_and_report(
     );
     if outcome.interrupted {
         eprintln!("interrupted: continue with the same command and --resume");
-        return Ok(ExitCode::from(130));
+        return Ok(ExitStatus::Interrupted.into());
     }
     report(&outcome.set_dir, bench.target)?;
     let all_succeeded = outcome
         .runs
         .iter()
         .all(|r| r.status.as_deref() == Some("success"));
-    Ok(if all_succeeded {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitStatus::verdict(all_succeeded).into())
 }
 
 /// Print the score table (with any reason the set has no valid score) and write

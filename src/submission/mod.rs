@@ -160,6 +160,6 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
             report.problems.len(),
             args.path.display()
         );
-        Ok(ExitCode::from(1))
+        Ok(crate::cli::ExitStatus::Negative.into())
     }
 }

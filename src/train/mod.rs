@@ -280,7 +280,7 @@ fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode
         }
         engine::Status::Aborted(why) => {
             eprintln!("run aborted: {why}{last}, seed {}", out.seed);
-            ExitCode::from(1)
+            crate::cli::ExitStatus::Negative.into()
         }
     }
 }

@@ -1,0 +1,81 @@
+//! The command line: the subcommands and their dispatch ([`main`]), and the exit statuses
+//! ([`ExitStatus`]). Each subcommand's flags are its `*Args` struct, beside the work it does.
+
+mod exit;
+
+pub use exit::ExitStatus;
+
+use crate::{data, demo, launch, regress, rules, score, submission, train};
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "mlperf-run",
+    version,
+    about = "Train, check, score and package MLPerf Training submissions",
+    long_about = "Train, check, score and package MLPerf Training submissions (ResNet-50 v1.5, \
+                  BERT-Large) natively in Rust on libtorch.\n\nStart with `mlperf-run demo`."
+)]
+struct Cli {
+    /// More log output (-v info, -vv debug, -vvv trace). Also: RUST_LOG.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check MLPerf logs against the MLPerf Training rules (optionally also with the official checker).
+    Check(rules::CheckArgs),
+    /// Score result sets: per-run minutes, olympic mean, RCP check and scaling.
+    Score(score::ScoreArgs),
+    /// Compare results with recorded baselines; fail on regressions.
+    Regress(regress::RegressArgs),
+    /// Detect this machine's MLPerf system description.
+    Sysinfo(submission::SysinfoArgs),
+    /// Build a submitter tree (and tarball) from result logs.
+    Package(submission::PackageArgs),
+    /// Re-check a packaged tree or tarball against its SHA-256 manifest and the rules.
+    Verify(submission::VerifyArgs),
+    /// Train ResNet-50 v1.5 on ImageNet (one seeded run or a set).
+    Resnet(train::ResnetArgs),
+    /// Train BERT-Large phase 2 from the reference checkpoint.
+    Bert(train::BertArgs),
+    /// Data set tools: synthetic ImageNet-style and BERT data.
+    Data(data::DataArgs),
+    /// The one-command tour: synthesize tiny data, train, score, package and verify.
+    Demo(demo::DemoArgs),
+    /// Start N local data-parallel workers: `launch --nproc-per-node N -- resnet ...`.
+    Launch(launch::LaunchArgs),
+    #[command(hide = true)]
+    DistSelftest(launch::SelftestArgs),
+}
+
+/// Parse the command line, run the subcommand, and turn its result into the exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    crate::logging::init(cli.verbose);
+    let result = match cli.command {
+        Command::Check(a) => rules::run_check(a),
+        Command::Score(a) => score::run_score(a),
+        Command::Regress(a) => regress::run_regress(a),
+        Command::Sysinfo(a) => submission::run_sysinfo(a),
+        Command::Package(a) => submission::run_package(a),
+        Command::Verify(a) => submission::run_verify(a),
+        Command::Resnet(a) => train::run_resnet(a),
+        Command::Bert(a) => train::run_bert(a),
+        Command::Data(a) => data::run_data(a),
+        Command::Demo(a) => demo::run_demo(a),
+        Command::Launch(a) => launch::run_launch(a),
+        Command::DistSelftest(a) => launch::run_selftest(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitStatus::Error.into()
+        }
+    }
+}
