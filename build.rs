@@ -1,6 +1,9 @@
 //! Links libtorch correctly when the `torch` feature is on, and compiles the project's C++
 //! shim (`shim/`) against the same libtorch's headers.
 //!
+//! Always: writes `$OUT_DIR/benchmark_data.rs` from `benchmarks/*/benchmark.toml` (see
+//! [`generate_benchmark_data`]), and compiles the ImageNet loader's JPEG region decoder.
+//!
 //! Without the link flags rustc's `--as-needed` drops libtorch_cuda (CUDA is then never
 //! available at run time) and no rpath is set, so the binary cannot find libtorch.
 //!
@@ -15,6 +18,7 @@ fn main() {
     println!("cargo:rerun-if-changed=shim");
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
+    generate_benchmark_data();
     compile_jpeg_region();
     if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
@@ -156,6 +160,130 @@ fn generate_kernel_includes() -> PathBuf {
     variants.push('\n');
     write("fused_epilogue_emu_variants.inc", variants);
     out
+}
+
+/// The benchmark facts that must exist at compile time, from `benchmarks/<name>/benchmark.toml`,
+/// as `$OUT_DIR/benchmark_data.rs` (included by src/benchmarks.rs as `benchmarks::generated`):
+/// - `BENCHMARK_TOMLS`: (name, text) of each benchmark.toml, embedded so the binary stands alone;
+/// - `RCP_FILES`: (benchmark, path as in the toml, text) of every round's RCP file;
+/// - `<NAME>_TARGET`: each benchmark's quality target, for the const rule tables
+///   (src/rules/tables.rs);
+/// - `ROUNDS_SUMMARY` and `DEFAULT_RULESETS`: the rounds and default rulesets, for help texts.
+///
+/// Only what build time needs is checked here (the file parses, `name` is the folder's name,
+/// `target` is a number, every round names an RCP file that exists); src/benchmarks.rs
+/// checks the rest when it loads the definitions.
+fn generate_benchmark_data() {
+    println!("cargo:rerun-if-changed=benchmarks");
+    let root = std::fs::canonicalize("benchmarks").expect("benchmarks/ exists");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", root.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("benchmark.toml").is_file())
+        .collect();
+    dirs.sort();
+    let lit = |s: &str| format!("{s:?}");
+    let mut tomls = String::new();
+    let mut rcps = String::new();
+    let mut targets = String::new();
+    let mut rounds_summary = Vec::new();
+    let mut defaults = Vec::new();
+    for dir in &dirs {
+        let path = dir.join("benchmark.toml");
+        let fail = |what: String| -> ! { panic!("{}: {what}", path.display()) };
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(e.to_string()));
+        let table: toml::Table = toml::from_str(&text).unwrap_or_else(|e| fail(e.to_string()));
+        let folder = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("utf-8 folder name");
+        let name = table.get("name").and_then(|v| v.as_str());
+        if name != Some(folder) {
+            fail(format!(
+                "name must be \"{folder}\" (the folder's name), got {name:?}"
+            ));
+        }
+        if !folder
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            fail(format!(
+                "the folder name {folder:?} must be lowercase letters, digits and _"
+            ));
+        }
+        let target = match table.get("target") {
+            Some(toml::Value::Float(x)) => *x,
+            Some(toml::Value::Integer(x)) => *x as f64,
+            other => fail(format!("target must be a number, got {other:?}")),
+        };
+        if let Some(d) = table.get("default_ruleset").and_then(|v| v.as_str()) {
+            defaults.push(format!("{folder} {d}"));
+        }
+        let rounds = table
+            .get("rounds")
+            .and_then(|v| v.as_array())
+            .unwrap_or_else(|| fail("no [[rounds]]".into()));
+        let mut names = Vec::new();
+        let mut seen_rcp: Vec<&str> = Vec::new();
+        for round in rounds {
+            let field = |key: &str| {
+                round
+                    .get(key)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_else(|| fail(format!("a [[rounds]] entry has no string `{key}`")))
+            };
+            names.push(field("name").to_string());
+            let rcp = field("rcp");
+            if seen_rcp.contains(&rcp) {
+                continue;
+            }
+            seen_rcp.push(rcp);
+            let file = dir.join(rcp);
+            if !file.is_file() {
+                fail(format!(
+                    "round {}: rcp file {} not found",
+                    field("name"),
+                    file.display()
+                ));
+            }
+            let abs = file.to_str().expect("utf-8 benchmarks path");
+            rcps.push_str(&format!(
+                "    ({}, {}, include_str!({})),\n",
+                lit(folder),
+                lit(rcp),
+                lit(abs)
+            ));
+        }
+        rounds_summary.push(format!("{folder} {}", names.join(", ")));
+        tomls.push_str(&format!(
+            "    ({}, include_str!({})),\n",
+            lit(folder),
+            lit(path.to_str().expect("utf-8 benchmarks path"))
+        ));
+        targets.push_str(&format!(
+            "/// {folder}'s closed-division quality target (benchmarks/{folder}/benchmark.toml `target`).\n\
+             pub const {}_TARGET: f64 = {target:?};\n",
+            folder.to_ascii_uppercase()
+        ));
+    }
+    let body = format!(
+        "// generated by build.rs from benchmarks/*/benchmark.toml: do not edit\n\
+         /// (name, text) of each benchmarks/<name>/benchmark.toml, ordered by name.\n\
+         pub const BENCHMARK_TOMLS: &[(&str, &str)] = &[\n{tomls}];\n\
+         /// (benchmark, path relative to benchmarks/<benchmark>/, text) of every round's RCP file.\n\
+         pub const RCP_FILES: &[(&str, &str, &str)] = &[\n{rcps}];\n\
+         {targets}\
+         /// Each benchmark's rounds, for help texts: \"bert 2.0.0, ...; resnet ...\".\n\
+         pub const ROUNDS_SUMMARY: &str = {};\n\
+         /// Each benchmark's default ruleset, for help texts: \"bert 5.0.0, resnet 4.0.0\".\n\
+         pub const DEFAULT_RULESETS: &str = {};\n",
+        lit(&rounds_summary.join("; ")),
+        lit(&defaults.join(", ")),
+    );
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let dest = out.join("benchmark_data.rs");
+    std::fs::write(&dest, body).unwrap_or_else(|e| panic!("cannot write {}: {e}", dest.display()));
 }
 
 /// The ImageNet loader's region decoder (src/data/imagenet/jpeg_region.c) on libjpeg-turbo's

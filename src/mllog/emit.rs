@@ -264,7 +264,7 @@ mod tests {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let mut e = Emitter::new(vec![Sink::Memory(lines.clone())]).with_clock(|| 1653030513397);
         e.start("cache_clear", Value::Null, Map::new()).unwrap();
-        e.event_with("eval_accuracy", 0.759, crate::meta! {"epoch_num" => 4})
+        e.event_with("eval_accuracy", 0.7625, crate::meta! {"epoch_num" => 4})
             .unwrap();
         let lines = lines.lock().unwrap();
         let file = file!();
@@ -273,6 +273,6 @@ mod tests {
         ));
         assert!(lines[0].contains(&format!("\"file\": \"{file}\", \"lineno\": ")));
         assert!(lines[1].ends_with(", \"epoch_num\": 4}}"), "{}", lines[1]);
-        assert!(lines[1].contains("\"value\": 0.759,"));
+        assert!(lines[1].contains("\"value\": 0.7625,"));
     }
 }

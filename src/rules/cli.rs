@@ -18,17 +18,7 @@ pub enum OutputFormat {
 
 /// Check MLPerf Training logs against the compliance rules.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "\
-Exit status: 0 when every file is compliant, 1 when any is not, 2 on usage or I/O errors.
-
-Findings print as `path:line: [rule] key: message`. The ruleset defaults to the
-benchmark's last round (resnet 4.0.0, bert 5.0.0; 4.0.0 when the log names no known
-benchmark). Supported rulesets: 2.0.0, 2.1.0, 3.0.0, 3.1.0, 4.0.0, 4.1.0 (BERT only), 5.0.0.
-
-Examples:
-  mlperf-run check results/dgxa100/resnet/result_0.txt
-  mlperf-run check --ruleset 2.0.0 --official results/
-  mlperf-run check --format json results/ > verdicts.json")]
+#[command(after_help = check_after_help())]
 pub struct CheckArgs {
     /// Log files, or directories searched recursively for result_*.txt (every regular file
     /// when a directory holds no result_*.txt).
@@ -49,6 +39,27 @@ pub struct CheckArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+}
+
+/// The help's closing text; the rounds and defaults come from benchmarks/<name>/benchmark.toml
+/// (as embedded at build time).
+fn check_after_help() -> String {
+    use crate::benchmarks::generated::{DEFAULT_RULESETS, ROUNDS_SUMMARY};
+    format!(
+        "\
+Exit status: 0 when every file is compliant, 1 when any is not, 2 on usage or I/O errors.
+
+Findings print as `path:line: [rule] key: message`. The ruleset defaults to the
+benchmark's default_ruleset ({DEFAULT_RULESETS}; {} when the log names no known
+benchmark). Rulesets, the benchmarks' rounds in benchmarks/<name>/benchmark.toml:
+{ROUNDS_SUMMARY}.
+
+Examples:
+  mlperf-run check results/dgxa100/resnet/result_0.txt
+  mlperf-run check --ruleset 2.0.0 --official results/
+  mlperf-run check --format json results/ > verdicts.json",
+        super::FALLBACK_RULESET
+    )
 }
 
 /// Files to check under `paths`, in a stable order.
@@ -180,11 +191,8 @@ struct Checked {
 
 pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
     if let Some(r) = &args.ruleset {
-        if tables::ruleset(r).is_none() {
-            bail!(
-                "unsupported ruleset '{r}' (supported: {})",
-                tables::names().join(", ")
-            );
+        if let Err(message) = tables::resolve(r, None) {
+            bail!("{message}");
         }
     }
     if args.official && official::python().is_none() {

@@ -122,7 +122,7 @@ impl Run<'_> {
                 "ruleset {} has no rules '{name}' (the official checker stops with an error here); \
                  {benchmark}'s rounds are {}: pass --ruleset {}",
                 self.ruleset.name,
-                b.rulesets.join(", "),
+                b.round_names().join(", "),
                 b.default_ruleset
             )
         } else {

@@ -6,7 +6,10 @@
 //!
 //! The rules are data ([`tables`]), one table per ruleset (2.0.0 .. 5.0.0), applied by
 //! [`engine`] with the semantics of the official `mlperf_logging.compliance_checker`, so our
-//! verdict equals the official one (tests/check_differential.rs holds us to that).
+//! verdict equals the official one (tests/check_differential.rs holds us to that). The
+//! rulesets a user may name are the benchmarks' rounds (benchmarks/<name>/benchmark.toml); a
+//! round is checked with the table its `rules` names ([`tables::resolve`]), so a new round
+//! that reuses the last round's rules needs no code.
 //!
 //! Finding rule ids: `parse` (a line that cannot be read), `empty` (no MLLOG lines),
 //! `ruleset`, `unsupported` (benchmark or rule file outside what we check), `value`,
@@ -156,20 +159,17 @@ pub fn check_log(log: &LogFile, opts: &CheckOptions) -> Verdict {
         });
     }
     let mut warnings = Vec::new();
-    match tables::ruleset(&ruleset) {
-        Some(rules) => {
-            let outcome = engine::evaluate(log, rules);
+    match tables::resolve(&ruleset, benchmark.as_deref()) {
+        Ok(rules) => {
+            let outcome = engine::evaluate(log, &rules);
             findings.extend(outcome.findings);
             warnings = outcome.warnings;
         }
-        None => findings.push(Finding {
+        Err(message) => findings.push(Finding {
             line: None,
             key: None,
             rule: "ruleset".into(),
-            message: format!(
-                "unsupported ruleset '{ruleset}' (supported: {})",
-                tables::names().join(", ")
-            ),
+            message,
         }),
     }
     Verdict {

@@ -98,22 +98,11 @@ pub enum RulesetSource {
     Default,
 }
 
-/// MLPerf Training rounds by submission window: logs whose run_start falls before the end
-/// (Unix ms, exclusive) and not before 2022-02-01 belong to that round.
-const ROUND_WINDOWS: &[(i64, &str)] = &[
-    (1_659_312_000_000, "2.0.0"), // 2022-08-01
-    (1_675_209_600_000, "2.1.0"), // 2023-02-01
-    (1_690_848_000_000, "3.0.0"), // 2023-08-01
-    (1_706_745_600_000, "3.1.0"), // 2024-02-01
-    (1_722_470_400_000, "4.0.0"), // 2024-08-01
-    (1_738_368_000_000, "4.1.0"), // 2025-02-01
-    (1_754_006_400_000, "5.0.0"), // 2025-08-01
-];
-const FIRST_WINDOW_START_MS: i64 = 1_643_673_600_000; // 2022-02-01
-
 /// The ruleset for a set: the user's, else a `vX.Y` path component, else the round of the
-/// logs' run_start date, else the benchmark default. Inferred rulesets the benchmark does not
-/// know (e.g. resnet at 4.1.0, after its last round) fall back to the default.
+/// logs' run_start date, else the benchmark default. Rounds and their submission windows come
+/// from the benchmark's `[[rounds]]` (benchmarks/<name>/benchmark.toml); inferred rulesets the
+/// benchmark does not know (e.g. resnet at 4.1.0, after its last round) fall back to the
+/// default.
 pub fn choose_ruleset(
     user: Option<&str>,
     dir: &Path,
@@ -123,15 +112,11 @@ pub fn choose_ruleset(
     if let Some(r) = user {
         return (r.to_string(), RulesetSource::User);
     }
-    let known = |r: &str| bench.rulesets.iter().any(|k| k == r);
-    if let Some(r) = ruleset_from_path(dir).filter(|r| known(r)) {
+    if let Some(r) = ruleset_from_path(dir).filter(|r| bench.round(r).is_some()) {
         return (r, RulesetSource::Path);
     }
-    if let Some(r) = run_start_ms
-        .and_then(ruleset_from_date)
-        .filter(|r| known(r))
-    {
-        return (r.to_string(), RulesetSource::LogDate);
+    if let Some(r) = run_start_ms.and_then(|t| bench.round_at(t)) {
+        return (r.name.clone(), RulesetSource::LogDate);
     }
     (bench.default_ruleset.clone(), RulesetSource::Default)
 }
@@ -163,16 +148,13 @@ pub fn ruleset_from_path(dir: &Path) -> Option<String> {
     })
 }
 
-/// The round whose submission window holds `time_ms`.
+/// The round whose submission window holds `time_ms`, in any benchmark's `[[rounds]]`
+/// (rounds are MLPerf-wide: every benchmark of a round has the same window).
 pub fn ruleset_from_date(time_ms: f64) -> Option<&'static str> {
-    let t = time_ms as i64;
-    if t < FIRST_WINDOW_START_MS {
-        return None;
-    }
-    ROUND_WINDOWS
+    crate::benchmarks::all()
         .iter()
-        .find(|(end, _)| t < *end)
-        .map(|(_, r)| *r)
+        .find_map(|b| b.round_at(time_ms))
+        .map(|r| r.name.as_str())
 }
 
 #[cfg(test)]
@@ -199,6 +181,27 @@ mod tests {
         assert_eq!(ruleset_from_date(1_665_709_593_574.0), Some("2.1.0")); // 2022-10-14
         assert_eq!(ruleset_from_date(1_600_000_000_000.0), None); // 2020
         assert_eq!(ruleset_from_date(1_800_000_000_000.0), None); // 2027
+    }
+
+    #[test]
+    fn windows_come_from_the_rounds() {
+        assert_eq!(ruleset_from_date(1_643_673_599_999.0), None); // just before 2022-02-01
+        assert_eq!(ruleset_from_date(1_643_673_600_000.0), Some("2.0.0")); // 2022-02-01
+        assert_eq!(ruleset_from_date(1_754_006_399_999.0), Some("5.0.0")); // 2025-07-31
+        assert_eq!(ruleset_from_date(1_754_006_400_000.0), None); // 2025-08-01
+        let resnet = crate::benchmarks::get("resnet").unwrap();
+        let at = |t: f64| choose_ruleset(None, Path::new("/nowhere"), Some(t), resnet);
+        assert_eq!(
+            at(1_722_470_399_999.0),
+            ("4.0.0".to_string(), RulesetSource::LogDate)
+        );
+        assert_eq!(
+            at(1_652_653_411_923.0),
+            ("2.0.0".to_string(), RulesetSource::LogDate)
+        );
+        // a vX.Y path component names a round only when the benchmark has it
+        let (r, s) = choose_ruleset(None, Path::new("/x/v4.1/a"), None, resnet);
+        assert_eq!((r.as_str(), s), ("4.0.0", RulesetSource::Default));
     }
 
     #[test]

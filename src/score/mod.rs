@@ -441,23 +441,31 @@ fn dir_name(dir: Option<&Path>) -> Option<String> {
     abs.file_name().map(|n| n.to_string_lossy().into_owned())
 }
 
-/// `mlperf-run score`.
-#[derive(clap::Args, Debug)]
-#[command(after_help = "\
+/// The help's closing text; the defaults come from benchmarks/<name>/benchmark.toml.
+fn score_after_help() -> String {
+    format!(
+        "\
 DIR may be a submitter tree (with results/), a results/<system> folder, one \
 results/<system>/<benchmark> folder, or any folder above them: every folder holding \
 result_*.txt files is scored as one set.
 
 Ruleset: --ruleset, else a vX.Y component of the path (e.g. training_results_v2.0), else the \
-round whose submission window holds the logs' run_start date, else the benchmark default \
-(resnet 4.0.0, bert 5.0.0).
+round whose submission window holds the logs' run_start date (the [[rounds]] of \
+benchmarks/<name>/benchmark.toml), else the benchmark default ({}).
 
-Closed sets get the RCP check; their score is multiplied by the RCP normalization factor \
-when they pass faster than the RCP mean (what the official summarizer writes to scaling.json). \
-Open sets honour an existing scaling.json. Nothing is written.
+Closed sets get the RCP check (the round's RCP file); their score is multiplied by the RCP \
+normalization factor when they pass faster than the RCP mean (what the official summarizer \
+writes to scaling.json). Open sets honour an existing scaling.json. Nothing is written.
 
 Exit status: 0 every set has a valid score, 1 some set has none (too many non-converged runs, \
-wrong number of runs, RCP failed), 2 error (unreadable path, no result files).")]
+wrong number of runs, RCP failed), 2 error (unreadable path, no result files).",
+        crate::benchmarks::generated::DEFAULT_RULESETS
+    )
+}
+
+/// `mlperf-run score`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = score_after_help())]
 pub struct ScoreArgs {
     /// Folder holding result sets.
     #[arg(value_name = "DIR")]

@@ -7,80 +7,18 @@
 //! converge fastest for their batch size, batch sizes between two points are interpolated, and
 //! a passing set faster than the RCP mean is scaled by RCP_mean / set_mean.
 //!
-//! The tables are data: `benchmarks/<name>/rcp/training_<ruleset>.json` (the official files,
-//! unchanged), embedded at build time; `MLPERF_RUN_BENCHMARKS_DIR` reads them from a directory.
+//! The tables are data: each round of `benchmarks/<name>/benchmark.toml` names its RCP file
+//! (`rcp = "rcp/training_<ruleset>.json"`, the official files, unchanged), embedded at build
+//! time (build.rs); `MLPERF_RUN_BENCHMARKS_DIR` reads the rounds and their files from a
+//! directory.
 
 use super::tdist;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
-use std::path::PathBuf;
 
 const ALPHA: f64 = 0.05;
 const TOLERANCE: f64 = 0.0001;
-
-const EMBEDDED: &[(&str, &str, &str)] = &[
-    (
-        "resnet",
-        "2.0.0",
-        include_str!("../../benchmarks/resnet/rcp/training_2.0.0.json"),
-    ),
-    (
-        "resnet",
-        "2.1.0",
-        include_str!("../../benchmarks/resnet/rcp/training_2.1.0.json"),
-    ),
-    (
-        "resnet",
-        "3.0.0",
-        include_str!("../../benchmarks/resnet/rcp/training_3.0.0.json"),
-    ),
-    (
-        "resnet",
-        "3.1.0",
-        include_str!("../../benchmarks/resnet/rcp/training_3.1.0.json"),
-    ),
-    (
-        "resnet",
-        "4.0.0",
-        include_str!("../../benchmarks/resnet/rcp/training_4.0.0.json"),
-    ),
-    (
-        "bert",
-        "2.0.0",
-        include_str!("../../benchmarks/bert/rcp/training_2.0.0.json"),
-    ),
-    (
-        "bert",
-        "2.1.0",
-        include_str!("../../benchmarks/bert/rcp/training_2.1.0.json"),
-    ),
-    (
-        "bert",
-        "3.0.0",
-        include_str!("../../benchmarks/bert/rcp/training_3.0.0.json"),
-    ),
-    (
-        "bert",
-        "3.1.0",
-        include_str!("../../benchmarks/bert/rcp/training_3.1.0.json"),
-    ),
-    (
-        "bert",
-        "4.0.0",
-        include_str!("../../benchmarks/bert/rcp/training_4.0.0.json"),
-    ),
-    (
-        "bert",
-        "4.1.0",
-        include_str!("../../benchmarks/bert/rcp/training_4.1.0.json"),
-    ),
-    (
-        "bert",
-        "5.0.0",
-        include_str!("../../benchmarks/bert/rcp/training_5.0.0.json"),
-    ),
-];
 
 /// One reference point (a batch size) with its statistics.
 #[derive(Debug, Clone, Serialize)]
@@ -377,36 +315,22 @@ impl RcpTable {
     }
 }
 
-/// Rulesets with an RCP table for `benchmark`.
+/// Rulesets with an RCP table for `benchmark`: its rounds (benchmarks/<name>/benchmark.toml).
 pub fn rulesets(benchmark: &str) -> Vec<&'static str> {
-    EMBEDDED
-        .iter()
-        .filter(|(b, _, _)| *b == benchmark)
-        .map(|(_, r, _)| *r)
-        .collect()
+    crate::benchmarks::get(benchmark)
+        .map(|b| b.round_names())
+        .unwrap_or_default()
 }
 
 fn table_text(benchmark: &str, ruleset: &str) -> Result<(String, String)> {
-    if let Some(dir) = std::env::var_os("MLPERF_RUN_BENCHMARKS_DIR").map(PathBuf::from) {
-        let path = dir
-            .join(benchmark)
-            .join("rcp")
-            .join(format!("training_{ruleset}.json"));
-        let text = std::fs::read_to_string(&path).with_context(|| {
-            format!(
-                "no RCP table for {benchmark} at ruleset {ruleset}: cannot read {}",
-                path.display()
-            )
-        })?;
-        return Ok((text, path.display().to_string()));
-    }
-    match EMBEDDED.iter().find(|(b, r, _)| *b == benchmark && *r == ruleset) {
-        Some((_, _, text)) => {
-            Ok((text.to_string(), format!("benchmarks/{benchmark}/rcp/training_{ruleset}.json (embedded)")))
-        }
+    let bench = crate::benchmarks::get(benchmark)
+        .with_context(|| format!("no RCP table for {benchmark} at ruleset {ruleset}"))?;
+    match bench.round(ruleset) {
+        Some(round) => crate::benchmarks::rcp_text(bench, round),
         None => bail!(
-            "no RCP table for {benchmark} at ruleset {ruleset} (known: {}); pass --ruleset with one of them",
-            rulesets(benchmark).join(", ")
+            "no RCP table for {benchmark} at ruleset {ruleset} (known: {}); pass --ruleset with \
+             one of them, or add the round to benchmarks/{benchmark}/benchmark.toml",
+            bench.round_names().join(", ")
         ),
     }
 }

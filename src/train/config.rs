@@ -388,9 +388,11 @@ impl ResnetRunConfig {
         let t = &self.train;
         let m = &self.methods;
         let refuse = |msg: String| -> Result<()> { bail!("closed division: {msg}") };
-        if t.target < 0.759 {
+        let bench = crate::benchmarks::get("resnet")?;
+        if t.target < bench.target {
             refuse(format!(
-                "train.target must be at least 0.759 (the ResNet quality target), got {}",
+                "train.target must be at least {} (the ResNet quality target), got {}",
+                bench.target_text(),
                 t.target
             ))?;
         }
@@ -426,9 +428,10 @@ impl ResnetRunConfig {
             }
             _ => {}
         }
-        if t.eval_period != 4 || t.eval_offset > 3 {
+        let (every, max_offset) = bench.eval_epochs()?;
+        if t.eval_period != every || t.eval_offset > max_offset {
             refuse(format!(
-                "evaluate every 4 epochs with an offset 0..=3 (train.eval_period = 4, train.eval_offset in 0..=3), got period {} offset {}",
+                "evaluate every {every} epochs with an offset 0..={max_offset} (train.eval_period = {every}, train.eval_offset in 0..={max_offset}), got period {} offset {}",
                 t.eval_period, t.eval_offset
             ))?;
         }

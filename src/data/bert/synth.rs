@@ -7,7 +7,8 @@
 //! sentences of 5 to 40 words; the first `--sentences` of them form one "document".
 //!
 //! Honest scope: the tiny presets use a few dozen sentences, sampled over and over, so a tiny
-//! model can memorise them and pass MLPerf's 0.720 masked-LM accuracy rule in minutes on a CPU.
+//! model can memorise them and pass MLPerf's masked-LM accuracy target (benchmarks/bert) in minutes
+//! on a CPU.
 //! The eval set is drawn from the same sentences with different pairings and masks. Such
 //! results prove the pipeline (data format, masking, model, optimizer, logging), not the model.
 //!
