@@ -483,6 +483,32 @@ fn current(set: &SetScore, column: &str) -> std::result::Result<Recorded, String
             all.join("; ")
         }
     };
+    if column != "score_min" {
+        // a run that crashed, diverged or was interrupted is a finding, not noise to drop
+        let bad: Vec<String> = set
+            .runs
+            .iter()
+            .filter(|r| !r.measurable())
+            .map(|r| {
+                format!(
+                    "{}: {}{}",
+                    r.file.display(),
+                    r.status.as_str(),
+                    r.stop_reason
+                        .as_ref()
+                        .or(r.reason.as_ref())
+                        .map(|why| format!(" ({why})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        if !bad.is_empty() {
+            return Err(format!(
+                "every run must converge or end at its epoch, sample or time limit: {}",
+                bad.join("; ")
+            ));
+        }
+    }
     match column {
         "score_min" if set.valid() => Ok(Recorded {
             value: set.score.unwrap_or(f64::NAN),

@@ -240,11 +240,14 @@ fn the_committed_baseline_passes_on_the_real_logs() {
     );
 }
 
+/// The run_stop reason of a run that ended at its epoch limit, as the engine writes it.
+const AT_LIMIT: &str = "epoch limit reached before the target";
+
 /// A short-run set: one run per entry, each run's per-block throughputs (images/s).
 fn write_short_set(dir: &Path, runs: &[&[f64]]) {
     std::fs::create_dir_all(dir).unwrap();
     for (i, tps) in runs.iter().enumerate() {
-        let log = common::emitter_logs::short_resnet_text(tps, 2.0, i as u64 + 1);
+        let log = common::emitter_logs::short_resnet_text(tps, 2.0, i as u64 + 1, AT_LIMIT);
         std::fs::write(dir.join(format!("result_{i}.txt")), log).unwrap();
     }
 }
@@ -420,6 +423,18 @@ fn the_spread_of_the_runs_widens_the_throughput_limit() {
     let out = regress(&csv, &results, &args);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("improved"), "{}", text(&out));
+    // a run that diverged is not noise to drop: the set has no throughput verdict, exit 1
+    let diverged =
+        common::emitter_logs::short_resnet_text(&[1500.0], 2.0, 9, "diverged: loss NaN at step 7");
+    std::fs::write(results.join("gpu1/resnet/result_1.txt"), diverged).unwrap();
+    let out = regress(&csv, &results, &args);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("NO SCORE resnet/n/gpu1: throughput")
+            && t.contains("result_1.txt: aborted (diverged: loss NaN at step 7)"),
+        "{t}"
+    );
 }
 
 #[test]
