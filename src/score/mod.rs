@@ -573,6 +573,13 @@ Closed sets get the RCP check; their score is multiplied by the RCP normalizatio
 when they pass faster than the RCP mean (what the official summarizer writes to scaling.json). \
 Open sets honour an existing scaling.json. Nothing is written.
 
+throughput: mean of the runs' `throughput` (else `tracked_stats`) values, over the converged \
+runs, or for a set without any (a short run) over the runs that ended at their epoch, sample \
+or time limit. projected_min: each such run projected to a full run to target (its steady \
+training rate after the first eval, its warm-up paid once, the RCP mean epochs or samples at \
+the set's global batch size, evals at the closed cadence on the full eval set), and the \
+olympic mean of those; see docs/ci.md.
+
 Exit status: 0 every set has a valid score, 1 some set has none (too many non-converged runs, \
 wrong number of runs, RCP failed), 2 error (unreadable path, no result files).")]
 pub struct ScoreArgs {

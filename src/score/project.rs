@@ -172,7 +172,9 @@ impl Plan {
             RcpMatch::Found => String::new(),
             RcpMatch::Interpolated => ", interpolated".into(),
             RcpMatch::BelowSmallest => {
-                format!(", the smallest batch size's (global_batch_size {gbs} is below every RCP)")
+                format!(
+                    "; global_batch_size {gbs} is below every RCP batch size: the smallest one's"
+                )
             }
             RcpMatch::Missing | RcpMatch::NoRcps => String::new(),
         };

@@ -135,6 +135,15 @@ const RUN_HEADER: [&str; 8] = [
     "note",
 ];
 
+/// Epochs with 2 decimals, samples whole.
+fn amount(x: f64, unit: &str) -> String {
+    if unit == "samples" {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
 /// The projection section of a set without a valid score: to what full run its runs were
 /// projected, and how each run's projected minutes are made up.
 fn projection_section(out: &mut String, set: &SetScore, markdown: bool) {
@@ -152,12 +161,13 @@ fn projection_section(out: &mut String, set: &SetScore, markdown: bool) {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}Projected time to train: {} {} to target ({}), an eval every {} {} on {}              samples; projected score {} min{spread}",
+            "{}Projected time to train (the runs did not converge): {} {} to target ({}), an \
+             eval every {} {} on {} samples; projected score {} min{spread}",
             if markdown { "\n" } else { "" },
-            plan.converge_at,
+            amount(plan.converge_at, plan.unit),
             plan.unit,
             plan.source,
-            plan.eval_interval,
+            amount(plan.eval_interval, plan.unit),
             plan.unit,
             plan.eval_samples,
             f4(p.score),
