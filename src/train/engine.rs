@@ -408,7 +408,7 @@ fn log_block_throughput(
     samples: u64,
     seconds: f64,
 ) -> std::io::Result<()> {
-    if samples == 0 || !(seconds > 0.0) {
+    if samples == 0 || seconds.is_nan() || seconds <= 0.0 {
         return Ok(());
     }
     log.event_with(
