@@ -27,6 +27,7 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
+#[cfg(feature = "torch")]
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
 }
