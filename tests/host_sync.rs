@@ -34,6 +34,9 @@ impl Workload for ReadsEveryStep {
     fn start_block(&mut self, block: &Block) -> anyhow::Result<u64> {
         self.0.start_block(block)
     }
+    fn samples_per_step(&self) -> u64 {
+        self.0.samples_per_step()
+    }
     fn train_step(&mut self, sync: &mut dyn GradSync) -> anyhow::Result<tch::Tensor> {
         let loss = self.0.train_step(sync)?;
         let _ = loss.double_value(&[]);

@@ -48,6 +48,9 @@ impl Workload for Scripted {
     fn start_block(&mut self, _block: &Block) -> Result<u64> {
         Ok(2)
     }
+    fn samples_per_step(&self) -> u64 {
+        8
+    }
     fn train_step(&mut self, _sync: &mut dyn GradSync) -> Result<tch::Tensor> {
         self.step += 1;
         if self.fail_at_step == Some(self.step) {
@@ -121,6 +124,7 @@ fn success_stops_at_the_first_eval_over_target() {
         "run_start",
         "block_start",
         "block_stop",
+        "tracked_stats",
         "eval_start",
         "eval_accuracy",
         "eval_stop",
@@ -134,6 +138,86 @@ fn success_stops_at_the_first_eval_over_target() {
     let b = log.with_key("block_start").nth(1).unwrap();
     assert_eq!(b.meta("first_epoch_num"), Some(&json!(3)));
     assert_eq!(b.meta("epoch_count"), Some(&json!(2)));
+    // every block's training throughput, after its block_stop, as NVIDIA's logs carry it
+    let stats: Vec<_> = log.with_key("tracked_stats").collect();
+    assert_eq!(stats.len(), 2, "one per block");
+    for (s, step) in stats.iter().zip([1, 3]) {
+        assert_eq!(s.meta("step"), Some(&json!(step)));
+        let tp = s.value["throughput"].as_f64().unwrap();
+        assert!(tp.is_finite() && tp > 0.0, "{s:?}");
+        assert_eq!(s.value.as_object().unwrap().len(), 1);
+    }
+    // one call site: the same file and line in every block (and run)
+    assert_eq!(stats[0].meta("lineno"), stats[1].meta("lineno"));
+}
+
+#[test]
+fn tracked_stats_time_only_the_training_part_of_a_block() {
+    // 2 steps of 8 samples per block; the steps take 50 ms each, the eval 400 ms
+    struct Slow(Scripted);
+    impl Workload for Slow {
+        fn benchmark(&self) -> &'static str {
+            self.0.benchmark()
+        }
+        fn hyperparameters(&self) -> Vec<(&'static str, Value)> {
+            self.0.hyperparameters()
+        }
+        fn build(&mut self, ctx: &BuildContext) -> Result<()> {
+            self.0.build(ctx)
+        }
+        fn blocks(&self) -> Vec<Block> {
+            self.0.blocks()
+        }
+        fn start_block(&mut self, block: &Block) -> Result<u64> {
+            self.0.start_block(block)
+        }
+        fn samples_per_step(&self) -> u64 {
+            self.0.samples_per_step()
+        }
+        fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor> {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.0.train_step(sync)
+        }
+        fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            self.0.evaluate(sync)
+        }
+        fn target(&self) -> f64 {
+            self.0.target()
+        }
+    }
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let mut opts = RunOptions::new(
+        tch::Device::Cpu,
+        Submission {
+            org: "o".into(),
+            platform: "p".into(),
+            division: "open".into(),
+            status: "research".into(),
+        },
+    );
+    opts.seed = Some(1);
+    opts.extra_sinks.push(Sink::Memory(lines.clone()));
+    let mut w = Slow(Scripted {
+        accuracies: vec![0.1, 0.2],
+        losses: vec![],
+        fail_at_step: None,
+        step: 0,
+        eval: 0,
+    });
+    let out = engine::run_once(&mut w, opts).unwrap();
+    let log = parse_str(&lines.lock().unwrap().join("\n"));
+    let tps: Vec<f64> = log
+        .with_key("tracked_stats")
+        .map(|e| e.value["throughput"].as_f64().unwrap())
+        .collect();
+    assert_eq!(tps.len(), 2);
+    for (tp, secs) in tps.iter().zip(&out.block_seconds) {
+        // 16 samples over the block's training seconds: >= 100 ms of steps, not the 400 ms eval
+        // (with it: at most 16 / 0.5 = 32 samples/s)
+        assert!((tp - 16.0 / secs).abs() < 1e-6 * tp, "{tp} vs {secs}");
+        assert!(*tp > 16.0 / 0.45 && *tp <= 160.0, "{tp}");
+    }
 }
 
 #[test]
@@ -153,6 +237,8 @@ fn nan_loss_aborts() {
     let log = parse_str(&lines.join("\n"));
     assert_eq!(log.last("run_stop").unwrap().status(), Some("aborted"));
     assert!(log.first("eval_accuracy").is_none());
+    // the block that stopped still reports the throughput of the steps it did
+    assert_eq!(log.with_key("tracked_stats").count(), 1);
     assert_eq!(
         log.with_key("block_start").count(),
         log.with_key("block_stop").count()

@@ -14,15 +14,19 @@
 //! scaling.json's `scaling_factor`.
 
 mod discover;
+pub mod project;
 pub mod rcp;
 mod render;
+pub mod spread;
 pub mod tdist;
 
 pub use discover::{
     choose_ruleset, find_sets, result_files, ruleset_from_date, ruleset_from_path, RulesetSource,
 };
+pub use project::{Plan, Projection, RunShape};
 pub use rcp::{RcpCheck, RcpMatch, RcpPoint, RcpTable};
 pub use render::{render, Format};
+pub use spread::Spread;
 
 use crate::benchmarks::{self, Benchmark};
 use crate::mllog::{self, keys, LogFile};
@@ -74,15 +78,38 @@ pub struct RunScore {
     /// samples for BERT), rounded to 3 decimals as the RCP checker does.
     pub converged_at: Option<f64>,
     pub global_batch_size: Option<f64>,
-    /// Mean of the run's `throughput` events (else the first number in each `tracked_stats`).
+    /// Mean of the run's `throughput` events, else of its `tracked_stats` (their `throughput`
+    /// field, else their first number).
     pub throughput: Option<f64>,
     pub run_start_ms: Option<f64>,
+    /// run_stop's `reason` metadata (mlperf-run writes why a run was aborted).
+    pub stop_reason: Option<String>,
+    /// The run projected to a full run to target (see [`project`]).
+    pub projection: Option<Projection>,
 }
+
+/// The run_stop reasons of a run that ended at its epoch, sample or time limit: a short run
+/// that did what it was asked (the throughput and projection gates measure these).
+pub const LIMIT_REASONS: &[&str] = &["epoch limit", "sample limit", "time limit"];
 
 impl RunScore {
     /// Counts towards the olympic mean.
     pub fn converged(&self) -> bool {
         self.status == RunStatus::Success && self.minutes.is_some()
+    }
+
+    /// Its timings stand for the system: converged, or aborted at its epoch, sample or time
+    /// limit ([`LIMIT_REASONS`]; an aborted run_stop without a reason, as other tools write
+    /// them, counts too). Not: diverged, interrupted, failed, non-compliant, unfinished.
+    pub fn measurable(&self) -> bool {
+        match self.status {
+            RunStatus::Success => self.minutes.is_some(),
+            RunStatus::Aborted => self
+                .stop_reason
+                .as_deref()
+                .is_none_or(|r| LIMIT_REASONS.iter().any(|l| r.starts_with(l))),
+            RunStatus::NonCompliant | RunStatus::NoRunStop => false,
+        }
     }
 }
 
@@ -117,9 +144,28 @@ pub struct SetScore {
     pub score: Option<f64>,
     /// The RCP check (closed division only).
     pub rcp: Option<RcpCheck>,
-    /// Mean throughput over the converged runs, where the logs record it.
+    /// Mean throughput over the converged runs that record one; when none does, over the runs
+    /// that ended at their limit ([`RunScore::measurable`]: short runs).
     pub throughput: Option<f64>,
+    /// Median and spread of the same runs' throughputs.
+    pub throughput_spread: Option<Spread>,
+    /// The projected full run of every measurable run (see [`project`]).
+    pub projection: Option<SetProjection>,
     /// Why the set has no valid score (empty when it has one).
+    pub problems: Vec<String>,
+}
+
+/// The set's runs projected to full runs to target.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetProjection {
+    /// The full run they are projected to (None when it could not be defined: see problems).
+    pub plan: Option<Plan>,
+    /// What the score would be: olympic mean of the runs' projected minutes (plain mean with
+    /// fewer than 3 runs).
+    pub score: Option<f64>,
+    /// Median and spread of the runs' projected minutes.
+    pub spread: Option<Spread>,
+    /// Why runs (or the set) could not be projected, naming file and line.
     pub problems: Vec<String>,
 }
 
@@ -205,13 +251,12 @@ pub fn score_set(dir: &Path, opts: &ScoreOptions) -> Result<SetScore> {
             (None, None) => (1.0, ScalingSource::None),
         };
     let score = olympic.filter(|_| dropped <= 1).map(|o| o * scaling_factor);
-    let throughputs: Vec<f64> = runs
-        .iter()
-        .filter(|r| r.converged())
-        .filter_map(|r| r.throughput)
-        .collect();
+    let throughputs = set_throughputs(&runs);
     let throughput = (!throughputs.is_empty())
         .then(|| throughputs.iter().sum::<f64>() / throughputs.len() as f64);
+    let throughput_spread = Spread::of(&throughputs);
+    let mut runs = runs;
+    let projection = Some(project_runs(bench, &ruleset, &logs, &mut runs));
 
     Ok(SetScore {
         dir: dir.to_path_buf(),
@@ -229,8 +274,72 @@ pub fn score_set(dir: &Path, opts: &ScoreOptions) -> Result<SetScore> {
         score,
         rcp,
         throughput,
+        throughput_spread,
+        projection,
         problems,
     })
+}
+
+/// The throughputs a set is measured by: its converged runs' where any records one, else
+/// those of the runs that ended at their limit (short runs).
+fn set_throughputs(runs: &[RunScore]) -> Vec<f64> {
+    let of = |keep: &dyn Fn(&RunScore) -> bool| -> Vec<f64> {
+        runs.iter()
+            .filter(|r| keep(r))
+            .filter_map(|r| r.throughput)
+            .collect()
+    };
+    let converged = of(&|r| r.converged());
+    if converged.is_empty() {
+        of(&|r| r.measurable())
+    } else {
+        converged
+    }
+}
+
+/// Project every measurable run of a set (in place) to the closed division's full run at the
+/// set's global batch size; the set's projected score and spread.
+fn project_runs(
+    bench: &Benchmark,
+    ruleset: &str,
+    logs: &[LogFile],
+    runs: &mut [RunScore],
+) -> SetProjection {
+    let mut out = SetProjection {
+        plan: None,
+        score: None,
+        spread: None,
+        problems: Vec::new(),
+    };
+    let Some(gbs) = runs.iter().find_map(|r| r.global_batch_size) else {
+        out.problems
+            .push("no run logs global_batch_size: no reference convergence point".into());
+        return out;
+    };
+    let plan = match project::Plan::reference(bench, ruleset, gbs) {
+        Ok(p) => p,
+        Err(e) => {
+            out.problems.push(e);
+            return out;
+        }
+    };
+    let mut minutes = Vec::new();
+    for (run, log) in runs.iter_mut().zip(logs) {
+        if !run.measurable() {
+            continue;
+        }
+        match project::run_shape(log, bench).and_then(|s| project::project(&s, &plan, None)) {
+            Ok(p) => {
+                minutes.push(p.minutes);
+                run.projection = Some(p);
+            }
+            Err(e) => out.problems.push(e),
+        }
+    }
+    out.score = project::projected_score(&minutes);
+    out.spread = Spread::of(&minutes);
+    out.plan = Some(plan);
+    out
 }
 
 #[allow(clippy::needless_update)] // CheckOptions may grow fields; keep their defaults
@@ -303,6 +412,11 @@ fn score_run(log: &LogFile, check: &CheckOptions) -> RunScore {
             .and_then(|e| e.value.as_f64()),
         throughput: throughput(log),
         run_start_ms: start,
+        stop_reason: stop_event
+            .and_then(|e| e.meta("reason"))
+            .and_then(Value::as_str)
+            .map(String::from),
+        projection: None,
     }
 }
 
@@ -338,7 +452,10 @@ fn throughput(log: &LogFile) -> Option<f64> {
         values = log
             .with_key(keys::TRACKED_STATS)
             .filter_map(|e| match &e.value {
-                Value::Object(m) => m.values().find_map(Value::as_f64),
+                Value::Object(m) => m
+                    .get(keys::THROUGHPUT)
+                    .and_then(Value::as_f64)
+                    .or_else(|| m.values().find_map(Value::as_f64)),
                 v => v.as_f64(),
             })
             .collect();
@@ -457,6 +574,13 @@ Closed sets get the RCP check (the round's RCP file); their score is multiplied 
 normalization factor when they pass faster than the RCP mean (what the official summarizer \
 writes to scaling.json). Open sets honour an existing scaling.json. Nothing is written.
 
+throughput: mean of the runs' `throughput` (else `tracked_stats`) values, over the converged \
+runs, or for a set without any (a short run) over the runs that ended at their epoch, sample \
+or time limit. projected_min: each such run projected to a full run to target (its steady \
+training rate after the first eval, its warm-up paid once, the RCP mean epochs or samples at \
+the set's global batch size, evals at the closed cadence on the full eval set), and the \
+olympic mean of those; see docs/ci.md.
+
 Exit status: 0 every set has a valid score, 1 some set has none (too many non-converged runs, \
 wrong number of runs, RCP failed), 2 error (unreadable path, no result files).",
         crate::benchmarks::generated::DEFAULT_RULESETS
@@ -507,6 +631,8 @@ mod tests {
             global_batch_size: None,
             throughput: None,
             run_start_ms: None,
+            stop_reason: None,
+            projection: None,
         }
     }
 

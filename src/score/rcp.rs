@@ -223,6 +223,47 @@ impl RcpTable {
         kept
     }
 
+    /// The reference point the checker compares a set of `batch_size` with: the pruned point of
+    /// that batch size, else the interpolation between its neighbours, else (below every point)
+    /// the smallest. Err with the official message when there is none (larger than every point,
+    /// or no points).
+    pub fn reference(
+        &self,
+        batch_size: f64,
+    ) -> std::result::Result<(RcpPoint, RcpMatch), (RcpMatch, String)> {
+        let pts = &self.pruned;
+        let exact = pts.iter().find(|p| p.batch_size == batch_size);
+        let below = pts
+            .iter()
+            .filter(|p| p.batch_size < batch_size)
+            .reduce(|a, p| if p.batch_size > a.batch_size { p } else { a });
+        let above = pts
+            .iter()
+            .filter(|p| p.batch_size > batch_size)
+            .reduce(|a, p| if p.batch_size < a.batch_size { p } else { a });
+        match (exact, below, above) {
+            (Some(p), _, _) => Ok((p.clone(), RcpMatch::Found)),
+            (None, Some(lo), Some(hi)) => {
+                Ok((self.interpolate(batch_size, lo, hi), RcpMatch::Interpolated))
+            }
+            (None, Some(_), None) => Err((
+                RcpMatch::Missing,
+                format!(
+                    "Missing RCP, please submit RCP with BS = {}",
+                    fmt_bs(batch_size)
+                ),
+            )),
+            (None, None, Some(_)) => {
+                let smallest = pts
+                    .iter()
+                    .reduce(|a, p| if p.batch_size < a.batch_size { p } else { a })
+                    .expect("above is Some so pts is not empty");
+                Ok((smallest.clone(), RcpMatch::BelowSmallest))
+            }
+            (None, None, None) => Err((RcpMatch::NoRcps, "Cannot find any RCPs".into())),
+        }
+    }
+
     /// Check a set: its global batch size and each run's epochs (or samples) to converge,
     /// `None` for a run that did not converge.
     pub fn check(&self, batch_size: f64, converged_at: &[Option<f64>]) -> RcpCheck {
@@ -252,43 +293,11 @@ impl RcpTable {
         let set_mean = mean(&epochs[1..epochs.len() - 1]);
         out.set_mean = Some(set_mean);
 
-        let pts = &self.pruned;
-        let exact = pts.iter().find(|p| p.batch_size == batch_size);
-        let below = pts
-            .iter()
-            .filter(|p| p.batch_size < batch_size)
-            .reduce(|a, p| if p.batch_size > a.batch_size { p } else { a });
-        let above = pts
-            .iter()
-            .filter(|p| p.batch_size > batch_size)
-            .reduce(|a, p| if p.batch_size < a.batch_size { p } else { a });
-        let (reference, matched) = match (exact, below, above) {
-            (Some(p), _, _) => (p.clone(), RcpMatch::Found),
-            (None, Some(lo), Some(hi)) => {
-                (self.interpolate(batch_size, lo, hi), RcpMatch::Interpolated)
-            }
-            (None, Some(_), None) => {
-                out.matched = Some(RcpMatch::Missing);
-                out.message = format!(
-                    "Missing RCP, please submit RCP with BS = {}",
-                    fmt_bs(batch_size)
-                );
-                return out;
-            }
-            (None, None, Some(_)) => {
-                let smallest = pts
-                    .iter()
-                    .reduce(|a, p| if p.batch_size < a.batch_size { p } else { a });
-                (
-                    smallest
-                        .cloned()
-                        .expect("above is Some so pts is not empty"),
-                    RcpMatch::BelowSmallest,
-                )
-            }
-            (None, None, None) => {
-                out.matched = Some(RcpMatch::NoRcps);
-                out.message = "Cannot find any RCPs".into();
+        let (reference, matched) = match self.reference(batch_size) {
+            Ok(found) => found,
+            Err((matched, message)) => {
+                out.matched = Some(matched);
+                out.message = message;
                 return out;
             }
         };

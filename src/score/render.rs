@@ -28,7 +28,7 @@ pub fn render(sets: &[SetScore], format: Format) -> String {
     }
 }
 
-const SET_HEADER: [&str; 14] = [
+const SET_HEADER: [&str; 15] = [
     "system",
     "benchmark",
     "division",
@@ -41,9 +41,14 @@ const SET_HEADER: [&str; 14] = [
     "score_min",
     "rcp",
     "throughput",
+    "projected_min",
     "valid",
     "dir",
 ];
+/// Columns of [`SET_HEADER`] in the text tables (all but the folder).
+const TEXT_COLUMNS: usize = 14;
+const THROUGHPUT_COLUMN: usize = 11;
+const PROJECTED_COLUMN: usize = 12;
 
 fn f4(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into())
@@ -81,6 +86,7 @@ fn set_row(set: &SetScore) -> Vec<String> {
         set.throughput
             .map(|t| format!("{t:.1}"))
             .unwrap_or_else(|| "-".into()),
+        f4(projected_score(set)),
         if set.valid() {
             "yes".into()
         } else {
@@ -88,6 +94,10 @@ fn set_row(set: &SetScore) -> Vec<String> {
         },
         set.dir.display().to_string(),
     ]
+}
+
+fn projected_score(set: &SetScore) -> Option<f64> {
+    set.projection.as_ref().and_then(|p| p.score)
 }
 
 fn run_row(run: &RunScore) -> Vec<String> {
@@ -106,25 +116,97 @@ fn run_row(run: &RunScore) -> Vec<String> {
         run.global_batch_size
             .map(|c| format!("{c}"))
             .unwrap_or_else(|| "-".into()),
+        run.throughput
+            .map(|t| format!("{t:.1}"))
+            .unwrap_or_else(|| "-".into()),
+        f4(run.projection.as_ref().map(|p| p.minutes)),
         run.reason.clone().unwrap_or_default(),
     ]
 }
 
-const RUN_HEADER: [&str; 6] = [
+const RUN_HEADER: [&str; 8] = [
     "run",
     "status",
     "minutes",
     "converged at",
     "global batch",
+    "throughput",
+    "projected min",
     "note",
 ];
+
+/// Epochs with 2 decimals, samples whole.
+fn amount(x: f64, unit: &str) -> String {
+    if unit == "samples" {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// The projection section of a set without a valid score: to what full run its runs were
+/// projected, and how each run's projected minutes are made up.
+fn projection_section(out: &mut String, set: &SetScore, markdown: bool) {
+    let Some(p) = &set.projection else { return };
+    let bullet = if markdown { "- " } else { "  " };
+    if let Some(plan) = &p.plan {
+        let spread = p
+            .spread
+            .map(|s| {
+                format!(
+                    " (median {:.4}, MAD {:.4}, range {:.4} - {:.4}, {} runs)",
+                    s.median, s.mad, s.min, s.max, s.runs
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}Projected time to train (the runs did not converge): {} {} to target ({}), an \
+             eval every {} {} on {} samples; projected score {} min{spread}",
+            if markdown { "\n" } else { "" },
+            amount(plan.converge_at, plan.unit),
+            plan.unit,
+            plan.source,
+            amount(plan.eval_interval, plan.unit),
+            plan.unit,
+            plan.eval_samples,
+            f4(p.score),
+        );
+        for run in &set.runs {
+            let Some(r) = &run.projection else { continue };
+            let name = run
+                .file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{bullet}{name}: {:.4} min = train {:.4} ({:.1} samples/s after the first \
+                 eval, {:.1} s of warm-up) + eval {:.4} ({:.2} evals x {:.1} s){}",
+                r.minutes,
+                r.train_minutes,
+                r.samples_per_second,
+                r.warmup_seconds,
+                r.eval_minutes,
+                r.evals,
+                r.eval_seconds,
+                r.init_minutes
+                    .map(|m| format!("; init {m:.2} min"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    for problem in &p.problems {
+        let _ = writeln!(out, "{bullet}not projected: {problem}");
+    }
+}
 
 fn text(sets: &[SetScore], markdown: bool) -> String {
     let mut out = String::new();
     let mut summary = new_table(markdown);
-    summary.set_header(SET_HEADER[..13].to_vec());
+    summary.set_header(SET_HEADER[..TEXT_COLUMNS].to_vec());
     for set in sets {
-        summary.add_row(set_row(set)[..13].to_vec());
+        summary.add_row(set_row(set)[..TEXT_COLUMNS].to_vec());
     }
     let _ = writeln!(out, "{summary}\n");
     for set in sets {
@@ -172,6 +254,9 @@ fn text(sets: &[SetScore], markdown: bool) -> String {
                 if markdown { "\n- " } else { "" }
             );
         }
+        if !set.valid() {
+            projection_section(&mut out, set, markdown);
+        }
         out.push('\n');
     }
     out
@@ -192,7 +277,10 @@ fn csv(sets: &[SetScore]) -> String {
     let _ = w.write_record(SET_HEADER);
     for set in sets {
         let mut row = set_row(set);
-        row[11] = set.throughput.map(|t| t.to_string()).unwrap_or_default();
+        row[THROUGHPUT_COLUMN] = set.throughput.map(|t| t.to_string()).unwrap_or_default();
+        row[PROJECTED_COLUMN] = projected_score(set)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
         for cell in row.iter_mut() {
             if cell == "-" {
                 cell.clear();

@@ -548,6 +548,10 @@ impl Workload for BertWorkload {
         Ok(block.epoch_count / self.cfg.train.global_batch_size)
     }
 
+    fn samples_per_step(&self) -> u64 {
+        self.cfg.train.global_batch_size
+    }
+
     fn train_step<'s>(&mut self, sync: &'s mut (dyn GradSync + 's)) -> Result<tch::Tensor> {
         let bucket_clip = (self.cfg.optimizer.gradient_clipping == GradientClipping::Bucket)
             .then_some(self.cfg.optimizer.max_grad_norm);

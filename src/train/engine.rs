@@ -3,7 +3,7 @@
 //! ```text
 //! cache clear (logged true/false) -> init_start -> submission_* -> seed -> hyperparameters
 //! -> build model, optimizer, data -> init_stop -> run_start
-//! -> blocks: block_start, steps, block_stop, eval_start, eval_accuracy, eval_stop
+//! -> blocks: block_start, steps, block_stop, tracked_stats, eval_start, eval_accuracy, eval_stop
 //! -> run_stop (success at target; aborted on NaN, epoch/time limit or error)
 //! ```
 //! Errors after the log is open still end it with `run_stop` aborted (the error goes in the
@@ -206,6 +206,9 @@ pub trait Workload {
     fn blocks(&self) -> Result<Vec<Block>>;
     /// Prepare `block`; returns its number of optimizer steps.
     fn start_block(&mut self, block: &Block) -> Result<u64>;
+    /// Training samples per optimizer step over all processes (the global batch size): the
+    /// block's `tracked_stats` throughput is steps x this / training seconds.
+    fn samples_per_step(&self) -> u64;
     /// One optimizer step (all its micro-batches); returns the step's loss as a 0-dim tensor
     /// on the training device, not read back: the trainer reads losses in batches at its own
     /// cadence so that the host never waits for the device inside a block of steps.
@@ -343,6 +346,34 @@ fn clear_caches(cmd: Option<&str>) -> Result<bool> {
 /// file/lineno of `seed` events across the runs of a set.
 fn log_seed(log: &mut Emitter, seed: u64) -> std::io::Result<()> {
     log.event(keys::SEED, seed)
+}
+
+/// Log a block's training throughput after its block_stop, as the record holders' logs do
+/// (NVIDIA's BERT: `tracked_stats` {"throughput": seq/s}): `{"throughput": samples / seconds}`
+/// in samples per second (ResNet: images/s, BERT: sequences/s) of the block's training part
+/// (block_start to its last loss read; the eval is not in it), metadata `step` = the block's
+/// first_epoch_num (ResNet: its first epoch; BERT: samples trained before it). One call site,
+/// so file/lineno are the same in every run. Nothing is logged for a block without a step.
+fn log_block_throughput(
+    log: &mut Emitter,
+    block: &Block,
+    samples: u64,
+    seconds: f64,
+) -> std::io::Result<()> {
+    if samples == 0 || seconds.is_nan() || seconds <= 0.0 {
+        return Ok(());
+    }
+    log.event_with(
+        keys::TRACKED_STATS,
+        Value::Object(
+            std::iter::once((
+                keys::THROUGHPUT.to_string(),
+                json!(samples as f64 / seconds),
+            ))
+            .collect(),
+        ),
+        meta! {"step" => block.first_epoch_num},
+    )
 }
 
 /// Carry out one run of `w`.
@@ -677,21 +708,31 @@ fn run_inner(
                 out.status = Status::Aborted(local_stop.unwrap_or_else(|| {
                     format!("another rank stopped the run at step {}", out.steps)
                 }));
+                let train_s = block_t0.elapsed().as_secs_f64();
                 log.end(
                     keys::BLOCK_STOP,
                     Value::Null,
                     meta! {"first_epoch_num" => block.first_epoch_num},
                 )?;
+                // the steps this block did before the stop
+                log_block_throughput(log, &block, (i + 1) * w.samples_per_step(), train_s)?;
                 return Ok(());
             }
         }
-        out.block_seconds.push(block_t0.elapsed().as_secs_f64());
+        let train_elapsed = block_t0.elapsed();
+        out.block_seconds.push(train_elapsed.as_secs_f64());
         out.block_windows
-            .push((block_wall0, block_wall0 + block_t0.elapsed()));
+            .push((block_wall0, block_wall0 + train_elapsed));
         log.end(
             keys::BLOCK_STOP,
             Value::Null,
             meta! {"first_epoch_num" => block.first_epoch_num},
+        )?;
+        log_block_throughput(
+            log,
+            &block,
+            steps * w.samples_per_step(),
+            train_elapsed.as_secs_f64(),
         )?;
         out.train_seconds += block_t0.elapsed().as_secs_f64();
         log.start(

@@ -411,6 +411,10 @@ impl Workload for ResnetWorkload {
         Ok(block.epoch_count * s.steps_per_epoch)
     }
 
+    fn samples_per_step(&self) -> u64 {
+        self.cfg.train.global_batch_size
+    }
+
     fn train_step<'s>(&mut self, sync: &'s mut (dyn GradSync + 's)) -> Result<Tensor> {
         let accum = self.cfg.train.gradient_accumulation_steps;
         let smoothing = self.cfg.methods.label_smoothing;

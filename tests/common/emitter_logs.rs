@@ -347,3 +347,73 @@ pub fn open_resnet_text(minutes: f64, status: Option<&str>, gbs: u32, throughput
     let lines = lines.lock().unwrap();
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
+
+/// The text of a short open-division ResNet run as mlperf-run's engine logs one (a
+/// configs/*/bench_1gpu.toml run): GBS 256, 16,000 training images per epoch, a 1,000-image
+/// eval after every 1-epoch block taking `eval_s`, one block per entry of `images_per_s`
+/// (its training taking 16,000 / that seconds, logged as `tracked_stats` {"throughput"}),
+/// then run_stop aborted for `reason` (mlperf-run's at the limit: "epoch limit reached before
+/// the target").
+pub fn short_resnet_text(images_per_s: &[f64], eval_s: f64, seed: u64, reason: &str) -> String {
+    let t0: i64 = 1_700_000_000_000;
+    let now = Arc::new(AtomicI64::new(t0 - 20_000));
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let clock = now.clone();
+    let mut e = Emitter::new(vec![Sink::Memory(lines.clone())])
+        .with_clock(move || clock.load(Ordering::SeqCst));
+    e.start(keys::CACHE_CLEAR, false, meta! {}).unwrap();
+    e.start(keys::INIT_START, Value::Null, meta! {}).unwrap();
+    e.event(keys::SUBMISSION_BENCHMARK, "resnet").unwrap();
+    e.event(keys::SUBMISSION_ORG, "mlperf-run").unwrap();
+    e.event(keys::SUBMISSION_DIVISION, "open").unwrap();
+    e.event(keys::SUBMISSION_STATUS, "research").unwrap();
+    e.event(keys::SUBMISSION_PLATFORM, "1xGPU").unwrap();
+    e.event(keys::SEED, seed).unwrap();
+    e.event(keys::GLOBAL_BATCH_SIZE, 256).unwrap();
+    e.event(keys::GRADIENT_ACCUMULATION_STEPS, 1).unwrap();
+    e.event(keys::TRAIN_SAMPLES, 16_000).unwrap();
+    e.event(keys::EVAL_SAMPLES, 1_000).unwrap();
+    now.store(t0, Ordering::SeqCst);
+    e.end(keys::INIT_STOP, Value::Null, meta! {}).unwrap();
+    e.start(keys::RUN_START, Value::Null, meta! {}).unwrap();
+    let advance = |s: f64| {
+        now.fetch_add((s * 1000.0).round() as i64, Ordering::SeqCst);
+    };
+    for (i, tp) in images_per_s.iter().enumerate() {
+        let epoch = i as u64 + 1;
+        e.start(
+            keys::BLOCK_START,
+            Value::Null,
+            meta! {"first_epoch_num" => epoch, "epoch_count" => 1},
+        )
+        .unwrap();
+        advance(16_000.0 / tp);
+        e.end(
+            keys::BLOCK_STOP,
+            Value::Null,
+            meta! {"first_epoch_num" => epoch},
+        )
+        .unwrap();
+        e.event_with(
+            keys::TRACKED_STATS,
+            serde_json::json!({ "throughput": tp }),
+            meta! {"step" => epoch},
+        )
+        .unwrap();
+        e.start(keys::EVAL_START, Value::Null, meta! {"epoch_num" => epoch})
+            .unwrap();
+        advance(eval_s);
+        e.event_with(keys::EVAL_ACCURACY, 0.05, meta! {"epoch_num" => epoch})
+            .unwrap();
+        e.end(keys::EVAL_STOP, Value::Null, meta! {"epoch_num" => epoch})
+            .unwrap();
+    }
+    e.end(
+        keys::RUN_STOP,
+        Value::Null,
+        meta! {"status" => "aborted", "reason" => reason},
+    )
+    .unwrap();
+    let text = lines.lock().unwrap().join("\n");
+    text + "\n"
+}
