@@ -9,6 +9,7 @@
 //! value is worse than the recorded one by more than the tolerance plus `--spread-k` times the
 //! combined spread ([`limits`]).
 
+use crate::cli::ExitStatus;
 use crate::fsutil;
 use crate::score::{self, ScoreOptions, SetScore, Spread};
 use anyhow::{bail, Context, Result};
@@ -857,11 +858,7 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
         }
         baseline.save(&args.baseline)?;
         println!("recorded {recorded} row(s) in {}", args.baseline.display());
-        return Ok(if no_value {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
+        return Ok(ExitStatus::verdict(!no_value).into());
     }
     let failed = comparisons.iter().any(|c| {
         matches!(
@@ -869,11 +866,7 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
             Verdict::Regressed | Verdict::NoBaseline | Verdict::NoScore
         )
     });
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitStatus::verdict(!failed).into())
 }
 
 #[cfg(test)]

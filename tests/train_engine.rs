@@ -165,7 +165,7 @@ fn tracked_stats_time_only_the_training_part_of_a_block() {
         fn build(&mut self, ctx: &BuildContext) -> Result<()> {
             self.0.build(ctx)
         }
-        fn blocks(&self) -> Vec<Block> {
+        fn blocks(&self) -> Result<Vec<Block>> {
             self.0.blocks()
         }
         fn start_block(&mut self, block: &Block) -> Result<u64> {

@@ -610,11 +610,7 @@ pub fn run_score(args: ScoreArgs) -> Result<ExitCode> {
         },
     )?;
     print!("{}", render(&sets, args.format));
-    Ok(if sets.iter().all(SetScore::valid) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(crate::cli::ExitStatus::verdict(sets.iter().all(SetScore::valid)).into())
 }
 
 #[cfg(test)]

@@ -589,6 +589,39 @@ fn run_inner(
     out: &mut RunOutcome,
     run_start: &mut Option<Instant>,
 ) -> Result<()> {
+    init(w, opts, rendezvous, log, seed, out)?;
+    log.start(keys::RUN_START, Value::Null, meta! {})?;
+    let started = Instant::now();
+    *run_start = Some(started);
+    let target = w.target();
+    for block in w.blocks()? {
+        if let Some(reason) = train_block(w, opts, log, &block, started, out)? {
+            out.status = Status::Aborted(reason);
+            return Ok(());
+        }
+        let acc = eval_block(w, opts, log, &block)?;
+        out.evals.push((block.eval_epoch_num, acc));
+        tracing::info!("epoch {}: eval accuracy {acc:.4}", block.eval_epoch_num);
+        if acc >= target {
+            out.status = Status::Success;
+            return Ok(());
+        }
+    }
+    out.status = Status::Aborted("epoch limit reached before the target".into());
+    Ok(())
+}
+
+/// The untimed part, cache clear to init_stop: the submission keys, the process group, the
+/// seed every rank agrees on, the model built from it (rank 0's weights broadcast) and the
+/// hyperparameters.
+fn init(
+    w: &mut dyn Workload,
+    opts: &mut RunOptions,
+    rendezvous: Option<crate::dist::Rendezvous>,
+    log: &mut Emitter,
+    seed: u64,
+    out: &mut RunOutcome,
+) -> Result<()> {
     let cleared = clear_caches(opts.cache_clear_command.as_deref())?;
     log.event(keys::CACHE_CLEAR, cleared)?;
     log.start(keys::INIT_START, Value::Null, meta! {})?;
@@ -641,135 +674,150 @@ fn run_inner(
         log.event(keys::RECIPE, recipe.as_str())?;
     }
     log.end(keys::INIT_STOP, Value::Null, meta! {})?;
-    log.start(keys::RUN_START, Value::Null, meta! {})?;
-    let started = Instant::now();
-    *run_start = Some(started);
+    Ok(())
+}
 
-    let target = w.target();
-    for block in w.blocks()? {
-        let block_t0 = Instant::now();
-        let block_wall0 = std::time::SystemTime::now();
-        log.start(
-            keys::BLOCK_START,
-            Value::Null,
-            meta! {"first_epoch_num" => block.first_epoch_num, "epoch_count" => block.epoch_count},
-        )?;
-        let steps = w.start_block(&block)?;
-        let mut pending: Vec<tch::Tensor> = Vec::new();
-        for i in 0..steps {
-            let t0 = Instant::now();
-            let loss = w.train_step(opts.grad_sync.as_mut())?;
-            let dt = t0.elapsed().as_secs_f64();
-            out.step_seconds += dt;
-            out.step_times.push(dt);
-            out.steps += 1;
-            if opts.inject_fault_at_step == Some(out.steps) {
-                // a real libtorch error through tch's panicking API
-                let _ = tch::Tensor::zeros([2], (tch::Kind::Float, opts.device)).view([3]);
-            }
-            pending.push(loss);
-            let last = i + 1 == steps;
-            if !last && (pending.len() as u64) < opts.loss_check_steps.max(1) {
-                continue;
-            }
-            // one host read for every pending step, then the checks
-            let first_step = out.steps - pending.len() as u64 + 1;
-            wait_for_peers(opts, pending.len())?;
-            let losses = read_losses(&pending)?;
-            pending.clear();
-            out.loss_reads += 1;
-            let diverged = losses
-                .iter()
-                .enumerate()
-                .find(|(_, l)| !l.is_finite() || **l > opts.divergence_loss)
-                .map(|(k, l)| format!("diverged: loss {l} at step {}", first_step + k as u64));
-            out.losses.extend(losses);
-            let local_stop = if diverged.is_some() {
-                diverged
-            } else if crate::interrupt::requested() {
-                Some("interrupted".to_string())
-            } else {
-                opts.time_limit
-                    .filter(|limit| started.elapsed() > *limit)
-                    .map(|limit| {
-                        format!(
-                            "time limit of {:.1} min reached",
-                            limit.as_secs_f64() / 60.0
-                        )
-                    })
-            };
-            // all ranks stop together: one rank's reason stops every rank (the ranks read at
-            // the same steps, so they agree at the same points)
-            let stop = opts
-                .grad_sync
-                .any(local_stop.is_some())
-                .context("agreeing on whether to stop")?;
-            if stop {
-                out.status = Status::Aborted(local_stop.unwrap_or_else(|| {
-                    format!("another rank stopped the run at step {}", out.steps)
-                }));
-                let train_s = block_t0.elapsed().as_secs_f64();
-                log.end(
-                    keys::BLOCK_STOP,
-                    Value::Null,
-                    meta! {"first_epoch_num" => block.first_epoch_num},
-                )?;
-                // the steps this block did before the stop
-                log_block_throughput(log, &block, (i + 1) * w.samples_per_step(), train_s)?;
-                return Ok(());
-            }
+/// Train one block: block_start, its steps (losses read every `loss_check_steps`, with the
+/// divergence, interrupt and time-limit checks all ranks agree on), block_stop. Returns why the
+/// run stops early, if it does.
+fn train_block(
+    w: &mut dyn Workload,
+    opts: &mut RunOptions,
+    log: &mut Emitter,
+    block: &Block,
+    started: Instant,
+    out: &mut RunOutcome,
+) -> Result<Option<String>> {
+    let block_t0 = Instant::now();
+    let block_wall0 = std::time::SystemTime::now();
+    log.start(
+        keys::BLOCK_START,
+        Value::Null,
+        meta! {"first_epoch_num" => block.first_epoch_num, "epoch_count" => block.epoch_count},
+    )?;
+    let steps = w.start_block(block)?;
+    let mut pending: Vec<tch::Tensor> = Vec::new();
+    for i in 0..steps {
+        let t0 = Instant::now();
+        let loss = w.train_step(opts.grad_sync.as_mut())?;
+        let dt = t0.elapsed().as_secs_f64();
+        out.step_seconds += dt;
+        out.step_times.push(dt);
+        out.steps += 1;
+        if opts.inject_fault_at_step == Some(out.steps) {
+            // a real libtorch error through tch's panicking API
+            let _ = tch::Tensor::zeros([2], (tch::Kind::Float, opts.device)).view([3]);
         }
-        let train_elapsed = block_t0.elapsed();
-        out.block_seconds.push(train_elapsed.as_secs_f64());
-        out.block_windows
-            .push((block_wall0, block_wall0 + train_elapsed));
-        log.end(
-            keys::BLOCK_STOP,
-            Value::Null,
-            meta! {"first_epoch_num" => block.first_epoch_num},
-        )?;
-        log_block_throughput(
-            log,
-            &block,
-            steps * w.samples_per_step(),
-            train_elapsed.as_secs_f64(),
-        )?;
-        out.train_seconds += block_t0.elapsed().as_secs_f64();
-        log.start(
-            keys::EVAL_START,
-            Value::Null,
-            meta! {"epoch_num" => block.eval_epoch_num},
-        )?;
-        if opts.grad_sync.world_size() > 1 {
-            // like PyTorch DDP's broadcast_buffers: every rank evaluates with rank 0's buffers
-            // (batch norm statistics), so the reduced accuracy is that of one model
-            let buffers: Vec<tch::Tensor> = w
-                .state_tensors()
-                .into_iter()
-                .filter(|t| !t.requires_grad())
-                .collect();
-            opts.grad_sync
-                .broadcast_from_root(&buffers)
-                .context("broadcasting rank 0's buffers before the eval")?;
+        pending.push(loss);
+        let last = i + 1 == steps;
+        if !last && (pending.len() as u64) < opts.loss_check_steps.max(1) {
+            continue;
         }
-        let acc = w.evaluate(opts.grad_sync.as_mut())?;
-        log.event_with(
-            keys::EVAL_ACCURACY,
-            json!(acc),
-            meta! {"epoch_num" => block.eval_epoch_num},
-        )?;
-        log.end(
-            keys::EVAL_STOP,
-            Value::Null,
-            meta! {"epoch_num" => block.eval_epoch_num},
-        )?;
-        out.evals.push((block.eval_epoch_num, acc));
-        tracing::info!("epoch {}: eval accuracy {acc:.4}", block.eval_epoch_num);
-        if acc >= target {
-            out.status = Status::Success;
-            return Ok(());
+        // one host read for every pending step, then the checks
+        let first_step = out.steps - pending.len() as u64 + 1;
+        wait_for_peers(opts, pending.len())?;
+        let losses = read_losses(&pending)?;
+        pending.clear();
+        out.loss_reads += 1;
+        let diverged = losses
+            .iter()
+            .enumerate()
+            .find(|(_, l)| !l.is_finite() || **l > opts.divergence_loss)
+            .map(|(k, l)| format!("diverged: loss {l} at step {}", first_step + k as u64));
+        out.losses.extend(losses);
+        let local_stop = if diverged.is_some() {
+            diverged
+        } else if crate::interrupt::requested() {
+            Some("interrupted".to_string())
+        } else {
+            opts.time_limit
+                .filter(|limit| started.elapsed() > *limit)
+                .map(|limit| {
+                    format!(
+                        "time limit of {:.1} min reached",
+                        limit.as_secs_f64() / 60.0
+                    )
+                })
+        };
+        // all ranks stop together: one rank's reason stops every rank (the ranks read at
+        // the same steps, so they agree at the same points)
+        let stop = opts
+            .grad_sync
+            .any(local_stop.is_some())
+            .context("agreeing on whether to stop")?;
+        if stop {
+            let reason = local_stop
+                .unwrap_or_else(|| format!("another rank stopped the run at step {}", out.steps));
+            // the steps this block did before the stop
+            close_block(
+                log,
+                block,
+                (i + 1) * w.samples_per_step(),
+                block_t0.elapsed(),
+            )?;
+            return Ok(Some(reason));
         }
     }
-    out.status = Status::Aborted("epoch limit reached before the target".into());
-    Ok(())
+    let train_elapsed = block_t0.elapsed();
+    out.block_seconds.push(train_elapsed.as_secs_f64());
+    out.block_windows
+        .push((block_wall0, block_wall0 + train_elapsed));
+    out.train_seconds += train_elapsed.as_secs_f64();
+    close_block(log, block, steps * w.samples_per_step(), train_elapsed)?;
+    Ok(None)
+}
+
+/// The one place a block ends in the log: block_stop, then the training throughput of the
+/// `samples` it trained in `elapsed` ([`log_block_throughput`]).
+fn close_block(
+    log: &mut Emitter,
+    block: &Block,
+    samples: u64,
+    elapsed: std::time::Duration,
+) -> std::io::Result<()> {
+    log.end(
+        keys::BLOCK_STOP,
+        Value::Null,
+        meta! {"first_epoch_num" => block.first_epoch_num},
+    )?;
+    log_block_throughput(log, block, samples, elapsed.as_secs_f64())
+}
+
+/// Evaluate after `block`: eval_start, rank 0's buffers to every rank, the accuracy (reduced
+/// across ranks), eval_stop.
+fn eval_block(
+    w: &mut dyn Workload,
+    opts: &mut RunOptions,
+    log: &mut Emitter,
+    block: &Block,
+) -> Result<f64> {
+    log.start(
+        keys::EVAL_START,
+        Value::Null,
+        meta! {"epoch_num" => block.eval_epoch_num},
+    )?;
+    if opts.grad_sync.world_size() > 1 {
+        // like PyTorch DDP's broadcast_buffers: every rank evaluates with rank 0's buffers
+        // (batch norm statistics), so the reduced accuracy is that of one model
+        let buffers: Vec<tch::Tensor> = w
+            .state_tensors()
+            .into_iter()
+            .filter(|t| !t.requires_grad())
+            .collect();
+        opts.grad_sync
+            .broadcast_from_root(&buffers)
+            .context("broadcasting rank 0's buffers before the eval")?;
+    }
+    let acc = w.evaluate(opts.grad_sync.as_mut())?;
+    log.event_with(
+        keys::EVAL_ACCURACY,
+        json!(acc),
+        meta! {"epoch_num" => block.eval_epoch_num},
+    )?;
+    log.end(
+        keys::EVAL_STOP,
+        Value::Null,
+        meta! {"epoch_num" => block.eval_epoch_num},
+    )?;
+    Ok(acc)
 }
