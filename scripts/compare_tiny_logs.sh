@@ -3,7 +3,10 @@
 # fixed seeds and the same data, must be identical apart from time fields.
 #
 #   scripts/compare_tiny_logs.sh BEFORE_BIN AFTER_BIN [OUT_DIR] [--official] [--before-root DIR]
+#       [--added-key KEY]...
 #
+# --added-key KEY: events of KEY that only the AFTER logs have (a key the change adds on
+# purpose, e.g. tracked_stats) are counted and left out of the comparison.
 # --before-root DIR: the BEFORE binary reads its presets from DIR/configs (a checkout of the
 # commit it was built from, e.g. `git worktree add /tmp/base REV`), as a refactor may rename
 # config keys; default: this checkout.
@@ -18,11 +21,13 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 official=0
 before_root="$root"
+added=()
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --official) official=1 ;;
     --before-root) before_root="$(realpath "$2")"; shift ;;
+    --added-key) added+=(--added-key "$2"); shift ;;
     *) args+=("$1") ;;
   esac
   shift
@@ -71,7 +76,7 @@ for r in "${runs[@]}"; do
     fi
     mv "$log.tmp" "$log"
   done
-  if python3 "$root/scripts/bench/mllog_diff.py" "$out/before/$name.txt" "$out/after/$name.txt"; then
+  if python3 "$root/scripts/bench/mllog_diff.py" "$out/before/$name.txt" "$out/after/$name.txt" "${added[@]}"; then
     echo "identical apart from time fields: $name"
   else
     status=1

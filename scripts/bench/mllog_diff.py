@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare two MLPerf logs event by event, apart from what a clock or the source layout sets.
 
-    mllog_diff.py BEFORE.txt AFTER.txt
+    mllog_diff.py BEFORE.txt AFTER.txt [--added-key KEY ...]
 
 Dropped before comparing:
   - time_ms (the wall clock);
@@ -10,6 +10,8 @@ Dropped before comparing:
   - the values of events that are measurements of time: durations and rates (TIMED_KEYS, and
     any metadata entry whose name ends in _ms, _s or _seconds).
 Everything else (keys, order, event types, values, the rest of the metadata) must be equal.
+--added-key KEY: events with this key that only AFTER has (a key the change adds on purpose)
+are counted and left out of the comparison; BEFORE must have none of them.
 Exit 0 when equal, 1 (with the first differences) when not, 2 on unreadable input.
 """
 import difflib
@@ -21,7 +23,7 @@ PREFIX = ":::MLLOG "
 TIMED_KEYS = {"tracked_stats", "throughput", "init_duration", "step_time"}
 
 
-def normalise(path):
+def normalise(path, drop=()):
     out = []
     try:
         lines = open(path, encoding="utf-8").read().splitlines()
@@ -37,6 +39,8 @@ def normalise(path):
         except json.JSONDecodeError as e:
             print(f"{path}:{n}: not a JSON event: {e}", file=sys.stderr)
             sys.exit(2)
+        if ev.get("key") in drop:
+            continue
         ev.pop("time_ms", None)
         meta = dict(ev.get("metadata") or {})
         meta.pop("file", None)
@@ -52,13 +56,27 @@ def normalise(path):
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    added = []
+    while "--added-key" in args:
+        i = args.index("--added-key")
+        added.append(args[i + 1])
+        del args[i : i + 2]
+    if len(args) != 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    a, b = normalise(sys.argv[1]), normalise(sys.argv[2])
+    before, after = args
+    a, b = normalise(before), normalise(after, drop=added)
+    if added:
+        n_before = len(a) - len(normalise(before, drop=added))
+        n_after = len(normalise(after)) - len(b)
+        if n_before:
+            print(f"{before}: has {n_before} events of the added keys {added}")
+            return 1
+        print(f"  left out: {n_after} events of the added keys {added}")
     if a == b:
         return 0
-    diff = list(difflib.unified_diff(a, b, sys.argv[1], sys.argv[2], lineterm="", n=1))
+    diff = list(difflib.unified_diff(a, b, before, after, lineterm="", n=1))
     print("\n".join(diff[:60]))
     if len(diff) > 60:
         print(f"... {len(diff) - 60} more diff lines")

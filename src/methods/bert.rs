@@ -140,14 +140,7 @@ impl MethodSet for BertMethods {
                 ),
                 "method_balance_tokens",
             ),
-            // logged as `cuda_graph` with the device settings
-            Method::new(
-                "cuda_graph",
-                self.cuda_graph,
-                Allowed(SAME_MATH),
-                None,
-                json!(self.cuda_graph),
-            ),
+            Method::cuda_graph(self.cuda_graph),
         ]
     }
 }

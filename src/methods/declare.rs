@@ -70,6 +70,19 @@ impl Method {
         }
     }
 
+    /// `cuda_graph`, which both benchmarks have: the step captured once and replayed, the same
+    /// kernels (closed-legal); logged as `cuda_graph` with the device settings, in both
+    /// divisions, not among the `method_*` keys.
+    pub fn cuda_graph(on: bool) -> Method {
+        Method::new(
+            "cuda_graph",
+            on,
+            Closed::Allowed(super::SAME_MATH),
+            None,
+            Value::Bool(on),
+        )
+    }
+
     /// A boolean switch logged as `method_<name>`.
     pub fn switch(name: &'static str, on: bool, closed: Closed, log_key: &'static str) -> Method {
         Method::new(name, on, closed, Some(log_key), Value::Bool(on))

@@ -166,14 +166,7 @@ impl MethodSet for ResnetMethods {
                 Allowed(SAME_MATH),
                 "method_fused_bn_relu",
             ),
-            // logged as `cuda_graph` with the device settings, in both divisions
-            Method::new(
-                "cuda_graph",
-                self.cuda_graph,
-                Allowed(SAME_MATH),
-                None,
-                json!(self.cuda_graph),
-            ),
+            Method::cuda_graph(self.cuda_graph),
         ]
     }
 }
