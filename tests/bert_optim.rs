@@ -201,7 +201,11 @@ fn decay_exemption_by_dimension_is_the_reference_name_rule_for_bert() {
         assert_eq!(groups.params.len(), vs.variables().len());
         // per layer 6 dense biases and 2 LayerNorms (weight, bias); the embeddings' LayerNorm;
         // the pooler's bias; the MLM transform's bias and LayerNorm; the MLM bias; the NSP bias
-        assert_eq!(by_name.len(), 2 * (6 + 4) + 2 + 1 + 3 + 1 + 1, "{by_name:?}");
+        assert_eq!(
+            by_name.len(),
+            2 * (6 + 4) + 2 + 1 + 3 + 1 + 1,
+            "{by_name:?}"
+        );
         assert_eq!(groups.exempt_names(), by_name);
     }
 }

@@ -491,14 +491,14 @@ impl Workload for BertWorkload {
         }
         let o = &cfg.optimizer;
         let opt = Lamb::new(LambConfig {
-                beta1: o.beta1,
-                beta2: o.beta2,
-                eps: o.epsilon,
-                weight_decay: o.weight_decay,
-                // bucket-wise clipping happens in the gradient exchange, before the all-reduce
-                max_grad_norm: (o.gradient_clipping == GradientClipping::Global)
-                    .then_some(o.max_grad_norm),
-                trust_ratio: o.name == BertOpt::Lamb,
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.epsilon,
+            weight_decay: o.weight_decay,
+            // bucket-wise clipping happens in the gradient exchange, before the all-reduce
+            max_grad_norm: (o.gradient_clipping == GradientClipping::Global)
+                .then_some(o.max_grad_norm),
+            trust_ratio: o.name == BertOpt::Lamb,
         })?;
         let schedule = PolyWarmup {
             base_lr: o.base_learning_rate,
