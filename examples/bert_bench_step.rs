@@ -58,6 +58,7 @@ use mlperf_run::methods::BertMethods;
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use mlperf_run::models::varlen_attention::{varlen_failed, VarlenPath};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
+use mlperf_run::optim::{Optimizer, ParamGroups};
 use std::time::{Instant, SystemTime};
 use tch::{nn, Device, Kind, Tensor};
 
@@ -163,17 +164,15 @@ fn main() -> Result<()> {
     }
     model.flash_varlen_unpadded = a.flash_varlen;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
-    // exclusions
-    let mut opt = Lamb::new(
-        vs.variables(),
-        LambConfig {
-            eps: 1e-6,
-            weight_decay: 0.01,
-            max_grad_norm: Some(1.0),
-            trust_ratio: a.lamb,
-            ..LambConfig::default()
-        },
-    )?;
+    // exclusions (the 1-d parameters)
+    let mut params = ParamGroups::from_var_store(&vs);
+    let mut opt = Lamb::new(LambConfig {
+        eps: 1e-6,
+        weight_decay: 0.01,
+        max_grad_norm: Some(1.0),
+        trust_ratio: a.lamb,
+        ..LambConfig::default()
+    })?;
     let len = ((s as f64) * (1.0 - a.pad)).round() as i64;
     if len < p + 1 {
         bail!("{len} real tokens per sequence cannot hold {p} predictions");
@@ -241,14 +240,14 @@ fn main() -> Result<()> {
             (t_window, w0) = (Instant::now(), unix_now());
         }
         let t0 = Instant::now();
-        opt.begin_step(1e-4)?;
+        opt.begin_step(&params, 1e-4)?;
         let (mut t1, mut t2) = (t0, t0);
         // the step's kernels (what --cuda-graph captures)
         let mut body = |ins: &[Tensor]| -> Result<Vec<Tensor>> {
             let [ids, seg, mask, pos, mids, w, nsp] = ins else {
                 bail!("the step takes 7 input tensors");
             };
-            opt.zero_grad()?;
+            params.zero_grad()?;
             let loss = maybe_autocast(dev, precision, || {
                 let mask = step_attention_mask(mask);
                 let (mlm, nspl) = model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
@@ -257,7 +256,8 @@ fn main() -> Result<()> {
             t1 = Instant::now();
             loss.backward();
             t2 = Instant::now();
-            let _grad_norm = opt.apply()?;
+            let grads = params.grads();
+            opt.apply(&mut params, &grads)?;
             Ok(vec![loss.detach()])
         };
         let mut out = match graphs.as_mut() {

@@ -364,11 +364,13 @@ fn fit_under_bf16(
 ) -> Vec<f64> {
     use mlperf_run::amp::{Autocast, LowPrecision};
     use mlperf_run::optim::lamb::{Lamb, LambConfig};
+    use mlperf_run::optim::{Optimizer, ParamGroups};
     let t = targets(ids);
-    let mut opt = Lamb::new(vs.variables(), LambConfig::default()).unwrap();
+    let mut params = ParamGroups::from_var_store(vs);
+    let mut opt = Lamb::new(LambConfig::default()).unwrap();
     (0..80)
         .map(|_| {
-            opt.zero_grad().unwrap();
+            params.zero_grad().unwrap();
             let loss = {
                 let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
                 let (mlm, n) = model.forward(ids, seg, Some(mask), MlmOn::Positions(&t.pos), true);
@@ -376,7 +378,8 @@ fn fit_under_bf16(
             };
             assert_eq!(loss.kind(), Kind::Float);
             loss.backward();
-            let _ = opt.step(2e-2).unwrap();
+            let grads = params.grads();
+            opt.step(&mut params, &grads, 2e-2).unwrap();
             loss.double_value(&[])
         })
         .collect()

@@ -1,12 +1,14 @@
 //! LAMB and AdamW: step equivalence with a plain PyTorch implementation of the same equations
 //! (scripts/bench/bert_ref.py `lamb`, in float64), including clipping, warmup from
-//! start_warmup_step, polynomial decay, the LayerNorm/bias exclusions and a zero-norm weight.
+//! start_warmup_step, polynomial decay, the LayerNorm/bias exclusions and a zero-norm weight;
+//! and that the one decay-exemption rule (by dimension) is the reference's name rule for BERT.
 #![cfg(feature = "torch")]
 
 mod common;
 
 use common::rng::seeded;
 use mlperf_run::optim::lamb::{Lamb, LambConfig, PolyWarmup};
+use mlperf_run::optim::{Optimizer, ParamGroups};
 use std::path::PathBuf;
 use std::process::Command;
 use tch::{Device, Kind, Tensor};
@@ -73,24 +75,24 @@ fn run(trust_ratio: bool) -> Option<f64> {
         warmup_steps: 3,
         start_warmup_step: -1,
     };
-    let mut opt = Lamb::new(
-        params.iter().map(|(n, p)| (n.clone(), p.shallow_clone())),
-        cfg.clone(),
-    )
-    .unwrap();
+    let mut groups =
+        ParamGroups::from_named(params.iter().map(|(n, p)| (n.clone(), p.shallow_clone())));
+    let mut opt = Lamb::new(cfg.clone()).unwrap();
     assert_eq!(
-        opt.excluded_names(),
+        groups.exempt_names(),
         vec!["enc.LayerNorm.weight", "enc.dense.bias"]
     );
     for (i, gs) in grads.iter().enumerate() {
-        opt.zero_grad().unwrap();
+        groups.zero_grad().unwrap();
         let loss = params
             .iter()
             .zip(gs)
             .map(|((_, p), g)| (p * g).sum(Kind::Float))
             .fold(Tensor::from(0.0f32), |a, b| a + b);
         loss.backward();
-        let gn = opt.step(sched.lr_at(i as i64)).unwrap().double_value(&[]);
+        let g = groups.grads();
+        opt.step(&mut groups, &g, sched.lr_at(i as i64)).unwrap();
+        let gn = opt.grad_norm().unwrap().double_value(&[]);
         let want = gs
             .iter()
             .map(|g| g.square().sum(Kind::Float).double_value(&[]))
@@ -160,5 +162,50 @@ fn adamw_matches_pytorch() {
     if let Some(d) = run(false) {
         eprintln!("AdamW vs PyTorch: max abs diff {d:e}");
         assert!(d < 1e-5, "AdamW: max abs diff {d}");
+    }
+}
+
+/// The one weight-decay exemption rule (`optim::exempt_from_decay`: 1-d tensors) selects exactly
+/// the tensors of BertForPreTraining that the MLPerf reference's name rule
+/// (`exclude_from_weight_decay = ["LayerNorm", "layer_norm", "bias"]`) selects, with and
+/// without the methods that change the layers' code.
+#[test]
+fn decay_exemption_by_dimension_is_the_reference_name_rule_for_bert() {
+    use mlperf_run::methods::BertMethods;
+    use mlperf_run::models::bert::{BertConfig, BertForPreTraining};
+    let tiny = BertConfig {
+        vocab_size: 97,
+        hidden_size: 32,
+        num_layers: 2,
+        num_heads: 4,
+        intermediate_size: 64,
+        max_position: 24,
+        ..BertConfig::large()
+    };
+    let fused = BertMethods {
+        fused_qkv: true,
+        fused_epilogues: true,
+        fused_bias_gelu: true,
+        ..BertMethods::default()
+    };
+    for methods in [BertMethods::default(), fused] {
+        let vs = tch::nn::VarStore::new(Device::Cpu);
+        let _model = BertForPreTraining::new(&vs.root(), &tiny, &methods).unwrap();
+        let groups = ParamGroups::from_var_store(&vs);
+        let by_name: Vec<&str> = groups
+            .params
+            .iter()
+            .map(|p| p.name.as_str())
+            .filter(|n| n.contains("LayerNorm") || n.contains("layer_norm") || n.ends_with("bias"))
+            .collect();
+        assert_eq!(groups.params.len(), vs.variables().len());
+        // per layer 6 dense biases and 2 LayerNorms (weight, bias); the embeddings' LayerNorm;
+        // the pooler's bias; the MLM transform's bias and LayerNorm; the MLM bias; the NSP bias
+        assert_eq!(
+            by_name.len(),
+            2 * (6 + 4) + 2 + 1 + 3 + 1 + 1,
+            "{by_name:?}"
+        );
+        assert_eq!(groups.exempt_names(), by_name);
     }
 }

@@ -12,9 +12,16 @@
 //!
 //! (Steps 1-5 run as multi-tensor kernels, see [`Lamb`].)
 //!
-//! Excluded from weight decay and the trust ratio (as the reference's
-//! `exclude_from_weight_decay = ["LayerNorm", "layer_norm", "bias"]`): every variable whose
-//! name contains `LayerNorm` or `layer_norm`, or ends in `bias`.
+//! The gradients are the step's averaged ones: [`Lamb`] is an [`Optimizer`] over
+//! [`ParamGroups`], and the training step hands it its gradient list after the all-reduce
+//! (src/train/bert.rs), so the clip of step 1 sees the norm of the averaged gradients, as the
+//! reference's does.
+//!
+//! Excluded from weight decay and the trust ratio: the parameters [`super::exempt_from_decay`]
+//! exempts (1-d: biases and LayerNorm weights), the rule of all our optimizers. For BERT it
+//! selects exactly the reference's `exclude_from_weight_decay = ["LayerNorm", "layer_norm",
+//! "bias"]` (every variable whose name contains `LayerNorm` or `layer_norm`, or ends in `bias`);
+//! tests/bert_optim.rs checks that over the model's variables.
 //!
 //! Schedule ([`PolyWarmup`], the reference's `create_optimizer`): for the update made at
 //! `step` (0 for the first) `lr = (base - end) * (1 - min(step, total)/total)^power + end`,
@@ -22,6 +29,7 @@
 //! `lr = base * (step - start_warmup_step) / warmup_steps`.
 
 use super::foreach::{self, AdamArgs, AdamKind, DeviceScalar, Lr};
+use super::{split_defined, zeroed_state, Optimizer, ParamGroups, StepLr};
 use anyhow::{bail, Context, Result};
 use tch::{Kind, Tensor};
 
@@ -32,7 +40,7 @@ pub struct LambConfig {
     pub beta2: f64,
     pub eps: f64,
     pub weight_decay: f64,
-    /// Global-norm clip before the step (the reference: 1.0).
+    /// Global-norm clip of the (averaged) gradients before the step (the reference: 1.0).
     pub max_grad_norm: Option<f64>,
     /// true: LAMB (layer-wise trust ratio); false: AdamW.
     pub trust_ratio: bool,
@@ -51,45 +59,34 @@ impl Default for LambConfig {
     }
 }
 
-/// Reference rule: no weight decay and no trust ratio on LayerNorm parameters and biases.
-pub fn excluded_from_decay(name: &str) -> bool {
-    name.contains("LayerNorm") || name.contains("layer_norm") || name.ends_with("bias")
-}
-
-struct Param {
-    name: String,
-    w: Tensor,
-    m: Tensor,
-    v: Tensor,
-    /// LAMB only: the Adam direction `u` of this step (a persistent buffer).
-    u: Option<Tensor>,
-    excluded: bool,
-}
-
-/// The optimizer over named variables.
+/// LAMB or AdamW ([`LambConfig::trust_ratio`]) as an [`Optimizer`].
 ///
 /// One step runs in multi-tensor kernels ([`super::foreach`]): the global gradient norm from
 /// one `_foreach_norm`; the clip as the fused kernels' `grad_scale`; AdamW as libtorch's fused
 /// AdamW kernel (one pass per weight-decay group); LAMB's Adam direction `u = m^/(sqrt(v^)+eps)`
 /// from libtorch's fused Adam kernel run at learning rate -1 on a zeroed buffer (the same
 /// moment updates and bias corrections), then decay, trust ratios as one device vector, and the
-/// update as list operations. The learning rate and step count live in device scalars.
+/// update as list operations. The learning rate and step count live in device scalars, written
+/// by [`Optimizer::begin_step`], which also makes the state (zeros like each parameter) on the
+/// first step; [`Optimizer::apply`] only launches kernels (capturable in a CUDA graph).
 pub struct Lamb {
     pub config: LambConfig,
-    params: Vec<Param>,
-    /// Steps taken so far.
-    pub step: i64,
-    /// Device scalars: the step count (bias corrections) and the learning rate.
-    scalars: Option<(DeviceScalar, DeviceScalar)>,
+    /// Per parameter: the first and second moments, and (LAMB only) the Adam direction `u` of
+    /// the step (a persistent buffer).
+    m: Vec<Tensor>,
+    v: Vec<Tensor>,
+    u: Vec<Tensor>,
+    /// Steps begun so far.
+    steps: i64,
+    /// The step count as a device scalar (bias corrections).
+    step_t: Option<DeviceScalar>,
+    lr: StepLr,
+    /// The last [`Optimizer::apply`]'s global gradient norm.
+    grad_norm: Option<Tensor>,
 }
 
 impl Lamb {
-    /// `vars`: (name, variable) pairs, e.g. from `VarStore::variables()` (sorted here by name so
-    /// the order, and thus floating-point sums, are deterministic).
-    pub fn new(
-        vars: impl IntoIterator<Item = (String, Tensor)>,
-        config: LambConfig,
-    ) -> Result<Lamb> {
+    pub fn new(config: LambConfig) -> Result<Lamb> {
         for (name, v, lo, hi) in [
             ("beta1", config.beta1, 0.0, 1.0),
             ("beta2", config.beta2, 0.0, 1.0),
@@ -101,125 +98,101 @@ impl Lamb {
         if config.eps <= 0.0 || config.weight_decay < 0.0 {
             bail!("optimizer.eps must be > 0 and optimizer.weight_decay >= 0");
         }
-        let mut vars: Vec<(String, Tensor)> = vars.into_iter().collect();
-        vars.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut params = Vec::with_capacity(vars.len());
-        for (name, w) in vars {
-            if w.kind() != Kind::Float {
-                bail!(
-                    "{name}: the LAMB/AdamW kernels keep fp32 parameters (bf16 runs in autocast), \
-                     this one is {:?}",
-                    w.kind()
-                );
-            }
-            let zeros = || w.zeros_like().detach();
-            params.push(Param {
-                excluded: excluded_from_decay(&name),
-                m: zeros(),
-                v: zeros(),
-                u: config.trust_ratio.then(zeros),
-                name,
-                w,
-            });
-        }
         Ok(Lamb {
             config,
-            params,
-            step: 0,
-            scalars: None,
+            m: Vec::new(),
+            v: Vec::new(),
+            u: Vec::new(),
+            steps: 0,
+            step_t: None,
+            lr: StepLr::default(),
+            grad_norm: None,
         })
     }
 
-    /// Names of the parameters excluded from decay and trust ratio.
-    pub fn excluded_names(&self) -> Vec<&str> {
-        self.params
-            .iter()
-            .filter(|p| p.excluded)
-            .map(|p| p.name.as_str())
-            .collect()
+    /// Steps begun so far.
+    pub fn steps(&self) -> i64 {
+        self.steps
     }
 
-    /// Drop every gradient (PyTorch's `zero_grad(set_to_none=True)`): the next backward hands
-    /// its gradients over instead of adding into zeroed buffers.
-    pub fn zero_grad(&mut self) -> Result<()> {
-        for p in &self.params {
-            crate::amp::set_grad_none(&p.w)?;
+    /// The global gradient norm (before clipping) of the last [`Optimizer::apply`], a 0-dim
+    /// tensor on the parameters' device (not read back here); None before the first.
+    pub fn grad_norm(&self) -> Option<&Tensor> {
+        self.grad_norm.as_ref()
+    }
+
+    /// Zeroed moments (and `u`) like every parameter, made on the first step (or again if the
+    /// parameter list changed). The kernels keep fp32 parameters.
+    fn make_state(&mut self, params: &ParamGroups) -> Result<()> {
+        if self.m.len() == params.params.len() {
+            return Ok(());
+        }
+        for p in &params.params {
+            if p.tensor.kind() != Kind::Float {
+                bail!(
+                    "{}: the LAMB/AdamW kernels keep fp32 parameters (bf16 runs in autocast), \
+                     this one is {:?}",
+                    p.name,
+                    p.tensor.kind()
+                );
+            }
+        }
+        zeroed_state(&mut self.m, params);
+        zeroed_state(&mut self.v, params);
+        if self.config.trust_ratio {
+            zeroed_state(&mut self.u, params);
         }
         Ok(())
     }
+}
 
-    /// One update at learning rate `lr`: [`Lamb::begin_step`] then [`Lamb::apply`].
-    pub fn step(&mut self, lr: f64) -> Result<Tensor> {
-        self.begin_step(lr)?;
-        self.apply()
-    }
-
-    /// The host-side part of a step: the step count and `lr` into device scalars (outside a
-    /// CUDA graph; see [`crate::optim::Optimizer`]).
-    pub fn begin_step(&mut self, lr: f64) -> Result<()> {
-        let Some(first) = self.params.first() else {
+impl Optimizer for Lamb {
+    /// The host-side part of a step: the state on the first step, the step count and `lr` into
+    /// device scalars (outside a CUDA graph).
+    fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> Result<()> {
+        let Some(first) = params.params.first() else {
             return Ok(());
         };
-        self.step += 1;
-        let device = first.w.device();
-        let (step_t, lr_t) = self
-            .scalars
-            .get_or_insert_with(|| (DeviceScalar::new(device), DeviceScalar::new(device)));
-        step_t.set(self.step as f64)?;
-        lr_t.set(lr)?;
-        Ok(())
+        self.make_state(params)?;
+        self.steps += 1;
+        let device = first.tensor.device();
+        self.step_t
+            .get_or_insert_with(|| DeviceScalar::new(device))
+            .set(self.steps as f64)?;
+        self.lr.set(params, lr)
     }
 
-    /// The update's kernels, from the `.grad` buffers (capturable). Returns the global gradient
-    /// norm (before clipping) as a 0-dim tensor on the parameters' device (no host sync here).
-    /// Parameters without a gradient are skipped. The `.grad` buffers serve as scratch space
-    /// (they hold the clipped gradients, or less, afterwards): read gradients before the step.
-    pub fn apply(&mut self) -> Result<Tensor> {
+    /// The update's kernels (capturable), from `grads` as the step averaged them. The global
+    /// gradient norm (before clipping) stays on the device ([`Lamb::grad_norm`]). The gradients
+    /// serve as scratch space.
+    fn apply(&mut self, params: &mut ParamGroups, grads: &[Tensor]) -> Result<()> {
         let c = self.config.clone();
-        // the parameters that have a gradient this step
-        let live: Vec<(usize, Tensor)> = self
-            .params
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| {
-                let g = p.w.grad();
-                g.defined().then_some((i, g))
-            })
-            .collect();
-        if live.is_empty() {
-            return Ok(Tensor::from(0.0f32));
+        // the parameters that have a gradient this step, in order, and split by decay
+        let (all, _) = split_defined(params, grads, |_| true);
+        if all.idx.is_empty() {
+            self.grad_norm = Some(Tensor::from(0.0f32));
+            return Ok(());
         }
-        let (step_t, lr_t) = self
-            .scalars
+        let (decayed, exempt) = split_defined(params, grads, |p| !p.exempt);
+        let step_t = self
+            .step_t
             .as_ref()
-            .context("Lamb::apply before begin_step")?;
-        let (step_t, lr_t) = (
-            step_t.tensor().shallow_clone(),
-            lr_t.tensor().shallow_clone(),
-        );
-        let params = &self.params;
-        tch::no_grad(|| -> Result<Tensor> {
-            let pick = |f: &dyn Fn(&Param) -> Tensor, keep: &dyn Fn(&Param) -> bool| {
-                live.iter()
-                    .filter(|(i, _)| keep(&params[*i]))
-                    .map(|(i, _)| f(&params[*i]))
-                    .collect::<Vec<Tensor>>()
-            };
-            let grads_of = |keep: &dyn Fn(&Param) -> bool| {
-                live.iter()
-                    .filter(|(i, _)| keep(&params[*i]))
-                    .map(|(_, g)| g.shallow_clone())
-                    .collect::<Vec<Tensor>>()
-            };
-            let all = |_: &Param| true;
-            let grads = grads_of(&all);
-            let total = foreach::norms(&grads)?.f_norm()?;
+            .context("lamb: apply before begin_step")?
+            .tensor()
+            .shallow_clone();
+        let lr_t = self.lr.tensor("lamb")?;
+        let (m, v, u) = (&self.m, &self.v, &self.u);
+        let pick = |state: &[Tensor], idx: &[usize]| -> Vec<Tensor> {
+            idx.iter().map(|&i| state[i].shallow_clone()).collect()
+        };
+        let total = tch::no_grad(|| -> Result<Tensor> {
+            let total = foreach::norms(&all.grads)?.f_norm()?;
             // clip: g *= mx / max(|G|, mx), as the fused kernels' divisor max(|G|, mx) / mx
             let grad_scale = match c.max_grad_norm {
                 Some(mx) => Some(total.f_clamp_min(mx)?.f_div_scalar(mx)?),
                 None => None,
             };
-            let steps: Vec<Tensor> = (0..grads.len()).map(|_| step_t.shallow_clone()).collect();
+            let steps: Vec<Tensor> = all.idx.iter().map(|_| step_t.shallow_clone()).collect();
             let args = |weight_decay: f64, kind: AdamKind| AdamArgs {
                 beta1: c.beta1,
                 beta2: c.beta2,
@@ -229,19 +202,13 @@ impl Lamb {
             };
             if !c.trust_ratio {
                 // AdamW: one fused pass per weight-decay group
-                let decayed = |p: &Param| !p.excluded;
-                let excluded = |p: &Param| p.excluded;
-                for (keep, wd) in [
-                    (&decayed as &dyn Fn(&Param) -> bool, c.weight_decay),
-                    (&excluded, 0.0),
-                ] {
-                    let g = grads_of(keep);
+                for (group, wd) in [(&decayed, c.weight_decay), (&exempt, 0.0)] {
                     foreach::fused_adam_(
-                        &pick(&|p| p.w.shallow_clone(), keep),
-                        &g,
-                        &pick(&|p| p.m.shallow_clone(), keep),
-                        &pick(&|p| p.v.shallow_clone(), keep),
-                        &steps[..g.len()],
+                        &group.params,
+                        &group.grads,
+                        &pick(m, &group.idx),
+                        &pick(v, &group.idx),
+                        &steps[..group.idx.len()],
                         Lr::Tensor(&lr_t),
                         args(wd, AdamKind::AdamW),
                         grad_scale.as_ref(),
@@ -250,45 +217,38 @@ impl Lamb {
                 return Ok(total);
             }
             // LAMB. u = m^ / (sqrt(v^) + eps): the fused Adam kernel at lr = -1 on zeroed u
-            let u_of = |p: &Param| p.u.as_ref().map(Tensor::shallow_clone).unwrap_or_default();
-            let u = pick(&u_of, &all);
-            foreach::zero_(&u)?;
+            let u_all = pick(u, &all.idx);
+            foreach::zero_(&u_all)?;
             foreach::fused_adam_(
-                &u,
-                &grads,
-                &pick(&|p| p.m.shallow_clone(), &all),
-                &pick(&|p| p.v.shallow_clone(), &all),
+                &u_all,
+                &all.grads,
+                &pick(m, &all.idx),
+                &pick(v, &all.idx),
                 &steps,
                 Lr::Value(-1.0),
                 args(0.0, AdamKind::Adam),
                 grad_scale.as_ref(),
             )?;
             // u += wd * w, then w -= lr * r * u with r = |w| / |u| (1 if either is 0)
-            let decayed = |p: &Param| !p.excluded;
-            let excluded = |p: &Param| p.excluded;
-            let (w_dec, u_dec) = (
-                pick(&|p| p.w.shallow_clone(), &decayed),
-                pick(&u_of, &decayed),
-            );
+            let (w_dec, u_dec) = (&decayed.params, pick(u, &decayed.idx));
             if c.weight_decay != 0.0 {
-                foreach::add_list_(&u_dec, &w_dec, c.weight_decay)?;
+                foreach::add_list_(&u_dec, w_dec, c.weight_decay)?;
             }
             if !w_dec.is_empty() {
-                let wn = foreach::norms(&w_dec)?;
+                let wn = foreach::norms(w_dec)?;
                 let un = foreach::norms(&u_dec)?;
                 let ok = wn.gt(0.0).logical_and(&un.gt(0.0));
                 let r = (&wn / &un).where_self(&ok, &wn.ones_like()) * &lr_t * -1.0;
                 foreach::mul_list_(&u_dec, &r.unbind(0))?;
-                foreach::add_list_(&w_dec, &u_dec, 1.0)?;
+                foreach::add_list_(w_dec, &u_dec, 1.0)?;
             }
-            let (w_exc, u_exc) = (
-                pick(&|p| p.w.shallow_clone(), &excluded),
-                pick(&u_of, &excluded),
-            );
+            let (w_exc, u_exc) = (&exempt.params, pick(u, &exempt.idx));
             foreach::mul_tensor_(&u_exc, &lr_t)?;
-            foreach::add_list_(&w_exc, &u_exc, -1.0)?;
+            foreach::add_list_(w_exc, &u_exc, -1.0)?;
             Ok(total)
-        })
+        })?;
+        self.grad_norm = Some(total);
+        Ok(())
     }
 }
 
@@ -349,12 +309,12 @@ mod tests {
 
     #[test]
     fn exclusions() {
-        assert!(excluded_from_decay(
-            "bert.encoder.layer.0.output.LayerNorm.weight"
-        ));
-        assert!(excluded_from_decay("cls.predictions.bias"));
-        assert!(!excluded_from_decay(
-            "bert.encoder.layer.0.output.dense.weight"
-        ));
+        // the one rule of all optimizers: by dimension
+        use crate::optim::exempt_from_decay;
+        let t = |s: &[i64]| Tensor::zeros(s, (Kind::Float, tch::Device::Cpu));
+        assert!(exempt_from_decay(&t(&[16]))); // a LayerNorm weight or bias
+        assert!(exempt_from_decay(&t(&[30528]))); // cls.predictions.bias
+        assert!(!exempt_from_decay(&t(&[16, 16]))); // a dense weight
+        assert!(!exempt_from_decay(&t(&[2, 16]))); // token_type_embeddings
     }
 }

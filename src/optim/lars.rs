@@ -100,7 +100,7 @@ impl Lars {
                 None => lr_t,
             };
             // the gradients become the scaled gradients s in place (they are scratch)
-            let (trust, plain) = split_defined(params, grads, |p| !p.bn_or_bias);
+            let (trust, plain) = split_defined(params, grads, |p| !p.exempt);
             if !trust.params.is_empty() {
                 let w_norm = foreach::norms(&trust.params)?;
                 let g_norm = foreach::norms(&trust.grads)?;

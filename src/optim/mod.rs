@@ -26,29 +26,51 @@ pub mod schedule;
 pub mod sgd;
 
 #[cfg(feature = "torch")]
-pub use params::{Param, ParamGroups};
+pub use params::{exempt_from_decay, Param, ParamGroups};
 
 #[cfg(feature = "torch")]
 mod params {
     use tch::{nn::VarStore, Tensor};
 
-    /// One trainable tensor and whether it is a BN parameter or bias (1-d), which the MLPerf
-    /// reference exempts from weight decay and LARS trust ratios.
+    /// The one weight-decay exemption rule of all four optimizers: a parameter of at most one
+    /// dimension (biases, BatchNorm and LayerNorm weights) gets no weight decay, and no trust
+    /// ratio from LARS or LAMB (SGD decays it too with `decay_bn_bias`).
+    ///
+    /// The MLPerf references say it two ways. ResNet's by layer kind (BN parameters and biases),
+    /// BERT's by name (`exclude_from_weight_decay = ["LayerNorm", "layer_norm", "bias"]`: a name
+    /// containing `LayerNorm` or `layer_norm`, or ending in `bias`). For our
+    /// [`crate::models::bert::BertForPreTraining`] both select exactly the same tensors: every
+    /// 1-d variable is a bias or a LayerNorm weight, every one of those is 1-d, and every other
+    /// variable (dense weights, the three embedding tables) is 2-d. tests/bert_optim.rs
+    /// (`decay_exemption_by_dimension_is_the_reference_name_rule_for_bert`) checks it over a tiny
+    /// model's variables.
+    pub fn exempt_from_decay(t: &Tensor) -> bool {
+        t.dim() <= 1
+    }
+
+    /// One trainable tensor and whether [`exempt_from_decay`] exempts it from weight decay and
+    /// trust ratios (a bias, BN or LayerNorm parameter).
     pub struct Param {
         pub name: String,
         pub tensor: Tensor,
-        pub bn_or_bias: bool,
+        pub exempt: bool,
     }
 
-    /// The trainable variables of a var store in a stable (name) order.
+    /// The trainable variables of a var store in a stable (name) order: the order of the
+    /// gradient lists the optimizers take, and of the gradient exchange.
     pub struct ParamGroups {
         pub params: Vec<Param>,
     }
 
     impl ParamGroups {
         pub fn from_var_store(vs: &VarStore) -> ParamGroups {
-            let mut named: Vec<(String, Tensor)> = vs
-                .variables()
+            Self::from_named(vs.variables())
+        }
+
+        /// (name, variable) pairs; those that require a gradient, sorted by name (so the order,
+        /// and thus floating-point sums, are deterministic).
+        pub fn from_named(vars: impl IntoIterator<Item = (String, Tensor)>) -> ParamGroups {
+            let mut named: Vec<(String, Tensor)> = vars
                 .into_iter()
                 .filter(|(_, t)| t.requires_grad())
                 .collect();
@@ -56,12 +78,21 @@ mod params {
             let params = named
                 .into_iter()
                 .map(|(name, tensor)| Param {
-                    bn_or_bias: tensor.dim() <= 1,
+                    exempt: exempt_from_decay(&tensor),
                     name,
                     tensor,
                 })
                 .collect();
             ParamGroups { params }
+        }
+
+        /// Names of the parameters exempt from weight decay and trust ratios, in order.
+        pub fn exempt_names(&self) -> Vec<&str> {
+            self.params
+                .iter()
+                .filter(|p| p.exempt)
+                .map(|p| p.name.as_str())
+                .collect()
         }
 
         /// The accumulated `.grad()` of every parameter (after `loss.backward()`), in order;
@@ -77,7 +108,8 @@ mod params {
             Ok(Tensor::f_run_backward(&[loss], &inputs, false, false)?)
         }
 
-        /// Drop every `.grad` (for the `backward()` path; PyTorch's `set_to_none=True`).
+        /// Drop every `.grad` (for the `backward()` path; PyTorch's `set_to_none=True`): the
+        /// next backward hands its gradients over instead of adding into zeroed buffers.
         pub fn zero_grad(&mut self) -> anyhow::Result<()> {
             for p in &self.params {
                 crate::amp::set_grad_none(&p.tensor)?;
@@ -91,18 +123,36 @@ mod params {
                 .map(|p| p.tensor.shallow_clone())
                 .collect()
         }
+
+        /// (name, tensor) pairs, in order.
+        pub fn named(&self) -> Vec<(String, Tensor)> {
+            self.params
+                .iter()
+                .map(|p| (p.name.clone(), p.tensor.shallow_clone()))
+                .collect()
+        }
     }
 }
 
 /// An optimizer: updates the parameters in place from their gradients (`grads[i]` belongs to
 /// `params.params[i]`; undefined tensors are skipped) at this step's learning rate. The
 /// gradients are scratch space: an optimizer may overwrite them. No value is read back to the
-/// host: the learning rate goes to the kernels through a device scalar.
+/// host: the learning rate goes to the kernels through a device scalar. SGD, LARS, LAMB and
+/// AdamW ([`sgd::Sgd`], [`lars::Lars`], [`lamb::Lamb`]) all take this shape, and all exempt the
+/// parameters [`exempt_from_decay`] names ([`Param::exempt`]) from weight decay and trust ratios.
+///
+/// A training step (src/train/resnet.rs, src/train/bert.rs) calls [`Optimizer::begin_step`],
+/// then builds the step's gradient list in the parameters' order (autograd's returned
+/// gradients, or the `.grad` buffers), averages it across ranks in place
+/// ([`crate::train::engine::GradSync::all_reduce_grads`]) and hands that list to
+/// [`Optimizer::apply`] (or [`Optimizer::apply_or_skip`]). Whatever an optimizer does to all
+/// gradients together (LAMB's and AdamW's global-norm clip) thus sees the averaged gradients.
 ///
 /// A step has two parts so that the update can be captured in a CUDA graph
 /// ([`crate::cuda_graph`]): [`Optimizer::begin_step`] does the host-side bookkeeping (step
-/// count, the learning rate written into device scalars) and runs eagerly every step;
-/// [`Optimizer::apply`] launches only kernels whose arguments do not change between steps.
+/// count, the learning rate written into device scalars, state allocated on the first step) and
+/// runs eagerly every step; [`Optimizer::apply`] launches only kernels whose arguments do not
+/// change between steps.
 #[cfg(feature = "torch")]
 pub trait Optimizer {
     fn begin_step(&mut self, params: &ParamGroups, lr: f64) -> anyhow::Result<()>;

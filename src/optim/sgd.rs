@@ -83,7 +83,7 @@ impl Sgd {
         }
         let lr_t = self.lr.tensor("sgd")?;
         let first_step = self.steps == 1;
-        let (decayed, plain) = split_defined(params, grads, |p| !p.bn_or_bias || c.decay_bn_bias);
+        let (decayed, plain) = split_defined(params, grads, |p| !p.exempt || c.decay_bn_bias);
         tch::no_grad(|| -> Result<()> {
             for (group, wd) in [(decayed, c.weight_decay), (plain, 0.0)] {
                 let bufs: Vec<Tensor> = if c.momentum != 0.0 {

@@ -26,6 +26,7 @@ use crate::data::bert::{
 use crate::methods::{BertMethods, MethodSet};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
+use crate::optim::{Optimizer, ParamGroups};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -310,10 +311,11 @@ impl BertRunConfig {
 struct State {
     vs: VarStore,
     model: BertForPreTraining,
-    /// Trainable parameters sorted by name (the gradient exchange's order).
-    params: Vec<(String, tch::Tensor)>,
+    /// Trainable parameters sorted by name (the gradient exchange's and the optimizer's order).
+    params: ParamGroups,
     /// Every variable sorted by name (broadcast from rank 0 at start).
     all_vars: Vec<tch::Tensor>,
+    /// LAMB or AdamW.
     opt: Lamb,
     schedule: PolyWarmup,
     /// Training batches from the loader, handed over ahead of use ([`super::handoff`]).
@@ -491,19 +493,16 @@ impl Workload for BertWorkload {
             );
         }
         let o = &cfg.optimizer;
-        let opt = Lamb::new(
-            vs.variables(),
-            LambConfig {
-                beta1: o.beta1,
-                beta2: o.beta2,
-                eps: o.epsilon,
-                weight_decay: o.weight_decay,
-                // bucket-wise clipping happens in the gradient exchange, before the all-reduce
-                max_grad_norm: (o.gradient_clipping == GradientClipping::Global)
-                    .then_some(o.max_grad_norm),
-                trust_ratio: o.name == BertOpt::Lamb,
-            },
-        )?;
+        let opt = Lamb::new(LambConfig {
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.epsilon,
+            weight_decay: o.weight_decay,
+            // bucket-wise clipping happens in the gradient exchange, before the all-reduce
+            max_grad_norm: (o.gradient_clipping == GradientClipping::Global)
+                .then_some(o.max_grad_norm),
+            trust_ratio: o.name == BertOpt::Lamb,
+        })?;
         let schedule = PolyWarmup {
             base_lr: o.base_learning_rate,
             end_lr: o.end_learning_rate,
@@ -517,11 +516,8 @@ impl Workload for BertWorkload {
         let mut names: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();
         names.sort_by(|a, b| a.0.cmp(&b.0));
         self.state = Some(State {
-            all_vars: names.iter().map(|(_, t)| t.shallow_clone()).collect(),
-            params: names
-                .into_iter()
-                .filter(|(_, t)| t.requires_grad())
-                .collect(),
+            all_vars: names.into_iter().map(|(_, t)| t).collect(),
+            params: ParamGroups::from_var_store(&vs),
             vs,
             model,
             opt,
@@ -567,7 +563,7 @@ impl Workload for BertWorkload {
             inputs.extend(b.into_step_inputs());
         }
         sync.set_bucket_clip(bucket_clip)?;
-        s.opt.begin_step(s.schedule.lr_at(s.step))?;
+        s.opt.begin_step(&s.params, s.schedule.lr_at(s.step))?;
         let micro = s.micro_batches as f64;
         let device = s.vs.device();
         // forward, backward, gradient exchange and update: kernels only, no host state
@@ -575,7 +571,7 @@ impl Workload for BertWorkload {
         let mut body =
             |ins: &[tch::Tensor], sync: &mut (dyn GradSync + 's)| -> Result<Vec<tch::Tensor>> {
                 // set_to_none: the first backward writes the gradients, later ones add to them
-                s.opt.zero_grad()?;
+                s.params.zero_grad()?;
                 let mut total: Option<tch::Tensor> = None;
                 let last = ins.len() / 7 - 1;
                 for (m, b) in ins.chunks(7).enumerate() {
@@ -594,8 +590,7 @@ impl Workload for BertWorkload {
                     })?;
                     if m == last {
                         // the last backward may start the gradient all-reduces (hooks on .grad)
-                        let params: Vec<tch::Tensor> =
-                            s.params.iter().map(|(_, p)| p.shallow_clone()).collect();
+                        let params = s.params.tensors();
                         sync.before_last_backward(&params, GradSource::GradBuffers)?;
                     }
                     loss.backward();
@@ -606,21 +601,23 @@ impl Workload for BertWorkload {
                     });
                 }
                 // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
-                // zero gradient in the exchange, so every rank sends the same list)
+                // zero gradient in the exchange, so every rank sends the same list), then the
+                // update from this list: LAMB/AdamW clip the global norm of the averaged gradients
                 let grads: Vec<tch::Tensor> = s
                     .params
+                    .params
                     .iter()
-                    .map(|(_, p)| {
-                        let g = p.grad();
+                    .map(|p| {
+                        let g = p.tensor.grad();
                         if g.defined() {
                             g
                         } else {
-                            p.zeros_like()
+                            p.tensor.zeros_like()
                         }
                     })
                     .collect();
                 sync.all_reduce_grads(&grads)?;
-                let _grad_norm = s.opt.apply()?;
+                s.opt.apply(&mut s.params, &grads)?;
                 Ok(vec![
                     total.context("train.gradient_accumulation_steps is 0")?
                 ])
@@ -684,12 +681,7 @@ impl Workload for BertWorkload {
     fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {
         self.state
             .as_ref()
-            .map(|s| {
-                s.params
-                    .iter()
-                    .map(|(n, t)| (n.clone(), t.shallow_clone()))
-                    .collect()
-            })
+            .map(|s| s.params.named())
             .unwrap_or_default()
     }
 }
