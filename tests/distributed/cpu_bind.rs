@@ -1,5 +1,9 @@
-//! `cpu_bind = "slices"` binds the whole process, in a process of its own: this file has one
-//! test, because the binding narrows every thread of the test binary.
+//! `cpu_bind = "slices"` binds the whole process, in a process of its own: the binding narrows
+//! every thread of the process, and the other modules of this test binary run on parallel
+//! threads of the same process, so the test runs alone in a process started for it
+//! (`common::alone`).
+
+use crate::common;
 
 use mlperf_run::cpu_bind::{
     apply, cores, current_affinity, format_cpu_list, launcher_bound, plan, set_process_affinity,
@@ -51,6 +55,12 @@ fn the_whole_process_goes_to_one_cpu(cpus: &[usize]) {
 /// before the trainer builds its workload).
 #[test]
 fn slices_bind_every_thread_of_the_process_to_its_share() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "slices_bind_every_thread_of_the_process_to_its_share",
+    ) {
+        return;
+    }
     let allowed = current_affinity().unwrap();
     let bound_before = launcher_bound().unwrap();
     let (said, earlier_now) =

@@ -3,6 +3,10 @@
 //! reads a device value on the host. Reads are counted by a libtorch RecordFunction callback
 //! (`train::host_reads`: item / double_value / int64_value / bool conversions); a control run
 //! that reads its loss every step shows the counter sees such reads.
+//!
+//! The counter counts every thread of the process, and the other modules of this test binary
+//! train on parallel threads of the same process: each test here runs in a process of its own
+//! (`common::alone`).
 #![cfg(feature = "torch")]
 
 use crate::common;
@@ -66,7 +70,8 @@ fn workload(cfg: &ResnetRunConfig) -> ResnetWorkload {
     ResnetWorkload::new(cfg.clone(), Division::Closed, Box::new(data))
 }
 
-/// The counter is process-wide: the tests of this file count one at a time.
+/// The counter is process-wide: the tests of this file count one at a time (each in a process
+/// of its own, where nothing else runs).
 static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// (outcome, host reads counted during the run)
@@ -93,6 +98,12 @@ fn counted(
 
 #[test]
 fn a_block_of_steps_reads_losses_once_per_check_interval() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "a_block_of_steps_reads_losses_once_per_check_interval",
+    ) {
+        return;
+    }
     let cfg = tiny();
     let n = 4u64;
     let (out, reads) = counted(&mut workload(&cfg), &cfg, n);
@@ -124,6 +135,9 @@ fn a_block_of_steps_reads_losses_once_per_check_interval() {
 
 #[test]
 fn the_counter_sees_a_read_per_step() {
+    if !common::alone::in_own_process(module_path!(), "the_counter_sees_a_read_per_step") {
+        return;
+    }
     // control: the same run with a workload that reads its loss every step must count them
     let cfg = tiny();
     let (out, reads) = counted(&mut ReadsEveryStep(workload(&cfg)), &cfg, 4);
