@@ -1,5 +1,6 @@
 //! The benchmark presets of scripts/bench_gpu.sh load in the open division and have the shape
 //! its timing relies on: a warm-up block, then timed blocks, and an unreachable target.
+#![cfg(feature = "torch")]
 
 use mlperf_run::train::bert::BertRunConfig;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
