@@ -1,12 +1,15 @@
 //! Shared test helpers: where the real result logs are, and whether the official tools run.
+//! Every test binary (tests/<area>/main.rs) includes this module once, as `crate::common`.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
+pub mod alone;
 #[cfg(feature = "torch")]
 pub mod dist;
 pub mod emitter_logs;
 pub mod official;
+pub mod package;
 #[cfg(feature = "torch")]
 pub mod rng;
 #[cfg(feature = "torch")]

@@ -1,0 +1,311 @@
+//! BERT data: synth-bert writes reference-layout shards that we read back (and with
+//! `--lengths realistic`, about half padding at 512 tokens); the loader shuffles per seed, shards
+//! across ranks (strided or token-balanced) and yields every sample exactly once per epoch.
+#![cfg(feature = "torch")]
+
+use crate::common;
+
+use mlperf_run::data::bert::balance_report::measure;
+use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs, MASK};
+use mlperf_run::data::bert::{shard_files, Assignment, EvalSet, SampleId, Shard, TrainLoader};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use tch::{Device, Kind};
+
+fn synth(out: &Path, seed: u64) {
+    let a = SynthBertArgs {
+        out: out.to_path_buf(),
+        source: None,
+        sentences: 12,
+        train_samples: 203,
+        eval_samples: 40,
+        shards: 3,
+        seq_len: 48,
+        max_predictions: 10,
+        vocab_size: 30522,
+        seed,
+        lengths: Lengths::Pairs,
+    };
+    let s = synth_bert(&a).unwrap();
+    assert!(
+        s.source.to_string_lossy().contains("LICENSE"),
+        "{:?}",
+        s.source
+    );
+    assert!(s.vocab_size > 50);
+}
+
+#[test]
+fn synth_shards_have_reference_layout_and_masking() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 1);
+    let files = shard_files(&dir.path().join("train")).unwrap();
+    assert_eq!(files.len(), 3);
+    let total: usize = files.iter().map(|f| Shard::count(f).unwrap()).sum();
+    assert_eq!(total, 203);
+    let vocab = std::fs::read_to_string(dir.path().join("vocab.txt")).unwrap();
+    assert!(vocab.starts_with("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"));
+
+    let mut l = TrainLoader::new(&dir.path().join("train"), 5, 0, 1, 16, Device::Cpu).unwrap();
+    let b = l.next_batch().unwrap();
+    assert_eq!(b.input_ids.size(), vec![16, 48]);
+    assert_eq!(b.masked_positions.size(), vec![16, 10]);
+    // Every real prediction points at a real token; about 80% of them are [MASK] in the input.
+    let w = b.masked_weights.to_kind(Kind::Int64);
+    let preds = w.sum(Kind::Int64).int64_value(&[]);
+    let at = b.input_ids.gather(1, &b.masked_positions, false);
+    let masked = (at.eq(MASK as i64).to_kind(Kind::Int64) * &w)
+        .sum(Kind::Int64)
+        .int64_value(&[]);
+    assert!(preds > 16 * 3, "{preds}");
+    assert!(
+        masked * 10 >= preds * 6 && masked * 10 <= preds * 95 / 10,
+        "{masked}/{preds} masked"
+    );
+    let mask_at = b.input_mask.gather(1, &b.masked_positions, false);
+    assert_eq!((mask_at * &w).sum(Kind::Int64).int64_value(&[]), preds);
+    // [CLS] first; segment 1 only inside the mask.
+    assert!(b.input_ids.select(1, 0).eq(2).all().int64_value(&[]) == 1);
+    let seg_out = (&b.segment_ids * b.input_mask.eq(0).to_kind(Kind::Int64))
+        .sum(Kind::Int64)
+        .int64_value(&[]);
+    assert_eq!(seg_out, 0);
+
+    // The reference's dtypes, checked with h5py when the venv is there.
+    if let Some(py) = common::oracle("synth_dtypes") {
+        let code = format!(
+            "import h5py; f=h5py.File('{}','r'); print(' '.join(f[k].dtype.name for k in ['input_ids','input_mask','segment_ids','masked_lm_positions','masked_lm_ids','next_sentence_labels']))",
+            files[0].display()
+        );
+        let o = Command::new(py).args(["-c", &code]).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            "int16 int8 int8 int16 int16 int8",
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    let e = EvalSet::load(&dir.path().join("eval"), 40).unwrap();
+    let batches = e.batches(16, 0, 1, Device::Cpu).unwrap();
+    assert_eq!(
+        batches.iter().map(|b| b.size).collect::<Vec<_>>(),
+        vec![16, 16, 8]
+    );
+    assert!(EvalSet::load(&dir.path().join("eval"), 41).is_err());
+}
+
+#[test]
+fn loader_every_sample_once_per_epoch_across_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 2);
+    let train = dir.path().join("train");
+    let world = 3;
+    let mut all = Vec::new();
+    for rank in 0..world {
+        let mut l = TrainLoader::new(&train, 9, rank, world, 4, Device::Cpu).unwrap();
+        let mut ids = Vec::new();
+        while l.epoch() == 0 {
+            ids.extend(l.next_ids(1).unwrap());
+        }
+        // the last id came from epoch 1
+        ids.pop();
+        all.extend(ids);
+    }
+    let set: BTreeSet<_> = all.iter().copied().collect();
+    assert_eq!(all.len(), 203, "every sample once");
+    assert_eq!(set.len(), 203);
+    // Same seed, same order; another seed or epoch, another order.
+    let order = |seed| {
+        TrainLoader::new(&train, seed, 0, 1, 4, Device::Cpu)
+            .unwrap()
+            .next_ids(203 * 2)
+            .unwrap()
+    };
+    let a = order(9);
+    assert_eq!(a, order(9));
+    assert_ne!(a, order(10));
+    assert_ne!(a[..203], a[203..]);
+    let e0: BTreeSet<_> = a[..203].iter().collect();
+    let e1: BTreeSet<_> = a[203..].iter().collect();
+    assert_eq!(e0, e1);
+}
+
+#[test]
+fn bad_shards_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("part-0.hdf5");
+    std::fs::write(&bad, b"not hdf5").unwrap();
+    let err = format!("{:#}", Shard::read(&bad).unwrap_err());
+    assert!(err.contains("part-0.hdf5"), "{err}");
+    let err = format!(
+        "{:#}",
+        TrainLoader::new(&dir.path().join("none"), 1, 0, 1, 4, Device::Cpu)
+            .err()
+            .unwrap()
+    );
+    assert!(err.contains("synth-bert"), "{err}");
+    // A shard without masked_lm_ids names the missing dataset.
+    let f = hdf5::File::create(dir.path().join("x.hdf5")).unwrap();
+    f.new_dataset::<i16>()
+        .shape([2, 4])
+        .create("input_ids")
+        .unwrap()
+        .write_raw(&[1i16; 8][..])
+        .unwrap();
+    drop(f);
+    let err = format!("{:#}", Shard::read(&dir.path().join("x.hdf5")).unwrap_err());
+    assert!(err.contains("input_mask"), "{err}");
+}
+
+/// A small realistic-length set at sequence length 512 (the corpus: all sentences of the text).
+fn synth_realistic(out: &Path, train_samples: usize) -> f64 {
+    let a = SynthBertArgs {
+        out: out.to_path_buf(),
+        source: None,
+        sentences: 40,
+        train_samples,
+        eval_samples: 16,
+        shards: 4,
+        seq_len: 512,
+        max_predictions: 76,
+        vocab_size: 30522,
+        seed: 3,
+        lengths: Lengths::Realistic,
+    };
+    synth_bert(&a).unwrap().padding_fraction
+}
+
+#[test]
+fn realistic_lengths_are_about_half_padding_at_512() {
+    let dir = tempfile::tempdir().unwrap();
+    let reported = synth_realistic(dir.path(), 1200);
+    // read back from the shards: the input masks hold the lengths
+    let (mut tokens, mut n, mut full, mut short) = (0usize, 0usize, 0usize, 0usize);
+    for f in shard_files(&dir.path().join("train")).unwrap() {
+        let s = Shard::read(&f).unwrap();
+        assert_eq!(s.seq, 512);
+        for i in 0..s.n {
+            let t = s.tokens(i);
+            tokens += t;
+            full += (t == 512) as usize;
+            short += (t < 128) as usize;
+        }
+        n += s.n;
+    }
+    assert_eq!(n, 1200);
+    let padding = 1.0 - tokens as f64 / (n * 512) as f64;
+    assert!((padding - reported).abs() < 1e-9, "{padding} vs {reported}");
+    assert!((0.4..=0.6).contains(&padding), "padding {padding}");
+    // a mix, as in the reference's phase-2 data: many full sequences and many short ones
+    assert!(full * 5 > n, "{full} of {n} full");
+    assert!(short * 10 > n, "{short} of {n} below 128 tokens");
+    let readme = std::fs::read_to_string(dir.path().join("README.txt")).unwrap();
+    assert!(readme.contains("Realistic"), "{readme}");
+    // the hand-off marks a batch padded exactly when its mask has a 0 (one-sample batches:
+    // the full sequences are batches without padding)
+    let mut l = TrainLoader::new(&dir.path().join("train"), 5, 0, 1, 1, Device::Cpu).unwrap();
+    let (mut with, mut without) = (0, 0);
+    for _ in 0..60 {
+        let b = l.next_batch().unwrap();
+        let has_zero = b.input_mask.min().int64_value(&[]) == 0;
+        assert_eq!(b.padded, has_zero);
+        assert_eq!(b.attention_mask().is_some(), has_zero);
+        if has_zero {
+            with += 1;
+        } else {
+            without += 1;
+        }
+    }
+    assert!(
+        with > 0 && without > 0,
+        "{with} padded, {without} full batches"
+    );
+}
+
+/// Each rank's batches of `steps` steps with token balancing.
+fn balanced_batches(
+    train: &Path,
+    seed: u64,
+    world: usize,
+    local: usize,
+    steps: usize,
+) -> Vec<Vec<Vec<SampleId>>> {
+    (0..world)
+        .map(|rank| {
+            let mut l = TrainLoader::new(train, seed, rank, world, local, Device::Cpu)
+                .unwrap()
+                .with_assignment(Assignment::TokenBalanced);
+            (0..steps).map(|_| l.next_batch_ids().unwrap()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 4);
+    let train = dir.path().join("train");
+    let (world, local, steps) = (4, 5, 11); // 11 global batches of 20 > 203 samples
+    let ranks = balanced_batches(&train, 9, world, local, steps);
+    // the global stream itself: one rank taking whole global batches
+    let mut global = TrainLoader::new(&train, 9, 0, 1, world * local, Device::Cpu)
+        .unwrap()
+        .with_assignment(Assignment::TokenBalanced);
+    let mut epoch0 = BTreeMap::new();
+    for step in 0..steps {
+        let group: BTreeSet<SampleId> = global.next_batch_ids().unwrap().into_iter().collect();
+        let mut union = BTreeSet::new();
+        let mut loads = Vec::new();
+        for r in &ranks {
+            assert_eq!(r[step].len(), local);
+            union.extend(r[step].iter().copied());
+            loads.push(r[step].iter().map(|s| s.tokens).sum::<usize>());
+        }
+        assert_eq!(
+            union, group,
+            "step {step}: the ranks split the global batch"
+        );
+        let (min, max) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+        assert!(
+            max - min <= 48,
+            "step {step}: {loads:?} differ by more than one sequence"
+        );
+        for s in union.iter().filter(|s| s.epoch == 0) {
+            *epoch0.entry((s.file, s.index)).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(epoch0.len(), 203, "every sample in epoch 0");
+    assert!(epoch0.values().all(|&c| c == 1), "each once");
+    // deterministic per seed; another seed, another order
+    assert_eq!(balanced_batches(&train, 9, world, local, steps), ranks);
+    assert_ne!(balanced_batches(&train, 10, world, local, steps), ranks);
+    // the same global batches as the strided split draws from, in the same epoch order
+    let strided: BTreeSet<(usize, usize)> = (0..world)
+        .flat_map(|rank| {
+            let mut l = TrainLoader::new(&train, 9, rank, world, local, Device::Cpu).unwrap();
+            let mut ids = Vec::new();
+            while l.epoch() == 0 {
+                ids.extend(l.next_ids(1).unwrap());
+            }
+            ids.pop();
+            ids
+        })
+        .collect();
+    assert_eq!(strided, epoch0.keys().copied().collect());
+}
+
+#[test]
+fn balancing_evens_realistic_tokens_at_8_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    synth_realistic(dir.path(), 8 * 24 * 6);
+    let r = measure(dir.path(), 8, 24, 1).unwrap();
+    assert_eq!(r.steps, 6);
+    assert!((0.4..=0.6).contains(&r.padding_fraction), "{r:?}");
+    eprintln!("{r:?}");
+    assert!(r.strided.epoch_max_over_mean > 1.05, "{r:?}");
+    assert!(r.balanced.epoch_max_over_mean <= 1.02, "{r:?}");
+    assert!(r.balanced.worst_step_spread <= 512, "{r:?}");
+    assert!((r.strided.mean_rank_tokens - r.balanced.mean_rank_tokens).abs() < 1e-6);
+}

@@ -1,0 +1,410 @@
+//! Multi-process c10d tests on CPU (Gloo over localhost): collectives, the launcher, the
+//! data-parallel equivalence of the bucketed gradient averaging, and failure handling.
+//! Each test starts `mlperf-run dist-selftest` workers on its own free port.
+#![cfg(feature = "torch")]
+
+use crate::common::dist::{launch_command, load, max_rel_diff, rank_command, text, BIN};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    mlperf_run::launch::free_local_port().expect("a free localhost port")
+}
+
+/// Starts rank `rank` of `world` running `dist-selftest <args>`.
+fn worker(rank: usize, world: usize, port: u16, args: &[&str]) -> Child {
+    rank_command(rank, world, port)
+        .arg("dist-selftest")
+        .args(args)
+        .spawn()
+        .expect("start mlperf-run dist-selftest")
+}
+
+/// Waits at most `limit`; a worker still running then is killed and the test fails.
+fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn two_process_gloo_collectives() {
+    let port = free_port();
+    let kids: Vec<Child> = (0..2).map(|r| worker(r, 2, port, &[])).collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let out = finish(k, Duration::from_secs(120), &format!("rank {r}"));
+        assert!(out.status.success(), "rank {r}: {}", text(&out));
+        let s = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            s.contains(&format!("dist-selftest ok: rank {r} of 2 (gloo)")),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn launch_runs_workers_and_prefixes_their_output() {
+    let out = launch_command(2).arg("dist-selftest").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    for r in 0..2 {
+        assert!(
+            s.contains(&format!("[rank {r}] dist-selftest ok: rank {r} of 2")),
+            "{s}"
+        );
+    }
+}
+
+#[test]
+fn launch_fails_fast_naming_the_failed_rank() {
+    let start = Instant::now();
+    let child = launch_command(2)
+        .args([
+            "dist-selftest",
+            "--mode",
+            "loop",
+            "--steps",
+            "100000",
+            "--die-rank",
+            "1",
+        ])
+        .args(["--die-after", "2", "--timeout-s", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish(child, Duration::from_secs(90), "launch");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("worker rank 1 ended with exit status 3"),
+        "{err}"
+    );
+    // The surviving rank noticed through its collective, not by being killed.
+    assert!(
+        err.contains("[rank 0] error:") && err.contains("allreduce failed on rank 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn launch_rejects_bad_arguments() {
+    let out = Command::new(BIN)
+        .args(["launch", "--nproc-per-node", "0", "--", "dist-selftest"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--nproc-per-node must be at least 1"));
+}
+
+#[test]
+fn killing_one_rank_ends_the_other_with_an_error() {
+    let port = free_port();
+    let args = ["--mode", "loop", "--steps", "100000", "--timeout-s", "30"];
+    let r0 = worker(0, 2, port, &args);
+    let mut r1 = worker(1, 2, port, &args);
+    // Wait until rank 1 is training, then kill it without warning.
+    let mut stdout = r1.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    let start = Instant::now();
+    while !String::from_utf8_lossy(&seen).contains("step 2 ok") {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "rank 1 never reached step 2"
+        );
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "rank 1 stopped early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    r1.kill().unwrap();
+    r1.wait().unwrap();
+    let killed = Instant::now();
+    let out = finish(
+        r0,
+        Duration::from_secs(90),
+        "rank 0 after its peer was killed",
+    );
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(60),
+        "rank 0 took {took:?} to notice"
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("allreduce failed on rank 0 of 2") && err.contains("aborted"),
+        "{err}"
+    );
+    eprintln!("rank 0 ended {took:?} after rank 1 was killed");
+}
+
+#[test]
+fn rendezvous_times_out_with_a_clear_error_when_a_rank_never_comes() {
+    let port = free_port();
+    let start = Instant::now();
+    let out = finish(
+        worker(0, 2, port, &["--timeout-s", "3"]),
+        Duration::from_secs(60),
+        "lonely rank 0",
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("could not form the gloo process group as rank 0 of 2"),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+/// 2 processes x 1 micro-batch == 1 process accumulating the same 2 micro-batches (batch norm
+/// sees the same batches), after K steps of SGD with momentum, through the bucketed averaging.
+#[test]
+fn two_process_training_equals_one_process_accumulating() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = "4";
+    let port = free_port();
+    let d2 = dir.path().join("2x1");
+    let d2s = d2.to_str().unwrap();
+    let kids: Vec<Child> = (0..2)
+        .map(|r| {
+            worker(
+                r,
+                2,
+                port,
+                &["--mode", "equiv", "--steps", steps, "--out", d2s],
+            )
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let out = finish(k, Duration::from_secs(180), &format!("rank {r}"));
+        assert!(out.status.success(), "rank {r}: {}", text(&out));
+        // 1 KiB buckets: the tiny model's gradients span several buckets.
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("2 buckets"),
+            "{}",
+            text(&out)
+        );
+    }
+    let single = |accum: &str, out: &Path| {
+        let o = Command::new(BIN)
+            .args([
+                "dist-selftest",
+                "--mode",
+                "equiv",
+                "--steps",
+                steps,
+                "--accum",
+                accum,
+            ])
+            .arg("--out")
+            .arg(out)
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .env_remove("SLURM_PROCID")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        load(&out.join("rank0.safetensors"))
+    };
+    let reference = single("2", &dir.path().join("1x2"));
+    let (p0, p1) = (
+        load(&d2.join("rank0.safetensors")),
+        load(&d2.join("rank1.safetensors")),
+    );
+    assert_eq!(reference.len(), 6, "conv, bn, fc weights and biases");
+    assert_eq!(max_rel_diff(&p0, &p1), 0.0, "replicas diverged");
+    let diff = max_rel_diff(&p0, &reference);
+    eprintln!("2x1 vs 1x2: max relative difference {diff:e}");
+    assert!(
+        diff < 1e-5,
+        "2-process and accumulating 1-process runs differ by {diff:e}"
+    );
+    // Control: the comparison is sensitive (one micro-batch per step trains differently).
+    let control = single("1", &dir.path().join("1x1"));
+    let cdiff = max_rel_diff(&control, &reference);
+    assert!(cdiff > 1e-3, "control differs by only {cdiff:e}");
+}
+
+/// Runs `dist-selftest --mode equiv` on 2 ranks with `extra` arguments; returns rank 0's
+/// parameters (after checking rank 1's are identical) and rank 0's stdout.
+fn equiv_2x(dir: &Path, name: &str, extra: &[&str]) -> (Vec<(String, tch::Tensor)>, String) {
+    let port = free_port();
+    let out_dir = dir.join(name);
+    let out_s = out_dir.to_str().unwrap().to_string();
+    let mut args = vec!["--mode", "equiv", "--steps", "4", "--out", &out_s];
+    args.extend_from_slice(extra);
+    let kids: Vec<Child> = (0..2).map(|r| worker(r, 2, port, &args)).collect();
+    let mut stdout0 = String::new();
+    for (r, k) in kids.into_iter().enumerate() {
+        let out = finish(k, Duration::from_secs(180), &format!("{name} rank {r}"));
+        assert!(out.status.success(), "{name} rank {r}: {}", text(&out));
+        if r == 0 {
+            stdout0 = String::from_utf8_lossy(&out.stdout).to_string();
+        }
+    }
+    let (p0, p1) = (
+        load(&out_dir.join("rank0.safetensors")),
+        load(&out_dir.join("rank1.safetensors")),
+    );
+    assert_eq!(max_rel_diff(&p0, &p1), 0.0, "{name}: replicas diverged");
+    (p0, stdout0)
+}
+
+/// The "N gradient all-reduces of B bytes" of an equiv run's output.
+fn allreduce_counts(stdout: &str) -> (u64, u64) {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("gradient all-reduces of"))
+        .unwrap_or_else(|| panic!("no all-reduce counts in {stdout}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "gradient").unwrap();
+    (
+        words[at - 1].parse().unwrap(),
+        words[at + 3].parse().unwrap(),
+    )
+}
+
+/// The all-reduce overlapped with the backward (autograd hooks, buckets rebuilt in gradient
+/// order after step 1, accumulation reduced on the last micro-batch only), through both
+/// gradient paths (`.grad` buffers as BERT, autograd.grad plus an accumulator as the ResNet
+/// trainer): 2 processes x 1 micro-batch are bit-identical to 1 process accumulating the same
+/// 2 micro-batches, and 2 x 2 micro-batches are bit-identical to the blocking all-reduce after
+/// the backward, with the same collectives.
+#[test]
+fn overlapped_allreduce_is_bit_identical_to_accumulating_and_to_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "dist-selftest",
+            "--mode",
+            "equiv",
+            "--steps",
+            "4",
+            "--accum",
+            "2",
+            "--out",
+        ])
+        .arg(dir.path().join("1x2"))
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let single = load(&dir.path().join("1x2").join("rank0.safetensors"));
+    let on = ["--overlap", "true"];
+    let returned = ["--overlap", "true", "--returned-grads"];
+    let (hooked_2x1, out) = equiv_2x(dir.path(), "hooked_2x1", &on);
+    assert!(out.contains("overlap true"), "{out}");
+    let (returned_2x1, _) = equiv_2x(dir.path(), "returned_2x1", &returned);
+    assert_eq!(
+        max_rel_diff(&hooked_2x1, &single),
+        0.0,
+        ".grad hooks vs 1x2"
+    );
+    assert_eq!(
+        max_rel_diff(&returned_2x1, &single),
+        0.0,
+        "returned gradients vs 1x2"
+    );
+
+    let accum = ["--accum", "2"];
+    let (blocking, out_b) = equiv_2x(dir.path(), "blocking", &accum);
+    assert!(out_b.contains("overlap false"), "{out_b}");
+    let (hooked, out_h) = equiv_2x(dir.path(), "hooked", &[&accum[..], &on].concat());
+    let (returned, _) = equiv_2x(dir.path(), "returned", &[&accum[..], &returned].concat());
+    assert_eq!(
+        max_rel_diff(&hooked, &blocking),
+        0.0,
+        "2x2 .grad hooks vs blocking"
+    );
+    assert_eq!(
+        max_rel_diff(&returned, &blocking),
+        0.0,
+        "2x2 returned vs blocking"
+    );
+    // the same collectives: one per bucket and step, the same bytes
+    assert_eq!(allreduce_counts(&out_h), allreduce_counts(&out_b));
+    let (count, bytes) = allreduce_counts(&out_b);
+    assert!(count >= 8, "4 steps x several 1 KiB buckets, got {count}");
+    assert!(bytes > 0);
+    // control: the comparison sees a different training (no accumulation, 1x1)
+    let control = single_control(dir.path());
+    assert!(max_rel_diff(&control, &single) > 1e-3);
+}
+
+fn single_control(dir: &Path) -> Vec<(String, tch::Tensor)> {
+    let o = Command::new(BIN)
+        .args([
+            "dist-selftest",
+            "--mode",
+            "equiv",
+            "--steps",
+            "4",
+            "--overlap",
+            "true",
+            "--out",
+        ])
+        .arg(dir.join("1x1"))
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    load(&dir.join("1x1").join("rank0.safetensors"))
+}
+
+/// Bucket-wise clipping before the all-reduce changes the training (a small clip norm bites)
+/// but not the exchange: the same number of all-reduces with the same bytes.
+#[test]
+fn bucket_wise_clipping_keeps_the_allreduces_and_clips() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, out_p) = equiv_2x(dir.path(), "plain", &["--overlap", "true"]);
+    let (clipped, out_c) = equiv_2x(
+        dir.path(),
+        "clipped",
+        &["--overlap", "true", "--bucket-clip", "0.01"],
+    );
+    let (blocking_clipped, out_bc) =
+        equiv_2x(dir.path(), "blocking_clipped", &["--bucket-clip", "0.01"]);
+    assert_eq!(allreduce_counts(&out_c), allreduce_counts(&out_p));
+    assert_eq!(allreduce_counts(&out_bc), allreduce_counts(&out_p));
+    let moved = max_rel_diff(&clipped, &plain);
+    assert!(
+        moved > 1e-3,
+        "clipping to 0.01 changed the parameters by only {moved:e}"
+    );
+    // both paths clip (their buckets differ after step 1, so the values do too, a little)
+    let both = max_rel_diff(&blocking_clipped, &plain);
+    assert!(
+        both > 1e-3,
+        "blocking clipping changed the parameters by only {both:e}"
+    );
+}

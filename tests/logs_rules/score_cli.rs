@@ -1,0 +1,208 @@
+//! `mlperf-run score` as a command: layouts, formats, exit codes and bad input, on logs this
+//! test writes itself (and on fixture copies where those exist).
+
+use crate::common;
+
+use mlperf_run::score::{score_path, RunStatus, ScoreOptions};
+use std::path::Path;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+}
+
+/// A small open ResNet log that passes the 4.0.0 checks: run_stop `minutes` after run_start
+/// with `status` (none: no run_stop).
+fn resnet_log(minutes: f64, status: Option<&str>, gbs: u32) -> String {
+    common::emitter_logs::open_resnet_text(minutes, status, gbs, 1000.0)
+}
+
+fn write_set(dir: &Path, logs: &[String]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (i, log) in logs.iter().enumerate() {
+        std::fs::write(dir.join(format!("result_{i}.txt")), log).unwrap();
+    }
+}
+
+fn five_runs() -> Vec<String> {
+    [10.0, 11.0, 12.0, 13.0, 14.0]
+        .iter()
+        .map(|m| resnet_log(*m, Some("success"), 256))
+        .collect()
+}
+
+#[test]
+fn scores_a_set_written_here_in_every_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = tmp.path().join("sub/results/sysA/resnet");
+    write_set(&set, &five_runs());
+    for dir in [
+        tmp.path().join("sub"),
+        tmp.path().join("sub/results/sysA"),
+        set.clone(),
+    ] {
+        let sets = score_path(&dir, &ScoreOptions::default()).unwrap();
+        assert_eq!(sets.len(), 1, "{}", dir.display());
+        assert_eq!(sets[0].system, "sysA");
+        assert_eq!(sets[0].olympic, Some(12.0));
+        assert_eq!(sets[0].throughput, Some(1000.0));
+        assert_eq!(sets[0].runs[0].converged_at, Some(30.0));
+        assert!(sets[0].valid());
+    }
+}
+
+#[test]
+fn every_format_prints_the_score_and_exit_is_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_set(&tmp.path().join("results/s/resnet"), &five_runs());
+    for (format, needle) in [
+        ("table", "12.0000"),
+        ("markdown", "| 12.0000"),
+        ("csv", ",12.0000,"),
+        ("json", "\"score\": 12.0"),
+    ] {
+        let out = bin()
+            .args(["score", "--format", format])
+            .arg(tmp.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{format}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(needle),
+            "{format} output lacks {needle:?}:\n{stdout}"
+        );
+    }
+    let json = bin()
+        .args(["score", "--format", "json"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v[0]["runs"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn one_failed_run_is_dropped_two_mean_no_score() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut logs = five_runs();
+    logs[0] = resnet_log(1.0, Some("aborted"), 256); // fastest, but aborted
+    write_set(&tmp.path().join("a/resnet"), &logs);
+    let sets = score_path(&tmp.path().join("a"), &ScoreOptions::default()).unwrap();
+    assert_eq!(sets[0].runs[0].status, RunStatus::Aborted);
+    assert_eq!(sets[0].olympic, Some(13.0)); // 11 dropped as fastest; 12, 13, 14 remain
+    assert!(sets[0].valid());
+
+    logs[1] = resnet_log(11.0, None, 256);
+    write_set(&tmp.path().join("b/resnet"), &logs);
+    let sets = score_path(&tmp.path().join("b"), &ScoreOptions::default()).unwrap();
+    assert_eq!(sets[0].runs[1].status, RunStatus::NoRunStop);
+    assert_eq!(sets[0].score, None);
+    assert!(!sets[0].valid());
+    let out = bin()
+        .arg("score")
+        .arg(tmp.path().join("b"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 runs did not converge"));
+}
+
+#[test]
+fn four_resnet_logs_are_not_a_valid_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_set(&tmp.path().join("resnet"), &five_runs()[..4]);
+    let out = bin().arg("score").arg(tmp.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("4 result files") && stdout.contains("needs exactly 5"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_paths_are_errors_naming_the_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nope");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let file = tmp.path().join("file.txt");
+    std::fs::write(&file, "x").unwrap();
+    for (path, words) in [
+        (&missing, "does not exist"),
+        (&empty, "no result files"),
+        (&file, "not a directory"),
+    ] {
+        let out = bin().arg("score").arg(path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&path.display().to_string()) && stderr.contains(words),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn broken_and_binary_logs_are_verdicts_not_panics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut logs = five_runs();
+    logs[2] = logs[2][..logs[2].len() / 2].to_string(); // truncated: no run_stop
+    logs[3] = "\u{0}\u{1}\u{2}binary\u{0}".into();
+    write_set(&tmp.path().join("resnet"), &logs);
+    let sets = score_path(tmp.path(), &ScoreOptions::default()).unwrap();
+    assert_eq!(sets[0].runs[2].status, RunStatus::NoRunStop);
+    assert_eq!(sets[0].runs[3].status, RunStatus::NoRunStop);
+    assert!(!sets[0].valid());
+}
+
+#[test]
+fn closed_sets_with_mixed_batch_sizes_fail_the_rcp_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut logs: Vec<String> = five_runs()
+        .iter()
+        .map(|l| l.replace("\"open\"", "\"closed\""))
+        .collect();
+    logs[4] = resnet_log(14.0, Some("success"), 512).replace("\"open\"", "\"closed\"");
+    write_set(&tmp.path().join("resnet"), &logs);
+    let sets = score_path(
+        tmp.path(),
+        &ScoreOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    )
+    .unwrap();
+    let rcp = sets[0].rcp.as_ref().expect("closed sets get an RCP check");
+    assert!(!rcp.passed);
+    assert!(
+        rcp.message.contains("global batch sizes differ") && rcp.message.contains("result_4.txt"),
+        "{}",
+        rcp.message
+    );
+    assert!(!sets[0].valid());
+}
+
+#[test]
+fn unknown_ruleset_for_the_rcp_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs: Vec<String> = five_runs()
+        .iter()
+        .map(|l| l.replace("\"open\"", "\"closed\""))
+        .collect();
+    write_set(&tmp.path().join("resnet"), &logs);
+    let out = bin()
+        .args(["score", "--ruleset", "9.9.9"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no RCP table for resnet at ruleset 9.9.9")
+    );
+}

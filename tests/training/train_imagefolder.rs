@@ -1,0 +1,98 @@
+//! The tiny JPEG preset trains on a real ImageFolder (synthetic JPEGs written by the library
+//! behind `data synth-imagenet`) through the `data::imagenet` pipeline: a closed run reaches
+//! the closed target 0.759 and stops there, and its log passes our checker and the official
+//! compliance checker (ruleset 4.0.0). The same seed gives the same loss curve.
+#![cfg(feature = "torch")]
+
+use crate::common;
+
+use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SynthSpec};
+use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::train::engine::RunOutcome;
+use std::path::{Path, PathBuf};
+
+fn config(division: Division) -> ResnetRunConfig {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu_jpeg.toml");
+    ResnetRunConfig::load(&path, division).unwrap()
+}
+
+/// 10 classes, 100 training and 20 validation JPEGs each, 64..96 px.
+fn synth(dir: &Path) {
+    let spec = SynthSpec {
+        classes: 10,
+        per_class: 100,
+        val_per_class: 20,
+        seed: 0,
+        min_size: 64,
+        max_size: 96,
+        quality: 90,
+    };
+    write_synth_imagenet(dir, &spec, false).unwrap();
+}
+
+fn train(
+    cfg: &ResnetRunConfig,
+    division: Division,
+    data: &Path,
+    seed: u64,
+    log: &Path,
+) -> RunOutcome {
+    common::train::resnet(cfg, division, Some(data), seed, log)
+}
+
+#[test]
+fn tiny_jpeg_closed_reaches_target_and_passes_the_checkers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    synth(&data);
+    let division = Division::Closed;
+    let cfg = config(division);
+    assert!(cfg.train.target >= 0.759);
+    let log_path = dir.path().join("result_0.txt");
+    let t0 = std::time::Instant::now();
+    let seed = 1234;
+    let out = train(&cfg, division, &data, seed, &log_path);
+    eprintln!(
+        "tiny_cpu_jpeg closed: {:?} after {} steps, evals {:?}, {:.1} s",
+        out.status,
+        out.steps,
+        out.evals,
+        t0.elapsed().as_secs_f64()
+    );
+    let log = common::train::assert_reached_target_and_compliant(
+        "tiny_cpu_jpeg closed",
+        &cfg,
+        &out,
+        seed,
+        &log_path,
+    );
+    assert_eq!(
+        log.first("train_samples").unwrap().value,
+        serde_json::json!(1000)
+    );
+    assert_eq!(
+        log.first("eval_samples").unwrap().value,
+        serde_json::json!(200)
+    );
+}
+
+#[test]
+fn tiny_jpeg_same_seed_same_loss_curve() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    synth(&data);
+    let mut cfg = config(Division::Open);
+    cfg.train.max_epochs = 1;
+    cfg.train.eval_offset = 0;
+    cfg.train.eval_period = 1;
+    cfg.train.target = 0.999;
+    cfg.data.workers = 2;
+    let a = train(&cfg, Division::Open, &data, 5, &dir.path().join("a.txt"));
+    cfg.data.workers = 1;
+    let b = train(&cfg, Division::Open, &data, 5, &dir.path().join("b.txt"));
+    let c = train(&cfg, Division::Open, &data, 6, &dir.path().join("c.txt"));
+    assert_eq!(a.losses.len(), 15);
+    assert_eq!(a.losses, b.losses, "same seed, different loss curves");
+    assert_eq!(a.evals, b.evals);
+    assert_ne!(a.losses, c.losses, "a different seed gave the same curve");
+}
