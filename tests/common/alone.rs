@@ -22,7 +22,13 @@ pub fn in_own_process(module: &str, test: &str) -> bool {
     }
     let exe = std::env::current_exe().expect("the test binary's path");
     let out = Command::new(&exe)
-        .args([name.as_str(), "--exact", "--test-threads", "1", "--nocapture"])
+        .args([
+            name.as_str(),
+            "--exact",
+            "--test-threads",
+            "1",
+            "--nocapture",
+        ])
         .env(ALONE, &name)
         .output()
         .unwrap_or_else(|e| panic!("running {} for {name}: {e}", exe.display()));

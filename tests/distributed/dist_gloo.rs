@@ -3,7 +3,6 @@
 //! Each test starts `mlperf-run dist-selftest` workers on its own free port.
 #![cfg(feature = "torch")]
 
-
 use crate::common::dist::{launch_command, load, max_rel_diff, rank_command, text, BIN};
 use std::io::Read;
 use std::path::Path;

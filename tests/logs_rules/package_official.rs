@@ -5,8 +5,8 @@
 
 use crate::common;
 
-use mlperf_run::submission::{package, verify};
 use crate::common::package as ps;
+use mlperf_run::submission::{package, verify};
 
 #[test]
 fn synthetic_closed_and_open_sets_share_a_tree_and_pass_the_official_checker() {

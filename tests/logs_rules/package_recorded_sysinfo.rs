@@ -7,9 +7,9 @@
 
 use crate::common;
 
+use crate::common::package as ps;
 use mlperf_run::submission::package::{self, PackageOptions};
 use mlperf_run::submission::sysinfo::RECORDED_FILE;
-use crate::common::package as ps;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use mlperf_run::submission::package;
 use crate::common::package as ps;
+use mlperf_run::submission::package;
 use std::path::{Path, PathBuf};
 
 /// A valid closed tree packaged by us, to break by hand for the official checker.

@@ -1,9 +1,8 @@
 //! Tamper test: one changed byte in a packaged result file makes `verify` fail and name the
 //! file, in the folder and in the tarball.
 
-
-use mlperf_run::submission::{manifest, package, verify};
 use crate::common::package as ps;
+use mlperf_run::submission::{manifest, package, verify};
 use std::io::Read;
 
 #[test]

@@ -12,7 +12,6 @@
 //! and more rows than one column-sum chunk (64) holds.
 #![cfg(feature = "torch")]
 
-
 use crate::common::rng::{rng_turn, seeded};
 use crate::common::tensors::max_rel;
 use mlperf_run::amp::{Autocast, LowPrecision};

@@ -1,7 +1,6 @@
 //! ResNet-50 v1.5 has exactly torchvision's 25,557,032 parameters at 1000 classes.
 #![cfg(feature = "torch")]
 
-
 use crate::common::rng::{rng_turn, seeded};
 use mlperf_run::methods::ResnetMethods;
 use mlperf_run::models::parameter_count;

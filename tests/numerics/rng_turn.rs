@@ -3,7 +3,6 @@
 //! single-threaded sequence, however their draws would otherwise interleave.
 #![cfg(feature = "torch")]
 
-
 use crate::common::rng::seeded;
 use tch::{Device, Kind, Tensor};
 
