@@ -1,7 +1,7 @@
 //! The shim's CPU emulator of CUDA's execution model (`shim/cuda_emu.hpp`), which runs the
-//! fused epilogue's CUDA kernels in CI (`tests/fused_epilogue_kernels.rs`): its block and warp
-//! semantics on kernels with a known answer (`shim/cuda_emu_selftest.cpp`), and the errors it
-//! gives instead of a hang or a silent wrong answer.
+//! fused epilogue's CUDA kernels in CI (`tests/numerics/fused_epilogue_kernels.rs`): its block
+//! and warp semantics on kernels with a known answer (`shim/cuda_emu_selftest.cpp`), and the
+//! errors it gives instead of a hang or a silent wrong answer.
 #![cfg(feature = "torch")]
 
 use mlperf_run::models::fused_epilogue::emulator_selftest;

@@ -395,7 +395,7 @@ fn tiny_bert_trains_through_the_emulated_cuda_kernels_as_through_the_composite_p
     // under autocast the fp32 residual sum) differs.
     let _turn = rng_turn();
     // the same masks on both paths: ATen's bernoulli_ draws the kernels' too (by default the
-    // vectorised forward draws its own; tests/fused_epilogue_kernels.rs checks those)
+    // vectorised forward draws its own; tests/numerics/fused_epilogue_kernels.rs checks those)
     set_thread_mask_draw_in_kernel(false);
     // (unpadded rows take the same kernels; the kernel tests cover row counts). With fused QKV
     // too, whose backward kernel (the gradients side by side, the bias's column sums) runs
