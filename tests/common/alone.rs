@@ -1,6 +1,8 @@
 //! A test that changes something process-wide (binds every thread of the process to some CPUs,
-//! counts every host read in the process) runs alone in a process of its own: the tests of a
-//! test binary's modules share one process, on parallel threads.
+//! counts every host read in the process), or that another test's child process could break
+//! (one that writes HDF5 files and reads them back: libhdf5 opens files without close-on-exec and
+//! locks them, so a child started meanwhile keeps the writer's lock), runs alone in a process of
+//! its own: the tests of a test binary's modules share one process, on parallel threads.
 
 use std::process::Command;
 

@@ -1,6 +1,11 @@
 //! BERT data: synth-bert writes reference-layout shards that we read back (and with
 //! `--lengths realistic`, about half padding at 512 tokens); the loader shuffles per seed, shards
 //! across ranks (strided or token-balanced) and yields every sample exactly once per epoch.
+//!
+//! Each test writes HDF5 files in this process, so each runs alone in a process of its own
+//! (`common::alone`): libhdf5 opens files without close-on-exec and locks them, so a child that
+//! another test of the binary starts meanwhile keeps the writer's lock after the writer closes
+//! the file, and reading the file back then fails ("unable to lock file, errno = 11").
 #![cfg(feature = "torch")]
 
 use crate::common;
@@ -38,6 +43,12 @@ fn synth(out: &Path, seed: u64) {
 
 #[test]
 fn synth_shards_have_reference_layout_and_masking() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "synth_shards_have_reference_layout_and_masking",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     synth(dir.path(), 1);
     let files = shard_files(&dir.path().join("train")).unwrap();
@@ -98,6 +109,12 @@ fn synth_shards_have_reference_layout_and_masking() {
 
 #[test]
 fn loader_every_sample_once_per_epoch_across_ranks() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "loader_every_sample_once_per_epoch_across_ranks",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     synth(dir.path(), 2);
     let train = dir.path().join("train");
@@ -134,6 +151,9 @@ fn loader_every_sample_once_per_epoch_across_ranks() {
 
 #[test]
 fn bad_shards_are_clear_errors() {
+    if !common::alone::in_own_process(module_path!(), "bad_shards_are_clear_errors") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("part-0.hdf5");
     std::fs::write(&bad, b"not hdf5").unwrap();
@@ -179,6 +199,12 @@ fn synth_realistic(out: &Path, train_samples: usize) -> f64 {
 
 #[test]
 fn realistic_lengths_are_about_half_padding_at_512() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "realistic_lengths_are_about_half_padding_at_512",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let reported = synth_realistic(dir.path(), 1200);
     // read back from the shards: the input masks hold the lengths
@@ -244,6 +270,12 @@ fn balanced_batches(
 
 #[test]
 fn balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     synth(dir.path(), 4);
     let train = dir.path().join("train");
@@ -298,6 +330,12 @@ fn balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens() {
 
 #[test]
 fn balancing_evens_realistic_tokens_at_8_ranks() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "balancing_evens_realistic_tokens_at_8_ranks",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     synth_realistic(dir.path(), 8 * 24 * 6);
     let r = measure(dir.path(), 8, 24, 1).unwrap();

@@ -159,7 +159,10 @@ fn bert_run(
 }
 
 /// The tiny BERT with dropout on (its random numbers must come out the same), 2 micro-batches,
-/// 40 steps, with `methods` changed by `set`, eagerly and through the twin: bit-identical.
+/// 40 steps, with `methods` changed by `set`, eagerly and through the twin: bit-identical. The
+/// callers run alone in a process of their own (`common::alone`): the shards are written in this
+/// process, and libhdf5 opens files without close-on-exec and locks them, so a child that another
+/// test starts meanwhile would keep the writer's lock and the run could not open its shards.
 fn bert_twin_matches_eager(what: &str, set: impl Fn(&mut BertRunConfig)) {
     let _turn = rng_turn();
     let mut cfg =
@@ -190,6 +193,12 @@ fn bert_twin_matches_eager(what: &str, set: impl Fn(&mut BertRunConfig)) {
 
 #[test]
 fn bert_step_through_the_graph_twin_trains_bit_identically() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "bert_step_through_the_graph_twin_trains_bit_identically",
+    ) {
+        return;
+    }
     bert_twin_matches_eager("bert", |_| {});
 }
 
@@ -197,6 +206,12 @@ fn bert_step_through_the_graph_twin_trains_bit_identically() {
 /// host read, no data-sized output (the twin's capture check), and the same training.
 #[test]
 fn bert_with_the_fused_epilogues_goes_through_the_graph_twin() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "bert_with_the_fused_epilogues_goes_through_the_graph_twin",
+    ) {
+        return;
+    }
     bert_twin_matches_eager("bert fused", |cfg| {
         cfg.methods.fused_epilogues = true;
         cfg.methods.fused_bias_gelu = true;
