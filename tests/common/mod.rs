@@ -60,3 +60,18 @@ pub fn oracle(test: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// The text of the preset `configs/<rel>` with `line` (e.g. `fused_bn_relu = true`) added to its
+/// `[methods]` table (the table is created when the preset has none).
+pub fn preset_with_method(rel: &str, line: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("configs")
+        .join(rel);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    if text.contains("[methods]") {
+        text.replace("[methods]", &format!("[methods]\n{line}"))
+    } else {
+        format!("{text}\n[methods]\n{line}\n")
+    }
+}

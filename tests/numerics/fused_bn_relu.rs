@@ -319,12 +319,7 @@ fn composes_with_the_cuda_graph_twin() {
 
 #[test]
 fn both_divisions_allow_it() {
-    let text = std::fs::read_to_string(preset("configs/resnet/tiny_cpu.toml")).unwrap();
-    let text = if text.contains("[methods]") {
-        text.replace("[methods]", "[methods]\nfused_bn_relu = true")
-    } else {
-        format!("{text}\n[methods]\nfused_bn_relu = true\n")
-    };
+    let text = common::preset_with_method("resnet/tiny_cpu.toml", "fused_bn_relu = true");
     // the same math in one kernel (what NVIDIA's closed ResNet runs): a closed-division method
     let cfg = ResnetRunConfig::parse(&text, Division::Closed).unwrap();
     assert!(cfg.methods.fused_bn_relu);

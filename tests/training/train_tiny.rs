@@ -70,13 +70,7 @@ fn tiny_cpu_open_methods_reach_target_and_pass_the_checkers() {
 /// reaches its target and its log passes our checker and the official one (4.0.0).
 #[test]
 fn tiny_cpu_closed_with_fused_bn_relu_reaches_target_and_passes() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let text = if text.contains("[methods]") {
-        text.replace("[methods]", "[methods]\nfused_bn_relu = true")
-    } else {
-        format!("{text}\n[methods]\nfused_bn_relu = true\n")
-    };
+    let text = common::preset_with_method("resnet/tiny_cpu.toml", "fused_bn_relu = true");
     let cfg = ResnetRunConfig::parse(&text, Division::Closed).unwrap();
     assert!(cfg.methods.fused_bn_relu);
     run_to_target_and_check(
