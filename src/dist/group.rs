@@ -273,10 +273,13 @@ impl ProcessGroup {
             }
             let dev = t.device();
             match (self.backend, dev) {
-                (Backend::Gloo, Device::Cpu) | (Backend::Nccl, Device::Cuda(_)) => {}
+                // Gloo takes CUDA tensors too (through the host): ranks sharing a GPU in a test
+                // mode (super::TestMode)
+                (Backend::Gloo, Device::Cpu | Device::Cuda(_))
+                | (Backend::Nccl, Device::Cuda(_)) => {}
                 _ => bail!(
                     "tensor #{i} is on {dev:?}, which the {} backend cannot reduce \
-                     (gloo: CPU tensors, nccl: CUDA tensors)",
+                     (gloo: CPU or CUDA tensors, nccl: CUDA tensors)",
                     self.backend.name()
                 ),
             }

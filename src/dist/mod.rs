@@ -21,6 +21,7 @@ pub mod hostlist;
 mod reducer;
 mod rendezvous;
 pub mod selftest;
+mod test_mode;
 
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
 pub use gradsync::{overlap_from_env, BucketedGradSync};
@@ -30,17 +31,4 @@ pub use rendezvous::{
     local_processes, local_processes_from_lookup, timeout_from_env, Rendezvous, Source,
     DEFAULT_PORT, DEFAULT_TIMEOUT,
 };
-
-/// The trainer's entry point: `Ok(None)` for a single process (no launcher variables, or a
-/// world of one), else this rank's process group, with the backend chosen by `device` (NCCL
-/// for CUDA, Gloo for CPU) and the timeout from MLPERF_RUN_DIST_TIMEOUT_S (default 300 s).
-pub fn init_from_env(device: tch::Device) -> anyhow::Result<Option<ProcessGroup>> {
-    let Some(rdv) = Rendezvous::from_env()? else {
-        return Ok(None);
-    };
-    if rdv.world_size == 1 {
-        return Ok(None);
-    }
-    let timeout = timeout_from_env()?;
-    ProcessGroup::new(&rdv, Backend::for_device(device), timeout).map(Some)
-}
+pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};

@@ -145,12 +145,16 @@ pub struct BuildContext {
     pub emulate_cuda_graph: Option<u32>,
     /// Make this rank's CUDA graph captures fail (tests; `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
     pub fail_captures: bool,
+    /// The multi-process test modes this process runs in ([`crate::dist::TestMode`]).
+    pub test_mode: crate::dist::TestMode,
 }
 
 impl BuildContext {
     /// The run's step graphs ([`StepGraphs::for_run`]) for a workload whose config says
     /// `cuda_graph`.
     pub fn step_graphs(&self, cuda_graph: bool) -> Result<Option<StepGraphs>> {
+        self.test_mode
+            .check_cuda_graph(self.device, self.world_size, cuda_graph)?;
         let graphs = StepGraphs::for_run(
             cuda_graph,
             self.emulate_cuda_graph,
@@ -385,8 +389,9 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     };
     // a multi-process environment: the rank decides who logs; the group itself is formed
     // after the log is open, so a failed rendezvous still ends rank 0's log as aborted
+    let test_mode = crate::dist::TestMode::from_env()?;
     let rendezvous = if opts.distributed_from_env && opts.grad_sync.world_size() == 1 {
-        crate::dist::Rendezvous::from_env()?.filter(|r| r.world_size > 1)
+        crate::dist::Rendezvous::from_env()?.filter(|r| test_mode.forms_group(r.world_size))
     } else {
         None
     };
@@ -407,6 +412,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
             w,
             &mut opts,
             rendezvous,
+            test_mode,
             &mut log,
             seed,
             &mut out,
@@ -558,17 +564,16 @@ fn agree_on_seed(sync: &mut dyn GradSync, seed: u64) -> Result<u64> {
     Ok(((v[0] as u64) << 32) | v[1] as u64)
 }
 
-/// Joins the process group `rdv` describes: Gloo on CPU, NCCL on CUDA, the collective
-/// timeout from MLPERF_RUN_DIST_TIMEOUT_S.
-fn join_group(rdv: &crate::dist::Rendezvous, device: tch::Device) -> Result<Box<dyn GradSync>> {
-    use crate::dist::{
-        overlap_from_env, timeout_from_env, Backend, BucketedGradSync, ProcessGroup,
-    };
-    let device = match device {
-        tch::Device::Cuda(_) => tch::Device::Cuda(rdv.local_rank),
-        d => d,
-    };
-    let pg = ProcessGroup::new(rdv, Backend::for_device(device), timeout_from_env()?)?;
+/// Joins the process group `rdv` describes on `device` (this rank's own): Gloo on CPU, NCCL on
+/// CUDA (Gloo where ranks share a GPU in a test mode), the collective timeout from
+/// MLPERF_RUN_DIST_TIMEOUT_S.
+fn join_group(
+    rdv: &crate::dist::Rendezvous,
+    device: tch::Device,
+    test_mode: crate::dist::TestMode,
+) -> Result<Box<dyn GradSync>> {
+    use crate::dist::{overlap_from_env, timeout_from_env, BucketedGradSync, ProcessGroup};
+    let pg = ProcessGroup::new(rdv, test_mode.backend(device), timeout_from_env()?)?;
     tracing::info!(
         "rank {} of {}: joined the {} process group",
         pg.rank(),
@@ -584,12 +589,13 @@ fn run_inner(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
     rendezvous: Option<crate::dist::Rendezvous>,
+    test_mode: crate::dist::TestMode,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
     run_start: &mut Option<Instant>,
 ) -> Result<()> {
-    init(w, opts, rendezvous, log, seed, out)?;
+    init(w, opts, rendezvous, test_mode, log, seed, out)?;
     log.start(keys::RUN_START, Value::Null, meta! {})?;
     let started = Instant::now();
     *run_start = Some(started);
@@ -618,6 +624,7 @@ fn init(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
     rendezvous: Option<crate::dist::Rendezvous>,
+    test_mode: crate::dist::TestMode,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
@@ -633,13 +640,16 @@ fn init(
     log.event(keys::SUBMISSION_PLATFORM, s.platform.as_str())?;
     if let Some(rdv) = &rendezvous {
         if opts.device.is_cuda() {
-            super::step_errors::check_local_gpu(rdv.local_rank, tch::Cuda::device_count())?;
-            opts.device = tch::Device::Cuda(rdv.local_rank);
+            opts.device =
+                test_mode.rank_device(opts.device, rdv.local_rank, tch::Cuda::device_count())?;
+        }
+        if let Some(warning) = test_mode.warning() {
+            tracing::warn!("{warning}");
         }
     }
     w.configure_process(opts.device)?;
     if let Some(rdv) = &rendezvous {
-        opts.grad_sync = join_group(rdv, opts.device)?;
+        opts.grad_sync = join_group(rdv, opts.device, test_mode)?;
     }
     let seed = agree_on_seed(opts.grad_sync.as_mut(), seed)?;
     out.seed = seed;
@@ -652,6 +662,7 @@ fn init(
         world_size: opts.grad_sync.world_size(),
         emulate_cuda_graph: opts.emulate_cuda_graph,
         fail_captures: opts.inject_capture_failure_on_rank == Some(opts.grad_sync.rank()),
+        test_mode,
     };
     {
         // libtorch's generator is process-global: hold it while seeding and drawing the
