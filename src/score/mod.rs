@@ -611,7 +611,8 @@ runs, or for a set without any (a short run) over the runs that ended at their e
 or time limit. projected_min: each such run projected to a full run to target (its steady \
 training rate after the first eval, its warm-up paid once, the RCP mean epochs or samples at \
 the set's global batch size, evals at the closed cadence on the full eval set), and the \
-olympic mean of those; see docs/ci.md.
+olympic mean of those; none for a set whose converged runs reached the target in under half the \
+reference's epochs or samples (a tiny or synthetic set, or open-division methods); see docs/ci.md.
 
 Exit status: 0 every set has a valid score, 1 some set has none (too many non-converged runs, \
 wrong number of runs, RCP failed), 2 error (unreadable path, no result files).",
