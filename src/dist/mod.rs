@@ -14,7 +14,6 @@
 //! the peers see their next collective fail (closed connection) or time out, so every rank
 //! ends within the timeout. Only rank 0 writes the MLPerf log.
 mod buckets;
-mod ffi;
 mod gradsync;
 mod group;
 pub mod hostlist;

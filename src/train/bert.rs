@@ -18,11 +18,11 @@ use super::engine::{
     self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{DeviceTensors, Prefetcher};
-use crate::amp::{self, maybe_autocast, LowPrecision};
-use crate::cuda_graph::{GraphStats, StepGraphs};
 use crate::data::bert::{
     check_vocab, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader,
 };
+use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
+use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::{BertMethods, MethodSet};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};

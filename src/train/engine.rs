@@ -9,7 +9,7 @@
 //! Errors after the log is open still end it with `run_stop` aborted (the error goes in the
 //! run_stop metadata and in [`RunOutcome::reason`]).
 
-use crate::cuda_graph::{CapturePeers, StepGraphs};
+use crate::gpu::cuda_graph::{CapturePeers, StepGraphs};
 use crate::meta;
 use crate::mllog::{keys, Emitter, Sink};
 use anyhow::{Context, Result};
@@ -85,7 +85,7 @@ pub trait GradSync {
     /// `failure`. Exchanged on the host (the group's store), so it works when the device cannot
     /// take a collective; every rank calls it at the same points. One process: its own.
     fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
-        Ok(crate::cuda_graph::own_failure(self.rank(), failure))
+        Ok(crate::gpu::cuda_graph::own_failure(self.rank(), failure))
     }
     /// True on every rank when `flag` is true on any rank.
     fn any(&mut self, flag: bool) -> Result<bool> {
@@ -141,7 +141,7 @@ pub struct BuildContext {
     pub rank: usize,
     pub world_size: usize,
     /// Run the steps through the CPU twin of `methods.cuda_graph` with this many warm-up steps
-    /// per shape ([`crate::cuda_graph::StepGraphs::emulated`]; tests, `--emulate-cuda-graph`).
+    /// per shape ([`crate::gpu::cuda_graph::StepGraphs::emulated`]; tests, `--emulate-cuda-graph`).
     pub emulate_cuda_graph: Option<u32>,
     /// Make this rank's CUDA graph captures fail (tests; `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
     pub fail_captures: bool,
@@ -391,12 +391,14 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     // after the log is open, so a failed rendezvous still ends rank 0's log as aborted
     let test_mode = crate::dist::TestMode::from_env()?;
     let rendezvous = if opts.distributed_from_env && opts.grad_sync.world_size() == 1 {
-        crate::dist::Rendezvous::from_env()?.filter(|r| test_mode.forms_group(r.world_size))
+        crate::dist::Rendezvous::from_env()?
+            .filter(|r| test_mode.forms_group(r.world_size))
+            .map(|r| (r, test_mode))
     } else {
         None
     };
     let rank = match &rendezvous {
-        Some(r) => r.rank,
+        Some((r, _)) => r.rank,
         None => opts.grad_sync.rank(),
     };
     let mut log = open_log(&mut opts, rank)?;
@@ -412,7 +414,6 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
             w,
             &mut opts,
             rendezvous,
-            test_mode,
             &mut log,
             seed,
             &mut out,
@@ -422,7 +423,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     .map_err(|e| super::step_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size()));
     // before `opts` (and its process group) goes at the end of this function
     w.release_step_graphs();
-    if crate::cuda_graph::failed_capture().is_some() {
+    if crate::gpu::cuda_graph::failed_capture().is_some() {
         // the failed capture may have recorded collectives that will never run: the group is
         // aborted when it goes, not shut down (a shutdown would wait for them)
         opts.grad_sync.abandon();
@@ -445,8 +446,8 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     }
     log.end(keys::RUN_STOP, Value::Null, stop_meta)
         .context("cannot write run_stop to the log")?;
-    if let Some(why) = crate::cuda_graph::failed_capture() {
-        // this process cannot train again (crate::cuda_graph::failed_capture): a set stops here
+    if let Some(why) = crate::gpu::cuda_graph::failed_capture() {
+        // this process cannot train again (crate::gpu::cuda_graph::failed_capture): a set stops here
         // as if interrupted, and resumes with its next run in a new process
         tracing::error!(
             "rank {rank}: a CUDA graph capture failed ({why}); libtorch keeps its allocator and \
@@ -454,15 +455,15 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
              run the same command again to resume the set (with methods.cuda_graph = false if the \
              step cannot be captured)"
         );
-        crate::interrupt::request();
-    } else if let Some(why) = crate::cuda_graph::peer_failed_capture() {
+        crate::util::interrupt::request();
+    } else if let Some(why) = crate::gpu::cuda_graph::peer_failed_capture() {
         // the failed rank stops its set; this one stops with it (its next run could not form a
         // group without that rank), and they resume together
         tracing::error!(
             "rank {rank}: {why}; the set stops on every rank: run the same command again to \
              resume it"
         );
-        crate::interrupt::request();
+        crate::util::interrupt::request();
     }
     if let Some(path) = &opts.dump_params {
         match &result {
@@ -523,7 +524,7 @@ fn wait_for_device_or_abandon(
     let Some(timeout) = sync.peer_timeout() else {
         return Ok(());
     };
-    if !device.is_cuda() || crate::cuda::wait_for_device(device, timeout)? {
+    if !device.is_cuda() || crate::gpu::cuda::wait_for_device(device, timeout)? {
         return Ok(());
     }
     sync.abandon();
@@ -588,14 +589,13 @@ fn join_group(
 fn run_inner(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
-    rendezvous: Option<crate::dist::Rendezvous>,
-    test_mode: crate::dist::TestMode,
+    rendezvous: Option<(crate::dist::Rendezvous, crate::dist::TestMode)>,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
     run_start: &mut Option<Instant>,
 ) -> Result<()> {
-    init(w, opts, rendezvous, test_mode, log, seed, out)?;
+    init(w, opts, rendezvous, log, seed, out)?;
     log.start(keys::RUN_START, Value::Null, meta! {})?;
     let started = Instant::now();
     *run_start = Some(started);
@@ -623,8 +623,7 @@ fn run_inner(
 fn init(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
-    rendezvous: Option<crate::dist::Rendezvous>,
-    test_mode: crate::dist::TestMode,
+    rendezvous: Option<(crate::dist::Rendezvous, crate::dist::TestMode)>,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
@@ -638,7 +637,8 @@ fn init(
     log.event(keys::SUBMISSION_DIVISION, s.division.as_str())?;
     log.event(keys::SUBMISSION_STATUS, s.status.as_str())?;
     log.event(keys::SUBMISSION_PLATFORM, s.platform.as_str())?;
-    if let Some(rdv) = &rendezvous {
+    let test_mode = rendezvous.as_ref().map(|(_, m)| *m).unwrap_or_default();
+    if let Some((rdv, _)) = &rendezvous {
         if opts.device.is_cuda() {
             opts.device =
                 test_mode.rank_device(opts.device, rdv.local_rank, tch::Cuda::device_count())?;
@@ -648,7 +648,7 @@ fn init(
         }
     }
     w.configure_process(opts.device)?;
-    if let Some(rdv) = &rendezvous {
+    if let Some((rdv, _)) = &rendezvous {
         opts.grad_sync = join_group(rdv, opts.device, test_mode)?;
     }
     let seed = agree_on_seed(opts.grad_sync.as_mut(), seed)?;
@@ -738,7 +738,7 @@ fn train_block(
         out.losses.extend(losses);
         let local_stop = if diverged.is_some() {
             diverged
-        } else if crate::interrupt::requested() {
+        } else if crate::util::interrupt::requested() {
             Some("interrupted".to_string())
         } else {
             opts.time_limit

@@ -7,8 +7,8 @@ use super::engine::{
     self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{self, Prefetcher};
-use crate::amp::{self, maybe_autocast, LowPrecision};
-use crate::cuda_graph::{GraphStats, StepGraphs};
+use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
+use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};

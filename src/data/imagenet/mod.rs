@@ -4,7 +4,7 @@
 //! - [`decode`]: JPEG to RGB, the whole image (zune-jpeg)
 //! - [`nvjpeg`]: the crop regions of a batch decoded on the GPU (nvJPEG, loaded at run time)
 //! - [`region`]: JPEG to RGB, only the region a crop needs at the coarsest DCT scale that
-//!   keeps it at least the output size (libjpeg-turbo, `jpeg_region.c`)
+//!   keeps it at least the output size (libjpeg-turbo, `shim/jpeg_region.c`)
 //! - [`transform`]: random-resized-crop + flip (train), resize + center crop (eval)
 //! - [`loader`]: the worker pool and bounded queue yielding u8 NHWC batches, deterministic per
 //!   seed and sharded per rank
