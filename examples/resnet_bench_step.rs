@@ -370,7 +370,8 @@ weight_decay = 0.00005
     opts.log_path = Some(dir.join("bench_log.txt"));
     opts.distributed_from_env = false;
     if a.methods.cuda_graph && !a.device.is_cuda() {
-        opts.emulate_cuda_graph = Some(mlperf_run::gpu::cuda_graph::DEFAULT_WARMUP_STEPS);
+        opts.test_hooks.emulate_cuda_graph =
+            Some(mlperf_run::gpu::cuda_graph::DEFAULT_WARMUP_STEPS);
     }
     let out = engine::run_once(&mut w, opts)?;
     let _ = std::fs::remove_dir_all(&dir);

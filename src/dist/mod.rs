@@ -3,6 +3,8 @@
 //! hosts, Gloo on CPUs and NCCL on GPUs (feature `nccl`).
 //!
 //! - [`Rendezvous`]: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK, or Slurm's variables
+//! - [`Peers`]: what the trainer needs of the other ranks (rank, sums, agreement, rank 0's
+//!   state, failure sharing), apart from the gradient reducer; [`ProcessGroup`] implements it
 //! - [`ProcessGroup`]: allreduce, broadcast, barrier, eval-count reduction, stop agreement;
 //!   every call bounded by a timeout, so a dead peer aborts the run instead of hanging it
 //! - [`BucketedGradSync`]: gradient averaging in ~25 MB buckets, the trainer's
@@ -17,6 +19,7 @@ mod buckets;
 mod gradsync;
 mod group;
 pub mod hostlist;
+mod peers;
 mod reducer;
 mod rendezvous;
 pub mod selftest;
@@ -25,6 +28,7 @@ mod test_mode;
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
 pub use gradsync::{overlap_from_env, BucketedGradSync};
 pub use group::{Backend, ProcessGroup, ReduceOp};
+pub use peers::Peers;
 pub use reducer::{BucketTimes, OverlapTimings};
 pub use rendezvous::{
     local_processes, local_processes_from_lookup, timeout_from_env, Rendezvous, Source,

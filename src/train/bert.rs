@@ -15,7 +15,7 @@
 
 use super::config::{Division, SystemConfig};
 use super::engine::{
-    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+    self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{DeviceTensors, Prefetcher};
 use crate::data::bert::{
@@ -630,7 +630,7 @@ impl Workload for BertWorkload {
         Ok(out.remove(0))
     }
 
-    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+    fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64> {
         let s = self.state()?;
         // counts summed on the device, read once
         let mut counts = tch::Tensor::zeros([2], (tch::Kind::Int64, s.vs.device()));
@@ -650,7 +650,7 @@ impl Workload for BertWorkload {
         })?;
         let counts = Vec::<i64>::try_from(counts.to_device(Device::Cpu))?;
         let mut v = [counts[0] as f64, counts[1] as f64];
-        sync.all_reduce_sum(&mut v)?;
+        peers.all_reduce_sum(&mut v)?;
         if v[1] == 0.0 {
             bail!("the eval set has no masked tokens");
         }

@@ -9,6 +9,7 @@
 //! Errors after the log is open still end it with `run_stop` aborted (the error goes in the
 //! run_stop metadata and in [`RunOutcome::reason`]).
 
+pub use crate::dist::Peers;
 use crate::gpu::cuda_graph::{CapturePeers, StepGraphs};
 use crate::meta;
 use crate::mllog::{keys, Emitter, Sink};
@@ -27,19 +28,15 @@ pub enum GradSource<'a> {
     Returned { accum: &'a [tch::Tensor] },
 }
 
-/// Gradient (and metric) averaging across data-parallel processes. The single-process
-/// implementation is [`NoSync`]; the c10d one plugs in here.
+/// The gradient reducer of data-parallel training: the gradients averaged across processes,
+/// overlapped with the backward where it can be. Its peers (rank, sums, agreement, failure
+/// sharing) are the supertrait [`Peers`], the process group's duties. The single-process
+/// implementation is [`NoSync`]; the c10d one ([`crate::dist::BucketedGradSync`]) plugs in here.
 ///
 /// One optimizer step: [`GradSync::before_last_backward`] just before the backward of the
 /// step's last micro-batch, then [`GradSync::all_reduce_grads`] with the step's gradients before
 /// the optimizer runs.
-pub trait GradSync {
-    fn rank(&self) -> usize {
-        0
-    }
-    fn world_size(&self) -> usize {
-        1
-    }
+pub trait GradSync: Peers {
     /// Called just before the backward of a step's last micro-batch with the trainable
     /// parameters (in the order of the gradient list [`GradSync::all_reduce_grads`] will get).
     /// An overlapping implementation hooks them so that each gradient bucket's all-reduce
@@ -66,36 +63,6 @@ pub trait GradSync {
     /// Average `grads` (one per parameter, in the parameters' order) across ranks, in place
     /// (waiting for the all-reduces started during the backward, if any).
     fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()>;
-    /// Sum `values` across ranks (in place): eval counts, stop decisions.
-    fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()>;
-    /// Overwrite `vars` (parameters and buffers, same order on every rank) with rank 0's.
-    fn broadcast_from_root(&mut self, _vars: &[tch::Tensor]) -> Result<()> {
-        Ok(())
-    }
-    /// How long a peer may keep this rank waiting (the group's collective timeout); None for
-    /// one process.
-    fn peer_timeout(&self) -> Option<std::time::Duration> {
-        None
-    }
-    /// Give up on the group after a peer kept this rank waiting too long: its communicators
-    /// are aborted when it is dropped, which also ends collectives stuck on the device (those
-    /// replayed from a CUDA graph included), and later collectives fail.
-    fn abandon(&mut self) {}
-    /// Every rank's failure at this point, by rank (empty when none failed): this rank's is
-    /// `failure`. Exchanged on the host (the group's store), so it works when the device cannot
-    /// take a collective; every rank calls it at the same points. One process: its own.
-    fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
-        Ok(crate::gpu::cuda_graph::own_failure(self.rank(), failure))
-    }
-    /// True on every rank when `flag` is true on any rank.
-    fn any(&mut self, flag: bool) -> Result<bool> {
-        if self.world_size() == 1 {
-            return Ok(flag);
-        }
-        let mut v = [flag as u8 as f64];
-        self.all_reduce_sum(&mut v)?;
-        Ok(v[0] > 0.5)
-    }
 }
 
 /// One process: nothing to synchronise (bucket-wise clipping, if asked for, clips the local
@@ -104,6 +71,12 @@ pub trait GradSync {
 pub struct NoSync {
     bucket_clip: Option<f64>,
     buckets: Option<crate::dist::Buckets>,
+}
+
+impl Peers for NoSync {
+    fn all_reduce_sum(&mut self, _values: &mut [f64]) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl GradSync for NoSync {
@@ -128,9 +101,6 @@ impl GradSync for NoSync {
         buckets
             .clip_(grads, c)
             .context("bucket-wise gradient clipping")
-    }
-    fn all_reduce_sum(&mut self, _values: &mut [f64]) -> Result<()> {
-        Ok(())
     }
 }
 
@@ -218,7 +188,7 @@ pub trait Workload {
     /// cadence so that the host never waits for the device inside a block of steps.
     fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor>;
     /// Evaluate; returns the accuracy (a fraction), reduced across ranks.
-    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64>;
+    fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64>;
     /// The accuracy at which the run succeeds.
     fn target(&self) -> f64;
     /// Every parameter and buffer, in the same order on every rank: rank 0's values are
@@ -267,12 +237,6 @@ pub struct RunOptions {
     /// every this many steps and at the end of each block; the divergence check and the
     /// ranks' stop agreement happen at those reads. Default 8.
     pub loss_check_steps: u64,
-    /// Make a libtorch op fail inside training step N (1-based): a check that errors inside a
-    /// step end the run as aborted (tests; `MLPERF_RUN_INJECT_FAULT=step:N` on the CLI).
-    pub inject_fault_at_step: Option<u64>,
-    /// Make the CUDA graph captures fail on this rank (tests of how the other ranks end;
-    /// `MLPERF_RUN_INJECT_FAULT=capture:RANK` on the CLI).
-    pub inject_capture_failure_on_rank: Option<usize>,
     pub grad_sync: Box<dyn GradSync>,
     /// Extra sink for the log (e.g. echo to stdout); tests use memory sinks.
     pub extra_sinks: Vec<Sink>,
@@ -280,14 +244,29 @@ pub struct RunOptions {
     /// ([`crate::dist::Rendezvous::from_env`]: `mlperf-run launch`, torchrun, Slurm) and
     /// `grad_sync` is single-process. Default true.
     pub distributed_from_env: bool,
-    /// Write the final trainable parameters (safetensors) here when the run ends without an
-    /// error (aborted runs included); ranks other than 0 write `<path>.rank<r>`.
-    pub dump_params: Option<PathBuf>,
     /// The recipe applied to the config (`--recipe`), logged as `recipe` after the
     /// hyperparameters.
     pub recipe: Option<String>,
+    /// What tests (and the hidden CLI flags) ask of a run beyond training it.
+    pub test_hooks: TestHooks,
+}
+
+/// The hooks tests use, in one place (the CLI's hidden flags and `MLPERF_RUN_INJECT_FAULT`
+/// set them too): none changes what a run computes unless asked.
+#[derive(Debug, Clone, Default)]
+pub struct TestHooks {
+    /// Make a libtorch op fail inside training step N (1-based): a check that errors inside a
+    /// step end the run as aborted (`MLPERF_RUN_INJECT_FAULT=step:N` on the CLI).
+    pub inject_fault_at_step: Option<u64>,
+    /// Make the CUDA graph captures fail on this rank (how the other ranks end;
+    /// `MLPERF_RUN_INJECT_FAULT=capture:RANK` on the CLI).
+    pub inject_capture_failure_on_rank: Option<usize>,
+    /// Write the final trainable parameters (safetensors) here when the run ends without an
+    /// error (aborted runs included); ranks other than 0 write `<path>.rank<r>` (the hidden
+    /// `--dump-params`).
+    pub dump_params: Option<PathBuf>,
     /// Train through the CPU twin of `methods.cuda_graph` (warm-up steps per shape): the
-    /// graphs' static buffers and step sequence on machines without a GPU (tests; the hidden
+    /// graphs' static buffers and step sequence on machines without a GPU (the hidden
     /// `--emulate-cuda-graph N`).
     pub emulate_cuda_graph: Option<u32>,
 }
@@ -303,14 +282,11 @@ impl RunOptions {
             time_limit: None,
             divergence_loss: 1e4,
             loss_check_steps: 8,
-            inject_fault_at_step: None,
-            inject_capture_failure_on_rank: None,
             grad_sync: Box::new(NoSync::default()),
             extra_sinks: Vec::new(),
             distributed_from_env: true,
-            dump_params: None,
             recipe: None,
-            emulate_cuda_graph: None,
+            test_hooks: TestHooks::default(),
         }
     }
 }
@@ -465,7 +441,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         );
         crate::util::interrupt::request();
     }
-    if let Some(path) = &opts.dump_params {
+    if let Some(path) = &opts.test_hooks.dump_params {
         match &result {
             Ok(()) => dump_params(w, path, rank)?,
             // the device may be stuck (a dead peer's collectives) or broken: reading the
@@ -516,11 +492,7 @@ fn wait_for_peers(opts: &mut RunOptions, steps: usize) -> Result<()> {
 
 /// In a data-parallel GPU run, the device must finish its queued work (`what`) within the
 /// group's timeout; else the group is abandoned and the run ends with an error.
-fn wait_for_device_or_abandon(
-    sync: &mut dyn GradSync,
-    device: tch::Device,
-    what: &str,
-) -> Result<()> {
+fn wait_for_device_or_abandon(sync: &mut dyn Peers, device: tch::Device, what: &str) -> Result<()> {
     let Some(timeout) = sync.peer_timeout() else {
         return Ok(());
     };
@@ -550,7 +522,7 @@ fn read_losses(pending: &[tch::Tensor]) -> Result<Vec<f64>> {
 
 /// Rank 0's seed on every rank (a seed drawn from the OS differs per process): weights start
 /// from the same seed everywhere and each rank derives its data stream from (seed, rank).
-fn agree_on_seed(sync: &mut dyn GradSync, seed: u64) -> Result<u64> {
+fn agree_on_seed(sync: &mut dyn Peers, seed: u64) -> Result<u64> {
     if sync.world_size() == 1 {
         return Ok(seed);
     }
@@ -660,8 +632,9 @@ fn init(
         device: opts.device,
         rank: opts.grad_sync.rank(),
         world_size: opts.grad_sync.world_size(),
-        emulate_cuda_graph: opts.emulate_cuda_graph,
-        fail_captures: opts.inject_capture_failure_on_rank == Some(opts.grad_sync.rank()),
+        emulate_cuda_graph: opts.test_hooks.emulate_cuda_graph,
+        fail_captures: opts.test_hooks.inject_capture_failure_on_rank
+            == Some(opts.grad_sync.rank()),
         test_mode,
     };
     {
@@ -715,7 +688,7 @@ fn train_block(
         out.step_seconds += dt;
         out.step_times.push(dt);
         out.steps += 1;
-        if opts.inject_fault_at_step == Some(out.steps) {
+        if opts.test_hooks.inject_fault_at_step == Some(out.steps) {
             // a real libtorch error through tch's panicking API
             let _ = tch::Tensor::zeros([2], (tch::Kind::Float, opts.device)).view([3]);
         }

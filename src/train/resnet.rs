@@ -4,7 +4,7 @@
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
 use super::data::{Batch, BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
 use super::engine::{
-    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+    self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{self, Prefetcher};
 use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
@@ -526,7 +526,7 @@ impl Workload for ResnetWorkload {
         Ok(out.remove(0))
     }
 
-    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+    fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
         let s = self.state.as_ref().context("the workload was not built")?;
         if let Some(ls) = s
@@ -567,7 +567,7 @@ impl Workload for ResnetWorkload {
             Some(ema) => ema.with_ema_weights(&s.vs, eval_all)?,
             None => eval_all()?,
         };
-        sync.all_reduce_sum(&mut counts)?;
+        peers.all_reduce_sum(&mut counts)?;
         if counts[1] == 0.0 {
             bail!("the evaluation set is empty");
         }

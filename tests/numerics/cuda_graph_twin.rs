@@ -153,7 +153,7 @@ fn bert_run(
 ) -> (RunOutcome, BertWorkload) {
     let mut w = BertWorkload::new(cfg.clone(), Division::Open, data.to_path_buf(), None);
     let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, 5, log);
-    opts.emulate_cuda_graph = graphs;
+    opts.test_hooks.emulate_cuda_graph = graphs;
     let out = run_once(&mut w, opts).unwrap();
     (out, w)
 }
