@@ -83,6 +83,7 @@ fn compile_shim(lib: &Path) {
         .file("shim/reducer.cpp")
         .file("shim/fused_bn.cpp")
         .file("shim/fused_epilogue.cpp")
+        .file("shim/loaders.cpp")
         .file("shim/fused_epilogue_emu.cpp")
         .file("shim/cuda_emu.cpp")
         .file("shim/cuda_emu_selftest.cpp")

@@ -52,7 +52,7 @@ use clap::Parser;
 use mlperf_run::data::bert::{
     shard_files, step_attention_mask, step_mask_slot, Shard, TrainLoader,
 };
-use mlperf_run::fused::varlen_attention::{varlen_failed, VarlenPath};
+use mlperf_run::fused::varlen_attention::varlen_failed;
 use mlperf_run::gpu::amp::{maybe_autocast, LowPrecision};
 use mlperf_run::gpu::cuda_graph::StepGraphs;
 use mlperf_run::methods::BertMethods;
@@ -160,7 +160,7 @@ fn main() -> Result<()> {
     let mut model = BertForPreTraining::new(&vs.root(), cfg, m)?;
     model.fused_gelu_epilogue = !a.no_gelu_epilogue;
     if a.scatter_attention {
-        model.varlen_path = VarlenPath::Scatter;
+        model.varlen_path = mlperf_run::fused::Path::Reference;
     }
     model.flash_varlen_unpadded = a.flash_varlen;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias

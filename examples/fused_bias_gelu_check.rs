@@ -21,7 +21,7 @@ mod common;
 use anyhow::{bail, Result};
 use clap::Parser;
 use common::{OpShape, OpShapeArgs};
-use mlperf_run::fused::bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
+use mlperf_run::fused::bias_gelu::{dense_gelu_dense, lt_built, lt_probe};
 use mlperf_run::gpu::amp::{maybe_autocast, LowPrecision};
 use tch::{Kind, Tensor};
 
@@ -41,7 +41,7 @@ const NAMES: [&str; 5] = ["z", "d_x", "d_w1", "d_b1", "d_w2"];
 /// Which computation a side runs.
 #[derive(Clone, Copy)]
 enum Side {
-    Fused(GeluPath),
+    Fused(mlperf_run::fused::Path),
     /// `linear` + erf `gelu` + `linear`: BERT's feed-forward block without the method
     UnfusedErf,
 }
@@ -84,12 +84,12 @@ fn main() -> Result<()> {
     // the fused side: cuBLASLt on CUDA with bf16 operands (an error, forward or backward, says
     // why it cannot run), Auto elsewhere (the epilogues take no fp32 operands)
     let lt_path = if d.is_cuda() && a.bf16 {
-        GeluPath::CublasLt
+        mlperf_run::fused::Path::Fast
     } else {
-        GeluPath::Auto
+        mlperf_run::fused::Path::Auto
     };
     let (fused, lt_ran) = run(Side::Fused(lt_path))?;
-    let (composite, composite_lt) = run(Side::Fused(GeluPath::Composite))?;
+    let (composite, composite_lt) = run(Side::Fused(mlperf_run::fused::Path::Reference))?;
     assert!(!composite_lt);
     let (erf, _) = run(Side::UnfusedErf)?;
     let (vs_composite, worst_rel) = common::max_diffs(&fused, &composite, &NAMES);
@@ -100,7 +100,7 @@ fn main() -> Result<()> {
     let mut medians = Vec::new();
     for (name, side) in [
         ("cublaslt", Side::Fused(lt_path)),
-        ("composite", Side::Fused(GeluPath::Composite)),
+        ("composite", Side::Fused(mlperf_run::fused::Path::Reference)),
         ("unfused_erf", Side::UnfusedErf),
     ] {
         let (times, (_, ran)) = common::time_rounds(d, 3, a.rounds, || run(side))?;

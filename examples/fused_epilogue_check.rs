@@ -29,7 +29,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use common::{OpShape, OpShapeArgs};
 use mlperf_run::fused::epilogue::{
-    bias_dropout_add_ln, dense_bias_gelu, dense_dropout_add_ln, kernel_built, Epilogue, FusedPath,
+    bias_dropout_add_ln, dense_bias_gelu, dense_dropout_add_ln, kernel_built, Epilogue,
 };
 use mlperf_run::gpu::amp::{maybe_autocast, LowPrecision};
 use tch::{Kind, Tensor};
@@ -69,7 +69,12 @@ struct Leaves {
 
 impl Leaves {
     /// The op's arguments beside h (or the dense layer): training with dropout p.
-    fn epilogue<'a>(&'a self, p: f64, path: FusedPath, mask: Option<&'a Tensor>) -> Epilogue<'a> {
+    fn epilogue<'a>(
+        &'a self,
+        p: f64,
+        path: mlperf_run::fused::Path,
+        mask: Option<&'a Tensor>,
+    ) -> Epilogue<'a> {
         Epilogue {
             residual: &self.residual,
             gamma: &self.gamma,
@@ -118,7 +123,9 @@ fn main() -> Result<()> {
     let precision = a.bf16.then_some(LowPrecision::BFloat16);
 
     // one forward + backward; returns the output, the grads and whether the kernel ran
-    let run = |path: Option<FusedPath>, mask: Option<&Tensor>| -> Result<(Vec<Tensor>, bool)> {
+    let run = |path: Option<mlperf_run::fused::Path>,
+               mask: Option<&Tensor>|
+     -> Result<(Vec<Tensor>, bool)> {
         common::zero_grads(&l.all());
         let (y, kernel) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
             match path {
@@ -144,12 +151,12 @@ fn main() -> Result<()> {
 
     // the kernel side: Kernel on CUDA (an error says why it cannot run), Auto elsewhere
     let kernel_path = if d.is_cuda() {
-        FusedPath::Kernel
+        mlperf_run::fused::Path::Fast
     } else {
-        FusedPath::Auto
+        mlperf_run::fused::Path::Auto
     };
     let (fused, kernel_ran) = run(Some(kernel_path), Some(&mask))?;
-    let (composite, composite_kernel) = run(Some(FusedPath::Composite), Some(&mask))?;
+    let (composite, composite_kernel) = run(Some(mlperf_run::fused::Path::Reference), Some(&mask))?;
     assert!(!composite_kernel);
     let (diffs, worst_rel) = common::max_diffs(&fused, &composite, &NAMES);
 
@@ -157,14 +164,15 @@ fn main() -> Result<()> {
     // GPU): about 1 - p kept, a new one per call, and the composite path given exactly that
     // mask agrees with it
     let h0 = Tensor::randn([a.tokens, a.hidden], f).to_kind(Kind::BFloat16);
-    let drawn = |path: FusedPath, mask: Option<&Tensor>| -> Result<(Vec<Tensor>, bool)> {
-        let h = h0.detach().set_requires_grad(true);
-        let (y, kernel) = maybe_autocast(d, precision, || {
-            bias_dropout_add_ln(&h, Some(&l.b), &l.epilogue(p, path, mask))
-        })??;
-        (&y * dy.to_kind(y.kind())).sum(y.kind()).backward();
-        Ok((vec![y.detach(), h.grad().copy()], kernel))
-    };
+    let drawn =
+        |path: mlperf_run::fused::Path, mask: Option<&Tensor>| -> Result<(Vec<Tensor>, bool)> {
+            let h = h0.detach().set_requires_grad(true);
+            let (y, kernel) = maybe_autocast(d, precision, || {
+                bias_dropout_add_ln(&h, Some(&l.b), &l.epilogue(p, path, mask))
+            })??;
+            (&y * dy.to_kind(y.kind())).sum(y.kind()).backward();
+            Ok((vec![y.detach(), h.grad().copy()], kernel))
+        };
     let (first, drew) = drawn(kernel_path, None)?;
     let kept_mask = first[1].ne(0.0);
     let n = (a.tokens * a.hidden) as f64;
@@ -176,7 +184,7 @@ fn main() -> Result<()> {
         .sum(Kind::Double)
         .double_value(&[])
         / n;
-    let (given, _) = drawn(FusedPath::Composite, Some(&kept_mask))?;
+    let (given, _) = drawn(mlperf_run::fused::Path::Reference, Some(&kept_mask))?;
     let (mask_diffs, mask_rel) = common::max_diffs(&first, &given, &["y", "d_h"]);
     // 2p(1-p) of the positions differ between two independent masks; both shares within 5
     // standard deviations of a binomial share
@@ -199,7 +207,7 @@ fn main() -> Result<()> {
     let gw = leaf(&[inter, a.hidden], 0.02, 0.0);
     let gb = leaf(&[inter], 0.1, 0.0);
     let gdy = Tensor::randn([a.tokens, inter], f);
-    let gelu_run = |path: Option<FusedPath>| -> Result<(Vec<Tensor>, bool)> {
+    let gelu_run = |path: Option<mlperf_run::fused::Path>| -> Result<(Vec<Tensor>, bool)> {
         common::zero_grads(&[&gx, &gw, &gb]);
         let (y, kernel) = maybe_autocast(d, precision, || -> Result<(Tensor, bool)> {
             match path {
@@ -241,7 +249,7 @@ fn main() -> Result<()> {
     let mut medians = Vec::new();
     for (side, path) in [
         ("kernel", Some(kernel_path)),
-        ("composite", Some(FusedPath::Composite)),
+        ("composite", Some(mlperf_run::fused::Path::Reference)),
         ("unfused", None),
     ] {
         let (times, (_, ran)) = common::time_rounds(d, 3, a.rounds, || run(path, None))?;

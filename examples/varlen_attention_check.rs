@@ -19,7 +19,7 @@ mod common;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use mlperf_run::fused::varlen_attention::{forward_backward, Packing, VarlenPath};
+use mlperf_run::fused::varlen_attention::{forward_backward, Packing};
 use tch::{Device, Kind, Tensor};
 
 /// FlashAttention's varlen kernel against the scatter path on packed sequences.
@@ -91,10 +91,10 @@ fn main() -> Result<()> {
     };
     let (q, k, v) = (leaf(), leaf(), leaf());
     let dy = Tensor::randn([t, a.heads, a.head_dim], (Kind::Float, d)).to_kind(kind);
-    let run = |path: VarlenPath| forward_backward(&q, &k, &v, &dy, &pack, path);
-    let scatter = run(VarlenPath::Scatter)?;
+    let run = |path: mlperf_run::fused::Path| forward_backward(&q, &k, &v, &dy, &pack, path);
+    let scatter = run(mlperf_run::fused::Path::Reference)?;
     let varlen = if d.is_cuda() {
-        Some(run(VarlenPath::Varlen)?)
+        Some(run(mlperf_run::fused::Path::Fast)?)
     } else {
         None
     };
@@ -105,10 +105,10 @@ fn main() -> Result<()> {
 
     let mut medians = Vec::new();
     for (side, path) in [
-        ("varlen", VarlenPath::Varlen),
-        ("scatter", VarlenPath::Scatter),
+        ("varlen", mlperf_run::fused::Path::Fast),
+        ("scatter", mlperf_run::fused::Path::Reference),
     ] {
-        if path == VarlenPath::Varlen && varlen.is_none() {
+        if path == mlperf_run::fused::Path::Fast && varlen.is_none() {
             continue;
         }
         let (times, _) = common::time_rounds(d, 3, a.rounds, || run(path))?;

@@ -46,6 +46,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.hpp"
+#include "path_report.hpp"
 #include "loaded_lib.hpp"
 
 #include <atomic>
@@ -59,13 +60,7 @@ constexpr const char* kWhat = "fused bias+GELU shim";
 constexpr const char* kApprox = "tanh";
 
 // The first reason a cuBLASLt-eligible call took the composite path (empty: none yet).
-std::mutex g_reason_mu;
-std::string g_reason;
-
-void note_fallback(const std::string& why) {
-  std::lock_guard<std::mutex> lock(g_reason_mu);
-  if (g_reason.empty()) g_reason = why;
-}
+mr::PathReport g_report;
 
 // Whether this thread's last forward ran cuBLASLt (Function::apply runs forward in the caller's
 // thread, so run_op reads its own call's answer).
@@ -96,7 +91,7 @@ struct DenseGeluDense : public torch::autograd::Function<DenseGeluDense> {
     at::Tensor y, h;
     std::string why;
     const bool lt = use_lt && lt_forward(x, w1, b1, &y, &h, &why);
-    if (use_lt && !lt) note_fallback(why);
+    if (use_lt && !lt) g_report.note_fallback(why);
     t_forward_lt = lt;
     if (!lt) {
       // at::linear's own call for a 2-D input with a bias, then the GELU
@@ -130,7 +125,7 @@ struct DenseGeluDense : public torch::autograd::Function<DenseGeluDense> {
     if (ctx->saved_data["lt"].toBool()) {
       lt = lt_backward(dz, w2, h, &dh, &db1, &why);
       if (!lt) {
-        note_fallback(why);
+        g_report.note_fallback(why);
         TORCH_CHECK(!ctx->saved_data["strict"].toBool(),
                     "fused bias+GELU: cuBLASLt's DGELU_BGRAD epilogue did not run in the "
                     "backward: ",
@@ -182,7 +177,7 @@ at::Tensor run_op(const at::Tensor& x_in, const at::Tensor& w1_in, const at::Ten
   if (mode != 1 && x2.is_cuda()) x2 = x2.contiguous();
   const bool eligible = mode != 1 && lt_eligible(x2, w1, b1, w2);
   if (mode == 0 && !eligible && x2.is_cuda() && (t == at::kBFloat16 || t == at::kHalf)) {
-    note_fallback("the cuBLASLt path cannot run these tensors (sizes must be multiples of 8, "
+    g_report.note_fallback("the cuBLASLt path cannot run these tensors (sizes must be multiples of 8, "
                   "W1, b1 and W2 contiguous and 16-byte aligned, and the build needs the `cuda` "
                   "feature)");
   }
@@ -195,8 +190,7 @@ at::Tensor run_op(const at::Tensor& x_in, const at::Tensor& w1_in, const at::Ten
   // the forward falls back (and records why) when cuBLASLt has no algorithm for the shape
   const bool ran = eligible && t_forward_lt;
   if (!ran && mode == 2) {
-    std::lock_guard<std::mutex> lock(g_reason_mu);
-    TORCH_CHECK(false, "fused bias+GELU: cuBLASLt did not run: ", g_reason);
+    TORCH_CHECK(false, "fused bias+GELU: cuBLASLt did not run: ", g_report.reason());
   }
   if (used_lt != nullptr) *used_lt = ran ? 1 : 0;
   return x.dim() == 2 ? z : z.view(out_sizes);
@@ -555,12 +549,7 @@ int mr_fbg_dense_gelu_dense(const at::Tensor* x, const at::Tensor* w1, const at:
 
 // 1 when a cuBLASLt-eligible call (forward or backward) took the composite path (*msg: the
 // first reason, malloc'd; free with mr_free_str), else 0.
-int mr_fbg_fallback_reason(char** msg) {
-  std::lock_guard<std::mutex> lock(g_reason_mu);
-  if (g_reason.empty()) return 0;
-  mr::set_err(msg, g_reason);
-  return 1;
-}
+int mr_fbg_fallback_reason(char** msg) { return g_report.reason_to(msg); }
 
 // 0 when every cuBLASLt entry point resolved from the libcublasLt loaded in this process (no GPU
 // needed), else 1 with the reason in *msg (malloc'd; free with mr_free_str).

@@ -44,6 +44,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.hpp"
+#include "path_report.hpp"
 #include "loaded_lib.hpp"
 
 #include <algorithm>
@@ -69,17 +70,9 @@ struct BnArgs {
   double eps;
 };
 
-// Counters for the GPU check (which path ran) and the process-wide fallback reason.
-std::atomic<long long> g_cudnn_calls{0};
-std::atomic<long long> g_composite_calls{0};
-std::mutex g_reason_mu;
-std::string g_reason;  // empty: no fallback happened
-
-// (unused without the cuDNN path)
-[[maybe_unused]] void note_fallback(const std::string& why) {
-  std::lock_guard<std::mutex> lock(g_reason_mu);
-  if (g_reason.empty()) g_reason = why;
-}
+// Which path ran (fast: cuDNN's fused kernels, reference: the composite path) and the
+// process-wide fallback reason.
+mr::PathReport g_report;
 
 }  // namespace
 
@@ -247,7 +240,7 @@ at::Tensor byte_buffer(size_t bytes, const at::Tensor& like) {
 // for the rest of the process, and the reason is kept for the one warning.
 void refuse_dtype(at::ScalarType t, const std::string& detail) {
   g_refused.fetch_or(dtype_bit(t));
-  note_fallback(std::string("cuDNN does not support the fused BN+add+ReLU for ") +
+  g_report.note_fallback(std::string("cuDNN does not support the fused BN+add+ReLU for ") +
                 c10::toString(t) + " (" + detail + "); that dtype uses the composite path");
 }
 
@@ -347,7 +340,7 @@ namespace {
 // saves what the backward needs.
 at::Tensor composite_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& z,
                              const at::Tensor& weight, const at::Tensor& bias, BnArgs& a) {
-  g_composite_calls.fetch_add(1);
+  g_report.reference.fetch_add(1);
   // cudnn_enabled = true, as tch's BatchNormConfig default (libtorch 2.11 decides with the
   // global cuDNN switch anyway)
   auto r = at::_batch_norm_impl_index(x, weight, bias, a.running_mean, a.running_var, true,
@@ -380,7 +373,7 @@ at::Tensor fused_forward(AutogradContext* ctx, const at::Tensor& x, const at::Te
   if (ineligible(x, z, weight, bias, a, true).empty()) {
     CudnnForward f = cudnn_forward(x, z, weight, bias, a);
     if (f.ok) {
-      g_cudnn_calls.fetch_add(1);
+      g_report.fast.fetch_add(1);
       // bias too (cuDNN's backward recomputes the ReLU gate from it): saved, so that an
       // in-place change before the backward is caught by autograd's version check
       ctx->save_for_backward({x, weight, f.y, bias});
@@ -527,18 +520,13 @@ int mr_fused_bn_cudnn_compiled() {
 
 // Training forwards so far that ran on cuDNN's fused kernels and on the composite path.
 void mr_fused_bn_counts(long long* cudnn_calls, long long* composite_calls) {
-  *cudnn_calls = g_cudnn_calls.load();
-  *composite_calls = g_composite_calls.load();
+  *cudnn_calls = g_report.fast.load();
+  *composite_calls = g_report.reference.load();
 }
 
 // 1 with a malloc'd message in *out (free with mr_free_str) when cuDNN refused a dtype in this
 // process and the composite path took over; 0 when nothing fell back.
-int mr_fused_bn_fallback_reason(char** out) {
-  std::lock_guard<std::mutex> lock(g_reason_mu);
-  if (g_reason.empty()) return 0;
-  mr::set_err(out, g_reason);
-  return 1;
-}
+int mr_fused_bn_fallback_reason(char** out) { return g_report.reason_to(out); }
 
 // Why the cuDNN path would not take a training call with these tensors (malloc'd message in
 // *why; free with mr_free_str); returns 1 when it would, 0 when not, -1 on error.

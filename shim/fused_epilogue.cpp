@@ -37,6 +37,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.hpp"
+#include "loaders.hpp"
+#include "path_report.hpp"
 #include "fused_epilogue_emu.hpp"
 #include "fused_epilogue_kernels.hpp"
 
@@ -111,146 +113,20 @@ std::string source_for(int ht, int rt, int ot) {
          "\n#line 1 \"shim/fused_epilogue.cu\"\n" + kKernelSource;
 }
 
-// ---- NVRTC, dlopen'ed -----------------------------------------------------------------------
-// Only the entry points used, declared by hand (nvrtc.h is not on this machine's include path).
-using nvrtcProgram = void*;
-struct Nvrtc {
-  void* lib = nullptr;
-  int (*createProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
-                       const char* const*) = nullptr;
-  int (*compileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
-  int (*getProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
-  int (*getProgramLog)(nvrtcProgram, char*) = nullptr;
-  int (*getPTXSize)(nvrtcProgram, size_t*) = nullptr;
-  int (*getPTX)(nvrtcProgram, char*) = nullptr;
-  int (*getCUBINSize)(nvrtcProgram, size_t*) = nullptr;
-  int (*getCUBIN)(nvrtcProgram, char*) = nullptr;
-  int (*destroyProgram)(nvrtcProgram*) = nullptr;
-  const char* (*getErrorString)(int) = nullptr;
-};
-
-template <typename F>
-void sym(void* lib, const char* name, F& f, const std::string& path) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  TORCH_CHECK(f != nullptr, "NVRTC library ", path, " lacks ", name);
-}
-
-// The folder of the loaded libtorch_cpu (torch/lib), for the wheel's nvidia/cu13/lib beside it.
-std::string torch_lib_dir() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || !info.dli_fname) return {};
-  std::string p(info.dli_fname);
-  auto slash = p.rfind('/');
-  return slash == std::string::npos ? std::string() : p.substr(0, slash);
-}
-
-// NVRTC dlopens its companion libnvrtc-builtins.so.X.Y by name, which the dynamic linker only
-// finds on the system path; the torch wheel keeps it beside libnvrtc. Loading it first from that
-// folder (by full path, RTLD_GLOBAL) makes NVRTC's own dlopen find it already loaded.
-void preload_builtins(void* nvrtc_lib) {
-  void* fn = dlsym(nvrtc_lib, "nvrtcCreateProgram");
-  Dl_info info{};
-  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return;
-  std::string p(info.dli_fname);
-  auto slash = p.rfind('/');
-  if (slash == std::string::npos) return;
-  const std::string dir = p.substr(0, slash);
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind("libnvrtc-builtins.so.", 0) == 0) {
-      dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_GLOBAL);
-    }
-  }
-  closedir(d);
-}
-
-// Opens NVRTC at `path`, or (empty path) from MLPERF_RUN_NVRTC, then CUDA 13's (the already
-// loaded or system-visible libnvrtc.so.13, the torch wheel's nvidia/cu13/lib), then CUDA 12's.
-Nvrtc open_nvrtc(const std::string& path) {
-  std::vector<std::string> tries;
-  if (!path.empty()) {
-    tries.push_back(path);
-  } else {
-    if (const char* env = std::getenv("MLPERF_RUN_NVRTC")) tries.emplace_back(env);
-    // CUDA 13 first (the torch wheel's own before an older system one), then 12
-    const std::string dir = torch_lib_dir();
-    tries.emplace_back("libnvrtc.so.13");
-    if (!dir.empty()) tries.push_back(dir + "/../../nvidia/cu13/lib/libnvrtc.so.13");
-    tries.emplace_back("libnvrtc.so.12");
-    if (!dir.empty()) tries.push_back(dir + "/../../nvidia/cuda_nvrtc/lib/libnvrtc.so.12");
-  }
-  Nvrtc n;
-  std::string errors;
-  std::string used;
-  for (const auto& t : tries) {
-    n.lib = dlopen(t.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (n.lib) {
-      used = t;
-      break;
-    }
-    const char* e = dlerror();
-    errors += "\n  " + t + ": " + (e ? e : "not found");
-  }
-  TORCH_CHECK(n.lib != nullptr, "cannot load NVRTC (libnvrtc); tried:", errors);
-  preload_builtins(n.lib);
-  sym(n.lib, "nvrtcCreateProgram", n.createProgram, used);
-  sym(n.lib, "nvrtcCompileProgram", n.compileProgram, used);
-  sym(n.lib, "nvrtcGetProgramLogSize", n.getProgramLogSize, used);
-  sym(n.lib, "nvrtcGetProgramLog", n.getProgramLog, used);
-  sym(n.lib, "nvrtcGetPTXSize", n.getPTXSize, used);
-  sym(n.lib, "nvrtcGetPTX", n.getPTX, used);
-  sym(n.lib, "nvrtcGetCUBINSize", n.getCUBINSize, used);
-  sym(n.lib, "nvrtcGetCUBIN", n.getCUBIN, used);
-  sym(n.lib, "nvrtcDestroyProgram", n.destroyProgram, used);
-  sym(n.lib, "nvrtcGetErrorString", n.getErrorString, used);
-  return n;
-}
-
 // Compiles the kernels for (ht, rt, ot) for `arch` (e.g. "sm_90": a CUBIN; "compute_90": PTX).
-std::string nvrtc_compile(const Nvrtc& n, const std::string& arch, int ht, int rt, int ot) {
-  const std::string src = source_for(ht, rt, ot);
-  nvrtcProgram prog = nullptr;
-  int rc = n.createProgram(&prog, src.c_str(), "mlperf_run_fused_epilogue.cu", 0, nullptr, nullptr);
-  TORCH_CHECK(rc == 0, "nvrtcCreateProgram: ", n.getErrorString(rc));
-  struct Destroy {
-    const Nvrtc& n;
-    nvrtcProgram* p;
-    ~Destroy() { n.destroyProgram(p); }
-  } destroy{n, &prog};
-  const std::string arch_opt = "--gpu-architecture=" + arch;
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17"};
-  rc = n.compileProgram(prog, 2, opts);
-  if (rc != 0) {
-    size_t log_size = 0;
-    n.getProgramLogSize(prog, &log_size);
-    std::string log(log_size, '\0');
-    if (log_size > 0) n.getProgramLog(prog, log.data());
-    TORCH_CHECK(false, "NVRTC could not compile the fused epilogue kernels for ", arch, ": ",
-                n.getErrorString(rc), "\n", log);
-  }
-  const bool cubin = arch.rfind("sm_", 0) == 0;
-  size_t size = 0;
-  rc = cubin ? n.getCUBINSize(prog, &size) : n.getPTXSize(prog, &size);
-  TORCH_CHECK(rc == 0 && size > 0, "NVRTC returned no ", cubin ? "CUBIN" : "PTX", ": ",
-              n.getErrorString(rc));
-  std::string out(size, '\0');
-  rc = cubin ? n.getCUBIN(prog, out.data()) : n.getPTX(prog, out.data());
-  TORCH_CHECK(rc == 0, "NVRTC: ", n.getErrorString(rc));
-  return out;
+std::string nvrtc_compile(const mr::Nvrtc& n, const std::string& arch, int ht, int rt, int ot) {
+  return mr::nvrtc_compile(n, arch, source_for(ht, rt, ot), "mlperf_run_fused_epilogue.cu",
+                           "the fused epilogue kernels");
 }
 
 // ---- kernel path (CUDA builds) --------------------------------------------------------------
 // Kernel-path status for Rust: 0 not tried yet, 1 compiled and loaded at least once, -1 failed
-// (then every call uses the composite path; the message is in g_status_msg).
+// (then every call uses the composite path; the reason is g_report's fallback reason).
 std::atomic<int> g_status{0};
-std::mutex g_status_mu;
-std::string g_status_msg;
+mr::PathReport g_report;
 
 [[maybe_unused]] void set_failed(const std::string& msg) {
-  std::lock_guard<std::mutex> lock(g_status_mu);
-  g_status_msg = msg;
+  g_report.note_fallback(msg);
   g_status.store(-1);
 }
 
@@ -467,7 +343,7 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
                 "fused epilogue: the CUDA kernel path is not usable for these tensors (h ",
                 h.scalar_type(), " on ", h.device(), ", residual ", residual.scalar_type(),
                 ", gamma ", gamma.scalar_type(), ")",
-                g_status.load() < 0 ? ": " + g_status_msg : std::string());
+                g_status.load() < 0 ? ": " + g_report.reason() : std::string());
     TORCH_CHECK(use_kernel || mode != 3,
                 "fused epilogue: the emulated kernel path is not usable for these tensors (h ",
                 h.scalar_type(), " on ", h.device(), ", residual ", residual.scalar_type(),
@@ -495,55 +371,14 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
 
 namespace {
 
-// The driver API, dlopen'ed (libcuda.so.1 is already loaded by the CUDA runtime on a GPU
-// machine). Types are the driver's opaque handles.
-using CUresult = int;
-using CUmodule = void*;
-using CUfunction = void*;
-using CUcontext = void*;
-using CUstream = void*;
-struct Driver {
-  CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
-  CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
-  CUresult (*deviceGet)(int*, int) = nullptr;
-  CUresult (*deviceGetAttribute)(int*, int, int) = nullptr;
-  CUresult (*primaryCtxRetain)(CUcontext*, int) = nullptr;
-  CUresult (*moduleLoadData)(CUmodule*, const void*) = nullptr;
-  CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, CUstream, void**, void**) = nullptr;
-  CUresult (*getErrorString)(CUresult, const char**) = nullptr;
-  // CUstreamCaptureStatus as int: 0 none, 1 active, 2 invalidated
-  CUresult (*streamIsCapturing)(CUstream, int*) = nullptr;
-};
-
-const Driver& driver() {
-  static Driver d = [] {
-    Driver d;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    TORCH_CHECK(lib != nullptr, "cannot load the CUDA driver (libcuda.so.1): ", dlerror());
-    const std::string name = "libcuda.so.1";
-    sym(lib, "cuCtxGetCurrent", d.ctxGetCurrent, name);
-    sym(lib, "cuCtxSetCurrent", d.ctxSetCurrent, name);
-    sym(lib, "cuDeviceGet", d.deviceGet, name);
-    sym(lib, "cuDeviceGetAttribute", d.deviceGetAttribute, name);
-    sym(lib, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain, name);
-    sym(lib, "cuModuleLoadData", d.moduleLoadData, name);
-    sym(lib, "cuModuleGetFunction", d.moduleGetFunction, name);
-    sym(lib, "cuLaunchKernel", d.launchKernel, name);
-    sym(lib, "cuGetErrorString", d.getErrorString, name);
-    sym(lib, "cuStreamIsCapturing", d.streamIsCapturing, name);
-    return d;
-  }();
-  return d;
-}
-
-void cu_check(CUresult rc, const char* what) {
-  if (rc == 0) return;
-  const char* msg = nullptr;
-  driver().getErrorString(rc, &msg);
-  TORCH_CHECK(false, what, ": CUDA driver error ", rc, " (", msg ? msg : "?", ")");
-}
+using mr::CUcontext;
+using mr::Driver;
+using mr::CUfunction;
+using mr::CUmodule;
+using mr::CUresult;
+using mr::CUstream;
+using mr::cu_check;
+using mr::driver;
 
 // indexed by fe::Kernel
 struct Kernels {
@@ -562,7 +397,7 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
   if (it != g_kernels.end()) return &it->second;
   if (g_status.load() < 0) return nullptr;
   try {
-    static Nvrtc nvrtc = open_nvrtc("");
+    static mr::Nvrtc nvrtc = mr::open_nvrtc("");
     const Driver& d = driver();
     // the module belongs to the current context: make sure it is the device's primary one
     // (the one the CUDA runtime and so libtorch use)
@@ -1205,13 +1040,13 @@ int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Te
                     " kernel path is not usable for these tensors (", z.scalar_type(), " on ",
                     z.device(), ", ", z.size(-1), " columns, bias ", bb.scalar_type(),
                     "): it takes fp32, bf16 or fp16 rows of a multiple of 4 with an fp32 bias",
-                    g_status.load() < 0 ? ": " + g_status_msg : std::string());
+                    g_status.load() < 0 ? ": " + g_report.reason() : std::string());
         y = at::gelu(z + bb.to(z.scalar_type()));
       }
     } else {
       TORCH_CHECK(mode <= 1, "fused bias + GELU: the ", kernel_path_name(mode),
                   " kernel path takes ", mode == 3 ? "CPU" : "CUDA", " tensors, not ",
-                  xx.device(), g_status.load() < 0 ? ": " + g_status_msg : std::string());
+                  xx.device(), g_status.load() < 0 ? ": " + g_report.reason() : std::string());
       y = at::gelu(at::linear(xx, ww, bb));
     }
     if (used_kernel) *used_kernel = used ? 1 : 0;
@@ -1250,7 +1085,7 @@ int mr_fe_qkv_projection(const at::Tensor* x, const at::Tensor* w, const at::Ten
                 xx.scalar_type(), " on ", xx.device(), ", computing in ", dt,
                 "): it takes ", mode == 3 ? "CPU" : "CUDA",
                 " tensors, [N, H] with H a multiple of 4, fp32, bf16 or fp16",
-                g_status.load() < 0 ? ": " + g_status_msg : std::string());
+                g_status.load() < 0 ? ": " + g_report.reason() : std::string());
     std::vector<at::Tensor> qkv;
     if (usable) {
       qkv = QkvProjection::apply(xx, ww, bb, heads, static_cast<int64_t>(dt));
@@ -1276,10 +1111,7 @@ int64_t mr_fe_v4_launches(int which) {
 // mr_free_str).
 int mr_fe_kernel_status(char** msg) {
   int s = g_status.load();
-  if (s < 0 && msg != nullptr) {
-    std::lock_guard<std::mutex> lock(g_status_mu);
-    mr::set_err(msg, g_status_msg);
-  }
+  if (s < 0 && msg != nullptr) mr::set_err(msg, g_report.reason());
   return s;
 }
 
@@ -1297,7 +1129,7 @@ int mr_fe_kernel_built() {
 int mr_fe_nvrtc_compile(const char* nvrtc_path, const char* arch, int ht, int rt, int ot,
                         size_t* size, char** err) {
   return mr::catching(err, kWhat, [&] {
-    Nvrtc n = open_nvrtc(nvrtc_path ? nvrtc_path : "");
+    mr::Nvrtc n = mr::open_nvrtc(nvrtc_path ? nvrtc_path : "");
     std::string bin = nvrtc_compile(n, arch, ht, rt, ot);
     // every kernel the host launches is in the module (its name is in the PTX or CUBIN)
     for (const char* name : kKernelNames) {

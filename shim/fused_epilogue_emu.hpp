@@ -1,5 +1,5 @@
 // The fused epilogue's CUDA kernels (shim/fused_epilogue.cu) run by the CPU emulator of CUDA's
-// execution model (shim/cuda_emu.hpp): the `FusedPath::Emulated` path of
+// execution model (shim/cuda_emu.hpp): the `fused::Path::Emulated` path of
 // src/fused/epilogue.rs, for tests of the kernels without a GPU.
 #pragma once
 

@@ -24,52 +24,38 @@
 //! Under autocast the op casts x, W1, b1 and W2 the way autocast casts `linear`'s arguments, and
 //! returns the autocast dtype, as the unfused `linear`s do.
 
+use super::Path;
 use crate::shim::error::{call, reported};
 use crate::shim::fused_bias_gelu::{
     mr_fbg_dense_gelu_dense, mr_fbg_fallback_reason, mr_fbg_lt_built, mr_fbg_lt_probe,
 };
 use anyhow::{bail, Result};
 use std::os::raw::c_int;
-use std::sync::Once;
+use std::sync::atomic::AtomicBool;
 use tch::Tensor;
 
-/// Which implementation to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GeluPath {
-    /// cuBLASLt where it can run (CUDA bf16/fp16, sizes multiples of 8, an algorithm for the
-    /// shape), else the composite path.
-    Auto,
-    /// ATen ops only (the CPU path; on CUDA the reference for cuBLASLt).
-    Composite,
-    /// cuBLASLt, or an error saying why not (the GPU check).
-    CublasLt,
-}
+static WARNED: AtomicBool = AtomicBool::new(false);
 
-impl GeluPath {
-    fn code(self) -> c_int {
-        match self {
-            GeluPath::Auto => 0,
-            GeluPath::Composite => 1,
-            GeluPath::CublasLt => 2,
-        }
-    }
+/// Why a cuBLASLt-eligible forward or backward took the composite path in this process, if one
+/// did (the first reason).
+pub fn fallback_reason() -> Option<String> {
+    // SAFETY: a plain query with an out-pointer for its message.
+    reported(|m| unsafe { mr_fbg_fallback_reason(m) })
 }
-
-static WARNED: Once = Once::new();
 
 /// One warning per process when a cuBLASLt-eligible forward or backward took the composite path.
 fn warn_on_fallback() {
-    if WARNED.is_completed() {
+    if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
-    // SAFETY: a plain query with an out-pointer for its message.
-    if let Some(why) = reported(|m| unsafe { mr_fbg_fallback_reason(m) }) {
-        WARNED.call_once(|| {
-            tracing::warn!(
-                "methods.fused_bias_gelu: cuBLASLt's fused epilogue did not run for some \
-                 shapes, which use the composite (ATen) path: {why}"
-            );
-        });
+    if let Some(why) = fallback_reason() {
+        super::warn_fallback_once(
+            &WARNED,
+            "fused_bias_gelu",
+            "cuBLASLt's fused epilogue did not run for some shapes, which use the composite \
+             (ATen) path",
+            &why,
+        );
     }
 }
 
@@ -81,8 +67,9 @@ pub fn dense_gelu_dense(
     w1: &Tensor,
     b1: &Tensor,
     w2: &Tensor,
-    path: GeluPath,
+    path: Path,
 ) -> Result<(Tensor, bool)> {
+    path.refuse_emulated("fused bias+GELU")?;
     let mut out = std::ptr::null_mut();
     let mut used: c_int = 0;
     // SAFETY: every pointer is a live tensor for the duration of the call. The shim's messages

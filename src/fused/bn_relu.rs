@@ -113,9 +113,7 @@ pub fn warn_fallback_once() {
         return;
     }
     if let Some(why) = fallback_reason() {
-        if !WARNED.swap(true, Ordering::Relaxed) {
-            tracing::warn!("methods.fused_bn_relu: {why}");
-        }
+        super::warn_fallback_once(&WARNED, "fused_bn_relu", "the composite path runs", &why);
     }
 }
 

@@ -15,7 +15,7 @@
 //!   `bernoulli_` on the device. The math is the same; the rounding differs from the unfused ops (fp32 throughout inside the
 //!   kernel, no intermediate bf16 rounding). If NVRTC or the driver fails, one warning is logged
 //!   and the composite path runs. The same kernels also run on the CPU, on an emulator of CUDA's
-//!   execution model ([`FusedPath::Emulated`]), so CI checks them without a GPU.
+//!   execution model ([`Path::Emulated`]), so CI checks them without a GPU.
 //!
 //! Dtypes are those of the unfused ops: under autocast the output is fp32 (layer_norm's autocast
 //! policy); otherwise the promotion of `h` and `residual`. [`Epilogue::out`] asks for another
@@ -28,6 +28,7 @@
 //! division only, instead fuses a tanh GELU into the matmuls: `crate::fused::bias_gelu`,
 //! cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues.)
 
+use super::Path;
 use crate::shim::cuda_emu_selftest::mr_cuda_emu_selftest;
 use crate::shim::error::call;
 use crate::shim::fused_epilogue::{
@@ -37,38 +38,9 @@ use crate::shim::fused_epilogue::{
 };
 use anyhow::{bail, Result};
 use std::os::raw::c_int;
-use std::path::Path;
-use std::sync::Once;
+use std::sync::atomic::AtomicBool;
 use tch::{Kind, Tensor};
 use torch_sys::C_tensor;
-
-/// Which implementation to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FusedPath {
-    /// The CUDA kernels where usable (CUDA tensors, fp32 LayerNorm parameters, kernels built and
-    /// compiled), else the composite path.
-    Auto,
-    /// ATen ops only (the CPU path; on CUDA the reference for the kernels).
-    Composite,
-    /// The CUDA kernels, or an error saying why not (the GPU check).
-    Kernel,
-    /// The CUDA kernels' source (`shim/fused_epilogue.cu`) run on CPU tensors by the shim's
-    /// emulator of CUDA's execution model (`shim/cuda_emu.hpp`), through the same host code and
-    /// launch arguments as on a GPU; an error for other tensors. Slow: for tests of the kernels
-    /// on machines without a GPU.
-    Emulated,
-}
-
-impl FusedPath {
-    fn code(self) -> c_int {
-        match self {
-            FusedPath::Auto => 0,
-            FusedPath::Composite => 1,
-            FusedPath::Kernel => 2,
-            FusedPath::Emulated => 3,
-        }
-    }
-}
 
 /// The inputs shared by both entry points.
 pub struct Epilogue<'a> {
@@ -84,7 +56,7 @@ pub struct Epilogue<'a> {
     /// A given keep-mask (1 = keep, like the dense output) instead of a fresh draw: tests and the
     /// GPU check, to compare both paths with the same mask.
     pub mask: Option<&'a Tensor>,
-    pub path: FusedPath,
+    pub path: Path,
     /// The output's dtype: `None` as the unfused ops give it (fp32 under autocast), or one of
     /// fp32 / bf16 / fp16 (`methods.bf16_residual`: bf16 under autocast; the LayerNorm still
     /// computes in fp32 and its output is rounded once).
@@ -128,23 +100,29 @@ impl Epilogue<'_> {
     }
 }
 
-static WARNED: Once = Once::new();
+static WARNED: AtomicBool = AtomicBool::new(false);
 
-/// One warning per process when the kernel path failed to build (the composite path runs).
-fn warn_if_kernel_failed() {
+/// Why the kernel path is unusable in this process (it failed to build or load), if it is.
+pub fn fallback_reason() -> Option<String> {
     let mut msg = std::ptr::null_mut();
     // SAFETY: plain status query; `msg` is set (malloc'd) only when the status is -1.
     let status = unsafe { mr_fe_kernel_status(&mut msg) };
-    if status < 0 {
-        // SAFETY: the shim set `msg` for status -1 (or left it null).
-        let why = unsafe { crate::shim::error::take(msg) };
-        WARNED.call_once(|| {
-            tracing::warn!(
-                "methods.fused_epilogues: the CUDA kernels are unavailable, using the composite \
-                 (ATen) path: {}",
-                why.lines().next().unwrap_or("")
-            );
-        });
+    // SAFETY: the shim set `msg` for status -1 (or left it null).
+    (status < 0).then(|| unsafe { crate::shim::error::take(msg) })
+}
+
+/// One warning per process when the kernel path failed to build (the composite path runs).
+fn warn_if_kernel_failed() {
+    if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    if let Some(why) = fallback_reason() {
+        super::warn_fallback_once(
+            &WARNED,
+            "fused_epilogues",
+            "the CUDA kernels are unavailable, using the composite (ATen) path",
+            &why,
+        );
     }
 }
 
@@ -189,12 +167,7 @@ pub fn dense_dropout_add_ln(
 /// and the bias's in one pass (the unfused ops take a separate reduction for the bias).
 /// Otherwise it is exactly the unfused `linear(x, w, b).gelu("none")`. Returns the output and
 /// whether the kernel path ran.
-pub fn dense_bias_gelu(
-    x: &Tensor,
-    w: &Tensor,
-    b: &Tensor,
-    path: FusedPath,
-) -> Result<(Tensor, bool)> {
+pub fn dense_bias_gelu(x: &Tensor, w: &Tensor, b: &Tensor, path: Path) -> Result<(Tensor, bool)> {
     let mut out = std::ptr::null_mut();
     let mut used: c_int = 0;
     // SAFETY: x, w and b are live for the call; the shim hands back a new tensor on success.
@@ -224,7 +197,7 @@ pub fn qkv_projection(
     w: &Tensor,
     b: &Tensor,
     heads: i64,
-    path: FusedPath,
+    path: Path,
 ) -> Result<([Tensor; 3], bool)> {
     let mut out = [std::ptr::null_mut(); 3];
     let mut used: c_int = 0;
@@ -274,7 +247,7 @@ pub fn kernel_built() -> bool {
     unsafe { mr_fe_kernel_built() != 0 }
 }
 
-/// The self-checks of the CPU emulator that runs these kernels for [`FusedPath::Emulated`]
+/// The self-checks of the CPU emulator that runs these kernels for [`Path::Emulated`]
 /// (`shim/cuda_emu_selftest.cpp`; tests/cuda_emu.rs): kernel `which` (0: per-block sum of
 /// thread index + 1024 x block index by warp shuffles and shared memory; 1: barriers that can
 /// never complete; 2: a partial-mask shuffle; 3: a lane that returns while the others shuffle;
@@ -305,7 +278,7 @@ fn kind_code(k: Kind) -> Result<c_int> {
 /// checking that every kernel the host launches is in it. Needs no GPU: CI uses it to catch
 /// errors in the kernel source.
 pub fn nvrtc_compile(
-    nvrtc: &Path,
+    nvrtc: &std::path::Path,
     arch: &str,
     h: Kind,
     residual: Kind,

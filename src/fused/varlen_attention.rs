@@ -11,11 +11,12 @@
 //!   zeros at the padding, `scaled_dot_product_attention` runs with the key-padding mask, and
 //!   the real tokens' rows are gathered again.
 //!
-//! Before its first use in a process, [`VarlenPath::Auto`] checks the varlen kernel against the
+//! Before its first use in a process, [`Path::Auto`] checks the varlen kernel against the
 //! scatter path on a small fixed input (forward and backward, no dropout; [`self_check`]). If
 //! the kernel fails or disagrees (a libtorch built without FlashAttention, say), one warning is
 //! logged and the scatter path runs from then on.
 
+use super::Path;
 use crate::shim::error::call;
 use crate::shim::varlen_attention::mr_varlen_flash_attention;
 use anyhow::Result;
@@ -68,18 +69,8 @@ impl Packing {
     }
 }
 
-/// Which implementation [`attention`] takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VarlenPath {
-    /// varlen on CUDA with bf16 / fp16 inputs (while it has not failed), else scatter.
-    Auto,
-    /// The scatter path everywhere (the reference for the GPU check).
-    Scatter,
-    /// The varlen kernel, or an error saying why not (the GPU check).
-    Varlen,
-}
-
 static VARLEN_FAILED: AtomicBool = AtomicBool::new(false);
+static GAVE_UP: OnceLock<String> = OnceLock::new();
 static CHECKED: OnceLock<()> = OnceLock::new();
 
 /// Whether the varlen kernel is a candidate for these inputs.
@@ -150,12 +141,13 @@ pub fn attention(
     v: &Tensor,
     pack: &Packing,
     p: f64,
-    path: VarlenPath,
+    path: Path,
 ) -> Result<Tensor> {
     match path {
-        VarlenPath::Scatter => Ok(scatter(q, k, v, pack, p)),
-        VarlenPath::Varlen => varlen_flash(q, k, v, pack, p),
-        VarlenPath::Auto => {
+        Path::Emulated => Err(super::no_emulator("varlen attention")),
+        Path::Reference => Ok(scatter(q, k, v, pack, p)),
+        Path::Fast => varlen_flash(q, k, v, pack, p),
+        Path::Auto => {
             if varlen_candidate(q) {
                 CHECKED.get_or_init(|| {
                     if let Err(err) = self_check(q.device(), q.kind()) {
@@ -176,13 +168,19 @@ pub fn attention(
 
 /// One warning, and the scatter path for the rest of the process.
 fn give_up(err: &anyhow::Error) {
-    if !VARLEN_FAILED.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            "methods.unpad: FlashAttention's varlen kernel is not usable, using the scatter path \
-             from now on: {}",
-            format!("{err:#}").lines().next().unwrap_or("")
-        );
-    }
+    let why = format!("{err:#}");
+    let _ = GAVE_UP.set(why.clone());
+    super::warn_fallback_once(
+        &VARLEN_FAILED,
+        "unpad",
+        "FlashAttention's varlen kernel is not usable, using the scatter path from now on",
+        &why,
+    );
+}
+
+/// Why [`Path::Auto`] gave up on the varlen kernel in this process, if it did.
+pub fn fallback_reason() -> Option<String> {
+    GAVE_UP.get().cloned()
 }
 
 /// The varlen kernel against the scatter path on `device` in `kind`: three sequences (64, 17
@@ -210,8 +208,8 @@ pub fn self_check(device: Device, kind: Kind) -> Result<()> {
             .cos()
             .view([82, 2, 64])
             .to_kind(kind);
-        let scatter = forward_backward(&q, &k, &v, &dy, &pack, VarlenPath::Scatter)?;
-        let varlen = forward_backward(&q, &k, &v, &dy, &pack, VarlenPath::Varlen)?;
+        let scatter = forward_backward(&q, &k, &v, &dy, &pack, Path::Reference)?;
+        let varlen = forward_backward(&q, &k, &v, &dy, &pack, Path::Fast)?;
         for (name, (a, b)) in ["output", "d q", "d k", "d v"]
             .iter()
             .zip(varlen.iter().zip(&scatter))
@@ -240,7 +238,7 @@ pub fn forward_backward(
     v: &Tensor,
     dy: &Tensor,
     pack: &Packing,
-    path: VarlenPath,
+    path: Path,
 ) -> Result<Vec<Tensor>> {
     for t in [q, k, v] {
         let mut g = t.grad();
@@ -258,7 +256,7 @@ pub fn forward_backward(
     ])
 }
 
-/// Whether [`VarlenPath::Auto`] gave up on the varlen kernel in this process.
+/// Whether [`Path::Auto`] gave up on the varlen kernel in this process.
 pub fn varlen_failed() -> bool {
     VARLEN_FAILED.load(Ordering::Relaxed)
 }
@@ -299,7 +297,7 @@ mod tests {
         let _g = tch::no_grad_guard();
         let [q, k, v] =
             [1.0, 2.0, 3.0].map(|_| Tensor::randn([t, nh, d], (Kind::Float, Device::Cpu)));
-        let out = attention(&q, &k, &v, &p, 0.0, VarlenPath::Auto).unwrap();
+        let out = attention(&q, &k, &v, &p, 0.0, Path::Auto).unwrap();
         assert_eq!(out.size(), [t, nh, d]);
         // one sequence's [len, heads, d] rows attended alone, without a mask
         let alone = |q: &Tensor, k: &Tensor, v: &Tensor| {
@@ -339,14 +337,14 @@ mod tests {
         let x = Tensor::randn([5, 2, 8], (Kind::BFloat16, Device::Cpu));
         let err = format!(
             "{:#}",
-            attention(&x, &x, &x, &p, 0.0, VarlenPath::Varlen).unwrap_err()
+            attention(&x, &x, &x, &p, 0.0, Path::Fast).unwrap_err()
         );
         assert!(
             err.contains("varlen attention") && err.contains("CUDA"),
             "{err}"
         );
-        let auto = attention(&x, &x, &x, &p, 0.0, VarlenPath::Auto).unwrap();
-        let scatter = attention(&x, &x, &x, &p, 0.0, VarlenPath::Scatter).unwrap();
+        let auto = attention(&x, &x, &x, &p, 0.0, Path::Auto).unwrap();
+        let scatter = attention(&x, &x, &x, &p, 0.0, Path::Reference).unwrap();
         assert!(auto.equal(&scatter));
         assert!(
             !varlen_failed(),

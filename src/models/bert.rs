@@ -62,7 +62,7 @@
 //!   intermediate bias and a tanh GELU fused into them, as one op ([`crate::fused::bias_gelu`]:
 //!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
 
-use crate::fused::varlen_attention::{self, Packing, VarlenPath};
+use crate::fused::varlen_attention::{self, Packing};
 use crate::methods::BertMethods;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -269,14 +269,14 @@ pub struct BertForPreTraining {
     /// The implementation those fused epilogues take: `Auto` (the CUDA kernels on a GPU, else
     /// the composite ATen ops); tests set `Emulated` to train through the CUDA kernels on the
     /// CPU.
-    pub fused_epilogue_path: crate::fused::epilogue::FusedPath,
+    pub fused_epilogue_path: crate::fused::Path,
     /// With `fused_epilogues`: the intermediate dense's bias + GELU as one op too
     /// ([`crate::fused::epilogue::dense_bias_gelu`]; on by default; the benchmark turns it
     /// off to measure it).
     pub fused_gelu_epilogue: bool,
     /// How unpadded attention runs ([`crate::fused::varlen_attention`]): `Auto` takes FlashAttention's
     /// varlen kernel on a GPU; the GPU check sets `Scatter` to compare.
-    pub varlen_path: VarlenPath,
+    pub varlen_path: crate::fused::Path,
     /// Experimental (benchmarks only): a batch without padding attends through FlashAttention-2's
     /// varlen kernel with every sequence at full length (the batch is already "packed": `[B*S,
     /// heads, head_dim]` token-major) instead of `scaled_dot_product_attention`, which picks
@@ -362,9 +362,9 @@ impl BertForPreTraining {
             transform_ln,
             mlm_bias,
             nsp,
-            fused_epilogue_path: crate::fused::epilogue::FusedPath::Auto,
+            fused_epilogue_path: crate::fused::Path::Auto,
             fused_gelu_epilogue: true,
-            varlen_path: VarlenPath::Auto,
+            varlen_path: crate::fused::Path::Auto,
             flash_varlen_unpadded: false,
         })
     }
@@ -558,13 +558,13 @@ impl BertForPreTraining {
     /// dense's bias ([`crate::fused::bias_gelu`]). A shim error panics with its message, as in
     /// `fused_tail`.
     fn fused_feed_forward(&self, l: &Layer, x: &Tensor) -> Tensor {
-        use crate::fused::bias_gelu::{dense_gelu_dense, GeluPath};
+        use crate::fused::bias_gelu::dense_gelu_dense;
         match dense_gelu_dense(
             x,
             &l.intermediate.w,
             &l.intermediate.b,
             &l.output.w,
-            GeluPath::Auto,
+            crate::fused::Path::Auto,
         ) {
             Ok((z, _)) => z,
             Err(err) => panic!("{err:#}"),

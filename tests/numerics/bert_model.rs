@@ -537,7 +537,6 @@ fn fused_qkv_matches_three_projections() {
 /// emulator), padded and unpadded; and the model fits a batch through it.
 #[test]
 fn bf16_residual_stream_tracks_fp32_and_trains() {
-    use mlperf_run::fused::epilogue::FusedPath;
     use mlperf_run::gpu::amp::{Autocast, LowPrecision};
     let _turn = rng_turn();
     let c = tiny();
@@ -550,9 +549,9 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
     let scale = mlm32.abs().max().double_value(&[]);
     let bf16 = || Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
     for (fused, path) in [
-        (false, FusedPath::Auto),
-        (true, FusedPath::Composite),
-        (true, FusedPath::Emulated),
+        (false, mlperf_run::fused::Path::Auto),
+        (true, mlperf_run::fused::Path::Reference),
+        (true, mlperf_run::fused::Path::Emulated),
     ] {
         model.methods.fused_epilogues = fused;
         model.fused_epilogue_path = path;
@@ -580,7 +579,7 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
     // fit one batch with the bf16 stream (and the fused query/key/value projection)
     model.methods.unpad = false;
     model.methods.fused_epilogues = true;
-    model.fused_epilogue_path = FusedPath::Composite;
+    model.fused_epilogue_path = mlperf_run::fused::Path::Reference;
     model.methods.fused_qkv = true;
     model.methods.bf16_residual = true;
     let losses = fit_under_bf16(&model, &vs, &ids, &seg, &mask);

@@ -12,7 +12,7 @@
 use crate::common;
 
 use crate::common::rng::rng_turn;
-use mlperf_run::fused::bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
+use mlperf_run::fused::bias_gelu::{dense_gelu_dense, lt_built, lt_probe};
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use std::path::PathBuf;
@@ -72,7 +72,7 @@ impl Inputs {
             .linear::<&Tensor>(&self.w2, None)
     }
 
-    fn fused(&self, path: GeluPath) -> Tensor {
+    fn fused(&self, path: mlperf_run::fused::Path) -> Tensor {
         let (y, lt) = dense_gelu_dense(&self.x, &self.w1, &self.b1, &self.w2, path).unwrap();
         assert!(!lt, "the cuBLASLt path ran on CPU tensors");
         y
@@ -106,7 +106,10 @@ fn composite_matches_linear_and_tanh_gelu_bit_for_bit() {
         let what = format!("x {lead:?} x {k}, W1 [{n}, {k}], W2 [{o}, {n}]");
         let i = Inputs::new(&lead, k, n, o, 3);
         let a = i.run(i.unfused("tanh"));
-        for path in [GeluPath::Auto, GeluPath::Composite] {
+        for path in [
+            mlperf_run::fused::Path::Auto,
+            mlperf_run::fused::Path::Reference,
+        ] {
             let b = i.run(i.fused(path));
             assert_bit_identical(&format!("{what} {path:?}"), &a, &b);
         }
@@ -127,7 +130,7 @@ fn bf16_autocast_matches_unfused_bit_for_bit() {
         f()
     };
     let a = i.run(under(&|| i.unfused("tanh")));
-    let b = i.run(under(&|| i.fused(GeluPath::Auto)));
+    let b = i.run(under(&|| i.fused(mlperf_run::fused::Path::Auto)));
     assert_eq!(
         a[0].kind(),
         Kind::BFloat16,
@@ -142,7 +145,7 @@ fn it_differs_from_berts_erf_gelu_by_the_approximation_only() {
     let _turn = rng_turn();
     let i = Inputs::new(&[64], 32, 64, 32, 9);
     let erf = i.run(i.unfused("none"));
-    let fused = i.run(i.fused(GeluPath::Auto));
+    let fused = i.run(i.fused(mlperf_run::fused::Path::Auto));
     // tanh vs erf GELU: at most 4.7e-4 apart in value, 8.7e-4 in slope
     let dz = max_abs(&fused[0], &erf[0]) / erf[0].abs().max().double_value(&[]);
     assert!(dz > 0.0, "the tanh GELU equals the erf GELU?");
@@ -159,7 +162,7 @@ fn bad_inputs_are_clean_errors() {
     let _turn = rng_turn();
     let i = Inputs::new(&[8], 16, 24, 16, 1);
     let f = (Kind::Float, Device::Cpu);
-    let err = |w1: &Tensor, b1: &Tensor, w2: &Tensor, path: GeluPath| {
+    let err = |w1: &Tensor, b1: &Tensor, w2: &Tensor, path: mlperf_run::fused::Path| {
         let msg = format!(
             "{:#}",
             dense_gelu_dense(&i.x, w1, b1, w2, path).unwrap_err()
@@ -171,21 +174,36 @@ fn bad_inputs_are_clean_errors() {
         );
         msg
     };
-    let msg = err(&Tensor::zeros([24, 15], f), &i.b1, &i.w2, GeluPath::Auto);
+    let msg = err(
+        &Tensor::zeros([24, 15], f),
+        &i.b1,
+        &i.w2,
+        mlperf_run::fused::Path::Auto,
+    );
     assert!(msg.contains("do not fit"), "{msg}");
-    let msg = err(&i.w1, &Tensor::zeros([23], f), &i.w2, GeluPath::Auto);
+    let msg = err(
+        &i.w1,
+        &Tensor::zeros([23], f),
+        &i.w2,
+        mlperf_run::fused::Path::Auto,
+    );
     assert!(msg.contains("do not fit"), "{msg}");
-    let msg = err(&i.w1, &i.b1, &Tensor::zeros([16, 23], f), GeluPath::Auto);
+    let msg = err(
+        &i.w1,
+        &i.b1,
+        &Tensor::zeros([16, 23], f),
+        mlperf_run::fused::Path::Auto,
+    );
     assert!(msg.contains("do not fit"), "{msg}");
     let msg = err(
         &i.w1.to_kind(Kind::Double),
         &i.b1,
         &i.w2,
-        GeluPath::Composite,
+        mlperf_run::fused::Path::Reference,
     );
     assert!(msg.contains("one dtype"), "{msg}");
     // the cuBLASLt path on CPU tensors is refused with the reason, not run
-    let msg = err(&i.w1, &i.b1, &i.w2, GeluPath::CublasLt);
+    let msg = err(&i.w1, &i.b1, &i.w2, mlperf_run::fused::Path::Fast);
     assert!(msg.contains("cuBLASLt path cannot run"), "{msg}");
     eprintln!("cuBLASLt path built into this binary: {}", lt_built());
 }

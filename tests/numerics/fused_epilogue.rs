@@ -15,7 +15,7 @@ use crate::common::rng::{rng_turn, seeded};
 use crate::common::tensors::max_rel;
 use mlperf_run::fused::epilogue::{
     bias_dropout_add_ln, dense_dropout_add_ln, kernel_built, nvrtc_compile,
-    set_thread_mask_draw_in_kernel, Epilogue, FusedPath,
+    set_thread_mask_draw_in_kernel, Epilogue,
 };
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
@@ -98,7 +98,7 @@ fn epilogue<'a>(i: &'a Inputs, p: f64, train: bool, mask: Option<&'a Tensor>) ->
         p,
         train,
         mask,
-        path: FusedPath::Auto,
+        path: mlperf_run::fused::Path::Auto,
         out: None,
     }
 }
@@ -246,7 +246,7 @@ fn a_single_row_without_batch_dimension_gets_a_bias_gradient_of_its_shape() {
         p: 0.0,
         train: false,
         mask: None,
-        path: FusedPath::Composite,
+        path: mlperf_run::fused::Path::Reference,
         out: None,
     };
     let (y, _) = bias_dropout_add_ln(&h, Some(&b), &e).unwrap();
@@ -283,7 +283,7 @@ fn bad_inputs_are_clean_errors() {
         "C++ backtrace in: {msg}"
     );
     let mut e = epilogue(&i, 1.0, true, None);
-    e.path = FusedPath::Composite;
+    e.path = mlperf_run::fused::Path::Reference;
     let msg = format!(
         "{:#}",
         dense_dropout_add_ln(&i.x, &i.w, &i.b, &e).unwrap_err()
@@ -291,7 +291,7 @@ fn bad_inputs_are_clean_errors() {
     assert!(msg.contains("[0, 1)"), "{msg}");
     // the kernel path on CPU tensors is refused with the reason, not run
     let mut e = epilogue(&i, 0.1, true, None);
-    e.path = FusedPath::Kernel;
+    e.path = mlperf_run::fused::Path::Fast;
     let msg = format!(
         "{:#}",
         dense_dropout_add_ln(&i.x, &i.w, &i.b, &e).unwrap_err()
@@ -317,13 +317,18 @@ fn tiny() -> BertConfig {
 /// A few SGD steps of a tiny BERT with dropout on, on generated batches; the losses and the
 /// final parameters.
 fn train_tiny(fused: bool, unpad: bool, bf16: bool) -> (Vec<f64>, Vec<(String, Tensor)>) {
-    train_tiny_on(fused.then_some(FusedPath::Auto), unpad, bf16, false)
+    train_tiny_on(
+        fused.then_some(mlperf_run::fused::Path::Auto),
+        unpad,
+        bf16,
+        false,
+    )
 }
 
 /// [`train_tiny`] with the fused epilogues on the given path (None: unfused), and with
 /// `methods.fused_qkv` (whose backward kernel takes the same path) when `qkv`.
 fn train_tiny_on(
-    fused: Option<FusedPath>,
+    fused: Option<mlperf_run::fused::Path>,
     unpad: bool,
     bf16: bool,
     qkv: bool,
@@ -333,7 +338,7 @@ fn train_tiny_on(
     let mut m = BertForPreTraining::new(&vs.root(), &tiny(), &Default::default()).unwrap();
     m.methods.unpad = unpad;
     m.methods.fused_epilogues = fused.is_some();
-    m.fused_epilogue_path = fused.unwrap_or(FusedPath::Auto);
+    m.fused_epilogue_path = fused.unwrap_or(mlperf_run::fused::Path::Auto);
     m.methods.fused_qkv = qkv;
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
     use nn::OptimizerConfig;
@@ -406,8 +411,8 @@ fn tiny_bert_trains_through_the_emulated_cuda_kernels_as_through_the_composite_p
         (false, true, true, 2e-3),
     ] {
         let what = format!("unpad {unpad} bf16 {bf16} fused QKV {qkv}");
-        let (la, pa) = train_tiny_on(Some(FusedPath::Composite), unpad, bf16, qkv);
-        let (lb, pb) = train_tiny_on(Some(FusedPath::Emulated), unpad, bf16, qkv);
+        let (la, pa) = train_tiny_on(Some(mlperf_run::fused::Path::Reference), unpad, bf16, qkv);
+        let (lb, pb) = train_tiny_on(Some(mlperf_run::fused::Path::Emulated), unpad, bf16, qkv);
         assert!(lb.iter().all(|l| l.is_finite()), "{what}: {lb:?}");
         let worst_loss = la
             .iter()

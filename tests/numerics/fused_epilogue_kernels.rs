@@ -1,5 +1,5 @@
 //! The fused epilogue's CUDA kernels (`shim/fused_epilogue.cu`: forward, backward and the
-//! d gamma / d beta column sums) run without a GPU: `FusedPath::Emulated` sends CPU tensors
+//! d gamma / d beta column sums) run without a GPU: `mlperf_run::fused::Path::Emulated` sends CPU tensors
 //! through the same host code as on a GPU (buffers, launch shapes, the driver API's argument
 //! arrays), and the launches run on the shim's emulator of CUDA's execution model
 //! (`shim/cuda_emu.hpp`: one fiber per CUDA thread, `__syncthreads` and warp shuffles as
@@ -15,7 +15,7 @@
 use crate::common::rng::{rng_turn, seeded};
 use crate::common::tensors::max_rel;
 use mlperf_run::fused::epilogue::{
-    bias_dropout_add_ln, dense_bias_gelu, qkv_projection, vectorised_launches, Epilogue, FusedPath,
+    bias_dropout_add_ln, dense_bias_gelu, qkv_projection, vectorised_launches, Epilogue,
 };
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use tch::{Device, Kind, Tensor};
@@ -102,7 +102,7 @@ const NAMES: [&str; 6] = ["y", "d h", "d bias", "d residual", "d gamma", "d beta
 
 /// y and the gradients of h, bias, residual, gamma and beta (bias: an empty tensor when absent),
 /// and whether the kernel path ran.
-fn run(c: &Case, i: &Inputs, path: FusedPath) -> (Vec<Tensor>, bool) {
+fn run(c: &Case, i: &Inputs, path: mlperf_run::fused::Path) -> (Vec<Tensor>, bool) {
     let leaves: Vec<&Tensor> = [&i.h, &i.residual, &i.gamma, &i.beta]
         .into_iter()
         .chain(i.bias.as_ref())
@@ -220,7 +220,7 @@ fn check(c: &Case, seed: i64) {
     let i = inputs(c, seed);
     let reference = reference(c, &i);
     let before = vectorised_launches();
-    let (kernel, ran) = run(c, &i, FusedPath::Emulated);
+    let (kernel, ran) = run(c, &i, mlperf_run::fused::Path::Emulated);
     assert!(ran, "{what}: the emulated kernel path did not run");
     // rows of a multiple of 4 elements, up to 1,024 (a warp per row, 8 groups of 4 per lane),
     // take the vectorised row kernels (the test's tensors are fresh allocations, so aligned)
@@ -231,7 +231,7 @@ fn check(c: &Case, seed: i64) {
         if v4 { (1, 1) } else { (0, 0) },
         "{what}: vectorised (forward, backward) launches"
     );
-    let (composite, ran) = run(c, &i, FusedPath::Composite);
+    let (composite, ran) = run(c, &i, mlperf_run::fused::Path::Reference);
     assert!(!ran, "{what}: the composite path reported the kernel");
     // d bias is the column sum of d h in h's dtype (rounded, summed, rounded again)
     let limit = |n: usize| {
@@ -374,7 +374,7 @@ fn the_emulated_path_refuses_what_the_kernels_do_not_take() {
         p: 0.0,
         train: false,
         mask: None,
-        path: FusedPath::Emulated,
+        path: mlperf_run::fused::Path::Emulated,
         out: None,
     };
     let msg = format!("{:#}", bias_dropout_add_ln(&h, None, &e).unwrap_err());
@@ -414,7 +414,7 @@ fn the_vectorised_forward_draws_its_own_mask() {
             None => rng_turn(),
         };
         let before = vectorised_launches();
-        let (out, ran) = run(&c, &i, FusedPath::Emulated);
+        let (out, ran) = run(&c, &i, mlperf_run::fused::Path::Emulated);
         assert!(ran, "the emulated kernel path did not run");
         assert_eq!(
             vectorised_launches().0 - before.0,
@@ -530,7 +530,7 @@ fn dense_gelu_grads(
     w: &Tensor,
     b: &Tensor,
     dy: &Tensor,
-    path: Option<FusedPath>,
+    path: Option<mlperf_run::fused::Path>,
     autocast: Option<LowPrecision>,
 ) -> (Vec<Tensor>, bool) {
     outputs_and_grads(
@@ -583,10 +583,23 @@ fn the_bias_gelu_kernels_match_fp64() {
             None,
             None,
         );
-        let (kernel, used) = dense_gelu_grads(&x, &w, &b, &dy, Some(FusedPath::Emulated), autocast);
+        let (kernel, used) = dense_gelu_grads(
+            &x,
+            &w,
+            &b,
+            &dy,
+            Some(mlperf_run::fused::Path::Emulated),
+            autocast,
+        );
         assert!(used, "{low:?}: the emulated kernels did not run");
-        let (composite, used) =
-            dense_gelu_grads(&x, &w, &b, &dy, Some(FusedPath::Composite), autocast);
+        let (composite, used) = dense_gelu_grads(
+            &x,
+            &w,
+            &b,
+            &dy,
+            Some(mlperf_run::fused::Path::Reference),
+            autocast,
+        );
         assert!(!used, "{low:?}: the composite path reported the kernels");
         assert_eq!(kernel[0].kind(), low, "y is in the matmul's dtype");
         let what = format!("{low:?} {rows}x{cols}");
@@ -613,7 +626,7 @@ fn the_bias_gelu_op_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
         Tensor::randn([12], f),
     );
     let dy = Tensor::randn([6, 12], f);
-    let (auto, used) = dense_gelu_grads(&x, &w, &b, &dy, Some(FusedPath::Auto), None);
+    let (auto, used) = dense_gelu_grads(&x, &w, &b, &dy, Some(mlperf_run::fused::Path::Auto), None);
     assert!(!used);
     let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
     let (lx, lw, lb) = (leaf(&x), leaf(&w), leaf(&b));
@@ -629,7 +642,7 @@ fn the_bias_gelu_op_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
     }
     let msg = format!(
         "{:#}",
-        dense_bias_gelu(&x, &w, &b, FusedPath::Kernel).unwrap_err()
+        dense_bias_gelu(&x, &w, &b, mlperf_run::fused::Path::Fast).unwrap_err()
     );
     assert!(msg.contains("CUDA kernel path takes CUDA tensors"), "{msg}");
     // 6 columns: not a multiple of 4
@@ -637,7 +650,7 @@ fn the_bias_gelu_op_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
     let b6 = Tensor::randn([6], f);
     let msg = format!(
         "{:#}",
-        dense_bias_gelu(&x, &w6, &b6, FusedPath::Emulated).unwrap_err()
+        dense_bias_gelu(&x, &w6, &b6, mlperf_run::fused::Path::Emulated).unwrap_err()
     );
     assert!(
         msg.contains("emulated kernel path is not usable") && msg.contains("6 columns"),
@@ -658,7 +671,7 @@ fn qkv_grads(
     b: &Tensor,
     dys: &[Tensor; 3],
     heads: i64,
-    path: Option<FusedPath>,
+    path: Option<mlperf_run::fused::Path>,
     autocast: Option<LowPrecision>,
 ) -> (Vec<Tensor>, bool) {
     outputs_and_grads(x, w, b, dys, autocast, |x, w, b| match path {
@@ -723,8 +736,15 @@ fn the_fused_qkv_backward_kernel_matches_fp64() {
             None,
         );
         let what = format!("{autocast:?} x {xk:?} {rows}x{h}");
-        let (kernel, used) =
-            qkv_grads(&x, &w, &b, &dys, heads, Some(FusedPath::Emulated), autocast);
+        let (kernel, used) = qkv_grads(
+            &x,
+            &w,
+            &b,
+            &dys,
+            heads,
+            Some(mlperf_run::fused::Path::Emulated),
+            autocast,
+        );
         assert!(used, "{what}: the emulated kernel did not run");
         let (composite, used) = qkv_grads(
             &x,
@@ -732,7 +752,7 @@ fn the_fused_qkv_backward_kernel_matches_fp64() {
             &b,
             &dys,
             heads,
-            Some(FusedPath::Composite),
+            Some(mlperf_run::fused::Path::Reference),
             autocast,
         );
         assert!(!used, "{what}: the composite path reported the kernel");
@@ -756,7 +776,15 @@ fn fused_qkv_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
         Tensor::randn([24], f),
     );
     let dys = [0, 1, 2].map(|_| Tensor::randn([5, 2, 4], f));
-    let (auto, used) = qkv_grads(&x, &w, &b, &dys, 2, Some(FusedPath::Auto), None);
+    let (auto, used) = qkv_grads(
+        &x,
+        &w,
+        &b,
+        &dys,
+        2,
+        Some(mlperf_run::fused::Path::Auto),
+        None,
+    );
     assert!(!used);
     let (unbind, _) = qkv_grads(&x, &w, &b, &dys, 2, None, None);
     for (a, u) in auto.iter().zip(&unbind) {
@@ -764,12 +792,12 @@ fn fused_qkv_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
     }
     let msg = format!(
         "{:#}",
-        qkv_projection(&x, &w, &b, 2, FusedPath::Kernel).unwrap_err()
+        qkv_projection(&x, &w, &b, 2, mlperf_run::fused::Path::Fast).unwrap_err()
     );
     assert!(msg.contains("CUDA kernel path is not usable"), "{msg}");
     let msg = format!(
         "{:#}",
-        qkv_projection(&x, &w, &b, 3, FusedPath::Emulated).unwrap_err()
+        qkv_projection(&x, &w, &b, 3, mlperf_run::fused::Path::Emulated).unwrap_err()
     );
     assert!(msg.contains("multiple of 3 heads"), "{msg}");
     // 6 columns: not a multiple of 4
@@ -780,7 +808,7 @@ fn fused_qkv_is_the_unfused_ops_on_a_cpu_and_refuses_cleanly() {
     );
     let msg = format!(
         "{:#}",
-        qkv_projection(&x6, &w6, &b6, 2, FusedPath::Emulated).unwrap_err()
+        qkv_projection(&x6, &w6, &b6, 2, mlperf_run::fused::Path::Emulated).unwrap_err()
     );
     assert!(msg.contains("emulated kernel path is not usable"), "{msg}");
     assert!(
