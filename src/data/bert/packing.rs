@@ -246,8 +246,49 @@ pub struct PackedHostBatch {
     pub global_sequences: u64,
 }
 
+/// One sequence as a packed row takes it: its real tokens only.
+#[derive(Debug, Clone, Copy)]
+pub struct Sequence<'a> {
+    /// Token ids of the real tokens (`[CLS] ... [SEP]`).
+    pub ids: &'a [i32],
+    /// Their token types.
+    pub segments: &'a [i32],
+    /// Masked positions (within the sequence) of the real predictions.
+    pub masked_positions: &'a [i32],
+    /// Their original token ids.
+    pub masked_ids: &'a [i32],
+    pub nsp: i32,
+}
+
+impl<'a> Sequence<'a> {
+    /// Sample `s` of its shard (checked by [`item_of`]).
+    fn of(s: &'a Sample) -> Sequence<'a> {
+        let sh = &s.shard;
+        let i = s.index;
+        let len = sh.input_mask[i * sh.seq..(i + 1) * sh.seq]
+            .iter()
+            .take_while(|&&m| m != 0)
+            .count();
+        let pos = &sh.masked_positions[i * sh.preds..(i + 1) * sh.preds];
+        let end = pos.iter().position(|&x| x == 0).unwrap_or(sh.preds);
+        Sequence {
+            ids: &sh.input_ids[i * sh.seq..i * sh.seq + len],
+            segments: &sh.segment_ids[i * sh.seq..i * sh.seq + len],
+            masked_positions: &pos[..end],
+            masked_ids: &sh.masked_ids[i * sh.preds..i * sh.preds + end],
+            nsp: sh.nsp[i],
+        }
+    }
+}
+
 impl PackedHostBatch {
-    fn new(rows: &[Vec<Sample>], spec: PackSpec, global_sequences: u64) -> PackedHostBatch {
+    /// Rows of sequences (each row within `spec`'s budgets) as one packed micro-batch;
+    /// `global_sequences` is what the micro-batch counts for over all ranks.
+    pub fn from_rows(
+        rows: &[Vec<Sequence<'_>>],
+        spec: PackSpec,
+        global_sequences: u64,
+    ) -> Result<PackedHostBatch> {
         let (s, k, p) = (spec.seq, spec.max_per_row, spec.preds_per_row);
         let n = rows.len();
         let mut b = PackedHostBatch {
@@ -266,46 +307,54 @@ impl PackedHostBatch {
             global_sequences,
         };
         b.cu_seqlens.push(0);
+        let mut offset = 0i32;
         for (r, row) in rows.iter().enumerate() {
+            let tokens: usize = row.iter().map(|q| q.ids.len()).sum();
+            let preds: usize = row.iter().map(|q| q.masked_positions.len()).sum();
+            if row.len() > k || tokens > s || preds > p {
+                bail!(
+                    "packed row {r}: {} sequences, {tokens} tokens, {preds} predictions exceed the \
+                     row's {k} / {s} / {p}",
+                    row.len()
+                );
+            }
             let base = r * s;
             let mut at = 0usize;
             let mut pred = 0usize;
-            for (j, smp) in row.iter().enumerate() {
-                let sh = &smp.shard;
-                let i = smp.index;
-                let len = sh.input_mask[i * sh.seq..(i + 1) * sh.seq]
-                    .iter()
-                    .take_while(|&&m| m != 0)
-                    .count();
+            for (j, q) in row.iter().enumerate() {
+                let len = q.ids.len();
+                if q.segments.len() != len || q.masked_ids.len() != q.masked_positions.len() {
+                    bail!("packed row {r}, sequence {j}: its ids, segments and predictions disagree in length");
+                }
                 for t in 0..len {
-                    b.ids[base + at + t] = sh.input_ids[i * sh.seq + t] as i64;
-                    b.seg[base + at + t] = sh.segment_ids[i * sh.seq + t] as i64;
+                    b.ids[base + at + t] = q.ids[t] as i64;
+                    b.seg[base + at + t] = q.segments[t] as i64;
                     b.positions[base + at + t] = t as i64;
                     b.slots[base + at + t] = j as i64;
                 }
                 b.cls[r * k + j] = at as i64;
-                b.nsp[r * k + j] = sh.nsp[i] as i64;
-                let pos = &sh.masked_positions[i * sh.preds..(i + 1) * sh.preds];
-                let ids = &sh.masked_ids[i * sh.preds..(i + 1) * sh.preds];
-                let end = pos.iter().position(|&x| x == 0).unwrap_or(sh.preds);
-                for q in 0..end {
-                    b.mlm_pos[r * p + pred] = (at + pos[q] as usize) as i64;
-                    b.mlm_ids[r * p + pred] = ids[q] as i64;
+                b.nsp[r * k + j] = q.nsp as i64;
+                for (&mp, &mid) in q.masked_positions.iter().zip(q.masked_ids) {
+                    if mp < 0 || mp as usize >= len {
+                        bail!("packed row {r}, sequence {j}: masked position {mp} outside its {len} tokens");
+                    }
+                    b.mlm_pos[r * p + pred] = (at + mp as usize) as i64;
+                    b.mlm_ids[r * p + pred] = mid as i64;
                     b.mlm_w[r * p + pred] = 1.0;
                     pred += 1;
                 }
                 at += len;
-                let last = *b.cu_seqlens.last().unwrap_or(&0);
-                b.cu_seqlens.push(last + len as i32);
+                offset += len as i32;
+                b.cu_seqlens.push(offset);
             }
             for _ in row.len()..k {
-                let last = *b.cu_seqlens.last().unwrap_or(&0);
-                b.cu_seqlens.push(last);
+                b.cu_seqlens.push(offset);
             }
             // the padding tail: a segment of its own
-            b.cu_seqlens.push(((r + 1) * s) as i32);
+            offset = ((r + 1) * s) as i32;
+            b.cu_seqlens.push(offset);
         }
-        b
+        Ok(b)
     }
 
     /// Rows in the batch.
@@ -393,6 +442,19 @@ pub struct PackedBatch {
 pub const STEP_INPUTS: usize = 10;
 
 impl PackedBatch {
+    /// The model's view of the batch.
+    pub fn inputs(&self) -> crate::models::bert::PackedInputs<'_> {
+        crate::models::bert::PackedInputs {
+            input_ids: &self.input_ids,
+            segment_ids: &self.segment_ids,
+            position_ids: &self.position_ids,
+            slots: &self.slots,
+            cu_seqlens: &self.cu_seqlens,
+            cls_positions: &self.cls_positions,
+            masked_positions: &self.masked_positions,
+        }
+    }
+
     /// The batch as a training step's input tensors, in the order of the fields above.
     pub fn into_step_inputs(self) -> [Tensor; STEP_INPUTS] {
         [
@@ -546,11 +608,11 @@ impl PackedLoader {
         let rows = self.next_global_rows()?;
         let global: usize = rows.iter().map(Vec::len).sum();
         let start = self.rank * self.rows_per_rank;
-        Ok(PackedHostBatch::new(
-            &rows[start..start + self.rows_per_rank],
-            self.spec,
-            global as u64,
-        ))
+        let mine: Vec<Vec<Sequence<'_>>> = rows[start..start + self.rows_per_rank]
+            .iter()
+            .map(|row| row.iter().map(Sequence::of).collect())
+            .collect();
+        PackedHostBatch::from_rows(&mine, self.spec, global as u64)
     }
 
     /// This rank's next micro-batch as the samples of each row, and the sequences of the
