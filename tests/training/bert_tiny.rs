@@ -258,6 +258,114 @@ fn closed_configs_breaking_the_rules_are_refused() {
     );
 }
 
+/// The realistic-length tiny data of configs/bert/tiny_cpu_packed.toml.
+fn realistic_data(dir: &Path) {
+    synth_bert(&SynthBertArgs {
+        out: dir.to_path_buf(),
+        source: None,
+        sentences: 16,
+        train_samples: 4096,
+        eval_samples: 512,
+        shards: 4,
+        seq_len: 64,
+        max_predictions: 20,
+        vocab_size: 30522,
+        seed: 1,
+        lengths: Lengths::Realistic,
+    })
+    .unwrap();
+}
+
+/// The tiny closed preset with packed sequences on realistic-length data reaches 0.720 at the
+/// closed interval, counts the sequences it trained in epoch_num, and its log passes our checker
+/// and the official one (5.0.0).
+#[test]
+fn tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers",
+    ) {
+        return;
+    }
+    let division = Division::Closed;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml");
+    let cfg = BertRunConfig::load(&path, division).unwrap();
+    assert!(cfg.methods.packing && !cfg.methods.unpad);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    realistic_data(&data);
+    let log_path = dir.path().join("result_0.txt");
+    let opts = common::train::cpu_run_options(&cfg.system, division, 4321, &log_path);
+    let out = run_once(&cfg, division, &data, None, opts).unwrap();
+    eprintln!(
+        "tiny_cpu_packed: {:?} after {} steps, evals {:?}, run {:.1} s",
+        out.status, out.steps, out.evals, out.run_seconds
+    );
+    assert_eq!(out.status, Status::Success, "evals {:?}", out.evals);
+    let (last_samples, last_acc) = *out.evals.last().unwrap();
+    assert!(last_acc >= 0.720);
+    // the eval comes after the steps of the closed interval; epoch_num counts the sequences those
+    // rows held: at least one per row, at most max_sequences_per_row
+    let rows = out.steps * cfg.train.global_batch_size / cfg.train.packing_factor;
+    assert!(out.steps * cfg.train.global_batch_size >= 150_000);
+    assert!(last_samples >= rows && last_samples <= 3 * rows, "{last_samples} for {rows} rows");
+    assert!(last_samples > rows, "some rows hold several sequences");
+    let log = parse_file(&log_path).unwrap();
+    assert_eq!(log.last("run_stop").unwrap().status(), Some("success"));
+    assert_eq!(
+        log.last("eval_accuracy").unwrap().epoch_num(),
+        Some(last_samples as f64)
+    );
+    for key in ["method_packing", "packing_factor", "global_batch_size"] {
+        assert_eq!(log.with_key(key).count(), 1, "{key}");
+    }
+    assert_eq!(log.first("method_packing").unwrap().value, serde_json::json!(true));
+    let verdict = check_log(
+        &log,
+        &CheckOptions {
+            ruleset: Some("5.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    official_check("tiny_cpu_packed.toml", &log_path);
+}
+
+/// Packing asked of data that cannot be packed ends the run with an error naming the file, not a
+/// panic: training sequences longer than the packed row (the eval set's length).
+#[test]
+fn packing_training_shards_longer_than_the_row_end_the_run_naming_the_file() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "packing_training_shards_longer_than_the_row_end_the_run_naming_the_file",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // eval at 32 tokens (the pairs set), training at 64 (the realistic one): rows of 32 tokens
+    let (s32, s64) = (dir.path().join("s32"), dir.path().join("s64"));
+    data(&s32);
+    realistic_data(&s64);
+    let mixed = dir.path().join("mixed");
+    std::fs::create_dir_all(&mixed).unwrap();
+    std::fs::rename(s32.join("eval"), mixed.join("eval")).unwrap();
+    std::fs::rename(s64.join("train"), mixed.join("train")).unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml");
+    let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
+    let log_path = dir.path().join("result_0.txt");
+    let opts = common::train::cpu_run_options(&cfg.system, Division::Closed, 1, &log_path);
+    let msg = match run_once(&cfg, Division::Closed, &mixed, None, opts) {
+        Err(e) => format!("{e:#}"),
+        Ok(out) => match out.status {
+            Status::Aborted(why) => why,
+            other => panic!("the run must fail: {other:?}"),
+        },
+    };
+    assert!(
+        msg.contains(".hdf5") && msg.contains("more than a packed row holds"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn full_size_configs_load_with_the_reference_recipe() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert");
@@ -277,8 +385,39 @@ fn full_size_configs_load_with_the_reference_recipe() {
     );
     assert_eq!(c.eval_interval(Division::Closed).unwrap(), 150_000);
     assert_eq!(c.model.param_count(), 336_232_258);
+    // every closed-legal method that speeds the step
+    let fast = |m: &mlperf_run::methods::BertMethods| {
+        m.packing && m.cuda_graph && m.fused_epilogues && m.fused_qkv && m.bf16() && !m.unpad
+    };
+    assert!(fast(&c.methods), "{:?}", c.methods);
+    assert_eq!(c.train.packing_factor, 2);
+    // NVIDIA's v3.0 H100 recipe (config_DGXH100_1x8x48x1_pack.sh)
+    let h = BertRunConfig::load(&dir.join("closed_8xH100.toml"), Division::Closed).unwrap();
+    assert!(fast(&h.methods), "{:?}", h.methods);
+    assert_eq!(
+        (
+            h.train.global_batch_size,
+            h.train.packing_factor,
+            h.optimizer.training_steps,
+            h.optimizer.warmup_steps
+        ),
+        (768, 2, 3680, 0)
+    );
+    assert_eq!(
+        (
+            h.optimizer.base_learning_rate,
+            h.optimizer.beta1,
+            h.optimizer.beta2,
+            h.optimizer.weight_decay,
+            h.optimizer.epsilon
+        ),
+        (9.6e-4, 0.60466, 0.85437, 0.1, 1e-6)
+    );
+    // 48 rows per GPU on 8 GPUs; evaluated every 150,000 samples
+    assert_eq!(h.train.global_batch_size / h.train.packing_factor / 8, 48);
+    assert_eq!(h.eval_interval(Division::Closed).unwrap(), 150_000);
     let o = BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Open).unwrap();
-    assert!(o.methods.unpad && o.methods.fused_attention);
+    assert!(fast(&o.methods) && o.methods.fused_bias_gelu, "{:?}", o.methods);
     assert_eq!(o.eval_interval(Division::Open).unwrap(), 100_000);
     assert!(BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Closed).is_err());
 }
