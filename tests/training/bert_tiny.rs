@@ -287,6 +287,23 @@ fn tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers() {
     ) {
         return;
     }
+    tiny_packed_run(None);
+}
+
+/// The same through the CPU twin of methods.cuda_graph (the packed step's one shape captured
+/// after 3 eager steps and replayed from then on).
+#[test]
+fn tiny_cpu_packed_through_the_cuda_graph_twin_reaches_0_720_and_passes_the_checkers() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "tiny_cpu_packed_through_the_cuda_graph_twin_reaches_0_720_and_passes_the_checkers",
+    ) {
+        return;
+    }
+    tiny_packed_run(Some(3));
+}
+
+fn tiny_packed_run(graph_twin: Option<u32>) {
     let division = Division::Closed;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml");
     let cfg = BertRunConfig::load(&path, division).unwrap();
@@ -295,10 +312,11 @@ fn tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers() {
     let data = dir.path().join("data");
     realistic_data(&data);
     let log_path = dir.path().join("result_0.txt");
-    let opts = common::train::cpu_run_options(&cfg.system, division, 4321, &log_path);
+    let mut opts = common::train::cpu_run_options(&cfg.system, division, 4321, &log_path);
+    opts.emulate_cuda_graph = graph_twin;
     let out = run_once(&cfg, division, &data, None, opts).unwrap();
     eprintln!(
-        "tiny_cpu_packed: {:?} after {} steps, evals {:?}, run {:.1} s",
+        "tiny_cpu_packed (graph twin: {graph_twin:?}): {:?} after {} steps, evals {:?}, run {:.1} s",
         out.status, out.steps, out.evals, out.run_seconds
     );
     assert_eq!(out.status, Status::Success, "evals {:?}", out.evals);
@@ -364,6 +382,65 @@ fn packing_training_shards_longer_than_the_row_end_the_run_naming_the_file() {
         msg.contains(".hdf5") && msg.contains("more than a packed row holds"),
         "{msg}"
     );
+}
+
+/// The closed 8-GPU presets (packed sequences and every closed-legal method on) log
+/// hyperparameters that our checker and the official one (5.0.0, closed BERT rules) accept: a log
+/// with each preset's hyperparameter keys as the trainer writes them, its blocks at the closed
+/// eval interval and a last eval at 0.7205.
+#[test]
+fn closed_presets_log_hyperparameters_the_checkers_accept() {
+    use mlperf_run::meta;
+    use serde_json::Value;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["closed_8xA100.toml", "closed_8xH100.toml"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert").join(name);
+        let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
+        let log_path = dir.path().join(name.replace(".toml", ".txt"));
+        let mut w = common::emitter_logs::Writer::new(&log_path);
+        common::emitter_logs::header(&mut w, "bert", "closed", 20261127);
+        let hp = cfg.hyperparameters(Division::Closed, 156_725_653, 512);
+        for (k, v) in &hp {
+            w.em.event(k, v.clone()).unwrap();
+        }
+        w.wait_ms(60_000);
+        w.em.end("init_stop", Value::Null, meta! {}).unwrap();
+        w.em.start("run_start", Value::Null, meta! {}).unwrap();
+        for (i, b) in cfg.blocks(Division::Closed).unwrap().iter().take(3).enumerate() {
+            w.em.start(
+                "block_start",
+                Value::Null,
+                meta! {"first_epoch_num" => b.first_epoch_num, "epoch_count" => b.epoch_count},
+            )
+            .unwrap();
+            w.wait_ms(30_000);
+            w.em.end("block_stop", Value::Null, meta! {"first_epoch_num" => b.first_epoch_num})
+                .unwrap();
+            w.em.start("eval_start", Value::Null, meta! {"epoch_num" => b.eval_epoch_num})
+                .unwrap();
+            let acc = if i == 2 { 0.7205 } else { 0.5 + 0.1 * i as f64 };
+            w.em.event_with("eval_accuracy", acc, meta! {"epoch_num" => b.eval_epoch_num})
+                .unwrap();
+            w.em.end("eval_stop", Value::Null, meta! {"epoch_num" => b.eval_epoch_num})
+                .unwrap();
+        }
+        w.em.end("run_stop", Value::Null, meta! {"status" => "success"})
+            .unwrap();
+        drop(w);
+        let log = parse_file(&log_path).unwrap();
+        for key in ["method_packing", "cuda_graph", "method_fused_epilogues", "method_fused_qkv", "packing_factor"] {
+            let v = hp.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
+            assert!(v.is_some_and(|v| v != Value::Bool(false)), "{name}: {key}");
+        }
+        let verdict = check_log(
+            &log,
+            &CheckOptions {
+                ruleset: Some("5.0.0".into()),
+            },
+        );
+        assert!(verdict.compliant(), "{name}, our checker: {:?}", verdict.findings);
+        official_check(name, &log_path);
+    }
 }
 
 #[test]
