@@ -151,7 +151,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
 for p in ${only//,/ }; do
-  case "$p" in a|b|c|d|e|f|g|h|k|v|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k, v and ncu, not $p" ;; esac
+  case "$p" in a|b|c|d|e|f|g|h|k|p|v|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k, p, v and ncu, not $p" ;; esac
 done
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
 case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
@@ -360,6 +360,7 @@ if [ "$smoke" = 1 ]; then
   D_STEP=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 8 --seq 64 --preds 10)
   P_SYNTH=(--lengths realistic --seq-len 64 --train-samples 600 --eval-samples 32 --shards 2)
   P_SET="$data/smoke-bert-realistic"
+  P_CFG="$D_CFG"  # made packed below
   P_STEP=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 4 --seq 64 --preds 16)
   P_HF=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 8 --seq 64 --preds 10)
   P_M="amp=bf16,fused_epilogues,fused_qkv"
