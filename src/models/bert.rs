@@ -492,7 +492,10 @@ impl BertForPreTraining {
         );
         let pooled = self.pooler.forward(&cls.view([r * k, h])).tanh();
         let nsp = self.nsp.forward(&pooled).to_kind(Kind::Float);
-        (self.mlm_head(&seq, MlmOn::Positions(x.masked_positions)), nsp)
+        (
+            self.mlm_head(&seq, MlmOn::Positions(x.masked_positions)),
+            nsp,
+        )
     }
 
     /// The query, key and value projections of `x` (`[N, H]`), each viewed `[N, heads,

@@ -258,9 +258,11 @@ pub fn rows_attention(
     let (r, s) = rows.slots.size2()?;
     let (nh, d) = (q.size()[1], q.size()[2]);
     let heads = |t: &Tensor| t.view([r, s, nh, d]).permute([0, 2, 1, 3]);
-    Ok(attend(&heads(q), &heads(k), &heads(v), &block_mask(&rows.slots))
-        .permute([0, 2, 1, 3])
-        .reshape([r * s, nh, d]))
+    Ok(
+        attend(&heads(q), &heads(k), &heads(v), &block_mask(&rows.slots))
+            .permute([0, 2, 1, 3])
+            .reshape([r * s, nh, d]),
+    )
 }
 
 /// One warning, and the scatter path for the rest of the process.

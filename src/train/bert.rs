@@ -341,7 +341,10 @@ impl BertRunConfig {
         kv.extend(m.log_keys());
         if m.packing {
             kv.push(("packing_factor", json!(t.packing_factor)));
-            kv.push(("max_sequences_per_row", json!(self.data.max_sequences_per_row)));
+            kv.push((
+                "max_sequences_per_row",
+                json!(self.data.max_sequences_per_row),
+            ));
         }
         if division == Division::Open {
             kv.push((
@@ -685,49 +688,50 @@ impl Workload for BertWorkload {
         let device = s.vs.device();
         // forward, backward, gradient exchange and update: kernels only, no host state
         // (what methods.cuda_graph captures)
-        let mut body =
-            |ins: &[tch::Tensor], sync: &mut (dyn GradSync + 's)| -> Result<Vec<tch::Tensor>> {
-                // set_to_none: the first backward writes the gradients, later ones add to them
-                s.params.zero_grad()?;
-                let mut total: Option<tch::Tensor> = None;
-                let last = ins.len() / per_micro - 1;
-                for (m, b) in ins.chunks(per_micro).enumerate() {
-                    let loss = maybe_autocast(device, s.autocast, || micro_batch_loss(&s.model, b))??
-                        / micro;
-                    if m == last {
-                        // the last backward may start the gradient all-reduces (hooks on .grad)
-                        let params = s.params.tensors();
-                        sync.before_last_backward(&params, GradSource::GradBuffers)?;
-                    }
-                    loss.backward();
-                    let l = loss.detach();
-                    total = Some(match total {
-                        Some(t) => t + l,
-                        None => l,
-                    });
+        let mut body = |ins: &[tch::Tensor],
+                        sync: &mut (dyn GradSync + 's)|
+         -> Result<Vec<tch::Tensor>> {
+            // set_to_none: the first backward writes the gradients, later ones add to them
+            s.params.zero_grad()?;
+            let mut total: Option<tch::Tensor> = None;
+            let last = ins.len() / per_micro - 1;
+            for (m, b) in ins.chunks(per_micro).enumerate() {
+                let loss =
+                    maybe_autocast(device, s.autocast, || micro_batch_loss(&s.model, b))?? / micro;
+                if m == last {
+                    // the last backward may start the gradient all-reduces (hooks on .grad)
+                    let params = s.params.tensors();
+                    sync.before_last_backward(&params, GradSource::GradBuffers)?;
                 }
-                // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
-                // zero gradient in the exchange, so every rank sends the same list), then the
-                // update from this list: LAMB/AdamW clip the global norm of the averaged gradients
-                let grads: Vec<tch::Tensor> = s
-                    .params
-                    .params
-                    .iter()
-                    .map(|p| {
-                        let g = p.tensor.grad();
-                        if g.defined() {
-                            g
-                        } else {
-                            p.tensor.zeros_like()
-                        }
-                    })
-                    .collect();
-                sync.all_reduce_grads(&grads)?;
-                s.opt.apply(&mut s.params, &grads)?;
-                Ok(vec![
-                    total.context("train.gradient_accumulation_steps is 0")?
-                ])
-            };
+                loss.backward();
+                let l = loss.detach();
+                total = Some(match total {
+                    Some(t) => t + l,
+                    None => l,
+                });
+            }
+            // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
+            // zero gradient in the exchange, so every rank sends the same list), then the
+            // update from this list: LAMB/AdamW clip the global norm of the averaged gradients
+            let grads: Vec<tch::Tensor> = s
+                .params
+                .params
+                .iter()
+                .map(|p| {
+                    let g = p.tensor.grad();
+                    if g.defined() {
+                        g
+                    } else {
+                        p.tensor.zeros_like()
+                    }
+                })
+                .collect();
+            sync.all_reduce_grads(&grads)?;
+            s.opt.apply(&mut s.params, &grads)?;
+            Ok(vec![
+                total.context("train.gradient_accumulation_steps is 0")?
+            ])
+        };
         let mut out = match s.graphs.as_mut() {
             Some(g) => g.run_with_peers(&inputs, sync, &mut body)?,
             None => body(&inputs, sync)?,

@@ -32,7 +32,11 @@ fn write_shard(path: &Path, lengths: &[usize], seq: usize, mask_hole: bool) {
     let mut nsp = vec![0i8; n];
     for (i, &len) in lengths.iter().enumerate() {
         for t in 0..len {
-            ids[i * seq + t] = if t == 0 { 2 } else { (5 + (i * 7 + t) % 50) as i16 };
+            ids[i * seq + t] = if t == 0 {
+                2
+            } else {
+                (5 + (i * 7 + t) % 50) as i16
+            };
             mask[i * seq + t] = 1;
             seg[i * seq + t] = (2 * t >= len) as i8;
         }
@@ -96,6 +100,9 @@ fn lengths(rng: &mut Rng, kind: usize, n: usize, seq: usize) -> Vec<usize> {
         .collect()
 }
 
+/// One rank's steps: the samples of each of its rows.
+type RankSteps = Vec<Vec<Vec<SampleId>>>;
+
 /// Every rank's samples per step (rows of sample ids) and each step's global sequence count,
 /// until every rank has started epoch `epochs`.
 fn run_ranks(
@@ -105,7 +112,7 @@ fn run_ranks(
     rows: usize,
     spec: PackSpec,
     epochs: u64,
-) -> (Vec<Vec<Vec<Vec<SampleId>>>>, Vec<usize>) {
+) -> (Vec<RankSteps>, Vec<usize>) {
     let mut loaders: Vec<PackedLoader> = (0..world)
         .map(|r| {
             PackedLoader::new(train, seed, r, world, rows, spec)
@@ -113,7 +120,7 @@ fn run_ranks(
                 .with_window(97)
         })
         .collect();
-    let mut per_rank: Vec<Vec<Vec<Vec<SampleId>>>> = vec![Vec::new(); world];
+    let mut per_rank: Vec<RankSteps> = vec![Vec::new(); world];
     let mut globals = Vec::new();
     loop {
         let mut global = None;
@@ -171,7 +178,13 @@ fn packed_rows_hold_every_sample_once_per_epoch_in_seeded_order_on_every_rank() 
                     assert!(row.iter().map(|s| s.tokens).sum::<usize>() <= seq);
                     n += row.len();
                     for s in row {
-                        assert_eq!(s.tokens, all.iter().find(|a| (a.0, a.1) == (s.file, s.index)).unwrap().2);
+                        assert_eq!(
+                            s.tokens,
+                            all.iter()
+                                .find(|a| (a.0, a.1) == (s.file, s.index))
+                                .unwrap()
+                                .2
+                        );
                         *counts.entry((s.epoch, s.file, s.index)).or_default() += 1;
                     }
                 }
@@ -181,7 +194,11 @@ fn packed_rows_hold_every_sample_once_per_epoch_in_seeded_order_on_every_rank() 
         // epochs 0 and 1 complete: every sample exactly once in each (on exactly one rank)
         for epoch in 0..2u64 {
             for &(f, i, _) in &all {
-                assert_eq!(counts.get(&(epoch, f, i)), Some(&1), "kind {kind}: epoch {epoch}, sample {f}/{i}");
+                assert_eq!(
+                    counts.get(&(epoch, f, i)),
+                    Some(&1),
+                    "kind {kind}: epoch {epoch}, sample {f}/{i}"
+                );
             }
         }
         assert!(counts.values().all(|&c| c == 1));
@@ -194,7 +211,10 @@ fn packed_rows_hold_every_sample_once_per_epoch_in_seeded_order_on_every_rank() 
             .filter(|row| row.iter().all(|s| s.epoch == 0))
             .count();
         eprintln!("kind {kind}: {seqs} sequences in about {rows_e0} rows");
-        assert!(seqs as f64 > 1.3 * rows_e0 as f64, "kind {kind}: {seqs} in {rows_e0} rows");
+        assert!(
+            seqs as f64 > 1.3 * rows_e0 as f64,
+            "kind {kind}: {seqs} in {rows_e0} rows"
+        );
 
         // the same seed gives the same rows on a rerun; another seed another order; epoch 1 is
         // ordered differently from epoch 0
@@ -288,14 +308,20 @@ fn packing_bad_shards_are_clear_errors_naming_the_file() {
     let spec = PackSpec::new(32, 3, PREDS).unwrap();
     let mut l = PackedLoader::new(&long, 1, 0, 1, 1, spec).unwrap();
     let err = format!("{:#}", l.next_host_batch().err().unwrap());
-    assert!(err.contains("part-long.hdf5") && err.contains("40 tokens"), "{err}");
+    assert!(
+        err.contains("part-long.hdf5") && err.contains("40 tokens"),
+        "{err}"
+    );
     // a mask with a hole: not the reference layout packing needs
     let holes = dir.path().join("holes");
     std::fs::create_dir_all(&holes).unwrap();
     write_shard(&holes.join("part-hole.hdf5"), &[20, 10], 32, true);
     let mut l = PackedLoader::new(&holes, 1, 0, 1, 1, spec).unwrap();
     let err = format!("{:#}", l.next_host_batch().err().unwrap());
-    assert!(err.contains("part-hole.hdf5") && err.contains("input_mask"), "{err}");
+    assert!(
+        err.contains("part-hole.hdf5") && err.contains("input_mask"),
+        "{err}"
+    );
     // data packed already (no input_mask dataset): the missing dataset, named with the file
     let packed = dir.path().join("packed");
     std::fs::create_dir_all(&packed).unwrap();
@@ -309,5 +335,8 @@ fn packing_bad_shards_are_clear_errors_naming_the_file() {
     drop(f);
     let mut l = PackedLoader::new(&packed, 1, 0, 1, 1, spec).unwrap();
     let err = format!("{:#}", l.next_host_batch().err().unwrap());
-    assert!(err.contains("part-packed.hdf5") && err.contains("input_mask"), "{err}");
+    assert!(
+        err.contains("part-packed.hdf5") && err.contains("input_mask"),
+        "{err}"
+    );
 }

@@ -24,25 +24,41 @@ struct Seq {
 
 fn sequences(n: usize) -> Vec<Seq> {
     // lengths from tch's (seeded) generator, so the test is one fixed case per seed
-    let lens = Vec::<i64>::try_from(Tensor::randint_low(3, S as i64 + 1, [n as i64], (Kind::Int64, Device::Cpu))).unwrap();
+    let lens = Vec::<i64>::try_from(Tensor::randint_low(
+        3,
+        S as i64 + 1,
+        [n as i64],
+        (Kind::Int64, Device::Cpu),
+    ))
+    .unwrap();
     lens.iter()
         .map(|&len| {
             let len = len as usize;
             let ids: Vec<i32> = std::iter::once(2)
                 .chain(
-                    Vec::<i64>::try_from(Tensor::randint_low(5, 64, [len as i64 - 1], (Kind::Int64, Device::Cpu)))
-                        .unwrap()
-                        .into_iter()
-                        .map(|x| x as i32),
+                    Vec::<i64>::try_from(Tensor::randint_low(
+                        5,
+                        64,
+                        [len as i64 - 1],
+                        (Kind::Int64, Device::Cpu),
+                    ))
+                    .unwrap()
+                    .into_iter()
+                    .map(|x| x as i32),
                 )
                 .collect();
             let a = 1 + len / 2;
             let segments = (0..len).map(|t| (t >= a) as i32).collect();
             let preds = (1 + len / 8).min(3);
-            let perm = Vec::<i64>::try_from(Tensor::randperm(len as i64 - 1, (Kind::Int64, Device::Cpu))).unwrap();
+            let perm =
+                Vec::<i64>::try_from(Tensor::randperm(len as i64 - 1, (Kind::Int64, Device::Cpu)))
+                    .unwrap();
             let mut positions: Vec<i32> = perm[..preds].iter().map(|&p| p as i32 + 1).collect();
             positions.sort();
-            let masked_ids = positions.iter().map(|&p| (ids[p as usize] + 7) % 64).collect();
+            let masked_ids = positions
+                .iter()
+                .map(|&p| (ids[p as usize] + 7) % 64)
+                .collect();
             Seq {
                 ids,
                 segments,
@@ -124,9 +140,13 @@ struct PerSeq {
 fn per_seq_loss(mlm: &Tensor, nsp: &Tensor, ids: &[i32], label: i32) -> f64 {
     let ids = Tensor::from_slice(&ids.iter().map(|&x| x as i64).collect::<Vec<_>>());
     let m = mlm.cross_entropy_loss::<Tensor>(&ids, None, tch::Reduction::Mean, -100, 0.0);
-    let n = nsp
-        .unsqueeze(0)
-        .cross_entropy_loss::<Tensor>(&Tensor::from_slice(&[label as i64]), None, tch::Reduction::Mean, -100, 0.0);
+    let n = nsp.unsqueeze(0).cross_entropy_loss::<Tensor>(
+        &Tensor::from_slice(&[label as i64]),
+        None,
+        tch::Reduction::Mean,
+        -100,
+        0.0,
+    );
     (m + n).double_value(&[])
 }
 
@@ -138,7 +158,11 @@ fn grads(vs: &nn::VarStore, loss: Tensor) -> Vec<(String, Tensor)> {
         .into_iter()
         .map(|(n, v)| {
             let g = v.grad();
-            let g = if g.defined() { g.copy() } else { v.zeros_like() };
+            let g = if g.defined() {
+                g.copy()
+            } else {
+                v.zeros_like()
+            };
             (n, g)
         })
         .collect();
@@ -163,15 +187,27 @@ fn compare(methods: &BertMethods, cross_boundaries: bool) -> (f64, f64, f64, f64
 
     // unpadded reference: one sequence per row of the padded batch
     let [ids, seg, mask, pos, mids, w, nsp_labels] = padded(&seqs);
-    let (mlm_u, nsp_u) = tch::with_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false));
+    let (mlm_u, nsp_u) =
+        tch::with_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false));
     let loss_u = pretraining_loss(&mlm_u, &nsp_u, &mids, &w, &nsp_labels);
     let unpacked = PerSeq {
-        mlm: (0..seqs.len()).map(|i| mlm_u.get(i as i64).narrow(0, 0, seqs[i].positions.len() as i64).detach()).collect(),
-        nsp: (0..seqs.len()).map(|i| nsp_u.get(i as i64).detach()).collect(),
+        mlm: (0..seqs.len())
+            .map(|i| {
+                mlm_u
+                    .get(i as i64)
+                    .narrow(0, 0, seqs[i].positions.len() as i64)
+                    .detach()
+            })
+            .collect(),
+        nsp: (0..seqs.len())
+            .map(|i| nsp_u.get(i as i64).detach())
+            .collect(),
         loss: (0..seqs.len())
             .map(|i| {
                 per_seq_loss(
-                    &mlm_u.get(i as i64).narrow(0, 0, seqs[i].positions.len() as i64),
+                    &mlm_u
+                        .get(i as i64)
+                        .narrow(0, 0, seqs[i].positions.len() as i64),
                     &nsp_u.get(i as i64),
                     &seqs[i].masked_ids,
                     seqs[i].nsp,
@@ -183,10 +219,19 @@ fn compare(methods: &BertMethods, cross_boundaries: bool) -> (f64, f64, f64, f64
 
     // packed rows
     let spec = PackSpec::new(S, K, 3).unwrap();
-    let items: Vec<Item> = seqs.iter().map(|q| Item { tokens: q.ids.len(), preds: q.positions.len() }).collect();
+    let items: Vec<Item> = seqs
+        .iter()
+        .map(|q| Item {
+            tokens: q.ids.len(),
+            preds: q.positions.len(),
+        })
+        .collect();
     let rows = pack(&items, &spec).unwrap();
     let multi = rows.iter().filter(|r| r.len() > 1).count();
-    let row_seqs: Vec<Vec<Sequence<'_>>> = rows.iter().map(|r| r.iter().map(|&i| view(&seqs[i])).collect()).collect();
+    let row_seqs: Vec<Vec<Sequence<'_>>> = rows
+        .iter()
+        .map(|r| r.iter().map(|&i| view(&seqs[i])).collect())
+        .collect();
     let host = PackedHostBatch::from_rows(&row_seqs, spec, seqs.len() as u64).unwrap();
     let mut b = host.to_tensors(Device::Cpu);
     if cross_boundaries {
@@ -196,13 +241,23 @@ fn compare(methods: &BertMethods, cross_boundaries: bool) -> (f64, f64, f64, f64
         let tails: Vec<i32> = Vec::<i32>::try_from(&b.cu_seqlens).unwrap();
         let mut cu = vec![0i32];
         for r in 0..rows.len() {
-            cu.extend([tails[r * (K + 1) + K], tails[r * (K + 1) + K], tails[r * (K + 1) + K]]);
+            cu.extend([
+                tails[r * (K + 1) + K],
+                tails[r * (K + 1) + K],
+                tails[r * (K + 1) + K],
+            ]);
             cu.push(tails[(r + 1) * (K + 1)]);
         }
         b.cu_seqlens = Tensor::from_slice(&cu);
     }
     let (mlm_p, nsp_p) = tch::with_grad(|| model.forward_packed(&b.inputs(), false));
-    let loss_p = pretraining_loss(&mlm_p, &nsp_p, &b.masked_ids, &b.masked_weights, &b.nsp_labels);
+    let loss_p = pretraining_loss(
+        &mlm_p,
+        &nsp_p,
+        &b.masked_ids,
+        &b.masked_weights,
+        &b.nsp_labels,
+    );
     let mut packed = PerSeq {
         mlm: (0..seqs.len()).map(|_| Tensor::new()).collect(),
         nsp: (0..seqs.len()).map(|_| Tensor::new()).collect(),
@@ -222,9 +277,15 @@ fn compare(methods: &BertMethods, cross_boundaries: bool) -> (f64, f64, f64, f64
     }
     let g_p = grads(&vs, loss_p);
 
-    let d_mlm = (0..seqs.len()).map(|i| max_abs(&(&packed.mlm[i] - &unpacked.mlm[i]))).fold(0.0, f64::max);
-    let d_nsp = (0..seqs.len()).map(|i| max_abs(&(&packed.nsp[i] - &unpacked.nsp[i]))).fold(0.0, f64::max);
-    let d_loss = (0..seqs.len()).map(|i| (packed.loss[i] - unpacked.loss[i]).abs()).fold(0.0, f64::max);
+    let d_mlm = (0..seqs.len())
+        .map(|i| max_abs(&(&packed.mlm[i] - &unpacked.mlm[i])))
+        .fold(0.0, f64::max);
+    let d_nsp = (0..seqs.len())
+        .map(|i| max_abs(&(&packed.nsp[i] - &unpacked.nsp[i])))
+        .fold(0.0, f64::max);
+    let d_loss = (0..seqs.len())
+        .map(|i| (packed.loss[i] - unpacked.loss[i]).abs())
+        .fold(0.0, f64::max);
     let mut d_grad = 0.0f64;
     for ((na, a), (nb, bb)) in g_u.iter().zip(&g_p) {
         assert_eq!(na, nb);
@@ -239,7 +300,12 @@ fn assert_packed_equals_unpacked(what: &str, methods: BertMethods) {
     let (m, n, l, g, multi) = compare(&methods, false);
     eprintln!("{what}: packed vs unpacked max |diff|: mlm {m:.2e}, nsp {n:.2e}, loss {l:.2e}, grads {g:.2e} ({multi} rows of several sequences)");
     assert!(multi >= 2, "the case must pack sequences together");
-    for (name, d) in [("MLM logits", m), ("NSP logits", n), ("per-sequence loss", l), ("gradients", g)] {
+    for (name, d) in [
+        ("MLM logits", m),
+        ("NSP logits", n),
+        ("per-sequence loss", l),
+        ("gradients", g),
+    ] {
         assert!(d < 1e-6, "{what}: {name} differ by {d:e}");
     }
 }
@@ -274,7 +340,12 @@ fn attention_across_the_sequences_of_a_row_fails_the_comparison() {
     eprintln!("control (attention crosses boundaries): mlm {m:.2e}, nsp {n:.2e}, loss {l:.2e}, grads {g:.2e}");
     assert!(multi >= 2);
     // each quantity misses the 1e-6 of the comparison by at least 10x
-    for (name, d) in [("MLM logits", m), ("NSP logits", n), ("per-sequence loss", l), ("gradients", g)] {
+    for (name, d) in [
+        ("MLM logits", m),
+        ("NSP logits", n),
+        ("per-sequence loss", l),
+        ("gradients", g),
+    ] {
         assert!(d > 1e-5, "the control's {name} must differ: {d:e}");
     }
 }

@@ -48,8 +48,11 @@ fn bert_bench_presets_train_two_blocks() {
     assert_eq!(c.train.global_batch_size / c.train.packing_factor, 48);
     let blocks = c.blocks(Division::Open).unwrap();
     assert_eq!(blocks.len(), 3);
-    assert!(blocks.iter().all(|b| b.epoch_count == 100 * c.train.global_batch_size));
+    assert!(blocks
+        .iter()
+        .all(|b| b.epoch_count == 100 * c.train.global_batch_size));
     // the 1-GPU preset has the methods of the closed one
-    let closed = BertRunConfig::load(&preset("bert", "closed_8xH100.toml"), Division::Closed).unwrap();
+    let closed =
+        BertRunConfig::load(&preset("bert", "closed_8xH100.toml"), Division::Closed).unwrap();
     assert_eq!(closed.methods, c.methods);
 }

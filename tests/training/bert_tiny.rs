@@ -326,7 +326,10 @@ fn tiny_packed_run(graph_twin: Option<u32>) {
     // rows held: at least one per row, at most max_sequences_per_row
     let rows = out.steps * cfg.train.global_batch_size / cfg.train.packing_factor;
     assert!(out.steps * cfg.train.global_batch_size >= 150_000);
-    assert!(last_samples >= rows && last_samples <= 3 * rows, "{last_samples} for {rows} rows");
+    assert!(
+        last_samples >= rows && last_samples <= 3 * rows,
+        "{last_samples} for {rows} rows"
+    );
     assert!(last_samples > rows, "some rows hold several sequences");
     let log = parse_file(&log_path).unwrap();
     assert_eq!(log.last("run_stop").unwrap().status(), Some("success"));
@@ -337,7 +340,10 @@ fn tiny_packed_run(graph_twin: Option<u32>) {
     for key in ["method_packing", "packing_factor", "global_batch_size"] {
         assert_eq!(log.with_key(key).count(), 1, "{key}");
     }
-    assert_eq!(log.first("method_packing").unwrap().value, serde_json::json!(true));
+    assert_eq!(
+        log.first("method_packing").unwrap().value,
+        serde_json::json!(true)
+    );
     let verdict = check_log(
         &log,
         &CheckOptions {
@@ -394,7 +400,9 @@ fn closed_presets_log_hyperparameters_the_checkers_accept() {
     use serde_json::Value;
     let dir = tempfile::tempdir().unwrap();
     for name in ["closed_8xA100.toml", "closed_8xH100.toml"] {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert").join(name);
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("configs/bert")
+            .join(name);
         let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
         let log_path = dir.path().join(name.replace(".toml", ".txt"));
         let mut w = common::emitter_logs::Writer::new(&log_path);
@@ -406,7 +414,13 @@ fn closed_presets_log_hyperparameters_the_checkers_accept() {
         w.wait_ms(60_000);
         w.em.end("init_stop", Value::Null, meta! {}).unwrap();
         w.em.start("run_start", Value::Null, meta! {}).unwrap();
-        for (i, b) in cfg.blocks(Division::Closed).unwrap().iter().take(3).enumerate() {
+        for (i, b) in cfg
+            .blocks(Division::Closed)
+            .unwrap()
+            .iter()
+            .take(3)
+            .enumerate()
+        {
             w.em.start(
                 "block_start",
                 Value::Null,
@@ -414,21 +428,43 @@ fn closed_presets_log_hyperparameters_the_checkers_accept() {
             )
             .unwrap();
             w.wait_ms(30_000);
-            w.em.end("block_stop", Value::Null, meta! {"first_epoch_num" => b.first_epoch_num})
-                .unwrap();
-            w.em.start("eval_start", Value::Null, meta! {"epoch_num" => b.eval_epoch_num})
-                .unwrap();
+            w.em.end(
+                "block_stop",
+                Value::Null,
+                meta! {"first_epoch_num" => b.first_epoch_num},
+            )
+            .unwrap();
+            w.em.start(
+                "eval_start",
+                Value::Null,
+                meta! {"epoch_num" => b.eval_epoch_num},
+            )
+            .unwrap();
             let acc = if i == 2 { 0.7205 } else { 0.5 + 0.1 * i as f64 };
-            w.em.event_with("eval_accuracy", acc, meta! {"epoch_num" => b.eval_epoch_num})
-                .unwrap();
-            w.em.end("eval_stop", Value::Null, meta! {"epoch_num" => b.eval_epoch_num})
-                .unwrap();
+            w.em.event_with(
+                "eval_accuracy",
+                acc,
+                meta! {"epoch_num" => b.eval_epoch_num},
+            )
+            .unwrap();
+            w.em.end(
+                "eval_stop",
+                Value::Null,
+                meta! {"epoch_num" => b.eval_epoch_num},
+            )
+            .unwrap();
         }
         w.em.end("run_stop", Value::Null, meta! {"status" => "success"})
             .unwrap();
         drop(w);
         let log = parse_file(&log_path).unwrap();
-        for key in ["method_packing", "cuda_graph", "method_fused_epilogues", "method_fused_qkv", "packing_factor"] {
+        for key in [
+            "method_packing",
+            "cuda_graph",
+            "method_fused_epilogues",
+            "method_fused_qkv",
+            "packing_factor",
+        ] {
             let v = hp.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
             assert!(v.is_some_and(|v| v != Value::Bool(false)), "{name}: {key}");
         }
@@ -438,7 +474,11 @@ fn closed_presets_log_hyperparameters_the_checkers_accept() {
                 ruleset: Some("5.0.0".into()),
             },
         );
-        assert!(verdict.compliant(), "{name}, our checker: {:?}", verdict.findings);
+        assert!(
+            verdict.compliant(),
+            "{name}, our checker: {:?}",
+            verdict.findings
+        );
         official_check(name, &log_path);
     }
 }
@@ -494,7 +534,11 @@ fn full_size_configs_load_with_the_reference_recipe() {
     assert_eq!(h.train.global_batch_size / h.train.packing_factor / 8, 48);
     assert_eq!(h.eval_interval(Division::Closed).unwrap(), 150_000);
     let o = BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Open).unwrap();
-    assert!(fast(&o.methods) && o.methods.fused_bias_gelu, "{:?}", o.methods);
+    assert!(
+        fast(&o.methods) && o.methods.fused_bias_gelu,
+        "{:?}",
+        o.methods
+    );
     assert_eq!(o.eval_interval(Division::Open).unwrap(), 100_000);
     assert!(BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Closed).is_err());
 }
