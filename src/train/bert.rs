@@ -531,10 +531,9 @@ impl Workload for BertWorkload {
             ctx.world_size,
             ctx.device,
         )?;
-        let seq_len = eval_batches
-            .first()
-            .map(|b| b.input_ids.size()[1])
-            .unwrap_or(0);
+        // from the shards: a rank may get no eval batch
+        let (seq_len, preds) = eval.shape();
+        let seq_len = seq_len as i64;
         if seq_len > cfg.model.max_position {
             bail!(
                 "the data's seq_len {seq_len} exceeds model.max_position {}",
@@ -550,15 +549,7 @@ impl Workload for BertWorkload {
                     t.gradient_accumulation_steps
                 );
             }
-            let preds = eval_batches
-                .first()
-                .map(|b| b.masked_positions.size()[1])
-                .unwrap_or(0);
-            let spec = PackSpec::new(
-                seq_len as usize,
-                cfg.data.max_sequences_per_row,
-                preds as usize,
-            )?;
+            let spec = PackSpec::new(seq_len as usize, cfg.data.max_sequences_per_row, preds)?;
             let loader = PackedLoader::new(
                 &train_dir,
                 ctx.seed,

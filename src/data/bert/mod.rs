@@ -632,6 +632,12 @@ impl EvalSet {
         Ok(out)
     }
 
+    /// (sequence length, prediction slots) of the eval shards (the first one's), the same on
+    /// every rank whatever batches it gets.
+    pub fn shape(&self) -> (usize, usize) {
+        self.shards.first().map_or((0, 0), |s| (s.seq, s.preds))
+    }
+
     /// Largest token id in the eval set.
     pub fn max_token(&self) -> i32 {
         self.shards.iter().map(|s| s.max_token()).max().unwrap_or(0)
