@@ -557,7 +557,8 @@ impl Workload for BertWorkload {
                 ctx.world_size,
                 (rows / world / t.gradient_accumulation_steps) as usize,
                 spec,
-            )?;
+            )?
+            .with_expected_factor(t.packing_factor as f64);
             let n = loader.total_samples as u64;
             (Batches::Packed(prefetch_packed(loader, ctx.device)?), n)
         } else {

@@ -543,6 +543,9 @@ pub struct PackedLoader {
     pub stats: PackStats,
     /// Samples in the whole training set.
     pub total_samples: usize,
+    /// The sequences per row the run's `global_batch_size` assumes (`train.packing_factor`):
+    /// one warning when the first full window packs more than 5% off it.
+    expected_factor: Option<f64>,
 }
 
 impl PackedLoader {
@@ -573,12 +576,20 @@ impl PackedLoader {
             carry: None,
             next_window: (0, 0),
             stats: PackStats::default(),
+            expected_factor: None,
         })
     }
 
     /// Pack `window` samples at a time instead of [`DEFAULT_WINDOW`].
     pub fn with_window(mut self, window: usize) -> Self {
         self.window = window.max(1);
+        self
+    }
+
+    /// Warn once when the data packs more than 5% off `factor` sequences per row (the run's
+    /// `train.packing_factor`).
+    pub fn with_expected_factor(mut self, factor: f64) -> Self {
+        self.expected_factor = Some(factor);
         self
     }
 
@@ -615,6 +626,22 @@ impl PackedLoader {
             .collect::<Result<Vec<_>>>()?;
         let rows = pack(&items, &self.spec)?;
         self.stats.add(&items, rows.len(), &self.spec);
+        if let Some(want) = self.expected_factor {
+            let got = items.len() as f64 / rows.len().max(1) as f64;
+            // judged on a full window (or the whole data set)
+            if items.len() == self.window || self.stats.sequences >= self.total_samples as u64 {
+                self.expected_factor = None;
+                if (got - want).abs() > 0.05 * want {
+                    tracing::warn!(
+                        "methods.packing: the data packs at {got:.3} sequences per row of {} \
+                         tokens, train.packing_factor is {want}: the steps (and the closed eval \
+                         cadence) assume {want}, the log's epoch_num counts the sequences trained; \
+                         set train.packing_factor to what `mlperf-run data bert-pack` reports",
+                        self.spec.seq
+                    );
+                }
+            }
+        }
         let mut slots: Vec<Option<Sample>> = samples.into_iter().map(Some).collect();
         let mut rows: Vec<Vec<Sample>> = rows
             .into_iter()
