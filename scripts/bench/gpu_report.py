@@ -88,6 +88,9 @@ def mllog_throughput(path, bert):
             val[e["key"]] = e.get("value")
     gbs = int(val.get("global_batch_size") or 0)
     train = int(val.get("train_samples") or 0)
+    # packed sequences (methods.packing): a block's sequences are the epoch_num of the eval after it
+    # minus its first_epoch_num (its epoch_count is the nominal steps x global_batch_size)
+    factor = float(val.get("packing_factor") or 0) if val.get("method_packing") else 0.0
     blocks, start = [], None
     status = None
     for e in ev:
@@ -97,8 +100,13 @@ def mllog_throughput(path, bert):
         elif k == "block_stop" and start is not None:
             count = float(start["metadata"].get("epoch_count", 0))
             samples = count if bert else count * (train // gbs * gbs if gbs else train)
-            blocks.append((start["time_ms"] / 1000.0, e["time_ms"] / 1000.0, samples))
+            blocks.append([start["time_ms"] / 1000.0, e["time_ms"] / 1000.0, samples,
+                           float(start["metadata"].get("first_epoch_num", 0)), count, None])
             start = None
+        elif k == "eval_stop" and blocks and blocks[-1][5] is None:
+            blocks[-1][5] = e["time_ms"] / 1000.0
+            if bert and factor:
+                blocks[-1][2] = float(e["metadata"].get("epoch_num", 0)) - blocks[-1][3]
         elif k == "run_stop":
             status = e.get("metadata", {}).get("status")
     res = {"blocks": len(blocks), "run_stop": status, "global_batch_size": gbs, "train_samples": train}
@@ -106,11 +114,19 @@ def mllog_throughput(path, bert):
     if not timed:
         res["error"] = f"{len(blocks)} complete block(s) in the log: need 2 or more (the first is the warm-up)"
         return res
-    secs = sum(b - a for a, b, _ in timed)
-    samples = sum(s for _, _, s in timed)
+    secs = sum(b[1] - b[0] for b in timed)
+    samples = sum(b[2] for b in timed)
     res.update({"rate": samples / secs, "timed_blocks": len(timed), "timed_samples": samples, "timed_s": secs,
-                "windows_unix": [[a, b] for a, b, _ in timed],
+                "windows_unix": [[b[0], b[1]] for b in timed],
                 "first_block_rate": blocks[0][2] / max(blocks[0][1] - blocks[0][0], 1e-9)})
+    # with the evals: the timed blocks' samples over block start to the end of the last one's eval
+    if all(b[5] is not None for b in timed):
+        res["rate_with_evals"] = samples / max(timed[-1][5] - timed[0][0], 1e-9)
+    if bert and factor and gbs:
+        # packed rows per second (rows = nominal samples / packing_factor), what a step benchmark
+        # of the same rows measures; and the sequences each row held
+        rows = sum(b[4] for b in timed) / factor
+        res.update({"packing_factor": factor, "row_rate": rows / secs, "sequences_per_row": samples / rows})
     return res
 
 
@@ -243,6 +259,7 @@ PARTS = {
     "g": "g) fused epilogue op (dense + dropout + residual + LayerNorm, fwd+bwd): CUDA kernels vs composite vs unfused",
     "k": "k) short batches beside a CUDA graph: ResNet-50 step, the warm-up's batches and one later one image short",
     "h": "h) fused feed-forward op (1024 -> 4096 + bias + GELU -> 1024, fwd+bwd): cuBLASLt epilogues vs composite vs linear + erf GELU + linear",
+    "p": "p) mlperf-run bert, packed rows with every closed method (bench_1gpu_packed.toml), realistic-length data: run vs its step benchmark and Hugging Face padded",
     "v": "v) unpadded attention (56 x 512, half real, fwd+bwd, bf16): FlashAttention varlen vs scatter + SDPA with mask",
     "m": "m) the multi-process paths on one GPU (scripts/bench/multiprocess_check.py: 2 ranks sharing it through Gloo, NCCL in a group of one)",
     "ncu": "ncu) kernels per training step",
@@ -377,6 +394,53 @@ def target_lines(recs, on_gpu):
     return out
 
 
+# Issue 33's targets on one H100 (part p): the packed run's sequences per second in its training
+# blocks, its ratio to Hugging Face padded in the same call, its packed rows per second against its
+# own step benchmark of the same rows, and GPU busy in the training blocks.
+P_TARGETS = {"seq_per_s": 700.0, "over_hf": 2.5, "over_step": 0.95, "busy_pct": 97.0}
+
+
+def packed_lines(pr):
+    """Part p's report: the run's seq/s (training blocks; with evals), rows/s against its step
+    benchmark, seq/s against Hugging Face padded, GPU busy, the packing, each against its target."""
+    out = []
+    run = next((r for r in pr if r["side"].startswith("mlperf-run bert") and r.get("ok")), None)
+    step = next((r for r in pr if "step" in r["side"] and r.get("ok")), None)
+    hf = next((r for r in pr if r["side"].startswith("hf-transformers") and r.get("ok")), None)
+    pack = next((r for r in pr if r["side"] == "bert-pack" and r.get("raw")), None)
+    if pack:
+        p = pack["raw"]
+        out.append(f"  packing (data bert-pack): {p.get('sequences_per_row', 0):.3f} sequences per row, "
+                   f"{100 * p.get('padding', 0):.2f}% padding (bound {100 * (1 - p.get('bound_efficiency', 1)):.2f}%; "
+                   f"unpacked {100 * (1 - p.get('unpacked_efficiency', 1)):.1f}%): "
+                   f"{'met' if p.get('padding', 1) <= 0.03 else 'NOT MET'} (target <= 3%)")
+    if not run:
+        out.append("  no successful run: the targets are not measured")
+        return out
+    raw = run.get("raw") or {}
+    met = lambda ok: "met" if ok else "NOT MET"
+    out.append(f"  run: {run['value']:,.1f} seq/s in training blocks "
+               f"({met(run['value'] >= P_TARGETS['seq_per_s'])}, target >= {P_TARGETS['seq_per_s']:.0f}); "
+               f"with evals {fmt(raw.get('rate_with_evals'))} seq/s; "
+               f"{fmt(raw.get('row_rate'))} rows/s at {fmt(raw.get('sequences_per_row'), 3)} sequences per row")
+    busy = run.get("gpu_busy_pct")
+    out.append(f"  run GPU busy in training blocks: {fmt(busy, 0) if busy is not None else '-'}% "
+               f"({met(busy is not None and busy >= P_TARGETS['busy_pct'])}, target >= {P_TARGETS['busy_pct']:.0f}%)")
+    if step and raw.get("row_rate"):
+        r = raw["row_rate"] / step["value"]
+        out.append(f"  run rows/s / its step benchmark's rows/s: {raw['row_rate']:,.1f} / {step['value']:,.1f} = "
+                   f"{r:.3f} ({met(r >= P_TARGETS['over_step'])}, target >= {P_TARGETS['over_step']})")
+    else:
+        out.append("  run / step benchmark: not measured")
+    if hf:
+        r = run["value"] / hf["value"]
+        out.append(f"  run seq/s / Hugging Face padded seq/s: {run['value']:,.1f} / {hf['value']:,.1f} = "
+                   f"{r:.2f}x ({met(r >= P_TARGETS['over_hf'])}, target >= {P_TARGETS['over_hf']}x)")
+    else:
+        out.append("  run / Hugging Face padded: not measured")
+    return out
+
+
 def cmd_report(a):
     path = os.path.join(a.out, "results.jsonl")
     recs = []
@@ -396,8 +460,10 @@ def cmd_report(a):
         w(f"measured bf16 matmul ({n}^3 on {mm[0]['raw'].get('device')}, median of {mm[0]['raw'].get('reps')}): "
           f"{peak:,.1f} TFLOP/s"
           + (f" = {100 * peak / H100_SXM_BF16_DENSE_TFLOPS:.1f}% of the H100 SXM datasheet 989" if on_gpu else ""))
-    for part in ("a", "k", "b", "c", "d", "e", "f", "g", "h", "v"):
-        pr = [r for r in recs if r["part"] == part]
+    for part in ("a", "k", "b", "c", "d", "p", "e", "f", "g", "h", "v"):
+        # (part p's packing record is no rate: read by packed_lines, not a row of the table)
+        pr_all = [r for r in recs if r["part"] == part]
+        pr = [r for r in pr_all if r["side"] != "bert-pack"]
         if not pr:
             continue
         w("")
@@ -465,6 +531,8 @@ def cmd_report(a):
                     gap = 100 * (run["value"] / ref - 1)
                     w(f"  run vs {name}: {run['value']:,.1f} / {ref:,.1f} seq/s = {gap:+.1f}% "
                       f"({'within' if abs(gap) <= 5 else 'OUTSIDE'} the 5% target)")
+        if part == "p":
+            lines.extend(packed_lines(pr_all))
     checks = [r for r in recs if r["part"] == "m"]
     if checks:
         w("")

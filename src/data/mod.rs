@@ -37,6 +37,10 @@ pub enum DataCommand {
     /// Per-rank token imbalance of the BERT loader over one epoch, strided vs token-balanced.
     #[cfg(feature = "torch")]
     BertBalance(bert::balance_report::BertBalanceArgs),
+    /// How one epoch of a BERT data set packs into fixed rows (methods.packing): rows,
+    /// sequences per row, packing efficiency against the bound.
+    #[cfg(feature = "torch")]
+    BertPack(bert::packing::BertPackArgs),
 }
 
 pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -48,5 +52,7 @@ pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
         DataCommand::SynthBert(a) => bert::synth::run_synth_bert(a),
         #[cfg(feature = "torch")]
         DataCommand::BertBalance(a) => bert::balance_report::run_bert_balance(a),
+        #[cfg(feature = "torch")]
+        DataCommand::BertPack(a) => bert::packing::run_bert_pack(a),
     }
 }

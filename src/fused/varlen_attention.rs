@@ -147,23 +147,102 @@ pub fn attention(
         Path::Emulated => Err(super::no_emulator("varlen attention")),
         Path::Reference => Ok(scatter(q, k, v, pack, p)),
         Path::Fast => varlen_flash(q, k, v, pack, p),
-        Path::Auto => {
-            if varlen_candidate(q) {
-                CHECKED.get_or_init(|| {
-                    if let Err(err) = self_check(q.device(), q.kind()) {
-                        give_up(&err);
-                    }
-                });
-                if !VARLEN_FAILED.load(Ordering::Relaxed) {
-                    match varlen_flash(q, k, v, pack, p) {
-                        Ok(t) => return Ok(t),
-                        Err(err) => give_up(&err),
-                    }
-                }
-            }
-            Ok(scatter(q, k, v, pack, p))
+        Path::Auto => match try_varlen(q, k, v, pack, p) {
+            Some(t) => Ok(t),
+            None => Ok(scatter(q, k, v, pack, p)),
+        },
+    }
+}
+
+/// [`Path::Auto`]'s kernel attempt: the varlen kernel's output when it is a candidate for
+/// these inputs and has not failed (self-checked before its first use), else None.
+fn try_varlen(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) -> Option<Tensor> {
+    if !varlen_candidate(q) {
+        return None;
+    }
+    CHECKED.get_or_init(|| {
+        if let Err(err) = self_check(q.device(), q.kind()) {
+            give_up(&err);
+        }
+    });
+    if VARLEN_FAILED.load(Ordering::Relaxed) {
+        return None;
+    }
+    match varlen_flash(q, k, v, pack, p) {
+        Ok(t) => Some(t),
+        Err(err) => {
+            give_up(&err);
+            None
         }
     }
+}
+
+/// Packed rows (`methods.packing`): `[R*S]` tokens in `cu_seqlens` segments (`pack`) and the
+/// sequence slot of each token (`slots`, `[R, S]`), for [`rows_attention`]. Every token is in the
+/// token array (a row's padding tail is a segment of its own), so the shapes are fixed.
+pub struct PackedRows {
+    pub pack: Packing,
+    pub slots: Tensor,
+}
+
+impl PackedRows {
+    /// From `cu_seqlens` (`[segments + 1]` int32) and `slots` (`[R, S]`).
+    pub fn new(cu_seqlens: &Tensor, slots: &Tensor) -> Result<PackedRows> {
+        let (r, s) = slots.size2()?;
+        Ok(PackedRows {
+            pack: Packing {
+                idx: Tensor::arange(r * s, (Kind::Int64, slots.device())),
+                cu_seqlens: cu_seqlens.shallow_clone(),
+                batch: cu_seqlens.size()[0] - 1,
+                seq: s,
+            },
+            slots: slots.shallow_clone(),
+        })
+    }
+}
+
+/// The block-diagonal mask of packed rows: `[R, 1, S, S]` bool, true where query and key are in
+/// the same sequence slot of their row (`slots`: `[R, S]`, the slot of each token).
+pub fn block_mask(slots: &Tensor) -> Tensor {
+    let (r, s) = slots.size2().expect("slots must be [rows, seq]");
+    slots
+        .unsqueeze(2)
+        .eq_tensor(&slots.unsqueeze(1))
+        .view([r, 1, s, s])
+}
+
+/// Attention within each sequence of packed rows: q, k, v `[R*S, heads, head_dim]` (token-major,
+/// every token of the rows) -> `[R*S, heads, head_dim]`. FlashAttention's varlen kernel over the
+/// `cu_seqlens` segments on a GPU in bf16 / fp16 (`Auto`, `Varlen`); elsewhere (the CPU twin,
+/// `Scatter`) `attend(q, k, v, mask)` on `[R, heads, S, head_dim]` with the rows' block-diagonal
+/// mask ([`block_mask`] of the slots). Padding-tail tokens attend among themselves; nothing reads
+/// their outputs.
+pub fn rows_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    rows: &PackedRows,
+    p: f64,
+    path: Path,
+    attend: impl FnOnce(&Tensor, &Tensor, &Tensor, &Tensor) -> Tensor,
+) -> Result<Tensor> {
+    let kernel = match path {
+        Path::Fast => Some(varlen_flash(q, k, v, &rows.pack, p)?),
+        Path::Auto => try_varlen(q, k, v, &rows.pack, p),
+        Path::Reference => None,
+        Path::Emulated => return Err(super::no_emulator("varlen attention")),
+    };
+    if let Some(t) = kernel {
+        return Ok(t);
+    }
+    let (r, s) = rows.slots.size2()?;
+    let (nh, d) = (q.size()[1], q.size()[2]);
+    let heads = |t: &Tensor| t.view([r, s, nh, d]).permute([0, 2, 1, 3]);
+    Ok(
+        attend(&heads(q), &heads(k), &heads(v), &block_mask(&rows.slots))
+            .permute([0, 2, 1, 3])
+            .reshape([r * s, nh, d]),
+    )
 }
 
 /// One warning, and the scatter path for the rest of the process.

@@ -53,6 +53,13 @@ pub struct BertMethods {
     /// counts by non-padding token count ([`crate::data::bert::balance`]); with `unpad` only.
     #[serde(default)]
     pub balance_tokens: bool,
+    /// Packed sequences: the training sequences packed at load time into fixed rows of the
+    /// data's sequence length, at most 3 per row, attention kept within each sequence
+    /// ([`crate::data::bert::packing`]); a step has one shape (CUDA graphs) and almost no
+    /// padding. Not with `unpad` (nothing left to remove) or `balance_tokens` (rows of equal
+    /// token budget are balanced already).
+    #[serde(default)]
+    pub packing: bool,
 }
 
 fn yes() -> bool {
@@ -71,6 +78,7 @@ impl Default for BertMethods {
             bf16_residual: false,
             fused_bias_gelu: false,
             balance_tokens: false,
+            packing: false,
         }
     }
 }
@@ -140,6 +148,17 @@ impl MethodSet for BertMethods {
                 ),
                 "method_balance_tokens",
             ),
+            Method::switch(
+                "packing",
+                self.packing,
+                Allowed(
+                    "the rules allow \"arbitrary sharding, batching, and packing ... provided that \
+                     the data is still overall randomly ordered and each datum still appears \
+                     exactly once\"; attention stays within each sequence, so the math is the \
+                     reference's",
+                ),
+                "method_packing",
+            ),
             Method::cuda_graph(self.cuda_graph),
         ]
     }
@@ -157,13 +176,20 @@ impl BertMethods {
         if self.cuda_graph && self.unpad {
             bail!(
                 "methods.cuda_graph = true needs fixed tensor shapes, and methods.unpad = true \
-                 changes the token count every step: turn one of them off"
+                 changes the token count every step: turn one of them off (methods.packing = \
+                 true removes the padding with fixed shapes, and works with cuda_graph)"
             );
         }
         if self.bf16_residual && self.amp != Amp::Bf16 {
             bail!(
                 "methods.bf16_residual = true keeps the residual stream in bf16 inside bf16 \
                  autocast: set methods.amp = \"bf16\" as well, or remove it"
+            );
+        }
+        if self.packing && self.unpad {
+            bail!(
+                "methods.packing = true leaves almost no padding for methods.unpad to remove (and \
+                 keeps the fixed shapes that cuda_graph needs): turn methods.unpad off"
             );
         }
         if self.balance_tokens && !self.unpad {

@@ -238,7 +238,8 @@ mod tests {
                 "method_fused_qkv",
                 "method_bf16_residual",
                 "method_fused_bias_gelu",
-                "method_balance_tokens"
+                "method_balance_tokens",
+                "method_packing"
             ]
         );
         assert_eq!(keys[2].1, Value::Bool(true));

@@ -62,7 +62,7 @@
 //!   intermediate bias and a tanh GELU fused into them, as one op ([`crate::fused::bias_gelu`]:
 //!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
 
-use crate::fused::varlen_attention::{self, Packing};
+use crate::fused::varlen_attention::{self, PackedRows, Packing};
 use crate::methods::BertMethods;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -291,6 +291,29 @@ pub struct BertForPreTraining {
 enum Tokens<'a> {
     Padded(Option<&'a Tensor>),
     Packed(&'a Packing),
+    /// Packed rows (`methods.packing`): all `R*S` tokens, attention within each sequence slot.
+    Rows(&'a PackedRows),
+}
+
+/// One packed micro-batch as the model reads it (`methods.packing`;
+/// [`crate::data::bert::packing`] has the layout): `R` rows of `S` tokens, at most `K` sequences
+/// per row, `P` masked-LM slots per row.
+pub struct PackedInputs<'a> {
+    /// `[R, S]` token ids.
+    pub input_ids: &'a Tensor,
+    /// `[R, S]` each sequence's token types.
+    pub segment_ids: &'a Tensor,
+    /// `[R, S]` position ids, restarting at 0 for each sequence.
+    pub position_ids: &'a Tensor,
+    /// `[R, S]` the sequence slot of each token in its row (`K`: the padding tail).
+    pub slots: &'a Tensor,
+    /// `[R x (K + 1) + 1]` int32 offsets of the segments (the `K` slots and the tail of each row)
+    /// in the `R x S` tokens.
+    pub cu_seqlens: &'a Tensor,
+    /// `[R, K]` each sequence's [CLS] position in its row.
+    pub cls_positions: &'a Tensor,
+    /// `[R, P]` masked positions within the row.
+    pub masked_positions: &'a Tensor,
 }
 
 /// Masked positions per sequence for the MLM head, or the whole sequence.
@@ -427,6 +450,54 @@ impl BertForPreTraining {
         }
     }
 
+    /// The encoder's output `[R, S, H]` on packed rows (`methods.packing`): position ids and
+    /// token types per sequence, attention within each sequence ([`varlen_attention::rows_attention`]).
+    pub fn encode_packed(&self, x: &PackedInputs<'_>, train: bool) -> Tensor {
+        let c = &self.config;
+        let (r, s) = x
+            .input_ids
+            .size2()
+            .expect("packed input_ids must be [rows, seq]");
+        let h = c.hidden_size;
+        let emb = Tensor::embedding(&self.word_emb, x.input_ids, -1, false, false)
+            + Tensor::embedding(&self.pos_emb, x.position_ids, -1, false, false)
+            + Tensor::embedding(&self.type_emb, x.segment_ids, -1, false, false);
+        let rows = match PackedRows::new(x.cu_seqlens, x.slots) {
+            Ok(rows) => rows,
+            Err(err) => panic!("{err:#}"),
+        };
+        let mut t = self
+            .stream(self.emb_ln.forward(&emb))
+            .dropout(c.hidden_dropout, train)
+            .view([r * s, h]);
+        for layer in &self.layers {
+            t = self.layer_forward(layer, &t, Tokens::Rows(&rows), r, s, train);
+        }
+        t.view([r, s, h])
+    }
+
+    /// MLM logits `[R, P, V]` (the masked slots of each row) and NSP logits `[R x K, 2]` (each
+    /// sequence slot's, from its own [CLS] token) of packed rows.
+    pub fn forward_packed(&self, x: &PackedInputs<'_>, train: bool) -> (Tensor, Tensor) {
+        let seq = self.encode_packed(x, train);
+        let (r, k) = x
+            .cls_positions
+            .size2()
+            .expect("cls_positions must be [rows, sequences]");
+        let h = self.config.hidden_size;
+        let cls = seq.gather(
+            1,
+            &x.cls_positions.unsqueeze(-1).expand([r, k, h], false),
+            false,
+        );
+        let pooled = self.pooler.forward(&cls.view([r * k, h])).tanh();
+        let nsp = self.nsp.forward(&pooled).to_kind(Kind::Float);
+        (
+            self.mlm_head(&seq, MlmOn::Positions(x.masked_positions)),
+            nsp,
+        )
+    }
+
     /// The query, key and value projections of `x` (`[N, H]`), each viewed `[N, heads,
     /// head_dim]` (token-major).
     fn projections(&self, l: &Layer, x: &Tensor) -> [Tensor; 3] {
@@ -480,6 +551,21 @@ impl BertForPreTraining {
                 varlen_attention::scatter_with(&q, &kk, &v, pack, |q, k, v, keep| {
                     self.padded_attention(q, k, v, Some(keep), p, train)
                 })
+            }
+            // packed rows: the varlen kernel over the sequences (with fused_attention, on a
+            // GPU), else attention on the rows with their block-diagonal mask
+            Tokens::Rows(rows) => {
+                let path = if self.methods.fused_attention {
+                    self.varlen_path
+                } else {
+                    crate::fused::Path::Reference
+                };
+                match varlen_attention::rows_attention(&q, &kk, &v, rows, p, path, |q, k, v, m| {
+                    self.padded_attention(q, k, v, Some(m), p, train)
+                }) {
+                    Ok(ctx) => ctx,
+                    Err(err) => panic!("{err:#}"),
+                }
             }
             Tokens::Padded(attn_mask) => {
                 let heads = |t: Tensor| t.view([b, s, nh, d]).permute([0, 2, 1, 3]);
@@ -649,6 +735,12 @@ impl BertForPreTraining {
         let seq = self.encode(input_ids, segment_ids, input_mask, train);
         let pooled = self.pooler.forward(&seq.select(1, 0)).tanh();
         let nsp = self.nsp.forward(&pooled).to_kind(Kind::Float);
+        (self.mlm_head(&seq, mlm_on), nsp)
+    }
+
+    /// The MLM head on the encoder's output `seq` (`[B, S, H]`): logits at the masked positions
+    /// (`[B, P, V]`) or everywhere (`[B, S, V]`), fp32.
+    fn mlm_head(&self, seq: &Tensor, mlm_on: MlmOn<'_>) -> Tensor {
         let picked = match mlm_on {
             MlmOn::Positions(pos) => {
                 let (b, p) = pos
@@ -661,17 +753,15 @@ impl BertForPreTraining {
                     false,
                 )
             }
-            MlmOn::All => seq,
+            MlmOn::All => seq.shallow_clone(),
         };
         let t = self
             .transform_ln
             .forward(&self.transform.forward(&picked).gelu("none"));
         // linear (not matmul with word_emb.tr()): its weight gradient comes out [V, H]
         // contiguous, so adding it to the embedding's gradient is a streaming pass.
-        let logits = t
-            .linear(&self.word_emb, Some(&self.mlm_bias))
-            .to_kind(Kind::Float);
-        (logits, nsp)
+        t.linear(&self.word_emb, Some(&self.mlm_bias))
+            .to_kind(Kind::Float)
     }
 
     /// Load a converted reference checkpoint (safetensors) into the variables of `vs`.

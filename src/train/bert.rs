@@ -18,13 +18,16 @@ use super::engine::{
     self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{DeviceTensors, Prefetcher};
+use crate::data::bert::packing::{self, PackSpec, PackedBatch, PackedHostBatch, PackedLoader};
 use crate::data::bert::{
     check_vocab, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader,
 };
 use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
 use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::{BertMethods, MethodSet};
-use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
+use crate::models::bert::{
+    mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn, PackedInputs,
+};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use crate::optim::{Optimizer, ParamGroups};
 use anyhow::{bail, Context, Result};
@@ -41,6 +44,13 @@ pub struct BertDataConfig {
     pub eval_samples: usize,
     #[serde(default = "default_eval_batch")]
     pub eval_batch_size: usize,
+    /// With `methods.packing`: sequences per packed row at most (NVIDIA's packed data: 3).
+    #[serde(default = "default_max_per_row")]
+    pub max_sequences_per_row: usize,
+}
+
+fn default_max_per_row() -> usize {
+    packing::DEFAULT_MAX_PER_ROW
 }
 
 fn default_eval_batch() -> usize {
@@ -60,6 +70,17 @@ pub struct BertTrainConfig {
     /// Open division only: evaluate every this many samples (closed: the MLPerf formula).
     #[serde(default)]
     pub eval_interval_samples: Option<u64>,
+    /// With `methods.packing`: the sequences a packed row counts for in `global_batch_size`
+    /// (NVIDIA's `PACKING_FACTOR`, default 2): a step trains `global_batch_size /
+    /// packing_factor` rows. The log's `global_batch_size`, the learning-rate schedule (in
+    /// steps) and the closed eval interval use `global_batch_size`; `epoch_num` counts the
+    /// sequences actually trained, as NVIDIA's v3.0 logs do.
+    #[serde(default = "default_packing_factor")]
+    pub packing_factor: u64,
+}
+
+fn default_packing_factor() -> u64 {
+    2
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -175,6 +196,32 @@ impl BertRunConfig {
             bail!("data.eval_samples and data.eval_batch_size must be > 0");
         }
         self.methods.validate()?;
+        if self.methods.packing {
+            if t.packing_factor == 0 || !t.global_batch_size.is_multiple_of(t.packing_factor) {
+                bail!(
+                    "train.global_batch_size ({}) must be a multiple of train.packing_factor ({}) \
+                     with methods.packing: a step trains global_batch_size / packing_factor rows",
+                    t.global_batch_size,
+                    t.packing_factor
+                );
+            }
+            let rows = t.global_batch_size / t.packing_factor;
+            if !rows.is_multiple_of(t.gradient_accumulation_steps) {
+                bail!(
+                    "train.global_batch_size / train.packing_factor ({rows} packed rows) must be a \
+                     multiple of train.gradient_accumulation_steps ({})",
+                    t.gradient_accumulation_steps
+                );
+            }
+            let k = self.data.max_sequences_per_row;
+            if k == 0 || t.packing_factor > k as u64 {
+                bail!(
+                    "data.max_sequences_per_row ({k}) must be at least 1 and at least \
+                     train.packing_factor ({})",
+                    t.packing_factor
+                );
+            }
+        }
         match division {
             Division::Closed => {
                 let bench = crate::benchmarks::get("bert")?;
@@ -292,6 +339,13 @@ impl BertRunConfig {
             ("max_sequence_length", json!(max_seq_len)),
         ];
         kv.extend(m.log_keys());
+        if m.packing {
+            kv.push(("packing_factor", json!(t.packing_factor)));
+            kv.push((
+                "max_sequences_per_row",
+                json!(self.data.max_sequences_per_row),
+            ));
+        }
         if division == Division::Open {
             kv.push((
                 "eval_interval_samples",
@@ -308,6 +362,12 @@ impl BertRunConfig {
     }
 }
 
+/// The training batches: one sequence per row, or packed rows (`methods.packing`).
+enum Batches {
+    Padded(Prefetcher<BertBatch>),
+    Packed(Prefetcher<PackedBatch>),
+}
+
 struct State {
     vs: VarStore,
     model: BertForPreTraining,
@@ -319,7 +379,9 @@ struct State {
     opt: Lamb,
     schedule: PolyWarmup,
     /// Training batches from the loader, handed over ahead of use ([`super::handoff`]).
-    batches: Prefetcher<BertBatch>,
+    batches: Batches,
+    /// Training sequences seen over all ranks (counted with packing, where steps differ).
+    samples_trained: u64,
     /// Samples in the training set (all ranks).
     train_samples: u64,
     eval_batches: Vec<BertBatch>,
@@ -457,19 +519,6 @@ impl Workload for BertWorkload {
         }
         let local = (t.global_batch_size / world / t.gradient_accumulation_steps) as usize;
         let train_dir = self.data_dir.join("train");
-        let loader = TrainLoader::new(
-            &train_dir,
-            ctx.seed,
-            ctx.rank,
-            ctx.world_size,
-            local,
-            ctx.device,
-        )?
-        .with_assignment(if cfg.methods.balance_tokens {
-            Assignment::TokenBalanced
-        } else {
-            Assignment::Strided
-        });
         let eval = EvalSet::load(&self.data_dir.join("eval"), cfg.data.eval_samples)?;
         check_vocab(
             eval.max_token(),
@@ -482,16 +531,53 @@ impl Workload for BertWorkload {
             ctx.world_size,
             ctx.device,
         )?;
-        let seq_len = eval_batches
-            .first()
-            .map(|b| b.input_ids.size()[1])
-            .unwrap_or(0);
+        // from the shards: a rank may get no eval batch
+        let (seq_len, preds) = eval.shape();
+        let seq_len = seq_len as i64;
         if seq_len > cfg.model.max_position {
             bail!(
                 "the data's seq_len {seq_len} exceeds model.max_position {}",
                 cfg.model.max_position
             );
         }
+        let (batches, train_samples) = if cfg.methods.packing {
+            let rows = t.global_batch_size / t.packing_factor;
+            if !rows.is_multiple_of(world * t.gradient_accumulation_steps) {
+                bail!(
+                    "train.global_batch_size / train.packing_factor ({rows} packed rows) must divide \
+                     by world size ({world}) x gradient_accumulation_steps ({})",
+                    t.gradient_accumulation_steps
+                );
+            }
+            let spec = PackSpec::new(seq_len as usize, cfg.data.max_sequences_per_row, preds)?;
+            let loader = PackedLoader::new(
+                &train_dir,
+                ctx.seed,
+                ctx.rank,
+                ctx.world_size,
+                (rows / world / t.gradient_accumulation_steps) as usize,
+                spec,
+            )?
+            .with_expected_factor(t.packing_factor as f64);
+            let n = loader.total_samples as u64;
+            (Batches::Packed(prefetch_packed(loader, ctx.device)?), n)
+        } else {
+            let loader = TrainLoader::new(
+                &train_dir,
+                ctx.seed,
+                ctx.rank,
+                ctx.world_size,
+                local,
+                ctx.device,
+            )?
+            .with_assignment(if cfg.methods.balance_tokens {
+                Assignment::TokenBalanced
+            } else {
+                Assignment::Strided
+            });
+            let n = loader.total_samples as u64;
+            (Batches::Padded(prefetch(loader, ctx.device)?), n)
+        };
         let o = &cfg.optimizer;
         let opt = Lamb::new(LambConfig {
             beta1: o.beta1,
@@ -522,8 +608,9 @@ impl Workload for BertWorkload {
             model,
             opt,
             schedule,
-            train_samples: loader.total_samples as u64,
-            batches: prefetch(loader, ctx.device)?,
+            train_samples,
+            batches,
+            samples_trained: 0,
             eval_batches,
             micro_batches: t.gradient_accumulation_steps,
             per_process_batch: t.global_batch_size / world,
@@ -548,19 +635,44 @@ impl Workload for BertWorkload {
         self.cfg.train.global_batch_size
     }
 
+    fn samples_trained(&self) -> Option<u64> {
+        if !self.cfg.methods.packing {
+            return None;
+        }
+        self.state.as_ref().map(|s| s.samples_trained)
+    }
+
     fn train_step<'s>(&mut self, sync: &'s mut (dyn GradSync + 's)) -> Result<tch::Tensor> {
         let bucket_clip = (self.cfg.optimizer.gradient_clipping == GradientClipping::Bucket)
             .then_some(self.cfg.optimizer.max_grad_norm);
         let s = self.state()?;
-        // this step's micro-batches, 7 tensors each (`BertBatch::into_step_inputs`)
-        let mut inputs: Vec<tch::Tensor> = Vec::with_capacity(7 * s.micro_batches as usize);
+        // this step's micro-batches, 7 tensors each (`BertBatch::into_step_inputs`), or 10 packed
+        // (`PackedBatch::into_step_inputs`)
+        let per_micro = match s.batches {
+            Batches::Padded(_) => 7,
+            Batches::Packed(_) => packing::STEP_INPUTS,
+        };
+        let mut inputs: Vec<tch::Tensor> = Vec::with_capacity(per_micro * s.micro_batches as usize);
+        let mut sequences = 0u64;
         for _ in 0..s.micro_batches {
-            let mut b = match s.batches.next_batch() {
-                Some(b) => b?,
-                None => bail!("the BERT training data stream ended"),
-            };
-            s.masks.apply(&mut b);
-            inputs.extend(b.into_step_inputs());
+            match &mut s.batches {
+                Batches::Padded(p) => {
+                    let mut b = match p.next_batch() {
+                        Some(b) => b?,
+                        None => bail!("the BERT training data stream ended"),
+                    };
+                    s.masks.apply(&mut b);
+                    inputs.extend(b.into_step_inputs());
+                }
+                Batches::Packed(p) => {
+                    let b = match p.next_batch() {
+                        Some(b) => b?,
+                        None => bail!("the BERT training data stream ended"),
+                    };
+                    sequences += b.global_sequences;
+                    inputs.extend(b.into_step_inputs());
+                }
+            }
         }
         sync.set_bucket_clip(bucket_clip)?;
         s.opt.begin_step(&s.params, s.schedule.lr_at(s.step))?;
@@ -568,65 +680,56 @@ impl Workload for BertWorkload {
         let device = s.vs.device();
         // forward, backward, gradient exchange and update: kernels only, no host state
         // (what methods.cuda_graph captures)
-        let mut body =
-            |ins: &[tch::Tensor], sync: &mut (dyn GradSync + 's)| -> Result<Vec<tch::Tensor>> {
-                // set_to_none: the first backward writes the gradients, later ones add to them
-                s.params.zero_grad()?;
-                let mut total: Option<tch::Tensor> = None;
-                let last = ins.len() / 7 - 1;
-                for (m, b) in ins.chunks(7).enumerate() {
-                    let [ids, seg, mask, pos, masked_ids, weights, nsp] = b else {
-                        bail!("a BERT micro-batch has 7 tensors, got {}", b.len());
-                    };
-                    let loss = maybe_autocast(device, s.autocast, || {
-                        let (mlm, nsp_logits) = s.model.forward(
-                            ids,
-                            seg,
-                            step_attention_mask(mask),
-                            MlmOn::Positions(pos),
-                            true,
-                        );
-                        pretraining_loss(&mlm, &nsp_logits, masked_ids, weights, nsp) / micro
-                    })?;
-                    if m == last {
-                        // the last backward may start the gradient all-reduces (hooks on .grad)
-                        let params = s.params.tensors();
-                        sync.before_last_backward(&params, GradSource::GradBuffers)?;
-                    }
-                    loss.backward();
-                    let l = loss.detach();
-                    total = Some(match total {
-                        Some(t) => t + l,
-                        None => l,
-                    });
+        let mut body = |ins: &[tch::Tensor],
+                        sync: &mut (dyn GradSync + 's)|
+         -> Result<Vec<tch::Tensor>> {
+            // set_to_none: the first backward writes the gradients, later ones add to them
+            s.params.zero_grad()?;
+            let mut total: Option<tch::Tensor> = None;
+            let last = ins.len() / per_micro - 1;
+            for (m, b) in ins.chunks(per_micro).enumerate() {
+                let loss =
+                    maybe_autocast(device, s.autocast, || micro_batch_loss(&s.model, b))?? / micro;
+                if m == last {
+                    // the last backward may start the gradient all-reduces (hooks on .grad)
+                    let params = s.params.tensors();
+                    sync.before_last_backward(&params, GradSource::GradBuffers)?;
                 }
-                // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
-                // zero gradient in the exchange, so every rank sends the same list), then the
-                // update from this list: LAMB/AdamW clip the global norm of the averaged gradients
-                let grads: Vec<tch::Tensor> = s
-                    .params
-                    .params
-                    .iter()
-                    .map(|p| {
-                        let g = p.tensor.grad();
-                        if g.defined() {
-                            g
-                        } else {
-                            p.tensor.zeros_like()
-                        }
-                    })
-                    .collect();
-                sync.all_reduce_grads(&grads)?;
-                s.opt.apply(&mut s.params, &grads)?;
-                Ok(vec![
-                    total.context("train.gradient_accumulation_steps is 0")?
-                ])
-            };
+                loss.backward();
+                let l = loss.detach();
+                total = Some(match total {
+                    Some(t) => t + l,
+                    None => l,
+                });
+            }
+            // the .grad buffers, averaged in place (a parameter the loss did not reach gets a
+            // zero gradient in the exchange, so every rank sends the same list), then the
+            // update from this list: LAMB/AdamW clip the global norm of the averaged gradients
+            let grads: Vec<tch::Tensor> = s
+                .params
+                .params
+                .iter()
+                .map(|p| {
+                    let g = p.tensor.grad();
+                    if g.defined() {
+                        g
+                    } else {
+                        p.tensor.zeros_like()
+                    }
+                })
+                .collect();
+            sync.all_reduce_grads(&grads)?;
+            s.opt.apply(&mut s.params, &grads)?;
+            Ok(vec![
+                total.context("train.gradient_accumulation_steps is 0")?
+            ])
+        };
         let mut out = match s.graphs.as_mut() {
             Some(g) => g.run_with_peers(&inputs, sync, &mut body)?,
             None => body(&inputs, sync)?,
         };
         s.step += 1;
+        s.samples_trained += sequences;
         Ok(out.remove(0))
     }
 
@@ -683,6 +786,64 @@ impl Workload for BertWorkload {
             .as_ref()
             .map(|s| s.params.named())
             .unwrap_or_default()
+    }
+}
+
+/// One micro-batch's loss (mean masked-LM loss over its masked tokens + mean NSP loss over its
+/// sequences, as the reference): 7 step inputs of a padded batch, or 10 of packed rows.
+fn micro_batch_loss(model: &BertForPreTraining, b: &[tch::Tensor]) -> Result<tch::Tensor> {
+    match b {
+        [ids, seg, mask, pos, masked_ids, weights, nsp] => {
+            let (mlm, nsp_logits) = model.forward(
+                ids,
+                seg,
+                step_attention_mask(mask),
+                MlmOn::Positions(pos),
+                true,
+            );
+            Ok(pretraining_loss(
+                &mlm,
+                &nsp_logits,
+                masked_ids,
+                weights,
+                nsp,
+            ))
+        }
+        [ids, seg, positions, slots, cu, cls, nsp, pos, masked_ids, weights] => {
+            let x = PackedInputs {
+                input_ids: ids,
+                segment_ids: seg,
+                position_ids: positions,
+                slots,
+                cu_seqlens: cu,
+                cls_positions: cls,
+                masked_positions: pos,
+            };
+            let (mlm, nsp_logits) = model.forward_packed(&x, true);
+            Ok(pretraining_loss(
+                &mlm,
+                &nsp_logits,
+                masked_ids,
+                weights,
+                nsp,
+            ))
+        }
+        _ => bail!(
+            "a BERT micro-batch has 7 tensors (10 packed), got {}",
+            b.len()
+        ),
+    }
+}
+
+/// The packed loader's endless micro-batches, handed over to `device` ahead of use.
+fn prefetch_packed(mut loader: PackedLoader, device: Device) -> Result<Prefetcher<PackedBatch>> {
+    let items = std::iter::from_fn(move || Some(loader.next_host_batch()));
+    Prefetcher::spawn(device, 2, items, |b: PackedHostBatch, t| b.to_device(t))
+}
+
+impl DeviceTensors for PackedBatch {
+    fn tensors(&self) -> Vec<&tch::Tensor> {
+        PackedBatch::tensors(self)
     }
 }
 

@@ -183,6 +183,14 @@ pub trait Workload {
     /// Training samples per optimizer step over all processes (the global batch size): the
     /// block's `tracked_stats` throughput is steps x this / training seconds.
     fn samples_per_step(&self) -> u64;
+    /// The training samples seen so far over all processes, where a step's count varies (BERT
+    /// with packed sequences: a step has a fixed number of rows, each of one to three
+    /// sequences). Then the log's `epoch_num` / `first_epoch_num` and the throughput count these
+    /// rather than the planned blocks' steps x [`Self::samples_per_step`]. None (the default):
+    /// every step is `samples_per_step` samples.
+    fn samples_trained(&self) -> Option<u64> {
+        None
+    }
     /// One optimizer step (all its micro-batches); returns the step's loss as a 0-dim tensor
     /// on the training device, not read back: the trainer reads losses in batches at its own
     /// cadence so that the host never waits for the device inside a block of steps.
@@ -572,10 +580,18 @@ fn run_inner(
     let started = Instant::now();
     *run_start = Some(started);
     let target = w.target();
-    for block in w.blocks()? {
+    for planned in w.blocks()? {
+        // the samples seen where the workload counts them (packed sequences), else the plan
+        let mut block = planned;
+        if let Some(seen) = w.samples_trained() {
+            block.first_epoch_num = seen;
+        }
         if let Some(reason) = train_block(w, opts, log, &block, started, out)? {
             out.status = Status::Aborted(reason);
             return Ok(());
+        }
+        if let Some(seen) = w.samples_trained() {
+            block.eval_epoch_num = seen;
         }
         let acc = eval_block(w, opts, log, &block)?;
         out.evals.push((block.eval_epoch_num, acc));
@@ -680,6 +696,12 @@ fn train_block(
         meta! {"first_epoch_num" => block.first_epoch_num, "epoch_count" => block.epoch_count},
     )?;
     let steps = w.start_block(block)?;
+    let counted_before = w.samples_trained();
+    // the samples of the block's first `done` steps
+    let block_samples = |w: &dyn Workload, done: u64| match (counted_before, w.samples_trained()) {
+        (Some(before), Some(now)) => now.saturating_sub(before),
+        _ => done * w.samples_per_step(),
+    };
     let mut pending: Vec<tch::Tensor> = Vec::new();
     for i in 0..steps {
         let t0 = Instant::now();
@@ -733,12 +755,7 @@ fn train_block(
             let reason = local_stop
                 .unwrap_or_else(|| format!("another rank stopped the run at step {}", out.steps));
             // the steps this block did before the stop
-            close_block(
-                log,
-                block,
-                (i + 1) * w.samples_per_step(),
-                block_t0.elapsed(),
-            )?;
+            close_block(log, block, block_samples(&*w, i + 1), block_t0.elapsed())?;
             return Ok(Some(reason));
         }
     }
@@ -747,7 +764,7 @@ fn train_block(
     out.block_windows
         .push((block_wall0, block_wall0 + train_elapsed));
     out.train_seconds += train_elapsed.as_secs_f64();
-    close_block(log, block, steps * w.samples_per_step(), train_elapsed)?;
+    close_block(log, block, block_samples(&*w, steps), train_elapsed)?;
     Ok(None)
 }
 

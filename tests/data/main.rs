@@ -9,6 +9,7 @@
 mod common;
 
 mod bert_data;
+mod bert_packing;
 mod data_imagenet;
 mod data_synth;
 mod prepare_imagenet;

@@ -9,6 +9,7 @@
 mod common;
 
 mod cpu_bind;
+mod dist_bert_packing;
 mod dist_gloo;
 mod dist_resnet;
 mod dist_slurm_script;

@@ -218,6 +218,27 @@ fn bert_with_the_fused_epilogues_goes_through_the_graph_twin() {
     });
 }
 
+/// Packed sequences (`methods.packing`): every step has one shape, so the whole step goes
+/// through one capture and its replays, with the fused epilogues and fused QKV of the closed
+/// presets, and trains bit-identically.
+#[test]
+fn bert_with_packed_sequences_goes_through_the_graph_twin() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "bert_with_packed_sequences_goes_through_the_graph_twin",
+    ) {
+        return;
+    }
+    bert_twin_matches_eager("bert packed", |cfg| {
+        cfg.methods.packing = true;
+        cfg.methods.unpad = false;
+        cfg.methods.balance_tokens = false;
+        cfg.methods.fused_epilogues = true;
+        cfg.methods.fused_qkv = true;
+        cfg.validate(Division::Open).unwrap();
+    });
+}
+
 #[test]
 fn the_setting_is_refused_on_a_cpu_and_with_unpadding() {
     // the run seeds libtorch's generator and draws its initial weights before it refuses the

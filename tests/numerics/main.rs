@@ -16,6 +16,7 @@ mod common;
 
 mod bert_model;
 mod bert_optim;
+mod bert_packing;
 mod cuda_emu;
 mod cuda_graph_twin;
 mod fused_bias_gelu;

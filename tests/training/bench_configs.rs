@@ -41,4 +41,18 @@ fn bert_bench_presets_train_two_blocks() {
         }
         assert!(c.train.target > 0.99 && c.methods.bf16(), "{name}");
     }
+    // part p: packed rows with every closed-legal method, 3 blocks of 100 steps of 48 rows
+    let c = BertRunConfig::load(&preset("bert", "bench_1gpu_packed.toml"), Division::Open).unwrap();
+    let m = &c.methods;
+    assert!(m.packing && m.cuda_graph && m.fused_epilogues && m.fused_qkv && m.bf16());
+    assert_eq!(c.train.global_batch_size / c.train.packing_factor, 48);
+    let blocks = c.blocks(Division::Open).unwrap();
+    assert_eq!(blocks.len(), 3);
+    assert!(blocks
+        .iter()
+        .all(|b| b.epoch_count == 100 * c.train.global_batch_size));
+    // the 1-GPU preset has the methods of the closed one
+    let closed =
+        BertRunConfig::load(&preset("bert", "closed_8xH100.toml"), Division::Closed).unwrap();
+    assert_eq!(closed.methods, c.methods);
 }

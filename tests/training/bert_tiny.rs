@@ -258,6 +258,231 @@ fn closed_configs_breaking_the_rules_are_refused() {
     );
 }
 
+/// The realistic-length tiny data of configs/bert/tiny_cpu_packed.toml.
+fn realistic_data(dir: &Path) {
+    synth_bert(&SynthBertArgs {
+        out: dir.to_path_buf(),
+        source: None,
+        sentences: 16,
+        train_samples: 4096,
+        eval_samples: 512,
+        shards: 4,
+        seq_len: 64,
+        max_predictions: 20,
+        vocab_size: 30522,
+        seed: 1,
+        lengths: Lengths::Realistic,
+    })
+    .unwrap();
+}
+
+/// The tiny closed preset with packed sequences on realistic-length data reaches 0.720 at the
+/// closed interval, counts the sequences it trained in epoch_num, and its log passes our checker
+/// and the official one (5.0.0).
+#[test]
+fn tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers",
+    ) {
+        return;
+    }
+    tiny_packed_run(None);
+}
+
+/// The same through the CPU twin of methods.cuda_graph (the packed step's one shape captured
+/// after 3 eager steps and replayed from then on).
+#[test]
+fn tiny_cpu_packed_through_the_cuda_graph_twin_reaches_0_720_and_passes_the_checkers() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "tiny_cpu_packed_through_the_cuda_graph_twin_reaches_0_720_and_passes_the_checkers",
+    ) {
+        return;
+    }
+    tiny_packed_run(Some(3));
+}
+
+fn tiny_packed_run(graph_twin: Option<u32>) {
+    let division = Division::Closed;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml");
+    let cfg = BertRunConfig::load(&path, division).unwrap();
+    assert!(cfg.methods.packing && !cfg.methods.unpad);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    realistic_data(&data);
+    let log_path = dir.path().join("result_0.txt");
+    let mut opts = common::train::cpu_run_options(&cfg.system, division, 4321, &log_path);
+    opts.test_hooks.emulate_cuda_graph = graph_twin;
+    let out = run_once(&cfg, division, &data, None, opts).unwrap();
+    eprintln!(
+        "tiny_cpu_packed (graph twin: {graph_twin:?}): {:?} after {} steps, evals {:?}, run {:.1} s",
+        out.status, out.steps, out.evals, out.run_seconds
+    );
+    assert_eq!(out.status, Status::Success, "evals {:?}", out.evals);
+    let (last_samples, last_acc) = *out.evals.last().unwrap();
+    assert!(last_acc >= 0.720);
+    // the eval comes after the steps of the closed interval; epoch_num counts the sequences those
+    // rows held: at least one per row, at most max_sequences_per_row
+    let rows = out.steps * cfg.train.global_batch_size / cfg.train.packing_factor;
+    assert!(out.steps * cfg.train.global_batch_size >= 150_000);
+    assert!(
+        last_samples >= rows && last_samples <= 3 * rows,
+        "{last_samples} for {rows} rows"
+    );
+    assert!(last_samples > rows, "some rows hold several sequences");
+    let log = parse_file(&log_path).unwrap();
+    assert_eq!(log.last("run_stop").unwrap().status(), Some("success"));
+    assert_eq!(
+        log.last("eval_accuracy").unwrap().epoch_num(),
+        Some(last_samples as f64)
+    );
+    for key in ["method_packing", "packing_factor", "global_batch_size"] {
+        assert_eq!(log.with_key(key).count(), 1, "{key}");
+    }
+    assert_eq!(
+        log.first("method_packing").unwrap().value,
+        serde_json::json!(true)
+    );
+    let verdict = check_log(
+        &log,
+        &CheckOptions {
+            ruleset: Some("5.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    official_check("tiny_cpu_packed.toml", &log_path);
+}
+
+/// Packing asked of data that cannot be packed ends the run with an error naming the file, not a
+/// panic: training sequences longer than the packed row (the eval set's length).
+#[test]
+fn packing_training_shards_longer_than_the_row_end_the_run_naming_the_file() {
+    if !common::alone::in_own_process(
+        module_path!(),
+        "packing_training_shards_longer_than_the_row_end_the_run_naming_the_file",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // eval at 32 tokens (the pairs set), training at 64 (the realistic one): rows of 32 tokens
+    let (s32, s64) = (dir.path().join("s32"), dir.path().join("s64"));
+    data(&s32);
+    realistic_data(&s64);
+    let mixed = dir.path().join("mixed");
+    std::fs::create_dir_all(&mixed).unwrap();
+    std::fs::rename(s32.join("eval"), mixed.join("eval")).unwrap();
+    std::fs::rename(s64.join("train"), mixed.join("train")).unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml");
+    let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
+    let log_path = dir.path().join("result_0.txt");
+    let opts = common::train::cpu_run_options(&cfg.system, Division::Closed, 1, &log_path);
+    let msg = match run_once(&cfg, Division::Closed, &mixed, None, opts) {
+        Err(e) => format!("{e:#}"),
+        Ok(out) => match out.status {
+            Status::Aborted(why) => why,
+            other => panic!("the run must fail: {other:?}"),
+        },
+    };
+    assert!(
+        msg.contains(".hdf5") && msg.contains("more than a packed row holds"),
+        "{msg}"
+    );
+}
+
+/// The closed 8-GPU presets (packed sequences and every closed-legal method on) log
+/// hyperparameters that our checker and the official one (5.0.0, closed BERT rules) accept: a log
+/// with each preset's hyperparameter keys as the trainer writes them, its blocks at the closed
+/// eval interval and a last eval at 0.7205.
+#[test]
+fn closed_presets_log_hyperparameters_the_checkers_accept() {
+    use mlperf_run::meta;
+    use serde_json::Value;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["closed_8xA100.toml", "closed_8xH100.toml"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("configs/bert")
+            .join(name);
+        let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
+        let log_path = dir.path().join(name.replace(".toml", ".txt"));
+        let mut w = common::emitter_logs::Writer::new(&log_path);
+        common::emitter_logs::header(&mut w, "bert", "closed", 20261127);
+        let hp = cfg.hyperparameters(Division::Closed, 156_725_653, 512);
+        for (k, v) in &hp {
+            w.em.event(k, v.clone()).unwrap();
+        }
+        w.wait_ms(60_000);
+        w.em.end("init_stop", Value::Null, meta! {}).unwrap();
+        w.em.start("run_start", Value::Null, meta! {}).unwrap();
+        for (i, b) in cfg
+            .blocks(Division::Closed)
+            .unwrap()
+            .iter()
+            .take(3)
+            .enumerate()
+        {
+            w.em.start(
+                "block_start",
+                Value::Null,
+                meta! {"first_epoch_num" => b.first_epoch_num, "epoch_count" => b.epoch_count},
+            )
+            .unwrap();
+            w.wait_ms(30_000);
+            w.em.end(
+                "block_stop",
+                Value::Null,
+                meta! {"first_epoch_num" => b.first_epoch_num},
+            )
+            .unwrap();
+            w.em.start(
+                "eval_start",
+                Value::Null,
+                meta! {"epoch_num" => b.eval_epoch_num},
+            )
+            .unwrap();
+            let acc = if i == 2 { 0.7205 } else { 0.5 + 0.1 * i as f64 };
+            w.em.event_with(
+                "eval_accuracy",
+                acc,
+                meta! {"epoch_num" => b.eval_epoch_num},
+            )
+            .unwrap();
+            w.em.end(
+                "eval_stop",
+                Value::Null,
+                meta! {"epoch_num" => b.eval_epoch_num},
+            )
+            .unwrap();
+        }
+        w.em.end("run_stop", Value::Null, meta! {"status" => "success"})
+            .unwrap();
+        drop(w);
+        let log = parse_file(&log_path).unwrap();
+        for key in [
+            "method_packing",
+            "cuda_graph",
+            "method_fused_epilogues",
+            "method_fused_qkv",
+            "packing_factor",
+        ] {
+            let v = hp.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
+            assert!(v.is_some_and(|v| v != Value::Bool(false)), "{name}: {key}");
+        }
+        let verdict = check_log(
+            &log,
+            &CheckOptions {
+                ruleset: Some("5.0.0".into()),
+            },
+        );
+        assert!(
+            verdict.compliant(),
+            "{name}, our checker: {:?}",
+            verdict.findings
+        );
+        official_check(name, &log_path);
+    }
+}
+
 #[test]
 fn full_size_configs_load_with_the_reference_recipe() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert");
@@ -277,8 +502,43 @@ fn full_size_configs_load_with_the_reference_recipe() {
     );
     assert_eq!(c.eval_interval(Division::Closed).unwrap(), 150_000);
     assert_eq!(c.model.param_count(), 336_232_258);
+    // every closed-legal method that speeds the step
+    let fast = |m: &mlperf_run::methods::BertMethods| {
+        m.packing && m.cuda_graph && m.fused_epilogues && m.fused_qkv && m.bf16() && !m.unpad
+    };
+    assert!(fast(&c.methods), "{:?}", c.methods);
+    assert_eq!(c.train.packing_factor, 2);
+    // NVIDIA's v3.0 H100 recipe (config_DGXH100_1x8x48x1_pack.sh)
+    let h = BertRunConfig::load(&dir.join("closed_8xH100.toml"), Division::Closed).unwrap();
+    assert!(fast(&h.methods), "{:?}", h.methods);
+    assert_eq!(
+        (
+            h.train.global_batch_size,
+            h.train.packing_factor,
+            h.optimizer.training_steps,
+            h.optimizer.warmup_steps
+        ),
+        (768, 2, 3680, 0)
+    );
+    assert_eq!(
+        (
+            h.optimizer.base_learning_rate,
+            h.optimizer.beta1,
+            h.optimizer.beta2,
+            h.optimizer.weight_decay,
+            h.optimizer.epsilon
+        ),
+        (9.6e-4, 0.60466, 0.85437, 0.1, 1e-6)
+    );
+    // 48 rows per GPU on 8 GPUs; evaluated every 150,000 samples
+    assert_eq!(h.train.global_batch_size / h.train.packing_factor / 8, 48);
+    assert_eq!(h.eval_interval(Division::Closed).unwrap(), 150_000);
     let o = BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Open).unwrap();
-    assert!(o.methods.unpad && o.methods.fused_attention);
+    assert!(
+        fast(&o.methods) && o.methods.fused_bias_gelu,
+        "{:?}",
+        o.methods
+    );
     assert_eq!(o.eval_interval(Division::Open).unwrap(), 100_000);
     assert!(BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Closed).is_err());
 }

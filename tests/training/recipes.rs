@@ -85,7 +85,9 @@ fn every_bert_recipe_applies_to_every_tiny_preset() {
             let cfg = BertRunConfig::parse(&text, Division::Open)
                 .unwrap_or_else(|e| panic!("{} on {}: {e:#}", recipe.name, preset.display()));
             if recipe.name == "fast" {
-                assert!(cfg.methods.unpad && cfg.methods.fused_attention);
+                let m = &cfg.methods;
+                assert!(m.packing && m.fused_attention && m.fused_epilogues && m.fused_qkv);
+                assert!(!m.unpad && !m.balance_tokens);
             }
         }
     }

@@ -26,6 +26,7 @@
 
 pub mod balance;
 pub mod balance_report;
+pub mod packing;
 pub mod realistic;
 pub mod synth;
 
@@ -629,6 +630,12 @@ impl EvalSet {
             out.push(b.take(device));
         }
         Ok(out)
+    }
+
+    /// (sequence length, prediction slots) of the eval shards (the first one's), the same on
+    /// every rank whatever batches it gets.
+    pub fn shape(&self) -> (usize, usize) {
+        self.shards.first().map_or((0, 0), |s| (s.seq, s.preds))
     }
 
     /// Largest token id in the eval set.

@@ -1,0 +1,167 @@
+//! Packed sequences (`methods.packing`) across ranks, 2 processes on CPU (Gloo over localhost):
+//! every rank packs the same rows and takes its own, so `mlperf-run launch --nproc-per-node 2 --
+//! bert ...` with one micro-batch of R rows per rank trains what one process does with two
+//! micro-batches of R rows (the same rows, in the same order), counts the same sequences, and
+//! rank 0's log passes our checker.
+#![cfg(feature = "torch")]
+
+use crate::common::dist::{launch_command, load, max_rel_diff, text, BIN};
+use mlperf_run::mllog::parse_file;
+use mlperf_run::rules::{check_log, CheckOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// configs/bert/tiny_cpu_packed.toml, open division, 16 packed rows per step (global batch 32 at
+/// packing factor 2), 20 steps (evals after 10 and 20), with `accum` micro-batches per step.
+fn config(dir: &Path, accum: u64) -> PathBuf {
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml"),
+    )
+    .unwrap();
+    let text = base
+        .replace("target = 0.720", "target = 0.999")
+        .replace("eval_samples = 512", "eval_samples = 128")
+        .replace(
+            "max_samples = 300032",
+            "max_samples = 640\neval_interval_samples = 320",
+        )
+        .replace(
+            "gradient_accumulation_steps = 1",
+            &format!("gradient_accumulation_steps = {accum}"),
+        )
+        .replace("packing_factor = 1", "packing_factor = 2")
+        .replace("global_batch_size = 64", "global_batch_size = 32");
+    assert!(text.contains("eval_interval_samples = 320") && text.contains("eval_samples = 128"));
+    let path = dir.join(format!("packed_accum{accum}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn args(cfg: &Path, data: &Path, log: &Path, dump: &Path) -> Vec<String> {
+    [
+        "bert",
+        "--division",
+        "open",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--seed",
+        "31",
+        "--log",
+        log.to_str().unwrap(),
+        "--dump-params",
+        dump.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The eval epoch_nums of a log (the sequences trained before each eval).
+fn eval_points(log: &Path) -> Vec<f64> {
+    parse_file(log)
+        .unwrap()
+        .with_key("eval_accuracy")
+        .map(|e| e.epoch_num().unwrap())
+        .collect()
+}
+
+#[test]
+fn two_process_packed_training_equals_one_process_accumulating_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // realistic lengths at 64 tokens
+    let out = Command::new(BIN)
+        .args(["data", "synth-bert", "--out"])
+        .arg(&data)
+        .args([
+            "--lengths",
+            "realistic",
+            "--seq-len",
+            "64",
+            "--sentences",
+            "16",
+            "--train-samples",
+            "2048",
+            "--eval-samples",
+            "128",
+            "--shards",
+            "2",
+            "--max-predictions",
+            "20",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    let (dp_log, dp_dump) = (dir.path().join("dp.txt"), dir.path().join("dp.safetensors"));
+    let dp = launch_command(2)
+        .args(args(&config(dir.path(), 1), &data, &dp_log, &dp_dump))
+        .env("MLPERF_RUN_DIST_TIMEOUT_S", "60")
+        .output()
+        .unwrap();
+    let dp_text = text(&dp);
+    for r in 0..2 {
+        assert!(
+            dp_text.contains(&format!("[rank {r}] run aborted: epoch limit reached")),
+            "{dp_text}"
+        );
+    }
+    let (one_log, one_dump) = (
+        dir.path().join("one.txt"),
+        dir.path().join("one.safetensors"),
+    );
+    let one = Command::new(BIN)
+        .args(args(&config(dir.path(), 2), &data, &one_log, &one_dump))
+        .output()
+        .unwrap();
+    assert!(
+        text(&one).contains("run aborted: epoch limit reached"),
+        "{}",
+        text(&one)
+    );
+
+    let (rank0, rank1, single) = (
+        load(&dp_dump),
+        load(&dir.path().join("dp.safetensors.rank1")),
+        load(&one_dump),
+    );
+    assert!(!rank0.is_empty());
+    let ranks = max_rel_diff(&rank0, &rank1);
+    let diff = max_rel_diff(&rank0, &single);
+    eprintln!("packed: rank 0 vs rank 1 {ranks:e}; 2 processes vs 1 accumulating {diff:e}");
+    assert_eq!(ranks, 0.0, "the ranks' parameters differ");
+    assert!(diff < 1e-5, "relative difference {diff:e}");
+    // the comparison can fail: one process with the step's 16 rows as one micro-batch (one mean
+    // over all their masked tokens, not the mean of two halves' means) ends elsewhere
+    let (full_log, full_dump) = (
+        dir.path().join("full.txt"),
+        dir.path().join("full.safetensors"),
+    );
+    let full = Command::new(BIN)
+        .args(args(&config(dir.path(), 1), &data, &full_log, &full_dump))
+        .output()
+        .unwrap();
+    assert!(
+        text(&full).contains("run aborted: epoch limit reached"),
+        "{}",
+        text(&full)
+    );
+    let control = max_rel_diff(&rank0, &load(&full_dump));
+    eprintln!("packed: 2 processes vs 1 on the whole step's rows {control:e}");
+    assert!(control > 1e-6, "{control:e}");
+    // the same sequences counted: each step's rows hold the same sequences either way
+    let (dp_points, one_points) = (eval_points(&dp_log), eval_points(&one_log));
+    assert_eq!(dp_points.len(), 2);
+    assert_eq!(dp_points, one_points);
+    // 20 steps of 16 rows: at least one sequence per row
+    assert!(dp_points[1] >= 320.0, "{dp_points:?}");
+    let verdict = check_log(
+        &parse_file(&dp_log).unwrap(),
+        &CheckOptions {
+            ruleset: Some("5.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+}
