@@ -16,6 +16,7 @@ fn spec(classes: usize, per_class: usize, val_per_class: usize, seed: u64) -> Sy
         min_size: 48,
         max_size: 80,
         quality: 90,
+        sizes: Default::default(),
     }
 }
 

@@ -11,4 +11,5 @@ mod common;
 mod bert_data;
 mod data_imagenet;
 mod data_synth;
+mod gpu_augment;
 mod prepare_imagenet;

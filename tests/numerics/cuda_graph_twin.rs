@@ -90,6 +90,7 @@ fn a_resnet_run_whose_warm_up_batches_are_all_short_captures_and_replays_the_ful
         min_size: 40,
         max_size: 56,
         quality: 90,
+        sizes: Default::default(),
     };
     mlperf_run::data::synth_imagenet::write_synth_imagenet(&data, &spec, false).unwrap();
     for class in ["n00000003", "n00000005", "n00000007"] {

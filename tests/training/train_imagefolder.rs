@@ -26,6 +26,7 @@ fn synth(dir: &Path) {
         min_size: 64,
         max_size: 96,
         quality: 90,
+        sizes: Default::default(),
     };
     write_synth_imagenet(dir, &spec, false).unwrap();
 }
