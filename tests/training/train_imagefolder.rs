@@ -97,3 +97,71 @@ fn tiny_jpeg_same_seed_same_loss_curve() {
     assert_eq!(a.evals, b.evals);
     assert_ne!(a.losses, c.losses, "a different seed gave the same curve");
 }
+
+/// The closed tiny JPEG run with the GPU data path asked for (`decoder = "nvjpeg"`, `augment =
+/// "gpu"`) on a machine where nvJPEG cannot load (here: `MLPERF_RUN_NVJPEG` names a missing
+/// file), through the CLI: one warning naming the reason and the fallback; a corrupt JPEG in the
+/// training set is skipped and named; the crops are resized on the "device" by the CPU twin of
+/// the device augmentation; the run reaches the closed target and its log passes our checker
+/// and the official one (4.0.0).
+#[test]
+fn tiny_jpeg_closed_with_the_gpu_data_path_falls_back_once_and_reaches_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    synth(&data);
+    common::train::spoil_first_image(&data.join("train/n00000003"));
+    let preset = common::train::preset("configs/resnet/tiny_cpu_jpeg.toml");
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert!(text.contains("decoder = \"cpu\"\n"), "the preset's decoder line moved");
+    let text = text.replace(
+        "decoder = \"cpu\"\n",
+        "decoder = \"nvjpeg\"\naugment = \"gpu\"\n",
+    );
+    let config = dir.path().join("tiny_gpu_data.toml");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("result_0.txt");
+    let t0 = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .env("MLPERF_RUN_NVJPEG", "/nonexistent/libnvjpeg.so.13")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .args(["resnet", "--division", "closed", "--config"])
+        .arg(&config)
+        .arg("--data")
+        .arg(&data)
+        .args(["--seed", "1234", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "tiny_cpu_jpeg closed, augment = gpu (CPU twin), nvjpeg missing: {:.1} s\n{stderr}",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let fallback = stderr
+        .matches("data.decoder = \"nvjpeg\" is unavailable")
+        .count();
+    assert_eq!(fallback, 1, "one warning for the fallback: {stderr}");
+    assert!(
+        stderr.contains("/nonexistent/libnvjpeg.so.13") && stderr.contains("on the CPU"),
+        "the warning names the reason and the fallback: {stderr}"
+    );
+    assert!(
+        stderr.contains("n00000003") && stderr.contains("unreadable"),
+        "the corrupt file is named: {stderr}"
+    );
+    let parsed = mlperf_run::mllog::parse_file(&log).unwrap();
+    assert_eq!(parsed.last("run_stop").unwrap().status(), Some("success"));
+    let acc = parsed.last("eval_accuracy").unwrap().value.as_f64().unwrap();
+    eprintln!("final eval_accuracy {acc:.3}");
+    assert!(acc >= 0.759, "{acc}");
+    let verdict = mlperf_run::rules::check_log(
+        &parsed,
+        &mlperf_run::rules::CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    common::official::assert_compliant("tiny_jpeg gpu data path", &log, "4.0.0");
+}
