@@ -349,6 +349,20 @@ impl ResnetRunConfig {
         if self.data.train_image_size < 8 || self.data.eval_image_size < 8 {
             bail!("data.train_image_size and data.eval_image_size must be at least 8");
         }
+        if let Some(l) = self.data.hw_decoder_load {
+            if !(0.0..=1.0).contains(&l) {
+                bail!(
+                    "data.hw_decoder_load must be within 0..1 (the share of each batch nvJPEG \
+                     decodes), got {l}"
+                );
+            }
+            if self.data.decoder != crate::data::imagenet::Decoder::Nvjpeg {
+                bail!(
+                    "data.hw_decoder_load is for data.decoder = \"nvjpeg\" (the share of each \
+                     batch it decodes): set the decoder or remove the key"
+                );
+            }
+        }
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
         }

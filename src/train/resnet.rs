@@ -5,13 +5,13 @@ use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConf
 use super::data::{
     Batch, BatchIter, FolderImages, FolderOptions, ImageData, Shard, SyntheticImages,
 };
-use crate::data::imagenet::device_augment::{DeviceAugment, PARAMS};
 use super::engine::{
     self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{self, Prefetcher};
 use crate::amp::{self, maybe_autocast, LowPrecision};
 use crate::cuda_graph::{GraphStats, StepGraphs};
+use crate::data::imagenet::device_augment::{DeviceAugment, PARAMS};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};

@@ -39,8 +39,7 @@ fn batches(loader: &Loader, epoch: u64, size: u32) -> Vec<Batch> {
 /// The twin's output for a device-augmented batch, back in pixel values: `[n, size, size, 3]`.
 fn twin(b: &Batch, compute: Kind, crops: &[DeviceCrop]) -> Tensor {
     let n = b.len() as i64;
-    let images =
-        Tensor::from_slice(&b.images).view([n, b.height as i64, b.width as i64, 3]);
+    let images = Tensor::from_slice(&b.images).view([n, b.height as i64, b.width as i64, 3]);
     let params = Tensor::from_slice(&DeviceAugment::params(crops)).view([n, PARAMS as i64]);
     let aug = DeviceAugment::new(Device::Cpu, Kind::Float, true)
         .unwrap()
@@ -52,8 +51,13 @@ fn twin(b: &Batch, compute: Kind, crops: &[DeviceCrop]) -> Tensor {
 
 /// PSNR in dB of one twin image (f32 pixel values) against the CPU path's u8 crop.
 fn psnr(twin: &Tensor, cpu: &[u8]) -> f64 {
-    let reference = Tensor::from_slice(cpu).to_kind(Kind::Float).view(twin.size().as_slice());
-    let mse = (twin - reference).square().mean(Kind::Double).double_value(&[]);
+    let reference = Tensor::from_slice(cpu)
+        .to_kind(Kind::Float)
+        .view(twin.size().as_slice());
+    let mse = (twin - reference)
+        .square()
+        .mean(Kind::Double)
+        .double_value(&[]);
     10.0 * (255.0f64 * 255.0 / mse.max(1e-12)).log10()
 }
 
@@ -155,8 +159,13 @@ fn gpu_augment_twin_matches_the_cpu_path_over_epochs_of_boxes_flips_and_both_siz
         c.crop.top -= c.crop.height / 5.0;
     });
     let (worst, mean) = summary("control: boxes shifted", &shifted);
-    assert!(worst < 30.0 && mean < 30.0, "shifted boxes still pass: {worst:.1} / {mean:.1} dB");
-    let unflipped = compare(&train, train_cfg, 0..1, 224, Kind::Float, |c| c.flip = !c.flip);
+    assert!(
+        worst < 30.0 && mean < 30.0,
+        "shifted boxes still pass: {worst:.1} / {mean:.1} dB"
+    );
+    let unflipped = compare(&train, train_cfg, 0..1, 224, Kind::Float, |c| {
+        c.flip = !c.flip
+    });
     let (worst, _) = summary("control: flips inverted", &unflipped);
     assert!(worst < 30.0, "inverted flips still pass: {worst:.1} dB");
 }

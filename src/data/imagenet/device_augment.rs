@@ -184,7 +184,9 @@ impl DeviceAugment {
         let inside = j.f_lt_tensor(extent)?.f_to_kind(Kind::Float)?;
         let t = (&j - center).f_div(&support)?.f_abs()?;
         let w = t.f_neg()?.f_add_scalar(1.0)?.f_clamp_min(0.0)? * inside;
-        let sum = w.f_sum_dim_intlist(-1, true, Kind::Float)?.f_clamp_min(1e-12)?;
+        let sum = w
+            .f_sum_dim_intlist(-1, true, Kind::Float)?
+            .f_clamp_min(1e-12)?;
         Ok(w.f_div(&sum)?.f_to_kind(self.compute)?)
     }
 }
@@ -245,7 +247,10 @@ mod tests {
                     let sx = if flip { 3 - x } else { x };
                     let want = (10 * y + sx + 50) as f64;
                     let got = out.double_value(&[0, y, x, 1]);
-                    assert!((got - want).abs() < 1e-3, "({x},{y}) flip {flip}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() < 1e-3,
+                        "({x},{y}) flip {flip}: {got} vs {want}"
+                    );
                 }
             }
         }

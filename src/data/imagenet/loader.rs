@@ -805,7 +805,9 @@ fn build_batch(
             images
                 .par_chunks_mut(per_image)
                 .zip(regions.into_par_iter())
-                .map(|(out, r)| r.and_then(|r| crop_resize_into(&r.image, r.crop, size, r.flip, out)))
+                .map(|(out, r)| {
+                    r.and_then(|r| crop_resize_into(&r.image, r.crop, size, r.flip, out))
+                })
                 .collect()
         }
         None => images

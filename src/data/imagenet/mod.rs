@@ -32,8 +32,6 @@ pub mod transform;
 
 pub use decode::{decode_jpeg, RgbImage};
 pub use folder::{ImageFolder, ImagenetDir, Sample};
-pub use loader::{
-    Augment, BadImage, Batch, Decoder, DeviceCrop, EpochIter, Loader, LoaderConfig,
-};
+pub use loader::{Augment, BadImage, Batch, Decoder, DeviceCrop, EpochIter, Loader, LoaderConfig};
 pub use region::{plan_region, region_at, JpegHeader, RegionPlan};
 pub use transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};

@@ -81,9 +81,15 @@ type FnBatched = unsafe extern "C" fn(
     *mut NvjpegImage,
     CudaStream,
 ) -> Status;
-type FnImageInfo =
-    unsafe extern "C" fn(Handle, *const u8, usize, *mut c_int, *mut c_int, *mut c_int, *mut c_int)
-        -> Status;
+type FnImageInfo = unsafe extern "C" fn(
+    Handle,
+    *const u8,
+    usize,
+    *mut c_int,
+    *mut c_int,
+    *mut c_int,
+    *mut c_int,
+) -> Status;
 
 struct Api {
     create_ex: FnCreateEx,
@@ -209,9 +215,11 @@ pub fn default_hw_load(backend: Backend, gpu_name: &str) -> f64 {
     match backend {
         Backend::Cuda => 0.5,
         Backend::Hardware => {
-            if ["H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200"]
-                .iter()
-                .any(|m| name.contains(m))
+            if [
+                "H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200",
+            ]
+            .iter()
+            .any(|m| name.contains(m))
             {
                 0.99
             } else {
@@ -669,7 +677,10 @@ impl Nvjpeg {
         if take.is_empty() {
             return Ok(out);
         }
-        let sizes: Vec<usize> = dims.iter().map(|&(w, h)| w as usize * h as usize * 3).collect();
+        let sizes: Vec<usize> = dims
+            .iter()
+            .map(|&(w, h)| w as usize * h as usize * 3)
+            .collect();
         let total: usize = sizes.iter().sum();
         self.ensure_device(total)?;
         let mut images = Vec::with_capacity(take.len());
@@ -797,9 +808,15 @@ mod tests {
 
     #[test]
     fn the_default_split_follows_the_gpu_model() {
-        assert_eq!(default_hw_load(Backend::Hardware, "NVIDIA H100 80GB HBM3"), 0.99);
+        assert_eq!(
+            default_hw_load(Backend::Hardware, "NVIDIA H100 80GB HBM3"),
+            0.99
+        );
         assert_eq!(default_hw_load(Backend::Hardware, "NVIDIA H200"), 0.99);
-        assert_eq!(default_hw_load(Backend::Hardware, "NVIDIA A100-SXM4-80GB"), 0.65);
+        assert_eq!(
+            default_hw_load(Backend::Hardware, "NVIDIA A100-SXM4-80GB"),
+            0.65
+        );
         assert_eq!(default_hw_load(Backend::Cuda, "NVIDIA L40S"), 0.5);
     }
 
