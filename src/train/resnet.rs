@@ -576,6 +576,14 @@ impl Workload for ResnetWorkload {
 
     fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
+        if let Some((gpu, all)) = self.data.decoder_split().filter(|&(_, all)| all > 0) {
+            // scripts/bench_gpu.sh part b reads this line (-v)
+            tracing::info!(
+                "decoder split: {gpu} of {all} images decoded by nvJPEG ({:.1}%), the rest by \
+                 the CPU decoder",
+                100.0 * gpu as f64 / all as f64
+            );
+        }
         let s = self.state.as_ref().context("the workload was not built")?;
         if let Some(ls) = s
             .loss_scale

@@ -1,7 +1,8 @@
 //! `mlperf-run data bench-imagenet` (hidden): time the training pipeline on an ImageFolder,
-//! for scripts/bench_data.sh.
+//! for scripts/bench_data.sh, and (with `--augment gpu --device cuda`) the data path alone up to
+//! the normalised fp16 tensor on the GPU, for scripts/bench_gpu.sh part e.
 
-use super::{Decoder, ImageFolder, Loader, LoaderConfig};
+use super::{Augment, Decoder, ImageFolder, Loader, LoaderConfig};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -34,14 +35,44 @@ pub struct BenchImagenetArgs {
     /// Fail (instead of measuring the CPU fallback) when the asked decoder cannot be used.
     #[arg(long)]
     pub require_decoder: bool,
+    /// Where crops are resized: cpu (the workers, u8 crops) or gpu (the workers decode each
+    /// crop's region; the batch hand-off copies the batch to --device and crops, resizes, flips
+    /// and normalises it there into fp16 channels-last: the training run's data path up to the
+    /// model's input). gpu needs the default build.
+    #[arg(long, default_value = "cpu")]
+    pub augment: Augment,
+    /// The device of --augment gpu: cpu (the CPU twin) or cuda / cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// With --decoder nvjpeg: the share of each batch nvJPEG decodes, the rest going to the CPU
+    /// region decoder at the same time (default: the GPU model's).
+    #[arg(long)]
+    pub hw_decoder_load: Option<f64>,
+}
+
+/// The CUDA device index of `--device` (None: the CPU).
+fn device_index(device: &str) -> Result<Option<usize>> {
+    match device {
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        d => d
+            .strip_prefix("cuda:")
+            .and_then(|i| i.parse().ok())
+            .map(Some)
+            .ok_or_else(|| anyhow::anyhow!("--device {d:?}: use cpu, cuda or cuda:N")),
+    }
 }
 
 pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
     let folder = ImageFolder::open(&args.dir)?;
+    let gpu = device_index(&args.device)?;
     let config = LoaderConfig {
         threads: args.threads,
         drop_last: false,
         decoder: args.decoder,
+        device_augment: args.augment == Augment::Gpu,
+        gpu,
+        hw_decoder_load: args.hw_decoder_load,
         crop: super::RandomResizedCrop {
             scale: (args.scale_min, 1.0),
             ..super::RandomResizedCrop::TORCHVISION
@@ -65,7 +96,10 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
     let unix_start = unix_now();
     let mut images = 0usize;
     let mut checksum = 0u64;
-    for epoch in 0..args.epochs {
+    if args.augment == Augment::Gpu {
+        images = on_device(&loader, &args, gpu)?;
+    }
+    for epoch in (0..args.epochs).filter(|_| args.augment == Augment::Cpu) {
         for batch in loader.epoch(epoch, args.size) {
             let batch = batch?;
             images += batch.len();
@@ -80,12 +114,22 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let (on_gpu, loaded) = loader.decoder_split();
     if args.json {
         let line = serde_json::json!({
-            "impl": format!("mlperf-run-data-{}", loader.decoder_in_use().as_str()),
+            "impl": format!(
+                "mlperf-run-data-{}{}",
+                loader.decoder_in_use().as_str(),
+                if args.augment == Augment::Gpu { "-gpu-augment" } else { "" }
+            ),
             "decoder_asked": args.decoder.as_str(),
             "decoder": loader.decoder_in_use().as_str(),
             "decoder_note": loader.decoder_note(),
+            "augment": args.augment.as_str(),
+            "device": args.device,
+            "hw_decoder_load": loader.hw_decoder_load(),
+            "decoded_on_gpu": on_gpu,
+            "decoded": loaded,
             "threads": args.threads,
             "images": images,
             "seconds": secs,
@@ -96,13 +140,63 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         return Ok(std::process::ExitCode::SUCCESS);
     }
     println!(
-        "mlperf-run pipeline ({} decoder): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
+        "mlperf-run pipeline ({} decoder, {on_gpu} of {loaded} images decoded by nvJPEG, augment \
+         on {}): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
         loader.decoder_in_use().as_str(),
+        if args.augment == Augment::Gpu {
+            args.device.as_str()
+        } else {
+            "cpu"
+        },
         images as f64 / secs,
         args.threads,
         images as f64 / secs / args.threads as f64
     );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `--augment gpu`: every timed epoch through the training run's batch hand-off to `device`
+/// and the device augmentation (fp16, channels-last), waited for at the end. Returns the images.
+#[cfg(feature = "torch")]
+fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> Result<usize> {
+    use super::device_augment::{DeviceAugment, PARAMS};
+    use crate::train::handoff::{self, Prefetcher};
+    let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
+    let aug = DeviceAugment::new(device, tch::Kind::Half, true)?;
+    let mut images = 0usize;
+    for epoch in 0..args.epochs {
+        let aug = aug.clone();
+        let mut batches = Prefetcher::spawn(
+            device,
+            2,
+            loader.epoch(epoch, args.size),
+            move |b: super::Batch, t| {
+                let (x, y) = handoff::image_batch(
+                    &b.images,
+                    &b.labels,
+                    b.height as usize,
+                    b.width as usize,
+                    t,
+                )?;
+                let n = b.len() as i64;
+                let p = t.tensor(&DeviceAugment::params(&b.crops), &[n, PARAMS as i64])?;
+                Ok((aug.apply(&x, &p, b.size as i64)?, y))
+            },
+        )?;
+        while let Some(b) = batches.next_batch() {
+            let (x, _) = b?;
+            images += x.size()[0] as usize;
+        }
+    }
+    if let Some(i) = gpu {
+        tch::Cuda::synchronize(i as i64);
+    }
+    Ok(images)
+}
+
+#[cfg(not(feature = "torch"))]
+fn on_device(_: &Loader, _: &BenchImagenetArgs, _: Option<usize>) -> Result<usize> {
+    anyhow::bail!("--augment gpu needs the default build (libtorch); this is the lite build")
 }
 
 fn unix_now() -> f64 {

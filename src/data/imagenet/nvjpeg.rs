@@ -158,10 +158,42 @@ fn candidates(explicit: Option<PathBuf>, sonames: &[&str]) -> Vec<PathBuf> {
         }
     }
     let mut out: Vec<PathBuf> = sonames.iter().map(PathBuf::from).collect();
-    for d in dirs {
+    for d in &dirs {
         out.extend(sonames.iter().map(|s| d.join(s)));
     }
+    // torchvision's CUDA wheel carries its own copies under hashed names
+    // (site-packages/torchvision.libs/libnvjpeg.<hash>.so.13)
+    for site in dirs.iter().filter_map(|d| d.parent()?.parent()?.parent()) {
+        for f in hashed_copies(&site.join("torchvision.libs"), sonames) {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
     out
+}
+
+/// The libraries in `dir` named as auditwheel renames them: `libnvjpeg.<hash>.so.13` for the
+/// soname `libnvjpeg.so.13` (sorted).
+fn hashed_copies(dir: &Path, sonames: &[&str]) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            sonames.iter().any(|s| {
+                let (stem, version) = s.split_once(".so").unwrap_or((s, ""));
+                name.starts_with(&format!("{stem}.")) && name.ends_with(&format!(".so{version}"))
+            })
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 fn open_first(what: &str, paths: &[PathBuf]) -> Result<(Library, PathBuf), String> {
@@ -841,6 +873,21 @@ mod tests {
         };
         let cut = cut_region(&whole, 4, &plan);
         assert_eq!(cut, [[11u8; 3], [12; 3], [21; 3], [22; 3]].concat());
+    }
+
+    #[test]
+    fn torchvisions_renamed_copies_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "libnvjpeg.36e11081.so.13",
+            "libcudart.faf08d9a.so.13",
+            "libnvjpeg.x.so.12",
+        ] {
+            std::fs::write(dir.path().join(f), b"").unwrap();
+        }
+        let found = hashed_copies(dir.path(), &["libnvjpeg.so.13"]);
+        assert_eq!(found, [dir.path().join("libnvjpeg.36e11081.so.13")]);
+        assert!(hashed_copies(&dir.path().join("missing"), &["libnvjpeg.so.13"]).is_empty());
     }
 
     #[test]
