@@ -169,3 +169,38 @@ fn gpu_augment_twin_matches_the_cpu_path_over_epochs_of_boxes_flips_and_both_siz
     let (worst, _) = summary("control: flips inverted", &unflipped);
     assert!(worst < 30.0, "inverted flips still pass: {worst:.1} dB");
 }
+
+/// A corrupt file in a device-augmented batch is skipped and named as on the CPU path: the batch
+/// comes out one image (and one crop box) short, the rest padded to its own largest region.
+#[test]
+fn gpu_augment_batches_skip_and_name_corrupt_files() {
+    let (_dir, train, _) = imagenet_like(4);
+    let bad = train.samples[0].path.clone();
+    std::fs::write(&bad, b"not a JPEG\n").unwrap();
+    let loader = Loader::new(
+        &train,
+        LoaderConfig {
+            device_augment: true,
+            drop_last: false,
+            max_bad_fraction: 0.5,
+            ..LoaderConfig::eval(train.len())
+        },
+    )
+    .unwrap();
+    let mut epoch = loader.epoch(0, 64);
+    let b = epoch.next().unwrap().unwrap();
+    assert_eq!(b.len(), train.len() - 1);
+    assert_eq!(b.crops.len(), b.len());
+    assert!(!b.indices.contains(&0));
+    assert_eq!(epoch.bad_images().len(), 1);
+    assert_eq!(epoch.bad_images()[0].path, bad);
+    assert_eq!(
+        b.images.len(),
+        b.len() * b.height as usize * b.width as usize * 3
+    );
+    let widest = b.crops.iter().map(|c| c.width).max().unwrap();
+    let tallest = b.crops.iter().map(|c| c.height).max().unwrap();
+    assert_eq!((b.width, b.height), (widest, tallest));
+    let out = twin(&b, Kind::Float, &b.crops);
+    assert_eq!(out.size(), [b.len() as i64, 64, 64, 3]);
+}
