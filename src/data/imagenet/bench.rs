@@ -48,6 +48,11 @@ pub struct BenchImagenetArgs {
     /// region decoder at the same time (default: the GPU model's).
     #[arg(long)]
     pub hw_decoder_load: Option<f64>,
+    /// With --augment gpu: before timing, compare this many batches with the CPU region
+    /// decoder's (the same boxes, both through the device op) and fail when an image is below
+    /// 30 dB PSNR: checks that the decoder's pixels are right, not only fast.
+    #[arg(long, default_value_t = 2)]
+    pub check_batches: usize,
 }
 
 /// The CUDA device index of `--device` (None: the CPU).
@@ -92,6 +97,27 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
     if let Some(batch) = loader.epoch(1000, args.size).next() {
         batch?;
     }
+    let psnr_worst = if args.augment == Augment::Gpu && args.check_batches > 0 {
+        let cpu = Loader::new(
+            &folder,
+            LoaderConfig {
+                decoder: Decoder::Cpu,
+                ..loader.config().clone()
+            },
+        )?;
+        let worst = check_against(&loader, &cpu, &args, gpu)?;
+        if worst < 30.0 {
+            anyhow::bail!(
+                "the {} decoder's crops differ from the CPU region decoder's: worst PSNR \
+                 {worst:.1} dB over {} batch(es) (30 dB expected)",
+                loader.decoder_in_use().as_str(),
+                args.check_batches
+            );
+        }
+        Some(worst)
+    } else {
+        None
+    };
     let start = std::time::Instant::now();
     let unix_start = unix_now();
     let mut images = 0usize;
@@ -130,6 +156,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
             "hw_decoder_load": loader.hw_decoder_load(),
             "decoded_on_gpu": on_gpu,
             "decoded": loaded,
+            "psnr_vs_cpu_worst_db": psnr_worst.filter(|p| p.is_finite()),
             "threads": args.threads,
             "images": images,
             "seconds": secs,
@@ -192,6 +219,51 @@ fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> R
         tch::Cuda::synchronize(i as i64);
     }
     Ok(images)
+}
+
+/// The worst per-image PSNR (dB) of `loader`'s first `--check-batches` batches against `cpu`'s
+/// (the same boxes), both through the device op in fp32 on the bench's device.
+#[cfg(feature = "torch")]
+fn check_against(
+    loader: &Loader,
+    cpu: &Loader,
+    args: &BenchImagenetArgs,
+    gpu: Option<usize>,
+) -> Result<f64> {
+    use super::device_augment::{denormalize, DeviceAugment, PARAMS};
+    use tch::{Kind, Tensor};
+    let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
+    let aug = DeviceAugment::new(device, Kind::Float, false)?;
+    let pixels = |b: &super::Batch| -> Result<Tensor> {
+        let n = b.len() as i64;
+        let x = Tensor::f_from_slice(&b.images)?
+            .f_view([n, b.height as i64, b.width as i64, 3])?
+            .f_to_device(device)?;
+        let p = Tensor::f_from_slice(&DeviceAugment::params(&b.crops))?
+            .f_view([n, PARAMS as i64])?
+            .f_to_device(device)?;
+        denormalize(&aug.apply(&x, &p, b.size as i64)?)
+    };
+    let mut worst = f64::INFINITY;
+    let pairs = loader.epoch(0, args.size).zip(cpu.epoch(0, args.size));
+    for (a, b) in pairs.take(args.check_batches) {
+        let (a, b) = (a?, b?);
+        if a.indices != b.indices {
+            anyhow::bail!("the two decoders kept different images of a batch (unreadable files?)");
+        }
+        let mse = (pixels(&a)? - pixels(&b)?)
+            .f_square()?
+            .f_mean_dim(&[1i64, 2, 3][..], false, Kind::Double)?
+            .f_max()?
+            .f_double_value(&[])?;
+        worst = worst.min(10.0 * (255.0f64 * 255.0 / mse).log10());
+    }
+    Ok(worst)
+}
+
+#[cfg(not(feature = "torch"))]
+fn check_against(_: &Loader, _: &Loader, _: &BenchImagenetArgs, _: Option<usize>) -> Result<f64> {
+    anyhow::bail!("--augment gpu needs the default build (libtorch); this is the lite build")
 }
 
 #[cfg(not(feature = "torch"))]
