@@ -130,11 +130,10 @@ impl DeviceAugment {
         let wx = self.weights(&left, &crop_w, &region_w, Some(&flip), size, w)?;
         let wy = self.weights(&top, &crop_h, &region_h, None, size, h)?;
         // horizontal pass: [n, size, W] x [n, W, H*3] -> [n, size(x), H, 3]
-        let x = images
-            .f_permute([0, 2, 1, 3])?
-            .f_to_kind(self.compute)?
-            .f_contiguous()?
-            .f_view([n, w, h * 3])?;
+        // one pass: the cast and the transpose together
+        let mut x = Tensor::f_empty([n, w, h, 3], (self.compute, self.device))?;
+        x.f_copy_(&images.f_permute([0, 2, 1, 3])?)?;
+        let x = x.f_view([n, w, h * 3])?;
         let x = wx.f_bmm(&x)?.f_view([n, size, h, 3])?;
         // vertical pass: [n, size, H] x [n, H, size*3] -> [n, size(y), size(x), 3], NHWC
         let x = x

@@ -468,7 +468,7 @@ impl Loader {
 }
 
 /// Log `message` as a warning once per process (the same text again is dropped).
-fn warn_once(message: &str) {
+pub(crate) fn warn_once(message: &str) {
     static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let first = SEEN
         .lock()

@@ -426,10 +426,12 @@ impl Nvjpeg {
                      (nvjpegCreateEx status {rc}) and the CUDA decoder failed too (status {rc2})"
                 ));
             }
-            tracing::info!(
+            // one warning per process (each loader loads a decoder)
+            super::loader::warn_once(&format!(
                 "GPU {gpu} ({gpu_name}) has no hardware JPEG decoder nvJPEG can use \
-                 (nvjpegCreateEx status {rc}): decoding with nvJPEG's CUDA decoder"
-            );
+                 (nvjpegCreateEx with the hardware backend returned status {rc}): decoding \
+                 with nvJPEG's CUDA decoder (Huffman on the CPU, the rest on the GPU) instead"
+            ));
         }
         let mut me = Nvjpeg {
             api,
