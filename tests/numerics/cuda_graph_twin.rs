@@ -273,7 +273,10 @@ fn device_augmented_batches_go_through_the_graph_twin_bit_identically() {
         "resnet/tiny_cpu_jpeg.toml",
         "amp = \"fp16\"\nchannels_last = true\nfused_bn_relu = true",
     )
-    .replace("decoder = \"cpu\"\n", "decoder = \"cpu\"\naugment = \"gpu\"\n");
+    .replace(
+        "decoder = \"cpu\"\n",
+        "decoder = \"cpu\"\naugment = \"gpu\"\n",
+    );
     let mut cfg = ResnetRunConfig::parse(&text, Division::Open).unwrap();
     assert_eq!(cfg.data.augment, mlperf_run::data::imagenet::Augment::Gpu);
     every_epoch(&mut cfg, 3);

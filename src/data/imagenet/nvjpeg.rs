@@ -145,16 +145,25 @@ fn candidates(explicit: Option<PathBuf>, sonames: &[&str]) -> Vec<PathBuf> {
         dirs.push(Path::new(&home).join("lib64"));
     }
     dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    // the Python environments' site-packages: the venvs named in the environment, and those of
+    // the torch whose lib folder is on LD_LIBRARY_PATH (how scripts/bench_gpu.sh runs a bundle)
+    let mut sites: Vec<PathBuf> = Vec::new();
     for venv in ["MLPERF_RUN_VENV", "VIRTUAL_ENV"]
         .iter()
         .filter_map(std::env::var_os)
     {
         let lib = Path::new(&venv).join("lib");
         for py in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
-            let nvidia = py.path().join("site-packages/nvidia");
-            for sub in ["cu13/lib", "nvjpeg/lib", "cuda_runtime/lib"] {
-                dirs.push(nvidia.join(sub));
-            }
+            sites.push(py.path().join("site-packages"));
+        }
+    }
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        sites.extend(std::env::split_paths(&paths).filter_map(torch_site_packages));
+    }
+    for site in sites {
+        let nvidia = site.join("nvidia");
+        for sub in ["cu13/lib", "nvjpeg/lib", "cuda_runtime/lib"] {
+            dirs.push(nvidia.join(sub));
         }
     }
     let mut out: Vec<PathBuf> = sonames.iter().map(PathBuf::from).collect();
@@ -171,6 +180,14 @@ fn candidates(explicit: Option<PathBuf>, sonames: &[&str]) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The site-packages folder of a torch whose library folder is `lib` (`.../site-packages/torch/lib`).
+fn torch_site_packages(lib: PathBuf) -> Option<PathBuf> {
+    let torch = lib.parent()?;
+    (lib.file_name()? == "lib" && torch.file_name()? == "torch")
+        .then(|| torch.parent())?
+        .map(Path::to_path_buf)
 }
 
 /// The libraries in `dir` named as auditwheel renames them: `libnvjpeg.<hash>.so.13` for the
@@ -875,6 +892,14 @@ mod tests {
         };
         let cut = cut_region(&whole, 4, &plan);
         assert_eq!(cut, [[11u8; 3], [12; 3], [21; 3], [22; 3]].concat());
+    }
+
+    #[test]
+    fn a_torch_lib_folder_leads_to_its_site_packages() {
+        let site = torch_site_packages(PathBuf::from("/v/lib/python3.12/site-packages/torch/lib"));
+        assert_eq!(site, Some(PathBuf::from("/v/lib/python3.12/site-packages")));
+        assert_eq!(torch_site_packages(PathBuf::from("/usr/lib")), None);
+        assert_eq!(torch_site_packages(PathBuf::from("/opt/bundle/lib")), None);
     }
 
     #[test]
