@@ -286,11 +286,11 @@ fn generate_benchmark_data() {
     std::fs::write(&dest, body).unwrap_or_else(|e| panic!("cannot write {}: {e}", dest.display()));
 }
 
-/// The ImageNet loader's region decoder (src/data/imagenet/jpeg_region.c) on libjpeg-turbo's
+/// The ImageNet loader's region decoder (shim/jpeg_region.c) on libjpeg-turbo's
 /// libjpeg API (Debian's libjpeg62-turbo-dev; `scripts/setup.sh` installs it). Built with and
 /// without the `torch` feature.
 fn compile_jpeg_region() {
-    let source = "src/data/imagenet/jpeg_region.c";
+    let source = "shim/jpeg_region.c";
     println!("cargo:rerun-if-changed={source}");
     if !Path::new("/usr/include/jpeglib.h").exists()
         && !Path::new("/usr/local/include/jpeglib.h").exists()

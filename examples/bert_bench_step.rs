@@ -49,14 +49,14 @@ mod common;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use mlperf_run::amp::{maybe_autocast, LowPrecision};
-use mlperf_run::cuda_graph::StepGraphs;
 use mlperf_run::data::bert::{
     shard_files, step_attention_mask, step_mask_slot, Shard, TrainLoader,
 };
+use mlperf_run::fused::varlen_attention::{varlen_failed, VarlenPath};
+use mlperf_run::gpu::amp::{maybe_autocast, LowPrecision};
+use mlperf_run::gpu::cuda_graph::StepGraphs;
 use mlperf_run::methods::BertMethods;
 use mlperf_run::models::bert::{pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
-use mlperf_run::models::varlen_attention::{varlen_failed, VarlenPath};
 use mlperf_run::optim::lamb::{Lamb, LambConfig};
 use mlperf_run::optim::{Optimizer, ParamGroups};
 use std::time::{Instant, SystemTime};
@@ -236,7 +236,7 @@ fn main() -> Result<()> {
     let (mut t_window, mut w0) = (Instant::now(), unix_now());
     for i in 0..a.warmup + a.steps {
         if i == a.warmup {
-            mlperf_run::cuda::synchronize(dev);
+            mlperf_run::gpu::cuda::synchronize(dev);
             (t_window, w0) = (Instant::now(), unix_now());
         }
         let t0 = Instant::now();
@@ -278,7 +278,7 @@ fn main() -> Result<()> {
             ]);
         }
     }
-    mlperf_run::cuda::synchronize(dev);
+    mlperf_run::gpu::cuda::synchronize(dev);
     let window = t_window.elapsed().as_secs_f64();
     let w1 = unix_now();
     let last = loss.double_value(&[]);

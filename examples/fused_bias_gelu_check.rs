@@ -21,8 +21,8 @@ mod common;
 use anyhow::{bail, Result};
 use clap::Parser;
 use common::{OpShape, OpShapeArgs};
-use mlperf_run::amp::{maybe_autocast, LowPrecision};
-use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
+use mlperf_run::fused::bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
+use mlperf_run::gpu::amp::{maybe_autocast, LowPrecision};
 use tch::{Kind, Tensor};
 
 /// cuBLASLt's fused bias + GELU feed-forward op against the composite path.

@@ -28,7 +28,7 @@ mod common;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use mlperf_run::methods::fused_bn_relu;
+use mlperf_run::fused::bn_relu;
 use mlperf_run::models::to_channels_last;
 use std::time::Instant;
 use tch::nn;
@@ -112,13 +112,13 @@ fn one(
     let x = x0.detach().set_requires_grad(true);
     let z = z0.map(|z| z.detach().set_requires_grad(true));
     for p in [bn.ws.as_ref(), bn.bs.as_ref()].into_iter().flatten() {
-        mlperf_run::amp::set_grad_none(p)?;
+        mlperf_run::gpu::amp::set_grad_none(p)?;
     }
     let device = x0.device();
-    mlperf_run::cuda::synchronize(device);
+    mlperf_run::gpu::cuda::synchronize(device);
     let t0 = Instant::now();
     let y = if fused {
-        fused_bn_relu::f_bn_add_relu(&x, z.as_ref(), bn, MOMENTUM, EPS, true)?
+        bn_relu::f_bn_add_relu(&x, z.as_ref(), bn, MOMENTUM, EPS, true)?
     } else {
         let mut y = x.apply_t(bn, true);
         if let Some(z) = &z {
@@ -129,7 +129,7 @@ fn one(
     };
     // both sides pay the same sum(y * gy) to get a non-uniform upstream gradient
     (&y * gy).sum(Kind::Float).backward();
-    mlperf_run::cuda::synchronize(device);
+    mlperf_run::gpu::cuda::synchronize(device);
     let secs = t0.elapsed().as_secs_f64();
     let side = Side {
         y: y.detach(),
@@ -178,7 +178,7 @@ fn main() -> Result<()> {
         a.batch,
         a.size,
         a.rounds,
-        fused_bn_relu::cudnn_compiled()
+        bn_relu::cudnn_compiled()
     );
     tch::manual_seed(0);
     let mut failed = Vec::new();
@@ -195,14 +195,14 @@ fn main() -> Result<()> {
             // both sides start from the same BN state (fresh var stores)
             let (vs_f, vs_u) = (nn::VarStore::new(a.device), nn::VarStore::new(a.device));
             let (bn_f, bn_u) = (new_bn(&vs_f, c), new_bn(&vs_u, c));
-            let path = match fused_bn_relu::cudnn_eligible(&x, z.as_ref(), &bn_f)? {
+            let path = match bn_relu::cudnn_eligible(&x, z.as_ref(), &bn_f)? {
                 Ok(()) => "cuDNN eligible".to_string(),
                 Err(why) => format!("composite ({why})"),
             };
             // first call of each side: the compared results (same state on both sides)
-            let (before, _) = fused_bn_relu::counts();
+            let (before, _) = bn_relu::counts();
             let (f, _) = one(true, &bn_f, &x, z.as_ref(), &gy)?;
-            let (after, _) = fused_bn_relu::counts();
+            let (after, _) = bn_relu::counts();
             let (u, _) = one(false, &bn_u, &x, z.as_ref(), &gy)?;
             let vs_r = nn::VarStore::new(a.device);
             let bn_r = new_bn(&vs_r, c);
@@ -222,13 +222,13 @@ fn main() -> Result<()> {
                 failed.push(format!(
                     "{kind:?} C={c} {hw}x{hw} residual={residual}: eligible for cuDNN but ran \
                      composite ({})",
-                    fused_bn_relu::fallback_reason().unwrap_or_default()
+                    bn_relu::fallback_reason().unwrap_or_default()
                 ));
             }
             let ran = if ran_cudnn {
                 "ran on cuDNN".to_string()
             } else {
-                match fused_bn_relu::fallback_reason() {
+                match bn_relu::fallback_reason() {
                     Some(r) if path == "cuDNN eligible" => format!("ran composite: {r}"),
                     _ => "ran composite".to_string(),
                 }
@@ -321,9 +321,9 @@ fn main() -> Result<()> {
             t_unfused / t_fused
         );
     }
-    let (cudnn, composite) = fused_bn_relu::counts();
+    let (cudnn, composite) = bn_relu::counts();
     println!("fused op training calls: {cudnn} on cuDNN, {composite} composite");
-    if let Some(r) = fused_bn_relu::fallback_reason() {
+    if let Some(r) = bn_relu::fallback_reason() {
         println!("fallback: {r}");
     }
     if !failed.is_empty() {

@@ -28,10 +28,10 @@ mod common;
 use anyhow::{bail, Result};
 use clap::Parser;
 use common::{OpShape, OpShapeArgs};
-use mlperf_run::amp::{maybe_autocast, LowPrecision};
-use mlperf_run::models::fused_epilogue::{
+use mlperf_run::fused::epilogue::{
     bias_dropout_add_ln, dense_bias_gelu, dense_dropout_add_ln, kernel_built, Epilogue, FusedPath,
 };
+use mlperf_run::gpu::amp::{maybe_autocast, LowPrecision};
 use tch::{Kind, Tensor};
 
 /// The fused epilogue ops against their composite paths.

@@ -34,8 +34,8 @@ mod common;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use mlperf_run::cuda_graph::{GraphStats, DEFAULT_WARMUP_STEPS};
 use mlperf_run::data::rng::Rng;
+use mlperf_run::gpu::cuda_graph::{GraphStats, DEFAULT_WARMUP_STEPS};
 use mlperf_run::methods::ResnetMethods;
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::data::{Batch, BatchIter, ImageData, Shard};
@@ -372,7 +372,8 @@ weight_decay = 0.00005
     opts.log_path = Some(dir.join("bench_log.txt"));
     opts.distributed_from_env = false;
     if a.methods.cuda_graph && !a.device.is_cuda() {
-        opts.emulate_cuda_graph = Some(mlperf_run::cuda_graph::DEFAULT_WARMUP_STEPS);
+        opts.test_hooks.emulate_cuda_graph =
+            Some(mlperf_run::gpu::cuda_graph::DEFAULT_WARMUP_STEPS);
     }
     let out = engine::run_once(&mut w, opts)?;
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,4 +1,4 @@
-//! GPU check of unpadded attention (`methods.unpad`, `src/models/varlen_attention.rs`):
+//! GPU check of unpadded attention (`methods.unpad`, `src/fused/varlen_attention.rs`):
 //! FlashAttention's varlen kernel against the scatter path (q/k/v scattered to `[B, S]`, SDPA
 //! with the key-padding mask, rows gathered back) at BERT-Large shapes in bf16, without dropout
 //! so both compute the same thing: max abs / rel differences of the output and of the q, k and v
@@ -19,7 +19,7 @@ mod common;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use mlperf_run::models::varlen_attention::{forward_backward, Packing, VarlenPath};
+use mlperf_run::fused::varlen_attention::{forward_backward, Packing, VarlenPath};
 use tch::{Device, Kind, Tensor};
 
 /// FlashAttention's varlen kernel against the scatter path on packed sequences.

@@ -81,6 +81,17 @@
 #      timed epoch, one image short): the graph is captured cold on the full shape with cuDNN
 #      benchmark mode off, the short batches run eagerly beside it; the row fails unless the
 #      graph's counts are exactly that (the report prints them)
+#   m) (only with --only m or --only ...,m; once) the multi-process paths executed on the one GPU
+#      (scripts/bench/multiprocess_check.py, issue 35): 2 ranks of `mlperf-run launch` share the
+#      GPU in the test mode MLPERF_RUN_TEST_SHARE_GPU=1 (Gloo over CUDA tensors; NCCL refuses two
+#      ranks on one device) and must end with the same parameters as 1 process accumulating the
+#      same 2 micro-batches (ranks bit for bit; the process within 2e-3, cuDNN's weight gradients
+#      being nondeterministic), the overlapped all-reduce equal to the blocking one, a killed rank
+#      must end the other (aborted) within 60 s; NCCL in a group of one
+#      (MLPERF_RUN_TEST_GROUP_OF_ONE=1) with the all-reduce captured in the CUDA graph equals no
+#      group; a CUDA graph with GPU-sharing ranks and a second rank without the test mode are
+#      refused, naming the fix; no output shows a panic or a destroy_process_group warning.
+#      A PASS/FAIL line per check under the table (with --smoke: the same checks over Gloo on the CPU)
 #   plus a bf16 8192^3 matmul (torch) for MFU, nvidia-smi utilization.gpu sampled every 200 ms
 #   (the mean inside each timed window is reported), and with --ncu kernels per step (ncu).
 #
@@ -94,8 +105,8 @@
 #                first round starts while less than S seconds have passed); what was left out
 #                is listed under the table. The table and the packed logs are written after
 #                every round, so a call cut off by a harder limit keeps its finished rounds
-#   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part), in the order a, k, b, e,
-#                f, g, h, v, c, d, ncu: the fused ops' checks before the BERT step that uses them
+#   --only LIST  parts to run (default a,b,c,d; `ncu` = the --ncu part), in the order m, a, k, b,
+#                e, f, g, h, v, c, d, ncu: the fused ops' checks before the BERT step that uses them
 #   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
 #                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
 #                mlperf-run, mlperf-run cuda-graph fused-epilogues, ... fused-qkv bf16-residual,
@@ -153,7 +164,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
 for p in ${only//,/ }; do
-  case "$p" in a|b|c|d|e|f|g|h|k|v|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k, v and ncu, not $p" ;; esac
+  case "$p" in a|b|c|d|e|f|g|h|k|m|v|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k, m, v and ncu, not $p" ;; esac
 done
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
 case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
@@ -398,6 +409,16 @@ C_M="amp=bf16"
 
 # ---- matmul peak (for MFU) -----------------------------------------------------------------------
 measure mm torch-matmul-bf16 1 json "" -- "$PYTHON" "$bench_py/gpu_report.py" matmul "${MM[@]}"
+
+# ---- m) the multi-process paths on the one GPU (opt-in, once) -----------------------------------
+if want m; then
+  if round_start m "$first_round" "$first_round"; then
+    echo "== m: the multi-process checks (scripts/bench/multiprocess_check.py)" >&2
+    "$PYTHON" "$bench_py/multiprocess_check.py" --bin "$MR" --configs "$cfg_dir" --device "$dev" \
+      --work "$raw/logs/m" --ld-library-path "$ours_ld" --append "$out/results.jsonl" >&2
+    round_end
+  fi
+fi
 
 # ---- a) ResNet-50 step -------------------------------------------------------------------------
 if want a; then

@@ -1,5 +1,5 @@
 // mlperf-run's c10d shim: a process group (TCPStore rendezvous + Gloo or NCCL backend) with
-// allreduce, broadcast and barrier, behind a small C API for Rust (src/dist/ffi.rs).
+// allreduce, broadcast and barrier, behind a small C API for Rust (src/shim/dist.rs).
 //
 // Rules of this file: no C++ exception crosses the C boundary (every entry point catches and
 // returns the message through `err`, see error.hpp); every collective waits

@@ -1,7 +1,7 @@
 // Error passing shared by mlperf-run's C++ shims (dist.cpp, tensor.cpp): no C++ exception may
 // cross the C boundary, so entry points run their body through mr::catching, which returns -1
 // and hands the message back through `err` as a malloc'd C string. Rust takes it with
-// src/shim_error.rs, which frees it with mr_free_str (tensor.cpp).
+// src/shim/error.rs, which frees it with mr_free_str (tensor.cpp).
 #pragma once
 
 #include <c10/util/Exception.h>

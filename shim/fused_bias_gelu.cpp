@@ -1,5 +1,5 @@
 // mlperf-run's fused feed-forward matmuls with bias + GELU in cuBLASLt's epilogues, for BERT's
-// open-division method `methods.fused_bias_gelu` (src/models/fused_bias_gelu.rs):
+// open-division method `methods.fused_bias_gelu` (src/fused/bias_gelu.rs):
 //
 //   y = gelu_tanh(x W1^T + b1)    z = y W2^T
 //   x [M, H], W1 [I, H], b1 [I], W2 [H2, I], z [M, H2]

@@ -1,5 +1,5 @@
 // mlperf-run's fused batch norm + (residual add) + ReLU, y = relu(bn(x) + z), as one autograd
-// op for ResNet's method `methods.fused_bn_relu` (both divisions) (src/methods/fused_bn_relu.rs).
+// op for ResNet's method `methods.fused_bn_relu` (both divisions) (src/fused/bn_relu.rs).
 //
 // Two paths behind one pair of torch::autograd::Functions (BnRelu, BnAddRelu):
 //

@@ -1,5 +1,5 @@
 // mlperf-run's fused epilogue shim: BERT's "bias + dropout + residual + LayerNorm" as ONE autograd
-// op (src/models/fused_epilogue.rs), i.e.
+// op (src/fused/epilogue.rs), i.e.
 //
 //   s = residual + dropout(h + bias, p)        y = LayerNorm(s) * gamma + beta
 //
@@ -74,7 +74,7 @@ constexpr const char* kKernelNames[kKernelCount] = {
     "mr_fe_forward_v4",        "mr_fe_backward_v4",        "mr_fe_colsum_final",
     "mr_fe_bias_gelu_forward", "mr_fe_bias_gelu_backward", "mr_fe_qkv_grad"};
 
-// dtype codes shared with Rust (src/models/fused_epilogue.rs): 0 fp32, 1 bf16, 2 fp16
+// dtype codes shared with Rust (src/fused/epilogue.rs): 0 fp32, 1 bf16, 2 fp16
 const char* type_name(int code) {
   switch (code) {
     case 0: return "F32";
@@ -1120,7 +1120,7 @@ struct BiasGelu : public torch::autograd::Function<BiasGelu> {
 
 
 // The epilogue's arguments, shared by both entry points (mirrored by EpilogueArgs in
-// src/models/fused_epilogue.rs): residual, LayerNorm gamma / beta, an optional keep-mask (null:
+// src/fused/epilogue.rs): residual, LayerNorm gamma / beta, an optional keep-mask (null:
 // a fresh draw), dropout p, train (0/1), LayerNorm eps, and the path mode: 0 auto (the kernel
 // where usable), 1 composite, 2 kernel (an error when unusable), 3 the kernels on the CPU
 // emulator (tests; an error when unusable).

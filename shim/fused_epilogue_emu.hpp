@@ -1,6 +1,6 @@
 // The fused epilogue's CUDA kernels (shim/fused_epilogue.cu) run by the CPU emulator of CUDA's
 // execution model (shim/cuda_emu.hpp): the `FusedPath::Emulated` path of
-// src/models/fused_epilogue.rs, for tests of the kernels without a GPU.
+// src/fused/epilogue.rs, for tests of the kernels without a GPU.
 #pragma once
 
 #include "fused_epilogue_kernels.hpp"

@@ -1,5 +1,5 @@
 // mlperf-run's CUDA graph shim: capture a whole training step into a CUDA graph and replay it
-// (at::cuda::CUDAGraph, the class behind torch.cuda.CUDAGraph), for src/cuda_graph.rs.
+// (at::cuda::CUDAGraph, the class behind torch.cuda.CUDAGraph), for src/gpu/cuda_graph.rs.
 //
 // Compiled with the CUDA headers only (cargo feature `cuda`; build.rs finds them as for NCCL).
 // Without the feature the same C entry points exist but refuse with a message that says how to

@@ -1,5 +1,5 @@
 // mlperf-run's tensor shim: the few libtorch calls that tch 0.24 does not expose, behind a C API
-// for Rust (src/amp.rs, src/optim/mod.rs).
+// for Rust (src/gpu/amp.rs, src/optim/mod.rs).
 //
 // - Autocast for any device type and dtype (tch only toggles CUDA autocast with fp16):
 //   mr_autocast_enter saves the device's state, enables autocast with the dtype and bumps the

@@ -1,5 +1,5 @@
 // Attention over packed variable-length sequences, for BERT's methods.unpad on a GPU
-// (src/models/varlen_attention.rs): FlashAttention-2's varlen kernel through ATen's
+// (src/fused/varlen_attention.rs): FlashAttention-2's varlen kernel through ATen's
 // _flash_attention_forward, which tch does not expose. The sequences' tokens lie one after
 // another ([T, heads, head_dim]); cu_seqlens ([B + 1] int32, on the device) holds where each
 // starts. Attention stays inside a sequence, so no padding is scattered in and no mask is read.

@@ -71,10 +71,10 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitCode> {
     let configs = out.join("configs");
     let resnet_cfg = configs.join("resnet_tiny_cpu_open.toml");
     let bert_cfg = configs.join("bert_tiny_cpu_open.toml");
-    crate::fsutil::write_atomic(&resnet_cfg, RESNET_CONFIG.as_bytes())?;
-    crate::fsutil::write_atomic(&bert_cfg, BERT_CONFIG.as_bytes())?;
+    crate::util::fs::write_atomic(&resnet_cfg, RESNET_CONFIG.as_bytes())?;
+    crate::util::fs::write_atomic(&bert_cfg, BERT_CONFIG.as_bytes())?;
     let system_cfg = configs.join("system_cpu_only.toml");
-    crate::fsutil::write_atomic(&system_cfg, SYSTEM_CONFIG.as_bytes())?;
+    crate::util::fs::write_atomic(&system_cfg, SYSTEM_CONFIG.as_bytes())?;
 
     let bert_data = out.join("data/bert");
     if !bert_data.join("vocab.txt").exists() {

@@ -10,27 +10,26 @@
 //! - [`submission`]: system description, submitter tree, tarball, verify
 //! - [`train`], [`models`], [`optim`], [`dist`]: training on libtorch (feature `torch`)
 //! - [`data`]: data pipelines and synthetic data sets
-//! - [`fsutil`]: atomic file writes
+//! - [`gpu`]: autocast regions, CUDA streams and events, whole-step CUDA graphs
+//! - [`fused`]: the fused ops (fused BN+ReLU, the encoder epilogues, bias+GELU, varlen
+//!   attention), each a fast kernel with a reference path
+//! - `shim`: the C++ shim's FFI declarations (one file per `shim/*.cpp`) and its error call
+//! - [`cli`]: the subcommands' arguments, dispatch and exit statuses
+//! - [`util`]: atomic file writes, interrupts, logging set-up
 //! - [`cpu_bind`]: which CPUs each training process of a node runs on (`[system] cpu_bind`)
-//! - [`amp`]: autocast regions (bf16 on GPU, and its CPU twin) through the C++ shim
 
-#[cfg(feature = "torch")]
-pub mod amp;
 pub mod benchmarks;
 pub mod cli;
 pub mod cpu_bind;
-#[cfg(feature = "torch")]
-pub mod cuda;
-#[cfg(feature = "torch")]
-pub mod cuda_graph;
 pub mod data;
 pub mod demo;
 #[cfg(feature = "torch")]
 pub mod dist;
-pub mod fsutil;
-pub mod interrupt;
+#[cfg(feature = "torch")]
+pub mod fused;
+#[cfg(feature = "torch")]
+pub mod gpu;
 pub mod launch;
-pub mod logging;
 pub mod methods;
 pub mod mllog;
 #[cfg(feature = "torch")]
@@ -42,7 +41,7 @@ pub mod regress;
 pub mod rules;
 pub mod runs;
 pub mod score;
-#[cfg(feature = "torch")]
-mod shim_error;
+mod shim;
 pub mod submission;
 pub mod train;
+pub mod util;

@@ -10,8 +10,8 @@
 //! combined spread ([`limits`]).
 
 use crate::cli::ExitStatus;
-use crate::fsutil;
 use crate::score::{self, ScoreOptions, SetScore, Spread};
+use crate::util::fs as fsutil;
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets, Table};
 use std::path::{Path, PathBuf};

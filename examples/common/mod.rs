@@ -102,10 +102,10 @@ pub fn time_rounds<T>(
     let mut times = Vec::with_capacity(rounds);
     let mut last = None;
     for i in 0..warmup + rounds.max(1) {
-        mlperf_run::cuda::synchronize(device);
+        mlperf_run::gpu::cuda::synchronize(device);
         let t0 = std::time::Instant::now();
         last = Some(f()?);
-        mlperf_run::cuda::synchronize(device);
+        mlperf_run::gpu::cuda::synchronize(device);
         if i >= warmup {
             times.push(t0.elapsed().as_secs_f64());
         }

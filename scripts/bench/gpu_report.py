@@ -269,6 +269,7 @@ PARTS = {
     "k": "k) short batches beside a CUDA graph: ResNet-50 step, the warm-up's batches and one later one image short",
     "h": "h) fused feed-forward op (1024 -> 4096 + bias + GELU -> 1024, fwd+bwd): cuBLASLt epilogues vs composite vs linear + erf GELU + linear",
     "v": "v) unpadded attention (56 x 512, half real, fwd+bwd, bf16): FlashAttention varlen vs scatter + SDPA with mask",
+    "m": "m) the multi-process paths on one GPU (scripts/bench/multiprocess_check.py: 2 ranks sharing it through Gloo, NCCL in a group of one)",
     "ncu": "ncu) kernels per training step",
     "ncu-kernels": "ncu) one training step's kernels by class (gpu__time_duration.sum at ncu's clocks)",
 }
@@ -542,6 +543,12 @@ def cmd_report(a):
                     gap = 100 * (run["value"] / ref - 1)
                     w(f"  run vs {name}: {run['value']:,.1f} / {ref:,.1f} seq/s = {gap:+.1f}% "
                       f"({'within' if abs(gap) <= 5 else 'OUTSIDE'} the 5% target)")
+    checks = [r for r in recs if r["part"] == "m"]
+    if checks:
+        w("")
+        w(PARTS["m"])
+        for r in checks:
+            w(f"  {'PASS' if r.get('ok') else 'FAIL'} {r['side']}: {r.get('note') or r.get('error')}")
     ncu = [r for r in recs if r["part"] == "ncu"]
     if ncu:
         w("")

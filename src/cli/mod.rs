@@ -56,7 +56,7 @@ enum Command {
 /// Parse the command line, run the subcommand, and turn its result into the exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    crate::logging::init(cli.verbose);
+    crate::util::logging::init(cli.verbose);
     let result = match cli.command {
         Command::Check(a) => rules::run_check(a),
         Command::Score(a) => score::run_score(a),

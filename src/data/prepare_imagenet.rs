@@ -30,7 +30,7 @@ use crate::data::imagenet::folder::is_jpeg_name;
 use crate::data::imagenet::{
     ImagenetDir, IMAGENET_CLASSES, IMAGENET_TRAIN_SAMPLES, IMAGENET_VAL_SAMPLES,
 };
-use crate::fsutil;
+use crate::util::fs as fsutil;
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

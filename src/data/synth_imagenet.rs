@@ -399,9 +399,9 @@ pub fn write_synth_imagenet(out: &Path, spec: &SynthSpec, force: bool) -> Result
             );
         }
     }
-    crate::fsutil::with_staging_dir(out, "tmp", |tmp| {
+    crate::util::fs::with_staging_dir(out, "tmp", |tmp| {
         let summary = write_into(tmp, spec)?;
-        crate::fsutil::replace_dir(tmp, out)?;
+        crate::util::fs::replace_dir(tmp, out)?;
         Ok(summary)
     })
 }

@@ -1,8 +1,9 @@
 //! Gradient synchronisation between data-parallel replicas: [`BucketedGradSync`] implements
 //! the trainer's [`GradSync`](crate::train::engine::GradSync) hook (explicit gradient tensors,
 //! averaged in ~25 MB buckets; eval counts and stop flags summed; rank 0's state broadcast).
-use super::buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
+use super::buckets::{Buckets, DEFAULT_BUCKET_BYTES};
 use super::group::{ProcessGroup, ReduceOp};
+use super::peers::Peers;
 use super::reducer::{OverlapTimings, Reducer};
 use crate::train::engine::{GradSource, GradSync};
 use anyhow::{bail, Context, Result};
@@ -156,24 +157,33 @@ impl BucketedGradSync {
     }
 }
 
-impl GradSync for BucketedGradSync {
+/// The process-group duties are the group's own; the gradient exchange only forwards them
+/// (`any` stays the trait's sum-based default, as before the split).
+impl Peers for BucketedGradSync {
     fn rank(&self) -> usize {
         self.pg.rank()
     }
-
     fn world_size(&self) -> usize {
         self.pg.size()
     }
+    fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()> {
+        Peers::all_reduce_sum(&mut self.pg, values)
+    }
+    fn broadcast_from_root(&mut self, vars: &[Tensor]) -> Result<()> {
+        Peers::broadcast_from_root(&mut self.pg, vars)
+    }
     fn peer_timeout(&self) -> Option<std::time::Duration> {
-        Some(self.pg.timeout())
+        Peers::peer_timeout(&self.pg)
     }
     fn abandon(&mut self) {
-        self.pg.mark_failed();
+        Peers::abandon(&mut self.pg)
     }
     fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
         self.pg.share_failures(failure)
     }
+}
 
+impl GradSync for BucketedGradSync {
     fn before_last_backward(&mut self, params: &[Tensor], source: GradSource<'_>) -> Result<bool> {
         if !self.overlap {
             return Ok(false);
@@ -241,20 +251,6 @@ impl GradSync for BucketedGradSync {
             .map(|g| g.numel() as u64 * g.kind().elt_size_in_bytes() as u64)
             .sum::<u64>();
         Ok(())
-    }
-
-    fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()> {
-        let t = Tensor::from_slice(values).to_device(self.pg.control_device());
-        self.pg
-            .allreduce(&[&t], ReduceOp::Sum)
-            .context("summing metrics across ranks")?;
-        let back = Vec::<f64>::try_from(t.to_device(tch::Device::Cpu))?;
-        values.copy_from_slice(&back);
-        Ok(())
-    }
-
-    fn broadcast_from_root(&mut self, vars: &[Tensor]) -> Result<()> {
-        broadcast_from_root(&mut self.pg, vars)
     }
 }
 

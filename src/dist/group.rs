@@ -1,6 +1,6 @@
 //! A c10d process group (TCPStore rendezvous + Gloo or NCCL) behind a safe, Drop-safe handle.
-use super::ffi;
 use super::rendezvous::Rendezvous;
+use crate::shim::dist as ffi;
 use anyhow::{bail, Context, Result};
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
@@ -118,7 +118,7 @@ impl ProcessGroup {
             }),
             None => {
                 // SAFETY: on failure the shim set err (or left it null).
-                let msg = unsafe { crate::shim_error::take(err) };
+                let msg = unsafe { crate::shim::error::take(err) };
                 bail!(
                     "could not form the {} process group as rank {} of {} through {}:{} \
                      (timeout {} s): {msg}. Check that every rank was started with the same \
@@ -230,7 +230,7 @@ impl ProcessGroup {
             return Ok(Vec::new());
         }
         // SAFETY: set (malloc'd) by the shim when a rank failed.
-        let report = unsafe { crate::shim_error::take(report) };
+        let report = unsafe { crate::shim::error::take(report) };
         parse_failures(&report)
     }
 
@@ -273,10 +273,13 @@ impl ProcessGroup {
             }
             let dev = t.device();
             match (self.backend, dev) {
-                (Backend::Gloo, Device::Cpu) | (Backend::Nccl, Device::Cuda(_)) => {}
+                // Gloo takes CUDA tensors too (through the host): ranks sharing a GPU in a test
+                // mode (super::TestMode)
+                (Backend::Gloo, Device::Cpu | Device::Cuda(_))
+                | (Backend::Nccl, Device::Cuda(_)) => {}
                 _ => bail!(
                     "tensor #{i} is on {dev:?}, which the {} backend cannot reduce \
-                     (gloo: CPU tensors, nccl: CUDA tensors)",
+                     (gloo: CPU or CUDA tensors, nccl: CUDA tensors)",
                     self.backend.name()
                 ),
             }
@@ -304,7 +307,7 @@ impl ProcessGroup {
         }
         self.failed = true;
         // SAFETY: the shim set err (or left it null) on failure.
-        let msg = unsafe { crate::shim_error::take(err) };
+        let msg = unsafe { crate::shim::error::take(err) };
         bail!(
             "{what} failed on rank {} of {} ({}, timeout {} s): {msg}. A peer probably died, \
              stopped, or failed; this run is aborted",

@@ -3,6 +3,8 @@
 //! hosts, Gloo on CPUs and NCCL on GPUs (feature `nccl`).
 //!
 //! - [`Rendezvous`]: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK, or Slurm's variables
+//! - [`Peers`]: what the trainer needs of the other ranks (rank, sums, agreement, rank 0's
+//!   state, failure sharing), apart from the gradient reducer; [`ProcessGroup`] implements it
 //! - [`ProcessGroup`]: allreduce, broadcast, barrier, eval-count reduction, stop agreement;
 //!   every call bounded by a timeout, so a dead peer aborts the run instead of hanging it
 //! - [`BucketedGradSync`]: gradient averaging in ~25 MB buckets, the trainer's
@@ -14,33 +16,22 @@
 //! the peers see their next collective fail (closed connection) or time out, so every rank
 //! ends within the timeout. Only rank 0 writes the MLPerf log.
 mod buckets;
-mod ffi;
 mod gradsync;
 mod group;
 pub mod hostlist;
+mod peers;
 mod reducer;
 mod rendezvous;
 pub mod selftest;
+mod test_mode;
 
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
 pub use gradsync::{overlap_from_env, BucketedGradSync};
 pub use group::{Backend, ProcessGroup, ReduceOp};
+pub use peers::Peers;
 pub use reducer::{BucketTimes, OverlapTimings};
 pub use rendezvous::{
     local_processes, local_processes_from_lookup, timeout_from_env, Rendezvous, Source,
     DEFAULT_PORT, DEFAULT_TIMEOUT,
 };
-
-/// The trainer's entry point: `Ok(None)` for a single process (no launcher variables, or a
-/// world of one), else this rank's process group, with the backend chosen by `device` (NCCL
-/// for CUDA, Gloo for CPU) and the timeout from MLPERF_RUN_DIST_TIMEOUT_S (default 300 s).
-pub fn init_from_env(device: tch::Device) -> anyhow::Result<Option<ProcessGroup>> {
-    let Some(rdv) = Rendezvous::from_env()? else {
-        return Ok(None);
-    };
-    if rdv.world_size == 1 {
-        return Ok(None);
-    }
-    let timeout = timeout_from_env()?;
-    ProcessGroup::new(&rdv, Backend::for_device(device), timeout).map(Some)
-}
+pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};

@@ -3,8 +3,8 @@
 //! start the bucket's asynchronous all-reduce as soon as the bucket is complete (buckets in
 //! order, as PyTorch DDP's reducer); [`Reducer::finish`] waits on the work handles and averages.
 use super::buckets::plan;
-use super::ffi;
 use super::group::ProcessGroup;
+use crate::shim::reducer as ffi;
 use crate::train::engine::GradSource;
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int, c_void};
@@ -157,7 +157,7 @@ impl Reducer {
             }),
             None => {
                 // SAFETY: on failure the shim set err (or left it null).
-                let msg = unsafe { crate::shim_error::take(err) };
+                let msg = unsafe { crate::shim::error::take(err) };
                 bail!("could not hook the parameters for the overlapped gradient all-reduce: {msg}")
             }
         }
@@ -210,7 +210,7 @@ impl Reducer {
         };
         if rc != 0 {
             // SAFETY: the shim set err (or left it null) on failure.
-            let msg = unsafe { crate::shim_error::take(err) };
+            let msg = unsafe { crate::shim::error::take(err) };
             bail!("could not arm the gradient hooks: {msg}");
         }
         Ok(())

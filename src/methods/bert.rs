@@ -25,12 +25,12 @@ pub struct BertMethods {
     #[serde(default)]
     pub amp: Amp,
     /// Capture the training step in a CUDA graph and replay it (GPU only, fixed shapes: not
-    /// with `unpad`; changes no math). See [`crate::cuda_graph`].
+    /// with `unpad`; changes no math). See [`crate::gpu::cuda_graph`].
     #[serde(default)]
     pub cuda_graph: bool,
     /// Each encoder layer's "dense bias + dropout + residual + LayerNorm" as one autograd op
     /// (CUDA kernels compiled at run time, the composite ATen twin elsewhere); changes no math
-    /// beyond rounding. See [`crate::models::fused_epilogue`].
+    /// beyond rounding. See [`crate::fused::epilogue`].
     #[serde(default)]
     pub fused_epilogues: bool,
     /// Each encoder layer's query, key and value projections as one matmul over the three
@@ -46,7 +46,7 @@ pub struct BertMethods {
     /// Each encoder layer's feed-forward matmuls with the intermediate bias and a tanh GELU in
     /// their epilogues, as one op (cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD on a GPU, the
     /// composite ATen twin elsewhere). The reference's GELU is the erf form. See
-    /// [`crate::models::fused_bias_gelu`].
+    /// [`crate::fused::bias_gelu`].
     #[serde(default)]
     pub fused_bias_gelu: bool,
     /// Token load balance: each global micro-batch is dealt out to the ranks in equal sample

@@ -5,16 +5,14 @@
 //!
 //! ResNet: [`blurpool`] (model surgery), channels-last ([`crate::models::to_channels_last`]),
 //! label smoothing ([`crate::optim::loss`]), [`progressive_resizing`] (per-epoch image size),
-//! [`ema`] (evaluate an exponential moving average of the weights), [`fused_bn_relu`] (batch
-//! norm + residual add + ReLU as one op), mixed precision ([`Amp`]) and CUDA graphs. BERT: see
+//! [`ema`] (evaluate an exponential moving average of the weights), fused BN+ReLU
+//! ([`crate::fused::bn_relu`]: batch norm + residual add + ReLU as one op), mixed precision ([`Amp`]) and CUDA graphs. BERT: see
 //! [`BertMethods`].
 
 #[cfg(feature = "torch")]
 pub mod blurpool;
 #[cfg(feature = "torch")]
 pub mod ema;
-#[cfg(feature = "torch")]
-pub mod fused_bn_relu;
 pub mod progressive_resizing;
 
 pub mod bert;

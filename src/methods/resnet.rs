@@ -83,12 +83,12 @@ pub struct ResnetMethods {
     #[serde(default)]
     pub loss_scale: Option<LossScaleSettings>,
     /// Capture the training step in a CUDA graph and replay it (GPU only; changes no math, so
-    /// both divisions allow it). See [`crate::cuda_graph`].
+    /// both divisions allow it). See [`crate::gpu::cuda_graph`].
     #[serde(default)]
     pub cuda_graph: bool,
     /// Batch norm + (residual add) + ReLU as one op (cuDNN's fused kernels on a GPU with the
     /// `cuda` feature, the unfused chain's exact math elsewhere; the kernel NVIDIA's closed
-    /// ResNet uses, so both divisions allow it). See [`crate::methods::fused_bn_relu`].
+    /// ResNet uses, so both divisions allow it). See [`crate::fused::bn_relu`].
     #[serde(default)]
     pub fused_bn_relu: bool,
 }

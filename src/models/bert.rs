@@ -38,31 +38,31 @@
 //! # Open-division methods
 //! - `unpad`: the embeddings' output is gathered to the non-padding tokens (`[T, H]`); every
 //!   dense layer, LayerNorm, GELU and dropout runs on those T tokens only. Attention runs within
-//!   each packed sequence ([`super::varlen_attention`]): FlashAttention's varlen kernel on a GPU
+//!   each packed sequence ([`crate::fused::varlen_attention`]): FlashAttention's varlen kernel on a GPU
 //!   in bf16 / fp16; elsewhere q/k/v are scattered back to `[B, S]` for
 //!   `scaled_dot_product_attention` with the key-padding mask and the output gathered again.
-//! - bf16: run `forward` inside [`crate::amp::Autocast`] (bf16): the matmuls (linear layers,
+//! - bf16: run `forward` inside [`crate::gpu::amp::Autocast`] (bf16): the matmuls (linear layers,
 //!   attention, decoder) run in bf16 while weights, LayerNorm and the losses stay fp32; the
 //!   outputs (logits) come back in fp32 either way.
 //! - `fused_epilogues`: in every encoder layer, the attention output's and the feed-forward
 //!   output's "dense bias + dropout + residual + LayerNorm" run as one autograd op
-//!   ([`super::fused_epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path),
+//!   ([`crate::fused::epilogue`]; both the padded `[B*S, H]` and the unpadded `[T, H]` path),
 //!   and so do the intermediate dense's bias + (erf) GELU (the same math; with the CUDA kernels
 //!   one pass forward and one backward that also sums the bias's gradient).
 //! - `fused_qkv`: every encoder layer's query, key and value projections as one matmul over the
 //!   three weights concatenated (`[3H, H]`), its output viewed as the three heads' tensors; the
 //!   parameters and their names stay the reference's. On the CUDA kernel path its backward puts
 //!   the three gradients side by side and sums the bias's gradient in one kernel
-//!   ([`super::fused_epilogue::qkv_projection`]).
+//!   ([`crate::fused::epilogue::qkv_projection`]).
 //! - `bf16_residual` (with bf16 autocast): the residual stream (each LayerNorm's output, the
 //!   encoder's output) in bf16 rather than fp32: computed in fp32, rounded once. Under plain
 //!   autocast every layer casts it to bf16 for its matmuls (query, key and value each their
 //!   own cast) and carries fp32 gradients back; NVIDIA's MLPerf BERT keeps it in half precision.
 //! - `fused_bias_gelu` (open division): every encoder layer's feed-forward matmuls with the
-//!   intermediate bias and a tanh GELU fused into them, as one op ([`super::fused_bias_gelu`]:
+//!   intermediate bias and a tanh GELU fused into them, as one op ([`crate::fused::bias_gelu`]:
 //!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
 
-use super::varlen_attention::{self, Packing, VarlenPath};
+use crate::fused::varlen_attention::{self, Packing, VarlenPath};
 use crate::methods::BertMethods;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -269,12 +269,12 @@ pub struct BertForPreTraining {
     /// The implementation those fused epilogues take: `Auto` (the CUDA kernels on a GPU, else
     /// the composite ATen ops); tests set `Emulated` to train through the CUDA kernels on the
     /// CPU.
-    pub fused_epilogue_path: super::fused_epilogue::FusedPath,
+    pub fused_epilogue_path: crate::fused::epilogue::FusedPath,
     /// With `fused_epilogues`: the intermediate dense's bias + GELU as one op too
-    /// ([`crate::models::fused_epilogue::dense_bias_gelu`]; on by default; the benchmark turns it
+    /// ([`crate::fused::epilogue::dense_bias_gelu`]; on by default; the benchmark turns it
     /// off to measure it).
     pub fused_gelu_epilogue: bool,
-    /// How unpadded attention runs ([`super::varlen_attention`]): `Auto` takes FlashAttention's
+    /// How unpadded attention runs ([`crate::fused::varlen_attention`]): `Auto` takes FlashAttention's
     /// varlen kernel on a GPU; the GPU check sets `Scatter` to compare.
     pub varlen_path: VarlenPath,
     /// Experimental (benchmarks only): a batch without padding attends through FlashAttention-2's
@@ -362,7 +362,7 @@ impl BertForPreTraining {
             transform_ln,
             mlm_bias,
             nsp,
-            fused_epilogue_path: super::fused_epilogue::FusedPath::Auto,
+            fused_epilogue_path: crate::fused::epilogue::FusedPath::Auto,
             fused_gelu_epilogue: true,
             varlen_path: VarlenPath::Auto,
             flash_varlen_unpadded: false,
@@ -438,7 +438,7 @@ impl BertForPreTraining {
             // into one tensor and linear's backward sums its bias gradient separately)
             let w = Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0);
             let bias = Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0);
-            match super::fused_epilogue::qkv_projection(x, &w, &bias, nh, self.fused_epilogue_path)
+            match crate::fused::epilogue::qkv_projection(x, &w, &bias, nh, self.fused_epilogue_path)
             {
                 Ok((qkv, _)) => qkv,
                 Err(err) => panic!("{err:#}"),
@@ -555,10 +555,10 @@ impl BertForPreTraining {
 
     /// `methods.fused_bias_gelu`: the feed-forward block's two matmuls with the intermediate
     /// bias and the tanh GELU fused into them, `gelu_tanh(x W1^T + b1) W2^T`, without the output
-    /// dense's bias ([`super::fused_bias_gelu`]). A shim error panics with its message, as in
+    /// dense's bias ([`crate::fused::bias_gelu`]). A shim error panics with its message, as in
     /// `fused_tail`.
     fn fused_feed_forward(&self, l: &Layer, x: &Tensor) -> Tensor {
-        use super::fused_bias_gelu::{dense_gelu_dense, GeluPath};
+        use crate::fused::bias_gelu::{dense_gelu_dense, GeluPath};
         match dense_gelu_dense(
             x,
             &l.intermediate.w,
@@ -582,7 +582,7 @@ impl BertForPreTraining {
         residual: &Tensor,
         train: bool,
     ) -> Tensor {
-        use super::fused_epilogue::dense_dropout_add_ln;
+        use crate::fused::epilogue::dense_dropout_add_ln;
         let e = self.epilogue(ln, residual, train);
         match dense_dropout_add_ln(input, &dense.w, &dense.b, &e) {
             Ok((y, _)) => y,
@@ -600,7 +600,7 @@ impl BertForPreTraining {
         residual: &Tensor,
         train: bool,
     ) -> Tensor {
-        use super::fused_epilogue::bias_dropout_add_ln;
+        use crate::fused::epilogue::bias_dropout_add_ln;
         let e = self.epilogue(ln, residual, train);
         match bias_dropout_add_ln(h, Some(bias), &e) {
             Ok((y, _)) => y,
@@ -608,9 +608,9 @@ impl BertForPreTraining {
         }
     }
 
-    /// `GELU(x W^T + b)` with the bias and the GELU as one op ([`super::fused_epilogue::dense_bias_gelu`]).
+    /// `GELU(x W^T + b)` with the bias and the GELU as one op ([`crate::fused::epilogue::dense_bias_gelu`]).
     fn fused_gelu(&self, dense: &Dense, x: &Tensor) -> Tensor {
-        use super::fused_epilogue::dense_bias_gelu;
+        use crate::fused::epilogue::dense_bias_gelu;
         match dense_bias_gelu(x, &dense.w, &dense.b, self.fused_epilogue_path) {
             Ok((y, _)) => y,
             Err(err) => panic!("{err:#}"),
@@ -622,8 +622,8 @@ impl BertForPreTraining {
         ln: &'a LayerNorm,
         residual: &'a Tensor,
         train: bool,
-    ) -> super::fused_epilogue::Epilogue<'a> {
-        super::fused_epilogue::Epilogue {
+    ) -> crate::fused::epilogue::Epilogue<'a> {
+        crate::fused::epilogue::Epilogue {
             residual,
             gamma: &ln.w,
             beta: &ln.b,

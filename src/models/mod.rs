@@ -1,10 +1,8 @@
-//! Model definitions in plain tch (tch-rs examples style). Feature `torch`.
+//! Model definitions in plain tch (tch-rs examples style). Feature `torch`. Their fused ops
+//! live in [`crate::fused`].
 
 pub mod bert;
-pub mod fused_bias_gelu;
-pub mod fused_epilogue;
 pub mod resnet;
-pub mod varlen_attention;
 
 use tch::Tensor;
 

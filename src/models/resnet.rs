@@ -8,7 +8,8 @@
 //! fused BN+ReLU (`methods.fused_bn_relu`: every BN followed by a ReLU, with the residual add
 //! in between for the last BN of a bottleneck, runs as one op; parameters unchanged).
 
-use crate::methods::{blurpool, fused_bn_relu, ResnetMethods};
+use crate::fused::bn_relu;
+use crate::methods::{blurpool, ResnetMethods};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
@@ -90,7 +91,7 @@ fn bn_relu(
     train: bool,
 ) -> Tensor {
     if fused {
-        return fused_bn_relu::bn_add_relu(xs, residual, bn, BN_MOMENTUM, BN_EPS, train);
+        return bn_relu::bn_add_relu(xs, residual, bn, BN_MOMENTUM, BN_EPS, train);
     }
     let mut ys = xs.apply_t(bn, train);
     if let Some(z) = residual {
@@ -248,7 +249,7 @@ impl ModuleT for Resnet {
             train,
         );
         if self.fused_bn_relu && train {
-            fused_bn_relu::warn_fallback_once();
+            bn_relu::warn_fallback_once();
         }
         let mut ys = match &self.maxpool_blur {
             // Composer MaxBlurPool2d: max-pool at stride 1, then blur at stride 2.

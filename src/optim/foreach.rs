@@ -8,66 +8,16 @@
 //! on empty lists. Factors that change every step (learning rate, clip coefficient, trust
 //! ratios) are passed as 0-dim device tensors, so no value is read back to the host.
 
+use crate::shim::foreach::{
+    mr_amp_non_finite_check_and_unscale_, mr_foreach_add_list_, mr_foreach_add_scalar_,
+    mr_foreach_div, mr_foreach_lerp_scalar_, mr_foreach_mul_list_, mr_foreach_mul_scalar_,
+    mr_foreach_mul_tensor, mr_foreach_mul_tensor_, mr_foreach_norm, mr_foreach_sqrt,
+    mr_foreach_zero_, mr_fused_adam_, mr_fused_sgd_, Err, Out,
+};
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int};
 use tch::Tensor;
 use torch_sys::C_tensor;
-
-type List = *const *mut C_tensor;
-type Out = *mut *mut C_tensor;
-type Err = *mut *mut c_char;
-
-extern "C" {
-    fn mr_foreach_norm(xs: List, n: usize, out: Out, err: Err) -> c_int;
-    fn mr_foreach_sqrt(xs: List, n: usize, out: Out, err: Err) -> c_int;
-    fn mr_foreach_div(xs: List, ys: List, n: usize, out: Out, err: Err) -> c_int;
-    fn mr_foreach_mul_scalar_(xs: List, n: usize, s: f64, err: Err) -> c_int;
-    fn mr_foreach_add_scalar_(xs: List, n: usize, s: f64, err: Err) -> c_int;
-    fn mr_foreach_mul_tensor_(xs: List, n: usize, t: *const C_tensor, err: Err) -> c_int;
-    fn mr_foreach_mul_tensor(xs: List, n: usize, t: *const C_tensor, out: Out, err: Err) -> c_int;
-    fn mr_foreach_mul_list_(xs: List, ys: List, n: usize, err: Err) -> c_int;
-    fn mr_foreach_add_list_(xs: List, ys: List, n: usize, alpha: f64, err: Err) -> c_int;
-    fn mr_foreach_lerp_scalar_(xs: List, ys: List, n: usize, w: f64, err: Err) -> c_int;
-    fn mr_foreach_zero_(xs: List, n: usize, err: Err) -> c_int;
-    fn mr_fused_sgd_(
-        params: List,
-        grads: List,
-        bufs: List,
-        n: usize,
-        n_bufs: usize,
-        weight_decay: f64,
-        momentum: f64,
-        lr: *const C_tensor,
-        nesterov: c_int,
-        is_first_step: c_int,
-        found_inf: *const C_tensor,
-        err: Err,
-    ) -> c_int;
-    fn mr_amp_non_finite_check_and_unscale_(
-        xs: List,
-        n: usize,
-        found_inf: *mut C_tensor,
-        inv_scale: *const C_tensor,
-        err: Err,
-    ) -> c_int;
-    fn mr_fused_adam_(
-        params: List,
-        grads: List,
-        m: List,
-        v: List,
-        steps: List,
-        n: usize,
-        lr: *const C_tensor,
-        lr_value: f64,
-        beta1: f64,
-        beta2: f64,
-        weight_decay: f64,
-        eps: f64,
-        decoupled: c_int,
-        grad_scale: *const C_tensor,
-        err: Err,
-    ) -> c_int;
-}
 
 /// The raw pointers of a list (valid while the tensors live).
 fn ptrs(xs: &[Tensor]) -> Vec<*mut C_tensor> {
@@ -77,7 +27,7 @@ fn ptrs(xs: &[Tensor]) -> Vec<*mut C_tensor> {
 fn check(rc: c_int, err: *mut c_char, op: &str) -> Result<()> {
     if rc != 0 {
         // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim_error::take(err) };
+        let msg = unsafe { crate::shim::error::take(err) };
         bail!("{op}: {msg}");
     }
     Ok(())

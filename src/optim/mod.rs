@@ -112,7 +112,7 @@ mod params {
         /// next backward hands its gradients over instead of adding into zeroed buffers.
         pub fn zero_grad(&mut self) -> anyhow::Result<()> {
             for p in &self.params {
-                crate::amp::set_grad_none(&p.tensor)?;
+                crate::gpu::amp::set_grad_none(&p.tensor)?;
             }
             Ok(())
         }
@@ -149,7 +149,7 @@ mod params {
 /// gradients together (LAMB's and AdamW's global-norm clip) thus sees the averaged gradients.
 ///
 /// A step has two parts so that the update can be captured in a CUDA graph
-/// ([`crate::cuda_graph`]): [`Optimizer::begin_step`] does the host-side bookkeeping (step
+/// ([`crate::gpu::cuda_graph`]): [`Optimizer::begin_step`] does the host-side bookkeeping (step
 /// count, the learning rate written into device scalars, state allocated on the first step) and
 /// runs eagerly every step; [`Optimizer::apply`] launches only kernels whose arguments do not
 /// change between steps.

@@ -108,7 +108,7 @@ pub fn run_and_report(
         cpu_only,
     };
     let mut node_recorded = false;
-    crate::interrupt::install();
+    crate::util::interrupt::install();
     let train_samples = bench.train_samples.map(|n| n as f64);
     let set_started = Instant::now();
     let mut durations: Vec<Duration> = Vec::new();
@@ -196,7 +196,7 @@ pub fn report(set_dir: &std::path::Path, target: f64) -> Result<()> {
     let title = format!("{} accuracy", set_dir.display());
     let svg = plot::accuracy_svg(&title, &logs, Some(target))?;
     let plot_path = set_dir.join("accuracy.svg");
-    crate::fsutil::write_atomic(&plot_path, svg.as_bytes())
+    crate::util::fs::write_atomic(&plot_path, svg.as_bytes())
         .with_context(|| format!("cannot write {}", plot_path.display()))?;
     println!("plot: {}", plot_path.display());
     Ok(())

@@ -232,7 +232,7 @@ pub fn run_set(
     }
 
     for index in todo {
-        if crate::interrupt::requested() {
+        if crate::util::interrupt::requested() {
             outcome.interrupted = true;
             break;
         }
@@ -264,7 +264,7 @@ pub fn run_set(
                 ran_now: true,
                 error,
             });
-            if crate::interrupt::requested() {
+            if crate::util::interrupt::requested() {
                 outcome.interrupted = true;
                 break;
             }
@@ -283,7 +283,7 @@ pub fn run_set(
         };
         on_event(SetEvent::Finished(&record));
         outcome.runs.push(record);
-        if crate::interrupt::requested() {
+        if crate::util::interrupt::requested() {
             outcome.interrupted = true;
             break;
         }

@@ -323,6 +323,10 @@ fn project_runs(
             return out;
         }
     };
+    if let Some(why) = not_the_reference_run(runs, &plan) {
+        out.problems.push(why);
+        return out;
+    }
     let mut minutes = Vec::new();
     for (run, log) in runs.iter_mut().zip(logs) {
         if !run.measurable() {
@@ -340,6 +344,34 @@ fn project_runs(
     out.spread = Spread::of(&minutes);
     out.plan = Some(plan);
     out
+}
+
+/// Why a set cannot stand for the reference run a projection assumes, if it cannot: its
+/// converged runs reached the target in less than half the reference's epochs or samples, which
+/// no closed run of the benchmark's model and data does (the RCP check fails long before), so it
+/// trained something else (a tiny model, a synthetic set) or other math (open-division methods)
+/// and a projection to the reference's convergence would mean nothing for it.
+fn not_the_reference_run(runs: &[RunScore], plan: &project::Plan) -> Option<String> {
+    let at: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.converged())
+        .filter_map(|r| r.converged_at)
+        .collect();
+    if at.is_empty() {
+        return None;
+    }
+    let mean = at.iter().sum::<f64>() / at.len() as f64;
+    (mean < plan.converge_at / 2.0).then(|| {
+        format!(
+            "the converged runs reached the target at {mean:.4} {unit} on average, less than half \
+             the reference's {ref_at:.4} ({source}): they do not converge as the reference does \
+             (a tiny model or a synthetic set, or open-division methods), so a projection to the \
+             reference run would not stand for them",
+            unit = plan.unit,
+            ref_at = plan.converge_at,
+            source = plan.source
+        )
+    })
 }
 
 #[allow(clippy::needless_update)] // CheckOptions may grow fields; keep their defaults
@@ -579,7 +611,8 @@ runs, or for a set without any (a short run) over the runs that ended at their e
 or time limit. projected_min: each such run projected to a full run to target (its steady \
 training rate after the first eval, its warm-up paid once, the RCP mean epochs or samples at \
 the set's global batch size, evals at the closed cadence on the full eval set), and the \
-olympic mean of those; see docs/ci.md.
+olympic mean of those; none for a set whose converged runs reached the target in under half the \
+reference's epochs or samples (a tiny or synthetic set, or open-division methods); see docs/ci.md.
 
 Exit status: 0 every set has a valid score, 1 some set has none (too many non-converged runs, \
 wrong number of runs, RCP failed), 2 error (unreadable path, no result files).",
@@ -662,5 +695,37 @@ mod tests {
         ];
         assert_eq!(olympic_mean(&runs), None);
         assert_eq!(olympic_mean(&[]), None);
+    }
+
+    #[test]
+    fn sets_that_converge_far_sooner_than_the_reference_are_not_projected() {
+        let plan = project::Plan {
+            converge_at: 35.0,
+            unit: "epochs",
+            source: "RCP test".into(),
+            samples_per_unit: 1_281_167.0,
+            eval_interval: 4.0,
+            first_eval: None,
+            eval_samples: 50_000.0,
+        };
+        let at = |epochs: &[f64]| -> Vec<RunScore> {
+            epochs
+                .iter()
+                .map(|e| RunScore {
+                    converged_at: Some(*e),
+                    ..run(Some(1.0), RunStatus::Success)
+                })
+                .collect()
+        };
+        // a tiny set: the target at 8 epochs, not near 35
+        let why = not_the_reference_run(&at(&[8.0, 8.0, 12.0]), &plan).unwrap();
+        assert!(why.contains("9.3333 epochs on average"), "{why}");
+        assert!(why.contains("35.0000 (RCP test)"), "{why}");
+        // real sets converge near the reference; short sets (no converged run) are projected
+        assert_eq!(not_the_reference_run(&at(&[33.0, 37.0, 41.0]), &plan), None);
+        assert_eq!(
+            not_the_reference_run(&[run(Some(3.0), RunStatus::Aborted)], &plan),
+            None
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! SHA-256 manifests (`sha256sum -c` format: "<hex>  <path>"), the gzipped tarball of a
 //! submitter tree and the comparison that `verify` reports.
 
-use crate::fsutil::write_atomic;
+use crate::util::fs::write_atomic;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

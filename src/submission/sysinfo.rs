@@ -189,7 +189,7 @@ pub fn describe_run_set_node(node: &RunSetNode, opts: &DescribeOptions) -> Resul
 /// Write `described` to `set_dir`/[`RECORDED_FILE`] (atomically); returns the path.
 pub fn write_recorded(set_dir: &Path, desc: &SystemDesc) -> Result<PathBuf> {
     let path = set_dir.join(RECORDED_FILE);
-    crate::fsutil::write_atomic(&path, desc.to_json_string().as_bytes()).with_context(|| {
+    crate::util::fs::write_atomic(&path, desc.to_json_string().as_bytes()).with_context(|| {
         format!(
             "cannot write the node's system description {}",
             path.display()

@@ -15,14 +15,14 @@
 
 use super::config::{Division, SystemConfig};
 use super::engine::{
-    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+    self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{DeviceTensors, Prefetcher};
-use crate::amp::{self, maybe_autocast, LowPrecision};
-use crate::cuda_graph::{GraphStats, StepGraphs};
 use crate::data::bert::{
     check_vocab, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader,
 };
+use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
+use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::{BertMethods, MethodSet};
 use crate::models::bert::{mlm_correct, pretraining_loss, BertConfig, BertForPreTraining, MlmOn};
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
@@ -630,7 +630,7 @@ impl Workload for BertWorkload {
         Ok(out.remove(0))
     }
 
-    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+    fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64> {
         let s = self.state()?;
         // counts summed on the device, read once
         let mut counts = tch::Tensor::zeros([2], (tch::Kind::Int64, s.vs.device()));
@@ -650,7 +650,7 @@ impl Workload for BertWorkload {
         })?;
         let counts = Vec::<i64>::try_from(counts.to_device(Device::Cpu))?;
         let mut v = [counts[0] as f64, counts[1] as f64];
-        sync.all_reduce_sum(&mut v)?;
+        peers.all_reduce_sum(&mut v)?;
         if v[1] == 0.0 {
             bail!("the eval set has no masked tokens");
         }

@@ -108,9 +108,9 @@ impl SystemConfig {
         if let Some(t) = self.threads.filter(|&t| t > 0) {
             tch::set_num_threads(t);
         }
-        crate::cuda::configure(
+        crate::gpu::cuda::configure(
             device,
-            crate::cuda::DeviceSettings {
+            crate::gpu::cuda::DeviceSettings {
                 cudnn_benchmark: self.cudnn_benchmark,
                 tf32: self.tf32,
             },

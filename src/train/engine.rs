@@ -9,7 +9,8 @@
 //! Errors after the log is open still end it with `run_stop` aborted (the error goes in the
 //! run_stop metadata and in [`RunOutcome::reason`]).
 
-use crate::cuda_graph::{CapturePeers, StepGraphs};
+pub use crate::dist::Peers;
+use crate::gpu::cuda_graph::{CapturePeers, StepGraphs};
 use crate::meta;
 use crate::mllog::{keys, Emitter, Sink};
 use anyhow::{Context, Result};
@@ -27,19 +28,15 @@ pub enum GradSource<'a> {
     Returned { accum: &'a [tch::Tensor] },
 }
 
-/// Gradient (and metric) averaging across data-parallel processes. The single-process
-/// implementation is [`NoSync`]; the c10d one plugs in here.
+/// The gradient reducer of data-parallel training: the gradients averaged across processes,
+/// overlapped with the backward where it can be. Its peers (rank, sums, agreement, failure
+/// sharing) are the supertrait [`Peers`], the process group's duties. The single-process
+/// implementation is [`NoSync`]; the c10d one ([`crate::dist::BucketedGradSync`]) plugs in here.
 ///
 /// One optimizer step: [`GradSync::before_last_backward`] just before the backward of the
 /// step's last micro-batch, then [`GradSync::all_reduce_grads`] with the step's gradients before
 /// the optimizer runs.
-pub trait GradSync {
-    fn rank(&self) -> usize {
-        0
-    }
-    fn world_size(&self) -> usize {
-        1
-    }
+pub trait GradSync: Peers {
     /// Called just before the backward of a step's last micro-batch with the trainable
     /// parameters (in the order of the gradient list [`GradSync::all_reduce_grads`] will get).
     /// An overlapping implementation hooks them so that each gradient bucket's all-reduce
@@ -66,36 +63,6 @@ pub trait GradSync {
     /// Average `grads` (one per parameter, in the parameters' order) across ranks, in place
     /// (waiting for the all-reduces started during the backward, if any).
     fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()>;
-    /// Sum `values` across ranks (in place): eval counts, stop decisions.
-    fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<()>;
-    /// Overwrite `vars` (parameters and buffers, same order on every rank) with rank 0's.
-    fn broadcast_from_root(&mut self, _vars: &[tch::Tensor]) -> Result<()> {
-        Ok(())
-    }
-    /// How long a peer may keep this rank waiting (the group's collective timeout); None for
-    /// one process.
-    fn peer_timeout(&self) -> Option<std::time::Duration> {
-        None
-    }
-    /// Give up on the group after a peer kept this rank waiting too long: its communicators
-    /// are aborted when it is dropped, which also ends collectives stuck on the device (those
-    /// replayed from a CUDA graph included), and later collectives fail.
-    fn abandon(&mut self) {}
-    /// Every rank's failure at this point, by rank (empty when none failed): this rank's is
-    /// `failure`. Exchanged on the host (the group's store), so it works when the device cannot
-    /// take a collective; every rank calls it at the same points. One process: its own.
-    fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
-        Ok(crate::cuda_graph::own_failure(self.rank(), failure))
-    }
-    /// True on every rank when `flag` is true on any rank.
-    fn any(&mut self, flag: bool) -> Result<bool> {
-        if self.world_size() == 1 {
-            return Ok(flag);
-        }
-        let mut v = [flag as u8 as f64];
-        self.all_reduce_sum(&mut v)?;
-        Ok(v[0] > 0.5)
-    }
 }
 
 /// One process: nothing to synchronise (bucket-wise clipping, if asked for, clips the local
@@ -104,6 +71,12 @@ pub trait GradSync {
 pub struct NoSync {
     bucket_clip: Option<f64>,
     buckets: Option<crate::dist::Buckets>,
+}
+
+impl Peers for NoSync {
+    fn all_reduce_sum(&mut self, _values: &mut [f64]) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl GradSync for NoSync {
@@ -129,9 +102,6 @@ impl GradSync for NoSync {
             .clip_(grads, c)
             .context("bucket-wise gradient clipping")
     }
-    fn all_reduce_sum(&mut self, _values: &mut [f64]) -> Result<()> {
-        Ok(())
-    }
 }
 
 /// Facts a workload gets when it builds.
@@ -141,16 +111,20 @@ pub struct BuildContext {
     pub rank: usize,
     pub world_size: usize,
     /// Run the steps through the CPU twin of `methods.cuda_graph` with this many warm-up steps
-    /// per shape ([`crate::cuda_graph::StepGraphs::emulated`]; tests, `--emulate-cuda-graph`).
+    /// per shape ([`crate::gpu::cuda_graph::StepGraphs::emulated`]; tests, `--emulate-cuda-graph`).
     pub emulate_cuda_graph: Option<u32>,
     /// Make this rank's CUDA graph captures fail (tests; `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
     pub fail_captures: bool,
+    /// The multi-process test modes this process runs in ([`crate::dist::TestMode`]).
+    pub test_mode: crate::dist::TestMode,
 }
 
 impl BuildContext {
     /// The run's step graphs ([`StepGraphs::for_run`]) for a workload whose config says
     /// `cuda_graph`.
     pub fn step_graphs(&self, cuda_graph: bool) -> Result<Option<StepGraphs>> {
+        self.test_mode
+            .check_cuda_graph(self.device, self.world_size, cuda_graph)?;
         let graphs = StepGraphs::for_run(
             cuda_graph,
             self.emulate_cuda_graph,
@@ -214,7 +188,7 @@ pub trait Workload {
     /// cadence so that the host never waits for the device inside a block of steps.
     fn train_step(&mut self, sync: &mut dyn GradSync) -> Result<tch::Tensor>;
     /// Evaluate; returns the accuracy (a fraction), reduced across ranks.
-    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64>;
+    fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64>;
     /// The accuracy at which the run succeeds.
     fn target(&self) -> f64;
     /// Every parameter and buffer, in the same order on every rank: rank 0's values are
@@ -263,12 +237,6 @@ pub struct RunOptions {
     /// every this many steps and at the end of each block; the divergence check and the
     /// ranks' stop agreement happen at those reads. Default 8.
     pub loss_check_steps: u64,
-    /// Make a libtorch op fail inside training step N (1-based): a check that errors inside a
-    /// step end the run as aborted (tests; `MLPERF_RUN_INJECT_FAULT=step:N` on the CLI).
-    pub inject_fault_at_step: Option<u64>,
-    /// Make the CUDA graph captures fail on this rank (tests of how the other ranks end;
-    /// `MLPERF_RUN_INJECT_FAULT=capture:RANK` on the CLI).
-    pub inject_capture_failure_on_rank: Option<usize>,
     pub grad_sync: Box<dyn GradSync>,
     /// Extra sink for the log (e.g. echo to stdout); tests use memory sinks.
     pub extra_sinks: Vec<Sink>,
@@ -276,14 +244,29 @@ pub struct RunOptions {
     /// ([`crate::dist::Rendezvous::from_env`]: `mlperf-run launch`, torchrun, Slurm) and
     /// `grad_sync` is single-process. Default true.
     pub distributed_from_env: bool,
-    /// Write the final trainable parameters (safetensors) here when the run ends without an
-    /// error (aborted runs included); ranks other than 0 write `<path>.rank<r>`.
-    pub dump_params: Option<PathBuf>,
     /// The recipe applied to the config (`--recipe`), logged as `recipe` after the
     /// hyperparameters.
     pub recipe: Option<String>,
+    /// What tests (and the hidden CLI flags) ask of a run beyond training it.
+    pub test_hooks: TestHooks,
+}
+
+/// The hooks tests use, in one place (the CLI's hidden flags and `MLPERF_RUN_INJECT_FAULT`
+/// set them too): none changes what a run computes unless asked.
+#[derive(Debug, Clone, Default)]
+pub struct TestHooks {
+    /// Make a libtorch op fail inside training step N (1-based): a check that errors inside a
+    /// step end the run as aborted (`MLPERF_RUN_INJECT_FAULT=step:N` on the CLI).
+    pub inject_fault_at_step: Option<u64>,
+    /// Make the CUDA graph captures fail on this rank (how the other ranks end;
+    /// `MLPERF_RUN_INJECT_FAULT=capture:RANK` on the CLI).
+    pub inject_capture_failure_on_rank: Option<usize>,
+    /// Write the final trainable parameters (safetensors) here when the run ends without an
+    /// error (aborted runs included); ranks other than 0 write `<path>.rank<r>` (the hidden
+    /// `--dump-params`).
+    pub dump_params: Option<PathBuf>,
     /// Train through the CPU twin of `methods.cuda_graph` (warm-up steps per shape): the
-    /// graphs' static buffers and step sequence on machines without a GPU (tests; the hidden
+    /// graphs' static buffers and step sequence on machines without a GPU (the hidden
     /// `--emulate-cuda-graph N`).
     pub emulate_cuda_graph: Option<u32>,
 }
@@ -299,14 +282,11 @@ impl RunOptions {
             time_limit: None,
             divergence_loss: 1e4,
             loss_check_steps: 8,
-            inject_fault_at_step: None,
-            inject_capture_failure_on_rank: None,
             grad_sync: Box::new(NoSync::default()),
             extra_sinks: Vec::new(),
             distributed_from_env: true,
-            dump_params: None,
             recipe: None,
-            emulate_cuda_graph: None,
+            test_hooks: TestHooks::default(),
         }
     }
 }
@@ -385,13 +365,16 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     };
     // a multi-process environment: the rank decides who logs; the group itself is formed
     // after the log is open, so a failed rendezvous still ends rank 0's log as aborted
+    let test_mode = crate::dist::TestMode::from_env()?;
     let rendezvous = if opts.distributed_from_env && opts.grad_sync.world_size() == 1 {
-        crate::dist::Rendezvous::from_env()?.filter(|r| r.world_size > 1)
+        crate::dist::Rendezvous::from_env()?
+            .filter(|r| test_mode.forms_group(r.world_size))
+            .map(|r| (r, test_mode))
     } else {
         None
     };
     let rank = match &rendezvous {
-        Some(r) => r.rank,
+        Some((r, _)) => r.rank,
         None => opts.grad_sync.rank(),
     };
     let mut log = open_log(&mut opts, rank)?;
@@ -416,7 +399,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     .map_err(|e| super::step_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size()));
     // before `opts` (and its process group) goes at the end of this function
     w.release_step_graphs();
-    if crate::cuda_graph::failed_capture().is_some() {
+    if crate::gpu::cuda_graph::failed_capture().is_some() {
         // the failed capture may have recorded collectives that will never run: the group is
         // aborted when it goes, not shut down (a shutdown would wait for them)
         opts.grad_sync.abandon();
@@ -439,8 +422,8 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     }
     log.end(keys::RUN_STOP, Value::Null, stop_meta)
         .context("cannot write run_stop to the log")?;
-    if let Some(why) = crate::cuda_graph::failed_capture() {
-        // this process cannot train again (crate::cuda_graph::failed_capture): a set stops here
+    if let Some(why) = crate::gpu::cuda_graph::failed_capture() {
+        // this process cannot train again (crate::gpu::cuda_graph::failed_capture): a set stops here
         // as if interrupted, and resumes with its next run in a new process
         tracing::error!(
             "rank {rank}: a CUDA graph capture failed ({why}); libtorch keeps its allocator and \
@@ -448,17 +431,17 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
              run the same command again to resume the set (with methods.cuda_graph = false if the \
              step cannot be captured)"
         );
-        crate::interrupt::request();
-    } else if let Some(why) = crate::cuda_graph::peer_failed_capture() {
+        crate::util::interrupt::request();
+    } else if let Some(why) = crate::gpu::cuda_graph::peer_failed_capture() {
         // the failed rank stops its set; this one stops with it (its next run could not form a
         // group without that rank), and they resume together
         tracing::error!(
             "rank {rank}: {why}; the set stops on every rank: run the same command again to \
              resume it"
         );
-        crate::interrupt::request();
+        crate::util::interrupt::request();
     }
-    if let Some(path) = &opts.dump_params {
+    if let Some(path) = &opts.test_hooks.dump_params {
         match &result {
             Ok(()) => dump_params(w, path, rank)?,
             // the device may be stuck (a dead peer's collectives) or broken: reading the
@@ -509,15 +492,11 @@ fn wait_for_peers(opts: &mut RunOptions, steps: usize) -> Result<()> {
 
 /// In a data-parallel GPU run, the device must finish its queued work (`what`) within the
 /// group's timeout; else the group is abandoned and the run ends with an error.
-fn wait_for_device_or_abandon(
-    sync: &mut dyn GradSync,
-    device: tch::Device,
-    what: &str,
-) -> Result<()> {
+fn wait_for_device_or_abandon(sync: &mut dyn Peers, device: tch::Device, what: &str) -> Result<()> {
     let Some(timeout) = sync.peer_timeout() else {
         return Ok(());
     };
-    if !device.is_cuda() || crate::cuda::wait_for_device(device, timeout)? {
+    if !device.is_cuda() || crate::gpu::cuda::wait_for_device(device, timeout)? {
         return Ok(());
     }
     sync.abandon();
@@ -543,7 +522,7 @@ fn read_losses(pending: &[tch::Tensor]) -> Result<Vec<f64>> {
 
 /// Rank 0's seed on every rank (a seed drawn from the OS differs per process): weights start
 /// from the same seed everywhere and each rank derives its data stream from (seed, rank).
-fn agree_on_seed(sync: &mut dyn GradSync, seed: u64) -> Result<u64> {
+fn agree_on_seed(sync: &mut dyn Peers, seed: u64) -> Result<u64> {
     if sync.world_size() == 1 {
         return Ok(seed);
     }
@@ -558,17 +537,16 @@ fn agree_on_seed(sync: &mut dyn GradSync, seed: u64) -> Result<u64> {
     Ok(((v[0] as u64) << 32) | v[1] as u64)
 }
 
-/// Joins the process group `rdv` describes: Gloo on CPU, NCCL on CUDA, the collective
-/// timeout from MLPERF_RUN_DIST_TIMEOUT_S.
-fn join_group(rdv: &crate::dist::Rendezvous, device: tch::Device) -> Result<Box<dyn GradSync>> {
-    use crate::dist::{
-        overlap_from_env, timeout_from_env, Backend, BucketedGradSync, ProcessGroup,
-    };
-    let device = match device {
-        tch::Device::Cuda(_) => tch::Device::Cuda(rdv.local_rank),
-        d => d,
-    };
-    let pg = ProcessGroup::new(rdv, Backend::for_device(device), timeout_from_env()?)?;
+/// Joins the process group `rdv` describes on `device` (this rank's own): Gloo on CPU, NCCL on
+/// CUDA (Gloo where ranks share a GPU in a test mode), the collective timeout from
+/// MLPERF_RUN_DIST_TIMEOUT_S.
+fn join_group(
+    rdv: &crate::dist::Rendezvous,
+    device: tch::Device,
+    test_mode: crate::dist::TestMode,
+) -> Result<Box<dyn GradSync>> {
+    use crate::dist::{overlap_from_env, timeout_from_env, BucketedGradSync, ProcessGroup};
+    let pg = ProcessGroup::new(rdv, test_mode.backend(device), timeout_from_env()?)?;
     tracing::info!(
         "rank {} of {}: joined the {} process group",
         pg.rank(),
@@ -583,7 +561,7 @@ fn join_group(rdv: &crate::dist::Rendezvous, device: tch::Device) -> Result<Box<
 fn run_inner(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
-    rendezvous: Option<crate::dist::Rendezvous>,
+    rendezvous: Option<(crate::dist::Rendezvous, crate::dist::TestMode)>,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
@@ -617,7 +595,7 @@ fn run_inner(
 fn init(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
-    rendezvous: Option<crate::dist::Rendezvous>,
+    rendezvous: Option<(crate::dist::Rendezvous, crate::dist::TestMode)>,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
@@ -631,15 +609,19 @@ fn init(
     log.event(keys::SUBMISSION_DIVISION, s.division.as_str())?;
     log.event(keys::SUBMISSION_STATUS, s.status.as_str())?;
     log.event(keys::SUBMISSION_PLATFORM, s.platform.as_str())?;
-    if let Some(rdv) = &rendezvous {
+    let test_mode = rendezvous.as_ref().map(|(_, m)| *m).unwrap_or_default();
+    if let Some((rdv, _)) = &rendezvous {
         if opts.device.is_cuda() {
-            super::step_errors::check_local_gpu(rdv.local_rank, tch::Cuda::device_count())?;
-            opts.device = tch::Device::Cuda(rdv.local_rank);
+            opts.device =
+                test_mode.rank_device(opts.device, rdv.local_rank, tch::Cuda::device_count())?;
+        }
+        if let Some(warning) = test_mode.warning() {
+            tracing::warn!("{warning}");
         }
     }
     w.configure_process(opts.device)?;
-    if let Some(rdv) = &rendezvous {
-        opts.grad_sync = join_group(rdv, opts.device)?;
+    if let Some((rdv, _)) = &rendezvous {
+        opts.grad_sync = join_group(rdv, opts.device, test_mode)?;
     }
     let seed = agree_on_seed(opts.grad_sync.as_mut(), seed)?;
     out.seed = seed;
@@ -650,8 +632,10 @@ fn init(
         device: opts.device,
         rank: opts.grad_sync.rank(),
         world_size: opts.grad_sync.world_size(),
-        emulate_cuda_graph: opts.emulate_cuda_graph,
-        fail_captures: opts.inject_capture_failure_on_rank == Some(opts.grad_sync.rank()),
+        emulate_cuda_graph: opts.test_hooks.emulate_cuda_graph,
+        fail_captures: opts.test_hooks.inject_capture_failure_on_rank
+            == Some(opts.grad_sync.rank()),
+        test_mode,
     };
     {
         // libtorch's generator is process-global: hold it while seeding and drawing the
@@ -704,7 +688,7 @@ fn train_block(
         out.step_seconds += dt;
         out.step_times.push(dt);
         out.steps += 1;
-        if opts.inject_fault_at_step == Some(out.steps) {
+        if opts.test_hooks.inject_fault_at_step == Some(out.steps) {
             // a real libtorch error through tch's panicking API
             let _ = tch::Tensor::zeros([2], (tch::Kind::Float, opts.device)).view([3]);
         }
@@ -727,7 +711,7 @@ fn train_block(
         out.losses.extend(losses);
         let local_stop = if diverged.is_some() {
             diverged
-        } else if crate::interrupt::requested() {
+        } else if crate::util::interrupt::requested() {
             Some("interrupted".to_string())
         } else {
             opts.time_limit

@@ -12,7 +12,7 @@
 //! A libtorch error while converting (tch panics on those) reaches the consumer as an error
 //! ([`super::step_errors::catching`]).
 
-use crate::cuda::{self, Event, Stream};
+use crate::gpu::cuda::{self, Event, Stream};
 use anyhow::{Context, Result};
 use crossbeam_channel::{bounded, Receiver};
 use std::thread::JoinHandle;

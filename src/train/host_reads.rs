@@ -3,13 +3,8 @@
 //! demand (a libtorch RecordFunction callback in `shim/tensor.cpp`); tests use it to check that
 //! a block of training steps reads at most once per `system.loss_check_steps` steps.
 
+use crate::shim::tensor::{mr_host_read_counter_install, mr_host_reads};
 use anyhow::{bail, Result};
-use std::os::raw::{c_char, c_int};
-
-extern "C" {
-    fn mr_host_read_counter_install(err: *mut *mut c_char) -> c_int;
-    fn mr_host_reads() -> i64;
-}
 
 /// Start counting (idempotent; the counter is process-wide).
 pub fn install() -> Result<()> {
@@ -17,7 +12,7 @@ pub fn install() -> Result<()> {
     // SAFETY: an out-pointer to a local.
     if unsafe { mr_host_read_counter_install(&mut err) } != 0 {
         // SAFETY: set by the failed call.
-        bail!("{}", unsafe { crate::shim_error::take(err) });
+        bail!("{}", unsafe { crate::shim::error::take(err) });
     }
     Ok(())
 }

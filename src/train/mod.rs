@@ -179,8 +179,8 @@ impl<'a> Command<'a> {
     ) -> anyhow::Result<ExitCode> {
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
             let mut opts = run_options(self.device, sys, self.division, seed, log);
-            opts.dump_params = self.run.dump_params.clone();
-            opts.emulate_cuda_graph = self.run.emulate_cuda_graph;
+            opts.test_hooks.dump_params = self.run.dump_params.clone();
+            opts.test_hooks.emulate_cuda_graph = self.run.emulate_cuda_graph;
             opts.recipe = self.recipe.clone();
             one(opts)
         };
@@ -257,8 +257,8 @@ fn run_options(
             .as_deref()
             .and_then(|v| v.strip_prefix(prefix).and_then(|n| n.parse().ok()))
     };
-    opts.inject_fault_at_step = fault_at("step:");
-    opts.inject_capture_failure_on_rank = fault_at("capture:").map(|r: u64| r as usize);
+    opts.test_hooks.inject_fault_at_step = fault_at("step:");
+    opts.test_hooks.inject_capture_failure_on_rank = fault_at("capture:").map(|r: u64| r as usize);
     opts
 }
 

@@ -6,12 +6,12 @@ use super::data::{
     Batch, BatchIter, FolderImages, FolderOptions, ImageData, Shard, SyntheticImages,
 };
 use super::engine::{
-    self, Block, BuildContext, GradSource, GradSync, RunOptions, RunOutcome, Workload,
+    self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{self, Prefetcher};
-use crate::amp::{self, maybe_autocast, LowPrecision};
-use crate::cuda_graph::{GraphStats, StepGraphs};
 use crate::data::imagenet::device_augment::{DeviceAugment, PARAMS};
+use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
+use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::ema::Ema;
 use crate::models::resnet::{self, Normalize, Resnet, ResnetSpec};
 use crate::optim::lars::{Lars, LarsConfig};
@@ -574,7 +574,7 @@ impl Workload for ResnetWorkload {
         Ok(out.remove(0))
     }
 
-    fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+    fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
         if let Some((gpu, all)) = self.data.decoder_split().filter(|&(_, all)| all > 0) {
             // scripts/bench_gpu.sh part b reads this line (-v)
@@ -627,7 +627,7 @@ impl Workload for ResnetWorkload {
             Some(ema) => ema.with_ema_weights(&s.vs, eval_all)?,
             None => eval_all()?,
         };
-        sync.all_reduce_sum(&mut counts)?;
+        peers.all_reduce_sum(&mut counts)?;
         if counts[1] == 0.0 {
             bail!("the evaluation set is empty");
         }

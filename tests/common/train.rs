@@ -90,7 +90,7 @@ pub fn resnet_workload(
     let opened = open_data(cfg, data).unwrap();
     let mut w = ResnetWorkload::new(cfg.clone(), Division::Open, opened);
     let mut opts = cpu_run_options(&cfg.system, Division::Open, seed, log);
-    opts.emulate_cuda_graph = graphs;
+    opts.test_hooks.emulate_cuda_graph = graphs;
     let out = engine::run_once(&mut w, opts).unwrap();
     (out, w)
 }

@@ -12,3 +12,4 @@ mod cpu_bind;
 mod dist_gloo;
 mod dist_resnet;
 mod dist_slurm_script;
+mod test_modes;

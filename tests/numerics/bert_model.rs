@@ -292,7 +292,7 @@ fn loading_reports_missing_and_misshaped_tensors() {
 /// under autocast still fits a batch.
 #[test]
 fn bf16_autocast_forward_tracks_fp32_and_trains() {
-    use mlperf_run::amp::{Autocast, LowPrecision};
+    use mlperf_run::gpu::amp::{Autocast, LowPrecision};
     let c = BertConfig {
         hidden_dropout: 0.0,
         attention_dropout: 0.0,
@@ -362,7 +362,7 @@ fn fit_under_bf16(
     seg: &Tensor,
     mask: &Tensor,
 ) -> Vec<f64> {
-    use mlperf_run::amp::{Autocast, LowPrecision};
+    use mlperf_run::gpu::amp::{Autocast, LowPrecision};
     use mlperf_run::optim::lamb::{Lamb, LambConfig};
     use mlperf_run::optim::{Optimizer, ParamGroups};
     let t = targets(ids);
@@ -537,8 +537,8 @@ fn fused_qkv_matches_three_projections() {
 /// emulator), padded and unpadded; and the model fits a batch through it.
 #[test]
 fn bf16_residual_stream_tracks_fp32_and_trains() {
-    use mlperf_run::amp::{Autocast, LowPrecision};
-    use mlperf_run::models::fused_epilogue::FusedPath;
+    use mlperf_run::fused::epilogue::FusedPath;
+    use mlperf_run::gpu::amp::{Autocast, LowPrecision};
     let _turn = rng_turn();
     let c = tiny();
     tch::manual_seed(17);

@@ -4,7 +4,7 @@
 //! errors it gives instead of a hang or a silent wrong answer.
 #![cfg(feature = "torch")]
 
-use mlperf_run::models::fused_epilogue::emulator_selftest;
+use mlperf_run::fused::epilogue::emulator_selftest;
 
 /// Runs self-test `which` on a (gx, gy) grid; the per-block outputs, or the emulator's error.
 fn run(which: i32, gx: u32, gy: u32, threads: u32) -> Result<Vec<f32>, String> {

@@ -13,8 +13,8 @@ use crate::common;
 use crate::common::rng::rng_turn;
 use crate::common::tensors::assert_same_state;
 use crate::common::train::{every_epoch, open_tiny_two_micro_batches, preset, resnet_workload};
-use mlperf_run::cuda_graph::GraphStats;
 use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
+use mlperf_run::gpu::cuda_graph::GraphStats;
 use mlperf_run::train::bert::{BertRunConfig, BertWorkload};
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::engine::{run_once, RunOutcome, Status, Workload};
@@ -154,7 +154,7 @@ fn bert_run(
 ) -> (RunOutcome, BertWorkload) {
     let mut w = BertWorkload::new(cfg.clone(), Division::Open, data.to_path_buf(), None);
     let mut opts = common::train::cpu_run_options(&cfg.system, Division::Open, 5, log);
-    opts.emulate_cuda_graph = graphs;
+    opts.test_hooks.emulate_cuda_graph = graphs;
     let out = run_once(&mut w, opts).unwrap();
     (out, w)
 }

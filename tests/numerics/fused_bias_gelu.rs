@@ -1,5 +1,5 @@
 //! `methods.fused_bias_gelu` on the CPU: the fused feed-forward op `gelu_tanh(x W1^T + b1) W2^T`
-//! (`src/models/fused_bias_gelu.rs`, `shim/fused_bias_gelu.cpp`) against the unfused
+//! (`src/fused/bias_gelu.rs`, `shim/fused_bias_gelu.cpp`) against the unfused
 //! `x.linear(W1, b1).gelu("tanh").linear(W2, None)`.
 //!
 //! The composite path makes the ATen calls that autograd makes for the unfused ops, so in fp32
@@ -12,9 +12,9 @@
 use crate::common;
 
 use crate::common::rng::rng_turn;
-use mlperf_run::amp::{Autocast, LowPrecision};
+use mlperf_run::fused::bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
+use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
-use mlperf_run::models::fused_bias_gelu::{dense_gelu_dense, lt_built, lt_probe, GeluPath};
 use std::path::PathBuf;
 use tch::{nn, Device, Kind, Tensor};
 

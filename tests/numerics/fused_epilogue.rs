@@ -1,5 +1,5 @@
 //! `methods.fused_epilogues` on the CPU: the fused "dense + dropout + residual + LayerNorm" op
-//! (`src/models/fused_epilogue.rs`, `shim/fused_epilogue.cpp`) against the unfused ops.
+//! (`src/fused/epilogue.rs`, `shim/fused_epilogue.cpp`) against the unfused ops.
 //!
 //! The composite path draws its dropout mask exactly as `at::dropout` does on the CPU
 //! (`empty_like(x).bernoulli_(1-p)`, scaled, multiplied) and differentiates with the same ATen
@@ -13,12 +13,12 @@ use crate::common;
 
 use crate::common::rng::{rng_turn, seeded};
 use crate::common::tensors::max_rel;
-use mlperf_run::amp::{Autocast, LowPrecision};
-use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
-use mlperf_run::models::fused_epilogue::{
+use mlperf_run::fused::epilogue::{
     bias_dropout_add_ln, dense_dropout_add_ln, kernel_built, nvrtc_compile,
     set_thread_mask_draw_in_kernel, Epilogue, FusedPath,
 };
+use mlperf_run::gpu::amp::{Autocast, LowPrecision};
+use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
 use std::path::PathBuf;
 use tch::{nn, Device, Kind, Tensor};
 

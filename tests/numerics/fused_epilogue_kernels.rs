@@ -14,10 +14,10 @@
 
 use crate::common::rng::{rng_turn, seeded};
 use crate::common::tensors::max_rel;
-use mlperf_run::amp::{Autocast, LowPrecision};
-use mlperf_run::models::fused_epilogue::{
+use mlperf_run::fused::epilogue::{
     bias_dropout_add_ln, dense_bias_gelu, qkv_projection, vectorised_launches, Epilogue, FusedPath,
 };
+use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use tch::{Device, Kind, Tensor};
 
 const EPS: f64 = 1e-5;

@@ -7,7 +7,7 @@
 use crate::common;
 
 use crate::common::rng::seeded;
-use mlperf_run::amp::{Autocast, LowPrecision};
+use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use mlperf_run::optim::lars::{Lars, LarsConfig};
 use mlperf_run::optim::loss::cross_entropy_smoothed;
 use mlperf_run::optim::loss_scale::{DynamicLossScale, LossScaleConfig};

@@ -13,7 +13,7 @@ use crate::common;
 
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::data::SyntheticImages;
-use mlperf_run::train::engine::{self, Block, BuildContext, GradSync, Workload};
+use mlperf_run::train::engine::{self, Block, BuildContext, GradSync, Peers, Workload};
 use mlperf_run::train::host_reads;
 use mlperf_run::train::resnet::ResnetWorkload;
 use serde_json::Value;
@@ -46,8 +46,8 @@ impl Workload for ReadsEveryStep {
         let _ = loss.double_value(&[]);
         Ok(loss)
     }
-    fn evaluate(&mut self, sync: &mut dyn GradSync) -> anyhow::Result<f64> {
-        self.0.evaluate(sync)
+    fn evaluate(&mut self, peers: &mut dyn Peers) -> anyhow::Result<f64> {
+        self.0.evaluate(peers)
     }
     fn target(&self) -> f64 {
         self.0.target()

@@ -40,7 +40,7 @@ fn a_libtorch_error_in_a_step_aborts_the_run_with_its_cause() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("result_0.txt");
     let mut opts = common::train::cpu_run_options(&cfg.system, Division::Closed, 5, &log);
-    opts.inject_fault_at_step = Some(3);
+    opts.test_hooks.inject_fault_at_step = Some(3);
     opts.distributed_from_env = false;
     let out = run_once(
         &ResnetRun {

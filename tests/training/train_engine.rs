@@ -5,7 +5,7 @@
 use anyhow::Result;
 use mlperf_run::mllog::{parse_str, Sink};
 use mlperf_run::train::engine::{
-    self, Block, BuildContext, GradSync, RunOptions, Status, Submission, Workload,
+    self, Block, BuildContext, GradSync, Peers, RunOptions, Status, Submission, Workload,
 };
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -60,7 +60,7 @@ impl Workload for Scripted {
             self.losses.get(self.step - 1).copied().unwrap_or(1.0),
         ))
     }
-    fn evaluate(&mut self, _sync: &mut dyn GradSync) -> Result<f64> {
+    fn evaluate(&mut self, _peers: &mut dyn Peers) -> Result<f64> {
         self.eval += 1;
         Ok(self.accuracies[self.eval - 1])
     }
@@ -178,9 +178,9 @@ fn tracked_stats_time_only_the_training_part_of_a_block() {
             std::thread::sleep(std::time::Duration::from_millis(50));
             self.0.train_step(sync)
         }
-        fn evaluate(&mut self, sync: &mut dyn GradSync) -> Result<f64> {
+        fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64> {
             std::thread::sleep(std::time::Duration::from_millis(400));
-            self.0.evaluate(sync)
+            self.0.evaluate(peers)
         }
         fn target(&self) -> f64 {
             self.0.target()

@@ -240,7 +240,7 @@ fn closed_gpu_presets_log_what_the_official_checker_accepts() {
         };
         let log = dir.path().join(format!("{name}.txt"));
         let mut opts = common::train::cpu_run_options(&cfg.system, Division::Closed, 7, &log);
-        opts.emulate_cuda_graph = Some(1);
+        opts.test_hooks.emulate_cuda_graph = Some(1);
         let t0 = std::time::Instant::now();
         let out = mlperf_run::train::resnet::run_once(
             &mlperf_run::train::resnet::ResnetRun {

@@ -146,7 +146,7 @@ fn fp16_run(name: &str, mut cfg: ResnetRunConfig, division: Division, seed: u64)
     let log_path = dir.path().join("result_0.txt");
     let mut w = ResnetWorkload::new(cfg.clone(), division, open_data(&cfg, None).unwrap());
     let mut opts = common::train::cpu_run_options(&cfg.system, division, seed, &log_path);
-    opts.emulate_cuda_graph = Some(2);
+    opts.test_hooks.emulate_cuda_graph = Some(2);
     let t0 = std::time::Instant::now();
     let out = mlperf_run::train::engine::run_once(&mut w, opts).unwrap();
     let r = w

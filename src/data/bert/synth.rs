@@ -465,7 +465,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
     std::fs::create_dir_all(a.out.join("train"))
         .with_context(|| format!("cannot create {}", a.out.display()))?;
     std::fs::create_dir_all(a.out.join("eval"))?;
-    crate::fsutil::write_atomic(
+    crate::util::fs::write_atomic(
         &a.out.join("vocab.txt"),
         (vocab.tokens.join("\n") + "\n").as_bytes(),
     )?;
@@ -533,7 +533,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         a.lengths,
         100.0 * padding_fraction
     );
-    crate::fsutil::write_atomic(&a.out.join("README.txt"), readme.as_bytes())?;
+    crate::util::fs::write_atomic(&a.out.join("README.txt"), readme.as_bytes())?;
     Ok(SynthSummary {
         source,
         sentences: a.sentences,

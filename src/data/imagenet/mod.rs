@@ -4,7 +4,7 @@
 //! - [`decode`]: JPEG to RGB, the whole image (zune-jpeg)
 //! - [`nvjpeg`]: the crop regions of a batch decoded on the GPU (nvJPEG, loaded at run time)
 //! - [`region`]: JPEG to RGB, only the region a crop needs at the coarsest DCT scale that
-//!   keeps it at least the output size (libjpeg-turbo, `jpeg_region.c`)
+//!   keeps it at least the output size (libjpeg-turbo, `shim/jpeg_region.c`)
 //! - [`transform`]: random-resized-crop + flip (train), resize + center crop (eval)
 //! - `device_augment` (feature `torch`): the same crop + resize + flip, and the normalisation,
 //!   as one batched op on the device (`data.augment = "gpu"`), on regions the loader decoded

@@ -1,4 +1,4 @@
-//! Decode only what a crop needs (libjpeg-turbo through `jpeg_region.c`): read the JPEG's
+//! Decode only what a crop needs (libjpeg-turbo through `shim/jpeg_region.c`): read the JPEG's
 //! header, let the caller choose the crop box from the image's size, then decode at the
 //! coarsest DCT scale (1/8, 1/4, 1/2) that still leaves the crop at least the output size,
 //! only the columns and rows around the box (the resampling filter's reach included).
@@ -7,38 +7,8 @@
 
 use super::decode::RgbImage;
 use super::transform::CropBox;
+use crate::shim::jpeg_region::{mr_jpeg_decode_region, mr_jpeg_free, mr_jpeg_open, MrJpeg};
 use std::ffi::{c_char, c_int, CStr};
-
-#[repr(C)]
-struct MrJpeg {
-    _private: [u8; 0],
-}
-
-extern "C" {
-    fn mr_jpeg_open(
-        data: *const u8,
-        len: usize,
-        out: *mut *mut MrJpeg,
-        width: *mut u32,
-        height: *mut u32,
-        components: *mut c_int,
-        msg: *mut c_char,
-        msg_len: usize,
-    ) -> c_int;
-    fn mr_jpeg_free(j: *mut MrJpeg);
-    #[allow(clippy::too_many_arguments)]
-    fn mr_jpeg_decode_region(
-        j: *mut MrJpeg,
-        denom: u32,
-        x: u32,
-        y: u32,
-        w: u32,
-        h: u32,
-        out: *mut u8,
-        msg: *mut c_char,
-        msg_len: usize,
-    ) -> c_int;
-}
 
 const MSG_LEN: usize = 256;
 

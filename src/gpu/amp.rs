@@ -6,26 +6,12 @@
 //! losses, ...) in fp32, exactly as `torch.autocast(device_type, dtype)` in Python. Parameters
 //! stay fp32; the backward pass runs through the recorded casts. The CPU supports bf16 autocast
 //! too, so GPU mixed-precision code has a CPU twin that tests can run.
+use crate::shim::tensor::{
+    mr_autocast_enabled, mr_autocast_enter, mr_autocast_exit, mr_grad_set_none,
+};
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int};
 use tch::Device;
-
-extern "C" {
-    fn mr_autocast_enter(
-        device: c_int,
-        dtype: c_int,
-        prev_enabled: *mut c_int,
-        prev_dtype: *mut c_int,
-        err: *mut *mut c_char,
-    ) -> c_int;
-    fn mr_autocast_exit(
-        device: c_int,
-        prev_enabled: c_int,
-        prev_dtype: c_int,
-        err: *mut *mut c_char,
-    ) -> c_int;
-    fn mr_autocast_enabled(device: c_int) -> c_int;
-}
 
 /// The lower precision of an autocast region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +40,7 @@ fn device_code(device: Device) -> Result<c_int> {
 /// The shim's error message; frees the string.
 fn shim_error(err: *mut c_char) -> anyhow::Error {
     // SAFETY: null or a message the shim handed back through `err`, not yet freed.
-    anyhow::anyhow!(unsafe { crate::shim_error::take(err) })
+    anyhow::anyhow!(unsafe { crate::shim::error::take(err) })
 }
 
 /// An autocast region on one device type; the previous state comes back when it is dropped.
@@ -160,9 +146,6 @@ pub fn maybe_autocast<T>(
 /// its gradient over instead of adding it into a zeroed buffer, which saves two passes over
 /// every gradient per step.
 pub fn set_grad_none(t: &tch::Tensor) -> Result<()> {
-    extern "C" {
-        fn mr_grad_set_none(t: *const torch_sys::C_tensor, err: *mut *mut c_char) -> c_int;
-    }
     let mut err = std::ptr::null_mut();
     // SAFETY: `as_ptr` is the live at::Tensor behind `t`; resetting its grad slot does not
     // invalidate the tensor itself.

@@ -29,9 +29,13 @@
 //!
 //! [`StepGraphs::emulated`] is the CPU twin for tests: the same static buffers and the same
 //! warm-up/capture/replay sequence, with the body run again in place of a replay.
-use crate::shim_error::call;
+use crate::shim::error::call;
+use crate::shim::graph::{
+    mr_capture_check_begin, mr_capture_check_end, mr_graph_capture_begin, mr_graph_capture_end,
+    mr_graph_free, mr_graph_new, mr_graph_replay, mr_graph_supported, MrGraph,
+};
 use anyhow::{bail, Context, Result};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use std::sync::OnceLock;
 use tch::{Device, Kind, Tensor};
 
@@ -90,24 +94,6 @@ impl CapturePeers for OneProcess {
     fn capture_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
         Ok(own_failure(0, failure))
     }
-}
-
-#[repr(C)]
-struct MrGraph {
-    _private: [u8; 0],
-}
-
-type Err = *mut *mut c_char;
-
-extern "C" {
-    fn mr_graph_supported() -> c_int;
-    fn mr_graph_new(out: *mut *mut MrGraph, err: Err) -> c_int;
-    fn mr_graph_free(g: *mut MrGraph);
-    fn mr_graph_capture_begin(g: *mut MrGraph, device: c_int, err: Err) -> c_int;
-    fn mr_graph_capture_end(g: *mut MrGraph, err: Err) -> c_int;
-    fn mr_graph_replay(g: *mut MrGraph, err: Err) -> c_int;
-    fn mr_capture_check_begin(err: Err) -> c_int;
-    fn mr_capture_check_end(first: Err) -> i64;
 }
 
 /// Whether this build can capture CUDA graphs (the cargo feature `cuda`).
@@ -530,7 +516,7 @@ impl StepGraphs {
                     let mut step = |ins: &[Tensor]| body(ins, &mut *peers);
                     match self.backend {
                         Backend::Cuda(device) => cold
-                            .then(crate::cuda::CudnnBenchmarkOff::new)
+                            .then(crate::gpu::cuda::CudnnBenchmarkOff::new)
                             .transpose()
                             .and_then(|_heuristics| capture(device, &statics, &mut step))
                             .map(|(graph, outputs)| (Some(graph), outputs)),
@@ -760,7 +746,7 @@ impl CaptureCheck {
         // when an op was counted.
         let hits = unsafe { mr_capture_check_end(&mut first) };
         // SAFETY: set by the shim when hits > 0.
-        (hits > 0).then(|| (unsafe { crate::shim_error::take(first) }, hits))
+        (hits > 0).then(|| (unsafe { crate::shim::error::take(first) }, hits))
     }
 }
 

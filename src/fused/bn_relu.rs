@@ -11,41 +11,15 @@
 //! `nn::BatchNorm` keeps its momentum and eps private, so callers pass them (ResNet's are
 //! constants).
 
+use crate::shim::fused_bn::{
+    mr_bn_add_relu, mr_fused_bn_counts, mr_fused_bn_cudnn_compiled, mr_fused_bn_cudnn_eligible,
+    mr_fused_bn_cudnn_probe, mr_fused_bn_fallback_reason,
+};
 use anyhow::{bail, Result};
-use std::os::raw::{c_char, c_int, c_longlong};
+use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tch::{nn, Tensor};
 use torch_sys::C_tensor;
-
-extern "C" {
-    fn mr_bn_add_relu(
-        x: *const C_tensor,
-        z: *const C_tensor,
-        weight: *const C_tensor,
-        bias: *const C_tensor,
-        running_mean: *const C_tensor,
-        running_var: *const C_tensor,
-        training: c_int,
-        momentum: f64,
-        eps: f64,
-        out: *mut *mut C_tensor,
-        err: *mut *mut c_char,
-    ) -> c_int;
-    fn mr_fused_bn_cudnn_compiled() -> c_int;
-    fn mr_fused_bn_cudnn_probe(out: *mut *mut c_char) -> c_int;
-    fn mr_fused_bn_counts(cudnn_calls: *mut c_longlong, composite_calls: *mut c_longlong);
-    fn mr_fused_bn_fallback_reason(out: *mut *mut c_char) -> c_int;
-    fn mr_fused_bn_cudnn_eligible(
-        x: *const C_tensor,
-        z: *const C_tensor,
-        weight: *const C_tensor,
-        bias: *const C_tensor,
-        running_mean: *const C_tensor,
-        running_var: *const C_tensor,
-        why: *mut *mut c_char,
-        err: *mut *mut c_char,
-    ) -> c_int;
-}
 
 fn ptr(t: Option<&Tensor>) -> *const C_tensor {
     t.map_or(std::ptr::null(), |t| t.as_ptr())
@@ -64,7 +38,7 @@ pub fn f_bn_add_relu(
     let mut out: *mut C_tensor = std::ptr::null_mut();
     // SAFETY: every pointer is a live tensor of the caller's (or null where the shim allows
     // it); on success the shim hands over a new at::Tensor, which we then own.
-    crate::shim_error::call("fused BN+ReLU", |err| unsafe {
+    crate::shim::error::call("fused BN+ReLU", |err| unsafe {
         mr_bn_add_relu(
             x.as_ptr(),
             ptr(residual),
@@ -110,7 +84,7 @@ pub fn cudnn_compiled() -> bool {
 /// process (needs no GPU; an error says what is missing, or that the build lacks `cuda`).
 pub fn cudnn_probe() -> Result<()> {
     // SAFETY: a plain query with an out-pointer for its message.
-    match crate::shim_error::reported(|m| unsafe { mr_fused_bn_cudnn_probe(m) }) {
+    match crate::shim::error::reported(|m| unsafe { mr_fused_bn_cudnn_probe(m) }) {
         None => Ok(()),
         Some(why) => bail!("{why}"),
     }
@@ -127,7 +101,7 @@ pub fn counts() -> (i64, i64) {
 /// Why the op left the cuDNN path for a dtype in this process (cuDNN refused it), if it did.
 pub fn fallback_reason() -> Option<String> {
     // SAFETY: a plain query with an out-pointer for its message.
-    crate::shim_error::reported(|m| unsafe { mr_fused_bn_fallback_reason(m) })
+    crate::shim::error::reported(|m| unsafe { mr_fused_bn_fallback_reason(m) })
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -170,8 +144,10 @@ pub fn cudnn_eligible(
     match rc {
         1 => Ok(Ok(())),
         // SAFETY: the shim set `why` for a negative verdict.
-        0 => Ok(Err(unsafe { crate::shim_error::take(why) })),
+        0 => Ok(Err(unsafe { crate::shim::error::take(why) })),
         // SAFETY: the shim set `err` for a failed call.
-        _ => bail!("fused BN+ReLU: {}", unsafe { crate::shim_error::take(err) }),
+        _ => bail!("fused BN+ReLU: {}", unsafe {
+            crate::shim::error::take(err)
+        }),
     }
 }

@@ -24,30 +24,14 @@
 //! Under autocast the op casts x, W1, b1 and W2 the way autocast casts `linear`'s arguments, and
 //! returns the autocast dtype, as the unfused `linear`s do.
 
-use crate::shim_error::{call, reported};
+use crate::shim::error::{call, reported};
+use crate::shim::fused_bias_gelu::{
+    mr_fbg_dense_gelu_dense, mr_fbg_fallback_reason, mr_fbg_lt_built, mr_fbg_lt_probe,
+};
 use anyhow::{bail, Result};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use std::sync::Once;
 use tch::Tensor;
-use torch_sys::C_tensor;
-
-type T = *const C_tensor;
-
-extern "C" {
-    fn mr_fbg_dense_gelu_dense(
-        x: T,
-        w1: T,
-        b1: T,
-        w2: T,
-        mode: c_int,
-        out: *mut *mut C_tensor,
-        used_lt: *mut c_int,
-        err: *mut *mut c_char,
-    ) -> c_int;
-    fn mr_fbg_fallback_reason(msg: *mut *mut c_char) -> c_int;
-    fn mr_fbg_lt_built() -> c_int;
-    fn mr_fbg_lt_probe(msg: *mut *mut c_char) -> c_int;
-}
 
 /// Which implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,42 +4,16 @@
 //! ([`configure`]) are built on them. Nothing here runs for CPU training.
 
 use anyhow::{bail, Result};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use tch::{Device, Kind, Tensor};
-use torch_sys::C_tensor;
 
-#[repr(C)]
-struct MrStream {
-    _private: [u8; 0],
-}
-#[repr(C)]
-struct MrEvent {
-    _private: [u8; 0],
-}
-
-type Err = *mut *mut c_char;
-
-extern "C" {
-    fn mr_set_device(index: c_int, err: Err) -> c_int;
-    fn mr_stream_from_pool(index: c_int, out: *mut *mut MrStream, err: Err) -> c_int;
-    fn mr_stream_current(index: c_int, out: *mut *mut MrStream, err: Err) -> c_int;
-    fn mr_stream_exchange(s: *const MrStream, prev: *mut *mut MrStream, err: Err) -> c_int;
-    fn mr_stream_synchronize(s: *const MrStream, err: Err) -> c_int;
-    fn mr_stream_free(s: *mut MrStream);
-    fn mr_event_new(out: *mut *mut MrEvent, err: Err) -> c_int;
-    fn mr_event_record(e: *mut MrEvent, s: *const MrStream, err: Err) -> c_int;
-    fn mr_event_block(e: *const MrEvent, s: *const MrStream, err: Err) -> c_int;
-    fn mr_event_query(e: *const MrEvent, done: *mut c_int, err: Err) -> c_int;
-    fn mr_event_free(e: *mut MrEvent);
-    fn mr_tensor_record_stream(t: *const C_tensor, s: *const MrStream, err: Err) -> c_int;
-    fn mr_empty_pinned(numel: i64, dtype: c_int, out: *mut *mut C_tensor, err: Err) -> c_int;
-    fn mr_set_tf32(matmul: c_int, cudnn: c_int, err: Err) -> c_int;
-    fn mr_get_tf32(matmul: *mut c_int, cudnn: *mut c_int, err: Err) -> c_int;
-    fn mr_set_cudnn_benchmark(on: c_int, err: Err) -> c_int;
-    fn mr_get_cudnn_benchmark(on: *mut c_int, err: Err) -> c_int;
-}
-
-use crate::shim_error::call;
+use crate::shim::cuda::{
+    mr_empty_pinned, mr_event_block, mr_event_free, mr_event_new, mr_event_query, mr_event_record,
+    mr_get_cudnn_benchmark, mr_get_tf32, mr_set_cudnn_benchmark, mr_set_device, mr_set_tf32,
+    mr_stream_current, mr_stream_exchange, mr_stream_free, mr_stream_from_pool,
+    mr_stream_synchronize, mr_tensor_record_stream, MrEvent, MrStream,
+};
+use crate::shim::error::call;
 
 fn cuda_index(device: Device) -> Result<c_int> {
     match device {
@@ -139,7 +113,7 @@ impl Drop for StreamGuard {
         let rc = unsafe { mr_stream_exchange(self.prev.0, &mut back, &mut err) };
         if rc != 0 {
             // SAFETY: set by the failed call.
-            let msg = unsafe { crate::shim_error::take(err) };
+            let msg = unsafe { crate::shim::error::take(err) };
             tracing::error!("restoring the CUDA stream failed: {msg}");
         } else {
             drop(Stream(back));

@@ -25,79 +25,22 @@
 //! under `methods.fused_epilogues`): on the kernel path the matmul runs without its bias, one
 //! elementwise kernel adds it and applies the exact (erf) GELU, and its backward takes the
 //! GELU's gradient and the bias's column sums in one pass. (`methods.fused_bias_gelu`, open
-//! division only, instead fuses a tanh GELU into the matmuls: `crate::models::fused_bias_gelu`,
+//! division only, instead fuses a tanh GELU into the matmuls: `crate::fused::bias_gelu`,
 //! cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues.)
 
-use crate::shim_error::call;
+use crate::shim::cuda_emu_selftest::mr_cuda_emu_selftest;
+use crate::shim::error::call;
+use crate::shim::fused_epilogue::{
+    mr_fe_bias_dropout_add_ln, mr_fe_dense_bias_gelu, mr_fe_dense_dropout_add_ln,
+    mr_fe_kernel_built, mr_fe_kernel_status, mr_fe_nvrtc_compile, mr_fe_qkv_projection,
+    mr_fe_set_thread_mask_draw, mr_fe_v4_launches, EpilogueArgs, Err, T,
+};
 use anyhow::{bail, Result};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use std::path::Path;
 use std::sync::Once;
 use tch::{Kind, Tensor};
 use torch_sys::C_tensor;
-
-type T = *const C_tensor;
-type Err = *mut *mut c_char;
-
-extern "C" {
-    fn mr_fe_bias_dropout_add_ln(
-        h: T,
-        bias: T,
-        e: *const EpilogueArgs,
-        out: *mut *mut C_tensor,
-        used_kernel: *mut c_int,
-        err: Err,
-    ) -> c_int;
-    fn mr_fe_dense_dropout_add_ln(
-        x: T,
-        w: T,
-        b: T,
-        e: *const EpilogueArgs,
-        out: *mut *mut C_tensor,
-        used_kernel: *mut c_int,
-        err: Err,
-    ) -> c_int;
-    fn mr_fe_dense_bias_gelu(
-        x: T,
-        w: T,
-        b: T,
-        mode: c_int,
-        out: *mut *mut C_tensor,
-        used_kernel: *mut c_int,
-        err: Err,
-    ) -> c_int;
-    fn mr_fe_qkv_projection(
-        x: T,
-        w: T,
-        b: T,
-        heads: i64,
-        mode: c_int,
-        out: *mut *mut C_tensor,
-        used_kernel: *mut c_int,
-        err: Err,
-    ) -> c_int;
-    fn mr_fe_kernel_status(msg: Err) -> c_int;
-    fn mr_fe_v4_launches(which: c_int) -> i64;
-    fn mr_fe_set_thread_mask_draw(in_kernel: c_int);
-    fn mr_fe_kernel_built() -> c_int;
-    fn mr_cuda_emu_selftest(
-        which: c_int,
-        gx: u32,
-        gy: u32,
-        threads: u32,
-        out: *mut f32,
-        err: Err,
-    ) -> c_int;
-    fn mr_fe_nvrtc_compile(
-        nvrtc_path: *const c_char,
-        arch: *const c_char,
-        ht: c_int,
-        rt: c_int,
-        ot: c_int,
-        size: *mut usize,
-        err: Err,
-    ) -> c_int;
-}
 
 /// Which implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,21 +95,6 @@ fn opt(t: Option<&Tensor>) -> T {
     t.map_or(std::ptr::null(), |t| t.as_ptr())
 }
 
-/// [`Epilogue`] as the shim takes it (`MrFeEpilogue` in shim/fused_epilogue.cpp: same fields,
-/// same order).
-#[repr(C)]
-struct EpilogueArgs {
-    residual: T,
-    gamma: T,
-    beta: T,
-    mask: T,
-    p: f64,
-    train: c_int,
-    eps: f64,
-    mode: c_int,
-    out_type: c_int,
-}
-
 impl Epilogue<'_> {
     /// Borrows the tensors: the result lives no longer than `self`.
     fn args(&self) -> Result<EpilogueArgs> {
@@ -209,7 +137,7 @@ fn warn_if_kernel_failed() {
     let status = unsafe { mr_fe_kernel_status(&mut msg) };
     if status < 0 {
         // SAFETY: the shim set `msg` for status -1 (or left it null).
-        let why = unsafe { crate::shim_error::take(msg) };
+        let why = unsafe { crate::shim::error::take(msg) };
         WARNED.call_once(|| {
             tracing::warn!(
                 "methods.fused_epilogues: the CUDA kernels are unavailable, using the composite \

@@ -2,9 +2,7 @@
 //! fails returns -1 and hands its message back as a malloc'd C string (`shim/error.hpp`).
 use std::os::raw::{c_char, c_int};
 
-extern "C" {
-    fn mr_free_str(s: *mut c_char);
-}
+use super::tensor::mr_free_str;
 
 /// Takes ownership of an error string from a shim and frees it (null: a generic message).
 ///

@@ -16,25 +16,12 @@
 //! the kernel fails or disagrees (a libtorch built without FlashAttention, say), one warning is
 //! logged and the scatter path runs from then on.
 
-use crate::shim_error::call;
+use crate::shim::error::call;
+use crate::shim::varlen_attention::mr_varlen_flash_attention;
 use anyhow::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use tch::{Device, Kind, Tensor};
-use torch_sys::C_tensor;
-
-extern "C" {
-    fn mr_varlen_flash_attention(
-        q: *const C_tensor,
-        k: *const C_tensor,
-        v: *const C_tensor,
-        cu_seqlens: *const C_tensor,
-        max_len: i64,
-        dropout_p: f64,
-        out: *mut *mut C_tensor,
-        err: *mut *mut std::os::raw::c_char,
-    ) -> std::os::raw::c_int;
-}
 
 /// Where the real tokens of a `[B, S]` batch are, for the unpadded encoder.
 pub struct Packing {

@@ -1,0 +1,7 @@
+//! The GPU side of training (feature `torch`; the CUDA parts with the `cuda` feature, each
+//! with a CPU twin for tests): autocast regions ([`amp`]), CUDA streams, events and device
+//! queries ([`cuda`]), whole-step CUDA graphs ([`cuda_graph`]).
+
+pub mod amp;
+pub mod cuda;
+pub mod cuda_graph;

@@ -1,0 +1,31 @@
+//! The C++ shim's FFI declarations, one file per `shim/*.cpp` (and `shim/jpeg_region.c`), and
+//! the one error convention every entry point follows ([`error::call`]: returns 0 or -1, the
+//! message handed back as a malloc'd C string). Only the modules that wrap them (gpu, fused,
+//! dist, optim, data) use these; nothing else calls the shim.
+#![allow(dead_code)]
+
+#[cfg(feature = "torch")]
+pub mod cuda;
+#[cfg(feature = "torch")]
+pub mod cuda_emu_selftest;
+#[cfg(feature = "torch")]
+pub mod dist;
+#[cfg(feature = "torch")]
+pub mod error;
+#[cfg(feature = "torch")]
+pub mod foreach;
+#[cfg(feature = "torch")]
+pub mod fused_bias_gelu;
+#[cfg(feature = "torch")]
+pub mod fused_bn;
+#[cfg(feature = "torch")]
+pub mod fused_epilogue;
+#[cfg(feature = "torch")]
+pub mod graph;
+pub mod jpeg_region;
+#[cfg(feature = "torch")]
+pub mod reducer;
+#[cfg(feature = "torch")]
+pub mod tensor;
+#[cfg(feature = "torch")]
+pub mod varlen_attention;

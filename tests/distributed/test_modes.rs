@@ -1,0 +1,164 @@
+//! The multi-process test modes (src/dist/test_mode.rs) and the checks that scripts/bench_gpu.sh
+//! part m runs on a GPU (scripts/bench/multiprocess_check.py), here over Gloo on the CPU: a world
+//! of one forms a group only when MLPERF_RUN_TEST_GROUP_OF_ONE=1 says so and then trains bit for
+//! bit as a lone process; a malformed value is refused, naming the variable; the checker's every
+//! check passes on the CPU (so the one GPU call that runs it meets no script error).
+#![cfg(feature = "torch")]
+
+use crate::common::dist::{launch_command, load, max_rel_diff, text, BIN};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const CHECKER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/scripts/bench/multiprocess_check.py"
+);
+
+/// configs/resnet/tiny_cpu.toml, 2 epochs of 5 steps, one eval each.
+fn tiny(dir: &Path) -> PathBuf {
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"),
+    )
+    .unwrap();
+    let text = base
+        .replace("train_per_class = 128", "train_per_class = 32")
+        .replace("max_epochs = 24", "max_epochs = 2")
+        .replace("eval_period = 4", "eval_period = 1")
+        .replace("schedule_epochs = 24.0", "schedule_epochs = 2.0");
+    assert_ne!(
+        text, base,
+        "tiny_cpu.toml changed: update this test's edits"
+    );
+    let path = dir.join("tiny.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn resnet_args(cfg: &Path, dir: &Path, name: &str) -> Vec<String> {
+    let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
+    [
+        "resnet",
+        "--division",
+        "open",
+        "--config",
+        &cfg.to_string_lossy(),
+        "--seed",
+        "99",
+        "--log",
+        &p(&format!("{name}.txt")),
+        "--dump-params",
+        &p(&format!("{name}.safetensors")),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[test]
+fn a_world_of_one_forms_a_group_only_in_the_test_mode_and_trains_as_a_lone_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny(dir.path());
+    let launched = |name: &str, env: &[(&str, &str)]| {
+        let out = launch_command(1)
+            .args(resnet_args(&cfg, dir.path(), name))
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(
+            t.contains("run aborted: epoch limit reached"),
+            "{name}: {t}"
+        );
+        t
+    };
+    let group = launched("group", &[("MLPERF_RUN_TEST_GROUP_OF_ONE", "1")]);
+    assert!(group.contains("joined the gloo process group"), "{group}");
+    assert!(
+        group.contains("test mode: MLPERF_RUN_TEST_GROUP_OF_ONE=1"),
+        "{group}"
+    );
+    // the control: without the variable a world of one forms no group
+    let plain = launched("plain", &[]);
+    assert!(!plain.contains("joined the gloo process group"), "{plain}");
+    let (a, b) = (
+        load(&dir.path().join("group.safetensors")),
+        load(&dir.path().join("plain.safetensors")),
+    );
+    assert!(!a.is_empty());
+    assert_eq!(
+        max_rel_diff(&a, &b),
+        0.0,
+        "a group of one trains differently"
+    );
+}
+
+#[test]
+fn a_malformed_test_mode_value_is_refused_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny(dir.path());
+    let out = Command::new(BIN)
+        .args(resnet_args(&cfg, dir.path(), "bad"))
+        .env("MLPERF_RUN_TEST_SHARE_GPU", "yes")
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("MLPERF_RUN_TEST_SHARE_GPU must be 0 or 1 (got \"yes\")"),
+        "{t}"
+    );
+    assert!(!t.contains("panicked"), "{t}");
+}
+
+#[test]
+fn the_gpu_bench_multiprocess_checks_pass_over_gloo_on_the_cpu() {
+    let Some(python) = mlperf_run::official::python() else {
+        eprintln!("SKIP: no Python with torch (scripts/setup.sh makes its venv)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("results.jsonl");
+    let out = Command::new(python)
+        .arg(CHECKER)
+        .args(["--bin", BIN, "--configs"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs"))
+        .args(["--device", "cpu", "--work"])
+        .arg(dir.path().join("work"))
+        .arg("--append")
+        .arg(&records)
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&records)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = recs.iter().map(|r| r["side"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "dp-equals-accumulating",
+            "overlap-equals-blocking",
+            "rank-failure-abort",
+            "graph-group-of-one",
+            "clean-shutdown"
+        ],
+        "{t}"
+    );
+    for r in &recs {
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["part"], "m");
+    }
+    let note = |name: &str| {
+        recs.iter().find(|r| r["side"] == name).unwrap()["note"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(note("graph-group-of-one").contains("joined a gloo group of one"));
+    assert!(note("graph-group-of-one").contains("1 captures, 7 replays"));
+    assert!(note("rank-failure-abort").contains("run_stop (aborted)"));
+}
