@@ -291,6 +291,8 @@ fn bench_once(
         labels,
         height: size,
         width: size,
+        size,
+        crops: Vec::new(),
     };
     let data = FixedImages {
         classes,

@@ -5,9 +5,14 @@
 #
 #   a) ResNet-50 training step, batch 256, 224 px, bf16, channels-last, SGD, fixed batch:
 #      examples/resnet_bench_step vs scripts/bench/resnet_step.py (PyTorch eager, torch.compile)
-#   b) ResNet-50 end to end from JPEGs (100-class synthetic ImageFolder, 16,000 images):
-#      `mlperf-run resnet` (configs/resnet/bench_1gpu.toml, img/s of epoch 2 from its log)
-#      vs torchvision ImageFolder + DataLoader(cores - 1 workers) training
+#   b) ResNet-50 end to end from JPEGs (100-class synthetic ImageFolder shaped like ImageNet
+#      train: `data synth-imagenet --sizes imagenet`, about 400x350, quality 90; 16,000 images):
+#      `mlperf-run -v resnet --division closed` of the one-GPU closed preset
+#      (configs/resnet/bench_1gpu.toml: LARS, batch 400, fp16, channels-last, fused BN+ReLU,
+#      CUDA graph, nvJPEG + crops resized on the GPU), img/s from its log in the training blocks
+#      after the warm-up epoch and with their evals, GPU busy, and the decoder split (its -v
+#      line "decoder split: ..."), against a)'s `mlperf-run fp16 all-methods` step of the same
+#      call when a) ran; vs torchvision ImageFolder + DataLoader(cores - 1 workers) training
 #      (scripts/bench/torchvision_loader.py --train, the same steps)
 #   c) BERT-Large training step, batch 32 x 512, bf16: examples/bert_bench_step vs Hugging Face
 #      BertForPreTraining (scripts/bench/hf_bert_step.py) and the reference-equations PyTorch
@@ -64,10 +69,17 @@
 #      to [B, S], SDPA with the key-padding mask) at BERT-Large shapes (56 x 512, half the tokens
 #      real, 16 heads of 64, bf16, no dropout): max abs/rel diffs of the output and the q/k/v
 #      gradients, and median fwd+bwd time per side
-#   e) (only with --only e or --only ...,e) the JPEG pipeline alone on b)'s images:
-#      `mlperf-run data bench-imagenet` with the CPU decoder (cores - 1 threads) vs
-#      data.decoder nvjpeg (hardware JPEG engine, crop ROI; needs libnvjpeg: pip
-#      nvidia-nvjpeg, or MLPERF_RUN_NVJPEG=path; otherwise the nvjpeg side fails, saying why)
+#   e) (only with --only e or --only ...,e) the data path alone on b)'s images, JPEG files to
+#      the normalised fp16 channels-last tensor on the GPU (`mlperf-run data bench-imagenet
+#      --augment gpu --device cuda`: cores - 1 decode threads, batch 256, MLPerf crops), per
+#      decoder: `decoder cpu` (libjpeg-turbo region decoder), `decoder nvjpeg` (every image to
+#      nvJPEG: data.hw_decoder_load 1), `decoder hybrid` (half to nvJPEG, half to the CPU
+#      decoder at the same time: 0.5), `decoder nvjpeg default-split` (the GPU model's default
+#      split); nvjpeg needs libnvjpeg (pip nvidia-nvjpeg, torchvision's copy, or
+#      MLPERF_RUN_NVJPEG=path; otherwise those sides fail, saying why); peers: torchvision's
+#      DataLoader with PIL decode to the same GPU tensor (scripts/bench/torchvision_loader.py
+#      --to-device cuda) and torchvision.io.decode_jpeg(device="cuda") batched +
+#      transforms.v2 on the GPU (scripts/bench/torchvision_gpu_decode.py)
 #   f) (only with --only f or --only ...,f) fused BN+ReLU (methods.fused_bn_relu) alone:
 #      examples/fused_bn_check, fused vs unfused forward + backward on ResNet-50's BN shapes
 #      (batch 256, channels-last, bf16 and fp16): which path ran (cuDNN or composite and why),
@@ -354,11 +366,13 @@ if [ "$smoke" = 1 ]; then
   R_OURS=("${R_SHAPE[@]}" --width 8 --opt sgd --steps 2)
   R_PEER=("${R_SHAPE[@]}" --amp bf16 --channels-last --steps 2 --warmup 1)
   R_FLOPS=""
-  B_SYNTH=(--classes 4 --per-class 24 --val-per-class 2 --min-size 48 --max-size 64)
+  B_SYNTH=(--classes 4 --per-class 24 --val-per-class 2 --min-size 48 --max-size 64 --sizes imagenet)
   B_CFG="$cfg_dir/resnet/bench_smoke_cpu.toml"
   B_SET="$data/smoke-imagenet"
   B_PEER=(--device cpu --size 32 --batch-size 16 --blocks 1,1,1,1 --amp bf16 --channels-last --workers 1)
   B_BATCH=16
+  E_SIZE=32
+  E_BATCH=8
   C_SHAPE=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 2 --seq 64 --preds 10)
   C_REF_CFG='{"vocab_size":1000,"hidden_size":128,"num_layers":2,"num_heads":2,"intermediate_size":512}'
   C_REF=(--batch 2 --seq 64 --predictions 10)
@@ -383,11 +397,14 @@ else
   R_OURS=("${R_SHAPE[@]}" --opt sgd --steps 60)
   R_PEER=("${R_SHAPE[@]}" --amp bf16 --channels-last --steps 60 --warmup 10)
   R_FLOPS="resnet50:224"
-  B_SYNTH=(--classes 100 --per-class 160 --val-per-class 10 --min-size 300 --max-size 500)
+  # shaped like ImageNet train: about 400x350 on average, JPEG quality 90
+  B_SYNTH=(--classes 100 --per-class 160 --val-per-class 10 --sizes imagenet --min-size 120 --max-size 800 --quality 90)
   B_CFG="$cfg_dir/resnet/bench_1gpu.toml"
-  B_SET="$data/synth-imagenet-100x160"
-  B_PEER=(--device cuda --size 224 --batch-size 256 --amp bf16 --channels-last --workers "$workers")
-  B_BATCH=256
+  B_SET="$data/synth-imagenet-like-100x160"
+  B_PEER=(--device cuda --size 224 --batch-size 400 --amp bf16 --channels-last --workers "$workers")
+  B_BATCH=400
+  E_SIZE=224
+  E_BATCH=256
   C_SHAPE=(--layers 24 --hidden 1024 --heads 16 --inter 4096 --vocab 30528 --batch 32 --seq 512 --preds 76)
   C_REF_CFG='{"vocab_size":30528,"hidden_size":1024,"num_layers":24,"num_heads":16,"intermediate_size":4096}'
   C_REF=(--batch 32 --seq 512 --predictions 76)
@@ -485,7 +502,9 @@ if want b; then
       case "$side" in
         mlperf-run)
           mllog="$raw/logs/b-mlperf-run-r$r.mllog"; rm -f "$mllog"
-          measure b "mlperf-run resnet" "$r" mllog-resnet "$R_FLOPS" -- ours "$MR" resnet --division open \
+          # -v: the run's "decoder split" lines (nvJPEG's share of the images), which the
+          # report reads from this side's output
+          measure b "mlperf-run resnet" "$r" mllog-resnet "$R_FLOPS" -- ours "$MR" -v resnet --division closed \
             --config "$b_cfg" --data "$B_SET" --device "$dev" --seed "$r" --log "$mllog"
           mllog="" ;;
         torchvision)
@@ -497,17 +516,31 @@ if want b; then
   done
 fi
 
-# ---- e) JPEG pipeline: CPU decoder vs nvJPEG ------------------------------------------------------
+# ---- e) the data path alone: JPEG files to the GPU tensor, per decoder, and the peers ---------------
 if want e; then
   [ -f "$B_SET/synth-imagenet.json" ] || ours "$MR" data synth-imagenet --out "$B_SET" "${B_SYNTH[@]}" \
     --seed 7 --force >"$raw/logs/e-synth-imagenet.log" 2>&1 || die "synth-imagenet failed (see $raw/logs)"
+  E_COMMON=(--dir "$B_SET/train" --threads "$workers" --batch-size "$E_BATCH" --size "$E_SIZE" --scale-min 0.05
+    --epochs 1 --augment gpu --device "$dev" --json)
   for r in $(round_numbers); do
     round_start e "$r" || break
     while read -r side; do
-      measure e "decoder $side" "$r" json "" -- ours "$MR" data bench-imagenet --dir "$B_SET/train" \
-        --threads "$workers" --batch-size "$B_BATCH" --size 224 --scale-min 0.05 --epochs 1 \
-        --decoder "$side" --require-decoder --json
-    done < <(rotate "$r" cpu nvjpeg)
+      case "$side" in
+        cpu) measure e "decoder cpu" "$r" json "" -- ours "$MR" data bench-imagenet "${E_COMMON[@]}" --decoder cpu ;;
+        nvjpeg) measure e "decoder nvjpeg" "$r" json "" -- ours "$MR" data bench-imagenet "${E_COMMON[@]}" \
+          --decoder nvjpeg --hw-decoder-load 1 --require-decoder ;;
+        hybrid) measure e "decoder hybrid" "$r" json "" -- ours "$MR" data bench-imagenet "${E_COMMON[@]}" \
+          --decoder nvjpeg --hw-decoder-load 0.5 --require-decoder ;;
+        default) measure e "decoder nvjpeg default-split" "$r" json "" -- ours "$MR" data bench-imagenet \
+          "${E_COMMON[@]}" --decoder nvjpeg --require-decoder ;;
+        tv-loader) measure e "torchvision DataLoader to gpu" "$r" json "" -- "$PYTHON" "$bench_py/torchvision_loader.py" \
+          --dir "$B_SET/train" --workers "$workers" --batch-size "$E_BATCH" --size "$E_SIZE" --scale-min 0.05 \
+          --epochs 1 --to-device "$dev" --json ;;
+        tv-gpu) measure e "torchvision decode_jpeg gpu" "$r" json "" -- "$PYTHON" "$bench_py/torchvision_gpu_decode.py" \
+          --dir "$B_SET/train" --batch-size "$E_BATCH" --size "$E_SIZE" --scale-min 0.05 --epochs 1 \
+          --device "$dev" --threads "$workers" ;;
+      esac
+    done < <(rotate "$r" cpu nvjpeg hybrid default tv-loader tv-gpu)
     round_end
   done
 fi

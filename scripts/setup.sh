@@ -78,6 +78,21 @@ if [ "$MLPERF_RUN_SETUP_NCCL" = "1" ] && ! compgen -G "$MLPERF_RUN_VENV/.mlperf-
     "$MLPERF_RUN_VENV/bin/pip" install -q --disable-pip-version-check "${pkgs[@]}"
     touch "$nccl_stamp"
   fi
+  # libnvjpeg for data.decoder = "nvjpeg", where a GPU is present (torchvision's wheel carries a
+  # copy too, which the decoder also finds; a failure here only means that copy is used)
+  nvjpeg_stamp="$MLPERF_RUN_VENV/.mlperf-run-setup-nvjpeg-cuda$cuda_mm"
+  if [ ! -f "$nvjpeg_stamp" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    case "$cuda_mm" in
+      12.*) nvjpeg_pkg="nvidia-nvjpeg-cu12==$cuda_mm.*" ;;
+      *) nvjpeg_pkg="nvidia-nvjpeg==$cuda_mm.*" ;;
+    esac
+    log "a GPU is present: installing libnvjpeg ($nvjpeg_pkg) for data.decoder = \"nvjpeg\""
+    if "$MLPERF_RUN_VENV/bin/pip" install -q --disable-pip-version-check "$nvjpeg_pkg"; then
+      touch "$nvjpeg_stamp"
+    else
+      log "could not install $nvjpeg_pkg: nvJPEG will use torchvision's copy, or MLPERF_RUN_NVJPEG"
+    fi
+  fi
 fi
 ) || { unset MLPERF_RUN_SETUP_NCCL; echo "[setup] failed" >&2; return 1 2>/dev/null || exit 1; }
 unset MLPERF_RUN_SETUP_NCCL

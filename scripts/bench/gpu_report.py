@@ -26,6 +26,7 @@ import json
 import math
 import os
 import statistics
+import re
 import sys
 
 H100_SXM_BF16_DENSE_TFLOPS = 989.0
@@ -130,6 +131,21 @@ def mllog_throughput(path, bert):
     return res
 
 
+def decoder_split(log):
+    """The last "decoder split: N of M images decoded by nvJPEG" line of a run's output (-v)."""
+    found = None
+    try:
+        with open(log, errors="replace") as f:
+            for line in f:
+                m = re.search(r"decoder split: (\d+) of (\d+) images decoded by nvJPEG", line)
+                if m:
+                    found = {"nvjpeg_images": int(m.group(1)), "images": int(m.group(2)),
+                             "nvjpeg_share": int(m.group(1)) / max(int(m.group(2)), 1)}
+    except OSError:
+        pass
+    return found
+
+
 # nvidia-smi's utilization.gpu is the share of its last sample period (1/6 s to 1 s by product;
 # about 1/6 s on H100 / H200) in which a kernel ran: a sample speaks for the period before its
 # timestamp. The bench samples every 200 ms, so a sample counts for a window only when the
@@ -185,6 +201,10 @@ def cmd_record(a):
             t = mllog_throughput(a.mllog, bert)
         except OSError as e:
             t = {"error": f"cannot read the MLPerf log: {e}"}
+        if not bert:
+            split = decoder_split(a.log)
+            if split:
+                t["decoder_split"] = split
         rec["raw"] = t
         if "error" in t:
             rec["error"] = t["error"]
@@ -254,7 +274,7 @@ PARTS = {
     "b": "b) ResNet-50 end to end (JPEG folder -> GPU)",
     "c": "c) BERT training step (fixed batch)",
     "d": "d) mlperf-run bert run vs its step benchmark",
-    "e": "e) JPEG decode + crop + resize to u8 batches (no training): CPU threads vs nvJPEG",
+    "e": "e) the data path alone, JPEG files to the normalised fp16 GPU tensor (no training): per decoder, and torchvision's peers",
     "f": "f) fused BN+ReLU vs unfused, ResNet-50's BN shapes fwd+bwd (img/s = batch / sum of medians)",
     "g": "g) fused epilogue op (dense + dropout + residual + LayerNorm, fwd+bwd): CUDA kernels vs composite vs unfused",
     "k": "k) short batches beside a CUDA graph: ResNet-50 step, the warm-up's batches and one later one image short",
@@ -441,6 +461,59 @@ def packed_lines(pr):
     return out
 
 
+# Issue 34's targets on one H100 (the run end to end, and the data path alone): (part, our row,
+# peer row or None, threshold), read as TARGETS are; b)'s step comparison is against a)'s fp16
+# all-methods row of the same call
+DATA_TARGETS = [
+    ("b", "mlperf-run resnet", None, 5500.0),
+    ("e", "decoder nvjpeg", None, 9000.0),
+    ("e", "decoder nvjpeg", "torchvision decode_jpeg gpu", 1.5),
+]
+DATA_BUSY_TARGET_PCT = 95.0
+
+
+def data_path_lines(recs, on_gpu):
+    """b) and e): the run's rate in training blocks and with evals, GPU busy, the decoder split,
+    its ratio to a)'s step, and issue 34's targets, met or missed."""
+    out = ["", "end to end and the data path (issue 34, one H100)"
+           + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
+    verdict = lambda v, t: "not measured" if v is None else ("met" if v >= t else "MISSED")
+    med = lambda xs: statistics.median(xs) if xs else None
+    runs = [r for r in recs if r["part"] == "b" and r["side"] == "mlperf-run resnet" and r.get("ok")]
+    if runs:
+        blocks = med([r["value"] for r in runs])
+        evals = med([r["raw"].get("rate_with_evals") for r in runs if r["raw"].get("rate_with_evals")])
+        busy = med([r["gpu_busy_pct"] for r in runs if r.get("gpu_busy_pct") is not None])
+        split = [r["raw"].get("decoder_split") for r in runs if r["raw"].get("decoder_split")]
+        out.append(f"  b) mlperf-run resnet: {fmt(blocks)} img/s in training blocks, {fmt(evals)} img/s with "
+                   f"evals, GPU busy {fmt(busy, 0)}%" + (f", nvJPEG decoded {100 * split[-1]['nvjpeg_share']:.1f}% "
+                                                       f"of {split[-1]['images']} images" if split else ""))
+        step = med([r["value"] for r in recs if r["part"] == "a" and r["side"] == "mlperf-run fp16 all-methods"
+                    and r.get("ok")])
+        ratio = blocks / step if step else None
+        out.append(f"  b) mlperf-run resnet / a) mlperf-run fp16 all-methods (step): "
+                   f"{(fmt(ratio, 3) + 'x') if ratio else '-'}  target >= 0.95x  {verdict(ratio, 0.95)}")
+        out.append(f"  b) GPU busy in training blocks: {fmt(busy, 0)}%  target >= {fmt(DATA_BUSY_TARGET_PCT, 0)}%  "
+                   f"{verdict(busy, DATA_BUSY_TARGET_PCT)}")
+    for part, ours, peer, t in DATA_TARGETS:
+        pr = [r for r in recs if r["part"] == part]
+        if peer is None:
+            v = med([r["value"] for r in pr if r["side"] == ours and r.get("ok")])
+            out.append(f"  {part}) {ours:<40}{fmt(v):>10} img/s  target >= {fmt(t, 0):>6}  {verdict(v, t)}")
+        else:
+            by = {(r["side"], r["round"]): r for r in pr}
+            v, rs = median_ratio(by, sorted({r["round"] for r in pr}), ours, peer)
+            what = f"{ours} / {peer}"
+            out.append(f"  {part}) {what:<40}{(fmt(v, 3) + 'x') if v else '-':>10}        target >= {fmt(t, 1) + 'x':>6}"
+                       f"  {verdict(v, t)}")
+    for r in recs:
+        if r["part"] == "e" and r.get("ok") and r["raw"].get("decoded"):
+            raw = r["raw"]
+            out.append(f"  e) {r['side']} round {r['round']}: nvJPEG decoded {raw.get('decoded_on_gpu')} of "
+                       f"{raw.get('decoded')} images (hw_decoder_load {raw.get('hw_decoder_load')})")
+    return out
+
+
 def cmd_report(a):
     path = os.path.join(a.out, "results.jsonl")
     recs = []
@@ -566,6 +639,8 @@ def cmd_report(a):
             w("    largest kernels: " + "; ".join(f"{k} {ms:.2f} ms ({n})" for k, n, ms in raw["top"][:6]))
     if any(r["part"] in ("a", "c") for r in recs):
         lines.extend(target_lines(recs, on_gpu))
+    if any(r["part"] in ("b", "e") for r in recs):
+        lines.extend(data_path_lines(recs, on_gpu))
     limits = [r["note"] for r in recs if r["part"] == "limit"]
     if limits:
         w("")

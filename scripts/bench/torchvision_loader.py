@@ -16,6 +16,7 @@ on non-BN/bias parameters, cuDNN benchmark mode (as ours). Runs --warmup-steps s
 (continuing across epochs) and one sync at the end. Prints one JSON line with img_per_s.
 """
 import argparse
+import json
 import time
 
 import torch
@@ -117,6 +118,11 @@ def main() -> None:
     p.add_argument("--warmup-steps", type=int, default=20, help="--train: untimed steps")
     p.add_argument("--steps", type=int, default=100, help="--train: timed steps")
     p.add_argument("--blocks", default="3,4,6,3", help="--train: bottlenecks per stage (ResNet-50: 3,4,6,3)")
+    p.add_argument("--to-device", choices=["none", "cpu", "cuda"], default="none",
+                   help="benchmark: also hand each batch to this device as the training input "
+                        "(pinned copy, normalised fp16 channels-last), waited for at the end "
+                        "(scripts/bench_gpu.sh part e)")
+    p.add_argument("--json", action="store_true", help="benchmark: print one JSON result line")
     a = p.parse_args()
     if a.train:
         train(a)
@@ -134,8 +140,14 @@ def main() -> None:
         ]
     )
     ds = datasets.ImageFolder(a.dir, transform=tf)
+    to_device = a.to_device != "none"
+    dev = torch.device(a.to_device if to_device else "cpu")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--to-device cuda: torch.cuda.is_available() is False")
     loader = DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=workers,
-                        persistent_workers=workers > 0)
+                        persistent_workers=workers > 0, pin_memory=dev.type == "cuda")
+    mean = torch.tensor([0.485 * 255, 0.456 * 255, 0.406 * 255], device=dev).view(1, 3, 1, 1)
+    std = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255], device=dev).view(1, 3, 1, 1)
     images = 0
     checksum = 0.0
     start = None
@@ -143,10 +155,22 @@ def main() -> None:
         for x, y in loader:
             if start is None:  # warm-up batch: imports, page cache, worker start
                 start = time.perf_counter()
+                w0 = time.time()
                 continue
             images += x.shape[0]
-            checksum += float(x[:, :, ::37, ::41].float().sum())
+            if to_device:
+                x = x.to(dev, non_blocking=True)
+                x = ((x.float() - mean) / std).half().contiguous(memory_format=torch.channels_last)
+            else:
+                checksum += float(x[:, :, ::37, ::41].float().sum())
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     secs = time.perf_counter() - start
+    if a.json:
+        print(json.dumps({"impl": "torchvision-dataloader-data", "workers": workers, "to_device": a.to_device,
+                          "batch": a.batch_size, "size": a.size, "images": images, "seconds": secs,
+                          "img_per_s": images / secs, "window_unix": [w0, time.time()]}))
+        return
     kind = "PILToTensor" if a.to_tensor == "u8" else "ToTensor"
     print(
         f"torchvision ImageFolder+RandomResizedCrop+flip+{kind} (PIL, num_workers={workers}): "

@@ -42,9 +42,27 @@ pub struct SynthImagenetArgs {
     /// JPEG quality (1-100).
     #[arg(long, default_value_t = 90)]
     pub quality: u8,
+    /// How image sizes are drawn: "uniform" (each side uniform in --min-size..--max-size) or
+    /// "imagenet" (shaped like ImageNet train: width about 400 +- 90 px, mostly landscape 4:3,
+    /// mean about 400x350, within --min-size..--max-size; with quality 90 about 110 KB a file).
+    #[arg(long, value_enum, default_value_t = SizeDist::Uniform)]
+    pub sizes: SizeDist,
     /// Replace an existing non-empty --out.
     #[arg(long)]
     pub force: bool,
+}
+
+/// How image sizes are drawn (`--sizes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SizeDist {
+    /// Width and height each uniform in min_size..=max_size.
+    #[default]
+    Uniform,
+    /// Like ImageNet's training images: width about 400 +- 90 px; height from the aspect ratio
+    /// (4:3 landscape for 55%, square 20%, 3:4 portrait 15%, 3:2 landscape 10%): mean about
+    /// 400x350. Both sides clamped to min_size..=max_size.
+    Imagenet,
 }
 
 /// What to generate.
@@ -57,6 +75,7 @@ pub struct SynthSpec {
     pub min_size: u32,
     pub max_size: u32,
     pub quality: u8,
+    pub sizes: SizeDist,
 }
 
 impl SynthSpec {
@@ -69,6 +88,7 @@ impl SynthSpec {
             min_size: a.min_size,
             max_size: a.max_size,
             quality: a.quality,
+            sizes: a.sizes,
         }
     }
 
@@ -214,8 +234,29 @@ impl Shape {
 /// Render image `index` of `class` in `split`: deterministic in (seed, split, class, index).
 pub fn render_image(spec: &SynthSpec, split: Split, class: usize, index: usize) -> RgbImage {
     let mut rng = Rng::keyed(&[spec.seed, split as u64, class as u64, index as u64]);
-    let width = rng.range_inclusive(spec.min_size as u64, spec.max_size as u64) as u32;
-    let height = rng.range_inclusive(spec.min_size as u64, spec.max_size as u64) as u32;
+    let (width, height) = match spec.sizes {
+        SizeDist::Uniform => {
+            let width = rng.range_inclusive(spec.min_size as u64, spec.max_size as u64) as u32;
+            let height = rng.range_inclusive(spec.min_size as u64, spec.max_size as u64) as u32;
+            (width, height)
+        }
+        SizeDist::Imagenet => {
+            let (lo, hi) = (spec.min_size as f64, spec.max_size as f64);
+            let width = (400.0 + 90.0 * rng.approx_normal()).round();
+            let u = rng.next_f64();
+            let aspect = if u < 0.55 {
+                0.75
+            } else if u < 0.75 {
+                1.0
+            } else if u < 0.9 {
+                4.0 / 3.0
+            } else {
+                2.0 / 3.0
+            };
+            let height = (width * aspect).round();
+            (width.clamp(lo, hi) as u32, height.clamp(lo, hi) as u32)
+        }
+    };
     let (w, h) = (width as f64, height as f64);
     let short = w.min(h);
 
@@ -470,6 +511,7 @@ mod tests {
             min_size: 40,
             max_size: 60,
             quality: 90,
+            sizes: SizeDist::Uniform,
         };
         let a = render_image(&spec, Split::Train, 4, 7);
         assert_eq!(a, render_image(&spec, Split::Train, 4, 7));

@@ -182,6 +182,18 @@ pub struct DataConfig {
     /// "cpu-full" (zune-jpeg, whole image) or "nvjpeg" (GPU; the CPU decoder when missing).
     #[serde(default)]
     pub decoder: crate::data::imagenet::Decoder,
+    /// Where crops are resized, flipped and normalised: "cpu" (the decode workers, into u8
+    /// crops; default) or "gpu" (the batch hand-off, as one batched op on the device, after
+    /// the workers decoded each crop's region; on a CPU run its CPU twin). The same boxes and
+    /// flips; the resampling differs only by rounding (docs/data.md).
+    #[serde(default)]
+    pub augment: crate::data::imagenet::Augment,
+    /// With `decoder = "nvjpeg"`: the share of each batch's images nvJPEG decodes, the rest going
+    /// to the CPU region decoder at the same time (DALI's hw_decoder_load). Absent: the default
+    /// for the GPU model (0.99 on H100/H200, 0.65 on A100 and others, 0.5 without a hardware
+    /// JPEG engine).
+    #[serde(default)]
+    pub hw_decoder_load: Option<f64>,
     #[serde(default)]
     pub synthetic: Option<SyntheticConfig>,
 }
@@ -336,6 +348,20 @@ impl ResnetRunConfig {
         }
         if self.data.train_image_size < 8 || self.data.eval_image_size < 8 {
             bail!("data.train_image_size and data.eval_image_size must be at least 8");
+        }
+        if let Some(l) = self.data.hw_decoder_load {
+            if !(0.0..=1.0).contains(&l) {
+                bail!(
+                    "data.hw_decoder_load must be within 0..1 (the share of each batch nvJPEG \
+                     decodes), got {l}"
+                );
+            }
+            if self.data.decoder != crate::data::imagenet::Decoder::Nvjpeg {
+                bail!(
+                    "data.hw_decoder_load is for data.decoder = \"nvjpeg\" (the share of each \
+                     batch it decodes): set the decoder or remove the key"
+                );
+            }
         }
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");

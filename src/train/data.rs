@@ -7,12 +7,17 @@ use crate::data::rng::Rng;
 use anyhow::Result;
 
 /// One batch: `images` is N x H x W x 3 RGB u8 (NHWC), `labels` N class indices.
+/// With `data.augment = "gpu"`, `crops` has one entry per image: the images are then decoded
+/// regions padded to H x W, which the hand-off crops and resizes to `size` on the device
+/// ([`crate::data::imagenet::device_augment`]); otherwise `crops` is empty and H = W = `size`.
 #[derive(Debug, Clone)]
 pub struct Batch {
     pub images: Vec<u8>,
     pub labels: Vec<i64>,
     pub height: usize,
     pub width: usize,
+    pub size: usize,
+    pub crops: Vec<crate::data::imagenet::DeviceCrop>,
 }
 
 impl Batch {
@@ -39,6 +44,14 @@ pub trait ImageData: Send {
     fn train_len(&self) -> usize;
     /// Evaluation samples (all ranks).
     fn eval_len(&self) -> usize;
+    /// The device the batches are for (`Device::Cuda(local rank)` on a GPU run): where nvJPEG
+    /// decodes. Called once before the first epoch; data sets that do not care ignore it.
+    fn use_device(&mut self, _device: tch::Device) {}
+    /// How the decoders shared the images loaded so far: (decoded by nvJPEG, loaded in all),
+    /// over the training and eval loaders. None: not a JPEG data set.
+    fn decoder_split(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// One epoch of training batches of `batch` images of `size` px for `shard`: the order and
     /// augmentation derive from (`seed`, `epoch`); only whole batches, the same count on every rank.
     fn train_epoch(
@@ -236,6 +249,8 @@ impl ImageData for SyntheticImages {
                 labels,
                 height: size,
                 width: size,
+                size,
+                crops: Vec::new(),
             })
         })))
     }
@@ -260,6 +275,8 @@ impl ImageData for SyntheticImages {
                 labels,
                 height: size,
                 width: size,
+                size,
+                crops: Vec::new(),
             })
         })))
     }
@@ -276,7 +293,9 @@ pub struct FolderImages {
     /// Decode workers; 0: [`default_decode_workers`], counted when a loader is built (after the
     /// run bound its CPUs, `system.cpu_bind`).
     threads: usize,
-    decoder: crate::data::imagenet::Decoder,
+    options: FolderOptions,
+    /// The CUDA device nvJPEG decodes on (the rank's GPU); None on a CPU run.
+    gpu: Option<usize>,
     /// Loaders are built once per (train, seed, batch, shard) and reused across epochs.
     train_loader:
         std::sync::Mutex<Option<(LoaderKey, std::sync::Arc<crate::data::imagenet::Loader>)>>,
@@ -286,20 +305,26 @@ pub struct FolderImages {
 
 type LoaderKey = (u64, usize, usize, usize);
 
+/// How an ImageFolder's JPEGs become batches (the `[data]` keys `decoder`, `augment`,
+/// `hw_decoder_load`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FolderOptions {
+    pub decoder: crate::data::imagenet::Decoder,
+    pub augment: crate::data::imagenet::Augment,
+    pub hw_decoder_load: Option<f64>,
+}
+
 impl FolderImages {
     /// Open `root` (train/ and val/ with the same classes); `threads` decode workers (0: this
-    /// process's share of the CPUs, [`default_decode_workers`]); `decoder` turns JPEG files into
-    /// crops.
-    pub fn open(
-        root: &std::path::Path,
-        threads: usize,
-        decoder: crate::data::imagenet::Decoder,
-    ) -> Result<Self> {
+    /// process's share of the CPUs, [`default_decode_workers`]); `options` say how JPEG files
+    /// become crops.
+    pub fn open(root: &std::path::Path, threads: usize, options: FolderOptions) -> Result<Self> {
         let dir = crate::data::imagenet::ImagenetDir::open(root)?;
         Ok(FolderImages {
             dir,
             threads,
-            decoder,
+            options,
+            gpu: None,
             train_loader: std::sync::Mutex::new(None),
             eval_loader: std::sync::Mutex::new(None),
         })
@@ -336,7 +361,10 @@ impl FolderImages {
             0 => default_decode_workers(),
             n => n,
         };
-        c.decoder = self.decoder;
+        c.decoder = self.options.decoder;
+        c.device_augment = self.options.augment == crate::data::imagenet::Augment::Gpu;
+        c.hw_decoder_load = self.options.hw_decoder_load;
+        c.gpu = self.gpu;
         c.rank = shard.rank;
         c.world_size = shard.world_size;
         let folder = if train {
@@ -368,6 +396,8 @@ impl Iterator for FolderEpoch {
                 labels: b.labels,
                 height: b.height as usize,
                 width: b.width as usize,
+                size: b.size as usize,
+                crops: b.crops,
             })),
             Some(Err(e)) => Some(Err(e)),
             None => {
@@ -391,6 +421,24 @@ impl ImageData for FolderImages {
     }
     fn eval_len(&self) -> usize {
         self.dir.val.len()
+    }
+
+    fn use_device(&mut self, device: tch::Device) {
+        self.gpu = match device {
+            tch::Device::Cuda(i) => Some(i),
+            _ => None,
+        };
+    }
+
+    fn decoder_split(&self) -> Option<(u64, u64)> {
+        let mut total = (0, 0);
+        for slot in [&self.train_loader, &self.eval_loader] {
+            if let Some((_, l)) = slot.lock().ok()?.as_ref() {
+                let (g, n) = l.decoder_split();
+                total = (total.0 + g, total.1 + n);
+            }
+        }
+        Some(total)
     }
 
     fn train_epoch(

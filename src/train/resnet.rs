@@ -2,11 +2,14 @@
 //! the generic [`engine`](super::engine). [`run_once`] is the library entry point for one run.
 
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
-use super::data::{Batch, BatchIter, FolderImages, ImageData, Shard, SyntheticImages};
+use super::data::{
+    Batch, BatchIter, FolderImages, FolderOptions, ImageData, Shard, SyntheticImages,
+};
 use super::engine::{
     self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{self, Prefetcher};
+use crate::data::imagenet::device_augment::{DeviceAugment, PARAMS};
 use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
 use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::ema::Ema;
@@ -54,7 +57,11 @@ pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<d
             Ok(Box::new(FolderImages::open(
                 dir,
                 cfg.data.workers,
-                cfg.data.decoder,
+                FolderOptions {
+                    decoder: cfg.data.decoder,
+                    augment: cfg.data.augment,
+                    hw_decoder_load: cfg.data.hw_decoder_load,
+                },
             )?))
         }
     }
@@ -109,6 +116,8 @@ struct State {
     loss_scale: Option<DynamicLossScale>,
     /// `methods.cuda_graph`: the step captured and replayed (or its CPU twin in tests).
     graphs: Option<StepGraphs>,
+    /// `data.augment = "gpu"`: the hand-off's crop + resize + normalisation on the device.
+    augment: DeviceAugment,
 }
 
 pub struct ResnetWorkload {
@@ -192,9 +201,15 @@ impl ResnetWorkload {
     }
 }
 
-/// Batches handed over to the device ahead of use ([`handoff`]): u8 NHWC images and labels.
-fn prefetch(iter: BatchIter, device: Device) -> Result<Prefetcher<(Tensor, Tensor)>> {
-    Prefetcher::spawn(device, PREFETCH_DEPTH, iter, |b: Batch, t| {
+/// Batches handed over to the device ahead of use ([`handoff`]): u8 NHWC images and labels,
+/// or, for batches of decoded regions (`data.augment = "gpu"`), the images cropped, resized,
+/// flipped and normalised on the device by `augment`, on the hand-off's stream.
+fn prefetch(
+    iter: BatchIter,
+    device: Device,
+    augment: DeviceAugment,
+) -> Result<Prefetcher<(Tensor, Tensor)>> {
+    Prefetcher::spawn(device, PREFETCH_DEPTH, iter, move |b: Batch, t| {
         if b.images.len() != b.len() * b.height * b.width * 3 {
             bail!(
                 "a batch of {} labels carries {} image bytes at {}x{}",
@@ -204,7 +219,22 @@ fn prefetch(iter: BatchIter, device: Device) -> Result<Prefetcher<(Tensor, Tenso
                 b.width
             );
         }
-        handoff::image_batch(&b.images, &b.labels, b.height, b.width, t)
+        let (x, y) = handoff::image_batch(&b.images, &b.labels, b.height, b.width, t)?;
+        if b.crops.is_empty() {
+            return Ok((x, y));
+        }
+        if b.crops.len() != b.len() {
+            bail!(
+                "a batch of {} labels carries {} crop boxes",
+                b.len(),
+                b.crops.len()
+            );
+        }
+        let params = t.tensor(
+            &DeviceAugment::params(&b.crops),
+            &[b.len() as i64, PARAMS as i64],
+        )?;
+        Ok((augment.apply(&x, &params, b.size as i64)?, y))
     })
 }
 
@@ -219,7 +249,7 @@ fn epoch_batches(
         .iter()
         .map(|shard| {
             let iter = data.train_epoch(s.epoch, size, s.local_batch, s.seed, *shard)?;
-            prefetch(iter, s.device)
+            prefetch(iter, s.device, s.augment.clone())
         })
         .collect()
 }
@@ -280,6 +310,18 @@ impl Workload for ResnetWorkload {
                  path; set methods.amp = \"bf16\" or \"fp16\" to fuse them"
             );
         }
+        // device-augmented batches arrive in the forward's dtype: what autocast would cast the
+        // normalised fp32 input to for the first convolution
+        let augment = DeviceAugment::new(
+            ctx.device,
+            match autocast {
+                Some(LowPrecision::BFloat16) => Kind::BFloat16,
+                Some(LowPrecision::Float16) => Kind::Half,
+                None => Kind::Float,
+            },
+            cfg.methods.channels_last,
+        )?;
+        self.data.use_device(ctx.device);
         let spec = ResnetSpec {
             classes: cfg.model.classes,
             width: cfg.model.width,
@@ -385,6 +427,7 @@ impl Workload for ResnetWorkload {
             step_in_epoch: 0,
             iters: Vec::new(),
             normalize: Normalize::new(ctx.device, self.cfg.methods.channels_last),
+            augment,
             autocast,
             loss_scale,
             graphs,
@@ -454,7 +497,12 @@ impl Workload for ResnetWorkload {
             let last = ins.len() / 2 - 1;
             for (m, pair) in ins.chunks(2).enumerate() {
                 let t1 = Instant::now();
-                let x = s.normalize.apply(&pair[0]);
+                // u8 pixels are normalised here; device-augmented batches come normalised
+                let x = if pair[0].kind() == Kind::Uint8 {
+                    s.normalize.apply(&pair[0])
+                } else {
+                    pair[0].shallow_clone()
+                };
                 handoff += t1.elapsed().as_secs_f64();
                 let loss = maybe_autocast(s.device, s.autocast, || {
                     cross_entropy_smoothed(&s.net.forward_t(&x, true), &pair[1], smoothing)
@@ -528,6 +576,14 @@ impl Workload for ResnetWorkload {
 
     fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
+        if let Some((gpu, all)) = self.data.decoder_split().filter(|&(_, all)| all > 0) {
+            // scripts/bench_gpu.sh part b reads this line (-v)
+            tracing::info!(
+                "decoder split: {gpu} of {all} images decoded by nvJPEG ({:.1}%), the rest by \
+                 the CPU decoder",
+                100.0 * gpu as f64 / all as f64
+            );
+        }
         let s = self.state.as_ref().context("the workload was not built")?;
         if let Some(ls) = s
             .loss_scale
@@ -544,7 +600,7 @@ impl Workload for ResnetWorkload {
             );
         }
         let iter = self.data.eval(size, s.local_batch.max(1), s.shard)?;
-        let mut batches = prefetch(iter, s.device)?;
+        let mut batches = prefetch(iter, s.device, s.augment.clone())?;
         let mut eval_all = || -> Result<[f64; 2]> {
             // correct predictions counted on the device, read once at the end
             let mut correct = Tensor::zeros([], (Kind::Int64, s.device));
@@ -552,7 +608,11 @@ impl Workload for ResnetWorkload {
             tch::no_grad(|| -> Result<()> {
                 while let Some(b) = batches.next_batch() {
                     let (images, y) = b?;
-                    let x = s.normalize.apply(&images);
+                    let x = if images.kind() == Kind::Uint8 {
+                        s.normalize.apply(&images)
+                    } else {
+                        images
+                    };
                     let logits =
                         maybe_autocast(s.device, s.autocast, || s.net.forward_t(&x, false))?;
                     let pred = logits.argmax(-1, false);

@@ -18,6 +18,7 @@ fn small_spec(classes: usize, per_class: usize) -> SynthSpec {
         min_size: 40,
         max_size: 72,
         quality: 85,
+        sizes: Default::default(),
     }
 }
 

@@ -16,6 +16,7 @@ fn spec(classes: usize, per_class: usize, val_per_class: usize, seed: u64) -> Sy
         min_size: 48,
         max_size: 80,
         quality: 90,
+        sizes: Default::default(),
     }
 }
 
@@ -219,4 +220,52 @@ fn colour_histograms_beat_chance_widely_but_do_not_solve_the_task() {
         accuracy <= 0.9,
         "colour alone nearly solves the task: {accuracy}"
     );
+}
+
+/// `--sizes imagenet` at quality 90 (scripts/bench_gpu.sh part b's set) is shaped like ImageNet
+/// train: about 400x350 on average, mostly landscape, about 110 KB a file; `--sizes uniform`
+/// (the default) is not.
+#[test]
+fn imagenet_sizes_average_about_400_by_350_and_110_kb() {
+    use mlperf_run::data::synth_imagenet::SizeDist;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("like");
+    let spec = SynthSpec {
+        min_size: 120,
+        max_size: 800,
+        sizes: SizeDist::Imagenet,
+        ..spec(2, 60, 1, 5)
+    };
+    let summary = write_synth_imagenet(&out, &spec, false).unwrap();
+    let set = ImagenetDir::open(&out).unwrap();
+    let (mut w, mut h, mut landscape) = (0.0, 0.0, 0);
+    for s in &set.train.samples {
+        let img = decode_jpeg(&std::fs::read(&s.path).unwrap()).unwrap();
+        w += img.width as f64;
+        h += img.height as f64;
+        landscape += usize::from(img.width > img.height);
+    }
+    let n = set.train.len() as f64;
+    let kb = summary.bytes as f64 / (n + 2.0) / 1000.0;
+    eprintln!(
+        "--sizes imagenet: mean {:.0}x{:.0}, {kb:.0} KB a file, {landscape} of {n} landscape",
+        w / n,
+        h / n
+    );
+    assert!((360.0..440.0).contains(&(w / n)), "mean width {}", w / n);
+    assert!((310.0..390.0).contains(&(h / n)), "mean height {}", h / n);
+    assert!(landscape as f64 > n / 2.0, "{landscape} of {n} landscape");
+    assert!((80.0..150.0).contains(&kb), "{kb:.0} KB a file");
+    // the default draw is unchanged: each side uniform in min..max
+    let uniform = SynthSpec {
+        sizes: SizeDist::Uniform,
+        ..spec
+    };
+    let a = mlperf_run::data::synth_imagenet::render_image(
+        &uniform,
+        mlperf_run::data::synth_imagenet::Split::Train,
+        0,
+        0,
+    );
+    assert!((120..=800).contains(&a.width) && (120..=800).contains(&a.height));
 }

@@ -12,4 +12,5 @@ mod bert_data;
 mod bert_packing;
 mod data_imagenet;
 mod data_synth;
+mod gpu_augment;
 mod prepare_imagenet;

@@ -90,6 +90,7 @@ fn a_resnet_run_whose_warm_up_batches_are_all_short_captures_and_replays_the_ful
         min_size: 40,
         max_size: 56,
         quality: 90,
+        sizes: Default::default(),
     };
     mlperf_run::data::synth_imagenet::write_synth_imagenet(&data, &spec, false).unwrap();
     for class in ["n00000003", "n00000005", "n00000007"] {
@@ -267,4 +268,46 @@ fn the_setting_is_refused_on_a_cpu_and_with_unpadding() {
     let e = BertRunConfig::parse(&text, Division::Open).unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("methods.unpad"), "{msg}");
+}
+
+/// `data.augment = "gpu"` with the closed presets' methods (fp16, channels-last, fused BN+ReLU):
+/// the batches reach the step normalised in fp16 from the hand-off's device op, through the
+/// graph's static buffers, and the run through the twin is bit-identical to the eager one (and
+/// its capture step finds nothing a GPU capture could not take).
+#[test]
+fn device_augmented_batches_go_through_the_graph_twin_bit_identically() {
+    let _turn = rng_turn();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    let spec = mlperf_run::data::synth_imagenet::SynthSpec {
+        classes: 10,
+        per_class: 40,
+        val_per_class: 4,
+        seed: 2,
+        min_size: 40,
+        max_size: 72,
+        quality: 90,
+        sizes: Default::default(),
+    };
+    mlperf_run::data::synth_imagenet::write_synth_imagenet(&data, &spec, false).unwrap();
+    let text = common::preset_with_method(
+        "resnet/tiny_cpu_jpeg.toml",
+        "amp = \"fp16\"\nchannels_last = true\nfused_bn_relu = true",
+    )
+    .replace(
+        "decoder = \"cpu\"\n",
+        "decoder = \"cpu\"\naugment = \"gpu\"\n",
+    );
+    let mut cfg = ResnetRunConfig::parse(&text, Division::Open).unwrap();
+    assert_eq!(cfg.data.augment, mlperf_run::data::imagenet::Augment::Gpu);
+    every_epoch(&mut cfg, 3);
+    let run = |graphs: Option<u32>, log: &str| {
+        resnet_workload(&cfg, Some(&data), 4, graphs, &dir.path().join(log))
+    };
+    let (eager, we) = run(None, "eager.txt");
+    let (graphed, wg) = run(Some(2), "graph.txt");
+    assert_same_run("resnet, device augmentation", &eager, &graphed);
+    assert_same_state("resnet", &we.state_tensors(), &wg.state_tensors());
+    let s = wg.graph_stats().unwrap();
+    assert_eq!((s.captures, s.eager_steps), (1, 2), "{s:?}");
 }

@@ -1,5 +1,6 @@
-//! The benchmark presets of scripts/bench_gpu.sh load in the open division and have the shape
-//! its timing relies on: a warm-up block, then timed blocks, and an unreachable target.
+//! The benchmark presets of scripts/bench_gpu.sh load (ResNet's in the closed division, with the
+//! closed presets' methods and GPU data path) and have the shape its timing relies on: a warm-up
+//! block, then timed blocks, and an unreachable target.
 #![cfg(feature = "torch")]
 
 use mlperf_run::train::bert::BertRunConfig;
@@ -14,19 +15,35 @@ fn preset(kind: &str, name: &str) -> PathBuf {
 }
 
 #[test]
-fn resnet_bench_presets_eval_every_epoch_after_a_warm_up_epoch() {
+fn resnet_bench_presets_are_closed_with_a_warm_up_epoch_then_a_timed_block() {
+    use mlperf_run::data::imagenet::{Augment, Decoder};
+    use mlperf_run::train::config::Amp;
     for name in ["bench_1gpu.toml", "bench_smoke_cpu.toml"] {
-        let c = ResnetRunConfig::load(&preset("resnet", name), Division::Open)
+        let c = ResnetRunConfig::load(&preset("resnet", name), Division::Closed)
             .unwrap_or_else(|e| panic!("{name}: {e:#}"));
-        assert_eq!(c.eval_epochs(), [0, 1], "{name}");
+        // block 1 = epoch 1 (warm-up), block 2 = epochs 2-5 and the last eval
+        assert_eq!(c.eval_epochs(), [0, 4], "{name}");
         assert!(
             c.train.target > 0.99,
             "{name}: the target must stay out of reach"
         );
-        assert!(c.methods.channels_last, "{name}");
+        let m = &c.methods;
+        assert!(
+            m.channels_last && m.fused_bn_relu && m.amp == Amp::Fp16,
+            "{name}"
+        );
+        assert_eq!(
+            (c.data.decoder, c.data.augment),
+            (Decoder::Nvjpeg, Augment::Gpu),
+            "{name}"
+        );
     }
-    let c = ResnetRunConfig::load(&preset("resnet", "bench_1gpu.toml"), Division::Open).unwrap();
-    assert_eq!((c.model.classes, c.train.global_batch_size), (100, 256));
+    let c = ResnetRunConfig::load(&preset("resnet", "bench_1gpu.toml"), Division::Closed).unwrap();
+    assert_eq!((c.model.classes, c.train.global_batch_size), (100, 400));
+    assert!(
+        c.methods.cuda_graph,
+        "the one-GPU preset runs the step as a CUDA graph"
+    );
 }
 
 #[test]

@@ -20,6 +20,7 @@ fn presets_load_in_their_divisions() {
     for (name, closed_ok) in [
         ("tiny_cpu.toml", true),
         ("closed_8xA100.toml", true),
+        ("closed_8xH100.toml", true),
         ("tiny_cpu_open.toml", false),
         ("open_8xA100.toml", false),
     ] {
@@ -35,6 +36,88 @@ fn presets_load_in_their_divisions() {
     assert_eq!(c.train.global_batch_size, 3264);
     assert_eq!(c.optimizer.base_lr, 10.5);
     assert_eq!(c.eval_epochs()[..3], [2, 6, 10]);
+    // NVIDIA's v4.0 8xH100 recipe (config_DGXH100.sh of eos_ngc24.04_mxnet)
+    let h = ResnetRunConfig::parse(&preset("closed_8xH100.toml"), Division::Closed).unwrap();
+    assert_eq!(h.train.global_batch_size, 3200);
+    assert_eq!(h.local_batch(8).unwrap(), 400);
+    let o = &h.optimizer;
+    assert_eq!(
+        (o.base_lr, o.warmup_epochs, o.schedule_epochs),
+        (11.0, 2.0, 37.0)
+    );
+    assert_eq!((o.weight_decay, o.momentum, o.end_lr), (5e-5, 0.9, 1e-4));
+    assert_eq!(h.methods.label_smoothing, 0.1);
+    assert_eq!(h.eval_epochs()[..3], [2, 6, 10]);
+    // both closed presets run every closed-legal method and the GPU data path
+    for c in [&c, &h] {
+        let m = &c.methods;
+        assert!(m.cuda_graph && m.fused_bn_relu && m.channels_last && m.amp == Amp::Fp16);
+        assert_eq!(
+            (c.data.decoder, c.data.augment),
+            (
+                mlperf_run::data::imagenet::Decoder::Nvjpeg,
+                mlperf_run::data::imagenet::Augment::Gpu
+            )
+        );
+    }
+}
+
+#[test]
+fn data_augment_and_the_decoder_split_are_checked_with_the_key_named() {
+    let text = preset("tiny_cpu.toml");
+    let e = err(
+        &text.replace(
+            "[data]
+",
+            "[data]
+augment = \"device\"
+",
+        ),
+        Division::Open,
+    );
+    assert!(
+        e.contains("device") && e.contains("gpu") && e.contains("cpu"),
+        "{e}"
+    );
+    let e = err(
+        &text.replace(
+            "[data]
+",
+            "[data]
+hw_decoder_load = 0.5
+",
+        ),
+        Division::Closed,
+    );
+    assert!(
+        e.contains("data.hw_decoder_load") && e.contains("nvjpeg"),
+        "{e}"
+    );
+    let e = err(
+        &text.replace(
+            "[data]
+",
+            "[data]
+decoder = \"nvjpeg\"
+hw_decoder_load = 1.5
+",
+        ),
+        Division::Open,
+    );
+    assert!(
+        e.contains("data.hw_decoder_load") && e.contains("0..1"),
+        "{e}"
+    );
+    let ok = text.replace(
+        "[data]
+",
+        "[data]
+decoder = \"nvjpeg\"
+augment = \"gpu\"
+hw_decoder_load = 0.8
+",
+    );
+    ResnetRunConfig::parse(&ok, Division::Closed).unwrap();
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `mlperf-run data bench-imagenet` (hidden): time the training pipeline on an ImageFolder,
-//! for scripts/bench_data.sh.
+//! for scripts/bench_data.sh, and (with `--augment gpu --device cuda`) the data path alone up to
+//! the normalised fp16 tensor on the GPU, for scripts/bench_gpu.sh part e.
 
-use super::{Decoder, ImageFolder, Loader, LoaderConfig};
+use super::{Augment, Decoder, ImageFolder, Loader, LoaderConfig};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -34,14 +35,49 @@ pub struct BenchImagenetArgs {
     /// Fail (instead of measuring the CPU fallback) when the asked decoder cannot be used.
     #[arg(long)]
     pub require_decoder: bool,
+    /// Where crops are resized: cpu (the workers, u8 crops) or gpu (the workers decode each
+    /// crop's region; the batch hand-off copies the batch to --device and crops, resizes, flips
+    /// and normalises it there into fp16 channels-last: the training run's data path up to the
+    /// model's input). gpu needs the default build.
+    #[arg(long, default_value = "cpu")]
+    pub augment: Augment,
+    /// The device of --augment gpu: cpu (the CPU twin) or cuda / cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// With --decoder nvjpeg: the share of each batch nvJPEG decodes, the rest going to the CPU
+    /// region decoder at the same time (default: the GPU model's).
+    #[arg(long)]
+    pub hw_decoder_load: Option<f64>,
+    /// With --augment gpu: before timing, compare this many batches with the CPU region
+    /// decoder's (the same boxes, both through the device op) and fail when an image is below
+    /// 30 dB PSNR: checks that the decoder's pixels are right, not only fast.
+    #[arg(long, default_value_t = 2)]
+    pub check_batches: usize,
+}
+
+/// The CUDA device index of `--device` (None: the CPU).
+fn device_index(device: &str) -> Result<Option<usize>> {
+    match device {
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        d => d
+            .strip_prefix("cuda:")
+            .and_then(|i| i.parse().ok())
+            .map(Some)
+            .ok_or_else(|| anyhow::anyhow!("--device {d:?}: use cpu, cuda or cuda:N")),
+    }
 }
 
 pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
     let folder = ImageFolder::open(&args.dir)?;
+    let gpu = device_index(&args.device)?;
     let config = LoaderConfig {
         threads: args.threads,
         drop_last: false,
         decoder: args.decoder,
+        device_augment: args.augment == Augment::Gpu,
+        gpu,
+        hw_decoder_load: args.hw_decoder_load,
         crop: super::RandomResizedCrop {
             scale: (args.scale_min, 1.0),
             ..super::RandomResizedCrop::TORCHVISION
@@ -61,11 +97,35 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
     if let Some(batch) = loader.epoch(1000, args.size).next() {
         batch?;
     }
+    let psnr_worst = if args.augment == Augment::Gpu && args.check_batches > 0 {
+        let cpu = Loader::new(
+            &folder,
+            LoaderConfig {
+                decoder: Decoder::Cpu,
+                ..loader.config().clone()
+            },
+        )?;
+        let worst = check_against(&loader, &cpu, &args, gpu)?;
+        if worst < 30.0 {
+            anyhow::bail!(
+                "the {} decoder's crops differ from the CPU region decoder's: worst PSNR \
+                 {worst:.1} dB over {} batch(es) (30 dB expected)",
+                loader.decoder_in_use().as_str(),
+                args.check_batches
+            );
+        }
+        Some(worst)
+    } else {
+        None
+    };
     let start = std::time::Instant::now();
     let unix_start = unix_now();
     let mut images = 0usize;
     let mut checksum = 0u64;
-    for epoch in 0..args.epochs {
+    if args.augment == Augment::Gpu {
+        images = on_device(&loader, &args, gpu)?;
+    }
+    for epoch in (0..args.epochs).filter(|_| args.augment == Augment::Cpu) {
         for batch in loader.epoch(epoch, args.size) {
             let batch = batch?;
             images += batch.len();
@@ -80,12 +140,23 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let (on_gpu, loaded) = loader.decoder_split();
     if args.json {
         let line = serde_json::json!({
-            "impl": format!("mlperf-run-data-{}", loader.decoder_in_use().as_str()),
+            "impl": format!(
+                "mlperf-run-data-{}{}",
+                loader.decoder_in_use().as_str(),
+                if args.augment == Augment::Gpu { "-gpu-augment" } else { "" }
+            ),
             "decoder_asked": args.decoder.as_str(),
             "decoder": loader.decoder_in_use().as_str(),
             "decoder_note": loader.decoder_note(),
+            "augment": args.augment.as_str(),
+            "device": args.device,
+            "hw_decoder_load": loader.hw_decoder_load(),
+            "decoded_on_gpu": on_gpu,
+            "decoded": loaded,
+            "psnr_vs_cpu_worst_db": psnr_worst.filter(|p| p.is_finite()),
             "threads": args.threads,
             "images": images,
             "seconds": secs,
@@ -96,13 +167,108 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         return Ok(std::process::ExitCode::SUCCESS);
     }
     println!(
-        "mlperf-run pipeline ({} decoder): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
+        "mlperf-run pipeline ({} decoder, {on_gpu} of {loaded} images decoded by nvJPEG, augment \
+         on {}): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
         loader.decoder_in_use().as_str(),
+        if args.augment == Augment::Gpu {
+            args.device.as_str()
+        } else {
+            "cpu"
+        },
         images as f64 / secs,
         args.threads,
         images as f64 / secs / args.threads as f64
     );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `--augment gpu`: every timed epoch through the training run's batch hand-off to `device`
+/// and the device augmentation (fp16, channels-last), waited for at the end. Returns the images.
+#[cfg(feature = "torch")]
+fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> Result<usize> {
+    use super::device_augment::{DeviceAugment, PARAMS};
+    use crate::train::handoff::{self, Prefetcher};
+    let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
+    let aug = DeviceAugment::new(device, tch::Kind::Half, true)?;
+    let mut images = 0usize;
+    for epoch in 0..args.epochs {
+        let aug = aug.clone();
+        let mut batches = Prefetcher::spawn(
+            device,
+            2,
+            loader.epoch(epoch, args.size),
+            move |b: super::Batch, t| {
+                let (x, y) = handoff::image_batch(
+                    &b.images,
+                    &b.labels,
+                    b.height as usize,
+                    b.width as usize,
+                    t,
+                )?;
+                let n = b.len() as i64;
+                let p = t.tensor(&DeviceAugment::params(&b.crops), &[n, PARAMS as i64])?;
+                Ok((aug.apply(&x, &p, b.size as i64)?, y))
+            },
+        )?;
+        while let Some(b) = batches.next_batch() {
+            let (x, _) = b?;
+            images += x.size()[0] as usize;
+        }
+    }
+    if let Some(i) = gpu {
+        tch::Cuda::synchronize(i as i64);
+    }
+    Ok(images)
+}
+
+/// The worst per-image PSNR (dB) of `loader`'s first `--check-batches` batches against `cpu`'s
+/// (the same boxes), both through the device op in fp32 on the bench's device.
+#[cfg(feature = "torch")]
+fn check_against(
+    loader: &Loader,
+    cpu: &Loader,
+    args: &BenchImagenetArgs,
+    gpu: Option<usize>,
+) -> Result<f64> {
+    use super::device_augment::{denormalize, DeviceAugment, PARAMS};
+    use tch::{Kind, Tensor};
+    let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
+    let aug = DeviceAugment::new(device, Kind::Float, false)?;
+    let pixels = |b: &super::Batch| -> Result<Tensor> {
+        let n = b.len() as i64;
+        let x = Tensor::f_from_slice(&b.images)?
+            .f_view([n, b.height as i64, b.width as i64, 3])?
+            .f_to_device(device)?;
+        let p = Tensor::f_from_slice(&DeviceAugment::params(&b.crops))?
+            .f_view([n, PARAMS as i64])?
+            .f_to_device(device)?;
+        denormalize(&aug.apply(&x, &p, b.size as i64)?)
+    };
+    let mut worst = f64::INFINITY;
+    let pairs = loader.epoch(0, args.size).zip(cpu.epoch(0, args.size));
+    for (a, b) in pairs.take(args.check_batches) {
+        let (a, b) = (a?, b?);
+        if a.indices != b.indices {
+            anyhow::bail!("the two decoders kept different images of a batch (unreadable files?)");
+        }
+        let mse = (pixels(&a)? - pixels(&b)?)
+            .f_square()?
+            .f_mean_dim(&[1i64, 2, 3][..], false, Kind::Double)?
+            .f_max()?
+            .f_double_value(&[])?;
+        worst = worst.min(10.0 * (255.0f64 * 255.0 / mse).log10());
+    }
+    Ok(worst)
+}
+
+#[cfg(not(feature = "torch"))]
+fn check_against(_: &Loader, _: &Loader, _: &BenchImagenetArgs, _: Option<usize>) -> Result<f64> {
+    anyhow::bail!("--augment gpu needs the default build (libtorch); this is the lite build")
+}
+
+#[cfg(not(feature = "torch"))]
+fn on_device(_: &Loader, _: &BenchImagenetArgs, _: Option<usize>) -> Result<usize> {
+    anyhow::bail!("--augment gpu needs the default build (libtorch); this is the lite build")
 }
 
 fn unix_now() -> f64 {

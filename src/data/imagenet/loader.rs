@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, Sender};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Stream tags keep the shuffle and augmentation streams apart for the same (seed, epoch).
@@ -34,13 +34,68 @@ const STREAM_AUGMENT: u64 = 0x4155_474d;
 /// entries; `indices` are the samples' positions in the ImageFolder (for tracing and tests).
 /// N is the batch size except for a last partial batch (without drop_last) or when corrupt
 /// images were skipped.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// With `data.augment = "cpu"` (the default) the images are the finished crops, H = W = `size`,
+/// and `crops` is empty. With `"gpu"` ([`LoaderConfig::device_augment`]) each image is the
+/// decoded region its crop needs, at the top left of an H x W slot (the batch's largest region;
+/// the rest is zeros), and `crops` says, per image, the region's size, the crop box in it and
+/// the flip: the device crops, resizes, flips and normalises (`device_augment`).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
     pub images: Vec<u8>,
     pub labels: Vec<i64>,
     pub indices: Vec<usize>,
     pub height: u32,
     pub width: u32,
+    /// The output size (the crops' `size` x `size`).
+    pub size: u32,
+    /// Per image, what the device does with its region (empty: already done on the host).
+    pub crops: Vec<DeviceCrop>,
+}
+
+/// One image of a device-augmented batch: its region is `width` x `height` pixels at the top left
+/// of its slot; `crop` (in those pixels) is resized to the output size, then mirrored when `flip`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceCrop {
+    pub width: u32,
+    pub height: u32,
+    pub crop: CropBox,
+    pub flip: bool,
+}
+
+/// Where crops are resized: `data.augment`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Augment {
+    /// On the host, in the decode workers, into u8 crops (fast_image_resize; the reference).
+    #[default]
+    Cpu,
+    /// On the device: the workers only decode each crop's region; the batch hand-off crops,
+    /// resizes, flips and normalises the batch there in one batched op
+    /// (`data::imagenet::device_augment`; on a CPU run, its CPU twin).
+    Gpu,
+}
+
+impl Augment {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Augment::Cpu => "cpu",
+            Augment::Gpu => "gpu",
+        }
+    }
+}
+
+impl std::str::FromStr for Augment {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Augment, String> {
+        match s {
+            "cpu" => Ok(Augment::Cpu),
+            "gpu" => Ok(Augment::Gpu),
+            _ => Err(format!(
+                "unknown augmentation device {s:?}: use \"cpu\" or \"gpu\""
+            )),
+        }
+    }
 }
 
 impl Batch {
@@ -121,6 +176,16 @@ pub struct LoaderConfig {
     /// Batches in flight at once (decoded ahead of the trainer).
     pub prefetch_batches: usize,
     pub decoder: Decoder,
+    /// `data.augment = "gpu"`: ship decoded regions and crop boxes ([`Batch::crops`]) instead of
+    /// finished crops.
+    pub device_augment: bool,
+    /// nvJPEG: the CUDA device to decode on (the rank's GPU). None: the device current on the
+    /// thread that builds the loader.
+    pub gpu: Option<usize>,
+    /// nvJPEG: the share of each batch's images sent to the GPU's hardware JPEG engine; the rest
+    /// is decoded by the CPU region decoder at the same time (DALI's `hw_decoder_load`). None:
+    /// the default for the GPU model ([`super::nvjpeg::default_hw_load`]).
+    pub hw_decoder_load: Option<f64>,
 }
 
 impl LoaderConfig {
@@ -142,6 +207,9 @@ impl LoaderConfig {
             max_bad_fraction: 0.01,
             prefetch_batches: 3,
             decoder: Decoder::Cpu,
+            device_augment: false,
+            gpu: None,
+            hw_decoder_load: None,
         }
     }
 
@@ -180,6 +248,11 @@ impl LoaderConfig {
                 self.eval_resize_ratio
             );
         }
+        if let Some(l) = self.hw_decoder_load {
+            if !(0.0..=1.0).contains(&l) {
+                bail!("data.hw_decoder_load {l} must be within 0..1 (the share of each batch sent to the hardware JPEG decoder)");
+            }
+        }
         if !(0.0..=1.0).contains(&self.max_bad_fraction) {
             bail!(
                 "maximum bad-image fraction {} must be within 0..1",
@@ -202,6 +275,12 @@ struct Shared {
     decoder_note: Option<String>,
     /// A failed GPU batch is warned about once.
     gpu_failure_reported: AtomicBool,
+    /// With nvJPEG: the share of each batch sent to it (the rest to the CPU region decoder).
+    hw_load: f64,
+    /// Images nvJPEG decoded (the rest of the loaded ones went through the CPU decoder).
+    decoded_on_gpu: AtomicU64,
+    /// Images loaded (decoded by either decoder), for the decoder split.
+    loaded: AtomicU64,
 }
 
 /// A data loader over one ImageFolder for one rank. Cheap to iterate many epochs; the worker
@@ -225,11 +304,14 @@ impl Loader {
             .build()
             .context("cannot start the data loader's worker threads")?;
         let (nvjpeg, decoder_note) = if config.decoder == Decoder::Nvjpeg {
-            match Nvjpeg::load(None) {
+            match Nvjpeg::load(None, config.gpu) {
                 Ok(n) => {
                     tracing::info!(
-                        "decoding JPEG crops on the GPU with {}",
-                        n.library.display()
+                        "decoding JPEG crops on GPU {} ({}) with {} ({})",
+                        n.gpu_index(),
+                        n.gpu_name(),
+                        n.library.display(),
+                        n.backend()
                     );
                     (Some(Mutex::new(n)), None)
                 }
@@ -238,12 +320,19 @@ impl Loader {
                         "data.decoder = \"nvjpeg\" is unavailable: {e}. Decoding on the CPU \
                          (libjpeg-turbo) instead"
                     );
-                    tracing::warn!("{note}");
+                    // one warning per reason and process (the train and eval loaders, and each
+                    // run of a set, would repeat it)
+                    warn_once(&note);
                     (None, Some(note))
                 }
             }
         } else {
             (None, None)
+        };
+        let hw_load = match (&nvjpeg, config.hw_decoder_load) {
+            (_, Some(l)) => l,
+            (Some(n), None) => n.lock().map(|n| n.default_load()).unwrap_or(1.0),
+            (None, None) => 0.0,
         };
         let shared = Shared {
             samples: folder.samples.clone(),
@@ -253,6 +342,9 @@ impl Loader {
             nvjpeg,
             decoder_note,
             gpu_failure_reported: AtomicBool::new(false),
+            hw_load,
+            decoded_on_gpu: AtomicU64::new(0),
+            loaded: AtomicU64::new(0),
         };
         Ok(Loader {
             shared: Arc::new(shared),
@@ -276,6 +368,20 @@ impl Loader {
     /// Why the configured decoder is not in use, when it is not.
     pub fn decoder_note(&self) -> Option<&str> {
         self.shared.decoder_note.as_deref()
+    }
+
+    /// The decoder split so far: (images decoded by nvJPEG, images loaded in all). With the CPU
+    /// decoders the first is 0.
+    pub fn decoder_split(&self) -> (u64, u64) {
+        (
+            self.shared.decoded_on_gpu.load(Ordering::Relaxed),
+            self.shared.loaded.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The share of each batch sent to nvJPEG (0 when it is not in use).
+    pub fn hw_decoder_load(&self) -> f64 {
+        self.shared.hw_load
     }
 
     /// The crop box (in source pixels) and flip that sample `index` of `epoch` gets when its
@@ -358,6 +464,18 @@ impl Loader {
             iter.spawn_next();
         }
         iter
+    }
+}
+
+/// Log `message` as a warning once per process (the same text again is dropped).
+pub(crate) fn warn_once(message: &str) {
+    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let first = SEEN
+        .lock()
+        .map(|mut s| s.insert(message.to_string()))
+        .unwrap_or(true);
+    if first {
+        tracing::warn!("{message}");
     }
 }
 
@@ -505,6 +623,38 @@ fn augmentation(
     }
 }
 
+/// One sample decoded as far as the host takes it: the pixels its crop needs, the crop box
+/// in those pixels and the flip.
+struct Region {
+    image: RgbImage,
+    crop: CropBox,
+    flip: bool,
+}
+
+/// Read and decode one sample: with the CPU region decoder only the region its crop needs, at
+/// the coarsest DCT scale that keeps the crop at least the output size; with `cpu-full` the
+/// whole image.
+fn load_region(shared: &Shared, epoch: u64, size: u32, index: usize) -> Result<Region, String> {
+    let c = &shared.config;
+    let sample = &shared.samples[index];
+    let bytes = std::fs::read(&sample.path).map_err(|e| format!("cannot read: {e}"))?;
+    if c.decoder == Decoder::CpuFull {
+        let image = decode_jpeg(&bytes)?;
+        let (crop, flip) = augmentation(c, epoch, index, image.width, image.height, size);
+        return Ok(Region { image, crop, flip });
+    }
+    // The box comes from the header's size, then only its region is decoded.
+    let header = JpegHeader::read(&bytes)?;
+    let (crop, flip) = augmentation(c, epoch, index, header.width, header.height, size);
+    let plan = plan_region(header.width, header.height, crop, size);
+    let image = header.decode(&plan)?;
+    Ok(Region {
+        image,
+        crop: plan.crop,
+        flip,
+    })
+}
+
 /// Read, decode and transform one sample into `out`.
 fn load_sample(
     shared: &Shared,
@@ -513,93 +663,125 @@ fn load_sample(
     index: usize,
     out: &mut [u8],
 ) -> Result<(), String> {
-    let c = &shared.config;
-    let sample = &shared.samples[index];
-    let bytes = std::fs::read(&sample.path).map_err(|e| format!("cannot read: {e}"))?;
-    if c.decoder == Decoder::CpuFull {
-        let image = decode_jpeg(&bytes)?;
-        let (crop, flip) = augmentation(c, epoch, index, image.width, image.height, size);
-        return crop_resize_into(&image, crop, size, flip, out);
-    }
-    // The box comes from the header's size, then only its region is decoded.
-    let header = JpegHeader::read(&bytes)?;
-    let (crop, flip) = augmentation(c, epoch, index, header.width, header.height, size);
-    let plan = plan_region(header.width, header.height, crop, size);
-    let region = header.decode(&plan)?;
-    crop_resize_into(&region, plan.crop, size, flip, out)
+    let r = load_region(shared, epoch, size, index)?;
+    crop_resize_into(&r.image, r.crop, size, r.flip, out)
 }
 
 /// A sample read and planned for the GPU: its bytes, full-scale region plan and flip.
 type GpuItem = (Vec<u8>, super::region::RegionPlan, bool);
 
+/// The largest side of a full-scale region that nvJPEG decodes for a device-augmented batch
+/// (in output sizes): every image of a batch is padded to the largest region, so a huge one is
+/// left to the CPU region decoder, which decodes it at a DCT scale that keeps it small.
+const MAX_GPU_REGION: u32 = 4;
+
 /// The nvJPEG path of one batch: read files and headers and choose boxes on the host (as the
-/// CPU path does), decode the regions on the GPU, resize on the host. Samples the GPU does not
-/// take, and every sample of a batch the GPU fails on, go through [`load_sample`].
+/// CPU path does); the first `hw_load` share of the samples goes to the GPU, which decodes their
+/// regions at full scale while the CPU region decoder takes the rest. Samples the GPU does not
+/// take, and every sample of a batch the GPU fails on, go through [`load_region`].
 fn load_on_gpu(
     shared: &Shared,
     gpu: &Mutex<Nvjpeg>,
     epoch: u64,
     size: u32,
     indices: &[usize],
-    images: &mut [u8],
-) -> Vec<Result<(), String>> {
+) -> Vec<Result<Region, String>> {
     let c = &shared.config;
-    let prepared: Vec<Option<GpuItem>> = indices
-        .par_iter()
-        .map(|&index| {
-            let bytes = std::fs::read(&shared.samples[index].path).ok()?;
-            let (width, height) = {
-                let header = JpegHeader::read(&bytes).ok()?;
-                (header.width, header.height)
+    let n = indices.len();
+    let to_gpu = ((shared.hw_load * n as f64).round() as usize).min(n);
+    let max_side = size.saturating_mul(MAX_GPU_REGION).max(1);
+    let (gpu_part, cpu_part) = rayon::join(
+        || {
+            let prepared: Vec<Option<GpuItem>> = indices[..to_gpu]
+                .par_iter()
+                .map(|&index| {
+                    let bytes = std::fs::read(&shared.samples[index].path).ok()?;
+                    let (width, height) = {
+                        let header = JpegHeader::read(&bytes).ok()?;
+                        (header.width, header.height)
+                    };
+                    if !ends_with_image(&bytes) {
+                        return None;
+                    }
+                    let (crop, flip) = augmentation(c, epoch, index, width, height, size);
+                    let plan = region_at(width, height, crop, size, 1);
+                    if c.device_augment && plan.width.max(plan.height) > max_side {
+                        return None;
+                    }
+                    Some((bytes, plan, flip))
+                })
+                .collect();
+            let items: Vec<(usize, &[u8], super::region::RegionPlan)> = prepared
+                .iter()
+                .enumerate()
+                .filter_map(|(k, p)| p.as_ref().map(|(b, plan, _)| (k, b.as_slice(), *plan)))
+                .collect();
+            let request: Vec<(&[u8], super::region::RegionPlan)> =
+                items.iter().map(|&(_, b, p)| (b, p)).collect();
+            let decoded = if request.is_empty() {
+                Ok(Vec::new())
+            } else {
+                match gpu.lock() {
+                    Ok(mut g) => g.decode_regions(&request),
+                    Err(_) => Err("the nvJPEG decoder's lock is poisoned".to_string()),
+                }
             };
-            if !ends_with_image(&bytes) {
-                return None;
+            let mut pixels: Vec<Option<Vec<u8>>> = vec![None; to_gpu];
+            match decoded {
+                Ok(out) => {
+                    for ((k, _, _), p) in items.iter().zip(out) {
+                        pixels[*k] = p;
+                    }
+                }
+                Err(e) => {
+                    if !shared.gpu_failure_reported.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("nvJPEG failed on a batch ({e}); decoding it on the CPU");
+                    }
+                }
             }
-            let (crop, flip) = augmentation(c, epoch, index, width, height, size);
-            Some((bytes, region_at(width, height, crop, size, 1), flip))
-        })
-        .collect();
-    let items: Vec<(usize, &[u8], super::region::RegionPlan)> = prepared
-        .iter()
-        .enumerate()
-        .filter_map(|(k, p)| p.as_ref().map(|(b, plan, _)| (k, b.as_slice(), *plan)))
-        .collect();
-    let request: Vec<(&[u8], super::region::RegionPlan)> =
-        items.iter().map(|&(_, b, p)| (b, p)).collect();
-    let decoded = match gpu.lock() {
-        Ok(mut g) => g.decode_regions(&request),
-        Err(_) => Err("the nvJPEG decoder's lock is poisoned".to_string()),
-    };
-    let mut pixels: Vec<Option<Vec<u8>>> = vec![None; indices.len()];
-    match decoded {
-        Ok(out) => {
-            for ((k, _, _), p) in items.iter().zip(out) {
-                pixels[*k] = p;
-            }
-        }
-        Err(e) => {
-            if !shared.gpu_failure_reported.swap(true, Ordering::Relaxed) {
-                tracing::warn!("nvJPEG failed on a batch ({e}); decoding it on the CPU");
-            }
-        }
+            pixels
+                .into_par_iter()
+                .zip(prepared.into_par_iter())
+                .zip(indices[..to_gpu].par_iter())
+                .map(|((px, prep), &index)| match (px, prep) {
+                    (Some(px), Some((_, plan, flip))) => {
+                        shared.decoded_on_gpu.fetch_add(1, Ordering::Relaxed);
+                        Ok(Region {
+                            image: RgbImage {
+                                width: plan.width,
+                                height: plan.height,
+                                pixels: px,
+                            },
+                            crop: plan.crop,
+                            flip,
+                        })
+                    }
+                    _ => load_region(shared, epoch, size, index),
+                })
+                .collect::<Vec<_>>()
+        },
+        || {
+            indices[to_gpu..]
+                .par_iter()
+                .map(|&index| load_region(shared, epoch, size, index))
+                .collect::<Vec<_>>()
+        },
+    );
+    gpu_part.into_iter().chain(cpu_part).collect()
+}
+
+/// A sample that could not be read: warned about once per loader, returned for the epoch's count.
+fn report_bad(shared: &Shared, index: usize, reason: String) -> BadImage {
+    let path = shared.samples[index].path.clone();
+    let first_time = shared
+        .reported_bad
+        .lock()
+        .map(|mut s| s.insert(path.clone()))
+        .unwrap_or(true);
+    if first_time {
+        tracing::warn!("skipping unreadable image {}: {reason}", path.display());
     }
-    let per_image = size as usize * size as usize * 3;
-    images
-        .par_chunks_mut(per_image)
-        .zip(indices.par_iter())
-        .zip(pixels.into_par_iter().zip(prepared.par_iter()))
-        .map(|((out, &index), (px, prep))| match (px, prep) {
-            (Some(px), Some((_, plan, flip))) => {
-                let region = RgbImage {
-                    width: plan.width,
-                    height: plan.height,
-                    pixels: px,
-                };
-                crop_resize_into(&region, plan.crop, size, *flip, out)
-            }
-            _ => load_sample(shared, epoch, size, index, out),
-        })
-        .collect()
+    BadImage { path, reason }
 }
 
 /// Build one batch; unreadable samples are left out and returned.
@@ -609,10 +791,25 @@ fn build_batch(
     size: u32,
     indices: &[usize],
 ) -> (Batch, Vec<BadImage>) {
+    shared
+        .loaded
+        .fetch_add(indices.len() as u64, Ordering::Relaxed);
+    if shared.config.device_augment {
+        return build_device_batch(shared, epoch, size, indices);
+    }
     let per_image = size as usize * size as usize * 3;
     let mut images = vec![0u8; per_image * indices.len()];
     let results: Vec<Result<(), String>> = match &shared.nvjpeg {
-        Some(gpu) => load_on_gpu(shared, gpu, epoch, size, indices, &mut images),
+        Some(gpu) => {
+            let regions = load_on_gpu(shared, gpu, epoch, size, indices);
+            images
+                .par_chunks_mut(per_image)
+                .zip(regions.into_par_iter())
+                .map(|(out, r)| {
+                    r.and_then(|r| crop_resize_into(&r.image, r.crop, size, r.flip, out))
+                })
+                .collect()
+        }
         None => images
             .par_chunks_mut(per_image)
             .zip(indices.par_iter())
@@ -633,18 +830,7 @@ fn build_batch(
                 labels.push(shared.samples[index].label);
                 kept_indices.push(index);
             }
-            Err(reason) => {
-                let path = shared.samples[index].path.clone();
-                let first_time = shared
-                    .reported_bad
-                    .lock()
-                    .map(|mut s| s.insert(path.clone()))
-                    .unwrap_or(true);
-                if first_time {
-                    tracing::warn!("skipping unreadable image {}: {reason}", path.display());
-                }
-                bad.push(BadImage { path, reason });
-            }
+            Err(reason) => bad.push(report_bad(shared, index, reason)),
         }
     }
     images.truncate(kept * per_image);
@@ -654,6 +840,66 @@ fn build_batch(
         indices: kept_indices,
         height: size,
         width: size,
+        size,
+        crops: Vec::new(),
+    };
+    (batch, bad)
+}
+
+/// Build one batch for `data.augment = "gpu"`: the decoded regions, padded to the largest, with
+/// their crop boxes and flips ([`Batch::crops`]).
+fn build_device_batch(
+    shared: &Shared,
+    epoch: u64,
+    size: u32,
+    indices: &[usize],
+) -> (Batch, Vec<BadImage>) {
+    let regions: Vec<Result<Region, String>> = match &shared.nvjpeg {
+        Some(gpu) => load_on_gpu(shared, gpu, epoch, size, indices),
+        None => indices
+            .par_iter()
+            .map(|&index| load_region(shared, epoch, size, index))
+            .collect(),
+    };
+    let mut bad = Vec::new();
+    let mut kept: Vec<(usize, Region)> = Vec::with_capacity(indices.len());
+    for (r, &index) in regions.into_iter().zip(indices) {
+        match r {
+            Ok(r) => kept.push((index, r)),
+            Err(reason) => bad.push(report_bad(shared, index, reason)),
+        }
+    }
+    let height = kept.iter().map(|(_, r)| r.image.height).max().unwrap_or(1);
+    let width = kept.iter().map(|(_, r)| r.image.width).max().unwrap_or(1);
+    let slot = height as usize * width as usize * 3;
+    let mut images = vec![0u8; slot * kept.len()];
+    images
+        .par_chunks_mut(slot)
+        .zip(kept.par_iter())
+        .for_each(|(out, (_, r))| {
+            let row = r.image.width as usize * 3;
+            for (y, src) in r.image.pixels.chunks_exact(row).enumerate() {
+                let start = y * width as usize * 3;
+                out[start..start + row].copy_from_slice(src);
+            }
+        });
+    let crops = kept
+        .iter()
+        .map(|(_, r)| DeviceCrop {
+            width: r.image.width,
+            height: r.image.height,
+            crop: r.crop,
+            flip: r.flip,
+        })
+        .collect();
+    let batch = Batch {
+        images,
+        labels: kept.iter().map(|(i, _)| shared.samples[*i].label).collect(),
+        indices: kept.iter().map(|(i, _)| *i).collect(),
+        height,
+        width,
+        size,
+        crops,
     };
     (batch, bad)
 }

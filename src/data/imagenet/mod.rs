@@ -6,6 +6,8 @@
 //! - [`region`]: JPEG to RGB, only the region a crop needs at the coarsest DCT scale that
 //!   keeps it at least the output size (libjpeg-turbo, `shim/jpeg_region.c`)
 //! - [`transform`]: random-resized-crop + flip (train), resize + center crop (eval)
+//! - `device_augment` (feature `torch`): the same crop + resize + flip, and the normalisation,
+//!   as one batched op on the device (`data.augment = "gpu"`), on regions the loader decoded
 //! - [`loader`]: the worker pool and bounded queue yielding u8 NHWC batches, deterministic per
 //!   seed and sharded per rank
 //!
@@ -20,6 +22,8 @@ pub const IMAGENET_CLASSES: usize = 1000;
 
 pub mod bench;
 pub mod decode;
+#[cfg(feature = "torch")]
+pub mod device_augment;
 pub mod folder;
 pub mod loader;
 pub mod nvjpeg;
@@ -28,6 +32,6 @@ pub mod transform;
 
 pub use decode::{decode_jpeg, RgbImage};
 pub use folder::{ImageFolder, ImagenetDir, Sample};
-pub use loader::{BadImage, Batch, Decoder, EpochIter, Loader, LoaderConfig};
+pub use loader::{Augment, BadImage, Batch, Decoder, DeviceCrop, EpochIter, Loader, LoaderConfig};
 pub use region::{plan_region, region_at, JpegHeader, RegionPlan};
 pub use transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};

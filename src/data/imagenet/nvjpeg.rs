@@ -25,9 +25,13 @@ type Params = *mut c_void;
 type JpegStream = *mut c_void;
 type CudaStream = *mut c_void;
 
+const NVJPEG_BACKEND_DEFAULT: c_int = 0;
 const NVJPEG_BACKEND_HARDWARE: c_int = 3;
 const NVJPEG_OUTPUT_RGBI: c_int = 5;
 const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const CUDA_STREAM_NON_BLOCKING: c_uint = 1;
+/// cudaDeviceProp is about 1 KB (CUDA 12/13); its first field is `char name[256]`.
+const DEVICE_PROP_BYTES: usize = 4096;
 
 /// nvjpegImage_t: up to four planes; interleaved RGB uses channel[0] only.
 #[repr(C)]
@@ -59,11 +63,33 @@ type FnStreamParse =
 type FnSupportedEx = unsafe extern "C" fn(Handle, JpegStream, Params, *mut c_int) -> Status;
 type FnCudaMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type FnCudaFree = unsafe extern "C" fn(*mut c_void) -> c_int;
-type FnCudaMemcpy = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
 type FnCudaDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
 type FnCudaGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 type FnCudaSetDevice = unsafe extern "C" fn(c_int) -> c_int;
 type FnCudaErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+type FnCudaStreamCreate = unsafe extern "C" fn(*mut CudaStream, c_uint) -> c_int;
+type FnCudaStreamDestroy = unsafe extern "C" fn(CudaStream) -> c_int;
+type FnCudaStreamSync = unsafe extern "C" fn(CudaStream) -> c_int;
+type FnCudaMemcpyAsync =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, CudaStream) -> c_int;
+type FnCudaDeviceProps = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type FnBatched = unsafe extern "C" fn(
+    Handle,
+    State,
+    *const *const u8,
+    *const usize,
+    *mut NvjpegImage,
+    CudaStream,
+) -> Status;
+type FnImageInfo = unsafe extern "C" fn(
+    Handle,
+    *const u8,
+    usize,
+    *mut c_int,
+    *mut c_int,
+    *mut c_int,
+    *mut c_int,
+) -> Status;
 
 struct Api {
     create_ex: FnCreateEx,
@@ -82,11 +108,17 @@ struct Api {
     supported_ex: FnSupportedEx,
     cuda_malloc: FnCudaMalloc,
     cuda_free: FnCudaFree,
-    cuda_memcpy: FnCudaMemcpy,
     cuda_device_count: FnCudaDeviceCount,
     cuda_get_device: FnCudaGetDevice,
     cuda_set_device: FnCudaSetDevice,
     cuda_error_string: FnCudaErrorString,
+    cuda_stream_create: FnCudaStreamCreate,
+    cuda_stream_destroy: FnCudaStreamDestroy,
+    cuda_stream_sync: FnCudaStreamSync,
+    cuda_memcpy_async: FnCudaMemcpyAsync,
+    cuda_device_props: Option<FnCudaDeviceProps>,
+    batched: FnBatched,
+    image_info: FnImageInfo,
     // Kept loaded while the function pointers above are in use.
     _nvjpeg: Library,
     _cudart: Library,
@@ -113,23 +145,72 @@ fn candidates(explicit: Option<PathBuf>, sonames: &[&str]) -> Vec<PathBuf> {
         dirs.push(Path::new(&home).join("lib64"));
     }
     dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    // the Python environments' site-packages: the venvs named in the environment, and those of
+    // the torch whose lib folder is on LD_LIBRARY_PATH (how scripts/bench_gpu.sh runs a bundle)
+    let mut sites: Vec<PathBuf> = Vec::new();
     for venv in ["MLPERF_RUN_VENV", "VIRTUAL_ENV"]
         .iter()
         .filter_map(std::env::var_os)
     {
         let lib = Path::new(&venv).join("lib");
         for py in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
-            let nvidia = py.path().join("site-packages/nvidia");
-            for sub in ["cu13/lib", "nvjpeg/lib", "cuda_runtime/lib"] {
-                dirs.push(nvidia.join(sub));
-            }
+            sites.push(py.path().join("site-packages"));
+        }
+    }
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        sites.extend(std::env::split_paths(&paths).filter_map(torch_site_packages));
+    }
+    for site in sites {
+        let nvidia = site.join("nvidia");
+        for sub in ["cu13/lib", "nvjpeg/lib", "cuda_runtime/lib"] {
+            dirs.push(nvidia.join(sub));
         }
     }
     let mut out: Vec<PathBuf> = sonames.iter().map(PathBuf::from).collect();
-    for d in dirs {
+    for d in &dirs {
         out.extend(sonames.iter().map(|s| d.join(s)));
     }
+    // torchvision's CUDA wheel carries its own copies under hashed names
+    // (site-packages/torchvision.libs/libnvjpeg.<hash>.so.13)
+    for site in dirs.iter().filter_map(|d| d.parent()?.parent()?.parent()) {
+        for f in hashed_copies(&site.join("torchvision.libs"), sonames) {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
     out
+}
+
+/// The site-packages folder of a torch whose library folder is `lib` (`.../site-packages/torch/lib`).
+fn torch_site_packages(lib: PathBuf) -> Option<PathBuf> {
+    let torch = lib.parent()?;
+    (lib.file_name()? == "lib" && torch.file_name()? == "torch")
+        .then(|| torch.parent())?
+        .map(Path::to_path_buf)
+}
+
+/// The libraries in `dir` named as auditwheel renames them: `libnvjpeg.<hash>.so.13` for the
+/// soname `libnvjpeg.so.13` (sorted).
+fn hashed_copies(dir: &Path, sonames: &[&str]) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            sonames.iter().any(|s| {
+                let (stem, version) = s.split_once(".so").unwrap_or((s, ""));
+                name.starts_with(&format!("{stem}.")) && name.ends_with(&format!(".so{version}"))
+            })
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 fn open_first(what: &str, paths: &[PathBuf]) -> Result<(Library, PathBuf), String> {
@@ -162,8 +243,44 @@ fn open_first(what: &str, paths: &[PathBuf]) -> Result<(Library, PathBuf), Strin
     ))
 }
 
-/// A loaded nvJPEG with the hardware backend, ready to decode batches. Not shared between
-/// threads (the loader keeps it behind a mutex).
+/// Which nvJPEG backend a decoder runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The GPU's hardware JPEG engine (A100, H100, H200 and later), crop regions (ROI) only.
+    Hardware,
+    /// nvJPEG's CUDA decoder (Huffman on the CPU, the rest in CUDA kernels) for GPUs without an
+    /// engine: whole images, the region cut out on the host.
+    Cuda,
+}
+
+/// The share of each batch to send to nvJPEG by default (DALI's `hw_decoder_load`), from the
+/// backend and the GPU's name. With a hardware engine: 0.99 on H100/H200/B200-class GPUs
+/// (NVIDIA's MLPerf v4.0 ResNet runs on 8xH100 use 0.99), DALI's default 0.65 elsewhere (A100
+/// and unknown GPUs: the engine is slower there, so the CPU decoders take a third). Without an
+/// engine the CUDA decoder competes with training for the SMs: half. Measure with
+/// `scripts/bench_gpu.sh --only e` and set `data.hw_decoder_load`.
+pub fn default_hw_load(backend: Backend, gpu_name: &str) -> f64 {
+    let name = gpu_name.to_ascii_uppercase();
+    match backend {
+        Backend::Cuda => 0.5,
+        Backend::Hardware => {
+            if [
+                "H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200",
+            ]
+            .iter()
+            .any(|m| name.contains(m))
+            {
+                0.99
+            } else {
+                0.65
+            }
+        }
+    }
+}
+
+/// A loaded nvJPEG, ready to decode batches on one GPU: the hardware backend where the GPU has
+/// a JPEG engine, else nvJPEG's CUDA decoder. Not shared between threads (the loader keeps it
+/// behind a mutex).
 pub struct Nvjpeg {
     api: Api,
     handle: Handle,
@@ -172,10 +289,15 @@ pub struct Nvjpeg {
     params: Vec<Params>,
     device: *mut c_void,
     device_bytes: usize,
-    /// The CUDA device everything lives on: the one current on the thread that loaded the
-    /// decoder (the trainer's: each data-parallel rank decodes on its own GPU). Decoding runs
-    /// on worker threads, whose current device is 0 until set.
+    /// The decoder's own CUDA stream (non-blocking: it never waits for the training streams,
+    /// and a CUDA graph capture on another thread does not see it).
+    cuda_stream: CudaStream,
+    /// The CUDA device everything lives on: the rank's GPU when the loader names it, else the
+    /// one current on the thread that loaded the decoder. Decoding runs on worker threads,
+    /// which make it current before each batch.
     gpu: c_int,
+    gpu_name: String,
+    backend: Backend,
     pub library: PathBuf,
 }
 
@@ -184,9 +306,10 @@ unsafe impl Send for Nvjpeg {}
 
 impl Nvjpeg {
     /// Load libnvjpeg (from `explicit` when given, else `MLPERF_RUN_NVJPEG` or the search
-    /// path) and libcudart, check for a CUDA device and create a hardware-backend handle.
+    /// path) and libcudart, check for the CUDA device `gpu` (None: the current one) and create
+    /// a hardware-backend handle, or a CUDA-backend one where the GPU has no JPEG engine.
     /// The error says what is missing and how to get it.
-    pub fn load(explicit: Option<PathBuf>) -> Result<Nvjpeg, String> {
+    pub fn load(explicit: Option<PathBuf>, gpu: Option<usize>) -> Result<Nvjpeg, String> {
         let explicit =
             explicit.or_else(|| std::env::var_os("MLPERF_RUN_NVJPEG").map(PathBuf::from));
         let (nvjpeg, nv_path) = open_first(
@@ -227,13 +350,22 @@ impl Nvjpeg {
             stream_destroy: symbol(&nvjpeg, n, "nvjpegJpegStreamDestroy")?,
             stream_parse: symbol(&nvjpeg, n, "nvjpegJpegStreamParse")?,
             supported_ex: symbol(&nvjpeg, n, "nvjpegDecodeBatchedSupportedEx")?,
+            batched: symbol(&nvjpeg, n, "nvjpegDecodeBatched")?,
+            image_info: symbol(&nvjpeg, n, "nvjpegGetImageInfo")?,
             cuda_malloc: symbol(&cudart, r, "cudaMalloc")?,
             cuda_free: symbol(&cudart, r, "cudaFree")?,
-            cuda_memcpy: symbol(&cudart, r, "cudaMemcpy")?,
             cuda_device_count: symbol(&cudart, r, "cudaGetDeviceCount")?,
             cuda_get_device: symbol(&cudart, r, "cudaGetDevice")?,
             cuda_set_device: symbol(&cudart, r, "cudaSetDevice")?,
             cuda_error_string: symbol(&cudart, r, "cudaGetErrorString")?,
+            cuda_stream_create: symbol(&cudart, r, "cudaStreamCreateWithFlags")?,
+            cuda_stream_destroy: symbol(&cudart, r, "cudaStreamDestroy")?,
+            cuda_stream_sync: symbol(&cudart, r, "cudaStreamSynchronize")?,
+            cuda_memcpy_async: symbol(&cudart, r, "cudaMemcpyAsync")?,
+            // CUDA 12 and later spell it _v2; the name is only for the default split and logs
+            cuda_device_props: symbol(&cudart, r, "cudaGetDeviceProperties_v2")
+                .or_else(|_| symbol(&cudart, r, "cudaGetDeviceProperties"))
+                .ok(),
             _nvjpeg: nvjpeg,
             _cudart: cudart,
         };
@@ -252,14 +384,36 @@ impl Nvjpeg {
                 cuda_error(&api, rc)
             ));
         }
-        let mut gpu: c_int = 0;
-        // SAFETY: documented signature; out-pointer valid. libcudart is the instance libtorch
-        // loaded (same soname), so this is the device the trainer set on this thread.
-        let rc = unsafe { (api.cuda_get_device)(&mut gpu) };
+        let gpu: c_int = match gpu {
+            Some(g) => {
+                if g >= devices as usize {
+                    return Err(format!(
+                        "CUDA device {g} asked for, but this process sees {devices} \
+                         (CUDA_VISIBLE_DEVICES?)"
+                    ));
+                }
+                g as c_int
+            }
+            None => {
+                let mut g: c_int = 0;
+                // SAFETY: documented signature; out-pointer valid. libcudart is the instance
+                // libtorch loaded (same soname), so this is the device current on this thread.
+                let rc = unsafe { (api.cuda_get_device)(&mut g) };
+                if rc != 0 {
+                    return Err(format!("cudaGetDevice: {}", cuda_error(&api, rc)));
+                }
+                g
+            }
+        };
+        // SAFETY: documented signature; `gpu` is below the device count. Everything created
+        // below (handles, stream, buffers) belongs to this device.
+        let rc = unsafe { (api.cuda_set_device)(gpu) };
         if rc != 0 {
-            return Err(format!("cudaGetDevice: {}", cuda_error(&api, rc)));
+            return Err(format!("cudaSetDevice({gpu}): {}", cuda_error(&api, rc)));
         }
+        let gpu_name = device_name(&api, gpu);
         let mut handle: Handle = std::ptr::null_mut();
+        let mut backend = Backend::Hardware;
         // SAFETY: default allocators (null), flags 0; out-pointer valid.
         let rc = unsafe {
             (api.create_ex)(
@@ -271,10 +425,29 @@ impl Nvjpeg {
             )
         };
         if rc != 0 {
-            return Err(format!(
-                "this GPU has no hardware JPEG decoder or nvJPEG cannot use it \
-                 (nvjpegCreateEx with the hardware backend returned status {rc}; A100/H100-class \
-                 GPUs have one)"
+            backend = Backend::Cuda;
+            handle = std::ptr::null_mut();
+            // SAFETY: as above, nvJPEG's default backend (the CUDA decoder).
+            let rc2 = unsafe {
+                (api.create_ex)(
+                    NVJPEG_BACKEND_DEFAULT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                    &mut handle,
+                )
+            };
+            if rc2 != 0 {
+                return Err(format!(
+                    "nvJPEG cannot start on GPU {gpu} ({gpu_name}): no hardware JPEG decoder \
+                     (nvjpegCreateEx status {rc}) and the CUDA decoder failed too (status {rc2})"
+                ));
+            }
+            // one warning per process (each loader loads a decoder)
+            super::loader::warn_once(&format!(
+                "GPU {gpu} ({gpu_name}) has no hardware JPEG decoder nvJPEG can use \
+                 (nvjpegCreateEx with the hardware backend returned status {rc}): decoding \
+                 with nvJPEG's CUDA decoder (Huffman on the CPU, the rest on the GPU) instead"
             ));
         }
         let mut me = Nvjpeg {
@@ -285,7 +458,10 @@ impl Nvjpeg {
             params: Vec::new(),
             device: std::ptr::null_mut(),
             device_bytes: 0,
+            cuda_stream: std::ptr::null_mut(),
             gpu,
+            gpu_name,
+            backend,
             library: nv_path,
         };
         // SAFETY: live handle; out-pointers valid. Drop frees what was created.
@@ -294,8 +470,38 @@ impl Nvjpeg {
             me.check(rc, "nvjpegJpegStateCreate")?;
             let rc = (me.api.stream_create)(me.handle, &mut me.stream);
             me.check(rc, "nvjpegJpegStreamCreate")?;
+            let rc = (me.api.cuda_stream_create)(&mut me.cuda_stream, CUDA_STREAM_NON_BLOCKING);
+            if rc != 0 {
+                return Err(format!(
+                    "cudaStreamCreateWithFlags: {}",
+                    cuda_error(&me.api, rc)
+                ));
+            }
         }
         Ok(me)
+    }
+
+    /// The CUDA device it decodes on.
+    pub fn gpu_index(&self) -> usize {
+        self.gpu as usize
+    }
+
+    /// That device's name (as CUDA reports it; "unknown GPU" when it cannot be read).
+    pub fn gpu_name(&self) -> &str {
+        &self.gpu_name
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Hardware => "hardware JPEG decoder",
+            Backend::Cuda => "CUDA decoder",
+        }
+    }
+
+    /// The share of each batch to send to it by default ([`default_hw_load`]).
+    pub fn default_load(&self) -> f64 {
+        default_hw_load(self.backend, &self.gpu_name)
     }
 
     fn check(&self, status: Status, what: &str) -> Result<(), String> {
@@ -363,6 +569,9 @@ impl Nvjpeg {
         items: &[(&[u8], RegionPlan)],
     ) -> Result<Vec<Option<Vec<u8>>>, String> {
         self.use_gpu()?;
+        if self.backend == Backend::Cuda {
+            return self.decode_whole_then_cut(items);
+        }
         self.ensure_params(items.len())?;
         let mut take = Vec::new();
         for (i, (bytes, plan)) in items.iter().enumerate() {
@@ -422,7 +631,7 @@ impl Nvjpeg {
         let lengths: Vec<usize> = take.iter().map(|&i| items[i].0.len()).collect();
         let mut params: Vec<Params> = take.iter().map(|&i| self.params[i]).collect();
         // SAFETY: arrays of take.len() entries; destinations inside the device buffer; the
-        // legacy default stream (null), so the cudaMemcpy below waits for the decode.
+        // decoder's own stream, which the copy below is queued on and waited for.
         unsafe {
             let rc = (self.api.batched_init)(
                 self.handle,
@@ -439,23 +648,11 @@ impl Nvjpeg {
                 lengths.as_ptr(),
                 images.as_mut_ptr(),
                 params.as_mut_ptr(),
-                std::ptr::null_mut(),
+                self.cuda_stream,
             );
             self.check(rc, "nvjpegDecodeBatchedEx")?;
         }
-        let mut host = vec![0u8; total];
-        // SAFETY: both buffers hold `total` bytes.
-        let rc = unsafe {
-            (self.api.cuda_memcpy)(
-                host.as_mut_ptr() as *mut c_void,
-                self.device,
-                total,
-                CUDA_MEMCPY_DEVICE_TO_HOST,
-            )
-        };
-        if rc != 0 {
-            return Err(format!("cudaMemcpy: {}", cuda_error(&self.api, rc)));
-        }
+        let host = self.copy_back(total)?;
         let mut offset = 0;
         for (&i, &size) in take.iter().zip(&sizes) {
             out[i] = Some(host[offset..offset + size].to_vec());
@@ -463,6 +660,151 @@ impl Nvjpeg {
         }
         Ok(out)
     }
+}
+
+impl Nvjpeg {
+    /// The first `total` bytes of the device buffer, after the decoder's stream has finished.
+    fn copy_back(&self, total: usize) -> Result<Vec<u8>, String> {
+        let mut host = vec![0u8; total];
+        // SAFETY: both buffers hold `total` bytes; the copy is queued after the decode on the
+        // decoder's stream, which is then waited for.
+        let rc = unsafe {
+            let rc = (self.api.cuda_memcpy_async)(
+                host.as_mut_ptr() as *mut c_void,
+                self.device,
+                total,
+                CUDA_MEMCPY_DEVICE_TO_HOST,
+                self.cuda_stream,
+            );
+            if rc == 0 {
+                (self.api.cuda_stream_sync)(self.cuda_stream)
+            } else {
+                rc
+            }
+        };
+        if rc != 0 {
+            return Err(format!("cudaMemcpyAsync: {}", cuda_error(&self.api, rc)));
+        }
+        Ok(host)
+    }
+
+    /// The CUDA decoder's path: nvJPEG's batched decode of whole images (its CUDA backend has no
+    /// batched ROI), then each plan's region cut out on the host. Images whose headers nvJPEG
+    /// cannot read are left to the CPU (`None`).
+    fn decode_whole_then_cut(
+        &mut self,
+        items: &[(&[u8], RegionPlan)],
+    ) -> Result<Vec<Option<Vec<u8>>>, String> {
+        let mut take = Vec::new();
+        let mut dims = Vec::new();
+        for (i, (bytes, plan)) in items.iter().enumerate() {
+            if plan.denom != 1 {
+                return Err(format!(
+                    "nvJPEG regions are full scale, got 1/{}",
+                    plan.denom
+                ));
+            }
+            let (mut comps, mut sub) = (0 as c_int, 0 as c_int);
+            let (mut w, mut h) = ([0 as c_int; 4], [0 as c_int; 4]);
+            // SAFETY: live handle; `bytes` valid; arrays of NVJPEG_MAX_COMPONENT (4) entries.
+            let rc = unsafe {
+                (self.api.image_info)(
+                    self.handle,
+                    bytes.as_ptr(),
+                    bytes.len(),
+                    &mut comps,
+                    &mut sub,
+                    w.as_mut_ptr(),
+                    h.as_mut_ptr(),
+                )
+            };
+            let (w, h) = (w[0].max(0) as u32, h[0].max(0) as u32);
+            if rc == 0 && plan.x + plan.width <= w && plan.y + plan.height <= h {
+                take.push(i);
+                dims.push((w, h));
+            }
+        }
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
+        if take.is_empty() {
+            return Ok(out);
+        }
+        let sizes: Vec<usize> = dims
+            .iter()
+            .map(|&(w, h)| w as usize * h as usize * 3)
+            .collect();
+        let total: usize = sizes.iter().sum();
+        self.ensure_device(total)?;
+        let mut images = Vec::with_capacity(take.len());
+        let mut offset = 0;
+        for (&(w, _), &size) in dims.iter().zip(&sizes) {
+            let mut channel = [std::ptr::null_mut(); 4];
+            // SAFETY: offset + size <= total <= device_bytes.
+            channel[0] = unsafe { (self.device as *mut u8).add(offset) };
+            images.push(NvjpegImage {
+                channel,
+                pitch: [w as usize * 3, 0, 0, 0],
+            });
+            offset += size;
+        }
+        let data: Vec<*const u8> = take.iter().map(|&i| items[i].0.as_ptr()).collect();
+        let lengths: Vec<usize> = take.iter().map(|&i| items[i].0.len()).collect();
+        // SAFETY: arrays of take.len() entries; destinations inside the device buffer.
+        unsafe {
+            let rc = (self.api.batched_init)(
+                self.handle,
+                self.state,
+                take.len() as c_int,
+                1,
+                NVJPEG_OUTPUT_RGBI,
+            );
+            self.check(rc, "nvjpegDecodeBatchedInitialize")?;
+            let rc = (self.api.batched)(
+                self.handle,
+                self.state,
+                data.as_ptr(),
+                lengths.as_ptr(),
+                images.as_mut_ptr(),
+                self.cuda_stream,
+            );
+            self.check(rc, "nvjpegDecodeBatched")?;
+        }
+        let host = self.copy_back(total)?;
+        let mut offset = 0;
+        for ((&i, &(w, _)), &size) in take.iter().zip(&dims).zip(&sizes) {
+            let plan = items[i].1;
+            let whole = &host[offset..offset + size];
+            out[i] = Some(cut_region(whole, w, &plan));
+            offset += size;
+        }
+        Ok(out)
+    }
+}
+
+/// The `plan` region (full scale) of a whole RGB image `width` pixels wide.
+fn cut_region(whole: &[u8], width: u32, plan: &RegionPlan) -> Vec<u8> {
+    let row = plan.width as usize * 3;
+    let mut out = Vec::with_capacity(row * plan.height as usize);
+    for y in plan.y..plan.y + plan.height {
+        let start = (y as usize * width as usize + plan.x as usize) * 3;
+        out.extend_from_slice(&whole[start..start + row]);
+    }
+    out
+}
+
+/// The name of CUDA device `gpu` ("unknown GPU" when the runtime cannot say).
+fn device_name(api: &Api, gpu: c_int) -> String {
+    let Some(props) = api.cuda_device_props else {
+        return "unknown GPU".to_string();
+    };
+    let mut buf = vec![0u8; DEVICE_PROP_BYTES];
+    // SAFETY: the buffer is larger than cudaDeviceProp of any CUDA release so far; its first
+    // field is the NUL-terminated name.
+    let rc = unsafe { props(buf.as_mut_ptr() as *mut c_void, gpu) };
+    if rc != 0 {
+        return "unknown GPU".to_string();
+    }
+    let end = buf.iter().take(256).position(|&b| b == 0).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 fn cuda_error(api: &Api, rc: c_int) -> String {
@@ -494,6 +836,9 @@ impl Drop for Nvjpeg {
             if !self.device.is_null() {
                 (self.api.cuda_free)(self.device);
             }
+            if !self.cuda_stream.is_null() {
+                (self.api.cuda_stream_destroy)(self.cuda_stream);
+            }
             (self.api.destroy)(self.handle);
         }
     }
@@ -505,11 +850,71 @@ mod tests {
 
     #[test]
     fn an_explicit_missing_library_is_named_with_what_to_install() {
-        let err = Nvjpeg::load(Some(PathBuf::from("/nonexistent/libnvjpeg.so.12")))
+        let err = Nvjpeg::load(Some(PathBuf::from("/nonexistent/libnvjpeg.so.12")), Some(1))
             .err()
             .expect("no libnvjpeg there");
         assert!(err.contains("/nonexistent/libnvjpeg.so.12"), "{err}");
         assert!(err.contains("nvidia-nvjpeg"), "{err}");
+    }
+
+    #[test]
+    fn the_default_split_follows_the_gpu_model() {
+        assert_eq!(
+            default_hw_load(Backend::Hardware, "NVIDIA H100 80GB HBM3"),
+            0.99
+        );
+        assert_eq!(default_hw_load(Backend::Hardware, "NVIDIA H200"), 0.99);
+        assert_eq!(
+            default_hw_load(Backend::Hardware, "NVIDIA A100-SXM4-80GB"),
+            0.65
+        );
+        assert_eq!(default_hw_load(Backend::Cuda, "NVIDIA L40S"), 0.5);
+    }
+
+    #[test]
+    fn a_region_is_cut_from_the_whole_image_row_by_row() {
+        // 4x3 image, pixel (x, y) = [10y + x; 3]
+        let whole: Vec<u8> = (0..3u8)
+            .flat_map(|y| (0..4u8).flat_map(move |x| [10 * y + x; 3]))
+            .collect();
+        let plan = RegionPlan {
+            denom: 1,
+            x: 1,
+            y: 1,
+            width: 2,
+            height: 2,
+            crop: crate::data::imagenet::CropBox {
+                left: 0.0,
+                top: 0.0,
+                width: 2.0,
+                height: 2.0,
+            },
+        };
+        let cut = cut_region(&whole, 4, &plan);
+        assert_eq!(cut, [[11u8; 3], [12; 3], [21; 3], [22; 3]].concat());
+    }
+
+    #[test]
+    fn a_torch_lib_folder_leads_to_its_site_packages() {
+        let site = torch_site_packages(PathBuf::from("/v/lib/python3.12/site-packages/torch/lib"));
+        assert_eq!(site, Some(PathBuf::from("/v/lib/python3.12/site-packages")));
+        assert_eq!(torch_site_packages(PathBuf::from("/usr/lib")), None);
+        assert_eq!(torch_site_packages(PathBuf::from("/opt/bundle/lib")), None);
+    }
+
+    #[test]
+    fn torchvisions_renamed_copies_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "libnvjpeg.36e11081.so.13",
+            "libcudart.faf08d9a.so.13",
+            "libnvjpeg.x.so.12",
+        ] {
+            std::fs::write(dir.path().join(f), b"").unwrap();
+        }
+        let found = hashed_copies(dir.path(), &["libnvjpeg.so.13"]);
+        assert_eq!(found, [dir.path().join("libnvjpeg.36e11081.so.13")]);
+        assert!(hashed_copies(&dir.path().join("missing"), &["libnvjpeg.so.13"]).is_empty());
     }
 
     #[test]
