@@ -244,7 +244,7 @@ mod tests {
         assert!(Recipe::parse("bert", "b", "t", "description = \"d\"\nextra = 1\n").is_err());
         let list = render_list("bert").unwrap();
         assert!(
-            list.starts_with("fast ") && list.contains("unpadding"),
+            list.starts_with("fast ") && list.contains("packed sequences"),
             "{list}"
         );
     }

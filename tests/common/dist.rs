@@ -1,7 +1,7 @@
 //! The multi-process (c10d over Gloo on localhost) tests: ranks started with torchrun's
 //! environment, their output, and their parameter dumps compared.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mlperf-run");
@@ -68,4 +68,31 @@ pub fn max_rel_diff(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) ->
             d / y.norm().double_value(&[]).max(1e-12)
         })
         .fold(0.0, f64::max)
+}
+
+/// configs/resnet/tiny_cpu.toml with a smaller training set (5 steps per epoch at the global
+/// batch of 64) and `max_epochs` epochs, one eval per epoch.
+pub fn tiny_config(dir: &Path, train_per_class: usize, max_epochs: usize) -> PathBuf {
+    let base = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"),
+    )
+    .unwrap();
+    let text = base
+        .replace(
+            "train_per_class = 128",
+            &format!("train_per_class = {train_per_class}"),
+        )
+        .replace("max_epochs = 24", &format!("max_epochs = {max_epochs}"))
+        .replace("eval_period = 4", "eval_period = 1")
+        .replace(
+            "schedule_epochs = 24.0",
+            &format!("schedule_epochs = {max_epochs}.0"),
+        );
+    assert_ne!(
+        text, base,
+        "tiny_cpu.toml changed: update this test's edits"
+    );
+    let path = dir.join("tiny_dp.toml");
+    std::fs::write(&path, text).unwrap();
+    path
 }

@@ -12,39 +12,14 @@
 
 use crate::common;
 
-use crate::common::dist::{launch_command, load, max_rel_diff, rank_command, text, BIN};
+use crate::common::dist::{
+    launch_command, load, max_rel_diff, rank_command, text, tiny_config, BIN,
+};
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-/// configs/resnet/tiny_cpu.toml with a smaller training set (5 steps per epoch at the global
-/// batch of 64) and `max_epochs` epochs, one eval per epoch.
-fn tiny_config(dir: &Path, train_per_class: usize, max_epochs: usize) -> PathBuf {
-    let base = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"),
-    )
-    .unwrap();
-    let text = base
-        .replace(
-            "train_per_class = 128",
-            &format!("train_per_class = {train_per_class}"),
-        )
-        .replace("max_epochs = 24", &format!("max_epochs = {max_epochs}"))
-        .replace("eval_period = 4", "eval_period = 1")
-        .replace(
-            "schedule_epochs = 24.0",
-            &format!("schedule_epochs = {max_epochs}.0"),
-        );
-    assert_ne!(
-        text, base,
-        "tiny_cpu.toml changed: update this test's edits"
-    );
-    let path = dir.join("tiny_dp.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 #[test]
 fn two_process_resnet_equals_one_process_accumulating_and_its_log_passes() {

@@ -5,7 +5,7 @@
 //! check passes on the CPU (so the one GPU call that runs it meets no script error).
 #![cfg(feature = "torch")]
 
-use crate::common::dist::{launch_command, load, max_rel_diff, text, BIN};
+use crate::common::dist::{launch_command, load, max_rel_diff, text, tiny_config, BIN};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,26 +13,6 @@ const CHECKER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/scripts/bench/multiprocess_check.py"
 );
-
-/// configs/resnet/tiny_cpu.toml, 2 epochs of 5 steps, one eval each.
-fn tiny(dir: &Path) -> PathBuf {
-    let base = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"),
-    )
-    .unwrap();
-    let text = base
-        .replace("train_per_class = 128", "train_per_class = 32")
-        .replace("max_epochs = 24", "max_epochs = 2")
-        .replace("eval_period = 4", "eval_period = 1")
-        .replace("schedule_epochs = 24.0", "schedule_epochs = 2.0");
-    assert_ne!(
-        text, base,
-        "tiny_cpu.toml changed: update this test's edits"
-    );
-    let path = dir.join("tiny.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 fn resnet_args(cfg: &Path, dir: &Path, name: &str) -> Vec<String> {
     let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
@@ -57,7 +37,7 @@ fn resnet_args(cfg: &Path, dir: &Path, name: &str) -> Vec<String> {
 #[test]
 fn a_world_of_one_forms_a_group_only_in_the_test_mode_and_trains_as_a_lone_process() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = tiny(dir.path());
+    let cfg = tiny_config(dir.path(), 32, 2);
     let launched = |name: &str, env: &[(&str, &str)]| {
         let out = launch_command(1)
             .args(resnet_args(&cfg, dir.path(), name))
@@ -96,7 +76,7 @@ fn a_world_of_one_forms_a_group_only_in_the_test_mode_and_trains_as_a_lone_proce
 #[test]
 fn a_malformed_test_mode_value_is_refused_naming_the_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = tiny(dir.path());
+    let cfg = tiny_config(dir.path(), 32, 2);
     let out = Command::new(BIN)
         .args(resnet_args(&cfg, dir.path(), "bad"))
         .env("MLPERF_RUN_TEST_SHARE_GPU", "yes")
