@@ -38,6 +38,7 @@ done
 before="$(realpath "${args[0]}")"; after="$(realpath "${args[1]}")"
 out="${args[2]:-$(mktemp -d)}"
 mkdir -p "$out"
+out="$(realpath "$out")"
 cd "$root"
 seed=20261127
 # data both binaries read: made once, by the AFTER binary
@@ -83,8 +84,9 @@ for r in "${runs[@]}"; do
   fi
   if [ $official = 1 ]; then
     ruleset=4.0.0; [ "$bench" = bert ] && ruleset=5.0.0
-    if python3 -m mlperf_logging.compliance_checker --usage training --ruleset $ruleset \
-      "$out/after/$name.txt" >"$out/after/$name.checker" 2>&1; then
+    # in $out: the checker writes compliance_checker.log into its working folder
+    if (cd "$out" && python3 -m mlperf_logging.compliance_checker --usage training --ruleset $ruleset \
+      "$out/after/$name.txt") >"$out/after/$name.checker" 2>&1; then
       echo "official checker $ruleset: SUCCESS: $name"
     else
       echo "official checker $ruleset: FAILED: $name (see $out/after/$name.checker)"; status=1
