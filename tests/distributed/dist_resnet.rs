@@ -133,8 +133,15 @@ fn worker(rank: usize, port: u16, cfg: &Path, log: &Path) -> Child {
 #[test]
 fn killing_one_rank_aborts_the_run_on_the_other() {
     let dir = tempfile::tempdir().unwrap();
-    // long enough that the run is still going when rank 1 dies
+    // long enough, and with a target it cannot reach, that the run is still going when rank 1
+    // dies (a converged run would end with success first)
     let cfg = tiny_config(dir.path(), 128, 24);
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        toml.contains("target = 0.80"),
+        "tiny_cpu.toml changed: update this test's edit"
+    );
+    std::fs::write(&cfg, toml.replace("target = 0.80", "target = 0.999")).unwrap();
     let port = mlperf_run::launch::free_local_port().unwrap();
     let log = dir.path().join("result_0.txt");
     let mut rank0 = worker(0, port, &cfg, &log);
