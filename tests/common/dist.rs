@@ -96,3 +96,29 @@ pub fn tiny_config(dir: &Path, train_per_class: usize, max_epochs: usize) -> Pat
     std::fs::write(&path, text).unwrap();
     path
 }
+
+/// `<benchmark> --division open --config CFG --seed SEED --log LOG --dump-params DUMP`, the
+/// arguments of a seeded open run whose final parameters the test compares; the caller adds
+/// the rest (`--data`, test flags).
+pub fn open_run_args(
+    benchmark: &str,
+    cfg: &Path,
+    seed: u64,
+    log: &Path,
+    dump: &Path,
+) -> Vec<String> {
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    vec![
+        benchmark.to_string(),
+        "--division".into(),
+        "open".into(),
+        "--config".into(),
+        path(cfg),
+        "--seed".into(),
+        seed.to_string(),
+        "--log".into(),
+        path(log),
+        "--dump-params".into(),
+        path(dump),
+    ]
+}

@@ -5,7 +5,7 @@
 //! rank 0's log passes our checker.
 #![cfg(feature = "torch")]
 
-use crate::common::dist::{launch_command, load, max_rel_diff, text, BIN};
+use crate::common::dist::{launch_command, load, max_rel_diff, open_run_args, text, BIN};
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
 use std::path::{Path, PathBuf};
@@ -38,24 +38,9 @@ fn config(dir: &Path, accum: u64) -> PathBuf {
 }
 
 fn args(cfg: &Path, data: &Path, log: &Path, dump: &Path) -> Vec<String> {
-    [
-        "bert",
-        "--division",
-        "open",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--seed",
-        "31",
-        "--log",
-        log.to_str().unwrap(),
-        "--dump-params",
-        dump.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut a = open_run_args("bert", cfg, 31, log, dump);
+    a.extend(["--data".to_string(), data.to_string_lossy().into_owned()]);
+    a
 }
 
 /// The eval epoch_nums of a log (the sequences trained before each eval).

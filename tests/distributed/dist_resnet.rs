@@ -13,7 +13,7 @@
 use crate::common;
 
 use crate::common::dist::{
-    launch_command, load, max_rel_diff, rank_command, text, tiny_config, BIN,
+    launch_command, load, max_rel_diff, open_run_args, rank_command, text, tiny_config, BIN,
 };
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::{check_log, CheckOptions};
@@ -27,24 +27,7 @@ fn two_process_resnet_equals_one_process_accumulating_and_its_log_passes() {
     let dir = tempfile::tempdir().unwrap();
     // 2 epochs x 5 steps = 10 optimizer steps
     let cfg = tiny_config(dir.path(), 32, 2);
-    let common_args = |log: &Path, dump: &Path| -> Vec<String> {
-        [
-            "resnet",
-            "--division",
-            "open",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--seed",
-            "4242",
-            "--log",
-            log.to_str().unwrap(),
-            "--dump-params",
-            dump.to_str().unwrap(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
+    let common_args = |log: &Path, dump: &Path| open_run_args("resnet", &cfg, 4242, log, dump);
     let (dp_log, dp_dump) = (dir.path().join("dp.txt"), dir.path().join("dp.safetensors"));
     let dp = launch_command(2)
         .args(common_args(&dp_log, &dp_dump))

@@ -5,7 +5,9 @@
 //! check passes on the CPU (so the one GPU call that runs it meets no script error).
 #![cfg(feature = "torch")]
 
-use crate::common::dist::{launch_command, load, max_rel_diff, text, tiny_config, BIN};
+use crate::common::dist::{
+    launch_command, load, max_rel_diff, open_run_args, text, tiny_config, BIN,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -15,23 +17,11 @@ const CHECKER: &str = concat!(
 );
 
 fn resnet_args(cfg: &Path, dir: &Path, name: &str) -> Vec<String> {
-    let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
-    [
-        "resnet",
-        "--division",
-        "open",
-        "--config",
-        &cfg.to_string_lossy(),
-        "--seed",
-        "99",
-        "--log",
-        &p(&format!("{name}.txt")),
-        "--dump-params",
-        &p(&format!("{name}.safetensors")),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let (log, dump) = (
+        dir.join(format!("{name}.txt")),
+        dir.join(format!("{name}.safetensors")),
+    );
+    open_run_args("resnet", cfg, 99, &log, &dump)
 }
 
 #[test]
