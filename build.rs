@@ -10,7 +10,9 @@
 //! The shim (c10d process groups) needs gloo's headers, which the torch wheel lacks: Debian's
 //! `libgloo-dev` provides them (`scripts/setup.sh` installs it). With the `nccl` feature the
 //! shim also compiles ProcessGroupNCCL, which needs nccl.h and the CUDA headers (found in the
-//! torch venv's `nvidia/` packages, or under CUDA_HOME).
+//! torch venv's `nvidia/` packages, or under CUDA_HOME). The CPU emulator of CUDA's execution
+//! model is a second archive that only the integration-test programs link
+//! ([`compile_cuda_emulator`]).
 use std::path::{Path, PathBuf};
 
 fn main() {
@@ -74,7 +76,10 @@ fn compile_shim(lib: &Path) {
         .define("USE_C10D_GLOO", None)
         .warnings(true)
         .extra_warnings(true)
-        .opt_level(2)
+        .opt_level(2);
+    // the CPU emulator of CUDA's execution model, for the test programs only (below)
+    let mut emulator = build.clone();
+    build
         .file("shim/dist.cpp")
         .file("shim/tensor.cpp")
         .file("shim/foreach.cpp")
@@ -84,9 +89,7 @@ fn compile_shim(lib: &Path) {
         .file("shim/fused_bn.cpp")
         .file("shim/fused_epilogue.cpp")
         .file("shim/loaders.cpp")
-        .file("shim/fused_epilogue_emu.cpp")
-        .file("shim/cuda_emu.cpp")
-        .file("shim/cuda_emu_selftest.cpp")
+        .file("shim/cuda_emu_entry.cpp")
         .file("shim/fused_bias_gelu.cpp")
         .file("shim/varlen_attention.cpp");
     let nccl = std::env::var_os("CARGO_FEATURE_NCCL").is_some();
@@ -109,6 +112,28 @@ fn compile_shim(lib: &Path) {
             .define("MLPERF_RUN_NCCL", None);
     }
     build.compile("mlperf_run_shim");
+    compile_cuda_emulator(emulator.cargo_metadata(false));
+}
+
+/// The CPU emulator of CUDA's execution model (`shim/cuda_emu.cpp`, the fused epilogue's kernels
+/// compiled for it, its self-checks) as an archive of its own, linked whole into the test
+/// programs (`tests/*`) and nothing else: the mlperf-run binary and the examples carry none of
+/// it, and the main shim reaches it through weak symbols (`shim/cuda_emu_entry.hpp`) that are
+/// null there. Cargo tells a build script nothing about which targets will be built, so the
+/// archive is compiled with the shim; only the test programs link it. `build` is the shim's
+/// configuration (same flags and includes).
+fn compile_cuda_emulator(build: &mut cc::Build) {
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    build
+        .file("shim/cuda_emu.cpp")
+        .file("shim/fused_epilogue_emu.cpp")
+        .file("shim/cuda_emu_selftest.cpp")
+        .compile("mlperf_run_cuda_emu");
+    let archive = out.join("libmlperf_run_cuda_emu.a");
+    println!(
+        "cargo:rustc-link-arg-tests=-Wl,--whole-archive,{},--no-whole-archive",
+        archive.display()
+    );
 }
 
 /// The fused epilogue's CUDA source (`shim/fused_epilogue.cu`) in the two forms the shim

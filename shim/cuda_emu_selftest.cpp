@@ -1,7 +1,9 @@
 // Self-checks of the CPU emulator of CUDA's execution model (cuda_emu.hpp), for
-// tests/cuda_emu.rs: the block and warp semantics the fused epilogue's kernels rely on, and the
-// errors it promises instead of a hang or a silent wrong answer.
-#include "error.hpp"
+// tests/numerics/cuda_emu.rs: the block and warp semantics the fused epilogue's kernels rely
+// on, and the errors it promises instead of a hang or a silent wrong answer.
+#include "cuda_emu_entry.hpp"
+
+#include <c10/util/Exception.h>
 
 #include "cuda_emu_spellings.hpp"
 
@@ -54,23 +56,20 @@ __global__ void warp_sum_then_return(float* out) {
 
 }  // namespace
 
-extern "C" {
+namespace mr::cuda_emu {
 
 // which: 0 block_index_sum, 1 divergent_barriers, 2 partial_mask, 3 lane_returns_early,
 // 4 warp_sum_then_return; `out` has gx * gy floats.
-int mr_cuda_emu_selftest(int which, unsigned gx, unsigned gy, unsigned threads, float* out,
-                         char** err) {
-  return mr::catching(err, "cuda emulator self-test", [&] {
-    void* args[] = {&out};
-    switch (which) {
-      case 0: return mr::cuda_emu::launch_kernel(block_index_sum, gx, gy, threads, args);
-      case 1: return mr::cuda_emu::launch_kernel(divergent_barriers, gx, gy, threads, args);
-      case 2: return mr::cuda_emu::launch_kernel(partial_mask, gx, gy, threads, args);
-      case 3: return mr::cuda_emu::launch_kernel(lane_returns_early, gx, gy, threads, args);
-      case 4: return mr::cuda_emu::launch_kernel(warp_sum_then_return, gx, gy, threads, args);
-    }
-    TORCH_CHECK(false, "cuda emulator self-test: no case ", which);
-  });
+void selftest(int which, unsigned gx, unsigned gy, unsigned threads, float* out) {
+  void* args[] = {&out};
+  switch (which) {
+    case 0: return launch_kernel(block_index_sum, gx, gy, threads, args);
+    case 1: return launch_kernel(divergent_barriers, gx, gy, threads, args);
+    case 2: return launch_kernel(partial_mask, gx, gy, threads, args);
+    case 3: return launch_kernel(lane_returns_early, gx, gy, threads, args);
+    case 4: return launch_kernel(warp_sum_then_return, gx, gy, threads, args);
+  }
+  TORCH_CHECK(false, "cuda emulator self-test: no case ", which);
 }
 
-}  // extern "C"
+}  // namespace mr::cuda_emu

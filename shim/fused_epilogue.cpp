@@ -39,7 +39,7 @@
 #include "error.hpp"
 #include "loaders.hpp"
 #include "path_report.hpp"
-#include "fused_epilogue_emu.hpp"
+#include "cuda_emu_entry.hpp"
 #include "fused_epilogue_kernels.hpp"
 
 #include <dirent.h>
@@ -134,8 +134,15 @@ bool kernel_usable(const at::Tensor& h, const at::Tensor& bias, const at::Tensor
                    const at::Tensor& gamma, const at::Tensor& beta, at::ScalarType out_type,
                    int mode);
 
-// Path modes (0 auto, 1 composite, 2 kernel or an error, 3 the emulated kernels or an error):
-// whether `mode` sends tensors on `dev` to the kernels: CUDA tensors in modes 0 and 2, CPU
+// Path modes: 0 auto, 1 composite, 2 kernel or an error, 3 the emulated kernels or an error.
+// The mode's range, and mode 3's emulator: linked into the test programs only
+// (cuda_emu_entry.hpp). `op` names the op in the error.
+void check_mode(const char* op, int mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 3, op, ": unknown path mode ", mode);
+  TORCH_CHECK(mode != 3 || mr::cuda_emu::linked(), op, ": ", mr::cuda_emu::kNotLinked);
+}
+
+// Whether `mode` sends tensors on `dev` to the kernels: CUDA tensors in modes 0 and 2, CPU
 // tensors (the emulator) in mode 3 only.
 bool mode_takes(const at::Device& dev, int mode) {
   return dev.is_cuda() ? mode == 0 || mode == 2 : dev.is_cpu() && mode == 3;
@@ -335,7 +342,7 @@ at::Tensor run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tensor&
       : autocast_on ? at::kFloat
                     : at::promote_types(h.scalar_type(), residual.scalar_type());
   const bool ln_fp32 = autocast_on || out_type == at::kFloat;
-  TORCH_CHECK(mode >= 0 && mode <= 3, "fused epilogue: unknown path mode ", mode);
+  check_mode("fused epilogue", mode);
   bool use_kernel = false;
   if (mode != 1) {
     use_kernel = kernel_usable(h, bias, residual, gamma, beta, out_type, mode);
@@ -528,9 +535,10 @@ namespace {
 constexpr unsigned kThreads = 256;
 
 // Whether the kernels for (ht, rt, ot) can run on `device`: on a GPU once NVRTC compiled them
-// and the driver loaded them (the first call does it), on the CPU always (the emulator).
+// and the driver loaded them (the first call does it), on the CPU where the emulator is linked
+// (the test programs).
 bool kernels_ready(const at::Device& device, int ht, int rt, int ot) {
-  if (device.is_cpu()) return true;
+  if (device.is_cpu()) return mr::cuda_emu::linked();
   return device.is_cuda() && cuda_kernels_ready(device.index(), ht, rt, ot);
 }
 
@@ -1023,7 +1031,7 @@ int mr_fe_dense_dropout_add_ln(const at::Tensor* x, const at::Tensor* w, const a
 int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
                           int mode, at::Tensor** out, int* used_kernel, char** err) {
   return mr::catching(err, kWhat, [&] {
-    TORCH_CHECK(mode >= 0 && mode <= 3, "fused bias + GELU: unknown path mode ", mode);
+    check_mode("fused bias + GELU", mode);
     const at::Tensor& xx = need(x, "x");
     const at::Tensor& ww = need(w, "weight");
     const at::Tensor& bb = need(b, "bias");
@@ -1063,7 +1071,7 @@ int mr_fe_qkv_projection(const at::Tensor* x, const at::Tensor* w, const at::Ten
                          int64_t heads, int mode, at::Tensor** out, int* used_kernel,
                          char** err) {
   return mr::catching(err, kWhat, [&] {
-    TORCH_CHECK(mode >= 0 && mode <= 3, "fused QKV: unknown path mode ", mode);
+    check_mode("fused QKV", mode);
     const at::Tensor& xx = need(x, "x");
     const at::Tensor& ww = need(w, "weight");
     const at::Tensor& bb = need(b, "bias");

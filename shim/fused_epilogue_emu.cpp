@@ -1,6 +1,6 @@
-// The fused epilogue's kernels on the CPU emulator (see fused_epilogue_emu.hpp). The kernel
+// The fused epilogue's kernels on the CPU emulator (see cuda_emu_entry.hpp). The kernel
 // source is compiled here as C++, once per dtype triple (build.rs generates the includes).
-#include "fused_epilogue_emu.hpp"
+#include "cuda_emu_entry.hpp"
 
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>

@@ -1,6 +1,6 @@
 // The fused epilogue's CUDA kernels (shim/fused_epilogue.cu) as the host code names them,
 // for both of their launch paths: on a GPU (NVRTC and cuLaunchKernel, fused_epilogue.cpp) and on
-// the CPU emulator (fused_epilogue_emu.hpp).
+// the CPU emulator (cuda_emu_entry.hpp).
 #pragma once
 
 namespace mr::fused_epilogue {

@@ -29,7 +29,7 @@
 //! cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues.)
 
 use super::Path;
-use crate::shim::cuda_emu_selftest::mr_cuda_emu_selftest;
+use crate::shim::cuda_emu_entry::mr_cuda_emu_selftest;
 use crate::shim::error::call;
 use crate::shim::fused_epilogue::{
     mr_fe_bias_dropout_add_ln, mr_fe_dense_bias_gelu, mr_fe_dense_dropout_add_ln,
@@ -248,7 +248,9 @@ pub fn kernel_built() -> bool {
 }
 
 /// The self-checks of the CPU emulator that runs these kernels for [`Path::Emulated`]
-/// (`shim/cuda_emu_selftest.cpp`; tests/cuda_emu.rs): kernel `which` (0: per-block sum of
+/// (`shim/cuda_emu_selftest.cpp`; tests/numerics/cuda_emu.rs). The emulator is linked into the
+/// test programs only: elsewhere this (and [`Path::Emulated`]) ends with an error saying so.
+/// Kernel `which` (0: per-block sum of
 /// thread index + 1024 x block index by warp shuffles and shared memory; 1: barriers that can
 /// never complete; 2: a partial-mask shuffle; 3: a lane that returns while the others shuffle;
 /// 4: a warp sum after which all lanes but 0 return) on a (gx, gy) grid of `threads`-thread
@@ -293,4 +295,38 @@ pub fn nvrtc_compile(
         mr_fe_nvrtc_compile(path.as_ptr(), arch_c.as_ptr(), ht, rt, ot, &mut size, err)
     })?;
     Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The emulator is linked into the integration-test programs only (build.rs): this unit-test
+    /// program, like mlperf-run, lacks it, so the emulated path ends with an error that says so
+    /// (tests/numerics/cuda_emu.rs runs it where it is linked).
+    #[test]
+    fn the_emulated_path_says_where_the_emulator_is_linked() {
+        let msg = format!("{:#}", emulator_selftest(0, 1, 1, 32).unwrap_err());
+        assert!(
+            msg.contains("linked into tests/, not into mlperf-run"),
+            "{msg}"
+        );
+        let x = Tensor::ones([4, 8], (Kind::Float, tch::Device::Cpu));
+        let w = Tensor::ones([8, 8], (Kind::Float, tch::Device::Cpu));
+        let b = Tensor::zeros([8], (Kind::Float, tch::Device::Cpu));
+        let msg = format!(
+            "{:#}",
+            dense_bias_gelu(&x, &w, &b, Path::Emulated).unwrap_err()
+        );
+        assert!(
+            msg.contains(
+                "fused bias + GELU: the emulated kernel path runs in the test programs only"
+            ),
+            "{msg}"
+        );
+        // the other paths do not need it
+        let (y, used_kernel) = dense_bias_gelu(&x, &w, &b, Path::Reference).unwrap();
+        assert!(!used_kernel);
+        assert_eq!(y.size(), [4, 8]);
+    }
 }

@@ -35,7 +35,8 @@ pub enum Path {
     Fast,
     /// The fast kernel's own source run on CPU tensors by the shim's emulator of CUDA's
     /// execution model (`shim/cuda_emu.hpp`): tests of the kernels without a GPU. Only ops whose
-    /// kernels are CUDA C++ of ours have it (the epilogues); the others refuse it.
+    /// kernels are CUDA C++ of ours have it (the epilogues); the others refuse it. The emulator
+    /// is linked into the test programs only (build.rs): in mlperf-run this path is an error.
     Emulated,
 }
 

@@ -7,7 +7,7 @@
 #[cfg(feature = "torch")]
 pub mod cuda;
 #[cfg(feature = "torch")]
-pub mod cuda_emu_selftest;
+pub mod cuda_emu_entry;
 #[cfg(feature = "torch")]
 pub mod dist;
 #[cfg(feature = "torch")]

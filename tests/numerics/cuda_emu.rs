@@ -60,3 +60,40 @@ fn unmodelled_uses_and_launches_outside_cuda_limits_are_refused() {
     // and the emulator is usable again after each error
     assert_eq!(run(0, 1, 1, 32).unwrap(), vec![496.0]);
 }
+
+/// The emulator is linked into the test programs (this one runs its kernels above) and not into
+/// mlperf-run: the binary defines no symbol of it (`nm --defined-only`), while the main shim's
+/// weak references to it are there, unresolved.
+#[test]
+fn the_emulator_is_in_the_test_programs_only() {
+    let defined = |path: &str| -> String {
+        let out = std::process::Command::new("nm")
+            .args(["--defined-only", "-C", path])
+            .output()
+            .unwrap_or_else(|e| panic!("nm (binutils, which the build's linker comes with): {e}"));
+        assert!(
+            out.status.success(),
+            "nm {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let emulator = |syms: &str| {
+        syms.lines()
+            .filter(|l| l.contains("mr::cuda_emu::") || l.contains("mr::fe_emu::"))
+            .count()
+    };
+    let me = std::env::current_exe().unwrap();
+    let here = defined(me.to_str().unwrap());
+    assert!(
+        emulator(&here) > 0,
+        "the test program has no emulator symbols"
+    );
+    let bin = defined(env!("CARGO_BIN_EXE_mlperf-run"));
+    assert!(
+        bin.contains("mr_fe_bias_dropout_add_ln"),
+        "nm found no shim symbols in mlperf-run"
+    );
+    let n = emulator(&bin);
+    assert_eq!(n, 0, "mlperf-run defines {n} emulator symbols");
+}

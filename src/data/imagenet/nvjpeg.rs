@@ -609,38 +609,17 @@ impl Nvjpeg {
         if take.is_empty() {
             return Ok(out);
         }
-        let sizes: Vec<usize> = take
+        let dims: Vec<(u32, u32)> = take
             .iter()
-            .map(|&i| items[i].1.width as usize * items[i].1.height as usize * 3)
+            .map(|&i| (items[i].1.width, items[i].1.height))
             .collect();
-        let total: usize = sizes.iter().sum();
-        self.ensure_device(total)?;
-        let mut images = Vec::with_capacity(take.len());
-        let mut offset = 0;
-        for (&i, &size) in take.iter().zip(&sizes) {
-            let mut channel = [std::ptr::null_mut(); 4];
-            // SAFETY: offset + size <= total <= device_bytes.
-            channel[0] = unsafe { (self.device as *mut u8).add(offset) };
-            images.push(NvjpegImage {
-                channel,
-                pitch: [items[i].1.width as usize * 3, 0, 0, 0],
-            });
-            offset += size;
-        }
-        let data: Vec<*const u8> = take.iter().map(|&i| items[i].0.as_ptr()).collect();
-        let lengths: Vec<usize> = take.iter().map(|&i| items[i].0.len()).collect();
+        let (mut images, sizes) = self.rgb_destinations(&dims)?;
+        let (data, lengths) = sources(items, &take);
         let mut params: Vec<Params> = take.iter().map(|&i| self.params[i]).collect();
+        self.begin_batch(take.len())?;
         // SAFETY: arrays of take.len() entries; destinations inside the device buffer; the
         // decoder's own stream, which the copy below is queued on and waited for.
         unsafe {
-            let rc = (self.api.batched_init)(
-                self.handle,
-                self.state,
-                take.len() as c_int,
-                1,
-                NVJPEG_OUTPUT_RGBI,
-            );
-            self.check(rc, "nvjpegDecodeBatchedInitialize")?;
             let rc = (self.api.batched_ex)(
                 self.handle,
                 self.state,
@@ -652,11 +631,9 @@ impl Nvjpeg {
             );
             self.check(rc, "nvjpegDecodeBatchedEx")?;
         }
-        let host = self.copy_back(total)?;
-        let mut offset = 0;
-        for (&i, &size) in take.iter().zip(&sizes) {
-            out[i] = Some(host[offset..offset + size].to_vec());
-            offset += size;
+        let host = self.copy_back(sizes.iter().sum())?;
+        for (&i, region) in take.iter().zip(back_to_back(&host, &sizes)) {
+            out[i] = Some(region.to_vec());
         }
         Ok(out)
     }
@@ -728,36 +705,11 @@ impl Nvjpeg {
         if take.is_empty() {
             return Ok(out);
         }
-        let sizes: Vec<usize> = dims
-            .iter()
-            .map(|&(w, h)| w as usize * h as usize * 3)
-            .collect();
-        let total: usize = sizes.iter().sum();
-        self.ensure_device(total)?;
-        let mut images = Vec::with_capacity(take.len());
-        let mut offset = 0;
-        for (&(w, _), &size) in dims.iter().zip(&sizes) {
-            let mut channel = [std::ptr::null_mut(); 4];
-            // SAFETY: offset + size <= total <= device_bytes.
-            channel[0] = unsafe { (self.device as *mut u8).add(offset) };
-            images.push(NvjpegImage {
-                channel,
-                pitch: [w as usize * 3, 0, 0, 0],
-            });
-            offset += size;
-        }
-        let data: Vec<*const u8> = take.iter().map(|&i| items[i].0.as_ptr()).collect();
-        let lengths: Vec<usize> = take.iter().map(|&i| items[i].0.len()).collect();
+        let (mut images, sizes) = self.rgb_destinations(&dims)?;
+        let (data, lengths) = sources(items, &take);
+        self.begin_batch(take.len())?;
         // SAFETY: arrays of take.len() entries; destinations inside the device buffer.
         unsafe {
-            let rc = (self.api.batched_init)(
-                self.handle,
-                self.state,
-                take.len() as c_int,
-                1,
-                NVJPEG_OUTPUT_RGBI,
-            );
-            self.check(rc, "nvjpegDecodeBatchedInitialize")?;
             let rc = (self.api.batched)(
                 self.handle,
                 self.state,
@@ -768,16 +720,65 @@ impl Nvjpeg {
             );
             self.check(rc, "nvjpegDecodeBatched")?;
         }
-        let host = self.copy_back(total)?;
-        let mut offset = 0;
-        for ((&i, &(w, _)), &size) in take.iter().zip(&dims).zip(&sizes) {
-            let plan = items[i].1;
-            let whole = &host[offset..offset + size];
-            out[i] = Some(cut_region(whole, w, &plan));
-            offset += size;
+        let host = self.copy_back(sizes.iter().sum())?;
+        for ((&i, &(w, _)), whole) in take.iter().zip(&dims).zip(back_to_back(&host, &sizes)) {
+            out[i] = Some(cut_region(whole, w, &items[i].1));
         }
         Ok(out)
     }
+
+    /// Device destinations for interleaved RGB images of these (width, height)s, back to back
+    /// in the device buffer (grown as needed): nvJPEG's image descriptors and each image's size
+    /// in bytes.
+    fn rgb_destinations(
+        &mut self,
+        dims: &[(u32, u32)],
+    ) -> Result<(Vec<NvjpegImage>, Vec<usize>), String> {
+        let sizes: Vec<usize> = dims
+            .iter()
+            .map(|&(w, h)| w as usize * h as usize * 3)
+            .collect();
+        self.ensure_device(sizes.iter().sum())?;
+        let mut images = Vec::with_capacity(dims.len());
+        let mut offset = 0;
+        for (&(w, _), &size) in dims.iter().zip(&sizes) {
+            let mut channel = [std::ptr::null_mut(); 4];
+            // SAFETY: offset + size <= the sum of sizes <= device_bytes.
+            channel[0] = unsafe { (self.device as *mut u8).add(offset) };
+            images.push(NvjpegImage {
+                channel,
+                pitch: [w as usize * 3, 0, 0, 0],
+            });
+            offset += size;
+        }
+        Ok((images, sizes))
+    }
+
+    /// nvjpegDecodeBatchedInitialize for `n` images of interleaved RGB, one CPU thread.
+    fn begin_batch(&self, n: usize) -> Result<(), String> {
+        // SAFETY: live handle and state.
+        let rc = unsafe {
+            (self.api.batched_init)(self.handle, self.state, n as c_int, 1, NVJPEG_OUTPUT_RGBI)
+        };
+        self.check(rc, "nvjpegDecodeBatchedInitialize")
+    }
+}
+
+/// The batched decode's inputs for the items at `take`: their data pointers and lengths.
+fn sources(items: &[(&[u8], RegionPlan)], take: &[usize]) -> (Vec<*const u8>, Vec<usize>) {
+    take.iter()
+        .map(|&i| (items[i].0.as_ptr(), items[i].0.len()))
+        .unzip()
+}
+
+/// `host` cut into consecutive pieces of `sizes` bytes (the images as [`Nvjpeg::rgb_destinations`]
+/// laid them out).
+fn back_to_back<'a>(host: &'a [u8], sizes: &'a [usize]) -> impl Iterator<Item = &'a [u8]> + 'a {
+    sizes.iter().scan(0usize, move |offset, &size| {
+        let piece = &host[*offset..*offset + size];
+        *offset += size;
+        Some(piece)
+    })
 }
 
 /// The `plan` region (full scale) of a whole RGB image `width` pixels wide.
@@ -892,6 +893,13 @@ mod tests {
         };
         let cut = cut_region(&whole, 4, &plan);
         assert_eq!(cut, [[11u8; 3], [12; 3], [21; 3], [22; 3]].concat());
+    }
+
+    #[test]
+    fn the_batch_copy_is_cut_back_into_its_images_in_order() {
+        let host: Vec<u8> = (0..10).collect();
+        let pieces: Vec<&[u8]> = back_to_back(&host, &[3, 0, 6, 1]).collect();
+        assert_eq!(pieces, [&[0u8, 1, 2][..], &[], &[3, 4, 5, 6, 7, 8], &[9]]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `shim/cuda_emu_selftest.cpp`: the CUDA emulator's self-test.
+//! `shim/cuda_emu_entry.cpp`: the CUDA emulator's self-checks, through the main shim (the emulator
+//! itself is linked into the test programs only; see `shim/cuda_emu_entry.hpp`).
 use std::os::raw::{c_char, c_int};
 
 pub type Err = *mut *mut c_char;
