@@ -58,6 +58,18 @@ runs=(
   "bert closed configs/bert/tiny_cpu.toml $out/data/bert"
   "bert open configs/bert/tiny_cpu_open.toml $out/data/bert"
 )
+# logs already in OUT are reused (an interrupted comparison resumes) only when they came from the
+# same binary: each side's folder records its binary's sha256, and a different binary starts the
+# side afresh
+for side in before after; do
+  bin=$before; [ $side = after ] && bin=$after
+  sum="$(sha256sum "$bin" | cut -d' ' -f1)"
+  if [ "$(cat "$out/$side/.binary" 2>/dev/null)" != "$sum" ]; then
+    rm -rf "${out:?}/$side"
+    mkdir -p "$out/$side"
+    echo "$sum" >"$out/$side/.binary"
+  fi
+done
 status=0
 for r in "${runs[@]}"; do
   read -r bench division config data <<<"$r"

@@ -6,7 +6,7 @@
 
 use super::python;
 use super::tables::{Action, Check, IfAbsent, KeyRule, OrderCheck, Req, RuleFile, Ruleset, Target};
-use super::Finding;
+use super::{finding, Finding};
 use crate::mllog::{Event, LogFile};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -47,15 +47,6 @@ impl Default for State {
             init_limit_minutes: 0.0,
             tensors: Vec::new(),
         }
-    }
-}
-
-fn finding(line: Option<usize>, key: Option<&str>, rule: &str, message: String) -> Finding {
-    Finding {
-        line,
-        key: key.map(String::from),
-        rule: rule.into(),
-        message,
     }
 }
 

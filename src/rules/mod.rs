@@ -54,6 +54,21 @@ pub struct Finding {
     pub message: String,
 }
 
+/// A finding about `line` (1-based) and `key` where it is about one, under rule id `rule`.
+pub(crate) fn finding(
+    line: Option<usize>,
+    key: Option<&str>,
+    rule: &str,
+    message: String,
+) -> Finding {
+    Finding {
+        line,
+        key: key.map(String::from),
+        rule: rule.into(),
+        message,
+    }
+}
+
 impl fmt::Display for Finding {
     /// `[rule] key: message` (the caller prefixes `path:line: `).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -5,20 +5,11 @@
 //! same seed from the same metadata file and lineno).
 
 use super::python;
-use super::Finding;
+use super::{finding, Finding};
 use crate::benchmarks;
 use crate::mllog::LogFile;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn finding(line: Option<usize>, key: Option<&str>, rule: &str, message: String) -> Finding {
-    Finding {
-        line,
-        key: key.map(String::from),
-        rule: rule.into(),
-        message,
-    }
-}
 
 /// The folder holding the set: the common parent of the logs (empty when there are none).
 fn set_dir(logs: &[LogFile]) -> PathBuf {

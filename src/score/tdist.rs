@@ -51,40 +51,23 @@ pub fn incomplete_beta(x: f64, a: f64, b: f64) -> f64 {
 fn beta_continued_fraction(x: f64, a: f64, b: f64) -> f64 {
     const TINY: f64 = 1e-300;
     const EPS: f64 = 1e-16;
+    let away_from_zero = |v: f64| if v.abs() < TINY { TINY } else { v };
     let mut c = 1.0;
-    let mut d = 1.0 - (a + b) * x / (a + 1.0);
-    if d.abs() < TINY {
-        d = TINY;
-    }
-    d = 1.0 / d;
+    let mut d = 1.0 / away_from_zero(1.0 - (a + b) * x / (a + 1.0));
     let mut h = d;
+    // one term of the fraction with coefficient `aa`: the factor it multiplies h by
+    let mut term = |aa: f64| {
+        d = 1.0 / away_from_zero(1.0 + aa * d);
+        c = away_from_zero(1.0 + aa / c);
+        d * c
+    };
     for m in 1..=500 {
         let m = m as f64;
         let m2 = 2.0 * m;
         // even step
-        let aa = m * (b - m) * x / ((a + m2 - 1.0) * (a + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        h *= d * c;
+        h *= term(m * (b - m) * x / ((a + m2 - 1.0) * (a + m2)));
         // odd step
-        let aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        let delta = d * c;
+        let delta = term(-(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0)));
         h *= delta;
         if (delta - 1.0).abs() < EPS {
             break;

@@ -1,4 +1,5 @@
-//! The C++ shim's FFI declarations, one file per `shim/*.cpp` (and `shim/jpeg_region.c`), and
+//! The C++ shim's FFI declarations, one file per `shim/*.cpp` (and `shim/jpeg_region.c`; and
+//! `nvjpeg.rs`, the entry points of the nvJPEG and CUDA runtime libraries loaded at run time), and
 //! the one error convention every entry point follows ([`error::call`]: returns 0 or -1, the
 //! message handed back as a malloc'd C string). Only the modules that wrap them (gpu, fused,
 //! dist, optim, data) use these; nothing else calls the shim.
@@ -23,6 +24,7 @@ pub mod fused_epilogue;
 #[cfg(feature = "torch")]
 pub mod graph;
 pub mod jpeg_region;
+pub mod nvjpeg;
 #[cfg(feature = "torch")]
 pub mod reducer;
 #[cfg(feature = "torch")]

@@ -149,9 +149,7 @@ pub struct BertRunConfig {
 
 impl BertRunConfig {
     pub fn load(path: &Path, division: Division) -> Result<BertRunConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config {}", path.display()))?;
-        Self::parse(&text, division).with_context(|| format!("config {}", path.display()))
+        crate::train::config::load_file(path, |text| Self::parse(text, division))
     }
 
     pub fn parse(text: &str, division: Division) -> Result<BertRunConfig> {

@@ -283,6 +283,14 @@ pub struct ResnetRunConfig {
     pub methods: ResnetMethods,
 }
 
+/// Reads the run config at `path` and parses it with `parse` (which validates it); an error
+/// names the file.
+pub(crate) fn load_file<C>(path: &Path, parse: impl FnOnce(&str) -> Result<C>) -> Result<C> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config {}", path.display()))?;
+    parse(&text).with_context(|| format!("invalid config {}", path.display()))
+}
+
 /// Samples of the full ImageNet training set (defined with the data pipeline, which also
 /// holds the validation count and the class count).
 pub use crate::data::imagenet::IMAGENET_TRAIN_SAMPLES;
@@ -290,9 +298,7 @@ pub use crate::data::imagenet::IMAGENET_TRAIN_SAMPLES;
 impl ResnetRunConfig {
     /// Read and validate `path` for `division`.
     pub fn load(path: &Path, division: Division) -> Result<ResnetRunConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config {}", path.display()))?;
-        Self::parse(&text, division).with_context(|| format!("invalid config {}", path.display()))
+        load_file(path, |text| Self::parse(text, division))
     }
 
     pub fn parse(text: &str, division: Division) -> Result<ResnetRunConfig> {

@@ -9,6 +9,26 @@ use std::process::Command;
 /// Set in the process that runs one test alone, to that test's name.
 const ALONE: &str = "MLPERF_RUN_TEST_ALONE";
 
+/// `run_alone!();`, a test's first statement: the test runs alone in a process of its own
+/// ([`in_own_process`], the test named by the function the macro stands in); elsewhere the test
+/// returns once that process has run it and it passed.
+#[allow(unused_macros)] // a test binary without such tests
+macro_rules! run_alone {
+    () => {{
+        fn here() {}
+        // "<binary>::<module>::<test>::here": the test is the segment before `here`
+        let test = std::any::type_name_of_val(&here)
+            .rsplit("::")
+            .nth(1)
+            .expect("run_alone! stands in a test function");
+        if !$crate::common::alone::in_own_process(module_path!(), test) {
+            return;
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use run_alone;
+
 /// True in the process of its own, where the test then runs its body. Elsewhere it runs this
 /// test binary again with only this test (`module` is the caller's `module_path!()`, `test` its
 /// function's name), waits, passes the child's output on, panics unless the child ran exactly

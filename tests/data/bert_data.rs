@@ -9,6 +9,7 @@
 #![cfg(feature = "torch")]
 
 use crate::common;
+use crate::common::alone::run_alone;
 
 use mlperf_run::data::bert::balance_report::measure;
 use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs, MASK};
@@ -20,17 +21,14 @@ use tch::{Device, Kind};
 
 fn synth(out: &Path, seed: u64) {
     let a = SynthBertArgs {
-        out: out.to_path_buf(),
-        source: None,
         sentences: 12,
         train_samples: 203,
         eval_samples: 40,
         shards: 3,
         seq_len: 48,
         max_predictions: 10,
-        vocab_size: 30522,
         seed,
-        lengths: Lengths::Pairs,
+        ..SynthBertArgs::new(out)
     };
     let s = synth_bert(&a).unwrap();
     assert!(
@@ -43,12 +41,7 @@ fn synth(out: &Path, seed: u64) {
 
 #[test]
 fn synth_shards_have_reference_layout_and_masking() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "synth_shards_have_reference_layout_and_masking",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     synth(dir.path(), 1);
     let files = shard_files(&dir.path().join("train")).unwrap();
@@ -109,12 +102,7 @@ fn synth_shards_have_reference_layout_and_masking() {
 
 #[test]
 fn loader_every_sample_once_per_epoch_across_ranks() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "loader_every_sample_once_per_epoch_across_ranks",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     synth(dir.path(), 2);
     let train = dir.path().join("train");
@@ -151,9 +139,7 @@ fn loader_every_sample_once_per_epoch_across_ranks() {
 
 #[test]
 fn bad_shards_are_clear_errors() {
-    if !common::alone::in_own_process(module_path!(), "bad_shards_are_clear_errors") {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("part-0.hdf5");
     std::fs::write(&bad, b"not hdf5").unwrap();
@@ -179,32 +165,24 @@ fn bad_shards_are_clear_errors() {
     assert!(err.contains("input_mask"), "{err}");
 }
 
-/// A small realistic-length set at sequence length 512 (the corpus: all sentences of the text).
-fn synth_realistic(out: &Path, train_samples: usize) -> f64 {
+/// A small realistic-length set at sequence length 512 (the corpus: all sentences of the
+/// text): its padding fraction. Also the packing tests' data (bert_packing.rs).
+pub(crate) fn synth_realistic(out: &Path, train_samples: usize) -> f64 {
     let a = SynthBertArgs {
-        out: out.to_path_buf(),
-        source: None,
         sentences: 40,
         train_samples,
         eval_samples: 16,
-        shards: 4,
         seq_len: 512,
-        max_predictions: 76,
-        vocab_size: 30522,
         seed: 3,
         lengths: Lengths::Realistic,
+        ..SynthBertArgs::new(out)
     };
     synth_bert(&a).unwrap().padding_fraction
 }
 
 #[test]
 fn realistic_lengths_are_about_half_padding_at_512() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "realistic_lengths_are_about_half_padding_at_512",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     let reported = synth_realistic(dir.path(), 1200);
     // read back from the shards: the input masks hold the lengths
@@ -270,12 +248,7 @@ fn balanced_batches(
 
 #[test]
 fn balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     synth(dir.path(), 4);
     let train = dir.path().join("train");
@@ -330,12 +303,7 @@ fn balanced_loader_uses_every_sample_once_per_epoch_and_evens_tokens() {
 
 #[test]
 fn balancing_evens_realistic_tokens_at_8_ranks() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "balancing_evens_realistic_tokens_at_8_ranks",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     synth_realistic(dir.path(), 8 * 24 * 6);
     let r = measure(dir.path(), 8, 24, 1).unwrap();

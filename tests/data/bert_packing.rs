@@ -9,9 +9,10 @@
 #![cfg(feature = "torch")]
 
 use crate::common;
+use crate::common::alone::run_alone;
 
+use super::bert_data::synth_realistic;
 use mlperf_run::data::bert::packing::{PackSpec, PackedLoader};
-use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::data::bert::SampleId;
 use mlperf_run::data::rng::Rng;
 use std::collections::BTreeMap;
@@ -146,12 +147,7 @@ fn run_ranks(
 
 #[test]
 fn packed_rows_hold_every_sample_once_per_epoch_in_seeded_order_on_every_rank() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "packed_rows_hold_every_sample_once_per_epoch_in_seeded_order_on_every_rank",
-    ) {
-        return;
-    }
+    run_alone!();
     let seq = 64;
     let spec = PackSpec::new(seq, 3, PREDS).unwrap();
     for kind in 0..3 {
@@ -237,32 +233,9 @@ fn packed_rows_hold_every_sample_once_per_epoch_in_seeded_order_on_every_rank() 
     }
 }
 
-/// A realistic-length set at sequence length 512.
-fn synth_realistic(out: &Path, train_samples: usize) {
-    synth_bert(&SynthBertArgs {
-        out: out.to_path_buf(),
-        source: None,
-        sentences: 40,
-        train_samples,
-        eval_samples: 16,
-        shards: 4,
-        seq_len: 512,
-        max_predictions: 76,
-        vocab_size: 30522,
-        seed: 3,
-        lengths: Lengths::Realistic,
-    })
-    .unwrap();
-}
-
 #[test]
 fn bert_pack_prints_the_packing_efficiency_and_realistic_data_packs_within_3_percent() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "bert_pack_prints_the_packing_efficiency_and_realistic_data_packs_within_3_percent",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     synth_realistic(dir.path(), 6000);
     let out = Command::new(common::dist::BIN)
@@ -294,12 +267,7 @@ fn bert_pack_prints_the_packing_efficiency_and_realistic_data_packs_within_3_per
 
 #[test]
 fn packing_bad_shards_are_clear_errors_naming_the_file() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "packing_bad_shards_are_clear_errors_naming_the_file",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     // sequences of 40 tokens in a shard of 48, packed into rows of 32
     let long = dir.path().join("long");

@@ -3,7 +3,7 @@
 //! threads of the same process, so the test runs alone in a process started for it
 //! (`common::alone`).
 
-use crate::common;
+use crate::common::alone::run_alone;
 
 use mlperf_run::cpu_bind::{
     apply, cores, current_affinity, format_cpu_list, launcher_bound, plan, set_process_affinity,
@@ -55,12 +55,7 @@ fn the_whole_process_goes_to_one_cpu(cpus: &[usize]) {
 /// before the trainer builds its workload).
 #[test]
 fn slices_bind_every_thread_of_the_process_to_its_share() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "slices_bind_every_thread_of_the_process_to_its_share",
-    ) {
-        return;
-    }
+    run_alone!();
     let allowed = current_affinity().unwrap();
     let bound_before = launcher_bound().unwrap();
     let (said, earlier_now) =

@@ -105,6 +105,25 @@ fn missing_baseline_row_fails_and_names_the_key() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// The baseline at `csv` holds one row, resnet/default/box1, with (score_min, throughput,
+/// tolerance_pct) = `want`, and the results in `results` pass against it.
+fn assert_recorded(csv: &Path, results: &Path, want: (f64, f64, f64)) {
+    let b = mlperf_run::regress::Baseline::load(csv).unwrap();
+    assert_eq!(b.rows.len(), 1);
+    let row = b.find("resnet", "default", "box1").unwrap();
+    assert_eq!(
+        (
+            row.score_min,
+            row.throughput.map(|t| t.value),
+            row.tolerance_pct
+        ),
+        (Some(want.0), Some(want.1), Some(want.2))
+    );
+    assert!(regress(csv, results, &["--system", "box1"])
+        .status
+        .success());
+}
+
 #[test]
 fn record_adds_then_updates_rows() {
     let tmp = tempfile::tempdir().unwrap();
@@ -124,20 +143,7 @@ fn record_adds_then_updates_rows() {
         &["--record", "--system", "box1", "--tolerance", "3"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let b = mlperf_run::regress::Baseline::load(&csv).unwrap();
-    assert_eq!(b.rows.len(), 1);
-    let row = b.find("resnet", "default", "box1").unwrap();
-    assert_eq!(
-        (
-            row.score_min,
-            row.throughput.map(|t| t.value),
-            row.tolerance_pct
-        ),
-        (Some(12.0), Some(1000.0), Some(3.0))
-    );
-    assert!(regress(&csv, &tmp.path().join("r"), &["--system", "box1"])
-        .status
-        .success());
+    assert_recorded(&csv, &tmp.path().join("r"), (12.0, 1000.0, 3.0));
 
     // Slower results: a regression until recorded again; the update keeps the row's tolerance.
     write_set(
@@ -158,20 +164,7 @@ fn record_adds_then_updates_rows() {
     )
     .status
     .success());
-    let b = mlperf_run::regress::Baseline::load(&csv).unwrap();
-    assert_eq!(b.rows.len(), 1);
-    let row = b.find("resnet", "default", "box1").unwrap();
-    assert_eq!(
-        (
-            row.score_min,
-            row.throughput.map(|t| t.value),
-            row.tolerance_pct
-        ),
-        (Some(22.0), Some(900.0), Some(3.0))
-    );
-    assert!(regress(&csv, &tmp.path().join("r"), &["--system", "box1"])
-        .status
-        .success());
+    assert_recorded(&csv, &tmp.path().join("r"), (22.0, 900.0, 3.0));
     // No stray temporary files next to the baseline.
     assert_eq!(std::fs::read_dir(csv.parent().unwrap()).unwrap().count(), 1);
 }

@@ -9,11 +9,12 @@
 #![cfg(feature = "torch")]
 
 use crate::common;
+use crate::common::alone::run_alone;
 
 use crate::common::rng::rng_turn;
 use crate::common::tensors::assert_same_state;
 use crate::common::train::{every_epoch, open_tiny_two_micro_batches, preset, resnet_workload};
-use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
+use mlperf_run::data::bert::synth::{synth_bert, SynthBertArgs};
 use mlperf_run::gpu::cuda_graph::GraphStats;
 use mlperf_run::train::bert::{BertRunConfig, BertWorkload};
 use mlperf_run::train::config::{Division, ResnetRunConfig};
@@ -131,17 +132,12 @@ fn a_resnet_run_whose_warm_up_batches_are_all_short_captures_and_replays_the_ful
 
 fn bert_data(dir: &Path) {
     synth_bert(&SynthBertArgs {
-        out: dir.to_path_buf(),
-        source: None,
         sentences: 16,
         train_samples: 1024,
         eval_samples: 128,
         shards: 2,
         seq_len: 32,
-        max_predictions: 76,
-        vocab_size: 30522,
-        seed: 1,
-        lengths: Lengths::Pairs,
+        ..SynthBertArgs::new(dir)
     })
     .unwrap();
 }
@@ -194,12 +190,7 @@ fn bert_twin_matches_eager(what: &str, set: impl Fn(&mut BertRunConfig)) {
 
 #[test]
 fn bert_step_through_the_graph_twin_trains_bit_identically() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "bert_step_through_the_graph_twin_trains_bit_identically",
-    ) {
-        return;
-    }
+    run_alone!();
     bert_twin_matches_eager("bert", |_| {});
 }
 
@@ -207,12 +198,7 @@ fn bert_step_through_the_graph_twin_trains_bit_identically() {
 /// host read, no data-sized output (the twin's capture check), and the same training.
 #[test]
 fn bert_with_the_fused_epilogues_goes_through_the_graph_twin() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "bert_with_the_fused_epilogues_goes_through_the_graph_twin",
-    ) {
-        return;
-    }
+    run_alone!();
     bert_twin_matches_eager("bert fused", |cfg| {
         cfg.methods.fused_epilogues = true;
         cfg.methods.fused_bias_gelu = true;
@@ -224,12 +210,7 @@ fn bert_with_the_fused_epilogues_goes_through_the_graph_twin() {
 /// presets, and trains bit-identically.
 #[test]
 fn bert_with_packed_sequences_goes_through_the_graph_twin() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "bert_with_packed_sequences_goes_through_the_graph_twin",
-    ) {
-        return;
-    }
+    run_alone!();
     bert_twin_matches_eager("bert packed", |cfg| {
         cfg.methods.packing = true;
         cfg.methods.unpad = false;

@@ -9,6 +9,7 @@
 #![cfg(feature = "torch")]
 
 use crate::common;
+use crate::common::alone::run_alone;
 
 use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::mllog::parse_file;
@@ -19,20 +20,12 @@ use mlperf_run::train::engine::Status;
 use std::path::{Path, PathBuf};
 
 fn data(dir: &Path) {
-    let a = SynthBertArgs {
-        out: dir.to_path_buf(),
-        source: None,
+    synth_bert(&SynthBertArgs {
         sentences: 16,
-        train_samples: 4096,
-        eval_samples: 512,
-        shards: 4,
         seq_len: 32,
-        max_predictions: 76,
-        vocab_size: 30522,
-        seed: 1,
-        lengths: Lengths::Pairs,
-    };
-    synth_bert(&a).unwrap();
+        ..SynthBertArgs::new(dir)
+    })
+    .unwrap();
 }
 
 fn official_check(test: &str, log: &Path) {
@@ -127,23 +120,13 @@ fn reaches_target_and_passes(name: &str, division: Division, seed: u64) {
 
 #[test]
 fn tiny_cpu_closed_reaches_0_720_and_passes_the_checkers() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "tiny_cpu_closed_reaches_0_720_and_passes_the_checkers",
-    ) {
-        return;
-    }
+    run_alone!();
     reaches_target_and_passes("tiny_cpu.toml", Division::Closed, 4321);
 }
 
 #[test]
 fn tiny_cpu_open_unpadded_reaches_target_and_passes_the_checkers() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "tiny_cpu_open_unpadded_reaches_target_and_passes_the_checkers",
-    ) {
-        return;
-    }
+    run_alone!();
     reaches_target_and_passes("tiny_cpu_open.toml", Division::Open, 77);
 }
 
@@ -261,17 +244,10 @@ fn closed_configs_breaking_the_rules_are_refused() {
 /// The realistic-length tiny data of configs/bert/tiny_cpu_packed.toml.
 fn realistic_data(dir: &Path) {
     synth_bert(&SynthBertArgs {
-        out: dir.to_path_buf(),
-        source: None,
         sentences: 16,
-        train_samples: 4096,
-        eval_samples: 512,
-        shards: 4,
-        seq_len: 64,
         max_predictions: 20,
-        vocab_size: 30522,
-        seed: 1,
         lengths: Lengths::Realistic,
+        ..SynthBertArgs::new(dir)
     })
     .unwrap();
 }
@@ -281,12 +257,7 @@ fn realistic_data(dir: &Path) {
 /// and the official one (5.0.0).
 #[test]
 fn tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers",
-    ) {
-        return;
-    }
+    run_alone!();
     tiny_packed_run(None);
 }
 
@@ -294,12 +265,7 @@ fn tiny_cpu_packed_closed_reaches_0_720_and_passes_the_checkers() {
 /// after 3 eager steps and replayed from then on).
 #[test]
 fn tiny_cpu_packed_through_the_cuda_graph_twin_reaches_0_720_and_passes_the_checkers() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "tiny_cpu_packed_through_the_cuda_graph_twin_reaches_0_720_and_passes_the_checkers",
-    ) {
-        return;
-    }
+    run_alone!();
     tiny_packed_run(Some(3));
 }
 
@@ -358,12 +324,7 @@ fn tiny_packed_run(graph_twin: Option<u32>) {
 /// panic: training sequences longer than the packed row (the eval set's length).
 #[test]
 fn packing_training_shards_longer_than_the_row_end_the_run_naming_the_file() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "packing_training_shards_longer_than_the_row_end_the_run_naming_the_file",
-    ) {
-        return;
-    }
+    run_alone!();
     let dir = tempfile::tempdir().unwrap();
     // eval at 32 tokens (the pairs set), training at 64 (the realistic one): rows of 32 tokens
     let (s32, s64) = (dir.path().join("s32"), dir.path().join("s64"));

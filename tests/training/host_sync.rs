@@ -10,6 +10,7 @@
 #![cfg(feature = "torch")]
 
 use crate::common;
+use crate::common::alone::run_alone;
 
 use mlperf_run::train::config::{Division, ResnetRunConfig};
 use mlperf_run::train::data::SyntheticImages;
@@ -101,12 +102,7 @@ fn counted(
 
 #[test]
 fn a_block_of_steps_reads_losses_once_per_check_interval() {
-    if !common::alone::in_own_process(
-        module_path!(),
-        "a_block_of_steps_reads_losses_once_per_check_interval",
-    ) {
-        return;
-    }
+    run_alone!();
     let cfg = tiny();
     let n = 4u64;
     let (out, reads) = counted(&mut workload(&cfg), &cfg, n);
@@ -138,9 +134,7 @@ fn a_block_of_steps_reads_losses_once_per_check_interval() {
 
 #[test]
 fn the_counter_sees_a_read_per_step() {
-    if !common::alone::in_own_process(module_path!(), "the_counter_sees_a_read_per_step") {
-        return;
-    }
+    run_alone!();
     // control: the same run with a workload that reads its loss every step must count them
     let cfg = tiny();
     let (out, reads) = counted(&mut ReadsEveryStep(workload(&cfg)), &cfg, 4);

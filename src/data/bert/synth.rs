@@ -79,6 +79,25 @@ pub struct SynthBertArgs {
     pub lengths: Lengths,
 }
 
+impl SynthBertArgs {
+    /// The command's defaults (`data synth-bert --out OUT`), for callers that set a few fields:
+    /// `SynthBertArgs { seq_len: 512, ..SynthBertArgs::new(out) }`.
+    pub fn new(out: &Path) -> SynthBertArgs {
+        #[derive(clap::Parser)]
+        struct Command {
+            #[command(flatten)]
+            args: SynthBertArgs,
+        }
+        let out = out.as_os_str();
+        <Command as clap::Parser>::parse_from([
+            std::ffi::OsStr::new("synth-bert"),
+            "--out".as_ref(),
+            out,
+        ])
+        .args
+    }
+}
+
 /// How sequences are filled (`--lengths`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Lengths {

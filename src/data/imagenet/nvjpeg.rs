@@ -10,129 +10,14 @@
 //! libnvjpeg and libcudart come from `MLPERF_RUN_NVJPEG` / `MLPERF_RUN_CUDART` (paths), the
 //! dynamic loader's path (`libnvjpeg.so.13`, `.12`), `CUDA_HOME/lib64`, /usr/local/cuda/lib64
 //! or the venv's nvidia pip packages (`MLPERF_RUN_VENV` or `VIRTUAL_ENV`; pip: nvidia-nvjpeg).
-//! The few entry points are declared here after NVIDIA's nvJPEG documentation (nvjpeg.h is not
-//! needed to build).
+//! The few entry points are declared in [`crate::shim::nvjpeg`], after NVIDIA's documentation
+//! (nvjpeg.h is not needed to build).
 
 use super::region::RegionPlan;
+use crate::shim::nvjpeg::*;
 use libloading::Library;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
-
-type Status = c_int;
-type Handle = *mut c_void;
-type State = *mut c_void;
-type Params = *mut c_void;
-type JpegStream = *mut c_void;
-type CudaStream = *mut c_void;
-
-const NVJPEG_BACKEND_DEFAULT: c_int = 0;
-const NVJPEG_BACKEND_HARDWARE: c_int = 3;
-const NVJPEG_OUTPUT_RGBI: c_int = 5;
-const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
-const CUDA_STREAM_NON_BLOCKING: c_uint = 1;
-/// cudaDeviceProp is about 1 KB (CUDA 12/13); its first field is `char name[256]`.
-const DEVICE_PROP_BYTES: usize = 4096;
-
-/// nvjpegImage_t: up to four planes; interleaved RGB uses channel[0] only.
-#[repr(C)]
-struct NvjpegImage {
-    channel: [*mut u8; 4],
-    pitch: [usize; 4],
-}
-
-type FnCreateEx =
-    unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut Handle) -> Status;
-type FnDestroy = unsafe extern "C" fn(*mut c_void) -> Status;
-type FnStateCreate = unsafe extern "C" fn(Handle, *mut State) -> Status;
-type FnBatchedInit = unsafe extern "C" fn(Handle, State, c_int, c_int, c_int) -> Status;
-type FnBatchedEx = unsafe extern "C" fn(
-    Handle,
-    State,
-    *const *const u8,
-    *const usize,
-    *mut NvjpegImage,
-    *mut Params,
-    CudaStream,
-) -> Status;
-type FnParamsCreate = unsafe extern "C" fn(Handle, *mut Params) -> Status;
-type FnParamsSetOutput = unsafe extern "C" fn(Params, c_int) -> Status;
-type FnParamsSetRoi = unsafe extern "C" fn(Params, c_int, c_int, c_int, c_int) -> Status;
-type FnStreamCreate = unsafe extern "C" fn(Handle, *mut JpegStream) -> Status;
-type FnStreamParse =
-    unsafe extern "C" fn(Handle, *const u8, usize, c_int, c_int, JpegStream) -> Status;
-type FnSupportedEx = unsafe extern "C" fn(Handle, JpegStream, Params, *mut c_int) -> Status;
-type FnCudaMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type FnCudaFree = unsafe extern "C" fn(*mut c_void) -> c_int;
-type FnCudaDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
-type FnCudaGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
-type FnCudaSetDevice = unsafe extern "C" fn(c_int) -> c_int;
-type FnCudaErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
-type FnCudaStreamCreate = unsafe extern "C" fn(*mut CudaStream, c_uint) -> c_int;
-type FnCudaStreamDestroy = unsafe extern "C" fn(CudaStream) -> c_int;
-type FnCudaStreamSync = unsafe extern "C" fn(CudaStream) -> c_int;
-type FnCudaMemcpyAsync =
-    unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, CudaStream) -> c_int;
-type FnCudaDeviceProps = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
-type FnBatched = unsafe extern "C" fn(
-    Handle,
-    State,
-    *const *const u8,
-    *const usize,
-    *mut NvjpegImage,
-    CudaStream,
-) -> Status;
-type FnImageInfo = unsafe extern "C" fn(
-    Handle,
-    *const u8,
-    usize,
-    *mut c_int,
-    *mut c_int,
-    *mut c_int,
-    *mut c_int,
-) -> Status;
-
-struct Api {
-    create_ex: FnCreateEx,
-    destroy: FnDestroy,
-    state_create: FnStateCreate,
-    state_destroy: FnDestroy,
-    batched_init: FnBatchedInit,
-    batched_ex: FnBatchedEx,
-    params_create: FnParamsCreate,
-    params_destroy: FnDestroy,
-    params_set_output: FnParamsSetOutput,
-    params_set_roi: FnParamsSetRoi,
-    stream_create: FnStreamCreate,
-    stream_destroy: FnDestroy,
-    stream_parse: FnStreamParse,
-    supported_ex: FnSupportedEx,
-    cuda_malloc: FnCudaMalloc,
-    cuda_free: FnCudaFree,
-    cuda_device_count: FnCudaDeviceCount,
-    cuda_get_device: FnCudaGetDevice,
-    cuda_set_device: FnCudaSetDevice,
-    cuda_error_string: FnCudaErrorString,
-    cuda_stream_create: FnCudaStreamCreate,
-    cuda_stream_destroy: FnCudaStreamDestroy,
-    cuda_stream_sync: FnCudaStreamSync,
-    cuda_memcpy_async: FnCudaMemcpyAsync,
-    cuda_device_props: Option<FnCudaDeviceProps>,
-    batched: FnBatched,
-    image_info: FnImageInfo,
-    // Kept loaded while the function pointers above are in use.
-    _nvjpeg: Library,
-    _cudart: Library,
-}
-
-/// Copy function pointer `name` out of `lib`.
-fn symbol<T: Copy>(lib: &Library, file: &Path, name: &str) -> Result<T, String> {
-    // SAFETY: the type T is the documented C signature of `name`.
-    unsafe {
-        lib.get::<T>(name.as_bytes())
-            .map(|s| *s)
-            .map_err(|e| format!("{} lacks {name}: {e}", file.display()))
-    }
-}
 
 /// Where to look for a shared library: the explicit path alone when given, else the loader's
 /// path by soname, then the CUDA and venv folders.
@@ -333,42 +218,7 @@ impl Nvjpeg {
             ),
         )
         .map_err(|e| format!("{e}: install the CUDA runtime (pip: nvidia-cuda-runtime)"))?;
-        let n = &nv_path;
-        let r = &rt_path;
-        let api = Api {
-            create_ex: symbol(&nvjpeg, n, "nvjpegCreateEx")?,
-            destroy: symbol(&nvjpeg, n, "nvjpegDestroy")?,
-            state_create: symbol(&nvjpeg, n, "nvjpegJpegStateCreate")?,
-            state_destroy: symbol(&nvjpeg, n, "nvjpegJpegStateDestroy")?,
-            batched_init: symbol(&nvjpeg, n, "nvjpegDecodeBatchedInitialize")?,
-            batched_ex: symbol(&nvjpeg, n, "nvjpegDecodeBatchedEx")?,
-            params_create: symbol(&nvjpeg, n, "nvjpegDecodeParamsCreate")?,
-            params_destroy: symbol(&nvjpeg, n, "nvjpegDecodeParamsDestroy")?,
-            params_set_output: symbol(&nvjpeg, n, "nvjpegDecodeParamsSetOutputFormat")?,
-            params_set_roi: symbol(&nvjpeg, n, "nvjpegDecodeParamsSetROI")?,
-            stream_create: symbol(&nvjpeg, n, "nvjpegJpegStreamCreate")?,
-            stream_destroy: symbol(&nvjpeg, n, "nvjpegJpegStreamDestroy")?,
-            stream_parse: symbol(&nvjpeg, n, "nvjpegJpegStreamParse")?,
-            supported_ex: symbol(&nvjpeg, n, "nvjpegDecodeBatchedSupportedEx")?,
-            batched: symbol(&nvjpeg, n, "nvjpegDecodeBatched")?,
-            image_info: symbol(&nvjpeg, n, "nvjpegGetImageInfo")?,
-            cuda_malloc: symbol(&cudart, r, "cudaMalloc")?,
-            cuda_free: symbol(&cudart, r, "cudaFree")?,
-            cuda_device_count: symbol(&cudart, r, "cudaGetDeviceCount")?,
-            cuda_get_device: symbol(&cudart, r, "cudaGetDevice")?,
-            cuda_set_device: symbol(&cudart, r, "cudaSetDevice")?,
-            cuda_error_string: symbol(&cudart, r, "cudaGetErrorString")?,
-            cuda_stream_create: symbol(&cudart, r, "cudaStreamCreateWithFlags")?,
-            cuda_stream_destroy: symbol(&cudart, r, "cudaStreamDestroy")?,
-            cuda_stream_sync: symbol(&cudart, r, "cudaStreamSynchronize")?,
-            cuda_memcpy_async: symbol(&cudart, r, "cudaMemcpyAsync")?,
-            // CUDA 12 and later spell it _v2; the name is only for the default split and logs
-            cuda_device_props: symbol(&cudart, r, "cudaGetDeviceProperties_v2")
-                .or_else(|_| symbol(&cudart, r, "cudaGetDeviceProperties"))
-                .ok(),
-            _nvjpeg: nvjpeg,
-            _cudart: cudart,
-        };
+        let api = Api::load(nvjpeg, &nv_path, cudart, &rt_path)?;
         let mut devices: c_int = 0;
         // SAFETY: documented signature; out-pointer valid.
         let rc = unsafe { (api.cuda_device_count)(&mut devices) };

@@ -1,0 +1,170 @@
+//! nvJPEG's and the CUDA runtime's entry points that the GPU JPEG decoder
+//! (`data::imagenet::nvjpeg`) calls: declared here after NVIDIA's nvJPEG and CUDA runtime
+//! documentation (nvjpeg.h is not needed to build) and loaded at run time from the libraries that
+//! module finds (no link-time dependency; not one of our shim/*.cpp files, but FFI all the same).
+use libloading::Library;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::path::Path;
+
+pub(crate) type Status = c_int;
+pub(crate) type Handle = *mut c_void;
+pub(crate) type State = *mut c_void;
+pub(crate) type Params = *mut c_void;
+pub(crate) type JpegStream = *mut c_void;
+pub(crate) type CudaStream = *mut c_void;
+
+pub(crate) const NVJPEG_BACKEND_DEFAULT: c_int = 0;
+pub(crate) const NVJPEG_BACKEND_HARDWARE: c_int = 3;
+pub(crate) const NVJPEG_OUTPUT_RGBI: c_int = 5;
+pub(crate) const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+pub(crate) const CUDA_STREAM_NON_BLOCKING: c_uint = 1;
+/// cudaDeviceProp is about 1 KB (CUDA 12/13); its first field is `char name[256]`.
+pub(crate) const DEVICE_PROP_BYTES: usize = 4096;
+
+/// nvjpegImage_t: up to four planes; interleaved RGB uses channel[0] only.
+#[repr(C)]
+pub(crate) struct NvjpegImage {
+    pub(crate) channel: [*mut u8; 4],
+    pub(crate) pitch: [usize; 4],
+}
+
+pub(crate) type FnCreateEx =
+    unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut Handle) -> Status;
+pub(crate) type FnDestroy = unsafe extern "C" fn(*mut c_void) -> Status;
+pub(crate) type FnStateCreate = unsafe extern "C" fn(Handle, *mut State) -> Status;
+pub(crate) type FnBatchedInit = unsafe extern "C" fn(Handle, State, c_int, c_int, c_int) -> Status;
+pub(crate) type FnBatchedEx = unsafe extern "C" fn(
+    Handle,
+    State,
+    *const *const u8,
+    *const usize,
+    *mut NvjpegImage,
+    *mut Params,
+    CudaStream,
+) -> Status;
+pub(crate) type FnParamsCreate = unsafe extern "C" fn(Handle, *mut Params) -> Status;
+pub(crate) type FnParamsSetOutput = unsafe extern "C" fn(Params, c_int) -> Status;
+pub(crate) type FnParamsSetRoi = unsafe extern "C" fn(Params, c_int, c_int, c_int, c_int) -> Status;
+pub(crate) type FnStreamCreate = unsafe extern "C" fn(Handle, *mut JpegStream) -> Status;
+pub(crate) type FnStreamParse =
+    unsafe extern "C" fn(Handle, *const u8, usize, c_int, c_int, JpegStream) -> Status;
+pub(crate) type FnSupportedEx =
+    unsafe extern "C" fn(Handle, JpegStream, Params, *mut c_int) -> Status;
+pub(crate) type FnCudaMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+pub(crate) type FnCudaFree = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub(crate) type FnCudaDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
+pub(crate) type FnCudaGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
+pub(crate) type FnCudaSetDevice = unsafe extern "C" fn(c_int) -> c_int;
+pub(crate) type FnCudaErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+pub(crate) type FnCudaStreamCreate = unsafe extern "C" fn(*mut CudaStream, c_uint) -> c_int;
+pub(crate) type FnCudaStreamDestroy = unsafe extern "C" fn(CudaStream) -> c_int;
+pub(crate) type FnCudaStreamSync = unsafe extern "C" fn(CudaStream) -> c_int;
+pub(crate) type FnCudaMemcpyAsync =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, CudaStream) -> c_int;
+pub(crate) type FnCudaDeviceProps = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+pub(crate) type FnBatched = unsafe extern "C" fn(
+    Handle,
+    State,
+    *const *const u8,
+    *const usize,
+    *mut NvjpegImage,
+    CudaStream,
+) -> Status;
+pub(crate) type FnImageInfo = unsafe extern "C" fn(
+    Handle,
+    *const u8,
+    usize,
+    *mut c_int,
+    *mut c_int,
+    *mut c_int,
+    *mut c_int,
+) -> Status;
+
+pub(crate) struct Api {
+    pub(crate) create_ex: FnCreateEx,
+    pub(crate) destroy: FnDestroy,
+    pub(crate) state_create: FnStateCreate,
+    pub(crate) state_destroy: FnDestroy,
+    pub(crate) batched_init: FnBatchedInit,
+    pub(crate) batched_ex: FnBatchedEx,
+    pub(crate) params_create: FnParamsCreate,
+    pub(crate) params_destroy: FnDestroy,
+    pub(crate) params_set_output: FnParamsSetOutput,
+    pub(crate) params_set_roi: FnParamsSetRoi,
+    pub(crate) stream_create: FnStreamCreate,
+    pub(crate) stream_destroy: FnDestroy,
+    pub(crate) stream_parse: FnStreamParse,
+    pub(crate) supported_ex: FnSupportedEx,
+    pub(crate) cuda_malloc: FnCudaMalloc,
+    pub(crate) cuda_free: FnCudaFree,
+    pub(crate) cuda_device_count: FnCudaDeviceCount,
+    pub(crate) cuda_get_device: FnCudaGetDevice,
+    pub(crate) cuda_set_device: FnCudaSetDevice,
+    pub(crate) cuda_error_string: FnCudaErrorString,
+    pub(crate) cuda_stream_create: FnCudaStreamCreate,
+    pub(crate) cuda_stream_destroy: FnCudaStreamDestroy,
+    pub(crate) cuda_stream_sync: FnCudaStreamSync,
+    pub(crate) cuda_memcpy_async: FnCudaMemcpyAsync,
+    pub(crate) cuda_device_props: Option<FnCudaDeviceProps>,
+    pub(crate) batched: FnBatched,
+    pub(crate) image_info: FnImageInfo,
+    // Kept loaded while the function pointers above are in use.
+    pub(crate) _nvjpeg: Library,
+    pub(crate) _cudart: Library,
+}
+
+/// Copy function pointer `name` out of `lib`.
+fn symbol<T: Copy>(lib: &Library, file: &Path, name: &str) -> Result<T, String> {
+    // SAFETY: the type T is the documented C signature of `name`.
+    unsafe {
+        lib.get::<T>(name.as_bytes())
+            .map(|s| *s)
+            .map_err(|e| format!("{} lacks {name}: {e}", file.display()))
+    }
+}
+
+impl Api {
+    /// The entry points out of libnvjpeg (`nvjpeg`, loaded from `n`) and libcudart (`cudart`,
+    /// from `r`), which the table keeps loaded; an error names the library and the symbol.
+    pub(crate) fn load(
+        nvjpeg: Library,
+        n: &Path,
+        cudart: Library,
+        r: &Path,
+    ) -> Result<Api, String> {
+        Ok(Api {
+            create_ex: symbol(&nvjpeg, n, "nvjpegCreateEx")?,
+            destroy: symbol(&nvjpeg, n, "nvjpegDestroy")?,
+            state_create: symbol(&nvjpeg, n, "nvjpegJpegStateCreate")?,
+            state_destroy: symbol(&nvjpeg, n, "nvjpegJpegStateDestroy")?,
+            batched_init: symbol(&nvjpeg, n, "nvjpegDecodeBatchedInitialize")?,
+            batched_ex: symbol(&nvjpeg, n, "nvjpegDecodeBatchedEx")?,
+            params_create: symbol(&nvjpeg, n, "nvjpegDecodeParamsCreate")?,
+            params_destroy: symbol(&nvjpeg, n, "nvjpegDecodeParamsDestroy")?,
+            params_set_output: symbol(&nvjpeg, n, "nvjpegDecodeParamsSetOutputFormat")?,
+            params_set_roi: symbol(&nvjpeg, n, "nvjpegDecodeParamsSetROI")?,
+            stream_create: symbol(&nvjpeg, n, "nvjpegJpegStreamCreate")?,
+            stream_destroy: symbol(&nvjpeg, n, "nvjpegJpegStreamDestroy")?,
+            stream_parse: symbol(&nvjpeg, n, "nvjpegJpegStreamParse")?,
+            supported_ex: symbol(&nvjpeg, n, "nvjpegDecodeBatchedSupportedEx")?,
+            batched: symbol(&nvjpeg, n, "nvjpegDecodeBatched")?,
+            image_info: symbol(&nvjpeg, n, "nvjpegGetImageInfo")?,
+            cuda_malloc: symbol(&cudart, r, "cudaMalloc")?,
+            cuda_free: symbol(&cudart, r, "cudaFree")?,
+            cuda_device_count: symbol(&cudart, r, "cudaGetDeviceCount")?,
+            cuda_get_device: symbol(&cudart, r, "cudaGetDevice")?,
+            cuda_set_device: symbol(&cudart, r, "cudaSetDevice")?,
+            cuda_error_string: symbol(&cudart, r, "cudaGetErrorString")?,
+            cuda_stream_create: symbol(&cudart, r, "cudaStreamCreateWithFlags")?,
+            cuda_stream_destroy: symbol(&cudart, r, "cudaStreamDestroy")?,
+            cuda_stream_sync: symbol(&cudart, r, "cudaStreamSynchronize")?,
+            cuda_memcpy_async: symbol(&cudart, r, "cudaMemcpyAsync")?,
+            // CUDA 12 and later spell it _v2; the name is only for the default split and logs
+            cuda_device_props: symbol(&cudart, r, "cudaGetDeviceProperties_v2")
+                .or_else(|_| symbol(&cudart, r, "cudaGetDeviceProperties"))
+                .ok(),
+            _nvjpeg: nvjpeg,
+            _cudart: cudart,
+        })
+    }
+}
