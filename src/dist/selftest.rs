@@ -373,6 +373,11 @@ fn overlap(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
     Ok(())
 }
 
+/// The status a rank that `--die-rank` kills exits with: on purpose not one of
+/// [`crate::cli::ExitStatus`], as it stands for a crash (no verdict, no error message); `launch`
+/// must pass it on and stop the other ranks.
+pub const DIED_ON_PURPOSE: i32 = 3;
+
 fn run_loop(pg: &mut ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
     let n = pg.size() as f64;
     for step in 0..args.steps {
@@ -381,7 +386,7 @@ fn run_loop(pg: &mut ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<(
                 "rank {} exiting on purpose at step {step} (--die-rank)",
                 pg.rank()
             );
-            std::process::exit(3);
+            std::process::exit(DIED_ON_PURPOSE);
         }
         let t = Tensor::ones([1024], (Kind::Float, dev));
         pg.allreduce(&[&t], ReduceOp::Sum)

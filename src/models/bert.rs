@@ -392,8 +392,17 @@ impl BertForPreTraining {
         })
     }
 
+    /// Whether a padded batch runs on the unpadded path (its padding left out): with `unpad`, and
+    /// with `packing` when not training. Packing's training rows come through
+    /// [`Self::forward_packed`]; the eval set is not packed, and leaving its padding out (about
+    /// half of its tokens at sequence length 512) is the same exact saving, with no shape to
+    /// keep fixed (the eval is not captured in a CUDA graph).
+    pub fn runs_unpadded(&self, train: bool) -> bool {
+        self.methods.unpad || (self.methods.packing && !train)
+    }
+
     /// The encoder's output `[B, S, H]` (fp32; bf16 with `bf16_residual`). Padding rows are zeros
-    /// when `unpad` is on.
+    /// on the unpadded path ([`Self::runs_unpadded`]).
     /// `input_mask` (`[B, S]`, 1 = real token) is `None` when every token of the batch is real:
     /// the attention then runs without a mask, which lets `scaled_dot_product_attention` take
     /// FlashAttention on a GPU (it refuses any mask, even one of all ones, and the
@@ -413,7 +422,7 @@ impl BertForPreTraining {
             + Tensor::embedding(&self.pos_emb, &positions, -1, false, false).unsqueeze(0)
             + Tensor::embedding(&self.type_emb, segment_ids, -1, false, false);
         // without padding there is nothing to leave out: the padded path is the unpadded one
-        if let (true, Some(input_mask)) = (self.methods.unpad, input_mask) {
+        if let (true, Some(input_mask)) = (self.runs_unpadded(train), input_mask) {
             let pack = Packing::from_mask(input_mask);
             let mut x = self
                 .stream(

@@ -91,7 +91,12 @@ fn launch_fails_fast_naming_the_failed_rank() {
         "took {:?}",
         start.elapsed()
     );
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(mlperf_run::dist::selftest::DIED_ON_PURPOSE),
+        "{}",
+        text(&out)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("worker rank 1 ended with exit status 3"),

@@ -349,3 +349,62 @@ fn attention_across_the_sequences_of_a_row_fails_the_comparison() {
         assert!(d > 1e-5, "the control's {name} must differ: {d:e}");
     }
 }
+
+/// With packing, the eval (a padded batch, not training) runs on the unpadded path: its padding
+/// rows come out as the unpadded path's zeros where the padded path's are not, and its real
+/// tokens, masked-LM and NSP logits equal the padded path's (fp64, the same weights).
+#[test]
+fn with_packing_the_eval_runs_unpadded_and_computes_the_same() {
+    let _turn = seeded(20261127);
+    let c = tiny();
+    let packing = BertMethods {
+        packing: true,
+        ..BertMethods::default()
+    };
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let model = BertForPreTraining::new(&vs.root(), &c, &packing).unwrap();
+    vs.double();
+    let mut vs_padded = nn::VarStore::new(Device::Cpu);
+    let padded_model =
+        BertForPreTraining::new(&vs_padded.root(), &c, &BertMethods::default()).unwrap();
+    vs_padded.double();
+    vs_padded.copy(&vs).unwrap();
+    assert!(
+        model.runs_unpadded(false),
+        "packing: the eval runs unpadded"
+    );
+    assert!(
+        !model.runs_unpadded(true),
+        "packing: padded training batches stay padded"
+    );
+    assert!(!padded_model.runs_unpadded(false));
+
+    let seqs = sequences(11);
+    let [ids, seg, mask, pos, ..] = padded(&seqs);
+    let padding = mask.eq(0).unsqueeze(-1);
+    let real = mask.ne(0).unsqueeze(-1);
+    assert!(
+        padding.any().int64_value(&[]) != 0,
+        "the case must have padding"
+    );
+    let encode = |m: &BertForPreTraining| tch::no_grad(|| m.encode(&ids, &seg, Some(&mask), false));
+    let (unpadded, plain) = (encode(&model), encode(&padded_model));
+    assert_eq!(max_abs(&unpadded.masked_select(&padding)), 0.0);
+    assert!(
+        max_abs(&plain.masked_select(&padding)) > 0.1,
+        "the padded path computes padding rows"
+    );
+    let d = max_abs(&(unpadded.masked_select(&real) - plain.masked_select(&real)));
+    assert!(d < 1e-9, "real tokens differ by {d:e}");
+
+    let forward = |m: &BertForPreTraining| {
+        tch::no_grad(|| m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false))
+    };
+    let ((mlm_u, nsp_u), (mlm_p, nsp_p)) = (forward(&model), forward(&padded_model));
+    let (dm, dn) = (max_abs(&(mlm_u - mlm_p)), max_abs(&(nsp_u - nsp_p)));
+    eprintln!("packing's eval vs the padded path: mlm {dm:.2e}, nsp {dn:.2e}");
+    assert!(
+        dm < 1e-9 && dn < 1e-9,
+        "logits differ: mlm {dm:e}, nsp {dn:e}"
+    );
+}
