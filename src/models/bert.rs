@@ -35,7 +35,7 @@
 //! `+ H*H + H` (pooler) `+ H*H + H + 2H + V` (MLM transform, LayerNorm, bias; decoder tied)
 //! `+ 2H + 2` (NSP). BERT-Large at V=30,522: 336,226,108; at V=30,528: 336,232,258.
 //!
-//! # Open-division methods
+//! # Methods (`[methods]`; each one's division and why: docs/methods.md)
 //! - `unpad`: the embeddings' output is gathered to the non-padding tokens (`[T, H]`); every
 //!   dense layer, LayerNorm, GELU and dropout runs on those T tokens only. Attention runs within
 //!   each packed sequence ([`crate::fused::varlen_attention`]): FlashAttention's varlen kernel on a GPU
