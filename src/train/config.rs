@@ -542,19 +542,23 @@ impl ResnetRunConfig {
             ]),
         }
         if division == Division::Open {
-            let m = &self.methods;
             kv.extend([(
                 "opt_learning_rate_decay_schedule",
                 json!(format!("{:?}", o.decay).to_lowercase()),
             )]);
-            kv.extend(m.log_keys());
-            if m.amp == Amp::Fp16 {
-                let l = m.loss_scale.unwrap_or_default();
-                kv.extend([
-                    ("amp_loss_scale_init", json!(l.init_scale)),
-                    ("amp_loss_scale_growth_interval", json!(l.growth_interval)),
-                ]);
-            }
+        }
+        // the methods in every log, as BERT's: a closed run's implementation choices (fused
+        // BN+ReLU, fp16 and its loss scale) are on record too
+        let m = &self.methods;
+        kv.extend(m.log_keys());
+        if m.amp == Amp::Fp16 {
+            let l = m.loss_scale.unwrap_or_default();
+            kv.extend([
+                ("amp_loss_scale_init", json!(l.init_scale)),
+                ("amp_loss_scale_growth_interval", json!(l.growth_interval)),
+            ]);
+        }
+        if division == Division::Open {
             if let Some(p) = &m.progressive_resizing {
                 kv.extend([
                     ("progressive_resizing_initial_scale", json!(p.initial_scale)),

@@ -214,9 +214,16 @@ fn hyperparameters_come_from_the_config() {
     assert_eq!(get("lars_opt_learning_rate_warmup_epochs"), 2.0);
     assert_eq!(get("lars_opt_learning_rate_decay_steps"), 35 * 392);
     assert_eq!(get("gradient_accumulation_steps"), 1);
+    // a closed log records its methods too (those with a log key): the closed-legal ones on, the
+    // open-only ones off
+    assert_eq!(get("method_fused_bn_relu"), true);
+    assert_eq!(get("method_amp"), "fp16");
+    assert_eq!(get("method_blurpool"), false);
+    assert!(kv.iter().any(|(k, _)| *k == "amp_loss_scale_init"));
     assert!(
-        kv.iter().all(|(k, _)| !k.starts_with("method_")),
-        "closed logs no open-method keys"
+        kv.iter()
+            .all(|(k, _)| *k != "opt_learning_rate_decay_schedule"),
+        "the open-only decay schedule key stays out of closed logs"
     );
     let o = ResnetRunConfig::parse(&preset("open_8xA100.toml"), Division::Open).unwrap();
     let kv = o.hyperparameters(Division::Open, 625, 1_281_167, 50_000, 8);

@@ -169,12 +169,10 @@ fn fp16_run(name: &str, mut cfg: ResnetRunConfig, division: Division, seed: u64)
     // the trainer drops the graph when the run ends (before the process group is shut down)
     assert_eq!(graphs.releases, 1, "{graphs:?}");
     let log = common::train::assert_reached_target_and_compliant(name, &cfg, &out, seed, &log_path);
-    if division == Division::Open {
-        assert_eq!(
-            log.first("method_amp").unwrap().value,
-            serde_json::json!("fp16")
-        );
-    }
+    assert_eq!(
+        log.first("method_amp").unwrap().value,
+        serde_json::json!("fp16")
+    );
     assert!(
         r.skipped_steps >= 1 && r.skipped_steps < out.steps / 4,
         "{} of {} steps skipped",
