@@ -469,3 +469,54 @@ fn ncu_kernels_of_the_last_step_by_class() {
         "{rec}"
     );
 }
+
+/// Part p: the run against Hugging Face padded (issue 33's target) reads the padded row, and the
+/// same-work comparison against Hugging Face on packed rows is its own line, from its own row.
+#[test]
+fn part_p_compares_the_run_with_hugging_face_padded_and_on_the_same_packed_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = rec(
+        "p",
+        "mlperf-run bert packed (run)",
+        1,
+        800.0,
+        "seq/s",
+        Some(98.0),
+    );
+    run["raw"] = json!({"row_rate": 400.0, "rate_with_evals": 760.0, "sequences_per_row": 2.0});
+    let records = [
+        run,
+        rec(
+            "p",
+            "bert_bench_step --lamb 48x512 rows (step)",
+            1,
+            410.0,
+            "seq/s",
+            None,
+        ),
+        rec(
+            "p",
+            "hf-transformers padded (sdpa)",
+            1,
+            250.0,
+            "seq/s",
+            None,
+        ),
+        rec(
+            "p",
+            "hf-transformers packed rows (sdpa, block mask)",
+            1,
+            500.0,
+            "seq/s",
+            None,
+        ),
+    ];
+    let (_, table) = report(dir.path(), &records);
+    let padded = line_with(&table, &["run seq/s / Hugging Face padded seq/s"]);
+    assert!(padded.contains("800.0 / 250.0 = 3.20x (met"), "{padded}");
+    let packed = line_with(&table, &["Hugging Face packed rows seq/s (same work)"]);
+    assert!(packed.contains("800.0 / 500.0 = 1.60x"), "{packed}");
+    // without the packed peer's row the line says so
+    let (_, table) = report(dir.path(), &records[..3]);
+    line_with(&table, &["run / Hugging Face packed rows: not measured"]);
+}
