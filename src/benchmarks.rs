@@ -101,7 +101,7 @@ fn date<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<NaiveDate, D::Er
 pub struct Benchmark {
     pub name: String,
     pub title: String,
-    /// result_<i>.txt files in one result set.
+    /// `result_<i>.txt` files in one result set.
     pub runs: usize,
     /// The ruleset used when the user and the log name none (one of the rounds).
     pub default_ruleset: String,

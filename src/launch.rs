@@ -94,7 +94,7 @@ pub struct SelftestArgs {
     /// Images per rank per step (overlap).
     #[arg(long, default_value_t = 16)]
     pub batch: i64,
-    /// Folder for rank<r>.safetensors with the final trainable parameters (equiv).
+    /// Folder for `rank<r>.safetensors` with the final trainable parameters (equiv).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// This rank exits with status 3 at step --die-after (loop).

@@ -401,7 +401,7 @@ impl Comparison {
 #[derive(Debug, Clone)]
 pub struct CompareOptions {
     pub config: String,
-    /// Use this system name instead of each set's results/<system> folder name.
+    /// Use this system name instead of each set's `results/<system>` folder name.
     pub system: Option<String>,
     /// Overrides every row's tolerance.
     pub tolerance_pct: Option<f64>,
@@ -745,7 +745,7 @@ pub struct RegressArgs {
     /// projected_spread,projected_runs).
     #[arg(long, value_name = "CSV", default_value = "results/recorded.csv")]
     pub baseline: PathBuf,
-    /// Folders holding result sets (submitter trees, results/<system> or set folders).
+    /// Folders holding result sets (submitter trees, `results/<system>` or set folders).
     #[arg(value_name = "RESULTS", required = true)]
     pub results: Vec<PathBuf>,
     /// What to compare and record.
@@ -763,7 +763,7 @@ pub struct RegressArgs {
     /// The configuration name of the rows (e.g. the training recipe).
     #[arg(long, value_name = "NAME", default_value = "default")]
     pub config: String,
-    /// System name of the rows (default: each set's results/<system> folder name).
+    /// System name of the rows (default: each set's `results/<system>` folder name).
     #[arg(long, value_name = "NAME")]
     pub system: Option<String>,
     /// Training ruleset to score under (default: inferred per set, as `score` does).

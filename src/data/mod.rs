@@ -25,8 +25,8 @@ pub struct DataArgs {
 pub enum DataCommand {
     /// Write a synthetic ImageNet-style data set (train/ and val/ ImageFolders of JPEG files).
     SynthImagenet(synth_imagenet::SynthImagenetArgs),
-    /// Turn the ILSVRC2012 tars (train, val, val labels) into the train/<wnid>/ and
-    /// val/<wnid>/ ImageFolders the trainer reads; resumable, streamed, verified.
+    /// Turn the ILSVRC2012 tars (train, val, val labels) into the `train/<wnid>/` and
+    /// `val/<wnid>/` ImageFolders the trainer reads; resumable, streamed, verified.
     PrepareImagenet(prepare_imagenet::PrepareImagenetArgs),
     /// Time the ImageNet training pipeline on an ImageFolder (for scripts/bench_data.sh).
     #[command(hide = true)]

@@ -82,7 +82,7 @@ Example:
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_long_help = AFTER_HELP)]
 pub struct PrepareImagenetArgs {
-    /// ILSVRC2012_img_train.tar: a tar of class tars <wnid>.tar, each holding <wnid>_<n>.JPEG.
+    /// ILSVRC2012_img_train.tar: a tar of class tars `<wnid>.tar`, each holding `<wnid>_<n>.JPEG`.
     #[arg(long, value_name = "FILE")]
     pub train_tar: PathBuf,
     /// ILSVRC2012_img_val.tar: a flat tar of ILSVRC2012_val_<8 digits>.JPEG.

@@ -185,7 +185,7 @@ impl Buckets {
     }
 
     /// In-place allreduce of every tensor, each bucket first clipped to norm `max_norm` on this
-    /// rank ([`clip_flat_`]) when given.
+    /// rank (`clip_flat_`) when given.
     pub fn allreduce_clipped(
         &mut self,
         pg: &mut ProcessGroup,

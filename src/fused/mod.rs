@@ -83,7 +83,7 @@ pub struct PathReport {
 }
 
 /// What every fused op did in this process, in one report (the GPU checks print it; training
-/// warns once per op through [`warn_fallback_once`]).
+/// warns once per op through `warn_fallback_once`).
 pub fn report() -> Vec<PathReport> {
     vec![
         PathReport {

@@ -310,7 +310,7 @@ pub struct PackedInputs<'a> {
     /// `[R x (K + 1) + 1]` int32 offsets of the segments (the `K` slots and the tail of each row)
     /// in the `R x S` tokens.
     pub cu_seqlens: &'a Tensor,
-    /// `[R, K]` each sequence's [CLS] position in its row.
+    /// `[R, K]` each sequence's `[CLS]` position in its row.
     pub cls_positions: &'a Tensor,
     /// `[R, P]` masked positions within the row.
     pub masked_positions: &'a Tensor,
@@ -486,7 +486,7 @@ impl BertForPreTraining {
     }
 
     /// MLM logits `[R, P, V]` (the masked slots of each row) and NSP logits `[R x K, 2]` (each
-    /// sequence slot's, from its own [CLS] token) of packed rows.
+    /// sequence slot's, from its own `[CLS]` token) of packed rows.
     pub fn forward_packed(&self, x: &PackedInputs<'_>, train: bool) -> (Tensor, Tensor) {
         let seq = self.encode_packed(x, train);
         let (r, k) = x

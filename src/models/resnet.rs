@@ -25,7 +25,7 @@ pub struct ResnetSpec {
     pub zero_init_last_bn: bool,
     /// The run's methods, whole ([`ResnetMethods`]); the model reads `blurpool` (Composer
     /// BlurPool: replace_convs, replace_maxpools, blur_first, min_channels 16) and
-    /// `fused_bn_relu` (BN (+ residual) + ReLU as one op, [`fused_bn_relu`]; same parameters and
+    /// `fused_bn_relu` (BN (+ residual) + ReLU as one op, [`crate::fused::bn_relu`]; same parameters and
     /// buffers).
     pub methods: ResnetMethods,
 }

@@ -5,9 +5,9 @@
 //! count, one global batch size, unique seeds in the closed division).
 //!
 //! The rules are data ([`tables`]), one table per ruleset (2.0.0 .. 5.0.0), applied by
-//! [`engine`] with the semantics of the official `mlperf_logging.compliance_checker`, so our
+//! the rule engine (`engine.rs`) with the semantics of the official `mlperf_logging.compliance_checker`, so our
 //! verdict equals the official one (tests/check_differential.rs holds us to that). The
-//! rulesets a user may name are the benchmarks' rounds (benchmarks/<name>/benchmark.toml); a
+//! rulesets a user may name are the benchmarks' rounds (`benchmarks/<name>/benchmark.toml`); a
 //! round is checked with the table its `rules` names ([`tables::resolve`]), so a new round
 //! that reuses the last round's rules needs no code.
 //!
@@ -38,7 +38,7 @@ pub const FALLBACK_RULESET: &str = "4.0.0";
 /// How to check a log.
 #[derive(Debug, Clone, Default)]
 pub struct CheckOptions {
-    /// Training ruleset, e.g. "4.0.0"; None: the benchmark's default from benchmarks/<name>.
+    /// Training ruleset, e.g. "4.0.0"; None: the benchmark's default from `benchmarks/<name>`.
     pub ruleset: Option<String>,
 }
 

@@ -1,4 +1,4 @@
-//! Checks across the runs of one result set (results/<system>/<benchmark>/result_*.txt), as
+//! Checks across the runs of one result set (`results/<system>/<benchmark>/result_*.txt`), as
 //! the official package checker makes them: the number of runs, one global batch size
 //! (the RCP checker needs it), and in the closed division unique seeds
 //! (package_checker/seed_checker.py: every run logs an integer seed; no two runs log the

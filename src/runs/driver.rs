@@ -22,7 +22,7 @@ pub struct SetArgs {
     /// Runs in the set (default: the benchmark's required count, 5 for resnet, 10 for bert).
     #[arg(long)]
     pub runs: Option<usize>,
-    /// Results root: run i goes to RESULTS/SYSTEM/BENCHMARK/result_<i>.txt.
+    /// Results root: run i goes to `RESULTS/SYSTEM/BENCHMARK/result_<i>.txt`.
     #[arg(long, default_value = "runs/results")]
     pub results: PathBuf,
     /// System name, the folder under RESULTS (default: the config's submission_platform).

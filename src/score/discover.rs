@@ -37,8 +37,8 @@ pub fn result_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Every result-set folder at or below `path`: `path` itself when it holds result_*.txt
-/// (one results/<system>/<benchmark> folder), otherwise its sub-folders recursively (a
-/// results/<system> folder, a submitter tree, or a folder of submitter trees). Sorted by path.
+/// (one `results/<system>/<benchmark>` folder), otherwise its sub-folders recursively (a
+/// `results/<system>` folder, a submitter tree, or a folder of submitter trees). Sorted by path.
 pub fn find_sets(path: &Path) -> Result<Vec<PathBuf>> {
     if !path.exists() {
         bail!("{} does not exist", path.display());
@@ -94,13 +94,13 @@ pub enum RulesetSource {
     Path,
     /// The round whose submission window holds the logs' run_start date.
     LogDate,
-    /// The benchmark's default (benchmarks/<name>/benchmark.toml).
+    /// The benchmark's default (`benchmarks/<name>/benchmark.toml`).
     Default,
 }
 
 /// The ruleset for a set: the user's, else a `vX.Y` path component, else the round of the
 /// logs' run_start date, else the benchmark default. Rounds and their submission windows come
-/// from the benchmark's `[[rounds]]` (benchmarks/<name>/benchmark.toml); inferred rulesets the
+/// from the benchmark's `[[rounds]]` (`benchmarks/<name>/benchmark.toml`); inferred rulesets the
 /// benchmark does not know (e.g. resnet at 4.1.0, after its last round) fall back to the
 /// default.
 pub fn choose_ruleset(

@@ -1,7 +1,7 @@
 //! Olympic scoring and reference convergence points (`mlperf-run score`).
 //!
 //! API for other modules: [`score_path`] (any folder holding result sets), [`score_set`] (one
-//! results/<system>/<benchmark> folder) and [`render`].
+//! `results/<system>/<benchmark>` folder) and [`render`].
 //!
 //! Scoring follows mlperf_logging.result_summarizer (4.1.68): time to train of a run is
 //! (run_stop - run_start) / 60 / 1000 minutes; runs that fail compliance, lack run_start or
@@ -65,7 +65,7 @@ impl RunStatus {
     }
 }
 
-/// One run (result_<i>.txt) of a set.
+/// One run (`result_<i>.txt`) of a set.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunScore {
     pub file: PathBuf,
@@ -184,7 +184,7 @@ pub fn score_path(path: &Path, opts: &ScoreOptions) -> Result<Vec<SetScore>> {
         .collect()
 }
 
-/// Score one results/<system>/<benchmark> folder.
+/// Score one `results/<system>/<benchmark>` folder.
 pub fn score_set(dir: &Path, opts: &ScoreOptions) -> Result<SetScore> {
     let files = result_files(dir)?;
     if files.is_empty() {

@@ -17,7 +17,7 @@
 //! where "samples to converge" is the reference convergence point (the RCP mean at the run's
 //! global batch size, interpolated as the RCP checker does) in epochs of the full training set
 //! (ResNet) or in samples (BERT), and the eval cadence is the closed division's
-//! (benchmarks/<name>/benchmark.toml): ResNet every 4 epochs (from the log's first eval when
+//! (`benchmarks/<name>/benchmark.toml`): ResNet every 4 epochs (from the log's first eval when
 //! the log already evaluates every 4 epochs, else at multiples of 4), BERT every
 //! FLOOR(0.05 * (230.23 * GBS + 3,000,000), 25,000) samples. Init (init_start to init_stop)
 //! is not part of the time to train; it is reported beside it.

@@ -23,7 +23,7 @@ const TOLERANCE: f64 = 0.0001;
 /// One reference point (a batch size) with its statistics.
 #[derive(Debug, Clone, Serialize)]
 pub struct RcpPoint {
-    /// Record name in the table ("resnet_ref_3264"), or "<benchmark>_interp_<bs>".
+    /// Record name in the table ("resnet_ref_3264"), or `<benchmark>_interp_<bs>`.
     pub name: String,
     pub batch_size: f64,
     /// Olympic mean of the reference runs' epochs (or samples) to converge.
@@ -324,7 +324,7 @@ impl RcpTable {
     }
 }
 
-/// Rulesets with an RCP table for `benchmark`: its rounds (benchmarks/<name>/benchmark.toml).
+/// Rulesets with an RCP table for `benchmark`: its rounds (`benchmarks/<name>/benchmark.toml`).
 pub fn rulesets(benchmark: &str) -> Vec<&'static str> {
     crate::benchmarks::get(benchmark)
         .map(|b| b.round_names())

@@ -1,4 +1,4 @@
-//! SHA-256 manifests (`sha256sum -c` format: "<hex>  <path>"), the gzipped tarball of a
+//! SHA-256 manifests (`sha256sum -c` format: "`<hex>`  `<path>`"), the gzipped tarball of a
 //! submitter tree and the comparison that `verify` reports.
 
 use crate::util::fs::write_atomic;

@@ -30,7 +30,7 @@ pub struct SysinfoArgs {
     /// A system TOML (e.g. configs/systems/NAME.toml) whose keys override detected fields.
     #[arg(long, value_name = "FILE")]
     pub system_config: Option<PathBuf>,
-    /// Print the system JSON (as written to systems/<system>.json) instead of a table.
+    /// Print the system JSON (as written to `systems/<system>.json`) instead of a table.
     #[arg(long)]
     pub json: bool,
 }
@@ -89,7 +89,7 @@ pub struct PackageArgs {
     /// sets recorded beside their logs (sysinfo.json), or else the fields detected here.
     #[arg(long, value_name = "FILE")]
     pub system_config: Option<PathBuf>,
-    /// Implementation folder name under benchmarks/<benchmark>/implementations/.
+    /// Implementation folder name under `benchmarks/<benchmark>/implementations/`.
     #[arg(long, default_value = "mlperf-run")]
     pub implementation: String,
     /// mlperf-run's source checkout to snapshot (default: the one this binary was built from).

@@ -31,7 +31,7 @@ pub struct PackageOptions {
     pub force: bool,
     /// Add this system to an existing tree in OUT.
     pub add: bool,
-    /// Implementation folder name under benchmarks/<b>/implementations/.
+    /// Implementation folder name under `benchmarks/<b>/implementations/`.
     pub implementation: String,
     /// mlperf-run's source folder for the snapshot.
     pub source: PathBuf,

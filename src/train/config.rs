@@ -151,7 +151,7 @@ pub struct ModelConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DataSource {
-    /// train/<class>/*.JPEG and val/<class>/*.JPEG under --data.
+    /// `train/<class>/*.JPEG` and `val/<class>/*.JPEG` under --data.
     Imagefolder,
     /// Images generated in memory from the run's data seed (no files; --data is ignored).
     SyntheticMemory,

@@ -7,7 +7,7 @@
 //! -> run_stop (success at target; aborted on NaN, epoch/time limit or error)
 //! ```
 //! Errors after the log is open still end it with `run_stop` aborted (the error goes in the
-//! run_stop metadata and in [`RunOutcome::reason`]).
+//! run_stop metadata and in the outcome's [`Status::Aborted`]).
 
 pub use crate::dist::Peers;
 use crate::gpu::cuda_graph::{CapturePeers, StepGraphs};

@@ -45,7 +45,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub set: crate::runs::driver::SetArgs,
     /// Write the final trainable parameters to this safetensors file (ranks above 0:
-    /// FILE.rank<r>). For equivalence checks.
+    /// `FILE.rank<r>`). For equivalence checks.
     #[arg(long, hide = true)]
     pub dump_params: Option<PathBuf>,
     /// Train through the CPU twin of methods.cuda_graph (N eager warm-up steps per shape, then

@@ -1,5 +1,5 @@
 //! The ResNet-50 workload: model, optimizer and data from a [`ResnetRunConfig`], trained by
-//! the generic [`engine`](super::engine). [`run_once`] is the library entry point for one run.
+//! the generic [`super::engine`]. [`run_once`] is the library entry point for one run.
 
 use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
 use super::data::{

@@ -20,7 +20,7 @@
 //! `slots` says which sequence of the row a token belongs to (`K` for the padding tail). The
 //! attention boundaries are `cu_seqlens`: `K + 1` segments per row (the `K` sequence slots, empty
 //! ones of length 0, then the tail), `R x (K + 1) + 1` int32 offsets into the `R x S` tokens. Per
-//! row, `K` NSP slots (each sequence's [CLS] position and label; -100 for an empty slot, which the
+//! row, `K` NSP slots (each sequence's `[CLS]` position and label; -100 for an empty slot, which the
 //! loss ignores) and `P_row` masked-LM slots (positions within the row, ids, weight 1 for a real
 //! prediction). Every tensor of a packed batch has a shape fixed by (R, S, K, P_row), whatever
 //! the sequences are: what a CUDA graph needs.
@@ -461,7 +461,7 @@ pub struct PackedBatch {
     pub slots: Tensor,
     /// `[R x (K + 1) + 1]` int32 segment offsets into the `R x S` tokens.
     pub cu_seqlens: Tensor,
-    /// `[R, K]` each sequence's [CLS] position in its row (0 for an empty slot).
+    /// `[R, K]` each sequence's `[CLS]` position in its row (0 for an empty slot).
     pub cls_positions: Tensor,
     /// `[R x K]` NSP labels, [`NSP_IGNORE`] for an empty slot.
     pub nsp_labels: Tensor,

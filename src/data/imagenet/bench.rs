@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchImagenetArgs {
-    /// An ImageFolder directory (<class>/<image>.JPEG), e.g. DIR/train.
+    /// An ImageFolder directory (`<class>/<image>.JPEG`), e.g. DIR/train.
     #[arg(long)]
     pub dir: PathBuf,
     /// Worker threads.

@@ -10,7 +10,7 @@
 //! libnvjpeg and libcudart come from `MLPERF_RUN_NVJPEG` / `MLPERF_RUN_CUDART` (paths), the
 //! dynamic loader's path (`libnvjpeg.so.13`, `.12`), `CUDA_HOME/lib64`, /usr/local/cuda/lib64
 //! or the venv's nvidia pip packages (`MLPERF_RUN_VENV` or `VIRTUAL_ENV`; pip: nvidia-nvjpeg).
-//! The few entry points are declared in [`crate::shim::nvjpeg`], after NVIDIA's documentation
+//! The few entry points are declared in `crate::shim::nvjpeg`, after NVIDIA's documentation
 //! (nvjpeg.h is not needed to build).
 
 use super::region::RegionPlan;
