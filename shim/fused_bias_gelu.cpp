@@ -16,7 +16,7 @@
 //   `linear(linear(x, W1, b1).gelu("tanh"), W2)` make (mm_mat1_backward / mm_mat2_backward for a
 //   row-major input and a transposed contiguous weight, gelu_backward, sum_to for the bias), so
 //   in fp32 and under bf16 autocast on the CPU it is bit-identical to them
-//   (tests/fused_bias_gelu.rs).
+//   (tests/numerics/fused_bias_gelu.rs).
 // - cuBLASLt (cargo feature `cuda`, MLPERF_RUN_CUDA), bf16 / fp16 operands, fp32 accumulation,
 //   H, I and H2 multiples of 8, 16-byte aligned pointers:
 //   forward: ONE cublasLtMatmul with CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes y and, as its aux

@@ -8,7 +8,7 @@
 //   explicit backward. It draws the dropout mask exactly as at::dropout does (CPU:
 //   empty_like(x).bernoulli_(1-p).div_(1-p) then a multiply; CUDA: at::native_dropout), so it
 //   consumes the global RNG like the unfused ops and, in fp32 on the CPU, gives bit-identical
-//   outputs and gradients (tests/fused_epilogue.rs).
+//   outputs and gradients (tests/numerics/fused_epilogue.rs).
 // - the CUDA kernel path (cargo feature `cuda`, MLPERF_RUN_CUDA): one row-per-block forward
 //   kernel (bias, mask, residual, LayerNorm statistics, output) and one row-per-block backward
 //   kernel (LayerNorm backward fused with the mask and the residual gradient), plus column-sum

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plain-PyTorch reference of the optimizer equations, for tests/optim_equivalence.rs.
+"""Plain-PyTorch reference of the optimizer equations, for tests/numerics/optim_equivalence.rs.
 
 Reads IN.npz (parameters l1.weight, l1.bias, bn.weight, bn.bias, l2.weight, l2.bias; data x
 [K, N, D] float32 and y [K, N] int64), trains the small model

@@ -7,7 +7,7 @@
 //! - **composite** (every device): `addmm`, `gelu(approximate="tanh")`, `mm`, with an explicit
 //!   backward that makes the calls autograd makes for the unfused ops; on the CPU in fp32 and
 //!   under bf16 autocast its output and gradients are bit-identical to
-//!   `x.linear(W1, b1).gelu("tanh").linear(W2, None)` (`tests/fused_bias_gelu.rs`).
+//!   `x.linear(W1, b1).gelu("tanh").linear(W2, None)` (`tests/numerics/fused_bias_gelu.rs`).
 //! - **cuBLASLt** (CUDA, build feature `cuda`, bf16/fp16 operands, sizes multiples of 8): the
 //!   bias + GELU ride in the epilogues of cuBLASLt matmuls. In the forward, `GELU_AUX_BIAS` writes
 //!   the activation and the pre-activation the backward needs. In the backward, `DGELU_BGRAD` on

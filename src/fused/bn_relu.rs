@@ -3,7 +3,7 @@
 //!
 //! On the CPU (and on CUDA wherever cuDNN's fused kernels do not apply) the op runs the very
 //! ATen calls of the unfused chain `apply_t(&bn)`, `+= z`, `relu_()`, forward and backward, so
-//! training is bit-identical to the unfused model (`tests/fused_bn_relu.rs`); it only saves one
+//! training is bit-identical to the unfused model (`tests/numerics/fused_bn_relu.rs`); it only saves one
 //! activation fewer per BN. In a build with the `cuda` feature, NHWC fp16/bf16 activations on a
 //! GPU run cuDNN's fused BN+add+ReLU kernels (one kernel forward, one backward); if cuDNN refuses
 //! a dtype the op falls back to the composite path and [`warn_fallback_once`] says why.

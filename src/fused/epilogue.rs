@@ -5,7 +5,7 @@
 //! - **composite** (every device): ATen ops with an explicit backward. It draws the dropout mask
 //!   as `at::dropout` does (CPU: `empty_like(x).bernoulli_(1-p)`, CUDA: `native_dropout`), so it
 //!   consumes the RNG like the unfused ops; on the CPU in fp32 its outputs and gradients are
-//!   bit-identical to them (`tests/fused_epilogue.rs`).
+//!   bit-identical to them (`tests/numerics/fused_epilogue.rs`).
 //! - **kernel** (CUDA, build feature `cuda`): the bias add, the dropout mask multiply, the
 //!   residual add and the LayerNorm in one row kernel, and the LayerNorm backward fused with the
 //!   mask and the residual gradient in another, compiled at run time with NVRTC on first use.

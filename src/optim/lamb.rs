@@ -21,7 +21,7 @@
 //! exempts (1-d: biases and LayerNorm weights), the rule of all our optimizers. For BERT it
 //! selects exactly the reference's `exclude_from_weight_decay = ["LayerNorm", "layer_norm",
 //! "bias"]` (every variable whose name contains `LayerNorm` or `layer_norm`, or ends in `bias`);
-//! tests/bert_optim.rs checks that over the model's variables.
+//! tests/numerics/bert_optim.rs checks that over the model's variables.
 //!
 //! Schedule ([`PolyWarmup`], the reference's `create_optimizer`): for the update made at
 //! `step` (0 for the first) `lr = (base - end) * (1 - min(step, total)/total)^power + end`,

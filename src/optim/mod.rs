@@ -1,5 +1,5 @@
 //! Optimizers, learning-rate schedules and losses, written out as the reference equations
-//! (tests/optim_equivalence.rs checks them step by step against plain PyTorch).
+//! (tests/numerics/optim_equivalence.rs checks them step by step against plain PyTorch).
 //!
 //! - [`foreach`]: multi-tensor kernels (libtorch's `_foreach_*` and fused optimizers) that the
 //!   optimizers are written in: a few kernels per step for all parameters, per-step factors in
@@ -41,7 +41,7 @@ mod params {
     /// containing `LayerNorm` or `layer_norm`, or ending in `bias`). For our
     /// [`crate::models::bert::BertForPreTraining`] both select exactly the same tensors: every
     /// 1-d variable is a bias or a LayerNorm weight, every one of those is 1-d, and every other
-    /// variable (dense weights, the three embedding tables) is 2-d. tests/bert_optim.rs
+    /// variable (dense weights, the three embedding tables) is 2-d. tests/numerics/bert_optim.rs
     /// (`decay_exemption_by_dimension_is_the_reference_name_rule_for_bert`) checks it over a tiny
     /// model's variables.
     pub fn exempt_from_decay(t: &Tensor) -> bool {

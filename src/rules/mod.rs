@@ -6,7 +6,7 @@
 //!
 //! The rules are data ([`tables`]), one table per ruleset (2.0.0 .. 5.0.0), applied by
 //! the rule engine (`engine.rs`) with the semantics of the official `mlperf_logging.compliance_checker`, so our
-//! verdict equals the official one (tests/check_differential.rs holds us to that). The
+//! verdict equals the official one (tests/logs_rules/check_differential.rs holds us to that). The
 //! rulesets a user may name are the benchmarks' rounds (`benchmarks/<name>/benchmark.toml`); a
 //! round is checked with the table its `rules` names ([`tables::resolve`]), so a new round
 //! that reuses the last round's rules needs no code.
