@@ -453,20 +453,20 @@ def packed_lines(pr):
                    f"{r:.3f} ({met(r >= P_TARGETS['over_step'])}, target >= {P_TARGETS['over_step']})")
     else:
         out.append("  run / step benchmark: not measured")
-    if hf:
-        r = run["value"] / hf["value"]
-        out.append(f"  run seq/s / Hugging Face padded seq/s: {run['value']:,.1f} / {hf['value']:,.1f} = "
-                   f"{r:.2f}x ({met(r >= P_TARGETS['over_hf'])}, target >= {P_TARGETS['over_hf']}x)")
-    else:
-        out.append("  run / Hugging Face padded: not measured")
+
+    def over_peer(peer, name, label, target=None):
+        """The run's seq/s over a peer row's (None: not measured), against `target` if any."""
+        if not peer:
+            return f"  run / {name}: not measured"
+        r = run["value"] / peer["value"]
+        judged = f" ({met(r >= target)}, target >= {target}x)" if target is not None else ""
+        return (f"  run seq/s / {name} seq/s{label}: {run['value']:,.1f} / {peer['value']:,.1f} = "
+                f"{r:.2f}x{judged}")
+
+    out.append(over_peer(hf, "Hugging Face padded", "", P_TARGETS["over_hf"]))
     # the same work: Hugging Face on packed rows of the same shape (2 sequences per row, SDPA with a
     # block-diagonal mask, its math checked against each sequence alone before timing)
-    if hf_packed:
-        r = run["value"] / hf_packed["value"]
-        out.append(f"  run seq/s / Hugging Face packed rows seq/s (same work): {run['value']:,.1f} / "
-                   f"{hf_packed['value']:,.1f} = {r:.2f}x")
-    else:
-        out.append("  run / Hugging Face packed rows: not measured")
+    out.append(over_peer(hf_packed, "Hugging Face packed rows", " (same work)"))
     return out
 
 
