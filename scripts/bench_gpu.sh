@@ -642,20 +642,27 @@ if want c; then
   done
 fi
 
+# BERT shards for part PART in SET (`data synth-bert` with the given flags), written once: a SET
+# with train/.done and eval/ is reused
+synth_bert_set() {  # PART SET SYNTH-FLAGS...
+  local part="$1" set="$2" t
+  shift 2
+  [ -f "$set/train/.done" ] && [ -d "$set/eval" ] && return 0
+  echo "== $part: writing BERT shards $set ($*)" >&2
+  local text=()
+  if ! compgen -G "/usr/lib/python3*/LICENSE.txt" >/dev/null; then
+    for t in "$root/data/corpus.txt" "$here/../data/corpus.txt"; do [ -f "$t" ] && { text=(--source "$t"); break; }; done
+    [ ${#text[@]} = 0 ] && die "synth-bert needs English text: no /usr/lib/python3*/LICENSE.txt and no data/corpus.txt (scripts/bundle.sh ships one)"
+  fi
+  rm -rf "$set"
+  ours "$MR" data synth-bert --out "$set" "$@" "${text[@]}" >"$raw/logs/$part-synth-bert.log" 2>&1 ||
+    die "synth-bert failed: $(tail -n 3 "$raw/logs/$part-synth-bert.log")"
+  touch "$set/train/.done"
+}
+
 # ---- d) mlperf-run bert vs its step benchmark ----------------------------------------------------
 if want d && round_start d "$first_round" "$first_round"; then
-  if [ ! -f "$D_SET/train/.done" ] || [ ! -d "$D_SET/eval" ]; then
-    echo "== d: writing BERT shards $D_SET (${D_SYNTH[*]})" >&2
-    text=()
-    if ! compgen -G "/usr/lib/python3*/LICENSE.txt" >/dev/null; then
-      for t in "$root/data/corpus.txt" "$here/../data/corpus.txt"; do [ -f "$t" ] && { text=(--source "$t"); break; }; done
-      [ ${#text[@]} = 0 ] && die "synth-bert needs English text: no /usr/lib/python3*/LICENSE.txt and no data/corpus.txt (scripts/bundle.sh ships one)"
-    fi
-    rm -rf "$D_SET"
-    ours "$MR" data synth-bert --out "$D_SET" "${D_SYNTH[@]}" "${text[@]}" >"$raw/logs/d-synth-bert.log" 2>&1 ||
-      die "synth-bert failed: $(tail -n 3 "$raw/logs/d-synth-bert.log")"
-    touch "$D_SET/train/.done"
-  fi
+  synth_bert_set d "$D_SET" "${D_SYNTH[@]}"
   mllog="$raw/logs/d-mlperf-run-bert.mllog"; rm -f "$mllog"
   measure d "mlperf-run bert (run)" "$first_round" mllog-bert "$C_FLOPS_SMOKE" -- ours "$MR" bert --division open --config "$D_CFG" \
     --data "$D_SET" --device "$dev" --seed 1 --log "$mllog"
@@ -666,18 +673,7 @@ fi
 
 # ---- p) mlperf-run bert with packed rows and every closed method, on realistic-length data -------
 if want p && round_start p "$first_round" "$first_round"; then
-  if [ ! -f "$P_SET/train/.done" ] || [ ! -d "$P_SET/eval" ]; then
-    echo "== p: writing realistic-length BERT shards $P_SET (${P_SYNTH[*]})" >&2
-    text=()
-    if ! compgen -G "/usr/lib/python3*/LICENSE.txt" >/dev/null; then
-      for t in "$root/data/corpus.txt" "$here/../data/corpus.txt"; do [ -f "$t" ] && { text=(--source "$t"); break; }; done
-      [ ${#text[@]} = 0 ] && die "synth-bert needs English text: no /usr/lib/python3*/LICENSE.txt and no data/corpus.txt (scripts/bundle.sh ships one)"
-    fi
-    rm -rf "$P_SET"
-    ours "$MR" data synth-bert --out "$P_SET" "${P_SYNTH[@]}" "${text[@]}" >"$raw/logs/p-synth-bert.log" 2>&1 ||
-      die "synth-bert failed: $(tail -n 3 "$raw/logs/p-synth-bert.log")"
-    touch "$P_SET/train/.done"
-  fi
+  synth_bert_set p "$P_SET" "${P_SYNTH[@]}"
   # the packing of one epoch (what the run's loader does), recorded beside the rows
   if ours "$MR" data bert-pack --dir "$P_SET" --json >"$raw/logs/p-bert-pack.json" 2>"$raw/logs/p-bert-pack.log"; then
     "$PYTHON" -c 'import json, sys; print(json.dumps({"part": "p", "side": "bert-pack", "round": int(sys.argv[2]),

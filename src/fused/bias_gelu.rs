@@ -45,18 +45,13 @@ pub fn fallback_reason() -> Option<String> {
 
 /// One warning per process when a cuBLASLt-eligible forward or backward took the composite path.
 fn warn_on_fallback() {
-    if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
-    if let Some(why) = fallback_reason() {
-        super::warn_fallback_once(
-            &WARNED,
-            "fused_bias_gelu",
-            "cuBLASLt's fused epilogue did not run for some shapes, which use the composite \
-             (ATen) path",
-            &why,
-        );
-    }
+    super::warn_fallback_once(
+        &WARNED,
+        "fused_bias_gelu",
+        "cuBLASLt's fused epilogue did not run for some shapes, which use the composite (ATen) \
+         path",
+        fallback_reason,
+    );
 }
 
 /// `gelu_tanh(x W1^T + b1) W2^T` as one autograd op (x `[..., H]`, W1 `[I, H]`, b1 `[I]`,

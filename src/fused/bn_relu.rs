@@ -17,7 +17,7 @@ use crate::shim::fused_bn::{
 };
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use tch::{nn, Tensor};
 use torch_sys::C_tensor;
 
@@ -109,12 +109,12 @@ static WARNED: AtomicBool = AtomicBool::new(false);
 /// Prints one warning line (once per process) when cuDNN refused the fused kernels and the
 /// composite path took over. Cheap after the warning: one atomic load.
 pub fn warn_fallback_once() {
-    if WARNED.load(Ordering::Relaxed) {
-        return;
-    }
-    if let Some(why) = fallback_reason() {
-        super::warn_fallback_once(&WARNED, "fused_bn_relu", "the composite path runs", &why);
-    }
+    super::warn_fallback_once(
+        &WARNED,
+        "fused_bn_relu",
+        "the composite path runs",
+        fallback_reason,
+    );
 }
 
 /// `Ok(())` when a training call with these tensors would take the cuDNN path, else the

@@ -113,17 +113,12 @@ pub fn fallback_reason() -> Option<String> {
 
 /// One warning per process when the kernel path failed to build (the composite path runs).
 fn warn_if_kernel_failed() {
-    if WARNED.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
-    if let Some(why) = fallback_reason() {
-        super::warn_fallback_once(
-            &WARNED,
-            "fused_epilogues",
-            "the CUDA kernels are unavailable, using the composite (ATen) path",
-            &why,
-        );
-    }
+    super::warn_fallback_once(
+        &WARNED,
+        "fused_epilogues",
+        "the CUDA kernels are unavailable, using the composite (ATen) path",
+        fallback_reason,
+    );
 }
 
 /// The tensor a successful entry point handed over (after the one-time kernel warning).

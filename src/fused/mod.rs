@@ -114,13 +114,25 @@ pub fn report() -> Vec<PathReport> {
 }
 
 /// One warning per process and op (`warned` is the op's flag) when its fast path fell back:
-/// `methods.<method>: <what>: <why>` (the first line of why). Cheap after it: one atomic load.
-pub(crate) fn warn_fallback_once(warned: &AtomicBool, method: &str, what: &str, why: &str) {
-    if !warned.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            "methods.{method}: {what}: {}",
-            why.lines().next().unwrap_or("")
-        );
+/// `methods.<method>: <what>: <why>` (the first line of why). `why` asks for the reason (None:
+/// no fallback yet); it is not asked once the op has warned, so after the warning a call costs
+/// one atomic load.
+pub(crate) fn warn_fallback_once(
+    warned: &AtomicBool,
+    method: &str,
+    what: &str,
+    why: impl FnOnce() -> Option<String>,
+) {
+    if warned.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(why) = why() {
+        if !warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "methods.{method}: {what}: {}",
+                why.lines().next().unwrap_or("")
+            );
+        }
     }
 }
 

@@ -253,7 +253,7 @@ fn give_up(err: &anyhow::Error) {
         &VARLEN_FAILED,
         "unpad",
         "FlashAttention's varlen kernel is not usable, using the scatter path from now on",
-        &why,
+        || Some(why),
     );
 }
 

@@ -499,8 +499,7 @@ impl BertForPreTraining {
             &x.cls_positions.unsqueeze(-1).expand([r, k, h], false),
             false,
         );
-        let pooled = self.pooler.forward(&cls.view([r * k, h])).tanh();
-        let nsp = self.nsp.forward(&pooled).to_kind(Kind::Float);
+        let nsp = self.nsp_head(&cls.view([r * k, h]));
         (
             self.mlm_head(&seq, MlmOn::Positions(x.masked_positions)),
             nsp,
@@ -742,9 +741,15 @@ impl BertForPreTraining {
         train: bool,
     ) -> (Tensor, Tensor) {
         let seq = self.encode(input_ids, segment_ids, input_mask, train);
-        let pooled = self.pooler.forward(&seq.select(1, 0)).tanh();
-        let nsp = self.nsp.forward(&pooled).to_kind(Kind::Float);
+        let nsp = self.nsp_head(&seq.select(1, 0));
         (self.mlm_head(&seq, mlm_on), nsp)
+    }
+
+    /// The NSP head on `[CLS]` tokens' encoder outputs (`[N, H]`): pooler (dense + tanh), then the
+    /// two logits, fp32.
+    fn nsp_head(&self, cls: &Tensor) -> Tensor {
+        let pooled = self.pooler.forward(cls).tanh();
+        self.nsp.forward(&pooled).to_kind(Kind::Float)
     }
 
     /// The MLM head on the encoder's output `seq` (`[B, S, H]`): logits at the masked positions

@@ -655,18 +655,12 @@ impl Workload for BertWorkload {
         for _ in 0..s.micro_batches {
             match &mut s.batches {
                 Batches::Padded(p) => {
-                    let mut b = match p.next_batch() {
-                        Some(b) => b?,
-                        None => bail!("the BERT training data stream ended"),
-                    };
+                    let mut b = next_training_batch(p)?;
                     s.masks.apply(&mut b);
                     inputs.extend(b.into_step_inputs());
                 }
                 Batches::Packed(p) => {
-                    let b = match p.next_batch() {
-                        Some(b) => b?,
-                        None => bail!("the BERT training data stream ended"),
-                    };
+                    let b = next_training_batch(p)?;
                     sequences += b.global_sequences;
                     inputs.extend(b.into_step_inputs());
                 }
@@ -787,26 +781,28 @@ impl Workload for BertWorkload {
     }
 }
 
+/// The training stream's next batch; its end is an error (the loaders repeat epochs endlessly).
+fn next_training_batch<T: DeviceTensors + Send + 'static>(p: &mut Prefetcher<T>) -> Result<T> {
+    p.next_batch()
+        .context("the BERT training data stream ended")?
+}
+
 /// One micro-batch's loss (mean masked-LM loss over its masked tokens + mean NSP loss over its
 /// sequences, as the reference): 7 step inputs of a padded batch, or 10 of packed rows.
 fn micro_batch_loss(model: &BertForPreTraining, b: &[tch::Tensor]) -> Result<tch::Tensor> {
-    match b {
-        [ids, seg, mask, pos, masked_ids, weights, nsp] => {
-            let (mlm, nsp_logits) = model.forward(
+    let ((mlm, nsp_logits), masked_ids, weights, nsp) = match b {
+        [ids, seg, mask, pos, masked_ids, weights, nsp] => (
+            model.forward(
                 ids,
                 seg,
                 step_attention_mask(mask),
                 MlmOn::Positions(pos),
                 true,
-            );
-            Ok(pretraining_loss(
-                &mlm,
-                &nsp_logits,
-                masked_ids,
-                weights,
-                nsp,
-            ))
-        }
+            ),
+            masked_ids,
+            weights,
+            nsp,
+        ),
         [ids, seg, positions, slots, cu, cls, nsp, pos, masked_ids, weights] => {
             let x = PackedInputs {
                 input_ids: ids,
@@ -817,20 +813,20 @@ fn micro_batch_loss(model: &BertForPreTraining, b: &[tch::Tensor]) -> Result<tch
                 cls_positions: cls,
                 masked_positions: pos,
             };
-            let (mlm, nsp_logits) = model.forward_packed(&x, true);
-            Ok(pretraining_loss(
-                &mlm,
-                &nsp_logits,
-                masked_ids,
-                weights,
-                nsp,
-            ))
+            (model.forward_packed(&x, true), masked_ids, weights, nsp)
         }
         _ => bail!(
             "a BERT micro-batch has 7 tensors (10 packed), got {}",
             b.len()
         ),
-    }
+    };
+    Ok(pretraining_loss(
+        &mlm,
+        &nsp_logits,
+        masked_ids,
+        weights,
+        nsp,
+    ))
 }
 
 /// The packed loader's endless micro-batches, handed over to `device` ahead of use.

@@ -269,23 +269,23 @@ fn bert_pack_prints_the_packing_efficiency_and_realistic_data_packs_within_3_per
 fn packing_bad_shards_are_clear_errors_naming_the_file() {
     run_alone!();
     let dir = tempfile::tempdir().unwrap();
-    // sequences of 40 tokens in a shard of 48, packed into rows of 32
-    let long = dir.path().join("long");
-    std::fs::create_dir_all(&long).unwrap();
-    write_shard(&long.join("part-long.hdf5"), &[40, 10, 12], 48, false);
     let spec = PackSpec::new(32, 3, PREDS).unwrap();
-    let mut l = PackedLoader::new(&long, 1, 0, 1, 1, spec).unwrap();
-    let err = format!("{:#}", l.next_host_batch().err().unwrap());
+    // the packed loader's first error on one shard `name` (write_shard's lengths, seq, hole)
+    let first_error = |name: &str, lengths: &[usize], seq: usize, hole: bool| {
+        let folder = dir.path().join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        write_shard(&folder.join(format!("{name}.hdf5")), lengths, seq, hole);
+        let mut l = PackedLoader::new(&folder, 1, 0, 1, 1, spec).unwrap();
+        format!("{:#}", l.next_host_batch().err().unwrap())
+    };
+    // sequences of 40 tokens in a shard of 48, packed into rows of 32
+    let err = first_error("part-long", &[40, 10, 12], 48, false);
     assert!(
         err.contains("part-long.hdf5") && err.contains("40 tokens"),
         "{err}"
     );
     // a mask with a hole: not the reference layout packing needs
-    let holes = dir.path().join("holes");
-    std::fs::create_dir_all(&holes).unwrap();
-    write_shard(&holes.join("part-hole.hdf5"), &[20, 10], 32, true);
-    let mut l = PackedLoader::new(&holes, 1, 0, 1, 1, spec).unwrap();
-    let err = format!("{:#}", l.next_host_batch().err().unwrap());
+    let err = first_error("part-hole", &[20, 10], 32, true);
     assert!(
         err.contains("part-hole.hdf5") && err.contains("input_mask"),
         "{err}"

@@ -93,19 +93,24 @@ fn two_process_packed_training_equals_one_process_accumulating_the_same_rows() {
             "{dp_text}"
         );
     }
-    let (one_log, one_dump) = (
-        dir.path().join("one.txt"),
-        dir.path().join("one.safetensors"),
-    );
-    let one = Command::new(BIN)
-        .args(args(&config(dir.path(), 2), &data, &one_log, &one_dump))
-        .output()
-        .unwrap();
-    assert!(
-        text(&one).contains("run aborted: epoch limit reached"),
-        "{}",
-        text(&one)
-    );
+    // one process accumulating `accum` micro-batches per step: its log and parameter dump
+    let one_process = |name: &str, accum: u64| {
+        let (log, dump) = (
+            dir.path().join(format!("{name}.txt")),
+            dir.path().join(format!("{name}.safetensors")),
+        );
+        let out = Command::new(BIN)
+            .args(args(&config(dir.path(), accum), &data, &log, &dump))
+            .output()
+            .unwrap();
+        assert!(
+            text(&out).contains("run aborted: epoch limit reached"),
+            "{name}: {}",
+            text(&out)
+        );
+        (log, dump)
+    };
+    let (one_log, one_dump) = one_process("one", 2);
 
     let (rank0, rank1, single) = (
         load(&dp_dump),
@@ -120,19 +125,7 @@ fn two_process_packed_training_equals_one_process_accumulating_the_same_rows() {
     assert!(diff < 1e-5, "relative difference {diff:e}");
     // the comparison can fail: one process with the step's 16 rows as one micro-batch (one mean
     // over all their masked tokens, not the mean of two halves' means) ends elsewhere
-    let (full_log, full_dump) = (
-        dir.path().join("full.txt"),
-        dir.path().join("full.safetensors"),
-    );
-    let full = Command::new(BIN)
-        .args(args(&config(dir.path(), 1), &data, &full_log, &full_dump))
-        .output()
-        .unwrap();
-    assert!(
-        text(&full).contains("run aborted: epoch limit reached"),
-        "{}",
-        text(&full)
-    );
+    let (_, full_dump) = one_process("full", 1);
     let control = max_rel_diff(&rank0, &load(&full_dump));
     eprintln!("packed: 2 processes vs 1 on the whole step's rows {control:e}");
     assert!(control > 1e-6, "{control:e}");
