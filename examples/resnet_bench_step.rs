@@ -293,6 +293,7 @@ fn bench_once(
         width: size,
         size,
         crops: Vec::new(),
+        engine: None,
     };
     let data = FixedImages {
         classes,

@@ -79,6 +79,14 @@ int mr_stream_synchronize(const MrStream* s, char** err) {
   });
 }
 
+// The stream's native handle (a cudaStream_t), for libraries that queue work on it (nvJPEG).
+int mr_stream_native(const MrStream* s, void** out, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(s != nullptr, "device shim: null stream");
+    *out = s->stream.native_handle();
+  });
+}
+
 void mr_stream_free(MrStream* s) { delete s; }
 
 int mr_event_new(MrEvent** out, char** err) {

@@ -2,6 +2,7 @@
 #include "loaders.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include <dirent.h>
@@ -153,6 +154,52 @@ void cu_check(CUresult rc, const char* what) {
   const char* msg = nullptr;
   driver().getErrorString(rc, &msg);
   TORCH_CHECK(false, what, ": CUDA driver error ", rc, " (", msg ? msg : "?", ")");
+}
+
+namespace {
+
+// Binds device `device`'s primary context on this thread where no context is current (the
+// driver API needs one; threads that ran ATen CUDA work already have it).
+void bind_primary_context(int device) {
+  const Driver& d = driver();
+  CUcontext ctx = nullptr;
+  cu_check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (ctx != nullptr) return;
+  int dev = 0;
+  cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
+  cu_check(d.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  cu_check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+}  // namespace
+
+void load_kernels(int device, const std::string& source, const char* file_name, const char* what,
+                  const char* const* names, int count, CUfunction* out) {
+  static Nvrtc nvrtc = open_nvrtc("");
+  const Driver& d = driver();
+  // c10's device-generic guard (exported code): no CUDA runtime call at link time
+  c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
+  bind_primary_context(device);
+  int dev = 0;
+  cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
+  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR: a CUBIN for exactly this GPU
+  int major = 0, minor = 0;
+  cu_check(d.deviceGetAttribute(&major, 75, dev), "cuDeviceGetAttribute");
+  cu_check(d.deviceGetAttribute(&minor, 76, dev), "cuDeviceGetAttribute");
+  const std::string arch = "sm_" + std::to_string(major) + std::to_string(minor);
+  const std::string cubin = nvrtc_compile(nvrtc, arch, source, file_name, what);
+  CUmodule module = nullptr;
+  cu_check(d.moduleLoadData(&module, cubin.data()), "cuModuleLoadData");
+  for (int i = 0; i < count; ++i) {
+    cu_check(d.moduleGetFunction(&out[i], module, names[i]), "cuModuleGetFunction");
+  }
+}
+
+void launch_1d(int device, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
+               void** args, const char* what) {
+  c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
+  bind_primary_context(device);
+  cu_check(driver().launchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr), what);
 }
 
 }  // namespace mr

@@ -67,3 +67,19 @@ const Driver& driver();
 void cu_check(CUresult rc, const char* what);
 
 }  // namespace mr
+
+namespace mr {
+
+// Compiles `source` with NVRTC for CUDA device `device`'s architecture (a CUBIN), loads it into
+// the device's primary context (the one the CUDA runtime and libtorch use) and looks up the
+// `count` kernels `names` into `out`. Throws (c10::Error) naming `what` on any failure. Not while
+// a stream of this thread is being captured (loading a module is not allowed then).
+void load_kernels(int device, const std::string& source, const char* file_name, const char* what,
+                  const char* const* names, int count, CUfunction* out);
+
+// Launches `f` on `stream` with a 1-D grid of `blocks` x `threads`, device `device` current and
+// its primary context bound on this thread; throws naming `what` on failure.
+void launch_1d(int device, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
+               void** args, const char* what);
+
+}  // namespace mr

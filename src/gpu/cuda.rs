@@ -10,7 +10,7 @@ use tch::{Device, Kind, Tensor};
 use crate::shim::cuda::{
     mr_empty_pinned, mr_event_block, mr_event_free, mr_event_new, mr_event_query, mr_event_record,
     mr_get_cudnn_benchmark, mr_get_tf32, mr_set_cudnn_benchmark, mr_set_device, mr_set_tf32,
-    mr_stream_current, mr_stream_exchange, mr_stream_free, mr_stream_from_pool,
+    mr_stream_current, mr_stream_exchange, mr_stream_free, mr_stream_from_pool, mr_stream_native,
     mr_stream_synchronize, mr_tensor_record_stream, MrEvent, MrStream,
 };
 use crate::shim::error::call;
@@ -80,6 +80,17 @@ impl Stream {
             prev: Stream(prev),
             _thread_bound: std::marker::PhantomData,
         })
+    }
+
+    /// The stream's native handle (a `cudaStream_t`), for libraries that queue their own work
+    /// on it (nvJPEG's decode into a batch's arena).
+    pub fn native(&self) -> Result<*mut std::ffi::c_void> {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a live stream handle and an out-pointer to a local.
+        call("CUDA stream", |e| unsafe {
+            mr_stream_native(self.0, &mut out, e)
+        })?;
+        Ok(out)
     }
 
     /// Wait (on the host) for the work queued on this stream.

@@ -26,6 +26,8 @@ pub mod graph;
 pub mod jpeg_region;
 pub mod nvjpeg;
 #[cfg(feature = "torch")]
+pub mod ragged_resize;
+#[cfg(feature = "torch")]
 pub mod reducer;
 #[cfg(feature = "torch")]
 pub mod tensor;

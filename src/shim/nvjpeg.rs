@@ -16,8 +16,7 @@ pub(crate) type CudaStream = *mut c_void;
 pub(crate) const NVJPEG_BACKEND_DEFAULT: c_int = 0;
 pub(crate) const NVJPEG_BACKEND_HARDWARE: c_int = 3;
 pub(crate) const NVJPEG_OUTPUT_RGBI: c_int = 5;
-pub(crate) const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
-pub(crate) const CUDA_STREAM_NON_BLOCKING: c_uint = 1;
+pub(crate) const CUDA_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 /// cudaDeviceProp is about 1 KB (CUDA 12/13); its first field is `char name[256]`.
 pub(crate) const DEVICE_PROP_BYTES: usize = 4096;
 
@@ -56,11 +55,17 @@ pub(crate) type FnCudaDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
 pub(crate) type FnCudaGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 pub(crate) type FnCudaSetDevice = unsafe extern "C" fn(c_int) -> c_int;
 pub(crate) type FnCudaErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
-pub(crate) type FnCudaStreamCreate = unsafe extern "C" fn(*mut CudaStream, c_uint) -> c_int;
-pub(crate) type FnCudaStreamDestroy = unsafe extern "C" fn(CudaStream) -> c_int;
-pub(crate) type FnCudaStreamSync = unsafe extern "C" fn(CudaStream) -> c_int;
-pub(crate) type FnCudaMemcpyAsync =
-    unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, CudaStream) -> c_int;
+/// cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream)
+pub(crate) type FnCudaMemcpy2DAsync = unsafe extern "C" fn(
+    *mut c_void,
+    usize,
+    *const c_void,
+    usize,
+    usize,
+    usize,
+    c_int,
+    CudaStream,
+) -> c_int;
 pub(crate) type FnCudaDeviceProps = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 pub(crate) type FnBatched = unsafe extern "C" fn(
     Handle,
@@ -101,10 +106,7 @@ pub(crate) struct Api {
     pub(crate) cuda_get_device: FnCudaGetDevice,
     pub(crate) cuda_set_device: FnCudaSetDevice,
     pub(crate) cuda_error_string: FnCudaErrorString,
-    pub(crate) cuda_stream_create: FnCudaStreamCreate,
-    pub(crate) cuda_stream_destroy: FnCudaStreamDestroy,
-    pub(crate) cuda_stream_sync: FnCudaStreamSync,
-    pub(crate) cuda_memcpy_async: FnCudaMemcpyAsync,
+    pub(crate) cuda_memcpy_2d_async: FnCudaMemcpy2DAsync,
     pub(crate) cuda_device_props: Option<FnCudaDeviceProps>,
     pub(crate) batched: FnBatched,
     pub(crate) image_info: FnImageInfo,
@@ -155,10 +157,7 @@ impl Api {
             cuda_get_device: symbol(&cudart, r, "cudaGetDevice")?,
             cuda_set_device: symbol(&cudart, r, "cudaSetDevice")?,
             cuda_error_string: symbol(&cudart, r, "cudaGetErrorString")?,
-            cuda_stream_create: symbol(&cudart, r, "cudaStreamCreateWithFlags")?,
-            cuda_stream_destroy: symbol(&cudart, r, "cudaStreamDestroy")?,
-            cuda_stream_sync: symbol(&cudart, r, "cudaStreamSynchronize")?,
-            cuda_memcpy_async: symbol(&cudart, r, "cudaMemcpyAsync")?,
+            cuda_memcpy_2d_async: symbol(&cudart, r, "cudaMemcpy2DAsync")?,
             // CUDA 12 and later spell it _v2; the name is only for the default split and logs
             cuda_device_props: symbol(&cudart, r, "cudaGetDeviceProperties_v2")
                 .or_else(|_| symbol(&cudart, r, "cudaGetDeviceProperties"))

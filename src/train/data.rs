@@ -7,9 +7,11 @@ use crate::data::rng::Rng;
 use anyhow::Result;
 
 /// One batch: `images` is N x H x W x 3 RGB u8 (NHWC), `labels` N class indices.
-/// With `data.augment = "gpu"`, `crops` has one entry per image: the images are then decoded
-/// regions padded to H x W, which the hand-off crops and resizes to `size` on the device
-/// ([`crate::data::imagenet::device_augment`]); otherwise `crops` is empty and H = W = `size`.
+/// With `data.augment = "gpu"`, `crops` has one entry per image and the batch is ragged (H = W =
+/// 0): the decoded regions lie back to back, the engine's (`engine`, decoded on the device at the
+/// hand-off) first, then the host's (`images`), and the hand-off crops and resizes them to `size`
+/// on the device ([`crate::data::imagenet::device_augment`]); otherwise `crops` is empty and
+/// H = W = `size`.
 #[derive(Debug, Clone)]
 pub struct Batch {
     pub images: Vec<u8>,
@@ -18,6 +20,7 @@ pub struct Batch {
     pub width: usize,
     pub size: usize,
     pub crops: Vec<crate::data::imagenet::DeviceCrop>,
+    pub engine: Option<crate::data::imagenet::EngineJob>,
 }
 
 impl Batch {
@@ -251,6 +254,7 @@ impl ImageData for SyntheticImages {
                 width: size,
                 size,
                 crops: Vec::new(),
+                engine: None,
             })
         })))
     }
@@ -277,6 +281,7 @@ impl ImageData for SyntheticImages {
                 width: size,
                 size,
                 crops: Vec::new(),
+                engine: None,
             })
         })))
     }
@@ -398,6 +403,7 @@ impl Iterator for FolderEpoch {
                 width: b.width as usize,
                 size: b.size as usize,
                 crops: b.crops,
+                engine: b.engine,
             })),
             Some(Err(e)) => Some(Err(e)),
             None => {

@@ -18,58 +18,7 @@ use crossbeam_channel::{bounded, Receiver};
 use std::thread::JoinHandle;
 use tch::{Device, Kind, Tensor};
 
-/// How host data becomes device tensors on the prefetch thread.
-pub struct Transfer {
-    device: Device,
-    /// The copy stream (CUDA only).
-    stream: Option<Stream>,
-}
-
-impl Transfer {
-    fn new(device: Device) -> Result<Transfer> {
-        let stream = match device {
-            Device::Cuda(_) => {
-                cuda::set_device(device)?;
-                Some(Stream::from_pool(device)?)
-            }
-            _ => None,
-        };
-        Ok(Transfer { device, stream })
-    }
-
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// `data` as a tensor of `shape` on the device: on CUDA through a pinned staging buffer and
-    /// a non-blocking copy on the copy stream; on the CPU a plain tensor.
-    pub fn tensor<T: tch::kind::Element + Copy>(
-        &self,
-        data: &[T],
-        shape: &[i64],
-    ) -> Result<Tensor> {
-        let numel: i64 = shape.iter().product();
-        if numel as usize != data.len() {
-            anyhow::bail!(
-                "hand-off: {} values do not fill a tensor of shape {shape:?}",
-                data.len()
-            );
-        }
-        if self.stream.is_none() {
-            return Ok(Tensor::f_from_slice(data)?.f_view(shape)?);
-        }
-        let pinned = cuda::empty_pinned(data.len(), T::KIND)?;
-        // SAFETY: `pinned` is a new contiguous host buffer of data.len() elements of T's kind.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), pinned.data_ptr() as *mut T, data.len());
-        }
-        // non-blocking from pinned memory: queued on the current (copy) stream; the host
-        // allocator keeps the pinned block until the copy has finished
-        Ok(pinned
-            .f_view(shape)?
-            .f_to_device_(self.device, T::KIND, true, false)?)
-    }
-}
+pub use crate::gpu::transfer::Transfer;
 
 /// Values that hold device tensors (so the hand-off can hand them to the compute stream).
 pub trait DeviceTensors {
@@ -127,7 +76,7 @@ impl<T: DeviceTensors + Send + 'static> Prefetcher<T> {
                     }
                 };
                 // this thread's copies go to the copy stream
-                let _guard = match transfer.stream.as_ref().map(Stream::enter).transpose() {
+                let _guard = match transfer.stream().map(Stream::enter).transpose() {
                     Ok(g) => g,
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -137,7 +86,7 @@ impl<T: DeviceTensors + Send + 'static> Prefetcher<T> {
                 for item in items {
                     let staged = item.and_then(|h| {
                         let value = super::step_errors::catching(|| convert(h, &transfer))?;
-                        let ready = match &transfer.stream {
+                        let ready = match transfer.stream() {
                             Some(s) => {
                                 let mut ev = Event::new()?;
                                 ev.record(s)?;

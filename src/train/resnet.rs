@@ -9,7 +9,7 @@ use super::engine::{
     self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
 };
 use super::handoff::{self, Prefetcher};
-use crate::data::imagenet::device_augment::{DeviceAugment, PARAMS};
+use crate::data::imagenet::device_augment::DeviceAugment;
 use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
 use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::ema::Ema;
@@ -202,26 +202,26 @@ impl ResnetWorkload {
 }
 
 /// Batches handed over to the device ahead of use ([`handoff`]): u8 NHWC images and labels,
-/// or, for batches of decoded regions (`data.augment = "gpu"`), the images cropped, resized,
-/// flipped and normalised on the device by `augment`, on the hand-off's stream.
+/// or, for ragged batches of decoded regions (`data.augment = "gpu"`), the regions decoded by
+/// nvJPEG into the batch's device arena and the host's copied in, then cropped, resized, flipped
+/// and normalised on the device by `augment`, all on the hand-off's stream.
 fn prefetch(
     iter: BatchIter,
     device: Device,
     augment: DeviceAugment,
 ) -> Result<Prefetcher<(Tensor, Tensor)>> {
     Prefetcher::spawn(device, PREFETCH_DEPTH, iter, move |b: Batch, t| {
-        if b.images.len() != b.len() * b.height * b.width * 3 {
-            bail!(
-                "a batch of {} labels carries {} image bytes at {}x{}",
-                b.len(),
-                b.images.len(),
-                b.height,
-                b.width
-            );
-        }
-        let (x, y) = handoff::image_batch(&b.images, &b.labels, b.height, b.width, t)?;
         if b.crops.is_empty() {
-            return Ok((x, y));
+            if b.images.len() != b.len() * b.height * b.width * 3 {
+                bail!(
+                    "a batch of {} labels carries {} image bytes at {}x{}",
+                    b.len(),
+                    b.images.len(),
+                    b.height,
+                    b.width
+                );
+            }
+            return handoff::image_batch(&b.images, &b.labels, b.height, b.width, t);
         }
         if b.crops.len() != b.len() {
             bail!(
@@ -230,11 +230,9 @@ fn prefetch(
                 b.crops.len()
             );
         }
-        let params = t.tensor(
-            &DeviceAugment::params(&b.crops),
-            &[b.len() as i64, PARAMS as i64],
-        )?;
-        Ok((augment.apply(&x, &params, b.size as i64)?, y))
+        let y = t.tensor(&b.labels, &[b.len() as i64])?;
+        let x = augment.ragged_batch(&b.crops, &b.images, b.engine.as_ref(), b.size as u32, t)?;
+        Ok((x, y))
     })
 }
 

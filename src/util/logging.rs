@@ -16,3 +16,17 @@ pub fn init(verbose: u8) {
         .with_target(false)
         .try_init();
 }
+
+/// Log `message` as a warning once per process (the same text again is dropped).
+pub fn warn_once(message: &str) {
+    static SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let first = SEEN
+        .lock()
+        .map(|mut s| s.insert(message.to_string()))
+        .unwrap_or(true);
+    if first {
+        tracing::warn!("{message}");
+    }
+}
+

@@ -282,7 +282,7 @@ impl HostBatch {
     }
 
     /// The batch as device tensors through the hand-off (pinned, non-blocking on CUDA).
-    pub fn to_device(self, t: &crate::train::handoff::Transfer) -> Result<BertBatch> {
+    pub fn to_device(self, t: &crate::gpu::transfer::Transfer) -> Result<BertBatch> {
         let b = self.len() as i64;
         let (s, p) = (self.seq as i64, self.preds as i64);
         Ok(BertBatch {

@@ -400,7 +400,7 @@ impl PackedHostBatch {
     }
 
     /// The batch as device tensors through the hand-off.
-    pub fn to_device(self, t: &crate::train::handoff::Transfer) -> Result<PackedBatch> {
+    pub fn to_device(self, t: &crate::gpu::transfer::Transfer) -> Result<PackedBatch> {
         let (r, s, k, p) = (
             self.rows as i64,
             self.spec.seq as i64,

@@ -53,6 +53,11 @@ pub struct BenchImagenetArgs {
     /// 30 dB PSNR: checks that the decoder's pixels are right, not only fast.
     #[arg(long, default_value_t = 2)]
     pub check_batches: usize,
+    /// With --augment gpu: stop at the batch's arena on the device (nvJPEG's decode and the host
+    /// regions' copy, no crop/resize kernels): with --decoder nvjpeg --hw-decoder-load 1, the
+    /// JPEG engine's own rate on these images, the ceiling of the data path.
+    #[arg(long)]
+    pub engine_only: bool,
 }
 
 /// The CUDA device index of `--device` (None: the CPU).
@@ -146,7 +151,11 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
             "impl": format!(
                 "mlperf-run-data-{}{}",
                 loader.decoder_in_use().as_str(),
-                if args.augment == Augment::Gpu { "-gpu-augment" } else { "" }
+                match (args.augment, args.engine_only) {
+                    (Augment::Gpu, true) => "-engine-only",
+                    (Augment::Gpu, false) => "-gpu-augment",
+                    _ => "",
+                }
             ),
             "decoder_asked": args.decoder.as_str(),
             "decoder": loader.decoder_in_use().as_str(),
@@ -154,6 +163,8 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
             "augment": args.augment.as_str(),
             "device": args.device,
             "hw_decoder_load": loader.hw_decoder_load(),
+            "nvjpeg_backend": loader.nvjpeg_backend(),
+            "engine_only": args.engine_only,
             "decoded_on_gpu": on_gpu,
             "decoded": loaded,
             "psnr_vs_cpu_worst_db": psnr_worst.filter(|p| p.is_finite()),
@@ -186,33 +197,31 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
 /// and the device augmentation (fp16, channels-last), waited for at the end. Returns the images.
 #[cfg(feature = "torch")]
 fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> Result<usize> {
-    use super::device_augment::{DeviceAugment, PARAMS};
-    use crate::train::handoff::{self, Prefetcher};
+    use super::device_augment::{ragged_arena, DeviceAugment};
+    use crate::train::handoff::Prefetcher;
     let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
     let aug = DeviceAugment::new(device, tch::Kind::Half, true)?;
     let mut images = 0usize;
     for epoch in 0..args.epochs {
         let aug = aug.clone();
+        let engine_only = args.engine_only;
         let mut batches = Prefetcher::spawn(
             device,
             2,
             loader.epoch(epoch, args.size),
             move |b: super::Batch, t| {
-                let (x, y) = handoff::image_batch(
-                    &b.images,
-                    &b.labels,
-                    b.height as usize,
-                    b.width as usize,
-                    t,
-                )?;
-                let n = b.len() as i64;
-                let p = t.tensor(&DeviceAugment::params(&b.crops), &[n, PARAMS as i64])?;
-                Ok((aug.apply(&x, &p, b.size as i64)?, y))
+                let y = t.tensor(&b.labels, &[b.len() as i64])?;
+                if engine_only {
+                    let (arena, _) = ragged_arena(&b.crops, &b.images, b.engine.as_ref(), t)?;
+                    return Ok((arena, y));
+                }
+                let x = aug.ragged_batch(&b.crops, &b.images, b.engine.as_ref(), b.size, t)?;
+                Ok((x, y))
             },
         )?;
         while let Some(b) = batches.next_batch() {
-            let (x, _) = b?;
-            images += x.size()[0] as usize;
+            let (_, y) = b?;
+            images += y.size()[0] as usize;
         }
     }
     if let Some(i) = gpu {
@@ -230,28 +239,37 @@ fn check_against(
     args: &BenchImagenetArgs,
     gpu: Option<usize>,
 ) -> Result<f64> {
-    use super::device_augment::{denormalize, DeviceAugment, PARAMS};
+    use super::device_augment::{denormalize, DeviceAugment};
+    use crate::gpu::cuda::Stream;
+    use crate::gpu::transfer::Transfer;
     use tch::{Kind, Tensor};
     let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
     let aug = DeviceAugment::new(device, Kind::Float, false)?;
+    let t = Transfer::new(device)?;
+    // the decode, the copies and the kernels all on the transfer's stream, as in the hand-off
+    let _on_stream = t.stream().map(Stream::enter).transpose()?;
     let pixels = |b: &super::Batch| -> Result<Tensor> {
-        let n = b.len() as i64;
-        let x = Tensor::f_from_slice(&b.images)?
-            .f_view([n, b.height as i64, b.width as i64, 3])?
-            .f_to_device(device)?;
-        let p = Tensor::f_from_slice(&DeviceAugment::params(&b.crops))?
-            .f_view([n, PARAMS as i64])?
-            .f_to_device(device)?;
-        denormalize(&aug.apply(&x, &p, b.size as i64)?)
+        let x = aug.ragged_batch(&b.crops, &b.images, b.engine.as_ref(), b.size, &t)?;
+        let x = denormalize(&x)?;
+        crate::gpu::cuda::synchronize(device);
+        Ok(x)
     };
     let mut worst = f64::INFINITY;
     let pairs = loader.epoch(0, args.size).zip(cpu.epoch(0, args.size));
     for (a, b) in pairs.take(args.check_batches) {
         let (a, b) = (a?, b?);
-        if a.indices != b.indices {
+        let (mut ia, mut ib) = (a.indices.clone(), b.indices.clone());
+        ia.sort_unstable();
+        ib.sort_unstable();
+        if ia != ib {
             anyhow::bail!("the two decoders kept different images of a batch (unreadable files?)");
         }
-        let mse = (pixels(&a)? - pixels(&b)?)
+        // the engine's images come first in a batch: match the images by sample
+        let row_of_b: std::collections::HashMap<usize, i64> =
+            b.indices.iter().enumerate().map(|(k, &i)| (i, k as i64)).collect();
+        let order: Vec<i64> = a.indices.iter().map(|i| row_of_b[i]).collect();
+        let order = Tensor::f_from_slice(&order)?.f_to_device(device)?;
+        let mse = (pixels(&a)? - pixels(&b)?.f_index_select(0, &order)?)
             .f_square()?
             .f_mean_dim(&[1i64, 2, 3][..], false, Kind::Double)?
             .f_max()?

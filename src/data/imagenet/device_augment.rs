@@ -1,17 +1,26 @@
-//! `data.augment = "gpu"`: crop, resize, flip, normalise and lay out a batch on the device, as
-//! one batched op after the hand-off's copy (on its stream).
+//! `data.augment = "gpu"`: crop, resize, flip, normalise and lay out a batch on the device, after
+//! the hand-off's copy (on its stream).
 //!
-//! The host decodes each sample's region and picks its crop box and flip exactly as for the CPU
-//! path ([`super::loader`]); the batch arrives as u8 regions padded to the largest
-//! ([`super::Batch::crops`]). The resampling is the CPU path's: the bilinear (triangle) filter
-//! widened by the downscale factor, as PIL and fast_image_resize do it (antialiased), so the two
-//! differ only by rounding. It is separable, so each image's resize is two matrix products with
-//! its own weight matrices (`[size, padded width]` and `[size, padded height]`, built on the
-//! device from the boxes, zero outside each region): two batched matmuls for the whole batch,
-//! then the normalisation into the training dtype, channels-last. The same tensor ops run on
-//! the CPU (the twin the tests compare with the CPU path) and on a GPU.
+//! The host picks each sample's crop box and flip exactly as for the CPU path
+//! ([`super::loader`]); the batch's decoded regions arrive **ragged**: back to back in one u8
+//! arena, each region as large as its own crop needs (no padding to the batch's largest), the
+//! engine-decoded ones written there by nvJPEG on the device, the CPU-decoded ones copied in
+//! after them ([`RaggedLayout`]). [`DeviceAugment::apply_ragged`] reads each image from its own
+//! place (offset, width, height, box, flip) and writes the normalised fp16/bf16/fp32
+//! channels-last batch directly: two kernels on a GPU (`shim/ragged_resize.cu`, compiled with
+//! NVRTC), the same per-pixel functions in loops on the CPU (the twin of CPU runs and tests).
+//!
+//! The resampling is the CPU path's: the bilinear (triangle) filter widened by the downscale
+//! factor, as PIL and fast_image_resize do it (antialiased), so the two differ only by rounding.
+//! [`DeviceAugment::apply_padded`] is the earlier formulation of the same op over regions padded
+//! to the largest (two batched matmuls with per-image weight matrices), kept as the reference the
+//! ragged kernels are checked against.
 
-use super::loader::DeviceCrop;
+use super::loader::{DeviceCrop, EngineJob};
+use super::region::JpegHeader;
+use crate::gpu::transfer::Transfer;
+use crate::shim::error::call;
+use crate::shim::ragged_resize::mr_ragged_resize;
 use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 
@@ -23,6 +32,71 @@ pub const PARAMS: usize = 7;
 /// `Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])` times 255).
 pub const MEAN: [f32; 3] = [0.485 * 255.0, 0.456 * 255.0, 0.406 * 255.0];
 pub const STD: [f32; 3] = [0.229 * 255.0, 0.224 * 255.0, 0.225 * 255.0];
+
+/// Values per image in a ragged batch's parameter rows ([`RaggedLayout::params`]): arena
+/// offset, region width, height, crop left, top, width, height, flip (0/1), first scratch row.
+pub const RAGGED_PARAMS: usize = 9;
+
+/// Where the regions of a ragged batch lie in its arena: back to back in the order of the crops,
+/// each `width * height * 3` bytes (interleaved RGB rows of `width * 3` bytes), with the
+/// parameter rows the kernels read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RaggedLayout {
+    /// [`RAGGED_PARAMS`] values per image.
+    pub params: Vec<f64>,
+    /// Each image's offset in the arena (bytes).
+    pub offsets: Vec<usize>,
+    /// The arena's size: every region's bytes.
+    pub bytes: usize,
+    /// The regions' total height (the first pass's rows).
+    pub rows: usize,
+}
+
+impl RaggedLayout {
+    /// The layout of `crops` (an error names an empty region or a box outside its region's
+    /// reach).
+    pub fn of(crops: &[DeviceCrop]) -> Result<RaggedLayout> {
+        let mut l = RaggedLayout {
+            params: Vec::with_capacity(crops.len() * RAGGED_PARAMS),
+            offsets: Vec::with_capacity(crops.len()),
+            bytes: 0,
+            rows: 0,
+        };
+        for (i, c) in crops.iter().enumerate() {
+            let b = c.crop;
+            if c.width == 0 || c.height == 0 {
+                bail!("device augmentation: image {i} has an empty {}x{} region", c.width, c.height);
+            }
+            if !(b.width > 0.0 && b.height > 0.0 && b.left.is_finite() && b.top.is_finite()) {
+                bail!("device augmentation: image {i} has an empty or non-finite crop box {b:?}");
+            }
+            l.offsets.push(l.bytes);
+            l.params.extend_from_slice(&[
+                l.bytes as f64,
+                c.width as f64,
+                c.height as f64,
+                b.left,
+                b.top,
+                b.width,
+                b.height,
+                if c.flip { 1.0 } else { 0.0 },
+                l.rows as f64,
+            ]);
+            l.bytes += c.width as usize * c.height as usize * 3;
+            l.rows += c.height as usize;
+        }
+        Ok(l)
+    }
+
+    /// Images in the batch.
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+}
 
 /// The op, with its constants on one device.
 pub struct DeviceAugment {
@@ -82,7 +156,94 @@ impl DeviceAugment {
         self.device
     }
 
-    /// The parameter rows of `crops` ([`PARAMS`] values each), for a `[n, PARAMS]` f32 tensor.
+    /// The ragged batch in `arena` (1-d u8 on this op's device, at least `layout.bytes` long) that
+    /// `layout` describes, with `params` its parameter rows uploaded (`[n, RAGGED_PARAMS]` f64,
+    /// same device): `[n, 3, size, size]` normalised images of the output dtype (channels-last
+    /// strides when asked), what the model's forward takes. On a GPU it runs on the current
+    /// stream without waiting for the device.
+    pub fn apply_ragged(
+        &self,
+        arena: &Tensor,
+        params: &Tensor,
+        layout: &RaggedLayout,
+        size: i64,
+    ) -> Result<Tensor> {
+        let n = layout.len() as i64;
+        if arena.kind() != Kind::Uint8 || arena.dim() != 1 {
+            bail!(
+                "device augmentation: an arena of {:?} {:?}, 1-d u8 expected",
+                arena.kind(),
+                arena.size()
+            );
+        }
+        if (arena.size()[0] as usize) < layout.bytes {
+            bail!(
+                "device augmentation: an arena of {} bytes for regions of {} bytes",
+                arena.size()[0],
+                layout.bytes
+            );
+        }
+        if params.size() != [n, RAGGED_PARAMS as i64] || params.kind() != Kind::Double {
+            bail!(
+                "device augmentation: ragged parameters {:?} of shape {:?} for {n} images, \
+                 [{n}, {RAGGED_PARAMS}] f64 expected",
+                params.kind(),
+                params.size()
+            );
+        }
+        if !(1..=65535).contains(&size) {
+            bail!("device augmentation: output size {size} outside 1..65535");
+        }
+        let code = match self.out {
+            Kind::Float => 0,
+            Kind::BFloat16 => 1,
+            _ => 2,
+        };
+        let mut out = std::ptr::null_mut();
+        // SAFETY: the tensors are live for the call; MEAN and STD hold 3 values; the layout was
+        // built from the same crops as the uploaded parameters and the arena holds its bytes
+        // (checked above); on success `out` is a new tensor we own.
+        call("device augmentation (ragged resize)", |err| unsafe {
+            mr_ragged_resize(
+                arena.as_ptr(),
+                params.as_ptr(),
+                layout.rows as i64,
+                size,
+                MEAN.as_ptr(),
+                STD.as_ptr(),
+                code,
+                &mut out,
+                err,
+            )
+        })?;
+        // SAFETY: the shim handed over a new at::Tensor ([n, size, size, 3]).
+        let x = unsafe { Tensor::from_ptr(out) }.f_permute([0, 3, 1, 2])?;
+        Ok(if self.channels_last {
+            x
+        } else {
+            x.f_contiguous()?
+        })
+    }
+
+    /// A ragged batch onto the device ([`ragged_arena`]) and through the op
+    /// ([`DeviceAugment::apply_ragged`]), on the hand-off's thread and stream (`t`): the model's
+    /// input `[n, 3, size, size]`. Nothing waits for the device; the hand-off's event marks the
+    /// end.
+    pub fn ragged_batch(
+        &self,
+        crops: &[DeviceCrop],
+        host: &[u8],
+        engine: Option<&EngineJob>,
+        size: u32,
+        t: &Transfer,
+    ) -> Result<Tensor> {
+        let (arena, layout) = ragged_arena(crops, host, engine, t)?;
+        let params = t.tensor(&layout.params, &[layout.len() as i64, RAGGED_PARAMS as i64])?;
+        self.apply_ragged(&arena, &params, &layout, size as i64)
+    }
+
+    /// The parameter rows of `crops` ([`PARAMS`] values each), for a `[n, PARAMS]` f32 tensor
+    /// ([`DeviceAugment::apply_padded`]).
     pub fn params(crops: &[DeviceCrop]) -> Vec<f32> {
         crops
             .iter()
@@ -100,11 +261,12 @@ impl DeviceAugment {
             .collect()
     }
 
+    /// The reference formulation ([`DeviceAugment::apply_ragged`] is the op the runs use).
     /// `images`: `[n, H, W, 3]` u8 regions (each at the top left of its slot); `params`:
     /// `[n, PARAMS]` f32 ([`DeviceAugment::params`]), both on this op's device. Returns `[n, 3,
     /// size, size]` normalised images of the output dtype (channels-last strides when asked):
     /// what the model's forward takes.
-    pub fn apply(&self, images: &Tensor, params: &Tensor, size: i64) -> Result<Tensor> {
+    pub fn apply_padded(&self, images: &Tensor, params: &Tensor, size: i64) -> Result<Tensor> {
         let dims = images.size();
         let [n, h, w, c] = dims[..] else {
             bail!("device augmentation: images of shape {dims:?}, [n, h, w, 3] expected");
@@ -190,7 +352,88 @@ impl DeviceAugment {
     }
 }
 
-/// Undo the normalisation of [`DeviceAugment::apply`]'s output: `[n, size, size, 3]` f32 pixel
+/// A ragged batch's arena on `t`'s device, filled on the current stream (the hand-off's: `t`'s
+/// stream entered on its thread), with its layout: the arena is allocated there (libtorch's
+/// caching allocator, so the arenas of the batches in flight are separate and their memory is
+/// reused in stream order), nvJPEG decodes the `engine`'s images into its first places, and the
+/// host-decoded regions (`host`, back to back) are copied in after them from pinned memory.
+/// Nothing waits for the device. When nvJPEG fails on the batch (warned once), its images are
+/// decoded on the CPU here instead, into the same places.
+pub fn ragged_arena(
+    crops: &[DeviceCrop],
+    host: &[u8],
+    engine: Option<&EngineJob>,
+    t: &Transfer,
+) -> Result<(Tensor, RaggedLayout)> {
+    let layout = RaggedLayout::of(crops)?;
+    let on_engine = engine.map_or(0, |e| e.jpegs.len());
+    if on_engine > layout.len() {
+        bail!(
+            "a batch of {} images has {on_engine} for the JPEG engine",
+            layout.len()
+        );
+    }
+    let engine_bytes = layout.offsets.get(on_engine).copied().unwrap_or(layout.bytes);
+    if host.len() != layout.bytes - engine_bytes {
+        bail!(
+            "a ragged batch carries {} bytes of host regions where its crops need {}",
+            host.len(),
+            layout.bytes - engine_bytes
+        );
+    }
+    let arena = match engine.filter(|_| on_engine > 0) {
+        None => t.tensor(host, &[host.len() as i64])?,
+        Some(e) => {
+            let arena = Tensor::f_empty([layout.bytes as i64], (Kind::Uint8, t.device()))?;
+            let decoded = match t.stream() {
+                Some(stream) => {
+                    let native = stream.native()?;
+                    // SAFETY: the arena is this device's memory of layout.bytes, which holds
+                    // every engine image's place (the layout's offsets); it is written only by
+                    // this stream's work until the hand-off's event.
+                    unsafe {
+                        e.decoder.decode_into(
+                            &e.items(),
+                            arena.data_ptr() as *mut u8,
+                            &layout.offsets[..on_engine],
+                            native,
+                        )
+                    }
+                }
+                None => Err("the JPEG engine decodes on a CUDA device only".to_string()),
+            };
+            if let Err(why) = decoded {
+                crate::util::logging::warn_once(&format!(
+                    "nvJPEG failed on a batch ({why}); decoding such batches on the CPU"
+                ));
+                let mut pixels = Vec::with_capacity(engine_bytes);
+                for (bytes, plan) in &e.jpegs {
+                    let want = plan.width as usize * plan.height as usize * 3;
+                    match JpegHeader::read(bytes).and_then(|h| h.decode(plan)) {
+                        Ok(img) if img.pixels.len() == want => {
+                            pixels.extend_from_slice(&img.pixels)
+                        }
+                        // the engine took it, the CPU decoder cannot: a black image (no
+                        // panic, the batch keeps its shape)
+                        _ => pixels.resize(pixels.len() + want, 0),
+                    }
+                }
+                t.copy_into(&arena.f_narrow(0, 0, engine_bytes as i64)?, &pixels)?;
+            }
+            if !host.is_empty() {
+                t.copy_into(
+                    &arena.f_narrow(0, engine_bytes as i64, host.len() as i64)?,
+                    host,
+                )?;
+            }
+            arena
+        }
+    };
+    Ok((arena, layout))
+}
+
+
+/// Undo the normalisation of [`DeviceAugment::apply_ragged`]'s output: `[n, size, size, 3]` f32 pixel
 /// values (0..255 up to rounding), for comparisons with the CPU path's u8 crops.
 pub fn denormalize(images: &Tensor) -> Result<Tensor> {
     let device = images.device();
@@ -239,7 +482,7 @@ mod tests {
         for flip in [false, true] {
             let c = [crop(4, 4, (0.0, 0.0, 4.0, 4.0), flip)];
             let p = Tensor::from_slice(&DeviceAugment::params(&c)).view([1, PARAMS as i64]);
-            let out = denormalize(&aug.apply(&images, &p, 4).unwrap()).unwrap();
+            let out = denormalize(&aug.apply_padded(&images, &p, 4).unwrap()).unwrap();
             assert_eq!(out.size(), [1, 4, 4, 3]);
             for y in 0..4i64 {
                 for x in 0..4i64 {
@@ -260,10 +503,10 @@ mod tests {
         let aug = DeviceAugment::new(Device::Cpu, Kind::Float, false).unwrap();
         let images = Tensor::zeros([2, 4, 4, 3], (Kind::Uint8, Device::Cpu));
         let p = Tensor::zeros([1, PARAMS as i64], (Kind::Float, Device::Cpu));
-        let e = aug.apply(&images, &p, 4).unwrap_err().to_string();
+        let e = aug.apply_padded(&images, &p, 4).unwrap_err().to_string();
         assert!(e.contains("parameters of shape"), "{e}");
         let e = aug
-            .apply(&images.to_kind(Kind::Float), &p, 4)
+            .apply_padded(&images.to_kind(Kind::Float), &p, 4)
             .unwrap_err()
             .to_string();
         assert!(e.contains("u8 [n, h, w, 3]"), "{e}");

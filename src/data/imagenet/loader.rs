@@ -15,7 +15,7 @@ use super::decode::decode_jpeg;
 use super::decode::RgbImage;
 use super::folder::{ImageFolder, Sample};
 use super::nvjpeg::Nvjpeg;
-use super::region::{ends_with_image, plan_region, region_at, JpegHeader};
+use super::region::{ends_with_image, plan_region, region_at, JpegHeader, RegionPlan};
 use super::transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
@@ -30,16 +30,18 @@ use std::sync::{Arc, Mutex};
 const STREAM_SHUFFLE: u64 = 0x5348_5546;
 const STREAM_AUGMENT: u64 = 0x4155_474d;
 
-/// One batch, ready for the device: `images` is N*H*W*3 bytes, NHWC, RGB; `labels` has N
-/// entries; `indices` are the samples' positions in the ImageFolder (for tracing and tests).
-/// N is the batch size except for a last partial batch (without drop_last) or when corrupt
-/// images were skipped.
+/// One batch, ready for the device: `labels` has N entries; `indices` are the samples' positions
+/// in the ImageFolder (for tracing and tests). N is the batch size except for a last partial batch
+/// (without drop_last) or when corrupt images were skipped.
 ///
-/// With `data.augment = "cpu"` (the default) the images are the finished crops, H = W = `size`,
-/// and `crops` is empty. With `"gpu"` ([`LoaderConfig::device_augment`]) each image is the
-/// decoded region its crop needs, at the top left of an H x W slot (the batch's largest region;
-/// the rest is zeros), and `crops` says, per image, the region's size, the crop box in it and
-/// the flip: the device crops, resizes, flips and normalises (`device_augment`).
+/// With `data.augment = "cpu"` (the default) `images` is N*H*W*3 bytes, NHWC, RGB: the finished
+/// crops, H = W = `size`, and `crops` is empty. With `"gpu"` ([`LoaderConfig::device_augment`])
+/// the batch is **ragged**: `crops` says, per image, its decoded region's size, the crop box in
+/// it and the flip, and the regions lie back to back in the batch's arena (each as large as its
+/// crop needs, no padding; `device_augment::RaggedLayout`): the first `engine.jpegs.len()`
+/// images are decoded there by nvJPEG on the device ([`EngineJob`]), the rest were decoded on
+/// the host and `images` holds their regions back to back. H and W are 0 then. The hand-off
+/// crops, resizes, flips and normalises on the device.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
     pub images: Vec<u8>,
@@ -51,6 +53,41 @@ pub struct Batch {
     pub size: u32,
     /// Per image, what the device does with its region (empty: already done on the host).
     pub crops: Vec<DeviceCrop>,
+    /// The images nvJPEG decodes on the device (device-augmented batches with nvJPEG only).
+    pub engine: Option<EngineJob>,
+}
+
+/// The engine's share of a device-augmented batch: JPEG files that nvJPEG decodes straight into
+/// the batch's arena on the device, at the hand-off (on its stream, while the GPU trains on the
+/// batch before). They are the batch's first images, in order.
+#[derive(Clone)]
+pub struct EngineJob {
+    /// The rank's decoder (it decoded nothing yet: the workers only parsed the files).
+    pub decoder: Arc<Nvjpeg>,
+    /// Each file's bytes and its full-scale region.
+    pub jpegs: Vec<(Vec<u8>, RegionPlan)>,
+}
+
+impl EngineJob {
+    /// The (bytes, region) pairs as [`Nvjpeg::decode_into`] takes them.
+    pub fn items(&self) -> Vec<(&[u8], RegionPlan)> {
+        self.jpegs.iter().map(|(b, p)| (b.as_slice(), *p)).collect()
+    }
+}
+
+impl std::fmt::Debug for EngineJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineJob")
+            .field("jpegs", &self.jpegs.len())
+            .field("gpu", &self.decoder.gpu_index())
+            .finish()
+    }
+}
+
+impl PartialEq for EngineJob {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.decoder, &other.decoder) && self.jpegs == other.jpegs
+    }
 }
 
 /// One image of a device-augmented batch: its region is `width` x `height` pixels at the top left
@@ -107,7 +144,7 @@ impl Batch {
         self.labels.is_empty()
     }
 
-    /// The bytes of image `i` (H*W*3).
+    /// The bytes of image `i` (H*W*3) of a batch of finished crops (`data.augment = "cpu"`).
     pub fn image(&self, i: usize) -> &[u8] {
         let n = self.height as usize * self.width as usize * 3;
         &self.images[i * n..(i + 1) * n]
@@ -269,12 +306,10 @@ struct Shared {
     config: LoaderConfig,
     /// Files already reported as unreadable (each is warned about once per loader).
     reported_bad: Mutex<BTreeSet<PathBuf>>,
-    /// The GPU decoder when `decoder = nvjpeg` and it loaded.
-    nvjpeg: Option<Mutex<Nvjpeg>>,
+    /// The GPU decoder when `decoder = nvjpeg`, the crops are resized on the device and it loaded.
+    nvjpeg: Option<Arc<Nvjpeg>>,
     /// Why the asked decoder is not the one in use (nvJPEG missing), for the user.
     decoder_note: Option<String>,
-    /// A failed GPU batch is warned about once.
-    gpu_failure_reported: AtomicBool,
     /// With nvJPEG: the share of each batch sent to it (the rest to the CPU region decoder).
     hw_load: f64,
     /// Images nvJPEG decoded (the rest of the loaded ones went through the CPU decoder).
@@ -303,8 +338,16 @@ impl Loader {
             .thread_name(|i| format!("data-{i}"))
             .build()
             .context("cannot start the data loader's worker threads")?;
-        let (nvjpeg, decoder_note) = if config.decoder == Decoder::Nvjpeg {
-            match Nvjpeg::load(None, config.gpu) {
+        let (nvjpeg, decoder_note) = match (config.decoder, config.device_augment) {
+            (Decoder::Nvjpeg, false) => {
+                let note = "data.decoder = \"nvjpeg\" decodes into GPU memory, for crops resized \
+                            on the device (data.augment = \"gpu\"); with data.augment = \"cpu\" \
+                            decoding on the CPU (libjpeg-turbo) instead"
+                    .to_string();
+                crate::util::logging::warn_once(&note);
+                (None, Some(note))
+            }
+            (Decoder::Nvjpeg, true) => match Nvjpeg::load(None, config.gpu) {
                 Ok(n) => {
                     tracing::info!(
                         "decoding JPEG crops on GPU {} ({}) with {} ({})",
@@ -313,7 +356,7 @@ impl Loader {
                         n.library.display(),
                         n.backend()
                     );
-                    (Some(Mutex::new(n)), None)
+                    (Some(Arc::new(n)), None)
                 }
                 Err(e) => {
                     let note = format!(
@@ -322,17 +365,16 @@ impl Loader {
                     );
                     // one warning per reason and process (the train and eval loaders, and each
                     // run of a set, would repeat it)
-                    warn_once(&note);
+                    crate::util::logging::warn_once(&note);
                     (None, Some(note))
                 }
-            }
-        } else {
-            (None, None)
+            },
+            _ => (None, None),
         };
         let hw_load = match (&nvjpeg, config.hw_decoder_load) {
-            (_, Some(l)) => l,
-            (Some(n), None) => n.lock().map(|n| n.default_load()).unwrap_or(1.0),
-            (None, None) => 0.0,
+            (None, _) => 0.0,
+            (Some(_), Some(l)) => l,
+            (Some(n), None) => n.default_load(),
         };
         let shared = Shared {
             samples: folder.samples.clone(),
@@ -341,7 +383,6 @@ impl Loader {
             reported_bad: Mutex::new(BTreeSet::new()),
             nvjpeg,
             decoder_note,
-            gpu_failure_reported: AtomicBool::new(false),
             hw_load,
             decoded_on_gpu: AtomicU64::new(0),
             loaded: AtomicU64::new(0),
@@ -377,6 +418,11 @@ impl Loader {
             self.shared.decoded_on_gpu.load(Ordering::Relaxed),
             self.shared.loaded.load(Ordering::Relaxed),
         )
+    }
+
+    /// The nvJPEG backend in use ("hardware JPEG decoder" or "CUDA decoder"), when nvJPEG is.
+    pub fn nvjpeg_backend(&self) -> Option<&'static str> {
+        self.shared.nvjpeg.as_ref().map(|n| n.backend())
     }
 
     /// The share of each batch sent to nvJPEG (0 when it is not in use).
@@ -464,18 +510,6 @@ impl Loader {
             iter.spawn_next();
         }
         iter
-    }
-}
-
-/// Log `message` as a warning once per process (the same text again is dropped).
-pub(crate) fn warn_once(message: &str) {
-    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-    let first = SEEN
-        .lock()
-        .map(|mut s| s.insert(message.to_string()))
-        .unwrap_or(true);
-    if first {
-        tracing::warn!("{message}");
     }
 }
 
@@ -667,107 +701,43 @@ fn load_sample(
     crop_resize_into(&r.image, r.crop, size, r.flip, out)
 }
 
-/// A sample read and planned for the GPU: its bytes, full-scale region plan and flip.
-type GpuItem = (Vec<u8>, super::region::RegionPlan, bool);
-
-/// The largest side of a full-scale region that nvJPEG decodes for a device-augmented batch
-/// (in output sizes): every image of a batch is padded to the largest region, so a huge one is
-/// left to the CPU region decoder, which decodes it at a DCT scale that keeps it small.
+/// The largest side of a full-scale region that nvJPEG decodes (in output sizes): a larger one
+/// goes to the CPU region decoder, which decodes it at a DCT scale that keeps it small (less to
+/// decode, copy and resample).
 const MAX_GPU_REGION: u32 = 4;
 
-/// The nvJPEG path of one batch: read files and headers and choose boxes on the host (as the
-/// CPU path does); the first `hw_load` share of the samples goes to the GPU, which decodes their
-/// regions at full scale while the CPU region decoder takes the rest. Samples the GPU does not
-/// take, and every sample of a batch the GPU fails on, go through [`load_region`].
-fn load_on_gpu(
+/// A sample planned for the engine: its bytes and full-scale region, and its crop and flip.
+struct EngineItem {
+    bytes: Vec<u8>,
+    plan: RegionPlan,
+    flip: bool,
+}
+
+/// Read and plan sample `index` for nvJPEG: its file, header, box and full-scale region, if
+/// the engine takes it (`None`: decode it on the CPU, which also names a corrupt file).
+fn plan_for_engine(
     shared: &Shared,
-    gpu: &Mutex<Nvjpeg>,
+    gpu: &Nvjpeg,
     epoch: u64,
     size: u32,
-    indices: &[usize],
-) -> Vec<Result<Region, String>> {
+    index: usize,
+) -> Option<EngineItem> {
     let c = &shared.config;
-    let n = indices.len();
-    let to_gpu = ((shared.hw_load * n as f64).round() as usize).min(n);
-    let max_side = size.saturating_mul(MAX_GPU_REGION).max(1);
-    let (gpu_part, cpu_part) = rayon::join(
-        || {
-            let prepared: Vec<Option<GpuItem>> = indices[..to_gpu]
-                .par_iter()
-                .map(|&index| {
-                    let bytes = std::fs::read(&shared.samples[index].path).ok()?;
-                    let (width, height) = {
-                        let header = JpegHeader::read(&bytes).ok()?;
-                        (header.width, header.height)
-                    };
-                    if !ends_with_image(&bytes) {
-                        return None;
-                    }
-                    let (crop, flip) = augmentation(c, epoch, index, width, height, size);
-                    let plan = region_at(width, height, crop, size, 1);
-                    if c.device_augment && plan.width.max(plan.height) > max_side {
-                        return None;
-                    }
-                    Some((bytes, plan, flip))
-                })
-                .collect();
-            let items: Vec<(usize, &[u8], super::region::RegionPlan)> = prepared
-                .iter()
-                .enumerate()
-                .filter_map(|(k, p)| p.as_ref().map(|(b, plan, _)| (k, b.as_slice(), *plan)))
-                .collect();
-            let request: Vec<(&[u8], super::region::RegionPlan)> =
-                items.iter().map(|&(_, b, p)| (b, p)).collect();
-            let decoded = if request.is_empty() {
-                Ok(Vec::new())
-            } else {
-                match gpu.lock() {
-                    Ok(mut g) => g.decode_regions(&request),
-                    Err(_) => Err("the nvJPEG decoder's lock is poisoned".to_string()),
-                }
-            };
-            let mut pixels: Vec<Option<Vec<u8>>> = vec![None; to_gpu];
-            match decoded {
-                Ok(out) => {
-                    for ((k, _, _), p) in items.iter().zip(out) {
-                        pixels[*k] = p;
-                    }
-                }
-                Err(e) => {
-                    if !shared.gpu_failure_reported.swap(true, Ordering::Relaxed) {
-                        tracing::warn!("nvJPEG failed on a batch ({e}); decoding it on the CPU");
-                    }
-                }
-            }
-            pixels
-                .into_par_iter()
-                .zip(prepared.into_par_iter())
-                .zip(indices[..to_gpu].par_iter())
-                .map(|((px, prep), &index)| match (px, prep) {
-                    (Some(px), Some((_, plan, flip))) => {
-                        shared.decoded_on_gpu.fetch_add(1, Ordering::Relaxed);
-                        Ok(Region {
-                            image: RgbImage {
-                                width: plan.width,
-                                height: plan.height,
-                                pixels: px,
-                            },
-                            crop: plan.crop,
-                            flip,
-                        })
-                    }
-                    _ => load_region(shared, epoch, size, index),
-                })
-                .collect::<Vec<_>>()
-        },
-        || {
-            indices[to_gpu..]
-                .par_iter()
-                .map(|&index| load_region(shared, epoch, size, index))
-                .collect::<Vec<_>>()
-        },
-    );
-    gpu_part.into_iter().chain(cpu_part).collect()
+    let bytes = std::fs::read(&shared.samples[index].path).ok()?;
+    let (width, height) = {
+        let header = JpegHeader::read(&bytes).ok()?;
+        (header.width, header.height)
+    };
+    if !ends_with_image(&bytes) {
+        return None;
+    }
+    let (crop, flip) = augmentation(c, epoch, index, width, height, size);
+    let plan = region_at(width, height, crop, size, 1);
+    if plan.width.max(plan.height) > size.saturating_mul(MAX_GPU_REGION).max(1) {
+        return None;
+    }
+    gpu.supports(&bytes, &plan)
+        .then_some(EngineItem { bytes, plan, flip })
 }
 
 /// A sample that could not be read: warned about once per loader, returned for the epoch's count.
@@ -799,23 +769,11 @@ fn build_batch(
     }
     let per_image = size as usize * size as usize * 3;
     let mut images = vec![0u8; per_image * indices.len()];
-    let results: Vec<Result<(), String>> = match &shared.nvjpeg {
-        Some(gpu) => {
-            let regions = load_on_gpu(shared, gpu, epoch, size, indices);
-            images
-                .par_chunks_mut(per_image)
-                .zip(regions.into_par_iter())
-                .map(|(out, r)| {
-                    r.and_then(|r| crop_resize_into(&r.image, r.crop, size, r.flip, out))
-                })
-                .collect()
-        }
-        None => images
-            .par_chunks_mut(per_image)
-            .zip(indices.par_iter())
-            .map(|(out, &index)| load_sample(shared, epoch, size, index, out))
-            .collect(),
-    };
+    let results: Vec<Result<(), String>> = images
+        .par_chunks_mut(per_image)
+        .zip(indices.par_iter())
+        .map(|(out, &index)| load_sample(shared, epoch, size, index, out))
+        .collect();
     let mut bad = Vec::new();
     let mut kept = 0;
     let mut labels = Vec::with_capacity(indices.len());
@@ -842,64 +800,111 @@ fn build_batch(
         width: size,
         size,
         crops: Vec::new(),
+        engine: None,
     };
     (batch, bad)
 }
 
-/// Build one batch for `data.augment = "gpu"`: the decoded regions, padded to the largest, with
-/// their crop boxes and flips ([`Batch::crops`]).
+/// Build one batch for `data.augment = "gpu"`, ragged ([`Batch`]): with nvJPEG, the first
+/// `hw_load` share of the samples is read, parsed and planned here (in parallel, each worker with
+/// its own parse objects) for the engine, which decodes them at the hand-off; the CPU region
+/// decoder takes the rest at the same time, and every sample the engine does not take. The
+/// engine's images come first, then the host's, each group in sample order.
 fn build_device_batch(
     shared: &Shared,
     epoch: u64,
     size: u32,
     indices: &[usize],
 ) -> (Batch, Vec<BadImage>) {
-    let regions: Vec<Result<Region, String>> = match &shared.nvjpeg {
-        Some(gpu) => load_on_gpu(shared, gpu, epoch, size, indices),
-        None => indices
-            .par_iter()
-            .map(|&index| load_region(shared, epoch, size, index))
-            .collect(),
-    };
+    let n = indices.len();
+    let (engine, host): (Vec<(usize, EngineItem)>, Vec<(usize, Result<Region, String>)>) =
+        match &shared.nvjpeg {
+            Some(gpu) => {
+                let to_gpu = ((shared.hw_load * n as f64).round() as usize).min(n);
+                let (planned, rest) = rayon::join(
+                    || {
+                        indices[..to_gpu]
+                            .par_iter()
+                            .map(|&i| (i, plan_for_engine(shared, gpu, epoch, size, i)))
+                            .collect::<Vec<_>>()
+                    },
+                    || {
+                        indices[to_gpu..]
+                            .par_iter()
+                            .map(|&i| (i, load_region(shared, epoch, size, i)))
+                            .collect::<Vec<_>>()
+                    },
+                );
+                let (taken, declined): (Vec<_>, Vec<_>) =
+                    planned.into_iter().partition(|(_, p)| p.is_some());
+                let fallback: Vec<(usize, Result<Region, String>)> = declined
+                    .into_par_iter()
+                    .map(|(i, _)| (i, load_region(shared, epoch, size, i)))
+                    .collect();
+                let taken = taken
+                    .into_iter()
+                    .filter_map(|(i, p)| p.map(|p| (i, p)))
+                    .collect();
+                (taken, fallback.into_iter().chain(rest).collect())
+            }
+            None => (
+                Vec::new(),
+                indices
+                    .par_iter()
+                    .map(|&i| (i, load_region(shared, epoch, size, i)))
+                    .collect(),
+            ),
+        };
+    shared
+        .decoded_on_gpu
+        .fetch_add(engine.len() as u64, Ordering::Relaxed);
     let mut bad = Vec::new();
-    let mut kept: Vec<(usize, Region)> = Vec::with_capacity(indices.len());
-    for (r, &index) in regions.into_iter().zip(indices) {
+    let mut kept: Vec<(usize, Region)> = Vec::with_capacity(host.len());
+    for (index, r) in host {
         match r {
             Ok(r) => kept.push((index, r)),
             Err(reason) => bad.push(report_bad(shared, index, reason)),
         }
     }
-    let height = kept.iter().map(|(_, r)| r.image.height).max().unwrap_or(1);
-    let width = kept.iter().map(|(_, r)| r.image.width).max().unwrap_or(1);
-    let slot = height as usize * width as usize * 3;
-    let mut images = vec![0u8; slot * kept.len()];
-    images
-        .par_chunks_mut(slot)
-        .zip(kept.par_iter())
-        .for_each(|(out, (_, r))| {
-            let row = r.image.width as usize * 3;
-            for (y, src) in r.image.pixels.chunks_exact(row).enumerate() {
-                let start = y * width as usize * 3;
-                out[start..start + row].copy_from_slice(src);
-            }
+    let mut crops = Vec::with_capacity(engine.len() + kept.len());
+    let mut order = Vec::with_capacity(engine.len() + kept.len());
+    for (index, e) in &engine {
+        crops.push(DeviceCrop {
+            width: e.plan.width,
+            height: e.plan.height,
+            crop: e.plan.crop,
+            flip: e.flip,
         });
-    let crops = kept
-        .iter()
-        .map(|(_, r)| DeviceCrop {
+        order.push(*index);
+    }
+    let host_bytes: usize = kept.iter().map(|(_, r)| r.image.pixels.len()).sum();
+    let mut images = Vec::with_capacity(host_bytes);
+    for (index, r) in &kept {
+        crops.push(DeviceCrop {
             width: r.image.width,
             height: r.image.height,
             crop: r.crop,
             flip: r.flip,
-        })
-        .collect();
+        });
+        images.extend_from_slice(&r.image.pixels);
+        order.push(*index);
+    }
+    let engine = match (&shared.nvjpeg, engine.is_empty()) {
+        (Some(gpu), false) => Some(EngineJob {
+            decoder: gpu.clone(),
+            jpegs: engine.into_iter().map(|(_, e)| (e.bytes, e.plan)).collect(),
+        }),
+        _ => None,
+    };
     let batch = Batch {
         images,
-        labels: kept.iter().map(|(i, _)| shared.samples[*i].label).collect(),
-        indices: kept.iter().map(|(i, _)| *i).collect(),
-        height,
-        width,
+        labels: order.iter().map(|&i| shared.samples[i].label).collect(),
+        indices: order,
+        height: 0,
+        width: 0,
         size,
         crops,
+        engine,
     };
     (batch, bad)
 }

@@ -2,12 +2,14 @@
 //!
 //! - [`folder`]: list `train/<wnid>/*.JPEG` and `val/<wnid>/*.JPEG`
 //! - [`decode`]: JPEG to RGB, the whole image (zune-jpeg)
-//! - [`nvjpeg`]: the crop regions of a batch decoded on the GPU (nvJPEG, loaded at run time)
+//! - [`nvjpeg`]: the crop regions of a batch decoded on the GPU into device memory (nvJPEG,
+//!   loaded at run time)
 //! - [`region`]: JPEG to RGB, only the region a crop needs at the coarsest DCT scale that
 //!   keeps it at least the output size (libjpeg-turbo, `shim/jpeg_region.c`)
 //! - [`transform`]: random-resized-crop + flip (train), resize + center crop (eval)
 //! - `device_augment` (feature `torch`): the same crop + resize + flip, and the normalisation,
-//!   as one batched op on the device (`data.augment = "gpu"`), on regions the loader decoded
+//!   on the device (`data.augment = "gpu"`), over ragged batches of decoded regions; and the
+//!   batch's way onto the device (nvJPEG's decode, the host regions' copy, the kernels)
 //! - [`loader`]: the worker pool and bounded queue yielding u8 NHWC batches, deterministic per
 //!   seed and sharded per rank
 //!
@@ -32,6 +34,8 @@ pub mod transform;
 
 pub use decode::{decode_jpeg, RgbImage};
 pub use folder::{ImageFolder, ImagenetDir, Sample};
-pub use loader::{Augment, BadImage, Batch, Decoder, DeviceCrop, EpochIter, Loader, LoaderConfig};
+pub use loader::{
+    Augment, BadImage, Batch, Decoder, DeviceCrop, EngineJob, EpochIter, Loader, LoaderConfig,
+};
 pub use region::{plan_region, region_at, JpegHeader, RegionPlan};
 pub use transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};

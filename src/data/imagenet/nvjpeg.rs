@@ -18,6 +18,7 @@ use crate::shim::nvjpeg::*;
 use libloading::Library;
 use std::ffi::{c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Where to look for a shared library: the explicit path alone when given, else the loader's
 /// path by soname, then the CUDA and venv folders.
@@ -163,31 +164,47 @@ pub fn default_hw_load(backend: Backend, gpu_name: &str) -> f64 {
     }
 }
 
-/// A loaded nvJPEG, ready to decode batches on one GPU: the hardware backend where the GPU has
-/// a JPEG engine, else nvJPEG's CUDA decoder. Not shared between threads (the loader keeps it
-/// behind a mutex).
+/// A loaded nvJPEG on one GPU: the hardware backend where the GPU has a JPEG engine, else
+/// nvJPEG's CUDA decoder. Shared by the loader's threads: the handle is thread-safe (nvJPEG's
+/// documentation); each parse uses a JPEG stream of its own from a pool ([`Nvjpeg::supports`],
+/// on the decode workers, in parallel); the batched decode's state is used by one caller at a
+/// time ([`Nvjpeg::decode_into`], the batch hand-off of the rank).
 pub struct Nvjpeg {
     api: Api,
     handle: Handle,
-    state: State,
-    stream: JpegStream,
-    params: Vec<Params>,
-    device: *mut c_void,
-    device_bytes: usize,
-    /// The decoder's own CUDA stream (non-blocking: it never waits for the training streams,
-    /// and a CUDA graph capture on another thread does not see it).
-    cuda_stream: CudaStream,
+    /// Parse objects (a JPEG stream and decode parameters each), taken by one worker at a time.
+    parsers: Mutex<Vec<Parser>>,
+    /// The batched decode's state, parameters and scratch.
+    decoder: Mutex<BatchDecoder>,
     /// The CUDA device everything lives on: the rank's GPU when the loader names it, else the
-    /// one current on the thread that loaded the decoder. Decoding runs on worker threads,
-    /// which make it current before each batch.
+    /// one current on the thread that loaded the decoder. Callers on other threads make it
+    /// current first.
     gpu: c_int,
     gpu_name: String,
     backend: Backend,
     pub library: PathBuf,
 }
 
-// The raw handles are only used under the owner's &mut (the loader's mutex).
+/// One worker's parse objects.
+struct Parser {
+    stream: JpegStream,
+    params: Params,
+}
+
+/// What the batched decode keeps between batches.
+struct BatchDecoder {
+    state: State,
+    /// One parameter object (ROI, output format) per image of the largest batch so far.
+    params: Vec<Params>,
+    /// The CUDA backend's whole images (it has no batched ROI): a device buffer, grown as needed.
+    scratch: *mut c_void,
+    scratch_bytes: usize,
+}
+
+// SAFETY: the raw handles are used under the mutexes above, or (the handle) by nvJPEG's
+// thread-safe entry points.
 unsafe impl Send for Nvjpeg {}
+unsafe impl Sync for Nvjpeg {}
 
 impl Nvjpeg {
     /// Load libnvjpeg (from `explicit` when given, else `MLPERF_RUN_NVJPEG` or the search
@@ -294,7 +311,7 @@ impl Nvjpeg {
                 ));
             }
             // one warning per process (each loader loads a decoder)
-            super::loader::warn_once(&format!(
+            crate::util::logging::warn_once(&format!(
                 "GPU {gpu} ({gpu_name}) has no hardware JPEG decoder nvJPEG can use \
                  (nvjpegCreateEx with the hardware backend returned status {rc}): decoding \
                  with nvJPEG's CUDA decoder (Huffman on the CPU, the rest on the GPU) instead"
@@ -303,31 +320,26 @@ impl Nvjpeg {
         let mut me = Nvjpeg {
             api,
             handle,
-            state: std::ptr::null_mut(),
-            stream: std::ptr::null_mut(),
-            params: Vec::new(),
-            device: std::ptr::null_mut(),
-            device_bytes: 0,
-            cuda_stream: std::ptr::null_mut(),
+            parsers: Mutex::new(Vec::new()),
+            decoder: Mutex::new(BatchDecoder {
+                state: std::ptr::null_mut(),
+                params: Vec::new(),
+                scratch: std::ptr::null_mut(),
+                scratch_bytes: 0,
+            }),
             gpu,
             gpu_name,
             backend,
             library: nv_path,
         };
-        // SAFETY: live handle; out-pointers valid. Drop frees what was created.
-        unsafe {
-            let rc = (me.api.state_create)(me.handle, &mut me.state);
-            me.check(rc, "nvjpegJpegStateCreate")?;
-            let rc = (me.api.stream_create)(me.handle, &mut me.stream);
-            me.check(rc, "nvjpegJpegStreamCreate")?;
-            let rc = (me.api.cuda_stream_create)(&mut me.cuda_stream, CUDA_STREAM_NON_BLOCKING);
-            if rc != 0 {
-                return Err(format!(
-                    "cudaStreamCreateWithFlags: {}",
-                    cuda_error(&me.api, rc)
-                ));
-            }
-        }
+        let mut state: State = std::ptr::null_mut();
+        // SAFETY: live handle; out-pointer valid. Drop frees it.
+        let rc = unsafe { (me.api.state_create)(me.handle, &mut state) };
+        me.check(rc, "nvjpegJpegStateCreate")?;
+        me.decoder
+            .get_mut()
+            .map_err(|_| "the nvJPEG decoder's lock is poisoned".to_string())?
+            .state = state;
         Ok(me)
     }
 
@@ -362,17 +374,6 @@ impl Nvjpeg {
         }
     }
 
-    fn ensure_params(&mut self, n: usize) -> Result<(), String> {
-        while self.params.len() < n {
-            let mut p: Params = std::ptr::null_mut();
-            // SAFETY: live handle; out-pointer valid.
-            let rc = unsafe { (self.api.params_create)(self.handle, &mut p) };
-            self.check(rc, "nvjpegDecodeParamsCreate")?;
-            self.params.push(p);
-        }
-        Ok(())
-    }
-
     /// Make the decoder's GPU current on the calling (worker) thread.
     fn use_gpu(&self) -> Result<(), String> {
         // SAFETY: documented signature; `gpu` was a valid device when loaded.
@@ -387,259 +388,309 @@ impl Nvjpeg {
         Ok(())
     }
 
-    fn ensure_device(&mut self, bytes: usize) -> Result<(), String> {
-        if bytes <= self.device_bytes {
+    /// Whether nvJPEG decodes `plan`'s region of the JPEG `bytes` (parsed here, on the calling
+    /// worker, with parse objects of its own: workers parse in parallel). The hardware engine
+    /// takes baseline JPEGs with common subsampling; progressive, CMYK and other unusual files,
+    /// and regions at a DCT scale, go to the CPU decoder.
+    pub fn supports(&self, bytes: &[u8], plan: &RegionPlan) -> bool {
+        if plan.denom != 1 {
+            return false;
+        }
+        let Some(parser) = self.take_parser() else {
+            return false;
+        };
+        // SAFETY: live handle and parse objects owned by this call; `bytes` outlives the calls
+        // (save_stream 0 parses without keeping a reference).
+        let ok = unsafe {
+            (self.api.stream_parse)(self.handle, bytes.as_ptr(), bytes.len(), 0, 0, parser.stream)
+                == 0
+                && match self.backend {
+                    // the CUDA decoder decodes whole images: the region must lie inside
+                    Backend::Cuda => self
+                        .image_size(bytes)
+                        .is_some_and(|(w, h)| plan.x + plan.width <= w && plan.y + plan.height <= h),
+                    Backend::Hardware => {
+                        (self.api.params_set_output)(parser.params, NVJPEG_OUTPUT_RGBI) == 0
+                            && (self.api.params_set_roi)(
+                                parser.params,
+                                plan.x as c_int,
+                                plan.y as c_int,
+                                plan.width as c_int,
+                                plan.height as c_int,
+                            ) == 0
+                            && {
+                                let mut flag: c_int = -1;
+                                (self.api.supported_ex)(
+                                    self.handle,
+                                    parser.stream,
+                                    parser.params,
+                                    &mut flag,
+                                ) == 0
+                                    && flag == 0
+                            }
+                    }
+                }
+        };
+        if let Ok(mut pool) = self.parsers.lock() {
+            pool.push(parser);
+        }
+        ok
+    }
+
+    /// A parser from the pool, or a new one.
+    fn take_parser(&self) -> Option<Parser> {
+        if let Some(p) = self.parsers.lock().ok()?.pop() {
+            return Some(p);
+        }
+        let mut p = Parser {
+            stream: std::ptr::null_mut(),
+            params: std::ptr::null_mut(),
+        };
+        // SAFETY: live handle; out-pointers valid. A failure frees what was made.
+        unsafe {
+            if (self.api.stream_create)(self.handle, &mut p.stream) != 0 {
+                return None;
+            }
+            if (self.api.params_create)(self.handle, &mut p.params) != 0 {
+                (self.api.stream_destroy)(p.stream);
+                return None;
+            }
+        }
+        Some(p)
+    }
+
+    /// The (width, height) nvJPEG reads from a JPEG's header.
+    fn image_size(&self, bytes: &[u8]) -> Option<(u32, u32)> {
+        let (mut comps, mut sub) = (0 as c_int, 0 as c_int);
+        let (mut w, mut h) = ([0 as c_int; 4], [0 as c_int; 4]);
+        // SAFETY: live handle; `bytes` valid; arrays of NVJPEG_MAX_COMPONENT (4) entries.
+        let rc = unsafe {
+            (self.api.image_info)(
+                self.handle,
+                bytes.as_ptr(),
+                bytes.len(),
+                &mut comps,
+                &mut sub,
+                w.as_mut_ptr(),
+                h.as_mut_ptr(),
+            )
+        };
+        (rc == 0 && w[0] > 0 && h[0] > 0).then_some((w[0] as u32, h[0] as u32))
+    }
+
+    /// Decode each item's `plan` region (full scale) into device memory: item `k`'s
+    /// `plan.width * plan.height * 3` bytes of interleaved RGB at `arena + offsets[k]`, queued
+    /// on the CUDA stream `stream` of the decoder's GPU (the caller's: the hand-off's copy
+    /// stream). Nothing is copied back and the host does not wait for the device. Every item
+    /// must have passed [`Nvjpeg::supports`]; an `Err` means the batch as a whole failed (decode
+    /// it on the CPU).
+    ///
+    /// # Safety
+    /// `arena` is device memory of the decoder's GPU holding every `offsets[k]` plus its region's
+    /// bytes, alive and not written by other work until `stream` has passed this decode.
+    pub unsafe fn decode_into(
+        &self,
+        items: &[(&[u8], RegionPlan)],
+        arena: *mut u8,
+        offsets: &[usize],
+        stream: *mut c_void,
+    ) -> Result<(), String> {
+        if items.is_empty() {
             return Ok(());
         }
-        if !self.device.is_null() {
-            // SAFETY: allocated by cudaMalloc below.
-            unsafe { (self.api.cuda_free)(self.device) };
-            self.device = std::ptr::null_mut();
-            self.device_bytes = 0;
+        if offsets.len() != items.len() || items.iter().any(|(_, p)| p.denom != 1) {
+            return Err("nvJPEG takes full-scale regions, one offset each".to_string());
+        }
+        self.use_gpu()?;
+        let mut d = self
+            .decoder
+            .lock()
+            .map_err(|_| "the nvJPEG decoder's lock is poisoned".to_string())?;
+        match self.backend {
+            Backend::Hardware => self.decode_regions_on_engine(&mut d, items, arena, offsets, stream),
+            Backend::Cuda => self.decode_whole_then_cut(&mut d, items, arena, offsets, stream),
+        }
+    }
+
+    /// The hardware engine's batched ROI decode, each region straight to its arena place.
+    fn decode_regions_on_engine(
+        &self,
+        d: &mut BatchDecoder,
+        items: &[(&[u8], RegionPlan)],
+        arena: *mut u8,
+        offsets: &[usize],
+        stream: *mut c_void,
+    ) -> Result<(), String> {
+        self.ensure_params(d, items.len())?;
+        for ((_, plan), &p) in items.iter().zip(&d.params) {
+            // SAFETY: live params object.
+            let rc = unsafe {
+                let rc = (self.api.params_set_output)(p, NVJPEG_OUTPUT_RGBI);
+                if rc != 0 {
+                    rc
+                } else {
+                    (self.api.params_set_roi)(
+                        p,
+                        plan.x as c_int,
+                        plan.y as c_int,
+                        plan.width as c_int,
+                        plan.height as c_int,
+                    )
+                }
+            };
+            self.check(rc, "nvjpegDecodeParamsSetROI")?;
+        }
+        let mut images: Vec<NvjpegImage> = items
+            .iter()
+            .zip(offsets)
+            // SAFETY: the caller guarantees each offset plus its region lies in the arena.
+            .map(|((_, plan), &o)| rgb_image(unsafe { arena.add(o) }, plan.width))
+            .collect();
+        let (data, lengths): (Vec<*const u8>, Vec<usize>) =
+            items.iter().map(|(b, _)| (b.as_ptr(), b.len())).unzip();
+        let mut params: Vec<Params> = d.params[..items.len()].to_vec();
+        self.begin_batch(d, items.len())?;
+        // SAFETY: arrays of items.len() entries; destinations inside the arena (the caller's
+        // promise); the caller's stream on the decoder's GPU.
+        let rc = unsafe {
+            (self.api.batched_ex)(
+                self.handle,
+                d.state,
+                data.as_ptr(),
+                lengths.as_ptr(),
+                images.as_mut_ptr(),
+                params.as_mut_ptr(),
+                stream,
+            )
+        };
+        self.check(rc, "nvjpegDecodeBatchedEx")
+    }
+
+    /// The CUDA decoder's path (no engine, no batched ROI): nvJPEG's batched decode of whole
+    /// images into the scratch buffer, then each plan's region copied to its arena place on the
+    /// device (a 2-D copy on the same stream).
+    fn decode_whole_then_cut(
+        &self,
+        d: &mut BatchDecoder,
+        items: &[(&[u8], RegionPlan)],
+        arena: *mut u8,
+        offsets: &[usize],
+        stream: *mut c_void,
+    ) -> Result<(), String> {
+        let mut dims = Vec::with_capacity(items.len());
+        for (bytes, plan) in items {
+            let (w, h) = self
+                .image_size(bytes)
+                .filter(|&(w, h)| plan.x + plan.width <= w && plan.y + plan.height <= h)
+                .ok_or_else(|| "nvJPEG cannot read a header it took before".to_string())?;
+            dims.push((w, h));
+        }
+        let sizes: Vec<usize> = dims
+            .iter()
+            .map(|&(w, h)| w as usize * h as usize * 3)
+            .collect();
+        self.ensure_scratch(d, sizes.iter().sum())?;
+        let mut wholes = Vec::with_capacity(items.len());
+        let mut at = 0usize;
+        for (&(w, _), &size) in dims.iter().zip(&sizes) {
+            // SAFETY: at + size <= the sum of sizes <= scratch_bytes.
+            wholes.push(rgb_image(unsafe { (d.scratch as *mut u8).add(at) }, w));
+            at += size;
+        }
+        let (data, lengths): (Vec<*const u8>, Vec<usize>) =
+            items.iter().map(|(b, _)| (b.as_ptr(), b.len())).unzip();
+        self.begin_batch(d, items.len())?;
+        // SAFETY: arrays of items.len() entries; destinations inside the scratch buffer.
+        let rc = unsafe {
+            (self.api.batched)(
+                self.handle,
+                d.state,
+                data.as_ptr(),
+                lengths.as_ptr(),
+                wholes.as_mut_ptr(),
+                stream,
+            )
+        };
+        self.check(rc, "nvjpegDecodeBatched")?;
+        for (((_, plan), whole), (&o, &(w, _))) in
+            items.iter().zip(&wholes).zip(offsets.iter().zip(&dims))
+        {
+            let row = plan.width as usize * 3;
+            let pitch = w as usize * 3;
+            // SAFETY: the region lies inside the whole image (checked above) and its arena
+            // place inside the arena (the caller's promise); queued after the decode.
+            let rc = unsafe {
+                (self.api.cuda_memcpy_2d_async)(
+                    arena.add(o) as *mut c_void,
+                    row,
+                    whole.channel[0].add(plan.y as usize * pitch + plan.x as usize * 3)
+                        as *const c_void,
+                    pitch,
+                    row,
+                    plan.height as usize,
+                    CUDA_MEMCPY_DEVICE_TO_DEVICE,
+                    stream,
+                )
+            };
+            if rc != 0 {
+                return Err(format!("cudaMemcpy2DAsync: {}", cuda_error(&self.api, rc)));
+            }
+        }
+        Ok(())
+    }
+
+    fn ensure_params(&self, d: &mut BatchDecoder, n: usize) -> Result<(), String> {
+        while d.params.len() < n {
+            let mut p: Params = std::ptr::null_mut();
+            // SAFETY: live handle; out-pointer valid.
+            let rc = unsafe { (self.api.params_create)(self.handle, &mut p) };
+            self.check(rc, "nvjpegDecodeParamsCreate")?;
+            d.params.push(p);
+        }
+        Ok(())
+    }
+
+    fn ensure_scratch(&self, d: &mut BatchDecoder, bytes: usize) -> Result<(), String> {
+        if bytes <= d.scratch_bytes {
+            return Ok(());
+        }
+        if !d.scratch.is_null() {
+            // SAFETY: allocated by cudaMalloc below (cudaFree waits for the device's work).
+            unsafe { (self.api.cuda_free)(d.scratch) };
+            d.scratch = std::ptr::null_mut();
+            d.scratch_bytes = 0;
         }
         let bytes = bytes.next_power_of_two();
         // SAFETY: out-pointer valid.
-        let rc = unsafe { (self.api.cuda_malloc)(&mut self.device, bytes) };
+        let rc = unsafe { (self.api.cuda_malloc)(&mut d.scratch, bytes) };
         if rc != 0 {
             return Err(format!(
                 "cudaMalloc of {bytes} bytes: {}",
                 cuda_error(&self.api, rc)
             ));
         }
-        self.device_bytes = bytes;
+        d.scratch_bytes = bytes;
         Ok(())
     }
 
-    /// Decode each item's `plan` region (full scale: `plan.denom` must be 1) on the GPU.
-    /// Returns one entry per item: `Some(pixels)` (plan.width x plan.height RGB) when the
-    /// hardware decoded it, `None` when the engine does not take that image (decode it on the
-    /// CPU). An `Err` means the batch as a whole failed (decode it all on the CPU).
-    pub fn decode_regions(
-        &mut self,
-        items: &[(&[u8], RegionPlan)],
-    ) -> Result<Vec<Option<Vec<u8>>>, String> {
-        self.use_gpu()?;
-        if self.backend == Backend::Cuda {
-            return self.decode_whole_then_cut(items);
-        }
-        self.ensure_params(items.len())?;
-        let mut take = Vec::new();
-        for (i, (bytes, plan)) in items.iter().enumerate() {
-            if plan.denom != 1 {
-                return Err(format!(
-                    "nvJPEG regions are full scale, got 1/{}",
-                    plan.denom
-                ));
-            }
-            let p = self.params[i];
-            // SAFETY: live handle, stream and params; `bytes` outlives the calls (save_stream 0
-            // parses without keeping a reference).
-            let supported = unsafe {
-                (self.api.stream_parse)(self.handle, bytes.as_ptr(), bytes.len(), 0, 0, self.stream)
-                    == 0
-                    && (self.api.params_set_output)(p, NVJPEG_OUTPUT_RGBI) == 0
-                    && (self.api.params_set_roi)(
-                        p,
-                        plan.x as c_int,
-                        plan.y as c_int,
-                        plan.width as c_int,
-                        plan.height as c_int,
-                    ) == 0
-                    && {
-                        let mut flag: c_int = -1;
-                        (self.api.supported_ex)(self.handle, self.stream, p, &mut flag) == 0
-                            && flag == 0
-                    }
-            };
-            if supported {
-                take.push(i);
-            }
-        }
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
-        if take.is_empty() {
-            return Ok(out);
-        }
-        let dims: Vec<(u32, u32)> = take
-            .iter()
-            .map(|&i| (items[i].1.width, items[i].1.height))
-            .collect();
-        let (mut images, sizes) = self.rgb_destinations(&dims)?;
-        let (data, lengths) = sources(items, &take);
-        let mut params: Vec<Params> = take.iter().map(|&i| self.params[i]).collect();
-        self.begin_batch(take.len())?;
-        // SAFETY: arrays of take.len() entries; destinations inside the device buffer; the
-        // decoder's own stream, which the copy below is queued on and waited for.
-        unsafe {
-            let rc = (self.api.batched_ex)(
-                self.handle,
-                self.state,
-                data.as_ptr(),
-                lengths.as_ptr(),
-                images.as_mut_ptr(),
-                params.as_mut_ptr(),
-                self.cuda_stream,
-            );
-            self.check(rc, "nvjpegDecodeBatchedEx")?;
-        }
-        let host = self.copy_back(sizes.iter().sum())?;
-        for (&i, region) in take.iter().zip(back_to_back(&host, &sizes)) {
-            out[i] = Some(region.to_vec());
-        }
-        Ok(out)
-    }
-}
-
-impl Nvjpeg {
-    /// The first `total` bytes of the device buffer, after the decoder's stream has finished.
-    fn copy_back(&self, total: usize) -> Result<Vec<u8>, String> {
-        let mut host = vec![0u8; total];
-        // SAFETY: both buffers hold `total` bytes; the copy is queued after the decode on the
-        // decoder's stream, which is then waited for.
-        let rc = unsafe {
-            let rc = (self.api.cuda_memcpy_async)(
-                host.as_mut_ptr() as *mut c_void,
-                self.device,
-                total,
-                CUDA_MEMCPY_DEVICE_TO_HOST,
-                self.cuda_stream,
-            );
-            if rc == 0 {
-                (self.api.cuda_stream_sync)(self.cuda_stream)
-            } else {
-                rc
-            }
-        };
-        if rc != 0 {
-            return Err(format!("cudaMemcpyAsync: {}", cuda_error(&self.api, rc)));
-        }
-        Ok(host)
-    }
-
-    /// The CUDA decoder's path: nvJPEG's batched decode of whole images (its CUDA backend has no
-    /// batched ROI), then each plan's region cut out on the host. Images whose headers nvJPEG
-    /// cannot read are left to the CPU (`None`).
-    fn decode_whole_then_cut(
-        &mut self,
-        items: &[(&[u8], RegionPlan)],
-    ) -> Result<Vec<Option<Vec<u8>>>, String> {
-        let mut take = Vec::new();
-        let mut dims = Vec::new();
-        for (i, (bytes, plan)) in items.iter().enumerate() {
-            if plan.denom != 1 {
-                return Err(format!(
-                    "nvJPEG regions are full scale, got 1/{}",
-                    plan.denom
-                ));
-            }
-            let (mut comps, mut sub) = (0 as c_int, 0 as c_int);
-            let (mut w, mut h) = ([0 as c_int; 4], [0 as c_int; 4]);
-            // SAFETY: live handle; `bytes` valid; arrays of NVJPEG_MAX_COMPONENT (4) entries.
-            let rc = unsafe {
-                (self.api.image_info)(
-                    self.handle,
-                    bytes.as_ptr(),
-                    bytes.len(),
-                    &mut comps,
-                    &mut sub,
-                    w.as_mut_ptr(),
-                    h.as_mut_ptr(),
-                )
-            };
-            let (w, h) = (w[0].max(0) as u32, h[0].max(0) as u32);
-            if rc == 0 && plan.x + plan.width <= w && plan.y + plan.height <= h {
-                take.push(i);
-                dims.push((w, h));
-            }
-        }
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; items.len()];
-        if take.is_empty() {
-            return Ok(out);
-        }
-        let (mut images, sizes) = self.rgb_destinations(&dims)?;
-        let (data, lengths) = sources(items, &take);
-        self.begin_batch(take.len())?;
-        // SAFETY: arrays of take.len() entries; destinations inside the device buffer.
-        unsafe {
-            let rc = (self.api.batched)(
-                self.handle,
-                self.state,
-                data.as_ptr(),
-                lengths.as_ptr(),
-                images.as_mut_ptr(),
-                self.cuda_stream,
-            );
-            self.check(rc, "nvjpegDecodeBatched")?;
-        }
-        let host = self.copy_back(sizes.iter().sum())?;
-        for ((&i, &(w, _)), whole) in take.iter().zip(&dims).zip(back_to_back(&host, &sizes)) {
-            out[i] = Some(cut_region(whole, w, &items[i].1));
-        }
-        Ok(out)
-    }
-
-    /// Device destinations for interleaved RGB images of these (width, height)s, back to back
-    /// in the device buffer (grown as needed): nvJPEG's image descriptors and each image's size
-    /// in bytes.
-    fn rgb_destinations(
-        &mut self,
-        dims: &[(u32, u32)],
-    ) -> Result<(Vec<NvjpegImage>, Vec<usize>), String> {
-        let sizes: Vec<usize> = dims
-            .iter()
-            .map(|&(w, h)| w as usize * h as usize * 3)
-            .collect();
-        self.ensure_device(sizes.iter().sum())?;
-        let mut images = Vec::with_capacity(dims.len());
-        let mut offset = 0;
-        for (&(w, _), &size) in dims.iter().zip(&sizes) {
-            let mut channel = [std::ptr::null_mut(); 4];
-            // SAFETY: offset + size <= the sum of sizes <= device_bytes.
-            channel[0] = unsafe { (self.device as *mut u8).add(offset) };
-            images.push(NvjpegImage {
-                channel,
-                pitch: [w as usize * 3, 0, 0, 0],
-            });
-            offset += size;
-        }
-        Ok((images, sizes))
-    }
-
     /// nvjpegDecodeBatchedInitialize for `n` images of interleaved RGB, one CPU thread.
-    fn begin_batch(&self, n: usize) -> Result<(), String> {
+    fn begin_batch(&self, d: &BatchDecoder, n: usize) -> Result<(), String> {
         // SAFETY: live handle and state.
         let rc = unsafe {
-            (self.api.batched_init)(self.handle, self.state, n as c_int, 1, NVJPEG_OUTPUT_RGBI)
+            (self.api.batched_init)(self.handle, d.state, n as c_int, 1, NVJPEG_OUTPUT_RGBI)
         };
         self.check(rc, "nvjpegDecodeBatchedInitialize")
     }
 }
 
-/// The batched decode's inputs for the items at `take`: their data pointers and lengths.
-fn sources(items: &[(&[u8], RegionPlan)], take: &[usize]) -> (Vec<*const u8>, Vec<usize>) {
-    take.iter()
-        .map(|&i| (items[i].0.as_ptr(), items[i].0.len()))
-        .unzip()
-}
-
-/// `host` cut into consecutive pieces of `sizes` bytes (the images as [`Nvjpeg::rgb_destinations`]
-/// laid them out).
-fn back_to_back<'a>(host: &'a [u8], sizes: &'a [usize]) -> impl Iterator<Item = &'a [u8]> + 'a {
-    sizes.iter().scan(0usize, move |offset, &size| {
-        let piece = &host[*offset..*offset + size];
-        *offset += size;
-        Some(piece)
-    })
-}
-
-/// The `plan` region (full scale) of a whole RGB image `width` pixels wide.
-fn cut_region(whole: &[u8], width: u32, plan: &RegionPlan) -> Vec<u8> {
-    let row = plan.width as usize * 3;
-    let mut out = Vec::with_capacity(row * plan.height as usize);
-    for y in plan.y..plan.y + plan.height {
-        let start = (y as usize * width as usize + plan.x as usize) * 3;
-        out.extend_from_slice(&whole[start..start + row]);
+/// nvJPEG's descriptor of an interleaved RGB image `width` pixels wide at `at`.
+fn rgb_image(at: *mut u8, width: u32) -> NvjpegImage {
+    let mut channel = [std::ptr::null_mut(); 4];
+    channel[0] = at;
+    NvjpegImage {
+        channel,
+        pitch: [width as usize * 3, 0, 0, 0],
     }
-    out
 }
 
 /// The name of CUDA device `gpu` ("unknown GPU" when the runtime cannot say).
@@ -671,24 +722,27 @@ fn cuda_error(api: &Api, rc: c_int) -> String {
 
 impl Drop for Nvjpeg {
     fn drop(&mut self) {
-        // the device buffer belongs to the decoder's GPU (a failure leaves nothing better to do)
+        // the scratch buffer belongs to the decoder's GPU (a failure leaves nothing better to do)
         let _ = self.use_gpu();
-        // SAFETY: each object was created by the matching nvJPEG/CUDA call and is freed once.
+        // SAFETY: each object was created by the matching nvJPEG/CUDA call and is freed once;
+        // no other thread holds the decoder any more (&mut self).
         unsafe {
-            for &p in &self.params {
-                (self.api.params_destroy)(p);
+            if let Ok(parsers) = self.parsers.get_mut() {
+                for p in parsers.drain(..) {
+                    (self.api.params_destroy)(p.params);
+                    (self.api.stream_destroy)(p.stream);
+                }
             }
-            if !self.stream.is_null() {
-                (self.api.stream_destroy)(self.stream);
-            }
-            if !self.state.is_null() {
-                (self.api.state_destroy)(self.state);
-            }
-            if !self.device.is_null() {
-                (self.api.cuda_free)(self.device);
-            }
-            if !self.cuda_stream.is_null() {
-                (self.api.cuda_stream_destroy)(self.cuda_stream);
+            if let Ok(d) = self.decoder.get_mut() {
+                for &p in &d.params {
+                    (self.api.params_destroy)(p);
+                }
+                if !d.state.is_null() {
+                    (self.api.state_destroy)(d.state);
+                }
+                if !d.scratch.is_null() {
+                    (self.api.cuda_free)(d.scratch);
+                }
             }
             (self.api.destroy)(self.handle);
         }
@@ -723,33 +777,13 @@ mod tests {
     }
 
     #[test]
-    fn a_region_is_cut_from_the_whole_image_row_by_row() {
-        // 4x3 image, pixel (x, y) = [10y + x; 3]
-        let whole: Vec<u8> = (0..3u8)
-            .flat_map(|y| (0..4u8).flat_map(move |x| [10 * y + x; 3]))
-            .collect();
-        let plan = RegionPlan {
-            denom: 1,
-            x: 1,
-            y: 1,
-            width: 2,
-            height: 2,
-            crop: crate::data::imagenet::CropBox {
-                left: 0.0,
-                top: 0.0,
-                width: 2.0,
-                height: 2.0,
-            },
-        };
-        let cut = cut_region(&whole, 4, &plan);
-        assert_eq!(cut, [[11u8; 3], [12; 3], [21; 3], [22; 3]].concat());
-    }
-
-    #[test]
-    fn the_batch_copy_is_cut_back_into_its_images_in_order() {
-        let host: Vec<u8> = (0..10).collect();
-        let pieces: Vec<&[u8]> = back_to_back(&host, &[3, 0, 6, 1]).collect();
-        assert_eq!(pieces, [&[0u8, 1, 2][..], &[], &[3, 4, 5, 6, 7, 8], &[9]]);
+    fn an_rgb_descriptor_points_at_its_place_with_the_row_pitch() {
+        let mut buf = [0u8; 64];
+        let at = buf.as_mut_ptr().wrapping_add(12);
+        let d = rgb_image(at, 5);
+        assert_eq!(d.channel[0], at);
+        assert!(d.channel[1..].iter().all(|p| p.is_null()));
+        assert_eq!(d.pitch, [15, 0, 0, 0]);
     }
 
     #[test]
