@@ -10,10 +10,13 @@
 #      `mlperf-run -v resnet --division closed` of the one-GPU closed preset
 #      (configs/resnet/bench_1gpu.toml: LARS, batch 400, fp16, channels-last, fused BN+ReLU,
 #      CUDA graph, nvJPEG + crops resized on the GPU), img/s from its log in the training blocks
-#      after the warm-up epoch and with their evals, GPU busy, and the decoder split (its -v
-#      line "decoder split: ..."), against a)'s `mlperf-run fp16 all-methods` step of the same
-#      call when a) ran; vs torchvision ImageFolder + DataLoader(cores - 1 workers) training
-#      (scripts/bench/torchvision_loader.py --train, the same steps)
+#      after the warm-up epoch and with their evals, GPU busy, the decoder split, nvJPEG's
+#      backend and the device arena per batch (its -v line "decoder split: ..."), and the data
+#      wait per step (its -v line "data wait per training step: ..."), against a)'s `mlperf-run
+#      fp16 all-methods` step of the same call when a) ran; the same run with `decoder = "cpu"`
+#      (`mlperf-run resnet cpu-decoder`, against e)'s `decoder cpu` row); vs torchvision
+#      ImageFolder + DataLoader(cores - 1 workers) training (scripts/bench/torchvision_loader.py
+#      --train, the same steps)
 #   c) BERT-Large training step, batch 32 x 512, bf16: examples/bert_bench_step vs Hugging Face
 #      BertForPreTraining (scripts/bench/hf_bert_step.py) and the reference-equations PyTorch
 #      BERT (scripts/bench/bert_ref.py bench)
@@ -75,7 +78,9 @@
 #      the normalised fp16 channels-last tensor on the GPU (`mlperf-run data bench-imagenet
 #      --augment gpu --device cuda`: cores - 1 decode threads, batch 256, MLPerf crops), per
 #      decoder: `decoder cpu` (libjpeg-turbo region decoder), `decoder nvjpeg` (every image to
-#      nvJPEG: data.hw_decoder_load 1), `decoder hybrid` (half to nvJPEG, half to the CPU
+#      nvJPEG: data.hw_decoder_load 1), `nvjpeg engine alone` (the same, stopping at the batch's
+#      arena: nvJPEG's batched ROI decode into device memory, no crop/resize kernels: the
+#      ceiling on this GPU for these images), `decoder hybrid` (half to nvJPEG, half to the CPU
 #      decoder at the same time: 0.5), `decoder nvjpeg default-split` (the GPU model's default
 #      split); nvjpeg needs libnvjpeg (pip nvidia-nvjpeg, torchvision's copy, or
 #      MLPERF_RUN_NVJPEG=path; otherwise those sides fail, saying why); peers: torchvision's
@@ -119,12 +124,13 @@
 #                every round, so a call cut off by a harder limit keeps its finished rounds
 #   --only LIST  parts to run (default a,b,c,d,p; `ncu` = the --ncu part), in the order m, a, k, b,
 #                e, f, g, h, v, c, d, p, ncu: the fused ops' checks before the BERT step that uses them
-#   --sides SET  `all` (default) or `targets`: in a) and c) only the rows the targets block reads
-#                (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile fp16; c:
-#                mlperf-run, mlperf-run cuda-graph fused-epilogues, ... fused-qkv bf16-residual,
-#                the same with the LayerNorm epilogues only, mlperf-run all-methods, Hugging
-#                Face), for a call with little device time (one torch.compile per round
-#                instead of two; 9 of the 22 rows)
+#   --sides SET  `all` (default) or `targets`: in a), b), c) and e) only the rows the targets
+#                block reads (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile
+#                fp16; b: the run with nvJPEG and with the CPU decoder; c: mlperf-run, mlperf-run
+#                cuda-graph fused-epilogues, ... fused-qkv bf16-residual, the same with the
+#                LayerNorm epilogues only, mlperf-run all-methods, Hugging Face; e: decoder cpu,
+#                decoder nvjpeg, the engine alone, torchvision decode_jpeg gpu), for a call with
+#                little device time
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #                (ResNet-50), and one BERT-Large step's kernels by class, ours vs Hugging Face
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
@@ -183,8 +189,10 @@ case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-ln fast-fa2 mask all hf ref) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-ln all hf) ;;
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-ln fast-fa2 mask all hf ref)
+    B_SIDES=(mlperf-run mlperf-run-cpu torchvision); E_SIDES=(cpu nvjpeg engine hybrid default tv-loader tv-gpu) ;;
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-ln all hf)
+    B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   *) die "--sides is all or targets, not $sides" ;;
 esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
@@ -498,6 +506,8 @@ if want b; then
   # this machine's decode workers: cores - 1
   b_cfg="$raw/logs/$(basename "$B_CFG")"
   sed -E "s/^workers = .*/workers = $workers/" "$B_CFG" >"$b_cfg"
+  b_cfg_cpu="$raw/logs/cpu-decoder-$(basename "$B_CFG")"
+  sed -E 's/^decoder = .*/decoder = "cpu"/' "$b_cfg" >"$b_cfg_cpu"
   for r in $(round_numbers); do
     round_start b "$r" || break
     while read -r side; do
@@ -509,11 +519,18 @@ if want b; then
           measure b "mlperf-run resnet" "$r" mllog-resnet "$R_FLOPS" -- ours "$MR" -v resnet --division closed \
             --config "$b_cfg" --data "$B_SET" --device "$dev" --seed "$r" --log "$mllog"
           mllog="" ;;
+        mlperf-run-cpu)
+          # the same run with every image decoded by the CPU region decoder (data.decoder = "cpu"):
+          # its regions reach the GPU as one ragged pinned copy
+          mllog="$raw/logs/b-mlperf-run-cpu-decoder-r$r.mllog"; rm -f "$mllog"
+          measure b "mlperf-run resnet cpu-decoder" "$r" mllog-resnet "$R_FLOPS" -- ours "$MR" -v resnet --division closed \
+            --config "$b_cfg_cpu" --data "$B_SET" --device "$dev" --seed "$r" --log "$mllog"
+          mllog="" ;;
         torchvision)
           measure b "torchvision DataLoader" "$r" json "$R_FLOPS" -- "$PYTHON" "$bench_py/torchvision_loader.py" \
             --train --dir "$B_SET" --scale-min 0.05 "${B_PEER[@]}" --warmup-steps $((spe < 20 ? spe : 20)) --steps "$spe" ;;
       esac
-    done < <(rotate "$r" mlperf-run torchvision)
+    done < <(rotate "$r" "${B_SIDES[@]}")
     round_end
   done
 fi
@@ -531,6 +548,8 @@ if want e; then
         cpu) measure e "decoder cpu" "$r" json "" -- ours "$MR" data bench-imagenet "${E_COMMON[@]}" --decoder cpu ;;
         nvjpeg) measure e "decoder nvjpeg" "$r" json "" -- ours "$MR" data bench-imagenet "${E_COMMON[@]}" \
           --decoder nvjpeg --hw-decoder-load 1 --require-decoder ;;
+        engine) measure e "nvjpeg engine alone" "$r" json "" -- ours "$MR" data bench-imagenet "${E_COMMON[@]}" \
+          --decoder nvjpeg --hw-decoder-load 1 --require-decoder --engine-only --check-batches 0 ;;
         hybrid) measure e "decoder hybrid" "$r" json "" -- ours "$MR" data bench-imagenet "${E_COMMON[@]}" \
           --decoder nvjpeg --hw-decoder-load 0.5 --require-decoder ;;
         default) measure e "decoder nvjpeg default-split" "$r" json "" -- ours "$MR" data bench-imagenet \
@@ -542,7 +561,7 @@ if want e; then
           --dir "$B_SET/train" --batch-size "$E_BATCH" --size "$E_SIZE" --scale-min 0.05 --epochs 1 \
           --device "$dev" --threads "$workers" ;;
       esac
-    done < <(rotate "$r" cpu nvjpeg hybrid default tv-loader tv-gpu)
+    done < <(rotate "$r" "${E_SIDES[@]}")
     round_end
   done
 fi

@@ -97,10 +97,16 @@ void run_cpu(const at::Tensor& arena, const at::Tensor& params, int64_t n, int64
   }
 }
 
-#ifdef MLPERF_RUN_CUDA
 const char* const kNames[] = {"rr_rows", "rr_cols_f32", "rr_cols_bf16", "rr_cols_f16"};
 constexpr int kKernels = 4;
 
+// The text NVRTC compiles: the prelude, then the file (messages name its lines).
+std::string source() {
+  return std::string("#define MR_KERNEL extern \"C\" __global__\n") +
+         "#line 1 \"shim/ragged_resize.cu\"\n" + kKernelSource;
+}
+
+#ifdef MLPERF_RUN_CUDA
 struct Module {
   mr::CUfunction f[kKernels] = {};
 };
@@ -113,9 +119,7 @@ const Module& module_for(int device) {
   auto it = modules.find(device);
   if (it != modules.end()) return it->second;
   Module m;
-  std::string source = std::string("#define MR_KERNEL extern \"C\" __global__\n") +
-                       "#line 1 \"shim/ragged_resize.cu\"\n" + kKernelSource;
-  mr::load_kernels(device, source, "mlperf_run_ragged_resize.cu", "the ragged resize kernels",
+  mr::load_kernels(device, source(), "mlperf_run_ragged_resize.cu", "the ragged resize kernels",
                    kNames, kKernels, m.f);
   return modules.emplace(device, m).first->second;
 }
@@ -185,6 +189,22 @@ int mr_ragged_resize(const at::Tensor* arena, const at::Tensor* params, int64_t 
       }
     }
     *out = new at::Tensor(o);
+  });
+}
+
+// Compiles the kernels with NVRTC from `nvrtc_path` (null or empty: the search of the GPU path)
+// for `arch` ("sm_XY": CUBIN, "compute_XY": PTX) and checks that every kernel the host launches
+// is in the output; *size: the binary's bytes. Needs no GPU: CI catches kernel-source errors.
+int mr_ragged_nvrtc_compile(const char* nvrtc_path, const char* arch, size_t* size, char** err) {
+  return mr::catching(err, "ragged resize", [&] {
+    mr::Nvrtc n = mr::open_nvrtc(nvrtc_path ? nvrtc_path : "");
+    std::string bin = mr::nvrtc_compile(n, arch, mr::ragged::source(), "mlperf_run_ragged_resize.cu",
+                                        "the ragged resize kernels");
+    for (const char* name : mr::ragged::kNames) {
+      TORCH_CHECK(bin.find(name) != std::string::npos, "NVRTC's ", arch,
+                  " output has no kernel ", name);
+    }
+    *size = bin.size();
   });
 }
 

@@ -14,4 +14,10 @@ extern "C" {
         out: *mut *mut C_tensor,
         err: *mut *mut std::os::raw::c_char,
     ) -> std::os::raw::c_int;
+    pub fn mr_ragged_nvrtc_compile(
+        nvrtc_path: *const std::os::raw::c_char,
+        arch: *const std::os::raw::c_char,
+        size: *mut usize,
+        err: *mut *mut std::os::raw::c_char,
+    ) -> std::os::raw::c_int;
 }

@@ -50,9 +50,9 @@ pub trait ImageData: Send {
     /// The device the batches are for (`Device::Cuda(local rank)` on a GPU run): where nvJPEG
     /// decodes. Called once before the first epoch; data sets that do not care ignore it.
     fn use_device(&mut self, _device: tch::Device) {}
-    /// How the decoders shared the images loaded so far: (decoded by nvJPEG, loaded in all),
-    /// over the training and eval loaders. None: not a JPEG data set.
-    fn decoder_split(&self) -> Option<(u64, u64)> {
+    /// What the decoders did so far over the training and eval loaders (the split between
+    /// nvJPEG and the CPU decoder, the arenas, the backend). None: not a JPEG data set.
+    fn decoder_stats(&self) -> Option<crate::data::imagenet::DecoderStats> {
         None
     }
     /// One epoch of training batches of `batch` images of `size` px for `shard`: the order and
@@ -436,12 +436,11 @@ impl ImageData for FolderImages {
         };
     }
 
-    fn decoder_split(&self) -> Option<(u64, u64)> {
-        let mut total = (0, 0);
+    fn decoder_stats(&self) -> Option<crate::data::imagenet::DecoderStats> {
+        let mut total = crate::data::imagenet::DecoderStats::default();
         for slot in [&self.train_loader, &self.eval_loader] {
             if let Some((_, l)) = slot.lock().ok()?.as_ref() {
-                let (g, n) = l.decoder_split();
-                total = (total.0 + g, total.1 + n);
+                total = total.plus(l.stats());
             }
         }
         Some(total)

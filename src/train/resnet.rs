@@ -126,6 +126,8 @@ pub struct ResnetWorkload {
     data: Box<dyn ImageData>,
     state: Option<State>,
     timing: StepTiming,
+    /// (data wait, whole step) in seconds of each training step since the last report.
+    step_waits: Vec<(f64, f64)>,
     emulate_world: usize,
 }
 
@@ -140,6 +142,56 @@ pub struct StepTiming {
     pub compute: f64,
 }
 
+/// How long the training steps since the last report waited for their batches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WaitReport {
+    pub steps: usize,
+    /// Mean and 95th percentile of the wait per step, seconds.
+    pub mean: f64,
+    pub p95: f64,
+    /// The waits' share of the steps' time.
+    pub share: f64,
+}
+
+impl WaitReport {
+    /// The report of (wait, step) pairs in seconds; None without steps.
+    pub fn of(steps: &[(f64, f64)]) -> Option<WaitReport> {
+        if steps.is_empty() {
+            return None;
+        }
+        let mut waits: Vec<f64> = steps.iter().map(|s| s.0).collect();
+        waits.sort_by(f64::total_cmp);
+        let total_wait: f64 = waits.iter().sum();
+        let total_step: f64 = steps.iter().map(|s| s.1).sum();
+        // nearest rank
+        let rank = ((0.95 * waits.len() as f64).ceil() as usize).clamp(1, waits.len());
+        Some(WaitReport {
+            steps: steps.len(),
+            mean: total_wait / steps.len() as f64,
+            p95: waits[rank - 1],
+            share: if total_step > 0.0 {
+                total_wait / total_step
+            } else {
+                0.0
+            },
+        })
+    }
+}
+
+impl std::fmt::Display for WaitReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "data wait per training step: mean {:.2} ms, p95 {:.2} ms, {:.1}% of the step time \
+             ({} steps since the last report)",
+            self.mean * 1e3,
+            self.p95 * 1e3,
+            self.share * 100.0,
+            self.steps
+        )
+    }
+}
+
 impl ResnetWorkload {
     pub fn new(cfg: ResnetRunConfig, division: Division, data: Box<dyn ImageData>) -> Self {
         ResnetWorkload {
@@ -148,6 +200,7 @@ impl ResnetWorkload {
             data,
             state: None,
             timing: StepTiming::default(),
+            step_waits: Vec::new(),
             emulate_world: 1,
         }
     }
@@ -567,6 +620,7 @@ impl Workload for ResnetWorkload {
         }
         let all = t_start.elapsed().as_secs_f64();
         self.timing.data_wait += data_wait;
+        self.step_waits.push((data_wait, all));
         self.timing.handoff += handoff;
         self.timing.compute += all - data_wait - handoff;
         Ok(out.remove(0))
@@ -574,14 +628,15 @@ impl Workload for ResnetWorkload {
 
     fn evaluate(&mut self, peers: &mut dyn Peers) -> Result<f64> {
         let size = self.cfg.data.eval_image_size as usize;
-        if let Some((gpu, all)) = self.data.decoder_split().filter(|&(_, all)| all > 0) {
+        if let Some(stats) = self.data.decoder_stats().filter(|d| d.loaded > 0) {
             // scripts/bench_gpu.sh part b reads this line (-v)
-            tracing::info!(
-                "decoder split: {gpu} of {all} images decoded by nvJPEG ({:.1}%), the rest by \
-                 the CPU decoder",
-                100.0 * gpu as f64 / all as f64
-            );
+            tracing::info!("{}", stats.describe());
         }
+        if let Some(w) = WaitReport::of(&self.step_waits) {
+            // scripts/bench_gpu.sh part b reads this line (-v)
+            tracing::info!("{w}");
+        }
+        self.step_waits.clear();
         let s = self.state.as_ref().context("the workload was not built")?;
         if let Some(ls) = s
             .loss_scale
@@ -669,5 +724,26 @@ impl Workload for ResnetWorkload {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WaitReport;
+
+    #[test]
+    fn the_wait_report_has_the_mean_the_nearest_rank_p95_and_the_share() {
+        assert_eq!(WaitReport::of(&[]), None);
+        // 20 steps of 0.1 s: waits 0, 0.001, ..., 0.019 s
+        let steps: Vec<(f64, f64)> = (0..20).map(|i| (i as f64 * 1e-3, 0.1)).collect();
+        let r = WaitReport::of(&steps).unwrap();
+        assert_eq!(r.steps, 20);
+        assert!((r.mean - 0.0095).abs() < 1e-12, "{r:?}");
+        // the 19th of 20 sorted waits
+        assert!((r.p95 - 0.018).abs() < 1e-12, "{r:?}");
+        assert!((r.share - 0.095).abs() < 1e-12, "{r:?}");
+        let line = r.to_string();
+        assert!(line.contains("mean 9.50 ms") && line.contains("p95 18.00 ms"), "{line}");
+        assert!(line.contains("9.5% of the step time"), "{line}");
     }
 }

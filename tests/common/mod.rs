@@ -75,3 +75,26 @@ pub fn preset_with_method(rel: &str, line: &str) -> String {
         format!("{text}\n[methods]\n{line}\n")
     }
 }
+
+/// libnvrtc from the torch wheel (site-packages/nvidia/cu13/lib), or None.
+pub fn venv_nvrtc() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("MLPERF_RUN_NVRTC") {
+        return Some(std::path::PathBuf::from(p));
+    }
+    let venv = std::env::var_os("MLPERF_RUN_VENV")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/mlperf-run/venv"))
+        })?;
+    let lib = std::fs::read_dir(venv.join("lib")).ok()?;
+    for py in lib.flatten() {
+        let cand = py
+            .path()
+            .join("site-packages/nvidia/cu13/lib/libnvrtc.so.13");
+        if cand.exists() {
+            return Some(cand);
+        }
+    }
+    None
+}
+

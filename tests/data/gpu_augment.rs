@@ -6,7 +6,10 @@
 //! baseline, progressive, grayscale, CMYK and corrupt JPEGs.
 #![cfg(feature = "torch")]
 
-use mlperf_run::data::imagenet::device_augment::{denormalize, DeviceAugment, PARAMS};
+use crate::common;
+use mlperf_run::data::imagenet::device_augment::{
+    denormalize, nvrtc_compile, DeviceAugment, PARAMS,
+};
 use mlperf_run::data::imagenet::{Batch, DeviceCrop, ImageFolder, Loader, LoaderConfig};
 use mlperf_run::gpu::transfer::Transfer;
 use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SizeDist, SynthSpec};
@@ -397,4 +400,25 @@ fn a_batch_of_mixed_jpeg_kinds_and_a_corrupt_file_loses_only_the_corrupt_one() {
         );
         assert!(worst >= 30.0, "worst {worst:.1} dB");
     }
+}
+
+/// The GPU kernels' text compiles with NVRTC for Ampere and Hopper (no GPU needed: the torch
+/// wheel's libnvrtc), with every kernel the host launches in the output; NVRTC's own errors come
+/// back as errors.
+#[test]
+fn the_ragged_kernels_compile_with_nvrtc_for_sm80_and_sm90() {
+    let Some(nvrtc) = common::venv_nvrtc() else {
+        eprintln!(
+            "SKIP the_ragged_kernels_compile_with_nvrtc_for_sm80_and_sm90: no libnvrtc.so.13 in \
+             the torch venv (a CPU-only torch?); set MLPERF_RUN_NVRTC=/path/to/libnvrtc.so"
+        );
+        assert!(!common::required(), "CI has the torch venv's NVRTC");
+        return;
+    };
+    for arch in ["compute_80", "compute_90", "sm_80", "sm_90"] {
+        let size = nvrtc_compile(&nvrtc, arch).unwrap_or_else(|e| panic!("{arch}: {e:#}"));
+        assert!(size > 1000, "{arch}: a {size}-byte binary");
+    }
+    let msg = format!("{:#}", nvrtc_compile(&nvrtc, "sm_1").unwrap_err());
+    assert!(msg.contains("NVRTC"), "{msg}");
 }

@@ -444,31 +444,9 @@ fn tiny_bert_trains_through_the_emulated_cuda_kernels_as_through_the_composite_p
     }
 }
 
-/// libnvrtc from the torch wheel (site-packages/nvidia/cu13/lib), or None.
-fn venv_nvrtc() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("MLPERF_RUN_NVRTC") {
-        return Some(PathBuf::from(p));
-    }
-    let venv = std::env::var_os("MLPERF_RUN_VENV")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mlperf-run/venv"))
-        })?;
-    let lib = std::fs::read_dir(venv.join("lib")).ok()?;
-    for py in lib.flatten() {
-        let cand = py
-            .path()
-            .join("site-packages/nvidia/cu13/lib/libnvrtc.so.13");
-        if cand.exists() {
-            return Some(cand);
-        }
-    }
-    None
-}
-
 #[test]
 fn cuda_kernels_compile_with_nvrtc_for_sm80_and_sm90() {
-    let Some(nvrtc) = venv_nvrtc() else {
+    let Some(nvrtc) = common::venv_nvrtc() else {
         eprintln!(
             "SKIP cuda_kernels_compile_with_nvrtc_for_sm80_and_sm90: no libnvrtc.so.13 in the \
              torch venv (a CPU-only torch?); set MLPERF_RUN_NVRTC=/path/to/libnvrtc.so"

@@ -145,7 +145,8 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let (on_gpu, loaded) = loader.decoder_split();
+    let stats = loader.stats();
+    let (on_gpu, loaded) = (stats.decoded_on_gpu, stats.loaded);
     if args.json {
         let line = serde_json::json!({
             "impl": format!(
@@ -165,6 +166,8 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
             "hw_decoder_load": loader.hw_decoder_load(),
             "nvjpeg_backend": loader.nvjpeg_backend(),
             "engine_only": args.engine_only,
+            "arena_mb_per_batch": (stats.ragged_batches > 0)
+                .then(|| stats.ragged_bytes as f64 / stats.ragged_batches as f64 / 1e6),
             "decoded_on_gpu": on_gpu,
             "decoded": loaded,
             "psnr_vs_cpu_worst_db": psnr_worst.filter(|p| p.is_finite()),

@@ -20,7 +20,7 @@ use super::loader::{DeviceCrop, EngineJob};
 use super::region::JpegHeader;
 use crate::gpu::transfer::Transfer;
 use crate::shim::error::call;
-use crate::shim::ragged_resize::mr_ragged_resize;
+use crate::shim::ragged_resize::{mr_ragged_nvrtc_compile, mr_ragged_resize};
 use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 
@@ -432,6 +432,21 @@ pub fn ragged_arena(
     Ok((arena, layout))
 }
 
+
+/// Compiles the ragged kernels (`shim/ragged_resize.cu`) with NVRTC loaded from `nvrtc` for
+/// `arch` (`sm_XY`: a CUBIN, `compute_XY`: PTX); returns the binary's size, after checking that
+/// every kernel the host launches is in it. Needs no GPU: CI uses it to catch errors in the
+/// kernel source.
+pub fn nvrtc_compile(nvrtc: &std::path::Path, arch: &str) -> Result<usize> {
+    let path = std::ffi::CString::new(nvrtc.to_string_lossy().as_bytes())?;
+    let arch_c = std::ffi::CString::new(arch)?;
+    let mut size = 0usize;
+    // SAFETY: valid C strings and out-pointers for the call.
+    call("", |err| unsafe {
+        mr_ragged_nvrtc_compile(path.as_ptr(), arch_c.as_ptr(), &mut size, err)
+    })?;
+    Ok(size)
+}
 
 /// Undo the normalisation of [`DeviceAugment::apply_ragged`]'s output: `[n, size, size, 3]` f32 pixel
 /// values (0..255 up to rounding), for comparisons with the CPU path's u8 crops.

@@ -316,6 +316,9 @@ struct Shared {
     decoded_on_gpu: AtomicU64,
     /// Images loaded (decoded by either decoder), for the decoder split.
     loaded: AtomicU64,
+    /// Device-augmented batches built, and their arenas' bytes (every region), for the report.
+    ragged_batches: AtomicU64,
+    ragged_bytes: AtomicU64,
 }
 
 /// A data loader over one ImageFolder for one rank. Cheap to iterate many epochs; the worker
@@ -386,6 +389,8 @@ impl Loader {
             hw_load,
             decoded_on_gpu: AtomicU64::new(0),
             loaded: AtomicU64::new(0),
+            ragged_batches: AtomicU64::new(0),
+            ragged_bytes: AtomicU64::new(0),
         };
         Ok(Loader {
             shared: Arc::new(shared),
@@ -411,13 +416,16 @@ impl Loader {
         self.shared.decoder_note.as_deref()
     }
 
-    /// The decoder split so far: (images decoded by nvJPEG, images loaded in all). With the CPU
-    /// decoders the first is 0.
-    pub fn decoder_split(&self) -> (u64, u64) {
-        (
-            self.shared.decoded_on_gpu.load(Ordering::Relaxed),
-            self.shared.loaded.load(Ordering::Relaxed),
-        )
+    /// What the decoders did so far ([`DecoderStats`]).
+    pub fn stats(&self) -> DecoderStats {
+        let s = &self.shared;
+        DecoderStats {
+            decoded_on_gpu: s.decoded_on_gpu.load(Ordering::Relaxed),
+            loaded: s.loaded.load(Ordering::Relaxed),
+            ragged_batches: s.ragged_batches.load(Ordering::Relaxed),
+            ragged_bytes: s.ragged_bytes.load(Ordering::Relaxed),
+            nvjpeg_backend: self.nvjpeg_backend(),
+        }
     }
 
     /// The nvJPEG backend in use ("hardware JPEG decoder" or "CUDA decoder"), when nvJPEG is.
@@ -510,6 +518,55 @@ impl Loader {
             iter.spawn_next();
         }
         iter
+    }
+}
+
+/// What a loader's decoders did so far: the decoder split, the device-augmented batches' arena
+/// sizes and the nvJPEG backend, for a run's report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecoderStats {
+    /// Images nvJPEG decoded.
+    pub decoded_on_gpu: u64,
+    /// Images loaded (decoded by either decoder).
+    pub loaded: u64,
+    /// Device-augmented (ragged) batches built, and their arenas' bytes in all.
+    pub ragged_batches: u64,
+    pub ragged_bytes: u64,
+    /// The nvJPEG backend in use, if any.
+    pub nvjpeg_backend: Option<&'static str>,
+}
+
+impl DecoderStats {
+    /// The sum of two loaders' statistics (the backend of either).
+    pub fn plus(self, o: DecoderStats) -> DecoderStats {
+        DecoderStats {
+            decoded_on_gpu: self.decoded_on_gpu + o.decoded_on_gpu,
+            loaded: self.loaded + o.loaded,
+            ragged_batches: self.ragged_batches + o.ragged_batches,
+            ragged_bytes: self.ragged_bytes + o.ragged_bytes,
+            nvjpeg_backend: self.nvjpeg_backend.or(o.nvjpeg_backend),
+        }
+    }
+
+    /// One line for a report: the split, the backend and the mean arena.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "decoder split: {} of {} images decoded by nvJPEG ({:.1}%), the rest by the CPU \
+             decoder",
+            self.decoded_on_gpu,
+            self.loaded,
+            100.0 * self.decoded_on_gpu as f64 / self.loaded.max(1) as f64
+        );
+        if let Some(b) = self.nvjpeg_backend {
+            s.push_str(&format!("; nvJPEG backend: {b}"));
+        }
+        if self.ragged_batches > 0 {
+            s.push_str(&format!(
+                "; device arena {:.1} MB per batch (ragged regions, no padding)",
+                self.ragged_bytes as f64 / self.ragged_batches as f64 / 1e6
+            ));
+        }
+        s
     }
 }
 
@@ -889,6 +946,14 @@ fn build_device_batch(
         images.extend_from_slice(&r.image.pixels);
         order.push(*index);
     }
+    shared.ragged_batches.fetch_add(1, Ordering::Relaxed);
+    shared.ragged_bytes.fetch_add(
+        crops
+            .iter()
+            .map(|c| c.width as u64 * c.height as u64 * 3)
+            .sum(),
+        Ordering::Relaxed,
+    );
     let engine = match (&shared.nvjpeg, engine.is_empty()) {
         (Some(gpu), false) => Some(EngineJob {
             decoder: gpu.clone(),
