@@ -132,8 +132,19 @@ int mr_tensor_record_stream(const at::Tensor* t, const MrStream* s, char** err) 
   });
 }
 
+// dst.copy_(src, non_blocking=true): from pinned host memory, queued on the current stream
+// without waiting for it (tch's copy_ blocks).
+int mr_copy_nonblocking(const at::Tensor* dst, const at::Tensor* src, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(dst != nullptr && src != nullptr && dst->defined() && src->defined(),
+                "device shim: copy between undefined tensors");
+    dst->copy_(*src, /*non_blocking=*/true);
+  });
+}
+
 // An uninitialised 1-d host tensor of `numel` elements in page-locked (pinned) memory from
-// libtorch's caching host allocator. dtype: 0 = uint8, 1 = int64, 2 = float32, 3 = int32.
+// libtorch's caching host allocator. dtype: 0 = uint8, 1 = int64, 2 = float32, 3 = int32,
+// 4 = float64.
 int mr_empty_pinned(int64_t numel, int dtype, at::Tensor** out, char** err) {
   return mr::catching(err, kWhat, [&] {
     at::ScalarType st;
@@ -142,6 +153,7 @@ int mr_empty_pinned(int64_t numel, int dtype, at::Tensor** out, char** err) {
       case 1: st = at::kLong; break;
       case 2: st = at::kFloat; break;
       case 3: st = at::kInt; break;
+      case 4: st = at::kDouble; break;
       default: TORCH_CHECK(false, "device shim: unknown dtype code ", dtype);
     }
     *out = new at::Tensor(

@@ -8,7 +8,7 @@ use std::os::raw::c_int;
 use tch::{Device, Kind, Tensor};
 
 use crate::shim::cuda::{
-    mr_empty_pinned, mr_event_block, mr_event_free, mr_event_new, mr_event_query, mr_event_record,
+    mr_copy_nonblocking, mr_empty_pinned, mr_event_block, mr_event_free, mr_event_new, mr_event_query, mr_event_record,
     mr_get_cudnn_benchmark, mr_get_tf32, mr_set_cudnn_benchmark, mr_set_device, mr_set_tf32,
     mr_stream_current, mr_stream_exchange, mr_stream_free, mr_stream_from_pool, mr_stream_native,
     mr_stream_synchronize, mr_tensor_record_stream, MrEvent, MrStream,
@@ -214,6 +214,15 @@ pub fn record_stream(t: &Tensor, stream: &Stream) -> Result<()> {
     })
 }
 
+/// `dst.copy_(src)` without waiting: from pinned host memory to the device it is queued on the
+/// current stream and the host goes on (tch's `copy_` blocks until the copy is done).
+pub fn copy_nonblocking(dst: &Tensor, src: &Tensor) -> Result<()> {
+    // SAFETY: live tensors; the shim checks them.
+    call("non-blocking copy", |e| unsafe {
+        mr_copy_nonblocking(dst.as_ptr(), src.as_ptr(), e)
+    })
+}
+
 /// An uninitialised 1-d host tensor of `numel` elements in pinned (page-locked) memory from
 /// libtorch's caching host allocator: the source of asynchronous host-to-device copies.
 pub fn empty_pinned(numel: usize, kind: Kind) -> Result<Tensor> {
@@ -222,6 +231,7 @@ pub fn empty_pinned(numel: usize, kind: Kind) -> Result<Tensor> {
         Kind::Int64 => 1,
         Kind::Float => 2,
         Kind::Int => 3,
+        Kind::Double => 4,
         other => bail!("pinned buffers of {other:?} are not supported"),
     };
     let mut t = std::ptr::null_mut();

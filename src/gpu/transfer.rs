@@ -60,11 +60,9 @@ impl Transfer {
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), pinned.data_ptr() as *mut T, data.len());
         }
-        // non-blocking from pinned memory, queued on the current (copy) stream
-        let _ = pinned
-            .f_view(dst.size().as_slice())?
-            .f_internal_copy_from(dst, true)?;
-        Ok(())
+        // non-blocking from pinned memory, queued on the current (copy) stream; the host
+        // allocator keeps the pinned block until the copy has finished
+        cuda::copy_nonblocking(dst, &pinned.f_view(dst.size().as_slice())?)
     }
 
     /// `data` as a tensor of `shape` on the device: on CUDA through a pinned staging buffer and

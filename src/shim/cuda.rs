@@ -32,6 +32,7 @@ extern "C" {
     pub fn mr_event_query(e: *const MrEvent, done: *mut c_int, err: Err) -> c_int;
     pub fn mr_event_free(e: *mut MrEvent);
     pub fn mr_tensor_record_stream(t: *const C_tensor, s: *const MrStream, err: Err) -> c_int;
+    pub fn mr_copy_nonblocking(dst: *const C_tensor, src: *const C_tensor, err: Err) -> c_int;
     pub fn mr_empty_pinned(numel: i64, dtype: c_int, out: *mut *mut C_tensor, err: Err) -> c_int;
     pub fn mr_set_tf32(matmul: c_int, cudnn: c_int, err: Err) -> c_int;
     pub fn mr_get_tf32(matmul: *mut c_int, cudnn: *mut c_int, err: Err) -> c_int;
