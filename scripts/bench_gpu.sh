@@ -131,7 +131,8 @@
 #                LayerNorm epilogues only, mlperf-run all-methods, Hugging Face; e: decoder cpu,
 #                decoder nvjpeg, the engine alone, torchvision decode_jpeg gpu), for a call with
 #                little device time; `data`: the ResNet data path's targets alone (a: only
-#                mlperf-run fp16 all-methods, the step b) is compared with; b and e as targets)
+#                mlperf-run fp16 all-methods, the step b) is compared with; b and e as targets);
+#                `run`: a) as in `data`, b) the nvJPEG run alone, e) decoder nvjpeg alone
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager
 #                (ResNet-50), and one BERT-Large step's kernels by class, ours vs Hugging Face
 #   --out DIR    results: table.txt, results.json, results.csv, results.jsonl, env.txt, and the
@@ -195,7 +196,8 @@ case "$sides" in
   targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-ln all hf)
     B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   data) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
-  *) die "--sides is all, targets or data, not $sides" ;;
+  run) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run); E_SIDES=(nvjpeg) ;;
+  *) die "--sides is all, targets, data or run, not $sides" ;;
 esac
 want() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
 [ "$smoke" = 1 ] && [ -z "${rounds_given:-}" ] && rounds=1

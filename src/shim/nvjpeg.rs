@@ -12,6 +12,9 @@ pub(crate) type State = *mut c_void;
 pub(crate) type Params = *mut c_void;
 pub(crate) type JpegStream = *mut c_void;
 pub(crate) type CudaStream = *mut c_void;
+pub(crate) type CudaEvent = *mut c_void;
+/// cudaEventDisableTiming
+pub(crate) const CUDA_EVENT_DISABLE_TIMING: c_uint = 2;
 
 pub(crate) const NVJPEG_BACKEND_DEFAULT: c_int = 0;
 pub(crate) const NVJPEG_BACKEND_HARDWARE: c_int = 3;
@@ -55,6 +58,9 @@ pub(crate) type FnCudaDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
 pub(crate) type FnCudaGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 pub(crate) type FnCudaSetDevice = unsafe extern "C" fn(c_int) -> c_int;
 pub(crate) type FnCudaErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+pub(crate) type FnCudaEventCreate = unsafe extern "C" fn(*mut CudaEvent, c_uint) -> c_int;
+pub(crate) type FnCudaEventRecord = unsafe extern "C" fn(CudaEvent, CudaStream) -> c_int;
+pub(crate) type FnCudaEventOp = unsafe extern "C" fn(CudaEvent) -> c_int;
 /// cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream)
 pub(crate) type FnCudaMemcpy2DAsync = unsafe extern "C" fn(
     *mut c_void,
@@ -107,6 +113,10 @@ pub(crate) struct Api {
     pub(crate) cuda_set_device: FnCudaSetDevice,
     pub(crate) cuda_error_string: FnCudaErrorString,
     pub(crate) cuda_memcpy_2d_async: FnCudaMemcpy2DAsync,
+    pub(crate) cuda_event_create: FnCudaEventCreate,
+    pub(crate) cuda_event_record: FnCudaEventRecord,
+    pub(crate) cuda_event_sync: FnCudaEventOp,
+    pub(crate) cuda_event_destroy: FnCudaEventOp,
     pub(crate) cuda_device_props: Option<FnCudaDeviceProps>,
     pub(crate) batched: FnBatched,
     pub(crate) image_info: FnImageInfo,
@@ -158,6 +168,10 @@ impl Api {
             cuda_set_device: symbol(&cudart, r, "cudaSetDevice")?,
             cuda_error_string: symbol(&cudart, r, "cudaGetErrorString")?,
             cuda_memcpy_2d_async: symbol(&cudart, r, "cudaMemcpy2DAsync")?,
+            cuda_event_create: symbol(&cudart, r, "cudaEventCreateWithFlags")?,
+            cuda_event_record: symbol(&cudart, r, "cudaEventRecord")?,
+            cuda_event_sync: symbol(&cudart, r, "cudaEventSynchronize")?,
+            cuda_event_destroy: symbol(&cudart, r, "cudaEventDestroy")?,
             // CUDA 12 and later spell it _v2; the name is only for the default split and logs
             cuda_device_props: symbol(&cudart, r, "cudaGetDeviceProperties_v2")
                 .or_else(|_| symbol(&cudart, r, "cudaGetDeviceProperties"))

@@ -284,7 +284,7 @@ fn prefetch(
             );
         }
         let y = t.tensor(&b.labels, &[b.len() as i64])?;
-        let x = augment.ragged_batch(&b.crops, &b.images, b.engine.as_ref(), b.size as u32, t)?;
+        let x = augment.ragged_batch(&b.crops, &b.images, b.engine, b.size as u32, t)?;
         Ok((x, y))
     })
 }

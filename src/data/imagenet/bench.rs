@@ -215,10 +215,10 @@ fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> R
             move |b: super::Batch, t| {
                 let y = t.tensor(&b.labels, &[b.len() as i64])?;
                 if engine_only {
-                    let (arena, _) = ragged_arena(&b.crops, &b.images, b.engine.as_ref(), t)?;
+                    let (arena, _) = ragged_arena(&b.crops, &b.images, b.engine, t)?;
                     return Ok((arena, y));
                 }
-                let x = aug.ragged_batch(&b.crops, &b.images, b.engine.as_ref(), b.size, t)?;
+                let x = aug.ragged_batch(&b.crops, &b.images, b.engine, b.size, t)?;
                 Ok((x, y))
             },
         )?;
@@ -252,7 +252,7 @@ fn check_against(
     // the decode, the copies and the kernels all on the transfer's stream, as in the hand-off
     let _on_stream = t.stream().map(Stream::enter).transpose()?;
     let pixels = |b: &super::Batch| -> Result<Tensor> {
-        let x = aug.ragged_batch(&b.crops, &b.images, b.engine.as_ref(), b.size, &t)?;
+        let x = aug.ragged_batch(&b.crops, &b.images, b.engine.clone(), b.size, &t)?;
         let x = denormalize(&x)?;
         crate::gpu::cuda::synchronize(device);
         Ok(x)

@@ -17,6 +17,7 @@
 //! ragged kernels are checked against.
 
 use super::loader::{DeviceCrop, EngineJob};
+use super::nvjpeg::DecodeFailure;
 use super::region::JpegHeader;
 use crate::gpu::transfer::Transfer;
 use crate::shim::error::call;
@@ -233,7 +234,7 @@ impl DeviceAugment {
         &self,
         crops: &[DeviceCrop],
         host: &[u8],
-        engine: Option<&EngineJob>,
+        engine: Option<EngineJob>,
         size: u32,
         t: &Transfer,
     ) -> Result<Tensor> {
@@ -362,11 +363,11 @@ impl DeviceAugment {
 pub fn ragged_arena(
     crops: &[DeviceCrop],
     host: &[u8],
-    engine: Option<&EngineJob>,
+    engine: Option<EngineJob>,
     t: &Transfer,
 ) -> Result<(Tensor, RaggedLayout)> {
     let layout = RaggedLayout::of(crops)?;
-    let on_engine = engine.map_or(0, |e| e.jpegs.len());
+    let on_engine = engine.as_ref().map_or(0, |e| e.jpegs.len());
     if on_engine > layout.len() {
         bail!(
             "a batch of {} images has {on_engine} for the JPEG engine",
@@ -383,7 +384,7 @@ pub fn ragged_arena(
     }
     let arena = match engine.filter(|_| on_engine > 0) {
         None => t.tensor(host, &[host.len() as i64])?,
-        Some(e) => {
+        Some(EngineJob { decoder, jpegs }) => {
             let arena = Tensor::f_empty([layout.bytes as i64], (Kind::Uint8, t.device()))?;
             let decoded = match t.stream() {
                 Some(stream) => {
@@ -392,22 +393,26 @@ pub fn ragged_arena(
                     // every engine image's place (the layout's offsets); it is written only by
                     // this stream's work until the hand-off's event.
                     unsafe {
-                        e.decoder.decode_into(
-                            &e.items(),
+                        decoder.decode_into(
+                            jpegs,
                             arena.data_ptr() as *mut u8,
                             &layout.offsets[..on_engine],
                             native,
                         )
                     }
                 }
-                None => Err("the JPEG engine decodes on a CUDA device only".to_string()),
+                None => Err(DecodeFailure {
+                    why: "the JPEG engine decodes on a CUDA device only".to_string(),
+                    jpegs,
+                }),
             };
-            if let Err(why) = decoded {
+            if let Err(failed) = decoded {
                 crate::util::logging::warn_once(&format!(
-                    "nvJPEG failed on a batch ({why}); decoding such batches on the CPU"
+                    "nvJPEG failed on a batch ({}); decoding such batches on the CPU",
+                    failed.why
                 ));
                 let mut pixels = Vec::with_capacity(engine_bytes);
-                for (bytes, plan) in &e.jpegs {
+                for (bytes, plan) in &failed.jpegs {
                     let want = plan.width as usize * plan.height as usize * 3;
                     match JpegHeader::read(bytes).and_then(|h| h.decode(plan)) {
                         Ok(img) if img.pixels.len() == want => {

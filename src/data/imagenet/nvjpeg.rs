@@ -191,14 +191,38 @@ struct Parser {
     params: Params,
 }
 
-/// What the batched decode keeps between batches.
-struct BatchDecoder {
+/// Batched decodes that may be in flight at once (the hand-off runs a few batches ahead): each
+/// has a slot of its own, reused only after its last decode has finished on the device.
+const DECODE_SLOTS: usize = 3;
+
+/// One batched decode's state, as nvImageCodec and DALI keep it: the engine reads its inputs and
+/// uses its state asynchronously, so neither is touched again until its event has passed.
+struct DecodeSlot {
     state: State,
     /// One parameter object (ROI, output format) per image of the largest batch so far.
     params: Vec<Params>,
-    /// The CUDA backend's whole images (it has no batched ROI): a device buffer, grown as needed.
+    /// Recorded on the decode's stream after it.
+    event: CudaEvent,
+    recorded: bool,
+    /// The files of the decode in flight, kept alive until the event has passed.
+    inputs: Vec<(Vec<u8>, RegionPlan)>,
+}
+
+/// What the batched decode keeps between batches.
+struct BatchDecoder {
+    slots: Vec<DecodeSlot>,
+    /// The slot the next batch uses.
+    next: usize,
+    /// The CUDA backend's whole images (it has no batched ROI): a device buffer, grown as needed
+    /// (used in stream order).
     scratch: *mut c_void,
     scratch_bytes: usize,
+}
+
+/// A batch nvJPEG could not decode: why, and its files back for the CPU decoder.
+pub struct DecodeFailure {
+    pub why: String,
+    pub jpegs: Vec<(Vec<u8>, RegionPlan)>,
 }
 
 // SAFETY: the raw handles are used under the mutexes above, or (the handle) by nvJPEG's
@@ -322,8 +346,8 @@ impl Nvjpeg {
             handle,
             parsers: Mutex::new(Vec::new()),
             decoder: Mutex::new(BatchDecoder {
-                state: std::ptr::null_mut(),
-                params: Vec::new(),
+                slots: Vec::new(),
+                next: 0,
                 scratch: std::ptr::null_mut(),
                 scratch_bytes: 0,
             }),
@@ -332,15 +356,38 @@ impl Nvjpeg {
             backend,
             library: nv_path,
         };
-        let mut state: State = std::ptr::null_mut();
-        // SAFETY: live handle; out-pointer valid. Drop frees it.
-        let rc = unsafe { (me.api.state_create)(me.handle, &mut state) };
-        me.check(rc, "nvjpegJpegStateCreate")?;
-        me.decoder
+        // the first slot now: a state nvJPEG cannot create is an error at load, not mid-run
+        let d = me
+            .decoder
             .get_mut()
-            .map_err(|_| "the nvJPEG decoder's lock is poisoned".to_string())?
-            .state = state;
+            .map_err(|_| "the nvJPEG decoder's lock is poisoned".to_string())?;
+        let slot = Self::new_slot(&me.api, me.handle)?;
+        d.slots.push(slot);
         Ok(me)
+    }
+
+    /// A fresh decode slot: a JPEG state and an event.
+    fn new_slot(api: &Api, handle: Handle) -> Result<DecodeSlot, String> {
+        let mut slot = DecodeSlot {
+            state: std::ptr::null_mut(),
+            params: Vec::new(),
+            event: std::ptr::null_mut(),
+            recorded: false,
+            inputs: Vec::new(),
+        };
+        // SAFETY: live handle; out-pointers valid; a failure frees what was made.
+        unsafe {
+            let rc = (api.state_create)(handle, &mut slot.state);
+            if rc != 0 {
+                return Err(format!("nvjpegJpegStateCreate returned nvJPEG status {rc}"));
+            }
+            let rc = (api.cuda_event_create)(&mut slot.event, CUDA_EVENT_DISABLE_TIMING);
+            if rc != 0 {
+                (api.state_destroy)(slot.state);
+                return Err(format!("cudaEventCreateWithFlags: {}", cuda_error(api, rc)));
+            }
+        }
+        Ok(slot)
     }
 
     /// The CUDA device it decodes on.
@@ -478,44 +525,91 @@ impl Nvjpeg {
         (rc == 0 && w[0] > 0 && h[0] > 0).then_some((w[0] as u32, h[0] as u32))
     }
 
-    /// Decode each item's `plan` region (full scale) into device memory: item `k`'s
+    /// Decode each file's `plan` region (full scale) into device memory: file `k`'s
     /// `plan.width * plan.height * 3` bytes of interleaved RGB at `arena + offsets[k]`, queued
     /// on the CUDA stream `stream` of the decoder's GPU (the caller's: the hand-off's copy
-    /// stream). Nothing is copied back and the host does not wait for the device. Every item
-    /// must have passed [`Nvjpeg::supports`]; an `Err` means the batch as a whole failed (decode
-    /// it on the CPU).
+    /// stream). Nothing is copied back and the host does not wait for this decode: the files are
+    /// kept until the device has finished with them ([`DECODE_SLOTS`] batches in flight; the
+    /// host waits only when a slot's decode of that many batches ago is still running). Every
+    /// file must have passed [`Nvjpeg::supports`]; on failure the batch as a whole comes back
+    /// with the reason (decode it on the CPU).
     ///
     /// # Safety
     /// `arena` is device memory of the decoder's GPU holding every `offsets[k]` plus its region's
     /// bytes, alive and not written by other work until `stream` has passed this decode.
     pub unsafe fn decode_into(
         &self,
-        items: &[(&[u8], RegionPlan)],
+        jpegs: Vec<(Vec<u8>, RegionPlan)>,
         arena: *mut u8,
         offsets: &[usize],
         stream: *mut c_void,
-    ) -> Result<(), String> {
-        if items.is_empty() {
+    ) -> Result<(), DecodeFailure> {
+        if jpegs.is_empty() {
             return Ok(());
         }
-        if offsets.len() != items.len() || items.iter().any(|(_, p)| p.denom != 1) {
-            return Err("nvJPEG takes full-scale regions, one offset each".to_string());
+        let fail = |why: String, jpegs| Err(DecodeFailure { why, jpegs });
+        if offsets.len() != jpegs.len() || jpegs.iter().any(|(_, p)| p.denom != 1) {
+            return fail("nvJPEG takes full-scale regions, one offset each".into(), jpegs);
         }
-        self.use_gpu()?;
-        let mut d = self
-            .decoder
-            .lock()
-            .map_err(|_| "the nvJPEG decoder's lock is poisoned".to_string())?;
-        match self.backend {
-            Backend::Hardware => self.decode_regions_on_engine(&mut d, items, arena, offsets, stream),
-            Backend::Cuda => self.decode_whole_then_cut(&mut d, items, arena, offsets, stream),
+        if let Err(why) = self.use_gpu() {
+            return fail(why, jpegs);
+        }
+        let Ok(mut d) = self.decoder.lock() else {
+            return fail("the nvJPEG decoder's lock is poisoned".into(), jpegs);
+        };
+        let d = &mut *d;
+        if d.slots.len() < DECODE_SLOTS && d.next >= d.slots.len() {
+            match Self::new_slot(&self.api, self.handle) {
+                Ok(slot) => d.slots.push(slot),
+                // fewer slots in flight: reuse the oldest
+                Err(_) => d.next = 0,
+            }
+        }
+        let k = d.next % d.slots.len();
+        d.next = (k + 1) % DECODE_SLOTS;
+        let slot = &mut d.slots[k];
+        if slot.recorded {
+            // the slot's previous decode (DECODE_SLOTS batches ago) must be over before its
+            // state and inputs are reused: normally long done, so no wait
+            // SAFETY: a live event.
+            let rc = (self.api.cuda_event_sync)(slot.event);
+            if rc != 0 {
+                return fail(format!("cudaEventSynchronize: {}", cuda_error(&self.api, rc)), jpegs);
+            }
+            slot.recorded = false;
+        }
+        slot.inputs.clear();
+        let items: Vec<(&[u8], RegionPlan)> = jpegs.iter().map(|(b, p)| (b.as_slice(), *p)).collect();
+        let done = match self.backend {
+            Backend::Hardware => self.decode_regions_on_engine(slot, &items, arena, offsets, stream),
+            Backend::Cuda => {
+                let (scratch, bytes) = (&mut d.scratch, &mut d.scratch_bytes);
+                let slot = &mut d.slots[k];
+                self.decode_whole_then_cut(slot, scratch, bytes, &items, arena, offsets, stream)
+            }
+        };
+        drop(items);
+        let slot = &mut d.slots[k];
+        // SAFETY: a live event, recorded after the decode's work on its stream.
+        let rc = (self.api.cuda_event_record)(slot.event, stream);
+        slot.recorded = rc == 0;
+        match done {
+            Ok(()) => {
+                slot.inputs = jpegs;
+                Ok(())
+            }
+            Err(why) => {
+                // whatever was queued may still read the files: the slot keeps a copy
+                slot.inputs = jpegs.clone();
+                fail(why, jpegs)
+            }
         }
     }
 
     /// The hardware engine's batched ROI decode, each region straight to its arena place.
     fn decode_regions_on_engine(
         &self,
-        d: &mut BatchDecoder,
+        d: &mut DecodeSlot,
         items: &[(&[u8], RegionPlan)],
         arena: *mut u8,
         offsets: &[usize],
@@ -569,9 +663,12 @@ impl Nvjpeg {
     /// The CUDA decoder's path (no engine, no batched ROI): nvJPEG's batched decode of whole
     /// images into the scratch buffer, then each plan's region copied to its arena place on the
     /// device (a 2-D copy on the same stream).
+    #[allow(clippy::too_many_arguments)]
     fn decode_whole_then_cut(
         &self,
-        d: &mut BatchDecoder,
+        d: &mut DecodeSlot,
+        scratch: &mut *mut c_void,
+        scratch_bytes: &mut usize,
         items: &[(&[u8], RegionPlan)],
         arena: *mut u8,
         offsets: &[usize],
@@ -589,12 +686,12 @@ impl Nvjpeg {
             .iter()
             .map(|&(w, h)| w as usize * h as usize * 3)
             .collect();
-        self.ensure_scratch(d, sizes.iter().sum())?;
+        self.ensure_scratch(scratch, scratch_bytes, sizes.iter().sum())?;
         let mut wholes = Vec::with_capacity(items.len());
         let mut at = 0usize;
         for (&(w, _), &size) in dims.iter().zip(&sizes) {
             // SAFETY: at + size <= the sum of sizes <= scratch_bytes.
-            wholes.push(rgb_image(unsafe { (d.scratch as *mut u8).add(at) }, w));
+            wholes.push(rgb_image(unsafe { (*scratch as *mut u8).add(at) }, w));
             at += size;
         }
         let (data, lengths): (Vec<*const u8>, Vec<usize>) =
@@ -639,7 +736,7 @@ impl Nvjpeg {
         Ok(())
     }
 
-    fn ensure_params(&self, d: &mut BatchDecoder, n: usize) -> Result<(), String> {
+    fn ensure_params(&self, d: &mut DecodeSlot, n: usize) -> Result<(), String> {
         while d.params.len() < n {
             let mut p: Params = std::ptr::null_mut();
             // SAFETY: live handle; out-pointer valid.
@@ -650,31 +747,36 @@ impl Nvjpeg {
         Ok(())
     }
 
-    fn ensure_scratch(&self, d: &mut BatchDecoder, bytes: usize) -> Result<(), String> {
-        if bytes <= d.scratch_bytes {
+    fn ensure_scratch(
+        &self,
+        scratch: &mut *mut c_void,
+        scratch_bytes: &mut usize,
+        bytes: usize,
+    ) -> Result<(), String> {
+        if bytes <= *scratch_bytes {
             return Ok(());
         }
-        if !d.scratch.is_null() {
+        if !scratch.is_null() {
             // SAFETY: allocated by cudaMalloc below (cudaFree waits for the device's work).
-            unsafe { (self.api.cuda_free)(d.scratch) };
-            d.scratch = std::ptr::null_mut();
-            d.scratch_bytes = 0;
+            unsafe { (self.api.cuda_free)(*scratch) };
+            *scratch = std::ptr::null_mut();
+            *scratch_bytes = 0;
         }
         let bytes = bytes.next_power_of_two();
         // SAFETY: out-pointer valid.
-        let rc = unsafe { (self.api.cuda_malloc)(&mut d.scratch, bytes) };
+        let rc = unsafe { (self.api.cuda_malloc)(scratch, bytes) };
         if rc != 0 {
             return Err(format!(
                 "cudaMalloc of {bytes} bytes: {}",
                 cuda_error(&self.api, rc)
             ));
         }
-        d.scratch_bytes = bytes;
+        *scratch_bytes = bytes;
         Ok(())
     }
 
     /// nvjpegDecodeBatchedInitialize for `n` images of interleaved RGB, one CPU thread.
-    fn begin_batch(&self, d: &BatchDecoder, n: usize) -> Result<(), String> {
+    fn begin_batch(&self, d: &DecodeSlot, n: usize) -> Result<(), String> {
         // SAFETY: live handle and state.
         let rc = unsafe {
             (self.api.batched_init)(self.handle, d.state, n as c_int, 1, NVJPEG_OUTPUT_RGBI)
@@ -734,11 +836,16 @@ impl Drop for Nvjpeg {
                 }
             }
             if let Ok(d) = self.decoder.get_mut() {
-                for &p in &d.params {
-                    (self.api.params_destroy)(p);
-                }
-                if !d.state.is_null() {
-                    (self.api.state_destroy)(d.state);
+                for slot in d.slots.drain(..) {
+                    if slot.recorded {
+                        // the device may still read the slot's state and files
+                        (self.api.cuda_event_sync)(slot.event);
+                    }
+                    (self.api.cuda_event_destroy)(slot.event);
+                    for &p in &slot.params {
+                        (self.api.params_destroy)(p);
+                    }
+                    (self.api.state_destroy)(slot.state);
                 }
                 if !d.scratch.is_null() {
                     (self.api.cuda_free)(d.scratch);
