@@ -369,6 +369,15 @@ impl ResnetRunConfig {
                 );
             }
         }
+        if self.data.decoder == crate::data::imagenet::Decoder::Nvjpeg
+            && self.data.augment != crate::data::imagenet::Augment::Gpu
+        {
+            bail!(
+                "data.decoder = \"nvjpeg\" decodes into GPU memory, for crops resized on the \
+                 device: set data.augment = \"gpu\" (or data.decoder = \"cpu\" to decode and \
+                 resize on the host)"
+            );
+        }
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
         }

@@ -108,6 +108,21 @@ hw_decoder_load = 1.5
         e.contains("data.hw_decoder_load") && e.contains("0..1"),
         "{e}"
     );
+    // nvJPEG decodes into device memory: without the crops resized there it is refused
+    let e = err(
+        &text.replace(
+            "[data]
+",
+            "[data]
+decoder = \"nvjpeg\"
+",
+        ),
+        Division::Open,
+    );
+    assert!(
+        e.contains("data.decoder") && e.contains("data.augment = \"gpu\""),
+        "{e}"
+    );
     let ok = text.replace(
         "[data]
 ",
