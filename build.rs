@@ -159,7 +159,10 @@ fn generate_kernel_includes() -> PathBuf {
     let ragged = Path::new("shim/ragged_resize.cu");
     let ragged_text = std::fs::read_to_string(ragged)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", ragged.display()));
-    write("ragged_resize_cu.inc", raw_string_literal(ragged, &ragged_text));
+    write(
+        "ragged_resize_cu.inc",
+        raw_string_literal(ragged, &ragged_text),
+    );
     let abs = std::fs::canonicalize(source).expect("shim/fused_epilogue.cu exists");
     // dtype codes as in shim/fused_epilogue.cpp's type_name: 0 fp32, 1 bf16, 2 fp16
     let types = ["F32", "BF16", "F16"];

@@ -404,10 +404,7 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
   if (it != g_kernels.end()) return &it->second;
   if (g_status.load() < 0) return nullptr;
   try {
-    static mr::Nvrtc nvrtc = mr::open_nvrtc("");
     const Driver& d = driver();
-    // the module belongs to the current context: make sure it is the device's primary one
-    // (the one the CUDA runtime and so libtorch use)
     // c10's device-generic guard (exported code), not CUDAGuard, whose inline CUDA runtime calls
     // would need libcudart at link time (see graph.cpp)
     c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
@@ -422,25 +419,9 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
                  &capturing),
              "cuStreamIsCapturing");
     if (capturing != 0) return nullptr;
-    int dev = 0;
-    cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
-    CUcontext ctx = nullptr;
-    cu_check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
-    if (ctx == nullptr) {
-      cu_check(d.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-      cu_check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
-    }
-    // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR; a CUBIN for exactly this GPU
-    int major = 0, minor = 0;
-    cu_check(d.deviceGetAttribute(&major, 75, dev), "cuDeviceGetAttribute");
-    cu_check(d.deviceGetAttribute(&minor, 76, dev), "cuDeviceGetAttribute");
-    const std::string arch = "sm_" + std::to_string(major) + std::to_string(minor);
-    const std::string cubin = nvrtc_compile(nvrtc, arch, ht, rt, ot);
-    CUmodule module = nullptr;
-    cu_check(d.moduleLoadData(&module, cubin.data()), "cuModuleLoadData");
     Kernels k;
-    for (int i = 0; i < kKernelCount; ++i)
-      cu_check(d.moduleGetFunction(&k.f[i], module, kKernelNames[i]), "cuModuleGetFunction");
+    mr::load_kernels(device, source_for(ht, rt, ot), "mlperf_run_fused_epilogue.cu",
+                     "the fused epilogue kernels", kKernelNames, kKernelCount, k.f);
     g_status.store(1);
     return &g_kernels.emplace(key, k).first->second;
   } catch (const c10::Error& e) {
@@ -452,29 +433,11 @@ const Kernels* kernels_for(int device, int ht, int rt, int ot) {
 }
 
 
-// A driver-API launch needs a current context in the calling thread; the autograd engine's
-// device threads normally have the runtime's primary context current already (their ATen kernels
-// ran first), so this only binds it where none is (no host sync either way).
-void ensure_context(int device) {
-  const Driver& d = driver();
-  CUcontext ctx = nullptr;
-  cu_check(d.ctxGetCurrent(&ctx), "cuCtxGetCurrent");
-  if (ctx != nullptr) return;
-  int dev = 0;
-  cu_check(d.deviceGet(&dev, device), "cuDeviceGet");
-  cu_check(d.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  cu_check(d.ctxSetCurrent(ctx), "cuCtxSetCurrent");
-}
-
 void launch_function(CUfunction f, unsigned gx, unsigned gy, unsigned threads, void** args,
                      int device) {
-  // the tensors' device current (and its primary context bound) for the driver-API launch
-  c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
-  ensure_context(device);
   CUstream stream = static_cast<CUstream>(
       c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
-  cu_check(driver().launchKernel(f, gx, gy, 1, threads, 1, 1, 0, stream, args, nullptr),
-           "cuLaunchKernel (fused epilogue)");
+  mr::launch_kernel(device, f, gx, gy, threads, stream, args, "cuLaunchKernel (fused epilogue)");
 }
 
 bool cuda_kernels_ready(int device, int ht, int rt, int ot) {

@@ -195,11 +195,11 @@ void load_kernels(int device, const std::string& source, const char* file_name, 
   }
 }
 
-void launch_1d(int device, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
-               void** args, const char* what) {
+void launch_kernel(int device, CUfunction f, unsigned gx, unsigned gy, unsigned threads,
+                   CUstream stream, void** args, const char* what) {
   c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
   bind_primary_context(device);
-  cu_check(driver().launchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr), what);
+  cu_check(driver().launchKernel(f, gx, gy, 1, threads, 1, 1, 0, stream, args, nullptr), what);
 }
 
 }  // namespace mr

@@ -77,9 +77,11 @@ namespace mr {
 void load_kernels(int device, const std::string& source, const char* file_name, const char* what,
                   const char* const* names, int count, CUfunction* out);
 
-// Launches `f` on `stream` with a 1-D grid of `blocks` x `threads`, device `device` current and
-// its primary context bound on this thread; throws naming `what` on failure.
-void launch_1d(int device, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
-               void** args, const char* what);
+// Launches `f` on `stream` with a grid of gx x gy blocks of `threads`, device `device` current
+// and its primary context bound on this thread (a driver-API launch needs a current context; the
+// autograd engine's device threads normally have it already, so this only binds it where none
+// is, with no host sync); throws naming `what` on failure.
+void launch_kernel(int device, CUfunction f, unsigned gx, unsigned gy, unsigned threads,
+                   CUstream stream, void** args, const char* what);
 
 }  // namespace mr

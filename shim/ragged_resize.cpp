@@ -137,14 +137,14 @@ void run_cuda(const at::Tensor& arena, const at::Tensor& params, int64_t n, int6
   int ni = static_cast<int>(n), si = static_cast<int>(size);
   const unsigned threads = size >= 256 ? 256 : (size >= 128 ? 128 : 64);
   void* row_args[] = {&a, &p, &ni, &si, &s};
-  mr::launch_1d(device, m.f[0], static_cast<unsigned>(rows), threads, stream, row_args,
-                "cuLaunchKernel (ragged resize, rows)");
+  mr::launch_kernel(device, m.f[0], static_cast<unsigned>(rows), 1, threads, stream, row_args,
+                    "cuLaunchKernel (ragged resize, rows)");
   float m0 = mean[0], m1 = mean[1], m2 = mean[2], s0 = std_[0], s1 = std_[1], s2 = std_[2];
   void* o = out.data_ptr();
   void* col_args[] = {&s, &p, &si, &m0, &m1, &m2, &s0, &s1, &s2, &o};
   const int which = out.scalar_type() == at::kFloat ? 1 : (out.scalar_type() == at::kBFloat16 ? 2 : 3);
-  mr::launch_1d(device, m.f[which], static_cast<unsigned>(n * size), threads, stream, col_args,
-                "cuLaunchKernel (ragged resize, columns)");
+  mr::launch_kernel(device, m.f[which], static_cast<unsigned>(n * size), 1, threads, stream,
+                    col_args, "cuLaunchKernel (ragged resize, columns)");
   // the scratch is freed to the caching allocator at once; its reuse is ordered on this stream
 }
 #endif

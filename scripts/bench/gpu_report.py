@@ -315,7 +315,7 @@ PARTS = {
 }
 
 
-# Issue 13's targets on one H100: (part, our row, peer row or None, threshold). A peer row makes
+# The step targets on one H100 (ResNet-50 and BERT-Large steps): (part, our row, peer row or None, threshold). A peer row makes
 # the target the median over rounds of ours / peer; without one it is our median rate. Peers are
 # like for like: our fp16 rows against PyTorch's fp16 rows, our bf16 ones against bf16 ones.
 # A row that a call did not run reads "not measured" (a)'s bf16 all-methods row and its peer
@@ -414,7 +414,7 @@ def graph_lines(pr, sides):
 
 def target_lines(recs, on_gpu):
     """The table's last block: each of TARGETS and the GPU busy target, met or missed."""
-    out = ["", "targets (issue 13, one H100)" + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
+    out = ["", "step targets (ResNet-50 and BERT-Large steps, one H100)" + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
     verdict = lambda v, t: "not measured" if v is None else ("met" if v >= t else "MISSED")
     tw = max([66] + [len(o) + (len(p) + 3 if p else 0) + 1 for _, o, p, _ in TARGETS])
     for part, ours, peer, t in TARGETS:
@@ -442,7 +442,7 @@ def target_lines(recs, on_gpu):
     return out
 
 
-# Issue 33's targets on one H100 (part p): the packed run's sequences per second in its training
+# The packed BERT run's targets on one H100 (part p): the packed run's sequences per second in its training
 # blocks, its ratio to Hugging Face padded in the same call, its packed rows per second against its
 # own step benchmark of the same rows, and GPU busy in the training blocks.
 P_TARGETS = {"seq_per_s": 700.0, "over_hf": 2.5, "over_step": 0.95, "busy_pct": 97.0}

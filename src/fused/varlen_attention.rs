@@ -147,22 +147,56 @@ pub fn attention(
         Path::Emulated => Err(super::no_emulator("varlen attention")),
         Path::Reference => Ok(scatter(q, k, v, pack, p)),
         Path::Fast => varlen_flash(q, k, v, pack, p),
-        Path::Auto => match try_varlen(q, k, v, pack, p) {
+        Path::Auto => match try_varlen(q, k, v, pack, p, Fallback::Scatter) {
             Some(t) => Ok(t),
             None => Ok(scatter(q, k, v, pack, p)),
         },
     }
 }
 
+/// What runs instead of the varlen kernel: the scatter path (`methods.unpad`) or the rows'
+/// block-diagonal mask (`methods.packing`); the warning names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fallback {
+    Scatter,
+    BlockMask,
+}
+
+impl Fallback {
+    /// The method whose fallback it is, and the warning.
+    fn warning(self) -> (&'static str, &'static str) {
+        match self {
+            Fallback::Scatter => (
+                "unpad",
+                "FlashAttention's varlen kernel is not usable, using the scatter path (q, k, v \
+                 scattered to padded rows, SDPA with the key-padding mask) from now on",
+            ),
+            Fallback::BlockMask => (
+                "packing",
+                "FlashAttention's varlen kernel is not usable, using the rows' block-diagonal \
+                 mask (SDPA over each packed row, attention kept inside each sequence) from now on",
+            ),
+        }
+    }
+}
+
 /// [`Path::Auto`]'s kernel attempt: the varlen kernel's output when it is a candidate for
-/// these inputs and has not failed (self-checked before its first use), else None.
-fn try_varlen(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) -> Option<Tensor> {
+/// these inputs and has not failed (self-checked before its first use), else None (then the
+/// caller runs `fallback`, which a failure's warning names).
+fn try_varlen(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pack: &Packing,
+    p: f64,
+    fallback: Fallback,
+) -> Option<Tensor> {
     if !varlen_candidate(q) {
         return None;
     }
     CHECKED.get_or_init(|| {
         if let Err(err) = self_check(q.device(), q.kind()) {
-            give_up(&err);
+            give_up(&err, fallback);
         }
     });
     if VARLEN_FAILED.load(Ordering::Relaxed) {
@@ -171,7 +205,7 @@ fn try_varlen(q: &Tensor, k: &Tensor, v: &Tensor, pack: &Packing, p: f64) -> Opt
     match varlen_flash(q, k, v, pack, p) {
         Ok(t) => Some(t),
         Err(err) => {
-            give_up(&err);
+            give_up(&err, fallback);
             None
         }
     }
@@ -228,7 +262,7 @@ pub fn rows_attention(
 ) -> Result<Tensor> {
     let kernel = match path {
         Path::Fast => Some(varlen_flash(q, k, v, &rows.pack, p)?),
-        Path::Auto => try_varlen(q, k, v, &rows.pack, p),
+        Path::Auto => try_varlen(q, k, v, &rows.pack, p, Fallback::BlockMask),
         Path::Reference => None,
         Path::Emulated => return Err(super::no_emulator("varlen attention")),
     };
@@ -245,16 +279,12 @@ pub fn rows_attention(
     )
 }
 
-/// One warning, and the scatter path for the rest of the process.
-fn give_up(err: &anyhow::Error) {
+/// One warning naming the `fallback` that runs, and no varlen kernel for the rest of the process.
+fn give_up(err: &anyhow::Error, fallback: Fallback) {
     let why = format!("{err:#}");
     let _ = GAVE_UP.set(why.clone());
-    super::warn_fallback_once(
-        &VARLEN_FAILED,
-        "unpad",
-        "FlashAttention's varlen kernel is not usable, using the scatter path from now on",
-        || Some(why),
-    );
+    let (method, what) = fallback.warning();
+    super::warn_fallback_once(&VARLEN_FAILED, method, what, || Some(why));
 }
 
 /// Why [`Path::Auto`] gave up on the varlen kernel in this process, if it did.
@@ -342,6 +372,23 @@ pub fn varlen_failed() -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn each_fallback_warning_names_its_method_and_what_runs_instead() {
+        let (method, what) = Fallback::Scatter.warning();
+        assert_eq!(method, "unpad");
+        assert!(
+            what.contains("scatter path") && !what.contains("block"),
+            "{what}"
+        );
+        let (method, what) = Fallback::BlockMask.warning();
+        assert_eq!(method, "packing");
+        assert!(
+            what.contains("block-diagonal mask") && !what.contains("scatter"),
+            "{what}"
+        );
+    }
+
     use super::*;
 
     fn mask(lengths: &[i64], s: i64) -> Tensor {

@@ -8,10 +8,11 @@ use std::os::raw::c_int;
 use tch::{Device, Kind, Tensor};
 
 use crate::shim::cuda::{
-    mr_copy_nonblocking, mr_empty_pinned, mr_event_block, mr_event_free, mr_event_new, mr_event_query, mr_event_record,
-    mr_get_cudnn_benchmark, mr_get_tf32, mr_set_cudnn_benchmark, mr_set_device, mr_set_tf32,
-    mr_stream_current, mr_stream_exchange, mr_stream_free, mr_stream_from_pool, mr_stream_native,
-    mr_stream_synchronize, mr_tensor_record_stream, MrEvent, MrStream,
+    mr_copy_nonblocking, mr_empty_pinned, mr_event_block, mr_event_free, mr_event_new,
+    mr_event_query, mr_event_record, mr_get_cudnn_benchmark, mr_get_tf32, mr_set_cudnn_benchmark,
+    mr_set_device, mr_set_tf32, mr_stream_current, mr_stream_exchange, mr_stream_free,
+    mr_stream_from_pool, mr_stream_native, mr_stream_synchronize, mr_tensor_record_stream, MrEvent,
+    MrStream,
 };
 use crate::shim::error::call;
 

@@ -94,4 +94,3 @@ impl Transfer {
             .f_to_device_(self.device, T::KIND, true, false)?)
     }
 }
-

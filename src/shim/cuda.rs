@@ -20,11 +20,8 @@ extern "C" {
     pub fn mr_stream_current(index: c_int, out: *mut *mut MrStream, err: Err) -> c_int;
     pub fn mr_stream_exchange(s: *const MrStream, prev: *mut *mut MrStream, err: Err) -> c_int;
     pub fn mr_stream_synchronize(s: *const MrStream, err: Err) -> c_int;
-    pub fn mr_stream_native(
-        s: *const MrStream,
-        out: *mut *mut std::ffi::c_void,
-        err: Err,
-    ) -> c_int;
+    pub fn mr_stream_native(s: *const MrStream, out: *mut *mut std::ffi::c_void, err: Err)
+        -> c_int;
     pub fn mr_stream_free(s: *mut MrStream);
     pub fn mr_event_new(out: *mut *mut MrEvent, err: Err) -> c_int;
     pub fn mr_event_record(e: *mut MrEvent, s: *const MrStream, err: Err) -> c_int;

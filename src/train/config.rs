@@ -183,9 +183,9 @@ pub struct DataConfig {
     #[serde(default)]
     pub decoder: crate::data::imagenet::Decoder,
     /// Where crops are resized, flipped and normalised: "cpu" (the decode workers, into u8
-    /// crops; default) or "gpu" (the batch hand-off, as one batched op on the device, after
-    /// the workers decoded each crop's region; on a CPU run its CPU twin). The same boxes and
-    /// flips; the resampling differs only by rounding (docs/data.md).
+    /// crops; default) or "gpu" (the batch hand-off, by the ragged kernels on the device, over
+    /// each crop's decoded region; on a CPU run their CPU twin). The same boxes and flips; the
+    /// resampling differs only by rounding (docs/data.md).
     #[serde(default)]
     pub augment: crate::data::imagenet::Augment,
     /// With `decoder = "nvjpeg"`: the share of each batch's images nvJPEG decodes, the rest going
@@ -194,8 +194,23 @@ pub struct DataConfig {
     /// JPEG engine).
     #[serde(default)]
     pub hw_decoder_load: Option<f64>,
+    /// Training batches staged on the device ahead of the step (the hand-off's depth; the
+    /// decode workers work one batch further ahead). Absent: [`DataConfig::DEFAULT_PREFETCH`].
+    #[serde(default)]
+    pub prefetch_batches: Option<usize>,
     #[serde(default)]
     pub synthetic: Option<SyntheticConfig>,
+}
+
+impl DataConfig {
+    /// Batches staged ahead of the step when `prefetch_batches` is absent: enough to hide a
+    /// batch's decode and copy behind the step before it.
+    pub const DEFAULT_PREFETCH: usize = 2;
+
+    /// The hand-off's depth: `prefetch_batches` or the default.
+    pub fn prefetch(&self) -> usize {
+        self.prefetch_batches.unwrap_or(Self::DEFAULT_PREFETCH)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -366,6 +381,14 @@ impl ResnetRunConfig {
                 bail!(
                     "data.hw_decoder_load is for data.decoder = \"nvjpeg\" (the share of each \
                      batch it decodes): set the decoder or remove the key"
+                );
+            }
+        }
+        if let Some(n) = self.data.prefetch_batches {
+            if !(1..=16).contains(&n) {
+                bail!(
+                    "data.prefetch_batches must be within 1..16 (training batches staged on the \
+                     device ahead of the step), got {n}"
                 );
             }
         }

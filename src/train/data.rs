@@ -317,6 +317,8 @@ pub struct FolderOptions {
     pub decoder: crate::data::imagenet::Decoder,
     pub augment: crate::data::imagenet::Augment,
     pub hw_decoder_load: Option<f64>,
+    /// Batches the decode workers prepare ahead (0: the loader's default).
+    pub prefetch_batches: usize,
 }
 
 impl FolderImages {
@@ -369,6 +371,9 @@ impl FolderImages {
         c.decoder = self.options.decoder;
         c.device_augment = self.options.augment == crate::data::imagenet::Augment::Gpu;
         c.hw_decoder_load = self.options.hw_decoder_load;
+        if self.options.prefetch_batches > 0 {
+            c.prefetch_batches = self.options.prefetch_batches;
+        }
         c.gpu = self.gpu;
         c.rank = shard.rank;
         c.world_size = shard.world_size;

@@ -61,6 +61,8 @@ pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<d
                     decoder: cfg.data.decoder,
                     augment: cfg.data.augment,
                     hw_decoder_load: cfg.data.hw_decoder_load,
+                    // one batch beyond those staged on the device (the one being handed off)
+                    prefetch_batches: cfg.data.prefetch() + 1,
                 },
             )?))
         }
@@ -118,6 +120,8 @@ struct State {
     graphs: Option<StepGraphs>,
     /// `data.augment = "gpu"`: the hand-off's crop + resize + normalisation on the device.
     augment: DeviceAugment,
+    /// Batches staged on the device ahead of the step (`data.prefetch_batches`).
+    prefetch: usize,
 }
 
 pub struct ResnetWorkload {
@@ -261,9 +265,10 @@ impl ResnetWorkload {
 fn prefetch(
     iter: BatchIter,
     device: Device,
+    depth: usize,
     augment: DeviceAugment,
 ) -> Result<Prefetcher<(Tensor, Tensor)>> {
-    Prefetcher::spawn(device, PREFETCH_DEPTH, iter, move |b: Batch, t| {
+    Prefetcher::spawn(device, depth, iter, move |b: Batch, t| {
         if b.crops.is_empty() {
             if b.images.len() != b.len() * b.height * b.width * 3 {
                 bail!(
@@ -300,13 +305,10 @@ fn epoch_batches(
         .iter()
         .map(|shard| {
             let iter = data.train_epoch(s.epoch, size, s.local_batch, s.seed, *shard)?;
-            prefetch(iter, s.device, s.augment.clone())
+            prefetch(iter, s.device, s.prefetch, s.augment.clone())
         })
         .collect()
 }
-
-/// Batches staged ahead of the training step (each a u8 batch in device memory).
-const PREFETCH_DEPTH: usize = 2;
 
 impl Workload for ResnetWorkload {
     fn benchmark(&self) -> &'static str {
@@ -479,6 +481,7 @@ impl Workload for ResnetWorkload {
             iters: Vec::new(),
             normalize: Normalize::new(ctx.device, self.cfg.methods.channels_last),
             augment,
+            prefetch: cfg.data.prefetch(),
             autocast,
             loss_scale,
             graphs,
@@ -653,7 +656,7 @@ impl Workload for ResnetWorkload {
             );
         }
         let iter = self.data.eval(size, s.local_batch.max(1), s.shard)?;
-        let mut batches = prefetch(iter, s.device, s.augment.clone())?;
+        let mut batches = prefetch(iter, s.device, s.prefetch, s.augment.clone())?;
         let mut eval_all = || -> Result<[f64; 2]> {
             // correct predictions counted on the device, read once at the end
             let mut correct = Tensor::zeros([], (Kind::Int64, s.device));
@@ -743,7 +746,10 @@ mod tests {
         assert!((r.p95 - 0.018).abs() < 1e-12, "{r:?}");
         assert!((r.share - 0.095).abs() < 1e-12, "{r:?}");
         let line = r.to_string();
-        assert!(line.contains("mean 9.50 ms") && line.contains("p95 18.00 ms"), "{line}");
+        assert!(
+            line.contains("mean 9.50 ms") && line.contains("p95 18.00 ms"),
+            "{line}"
+        );
         assert!(line.contains("9.5% of the step time"), "{line}");
     }
 }

@@ -29,4 +29,3 @@ pub fn warn_once(message: &str) {
         tracing::warn!("{message}");
     }
 }
-

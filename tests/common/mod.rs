@@ -84,7 +84,8 @@ pub fn venv_nvrtc() -> Option<std::path::PathBuf> {
     let venv = std::env::var_os("MLPERF_RUN_VENV")
         .map(std::path::PathBuf::from)
         .or_else(|| {
-            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/mlperf-run/venv"))
+            std::env::var_os("HOME")
+                .map(|h| std::path::PathBuf::from(h).join(".cache/mlperf-run/venv"))
         })?;
     let lib = std::fs::read_dir(venv.join("lib")).ok()?;
     for py in lib.flatten() {
@@ -97,4 +98,3 @@ pub fn venv_nvrtc() -> Option<std::path::PathBuf> {
     }
     None
 }
-

@@ -11,8 +11,8 @@ use mlperf_run::data::imagenet::device_augment::{
     denormalize, nvrtc_compile, DeviceAugment, PARAMS,
 };
 use mlperf_run::data::imagenet::{Batch, DeviceCrop, ImageFolder, Loader, LoaderConfig};
-use mlperf_run::gpu::transfer::Transfer;
 use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SizeDist, SynthSpec};
+use mlperf_run::gpu::transfer::Transfer;
 use tch::{Device, Kind, Tensor};
 
 /// A synth-imagenet train or val split shaped like ImageNet's (about 400x350 on average).
@@ -33,6 +33,18 @@ fn imagenet_like(per_class: usize) -> (tempfile::TempDir, ImageFolder, ImageFold
     let train = ImageFolder::open(&root.join("train")).unwrap();
     let val = ImageFolder::open(&root.join("val")).unwrap();
     (dir, train, val)
+}
+
+/// A loader of `c`'s settings with the crops resized on the "device" (ragged batches).
+fn device_augmented(folder: &ImageFolder, c: LoaderConfig) -> Loader {
+    Loader::new(
+        folder,
+        LoaderConfig {
+            device_augment: true,
+            ..c
+        },
+    )
+    .unwrap()
 }
 
 fn batches(loader: &Loader, epoch: u64, size: u32) -> Vec<Batch> {
@@ -108,14 +120,7 @@ fn compare(
     tamper: impl Fn(&mut DeviceCrop),
 ) -> Vec<f64> {
     let cpu = Loader::new(folder, c.clone()).unwrap();
-    let gpu = Loader::new(
-        folder,
-        LoaderConfig {
-            device_augment: true,
-            ..c
-        },
-    )
-    .unwrap();
+    let gpu = device_augmented(folder, c);
     let mut scores = Vec::new();
     for epoch in epochs {
         let (a, b) = (batches(&cpu, epoch, size), batches(&gpu, epoch, size));
@@ -145,14 +150,7 @@ fn ragged_vs_padded(
     compute: Kind,
     tamper: impl Fn(&mut DeviceCrop),
 ) -> Vec<f64> {
-    let gpu = Loader::new(
-        folder,
-        LoaderConfig {
-            device_augment: true,
-            ..c
-        },
-    )
-    .unwrap();
+    let gpu = device_augmented(folder, c);
     let mut scores = Vec::new();
     for b in batches(&gpu, 0, size) {
         let mut crops = b.crops.clone();
@@ -187,18 +185,7 @@ fn gpu_augment_twin_matches_the_cpu_path_over_epochs_of_boxes_flips_and_both_siz
     // 1/2 at 224) and flips, two epochs of boxes, at 224 and at a small size (more downscaling)
     let mut flips = 0;
     let probe = Loader::new(&train, train_cfg.clone()).unwrap();
-    for b in batches(
-        &Loader::new(
-            &train,
-            LoaderConfig {
-                device_augment: true,
-                ..train_cfg.clone()
-            },
-        )
-        .unwrap(),
-        0,
-        224,
-    ) {
+    for b in batches(&device_augmented(&train, train_cfg.clone()), 0, 224) {
         flips += b.crops.iter().filter(|c| c.flip).count();
     }
     assert!(flips > 0 && flips < train.len(), "{flips} flips");
@@ -369,14 +356,7 @@ fn a_batch_of_mixed_jpeg_kinds_and_a_corrupt_file_loses_only_the_corrupt_one() {
             }
         };
         let cpu = Loader::new(&folder, c.clone()).unwrap();
-        let gpu = Loader::new(
-            &folder,
-            LoaderConfig {
-                device_augment: true,
-                ..c
-            },
-        )
-        .unwrap();
+        let gpu = device_augmented(&folder, c);
         let mut epoch = gpu.epoch(0, 64);
         let b = epoch.next().unwrap().unwrap();
         assert!(epoch.next().is_none());

@@ -108,6 +108,25 @@ hw_decoder_load = 1.5
         e.contains("data.hw_decoder_load") && e.contains("0..1"),
         "{e}"
     );
+    // the hand-off's depth: a positive count within reason, the key named
+    for bad in ["0", "17"] {
+        let e = err(
+            &text.replace(
+                "[data]
+",
+                &format!(
+                    "[data]
+prefetch_batches = {bad}
+"
+                ),
+            ),
+            Division::Open,
+        );
+        assert!(
+            e.contains("data.prefetch_batches") && e.contains("1..16"),
+            "{e}"
+        );
+    }
     // nvJPEG decodes into device memory: without the crops resized there it is refused
     let e = err(
         &text.replace(

@@ -268,8 +268,12 @@ fn check_against(
             anyhow::bail!("the two decoders kept different images of a batch (unreadable files?)");
         }
         // the engine's images come first in a batch: match the images by sample
-        let row_of_b: std::collections::HashMap<usize, i64> =
-            b.indices.iter().enumerate().map(|(k, &i)| (i, k as i64)).collect();
+        let row_of_b: std::collections::HashMap<usize, i64> = b
+            .indices
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| (i, k as i64))
+            .collect();
         let order: Vec<i64> = a.indices.iter().map(|i| row_of_b[i]).collect();
         let order = Tensor::f_from_slice(&order)?.f_to_device(device)?;
         let mse = (pixels(&a)? - pixels(&b)?.f_index_select(0, &order)?)

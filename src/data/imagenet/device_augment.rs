@@ -66,7 +66,11 @@ impl RaggedLayout {
         for (i, c) in crops.iter().enumerate() {
             let b = c.crop;
             if c.width == 0 || c.height == 0 {
-                bail!("device augmentation: image {i} has an empty {}x{} region", c.width, c.height);
+                bail!(
+                    "device augmentation: image {i} has an empty {}x{} region",
+                    c.width,
+                    c.height
+                );
             }
             if !(b.width > 0.0 && b.height > 0.0 && b.left.is_finite() && b.top.is_finite()) {
                 bail!("device augmentation: image {i} has an empty or non-finite crop box {b:?}");
@@ -374,7 +378,11 @@ pub fn ragged_arena(
             layout.len()
         );
     }
-    let engine_bytes = layout.offsets.get(on_engine).copied().unwrap_or(layout.bytes);
+    let engine_bytes = layout
+        .offsets
+        .get(on_engine)
+        .copied()
+        .unwrap_or(layout.bytes);
     if host.len() != layout.bytes - engine_bytes {
         bail!(
             "a ragged batch carries {} bytes of host regions where its crops need {}",
@@ -436,7 +444,6 @@ pub fn ragged_arena(
     };
     Ok((arena, layout))
 }
-
 
 /// Compiles the ragged kernels (`shim/ragged_resize.cu`) with NVRTC loaded from `nvrtc` for
 /// `arch` (`sm_XY`: a CUBIN, `compute_XY`: PTX); returns the binary's size, after checking that

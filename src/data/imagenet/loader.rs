@@ -862,6 +862,12 @@ fn build_batch(
     (batch, bad)
 }
 
+/// A sample decoded on the host, or why it could not be.
+type Loaded = Result<Region, String>;
+
+/// A batch's samples (by index) planned for the engine, and those decoded on the host.
+type EngineAndHost = (Vec<(usize, EngineItem)>, Vec<(usize, Loaded)>);
+
 /// Build one batch for `data.augment = "gpu"`, ragged ([`Batch`]): with nvJPEG, the first
 /// `hw_load` share of the samples is read, parsed and planned here (in parallel, each worker with
 /// its own parse objects) for the engine, which decodes them at the hand-off; the CPU region
@@ -874,44 +880,43 @@ fn build_device_batch(
     indices: &[usize],
 ) -> (Batch, Vec<BadImage>) {
     let n = indices.len();
-    let (engine, host): (Vec<(usize, EngineItem)>, Vec<(usize, Result<Region, String>)>) =
-        match &shared.nvjpeg {
-            Some(gpu) => {
-                let to_gpu = ((shared.hw_load * n as f64).round() as usize).min(n);
-                let (planned, rest) = rayon::join(
-                    || {
-                        indices[..to_gpu]
-                            .par_iter()
-                            .map(|&i| (i, plan_for_engine(shared, gpu, epoch, size, i)))
-                            .collect::<Vec<_>>()
-                    },
-                    || {
-                        indices[to_gpu..]
-                            .par_iter()
-                            .map(|&i| (i, load_region(shared, epoch, size, i)))
-                            .collect::<Vec<_>>()
-                    },
-                );
-                let (taken, declined): (Vec<_>, Vec<_>) =
-                    planned.into_iter().partition(|(_, p)| p.is_some());
-                let fallback: Vec<(usize, Result<Region, String>)> = declined
-                    .into_par_iter()
-                    .map(|(i, _)| (i, load_region(shared, epoch, size, i)))
-                    .collect();
-                let taken = taken
-                    .into_iter()
-                    .filter_map(|(i, p)| p.map(|p| (i, p)))
-                    .collect();
-                (taken, fallback.into_iter().chain(rest).collect())
-            }
-            None => (
-                Vec::new(),
-                indices
-                    .par_iter()
-                    .map(|&i| (i, load_region(shared, epoch, size, i)))
-                    .collect(),
-            ),
-        };
+    let (engine, host): EngineAndHost = match &shared.nvjpeg {
+        Some(gpu) => {
+            let to_gpu = ((shared.hw_load * n as f64).round() as usize).min(n);
+            let (planned, rest) = rayon::join(
+                || {
+                    indices[..to_gpu]
+                        .par_iter()
+                        .map(|&i| (i, plan_for_engine(shared, gpu, epoch, size, i)))
+                        .collect::<Vec<_>>()
+                },
+                || {
+                    indices[to_gpu..]
+                        .par_iter()
+                        .map(|&i| (i, load_region(shared, epoch, size, i)))
+                        .collect::<Vec<_>>()
+                },
+            );
+            let (taken, declined): (Vec<_>, Vec<_>) =
+                planned.into_iter().partition(|(_, p)| p.is_some());
+            let fallback: Vec<(usize, Loaded)> = declined
+                .into_par_iter()
+                .map(|(i, _)| (i, load_region(shared, epoch, size, i)))
+                .collect();
+            let taken = taken
+                .into_iter()
+                .filter_map(|(i, p)| p.map(|p| (i, p)))
+                .collect();
+            (taken, fallback.into_iter().chain(rest).collect())
+        }
+        None => (
+            Vec::new(),
+            indices
+                .par_iter()
+                .map(|&i| (i, load_region(shared, epoch, size, i)))
+                .collect(),
+        ),
+    };
     shared
         .decoded_on_gpu
         .fetch_add(engine.len() as u64, Ordering::Relaxed);

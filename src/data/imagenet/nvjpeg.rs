@@ -449,13 +449,19 @@ impl Nvjpeg {
         // SAFETY: live handle and parse objects owned by this call; `bytes` outlives the calls
         // (save_stream 0 parses without keeping a reference).
         let ok = unsafe {
-            (self.api.stream_parse)(self.handle, bytes.as_ptr(), bytes.len(), 0, 0, parser.stream)
-                == 0
+            (self.api.stream_parse)(
+                self.handle,
+                bytes.as_ptr(),
+                bytes.len(),
+                0,
+                0,
+                parser.stream,
+            ) == 0
                 && match self.backend {
                     // the CUDA decoder decodes whole images: the region must lie inside
-                    Backend::Cuda => self
-                        .image_size(bytes)
-                        .is_some_and(|(w, h)| plan.x + plan.width <= w && plan.y + plan.height <= h),
+                    Backend::Cuda => self.image_size(bytes).is_some_and(|(w, h)| {
+                        plan.x + plan.width <= w && plan.y + plan.height <= h
+                    }),
                     Backend::Hardware => {
                         (self.api.params_set_output)(parser.params, NVJPEG_OUTPUT_RGBI) == 0
                             && (self.api.params_set_roi)(
@@ -549,7 +555,10 @@ impl Nvjpeg {
         }
         let fail = |why: String, jpegs| Err(DecodeFailure { why, jpegs });
         if offsets.len() != jpegs.len() || jpegs.iter().any(|(_, p)| p.denom != 1) {
-            return fail("nvJPEG takes full-scale regions, one offset each".into(), jpegs);
+            return fail(
+                "nvJPEG takes full-scale regions, one offset each".into(),
+                jpegs,
+            );
         }
         if let Err(why) = self.use_gpu() {
             return fail(why, jpegs);
@@ -574,14 +583,20 @@ impl Nvjpeg {
             // SAFETY: a live event.
             let rc = (self.api.cuda_event_sync)(slot.event);
             if rc != 0 {
-                return fail(format!("cudaEventSynchronize: {}", cuda_error(&self.api, rc)), jpegs);
+                return fail(
+                    format!("cudaEventSynchronize: {}", cuda_error(&self.api, rc)),
+                    jpegs,
+                );
             }
             slot.recorded = false;
         }
         slot.inputs.clear();
-        let items: Vec<(&[u8], RegionPlan)> = jpegs.iter().map(|(b, p)| (b.as_slice(), *p)).collect();
+        let items: Vec<(&[u8], RegionPlan)> =
+            jpegs.iter().map(|(b, p)| (b.as_slice(), *p)).collect();
         let done = match self.backend {
-            Backend::Hardware => self.decode_regions_on_engine(slot, &items, arena, offsets, stream),
+            Backend::Hardware => {
+                self.decode_regions_on_engine(slot, &items, arena, offsets, stream)
+            }
             Backend::Cuda => {
                 let (scratch, bytes) = (&mut d.scratch, &mut d.scratch_bytes);
                 let slot = &mut d.slots[k];
