@@ -93,7 +93,7 @@ def mllog_throughput(path, bert):
     # minus its first_epoch_num (its epoch_count is the nominal steps x global_batch_size)
     factor = float(val.get("packing_factor") or 0) if val.get("method_packing") else 0.0
     blocks, start = [], None
-    status = None
+    status = reason = None
     for e in ev:
         k = e["key"]
         if k == "block_start":
@@ -110,10 +110,20 @@ def mllog_throughput(path, bert):
                 blocks[-1][2] = float(e["metadata"].get("epoch_num", 0)) - blocks[-1][3]
         elif k == "run_stop":
             status = e.get("metadata", {}).get("status")
+            reason = e.get("metadata", {}).get("reason")
     res = {"blocks": len(blocks), "run_stop": status, "global_batch_size": gbs, "train_samples": train}
-    timed = blocks[1:]
+    if reason:
+        res["run_stop_reason"] = reason
+    # a block counts once its eval ran: one the run stopped inside (divergence, a failure) was
+    # closed early and did not train its epoch_count epochs
+    cut = [b for b in blocks[1:] if b[5] is None]
+    timed = [b for b in blocks[1:] if b[5] is not None]
+    if cut:
+        res["cut_blocks"] = len(cut)
     if not timed:
-        res["error"] = f"{len(blocks)} complete block(s) in the log: need 2 or more (the first is the warm-up)"
+        why = f" ({len(cut)} cut short: {reason or status})" if cut else ""
+        res["error"] = (f"{len(blocks) - len(cut)} complete block(s) in the log{why}: need 2 or more "
+                        f"(the first is the warm-up)")
         return res
     secs = sum(b[1] - b[0] for b in timed)
     samples = sum(b[2] for b in timed)
@@ -121,8 +131,7 @@ def mllog_throughput(path, bert):
                 "windows_unix": [[b[0], b[1]] for b in timed],
                 "first_block_rate": blocks[0][2] / max(blocks[0][1] - blocks[0][0], 1e-9)})
     # with the evals: the timed blocks' samples over block start to the end of the last one's eval
-    if all(b[5] is not None for b in timed):
-        res["rate_with_evals"] = samples / max(timed[-1][5] - timed[0][0], 1e-9)
+    res["rate_with_evals"] = samples / max(timed[-1][5] - timed[0][0], 1e-9)
     if bert and factor and gbs:
         # packed rows per second (rows = nominal samples / packing_factor), what a step benchmark
         # of the same rows measures; and the sequences each row held

@@ -520,3 +520,142 @@ fn part_p_compares_the_run_with_hugging_face_padded_and_on_the_same_packed_rows(
     let (_, table) = report(dir.path(), &records[..3]);
     line_with(&table, &["run / Hugging Face packed rows: not measured"]);
 }
+
+/// `gpu_report.py record --kind mllog-resnet` on a run log whose second block was closed when the
+/// run diverged inside it (block_stop, then run_stop aborted, no eval): that block trained only
+/// part of its epochs, so it is no rate: the record is a failure naming the reason. The same log
+/// with the block's eval is timed (the control).
+#[test]
+fn a_block_cut_short_by_divergence_is_not_a_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |t: u64, kind: &str, key: &str, value: Value, meta: Value| {
+        format!(
+            ":::MLLOG {}\n",
+            json!({"namespace": "", "time_ms": t, "event_type": kind, "key": key,
+                   "value": value, "metadata": meta})
+        )
+    };
+    let head = [
+        line(
+            0,
+            "POINT_IN_TIME",
+            "global_batch_size",
+            json!(400),
+            json!({}),
+        ),
+        line(0, "POINT_IN_TIME", "train_samples", json!(16000), json!({})),
+        line(
+            1000,
+            "INTERVAL_START",
+            "block_start",
+            Value::Null,
+            json!({"first_epoch_num": 1, "epoch_count": 1}),
+        ),
+        line(
+            13000,
+            "INTERVAL_END",
+            "block_stop",
+            Value::Null,
+            json!({"first_epoch_num": 1}),
+        ),
+        line(
+            13000,
+            "INTERVAL_START",
+            "eval_start",
+            Value::Null,
+            json!({"epoch_num": 1}),
+        ),
+        line(
+            14000,
+            "INTERVAL_END",
+            "eval_stop",
+            Value::Null,
+            json!({"epoch_num": 1}),
+        ),
+        line(
+            14000,
+            "INTERVAL_START",
+            "block_start",
+            Value::Null,
+            json!({"first_epoch_num": 2, "epoch_count": 4}),
+        ),
+        // 26 steps in, the loss went NaN: the block is closed with the run
+        line(
+            19700,
+            "INTERVAL_END",
+            "block_stop",
+            Value::Null,
+            json!({"first_epoch_num": 2}),
+        ),
+    ]
+    .concat();
+    let cut = head.clone()
+        + &line(
+            19700,
+            "INTERVAL_END",
+            "run_stop",
+            Value::Null,
+            json!({"status": "aborted", "reason": "diverged: loss NaN at step 106"}),
+        );
+    let whole =
+        head + &line(
+            19700,
+            "INTERVAL_START",
+            "eval_start",
+            Value::Null,
+            json!({"epoch_num": 5}),
+        ) + &line(
+            20700,
+            "INTERVAL_END",
+            "eval_stop",
+            Value::Null,
+            json!({"epoch_num": 5}),
+        ) + &line(
+            20700,
+            "INTERVAL_END",
+            "run_stop",
+            Value::Null,
+            json!({"status": "aborted", "reason": "epoch limit"}),
+        );
+    let record = |text: &str| -> Value {
+        let mllog = dir.path().join("run.mllog");
+        std::fs::write(&mllog, text).unwrap();
+        let log = dir.path().join("run.log");
+        std::fs::write(&log, "$ ours resnet\n").unwrap();
+        let out = Command::new(python())
+            .arg(REPORT)
+            .args([
+                "record",
+                "--part",
+                "b",
+                "--side",
+                "mlperf-run resnet",
+                "--kind",
+                "mllog-resnet",
+            ])
+            .arg("--log")
+            .arg(&log)
+            .arg("--mllog")
+            .arg(&mllog)
+            .output()
+            .expect("run gpu_report.py");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let r = record(&cut);
+    assert_eq!(r["ok"], json!(false), "{r}");
+    let err = r["error"].as_str().unwrap();
+    assert!(
+        err.contains("cut short") && err.contains("diverged"),
+        "{err}"
+    );
+    let r = record(&whole);
+    assert_eq!(r["ok"], json!(true), "{r}");
+    // 4 epochs of 16,000 over the block's 5.7 s
+    let rate = r["value"].as_f64().unwrap();
+    assert!((rate - 64000.0 / 5.7).abs() < 1.0, "{rate}");
+}
