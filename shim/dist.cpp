@@ -13,6 +13,12 @@
 #include "dist_group.hpp"
 #include "error.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -29,12 +35,70 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+// Whether every IPv4/IPv6 address this host's name resolves to is a loopback one (so Gloo's
+// default device would bind, and advertise, 127.x: the containers' and VMs' /etc/hosts).
+bool hostname_is_loopback(std::string* name) {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return false;
+  *name = buf;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(buf, nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  bool all = true;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    const void* src = a->ai_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    if (inet_ntop(a->ai_family, src, ip, sizeof(ip)) == nullptr || !is_loopback(ip)) all = false;
+  }
+  freeaddrinfo(res);
+  return all;
+}
+
+// The local address this host sends from to reach `host` (a UDP socket's connect picks the
+// route; no packet is sent), or "" when there is none.
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return {};
+  std::string out;
+  int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char ip[INET_ADDRSTRLEN] = {};
+      if (inet_ntop(AF_INET, &local.sin_addr, ip, sizeof(ip)) != nullptr) out = ip;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
 std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
     if (*ifname) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
   // All ranks on this host talking to a loopback master: bind gloo to loopback too.
   if (is_loopback(master)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  // A remote master: bind to the address this host reaches it from (the peers reach us on that
+  // network too). Gloo's default device binds whatever this host's name resolves to, which in
+  // many containers and VMs is 127.x: it would advertise loopback and the group would never form
+  // (each collective waiting out the timeout).
+  const std::string local = local_address_towards(master);
+  if (!local.empty() && !is_loopback(local)) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname(local);
+  }
+  std::string name;
+  TORCH_CHECK(!hostname_is_loopback(&name), "this host's name (", name,
+              ") resolves to a loopback address and no route to MASTER_ADDR ", master,
+              " was found: set GLOO_SOCKET_IFNAME to the network interface that reaches it");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 

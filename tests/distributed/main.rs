@@ -14,3 +14,4 @@ mod dist_gloo;
 mod dist_resnet;
 mod dist_slurm_script;
 mod test_modes;
+mod two_nodes;
