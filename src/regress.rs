@@ -811,7 +811,13 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
         spread_k: args.spread_k,
     };
     let comparisons = compare(&sets, &baseline, &opts);
-    print!("{}", render(&comparisons));
+    let table = render(&comparisons);
+    if args.record {
+        // the baseline is recorded whether or not anyone still reads stdout
+        crate::cli::output::print_beside_work(&table)?;
+    } else {
+        crate::cli::print(&table)?;
+    }
 
     let no_value = comparisons.iter().any(|c| c.verdict == Verdict::NoScore);
     if args.record {
@@ -857,7 +863,10 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
             recorded += 1;
         }
         baseline.save(&args.baseline)?;
-        println!("recorded {recorded} row(s) in {}", args.baseline.display());
+        crate::cli::print(&format!(
+            "recorded {recorded} row(s) in {}\n",
+            args.baseline.display()
+        ))?;
         return Ok(ExitStatus::verdict(!no_value).into());
     }
     let failed = comparisons.iter().any(|c| {

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 /// How `mlperf-run` ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
-    /// 0: done, and the verdict (if any) is positive.
+    /// 0: done, and the verdict (if any) is positive; or the reader of stdout has gone (`| head`),
+    /// which ends any subcommand quietly.
     Success,
     /// 1: a negative verdict: a non-compliant log, no valid score, a regression, a failed
     /// verification, a run that ended aborted.
@@ -27,6 +28,16 @@ impl ExitStatus {
             ExitStatus::Negative => 1,
             ExitStatus::Error => 2,
             ExitStatus::Interrupted => 130,
+        }
+    }
+
+    /// The status of a subcommand that returned `err`: Success when stdout was closed under it
+    /// (`| head`: the reader has what it wanted, see [`super::output`]), Error otherwise.
+    pub fn of_error(err: &anyhow::Error) -> ExitStatus {
+        if super::output::is_stdout_closed(err) {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Error
         }
     }
 

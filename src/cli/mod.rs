@@ -2,11 +2,14 @@
 //! ([`ExitStatus`]). Each subcommand's flags are its `*Args` struct, beside the work it does.
 
 mod exit;
+pub mod output;
 
 pub use exit::ExitStatus;
+pub use output::{print, stdout};
 
 use crate::{data, demo, launch, regress, rules, score, submission, train};
 use clap::{Parser, Subcommand};
+use std::io::Write;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -53,7 +56,9 @@ enum Command {
     DistSelftest(launch::SelftestArgs),
 }
 
-/// Parse the command line, run the subcommand, and turn its result into the exit status.
+/// Parse the command line, run the subcommand, and turn its result into the exit status: an
+/// error is printed, unless it is stdout closed under the subcommand (`| head`), which ends
+/// quietly with 0 ([`ExitStatus::of_error`]).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::util::logging::init(cli.verbose);
@@ -71,11 +76,20 @@ pub fn main() -> ExitCode {
         Command::Launch(a) => launch::run_launch(a),
         Command::DistSelftest(a) => launch::run_selftest(a),
     };
+    // what is still buffered goes out now, so that a closed stdout is seen here, not at exit
+    let result = result.and_then(|code| {
+        std::io::Write::flush(&mut stdout())?;
+        Ok(code)
+    });
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
-            ExitStatus::Error.into()
+            let status = ExitStatus::of_error(&err);
+            if status == ExitStatus::Error {
+                // not eprintln!: a closed stderr must not turn the error into a panic
+                let _ = writeln!(std::io::stderr(), "error: {err:#}");
+            }
+            status.into()
         }
     }
 }

@@ -59,7 +59,8 @@ impl Sink {
                 Ok(())
             }
             Sink::Stdout => {
-                let mut out = io::stdout().lock();
+                // a closed stdout (`| head`) is tagged, and ends the process quietly in main
+                let mut out = crate::cli::stdout();
                 writeln!(out, "{line}")?;
                 out.flush()
             }

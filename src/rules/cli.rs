@@ -224,7 +224,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
             official_check(&path, &ruleset).map_err(|e| format!("{e:#}"))
         });
         if args.format == OutputFormat::Text {
-            emit(&render_text(&path, &verdict, official.as_ref()))?;
+            crate::cli::print(&render_text(&path, &verdict, official.as_ref()))?;
         }
         if args.sets && is_result_file(&path) {
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -253,7 +253,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
             for (path, f) in found {
                 text += &format!("  {}\n", f.located(path));
             }
-            emit(&text)?;
+            crate::cli::print(&text)?;
         }
     }
     if args.format == OutputFormat::Json {
@@ -277,7 +277,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
         } else {
             Value::Array(items)
         };
-        emit(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
+        crate::cli::print(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
     }
     let failing_sets = set_results.iter().any(|(_, f)| !f.is_empty());
     let failing = failing_sets
@@ -299,16 +299,6 @@ fn label(compliant: bool) -> &'static str {
         "COMPLIANT"
     } else {
         "NOT COMPLIANT"
-    }
-}
-
-/// Write to stdout; a closed pipe (`| head`) ends the output quietly.
-fn emit(text: &str) -> Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-        other => other.context("cannot write to stdout"),
     }
 }
 

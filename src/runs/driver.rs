@@ -181,14 +181,11 @@ pub fn run_and_report(
     Ok(ExitStatus::verdict(all_succeeded).into())
 }
 
-/// Print the score table (with any reason the set has no valid score) and write
-/// accuracy.svg beside the results.
+/// Write accuracy.svg beside the results, then print the score table (with any reason the set
+/// has no valid score) and where the plot went (the plot first: a closed stdout, `| head`, ends
+/// the output, not the work).
 pub fn report(set_dir: &std::path::Path, target: f64) -> Result<()> {
     let set = score::score_set(set_dir, &score::ScoreOptions::default())?;
-    println!(
-        "{}",
-        score::render(std::slice::from_ref(&set), score::Format::Table)
-    );
     let logs = score::result_files(set_dir)?
         .iter()
         .map(|p| crate::mllog::parse_file(p))
@@ -198,6 +195,9 @@ pub fn report(set_dir: &std::path::Path, target: f64) -> Result<()> {
     let plot_path = set_dir.join("accuracy.svg");
     crate::util::fs::write_atomic(&plot_path, svg.as_bytes())
         .with_context(|| format!("cannot write {}", plot_path.display()))?;
-    println!("plot: {}", plot_path.display());
-    Ok(())
+    crate::cli::print(&format!(
+        "{}\nplot: {}\n",
+        score::render(std::slice::from_ref(&set), score::Format::Table),
+        plot_path.display()
+    ))
 }

@@ -22,6 +22,7 @@ pub mod tree_check;
 pub mod verify;
 
 use anyhow::Result;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -41,20 +42,21 @@ pub fn run_sysinfo(args: SysinfoArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     let described = sysinfo::describe(&opts)?;
+    for w in &described.warnings {
+        eprintln!("warning: {w}");
+    }
     if args.json {
-        print!("{}", described.desc.to_json_string());
+        crate::cli::print(&described.desc.to_json_string())?;
     } else {
+        let mut out = crate::cli::stdout();
         let json = described.desc.to_json();
         for (k, v) in json.as_object().into_iter().flatten() {
             let text = match v {
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            println!("{k:34} {text}");
+            writeln!(out, "{k:34} {text}")?;
         }
-    }
-    for w in &described.warnings {
-        eprintln!("warning: {w}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -124,11 +126,12 @@ pub fn run_package(args: PackageArgs) -> Result<ExitCode> {
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
-    println!("source snapshot: {}", report.origin.describe());
-    println!("tree:     {}", report.org_dir.display());
-    println!("manifest: {}", report.manifest.display());
+    let mut out = crate::cli::stdout();
+    writeln!(out, "source snapshot: {}", report.origin.describe())?;
+    writeln!(out, "tree:     {}", report.org_dir.display())?;
+    writeln!(out, "manifest: {}", report.manifest.display())?;
     if let Some((path, hex)) = &report.tarball {
-        println!("tarball:  {} (SHA-256 {hex})", path.display());
+        writeln!(out, "tarball:  {} (SHA-256 {hex})", path.display())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -142,14 +145,18 @@ pub struct VerifyArgs {
 
 pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     let report = verify::verify(&args.path)?;
-    for c in &report.checked {
-        println!("checked {c}");
-    }
+    // the verdict comes after the list: a closed stdout must not hide a failed verification
+    let checked: String = report
+        .checked
+        .iter()
+        .map(|c| format!("checked {c}\n"))
+        .collect();
+    crate::cli::output::print_beside_work(&checked)?;
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
     if report.ok() {
-        println!("verified: {}", args.path.display());
+        crate::cli::print(&format!("verified: {}\n", args.path.display()))?;
         Ok(ExitCode::SUCCESS)
     } else {
         for p in &report.problems {

@@ -396,7 +396,8 @@ fn score_staged(
         "{}packaged from:\n{sources}",
         score::render(&scored, score::Format::Table)
     );
-    print!("{table}");
+    // the tree is written (or refused) whether or not anyone still reads stdout
+    crate::cli::output::print_beside_work(&table)?;
     if !errors.is_empty() {
         bail!(
             "refusing to package ({} problems):\n  - {}",

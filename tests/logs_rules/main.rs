@@ -13,6 +13,7 @@ mod check_cli;
 mod check_differential;
 mod check_set;
 mod ci_files;
+mod closed_pipe;
 mod doc_paths;
 mod package_official;
 mod package_recorded_sysinfo;
