@@ -7,7 +7,11 @@
 //! is *finished* once it holds a `run_stop` event; finished files are never rewritten. On
 //! `--resume`, an unfinished file (killed mid-run) is moved to `interrupted/` beside the set
 //! and its run is done again with a fresh seed.
+//!
+//! One set at a time per folder: the writer holds the folder's lock ([`super::lock`]) from
+//! before it looks at the result files until the set returns.
 
+use super::lock::SetLock;
 use super::outcome::RunOutcome;
 use crate::mllog::{self, keys, Emitter, LogFile, Sink};
 use anyhow::{bail, Context, Result};
@@ -93,6 +97,9 @@ pub struct SetOutcome {
     pub moved_aside: Vec<PathBuf>,
     /// True when Ctrl-C stopped the set early.
     pub interrupted: bool,
+    /// The warning given when the folder's lock was taken over from a killed set
+    /// ([`super::lock`]).
+    pub took_over_lock: Option<String>,
 }
 
 /// Progress notifications for a display.
@@ -149,12 +156,17 @@ pub fn run_set(
         }
     }
     let set_dir = spec.set_dir();
-    if spec.writer {
+    // The writer holds the folder's lock until the set returns (on every path): a second set
+    // into the same folder is refused before it looks at, moves or writes any result file.
+    let lock = if spec.writer {
         std::fs::create_dir_all(&set_dir)
             .with_context(|| format!("cannot create {}", set_dir.display()))?;
+        Some(SetLock::acquire(&set_dir)?)
     } else if spec.seeds.is_none() {
         bail!("a data-parallel run set needs --seeds so that every rank runs the same seeds");
-    }
+    } else {
+        None
+    };
 
     let existing: Vec<usize> = (0..spec.runs.max(64))
         .filter(|i| spec.result_path(*i).exists())
@@ -180,6 +192,10 @@ pub fn run_set(
         runs: Vec::new(),
         moved_aside: Vec::new(),
         interrupted: false,
+        took_over_lock: lock
+            .as_ref()
+            .and_then(|l| l.took_over())
+            .map(str::to_string),
     };
     let mut used_seeds = BTreeSet::new();
     let mut todo = Vec::new();
@@ -289,6 +305,7 @@ pub fn run_set(
         }
     }
     outcome.runs.sort_by_key(|r| r.index);
+    drop(lock);
     Ok(outcome)
 }
 
@@ -300,13 +317,22 @@ fn close_crashed_log(path: &std::path::Path, error: Option<&str>) -> Result<Stri
     if let Some(status) = status_of(&log) {
         return Ok(status);
     }
-    let mut emitter = Emitter::new(vec![Sink::file(path, true)?]);
+    let cannot = || {
+        format!(
+            "cannot close the crashed run's log {} with run_stop aborted (check that it is a \
+             writable file, then continue the set with --resume)",
+            path.display()
+        )
+    };
+    let mut emitter = Emitter::new(vec![Sink::file(path, true).with_context(cannot)?]);
     let reason = error.unwrap_or("run ended without run_stop").to_string();
-    emitter.end(
-        keys::RUN_STOP,
-        Value::Null,
-        crate::meta! {"status" => keys::STATUS_ABORTED, "reason" => reason},
-    )?;
+    emitter
+        .end(
+            keys::RUN_STOP,
+            Value::Null,
+            crate::meta! {"status" => keys::STATUS_ABORTED, "reason" => reason},
+        )
+        .with_context(cannot)?;
     Ok(keys::STATUS_ABORTED.to_string())
 }
 

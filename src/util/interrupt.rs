@@ -1,10 +1,15 @@
 //! Ctrl-C handling: the first SIGINT/SIGTERM asks the current run to stop cleanly (the trainer
-//! ends its log with `run_stop` status aborted and the set stops); a second one exits at once.
+//! ends its log with `run_stop` status aborted and the set stops); a second one exits at once,
+//! removing first the files registered with [`remove_on_exit_now`] (a run set's lock file).
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Files a second Ctrl-C removes before it exits (no destructor runs then).
+static REMOVE_ON_EXIT_NOW: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Install the handler (idempotent; errors are logged, not fatal).
 pub fn install() {
@@ -14,6 +19,11 @@ pub fn install() {
             REQUESTED.store(true, Ordering::SeqCst);
             if COUNT.fetch_add(1, Ordering::SeqCst) >= 1 {
                 eprintln!("interrupted twice: exiting now");
+                if let Ok(paths) = REMOVE_ON_EXIT_NOW.lock() {
+                    for p in paths.iter() {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
                 std::process::exit(crate::cli::ExitStatus::Interrupted.code().into());
             }
             eprintln!(
@@ -34,4 +44,21 @@ pub fn requested() -> bool {
 /// Ask for a stop from code (tests, fatal errors on other ranks).
 pub fn request() {
     REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// Remove `path` if a second Ctrl-C exits the process at once (its owner's destructor, which
+/// removes it otherwise, does not run then). Undone by [`keep_on_exit_now`].
+pub fn remove_on_exit_now(path: &Path) {
+    if let Ok(mut paths) = REMOVE_ON_EXIT_NOW.lock() {
+        paths.push(path.to_path_buf());
+    }
+}
+
+/// Forget a path given to [`remove_on_exit_now`] (its owner has removed it).
+pub fn keep_on_exit_now(path: &Path) {
+    if let Ok(mut paths) = REMOVE_ON_EXIT_NOW.lock() {
+        if let Some(i) = paths.iter().position(|p| p == path) {
+            paths.remove(i);
+        }
+    }
 }

@@ -18,6 +18,7 @@ mod bench_report;
 mod bert_tiny;
 mod host_sync;
 mod recipes;
+mod runset_lock;
 mod runset_resume;
 mod step_errors;
 mod train_config;
