@@ -814,9 +814,9 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
     let table = render(&comparisons);
     if args.record {
         // the baseline is recorded whether or not anyone still reads stdout
-        crate::cli::output::print_beside_work(&table)?;
+        crate::util::output::print_beside_work(&table)?;
     } else {
-        crate::cli::print(&table)?;
+        crate::util::output::print(&table)?;
     }
 
     let no_value = comparisons.iter().any(|c| c.verdict == Verdict::NoScore);
@@ -863,7 +863,7 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
             recorded += 1;
         }
         baseline.save(&args.baseline)?;
-        crate::cli::print(&format!(
+        crate::util::output::print(&format!(
             "recorded {recorded} row(s) in {}\n",
             args.baseline.display()
         ))?;

@@ -34,7 +34,7 @@ impl ExitStatus {
     /// The status of a subcommand that returned `err`: Success when stdout was closed under it
     /// (`| head`: the reader has what it wanted, see [`super::output`]), Error otherwise.
     pub fn of_error(err: &anyhow::Error) -> ExitStatus {
-        if super::output::is_stdout_closed(err) {
+        if crate::util::output::is_stdout_closed(err) {
             ExitStatus::Success
         } else {
             ExitStatus::Error

@@ -2,10 +2,8 @@
 //! ([`ExitStatus`]). Each subcommand's flags are its `*Args` struct, beside the work it does.
 
 mod exit;
-pub mod output;
 
 pub use exit::ExitStatus;
-pub use output::{print, stdout};
 
 use crate::{data, demo, launch, regress, rules, score, submission, train};
 use clap::{Parser, Subcommand};
@@ -78,7 +76,7 @@ pub fn main() -> ExitCode {
     };
     // what is still buffered goes out now, so that a closed stdout is seen here, not at exit
     let result = result.and_then(|code| {
-        std::io::Write::flush(&mut stdout())?;
+        std::io::Write::flush(&mut crate::util::output::stdout())?;
         Ok(code)
     });
     match result {

@@ -26,6 +26,7 @@
 //! exists with the size of its tar entry is kept rather than rewritten: files only reach their
 //! final names complete (rename of a temporary `.NAME.tmp-PID`, which a resumed run removes).
 
+use std::io::Write as _;
 use crate::data::imagenet::folder::is_jpeg_name;
 use crate::data::imagenet::{
     ImagenetDir, IMAGENET_CLASSES, IMAGENET_TRAIN_SAMPLES, IMAGENET_VAL_SAMPLES,
@@ -162,16 +163,16 @@ pub struct PrepareSummary {
 pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<std::process::ExitCode> {
     let spec = PrepareSpec::from_args(&args);
     let s = prepare_imagenet(&spec)?;
-    println!("prepared {}", spec.out.display());
-    println!("  classes        {}", s.classes);
-    println!("  train images   {}", s.train_images);
-    println!("  val images     {}", s.val_images);
-    println!(
+    writeln!(crate::util::output::stdout(), "prepared {}", spec.out.display())?;
+    writeln!(crate::util::output::stdout(), "  classes        {}", s.classes)?;
+    writeln!(crate::util::output::stdout(), "  train images   {}", s.train_images)?;
+    writeln!(crate::util::output::stdout(), "  val images     {}", s.val_images)?;
+    writeln!(crate::util::output::stdout(), 
         "  written        {} images ({:.1} MB)",
         s.files_written,
         s.bytes_written as f64 / 1e6
-    );
-    println!(
+    )?;
+    writeln!(crate::util::output::stdout(), 
         "  skipped        {} classes already done{}, {} images already in place",
         s.classes_skipped,
         if s.val_skipped {
@@ -180,22 +181,22 @@ pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<std::process::E
             ""
         },
         s.files_kept
-    );
+    )?;
     if s.temps_removed > 0 {
-        println!(
+        writeln!(crate::util::output::stdout(), 
             "  removed        {} temporary files of an interrupted run",
             s.temps_removed
-        );
+        )?;
     }
-    println!(
+    writeln!(crate::util::output::stdout(), 
         "  check          {}",
         if spec.subset {
             "consistent (--subset: full-set counts not checked)"
         } else {
             "the full ILSVRC2012 set: 1000 classes, 1281167 train, 50000 val images"
         }
-    );
-    println!("  seconds        {:.1}", s.seconds);
+    )?;
+    writeln!(crate::util::output::stdout(), "  seconds        {:.1}", s.seconds)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 

@@ -10,6 +10,7 @@
 //!
 //! The set is written into a temporary directory next to --out and renamed at the end.
 
+use std::io::Write as _;
 use crate::data::imagenet::RgbImage;
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
@@ -454,7 +455,7 @@ pub fn run_synth_imagenet(args: SynthImagenetArgs) -> Result<std::process::ExitC
     let spec = SynthSpec::from_args(&args);
     let start = std::time::Instant::now();
     let summary = write_synth_imagenet(&args.out, &spec, args.force)?;
-    println!(
+    writeln!(crate::util::output::stdout(), 
         "wrote {} training and {} validation JPEGs ({} classes, {:.1} MB) to {} in {:.1}s",
         summary.train_images,
         summary.val_images,
@@ -462,7 +463,7 @@ pub fn run_synth_imagenet(args: SynthImagenetArgs) -> Result<std::process::ExitC
         summary.bytes as f64 / 1e6,
         args.out.display(),
         start.elapsed().as_secs_f64()
-    );
+    )?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 

@@ -60,7 +60,7 @@ impl Sink {
             }
             Sink::Stdout => {
                 // a closed stdout (`| head`) is tagged, and ends the process quietly in main
-                let mut out = crate::cli::stdout();
+                let mut out = crate::util::output::stdout();
                 writeln!(out, "{line}")?;
                 out.flush()
             }

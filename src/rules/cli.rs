@@ -224,7 +224,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
             official_check(&path, &ruleset).map_err(|e| format!("{e:#}"))
         });
         if args.format == OutputFormat::Text {
-            crate::cli::print(&render_text(&path, &verdict, official.as_ref()))?;
+            crate::util::output::print(&render_text(&path, &verdict, official.as_ref()))?;
         }
         if args.sets && is_result_file(&path) {
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -253,7 +253,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
             for (path, f) in found {
                 text += &format!("  {}\n", f.located(path));
             }
-            crate::cli::print(&text)?;
+            crate::util::output::print(&text)?;
         }
     }
     if args.format == OutputFormat::Json {
@@ -277,7 +277,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
         } else {
             Value::Array(items)
         };
-        crate::cli::print(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
+        crate::util::output::print(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
     }
     let failing_sets = set_results.iter().any(|(_, f)| !f.is_empty());
     let failing = failing_sets

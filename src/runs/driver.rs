@@ -195,7 +195,7 @@ pub fn report(set_dir: &std::path::Path, target: f64) -> Result<()> {
     let plot_path = set_dir.join("accuracy.svg");
     crate::util::fs::write_atomic(&plot_path, svg.as_bytes())
         .with_context(|| format!("cannot write {}", plot_path.display()))?;
-    crate::cli::print(&format!(
+    crate::util::output::print(&format!(
         "{}\nplot: {}\n",
         score::render(std::slice::from_ref(&set), score::Format::Table),
         plot_path.display()

@@ -642,7 +642,7 @@ pub fn run_score(args: ScoreArgs) -> Result<ExitCode> {
             ruleset: args.ruleset,
         },
     )?;
-    crate::cli::print(&render(&sets, args.format))?;
+    crate::util::output::print(&render(&sets, args.format))?;
     Ok(crate::cli::ExitStatus::verdict(sets.iter().all(SetScore::valid)).into())
 }
 

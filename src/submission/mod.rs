@@ -46,9 +46,9 @@ pub fn run_sysinfo(args: SysinfoArgs) -> Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     if args.json {
-        crate::cli::print(&described.desc.to_json_string())?;
+        crate::util::output::print(&described.desc.to_json_string())?;
     } else {
-        let mut out = crate::cli::stdout();
+        let mut out = crate::util::output::stdout();
         let json = described.desc.to_json();
         for (k, v) in json.as_object().into_iter().flatten() {
             let text = match v {
@@ -126,7 +126,7 @@ pub fn run_package(args: PackageArgs) -> Result<ExitCode> {
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
-    let mut out = crate::cli::stdout();
+    let mut out = crate::util::output::stdout();
     writeln!(out, "source snapshot: {}", report.origin.describe())?;
     writeln!(out, "tree:     {}", report.org_dir.display())?;
     writeln!(out, "manifest: {}", report.manifest.display())?;
@@ -151,12 +151,12 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
         .iter()
         .map(|c| format!("checked {c}\n"))
         .collect();
-    crate::cli::output::print_beside_work(&checked)?;
+    crate::util::output::print_beside_work(&checked)?;
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
     if report.ok() {
-        crate::cli::print(&format!("verified: {}\n", args.path.display()))?;
+        crate::util::output::print(&format!("verified: {}\n", args.path.display()))?;
         Ok(ExitCode::SUCCESS)
     } else {
         for p in &report.problems {

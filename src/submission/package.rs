@@ -397,7 +397,7 @@ fn score_staged(
         score::render(&scored, score::Format::Table)
     );
     // the tree is written (or refused) whether or not anyone still reads stdout
-    crate::cli::output::print_beside_work(&table)?;
+    crate::util::output::print_beside_work(&table)?;
     if !errors.is_empty() {
         bail!(
             "refusing to package ({} problems):\n  - {}",

@@ -72,7 +72,7 @@ impl RecipeArgs {
 
 /// `--recipe list` for `benchmark`.
 pub fn print_recipes(benchmark: &str) -> anyhow::Result<ExitCode> {
-    crate::cli::print(&crate::recipes::render_list(benchmark)?)?;
+    crate::util::output::print(&crate::recipes::render_list(benchmark)?)?;
     Ok(ExitCode::SUCCESS)
 }
 

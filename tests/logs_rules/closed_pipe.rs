@@ -199,6 +199,56 @@ fn log_only_subcommands_end_quietly_when_stdout_closes() {
         through_both(&args, dir.path());
     }
 
+    // the data subcommands' reports (what they wrote is still written: the report comes last)
+    let images = dir.path().join("images");
+    let bert = dir.path().join("bert");
+    for args in [
+        os(&[
+            &"data",
+            &"synth-imagenet",
+            &"--out",
+            &images,
+            &"--classes",
+            &"2",
+            &"--per-class",
+            &"2",
+            &"--val-per-class",
+            &"1",
+            &"--min-size",
+            &"32",
+            &"--max-size",
+            &"40",
+            &"--force",
+        ]),
+        os(&[
+            &"data",
+            &"synth-bert",
+            &"--out",
+            &bert,
+            &"--train-samples",
+            &"64",
+            &"--eval-samples",
+            &"16",
+        ]),
+        os(&[&"data", &"bert-pack", &"--dir", &bert]),
+        os(&[
+            &"data",
+            &"bert-balance",
+            &"--dir",
+            &bert,
+            &"--ranks",
+            &"2",
+            &"--batch",
+            &"4",
+        ]),
+    ] {
+        through_both(&args, dir.path());
+    }
+    assert!(
+        images.join("train").is_dir(),
+        "synth-imagenet wrote nothing"
+    );
+
     // package: the tree is written although nobody reads the table; then verify it
     for (i, reader) in [Reader::GoneAtOnce, Reader::OneByte]
         .into_iter()

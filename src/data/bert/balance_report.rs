@@ -4,6 +4,7 @@
 //! ranks in one process (no model, no device) and counts the non-padding tokens of every rank's
 //! batch in every step.
 
+use std::io::Write as _;
 use super::balance::Imbalance;
 use super::{shard_files, Assignment, Shard, TrainLoader};
 use anyhow::{bail, Result};
@@ -119,10 +120,10 @@ pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
             "strided": imbalance_json(&r.strided),
             "token_balanced": imbalance_json(&r.balanced),
         });
-        println!("{v}");
+        writeln!(crate::util::output::stdout(), "{v}")?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    println!(
+    writeln!(crate::util::output::stdout(), 
         "{}: {} samples, seq_len {}, {:.1}% padding; {} ranks x {} samples, {} steps (one epoch), seed {}",
         a.dir.join("train").display(),
         r.samples,
@@ -132,24 +133,24 @@ pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
         a.batch,
         r.steps,
         a.seed
-    );
-    println!(
+    )?;
+    writeln!(crate::util::output::stdout(), 
         "{:<16} {:>15} {:>20} {:>19} {:>16}",
         "assignment",
         "epoch max/mean",
         "worst step max/mean",
         "worst spread (tok)",
         "mean tok/rank"
-    );
+    )?;
     for (name, i) in [("strided", &r.strided), ("token-balanced", &r.balanced)] {
-        println!(
+        writeln!(crate::util::output::stdout(), 
             "{:<16} {:>15.4} {:>20.4} {:>19} {:>16.1}",
             name,
             i.epoch_max_over_mean,
             i.worst_step_max_over_mean,
             i.worst_step_spread,
             i.mean_rank_tokens
-        );
+        )?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

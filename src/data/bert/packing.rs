@@ -25,6 +25,7 @@
 //! prediction). Every tensor of a packed batch has a shape fixed by (R, S, K, P_row), whatever
 //! the sequences are: what a CUDA graph needs.
 
+use std::io::Write as _;
 use super::{shard_files, Sample, SampleId, TrainLoader};
 use crate::data::rng::Rng;
 use anyhow::{bail, Result};
@@ -797,7 +798,7 @@ pub fn run_bert_pack(a: BertPackArgs) -> Result<std::process::ExitCode> {
     )?;
     if a.json {
         let s = &r.stats;
-        println!(
+        writeln!(crate::util::output::stdout(), 
             "{}",
             serde_json::json!({
                 "sequences": s.sequences,
@@ -813,9 +814,9 @@ pub fn run_bert_pack(a: BertPackArgs) -> Result<std::process::ExitCode> {
                 "bound_efficiency": s.bound(),
                 "unpacked_efficiency": r.unpacked_efficiency,
             })
-        );
+        )?;
     } else {
-        print!("{r}");
+        write!(crate::util::output::stdout(), "{r}")?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

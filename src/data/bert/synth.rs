@@ -28,6 +28,7 @@
 //! about half of the tokens are padding at `--seq-len 512` (see [`super::realistic`]); the
 //! default `pairs` keeps one sentence pair per sequence (mostly short).
 
+use std::io::Write as _;
 use super::DATASETS;
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
@@ -566,7 +567,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
 /// Entry point of `mlperf-run data synth-bert`.
 pub fn run_synth_bert(a: SynthBertArgs) -> Result<std::process::ExitCode> {
     let s = synth_bert(&a)?;
-    println!(
+    writeln!(crate::util::output::stdout(), 
         "wrote {}: {} train + {} eval samples from {} sentences of {}; vocabulary {} tokens (vocab.txt); {:.1}% padding",
         a.out.display(),
         s.train_samples,
@@ -575,7 +576,7 @@ pub fn run_synth_bert(a: SynthBertArgs) -> Result<std::process::ExitCode> {
         s.source.display(),
         s.vocab_size,
         100.0 * s.padding_fraction
-    );
+    )?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 

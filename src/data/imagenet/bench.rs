@@ -2,6 +2,7 @@
 //! for scripts/bench_data.sh, and (with `--augment gpu --device cuda`) the data path alone up to
 //! the normalised fp16 tensor on the GPU, for scripts/bench_gpu.sh part e.
 
+use std::io::Write as _;
 use super::{Augment, Decoder, ImageFolder, Loader, LoaderConfig};
 use anyhow::Result;
 use std::path::PathBuf;
@@ -177,10 +178,10 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
             "img_per_s": images as f64 / secs,
             "window_unix": [unix_start, unix_now()],
         });
-        println!("{line}");
+        writeln!(crate::util::output::stdout(), "{line}")?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    println!(
+    writeln!(crate::util::output::stdout(), 
         "mlperf-run pipeline ({} decoder, {on_gpu} of {loaded} images decoded by nvJPEG, augment \
          on {}): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
         loader.decoder_in_use().as_str(),
@@ -192,7 +193,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         images as f64 / secs,
         args.threads,
         images as f64 / secs / args.threads as f64
-    );
+    )?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 

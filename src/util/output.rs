@@ -1,8 +1,8 @@
 //! Standard output, for what a subcommand prints as its result. `println!` panics when the
 //! reader has gone (`mlperf-run score DIR | head`: "failed printing to stdout: Broken pipe");
 //! [`stdout`] returns that as an error instead, tagged [`StdoutClosed`], which the subcommand
-//! returns up to [`super::main`] with `?`, where it ends the process quietly with exit status 0
-//! ([`super::ExitStatus::of_error`]), as ripgrep does. Only stdout is tagged: a broken pipe to a
+//! returns up to `cli::main` with `?`, where it ends the process quietly with exit status 0
+//! (`cli::ExitStatus::of_error`), as ripgrep does. Only stdout is tagged: a broken pipe to a
 //! child process (the official checker) stays an error.
 //!
 //! A subcommand whose output is its result ([`print`]) stops at a closed stdout. One whose work
@@ -21,7 +21,7 @@ pub struct StdoutClosed;
 /// Locked stdout whose write errors are returned; a closed pipe is tagged [`StdoutClosed`].
 pub struct Stdout(io::StdoutLock<'static>);
 
-/// Stdout for a subcommand's result: `writeln!(cli::stdout(), ...)?`.
+/// Stdout for a subcommand's result: `writeln!(util::output::stdout(), ...)?`.
 pub fn stdout() -> Stdout {
     Stdout(io::stdout().lock())
 }
