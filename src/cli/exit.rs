@@ -32,7 +32,7 @@ impl ExitStatus {
     }
 
     /// The status of a subcommand that returned `err`: Success when stdout was closed under it
-    /// (`| head`: the reader has what it wanted, see [`super::output`]), Error otherwise.
+    /// (`| head`: the reader has what it wanted, see [`crate::util::output`]), Error otherwise.
     pub fn of_error(err: &anyhow::Error) -> ExitStatus {
         if crate::util::output::is_stdout_closed(err) {
             ExitStatus::Success

@@ -5,9 +5,9 @@
 //! (`cli::ExitStatus::of_error`), as ripgrep does. Only stdout is tagged: a broken pipe to a
 //! child process (the official checker) stays an error.
 //!
-//! A subcommand whose output is its result ([`print`]) stops at a closed stdout. One whose work
+//! A subcommand whose output is its result ([`print()`]) stops at a closed stdout. One whose work
 //! goes on after it prints (package writes the tree after its score table) uses
-//! [`print_beside_work`]: the text is dropped and the work finishes; a later [`print`] then ends
+//! [`print_beside_work`]: the text is dropped and the work finishes; a later [`print()`] then ends
 //! the process quietly.
 
 use anyhow::Result;
@@ -53,7 +53,7 @@ pub fn print(text: &str) -> Result<()> {
 }
 
 /// Print `text` beside work that must go on: a closed stdout drops the text (the work finishes,
-/// and the subcommand's next [`print`] ends the process quietly); other errors are returned.
+/// and the subcommand's next [`print()`] ends the process quietly); other errors are returned.
 pub fn print_beside_work(text: &str) -> Result<()> {
     match print(text) {
         Err(e) if is_stdout_closed(&e) => Ok(()),

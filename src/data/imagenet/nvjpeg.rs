@@ -535,7 +535,7 @@ impl Nvjpeg {
     /// `plan.width * plan.height * 3` bytes of interleaved RGB at `arena + offsets[k]`, queued
     /// on the CUDA stream `stream` of the decoder's GPU (the caller's: the hand-off's copy
     /// stream). Nothing is copied back and the host does not wait for this decode: the files are
-    /// kept until the device has finished with them ([`DECODE_SLOTS`] batches in flight; the
+    /// kept until the device has finished with them (`DECODE_SLOTS` batches in flight; the
     /// host waits only when a slot's decode of that many batches ago is still running). Every
     /// file must have passed [`Nvjpeg::supports`]; on failure the batch as a whole comes back
     /// with the reason (decode it on the CPU).
