@@ -236,9 +236,10 @@ mod binary {
 
         signal(&first, libc::SIGINT);
         let status = first.wait().unwrap();
+        // 130: the set stopped there (how many runs finished before the signal depends on the
+        // machine's speed: a run of the tiny preset takes about a second)
         assert_eq!(status.code(), Some(130));
         assert!(!set.join(LOCK_FILE).exists(), "gone after Ctrl-C");
-        assert!(!set.join("result_1.txt").exists());
     }
 
     #[test]
