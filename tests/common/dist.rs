@@ -122,3 +122,20 @@ pub fn open_run_args(
         path(dump),
     ]
 }
+
+/// Waits at most `limit`; a worker still running then is killed and the test fails.
+pub fn finish(mut child: std::process::Child, limit: std::time::Duration, what: &str) -> Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}

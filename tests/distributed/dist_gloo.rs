@@ -3,10 +3,10 @@
 //! Each test starts `mlperf-run dist-selftest` workers on its own free port.
 #![cfg(feature = "torch")]
 
-use crate::common::dist::{launch_command, load, max_rel_diff, rank_command, text, BIN};
+use crate::common::dist::{finish, launch_command, load, max_rel_diff, rank_command, text, BIN};
 use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
@@ -20,23 +20,6 @@ fn worker(rank: usize, world: usize, port: u16, args: &[&str]) -> Child {
         .args(args)
         .spawn()
         .expect("start mlperf-run dist-selftest")
-}
-
-/// Waits at most `limit`; a worker still running then is killed and the test fails.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} still running after {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
 }
 
 #[test]

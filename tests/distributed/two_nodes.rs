@@ -4,9 +4,9 @@
 //! root on Linux); skipped with the reason elsewhere.
 #![cfg(feature = "torch")]
 
-use crate::common::dist::{text, BIN};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use crate::common::dist::{finish, text, BIN};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// Two namespaces `<tag>a` / `<tag>b` joined by a veth pair, 10.203.<net>.1 and .2; removed on
 /// drop.
@@ -106,23 +106,6 @@ fn bed(test: &str) -> Option<TwoNodes> {
 extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
-}
-
-/// Waits at most `limit`, killing the process then (and failing).
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} still running after {limit:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// Each node's name resolves to whatever this machine's does (often 127.0.0.1: then Gloo's
