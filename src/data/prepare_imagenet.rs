@@ -26,7 +26,6 @@
 //! exists with the size of its tar entry is kept rather than rewritten: files only reach their
 //! final names complete (rename of a temporary `.NAME.tmp-PID`, which a resumed run removes).
 
-use std::io::Write as _;
 use crate::data::imagenet::folder::is_jpeg_name;
 use crate::data::imagenet::{
     ImagenetDir, IMAGENET_CLASSES, IMAGENET_TRAIN_SAMPLES, IMAGENET_VAL_SAMPLES,
@@ -36,6 +35,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
+use std::io::Write as _;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -163,16 +163,19 @@ pub struct PrepareSummary {
 pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<std::process::ExitCode> {
     let spec = PrepareSpec::from_args(&args);
     let s = prepare_imagenet(&spec)?;
-    writeln!(crate::util::output::stdout(), "prepared {}", spec.out.display())?;
-    writeln!(crate::util::output::stdout(), "  classes        {}", s.classes)?;
-    writeln!(crate::util::output::stdout(), "  train images   {}", s.train_images)?;
-    writeln!(crate::util::output::stdout(), "  val images     {}", s.val_images)?;
-    writeln!(crate::util::output::stdout(), 
+    let mut out = crate::util::output::stdout();
+    writeln!(out, "prepared {}", spec.out.display())?;
+    writeln!(out, "  classes        {}", s.classes)?;
+    writeln!(out, "  train images   {}", s.train_images)?;
+    writeln!(out, "  val images     {}", s.val_images)?;
+    writeln!(
+        out,
         "  written        {} images ({:.1} MB)",
         s.files_written,
         s.bytes_written as f64 / 1e6
     )?;
-    writeln!(crate::util::output::stdout(), 
+    writeln!(
+        out,
         "  skipped        {} classes already done{}, {} images already in place",
         s.classes_skipped,
         if s.val_skipped {
@@ -183,12 +186,14 @@ pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<std::process::E
         s.files_kept
     )?;
     if s.temps_removed > 0 {
-        writeln!(crate::util::output::stdout(), 
+        writeln!(
+            out,
             "  removed        {} temporary files of an interrupted run",
             s.temps_removed
         )?;
     }
-    writeln!(crate::util::output::stdout(), 
+    writeln!(
+        out,
         "  check          {}",
         if spec.subset {
             "consistent (--subset: full-set counts not checked)"
@@ -196,7 +201,7 @@ pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<std::process::E
             "the full ILSVRC2012 set: 1000 classes, 1281167 train, 50000 val images"
         }
     )?;
-    writeln!(crate::util::output::stdout(), "  seconds        {:.1}", s.seconds)?;
+    writeln!(out, "  seconds        {:.1}", s.seconds)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 

@@ -10,11 +10,11 @@
 //!
 //! The set is written into a temporary directory next to --out and renamed at the end.
 
-use std::io::Write as _;
 use crate::data::imagenet::RgbImage;
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -455,7 +455,9 @@ pub fn run_synth_imagenet(args: SynthImagenetArgs) -> Result<std::process::ExitC
     let spec = SynthSpec::from_args(&args);
     let start = std::time::Instant::now();
     let summary = write_synth_imagenet(&args.out, &spec, args.force)?;
-    writeln!(crate::util::output::stdout(), 
+    let mut out = crate::util::output::stdout();
+    writeln!(
+        out,
         "wrote {} training and {} validation JPEGs ({} classes, {:.1} MB) to {} in {:.1}s",
         summary.train_images,
         summary.val_images,

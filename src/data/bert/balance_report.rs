@@ -4,11 +4,11 @@
 //! ranks in one process (no model, no device) and counts the non-padding tokens of every rank's
 //! batch in every step.
 
-use std::io::Write as _;
 use super::balance::Imbalance;
 use super::{shard_files, Assignment, Shard, TrainLoader};
 use anyhow::{bail, Result};
 use serde_json::json;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use tch::Device;
 
@@ -112,6 +112,7 @@ fn imbalance_json(i: &Imbalance) -> serde_json::Value {
 /// Entry point of `mlperf-run data bert-balance`.
 pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
     let r = measure(&a.dir, a.ranks, a.batch, a.seed)?;
+    let mut out = crate::util::output::stdout();
     if a.json {
         let v = json!({
             "dir": a.dir, "ranks": a.ranks, "batch": a.batch, "seed": a.seed,
@@ -120,10 +121,11 @@ pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
             "strided": imbalance_json(&r.strided),
             "token_balanced": imbalance_json(&r.balanced),
         });
-        writeln!(crate::util::output::stdout(), "{v}")?;
+        writeln!(out, "{v}")?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    writeln!(crate::util::output::stdout(), 
+    writeln!(
+        out,
         "{}: {} samples, seq_len {}, {:.1}% padding; {} ranks x {} samples, {} steps (one epoch), seed {}",
         a.dir.join("train").display(),
         r.samples,
@@ -134,7 +136,8 @@ pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
         r.steps,
         a.seed
     )?;
-    writeln!(crate::util::output::stdout(), 
+    writeln!(
+        out,
         "{:<16} {:>15} {:>20} {:>19} {:>16}",
         "assignment",
         "epoch max/mean",
@@ -143,7 +146,8 @@ pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
         "mean tok/rank"
     )?;
     for (name, i) in [("strided", &r.strided), ("token-balanced", &r.balanced)] {
-        writeln!(crate::util::output::stdout(), 
+        writeln!(
+            out,
             "{:<16} {:>15.4} {:>20.4} {:>19} {:>16.1}",
             name,
             i.epoch_max_over_mean,

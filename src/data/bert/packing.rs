@@ -25,11 +25,11 @@
 //! prediction). Every tensor of a packed batch has a shape fixed by (R, S, K, P_row), whatever
 //! the sequences are: what a CUDA graph needs.
 
-use std::io::Write as _;
 use super::{shard_files, Sample, SampleId, TrainLoader};
 use crate::data::rng::Rng;
 use anyhow::{bail, Result};
 use std::collections::VecDeque;
+use std::io::Write as _;
 use std::path::Path;
 use tch::{Device, Tensor};
 
@@ -796,9 +796,11 @@ pub fn run_bert_pack(a: BertPackArgs) -> Result<std::process::ExitCode> {
         a.window,
         a.seed,
     )?;
+    let mut out = crate::util::output::stdout();
     if a.json {
         let s = &r.stats;
-        writeln!(crate::util::output::stdout(), 
+        writeln!(
+            out,
             "{}",
             serde_json::json!({
                 "sequences": s.sequences,
@@ -816,7 +818,7 @@ pub fn run_bert_pack(a: BertPackArgs) -> Result<std::process::ExitCode> {
             })
         )?;
     } else {
-        write!(crate::util::output::stdout(), "{r}")?;
+        write!(out, "{r}")?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -28,11 +28,11 @@
 //! about half of the tokens are padding at `--seq-len 512` (see [`super::realistic`]); the
 //! default `pairs` keeps one sentence pair per sequence (mostly short).
 
-use std::io::Write as _;
 use super::DATASETS;
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 pub const PAD: i32 = 0;
@@ -567,7 +567,9 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
 /// Entry point of `mlperf-run data synth-bert`.
 pub fn run_synth_bert(a: SynthBertArgs) -> Result<std::process::ExitCode> {
     let s = synth_bert(&a)?;
-    writeln!(crate::util::output::stdout(), 
+    let mut out = crate::util::output::stdout();
+    writeln!(
+        out,
         "wrote {}: {} train + {} eval samples from {} sentences of {}; vocabulary {} tokens (vocab.txt); {:.1}% padding",
         a.out.display(),
         s.train_samples,

@@ -2,9 +2,9 @@
 //! for scripts/bench_data.sh, and (with `--augment gpu --device cuda`) the data path alone up to
 //! the normalised fp16 tensor on the GPU, for scripts/bench_gpu.sh part e.
 
-use std::io::Write as _;
 use super::{Augment, Decoder, ImageFolder, Loader, LoaderConfig};
 use anyhow::Result;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -147,6 +147,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
     }
     let secs = start.elapsed().as_secs_f64();
     let stats = loader.stats();
+    let mut out = crate::util::output::stdout();
     let (on_gpu, loaded) = (stats.decoded_on_gpu, stats.loaded);
     if args.json {
         let line = serde_json::json!({
@@ -178,10 +179,11 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
             "img_per_s": images as f64 / secs,
             "window_unix": [unix_start, unix_now()],
         });
-        writeln!(crate::util::output::stdout(), "{line}")?;
+        writeln!(out, "{line}")?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    writeln!(crate::util::output::stdout(), 
+    writeln!(
+        out,
         "mlperf-run pipeline ({} decoder, {on_gpu} of {loaded} images decoded by nvJPEG, augment \
          on {}): {images} images in {secs:.2}s = {:.1} images/s on {} thread(s), {:.1} images/s per core (checksum {checksum})",
         loader.decoder_in_use().as_str(),
