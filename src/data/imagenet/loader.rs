@@ -68,13 +68,6 @@ pub struct EngineJob {
     pub jpegs: Vec<(Vec<u8>, RegionPlan)>,
 }
 
-impl EngineJob {
-    /// The (bytes, region) pairs as [`Nvjpeg::decode_into`] takes them.
-    pub fn items(&self) -> Vec<(&[u8], RegionPlan)> {
-        self.jpegs.iter().map(|(b, p)| (b.as_slice(), *p)).collect()
-    }
-}
-
 impl std::fmt::Debug for EngineJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EngineJob")
@@ -726,16 +719,31 @@ struct Region {
 /// the coarsest DCT scale that keeps the crop at least the output size; with `cpu-full` the
 /// whole image.
 fn load_region(shared: &Shared, epoch: u64, size: u32, index: usize) -> Result<Region, String> {
+    let bytes = read_sample(shared, index)?;
+    region_of(shared, epoch, size, index, &bytes)
+}
+
+/// The file of sample `index`.
+fn read_sample(shared: &Shared, index: usize) -> Result<Vec<u8>, String> {
+    std::fs::read(&shared.samples[index].path).map_err(|e| format!("cannot read: {e}"))
+}
+
+/// [`load_region`] of the file's `bytes`, already read.
+fn region_of(
+    shared: &Shared,
+    epoch: u64,
+    size: u32,
+    index: usize,
+    bytes: &[u8],
+) -> Result<Region, String> {
     let c = &shared.config;
-    let sample = &shared.samples[index];
-    let bytes = std::fs::read(&sample.path).map_err(|e| format!("cannot read: {e}"))?;
     if c.decoder == Decoder::CpuFull {
-        let image = decode_jpeg(&bytes)?;
+        let image = decode_jpeg(bytes)?;
         let (crop, flip) = augmentation(c, epoch, index, image.width, image.height, size);
         return Ok(Region { image, crop, flip });
     }
     // The box comes from the header's size, then only its region is decoded.
-    let header = JpegHeader::read(&bytes)?;
+    let header = JpegHeader::read(bytes)?;
     let (crop, flip) = augmentation(c, epoch, index, header.width, header.height, size);
     let plan = plan_region(header.width, header.height, crop, size);
     let image = header.decode(&plan)?;
@@ -770,31 +778,31 @@ struct EngineItem {
     flip: bool,
 }
 
-/// Read and plan sample `index` for nvJPEG: its file, header, box and full-scale region, if
-/// the engine takes it (`None`: decode it on the CPU, which also names a corrupt file).
-fn plan_for_engine(
+/// Sample `index` planned for nvJPEG (its file, header, box and full-scale region) when the
+/// engine takes it, else decoded on the host from the same bytes (which also names a corrupt
+/// file).
+fn engine_or_host(
     shared: &Shared,
     gpu: &Nvjpeg,
     epoch: u64,
     size: u32,
     index: usize,
-) -> Option<EngineItem> {
-    let c = &shared.config;
-    let bytes = std::fs::read(&shared.samples[index].path).ok()?;
-    let (width, height) = {
-        let header = JpegHeader::read(&bytes).ok()?;
-        (header.width, header.height)
-    };
-    if !ends_with_image(&bytes) {
-        return None;
+) -> Result<EngineItem, Loaded> {
+    let bytes = read_sample(shared, index).map_err(Err)?;
+    let planned = JpegHeader::read(&bytes).ok().and_then(|header| {
+        if !ends_with_image(&bytes) {
+            return None;
+        }
+        let (w, h) = (header.width, header.height);
+        let (crop, flip) = augmentation(&shared.config, epoch, index, w, h, size);
+        let plan = region_at(w, h, crop, size, 1);
+        let fits = plan.width.max(plan.height) <= size.saturating_mul(MAX_GPU_REGION).max(1);
+        (fits && gpu.supports(&bytes, &plan)).then_some((plan, flip))
+    });
+    match planned {
+        Some((plan, flip)) => Ok(EngineItem { bytes, plan, flip }),
+        None => Err(region_of(shared, epoch, size, index, &bytes)),
     }
-    let (crop, flip) = augmentation(c, epoch, index, width, height, size);
-    let plan = region_at(width, height, crop, size, 1);
-    if plan.width.max(plan.height) > size.saturating_mul(MAX_GPU_REGION).max(1) {
-        return None;
-    }
-    gpu.supports(&bytes, &plan)
-        .then_some(EngineItem { bytes, plan, flip })
 }
 
 /// A sample that could not be read: warned about once per loader, returned for the epoch's count.
@@ -871,7 +879,8 @@ type EngineAndHost = (Vec<(usize, EngineItem)>, Vec<(usize, Loaded)>);
 /// Build one batch for `data.augment = "gpu"`, ragged ([`Batch`]): with nvJPEG, the first
 /// `hw_load` share of the samples is read, parsed and planned here (in parallel, each worker with
 /// its own parse objects) for the engine, which decodes them at the hand-off; the CPU region
-/// decoder takes the rest at the same time, and every sample the engine does not take. The
+/// decoder takes the rest at the same time, and every sample the engine does not take (from the
+/// bytes already read). The
 /// engine's images come first, then the host's, each group in sample order.
 fn build_device_batch(
     shared: &Shared,
@@ -887,7 +896,7 @@ fn build_device_batch(
                 || {
                     indices[..to_gpu]
                         .par_iter()
-                        .map(|&i| (i, plan_for_engine(shared, gpu, epoch, size, i)))
+                        .map(|&i| (i, engine_or_host(shared, gpu, epoch, size, i)))
                         .collect::<Vec<_>>()
                 },
                 || {
@@ -897,17 +906,16 @@ fn build_device_batch(
                         .collect::<Vec<_>>()
                 },
             );
-            let (taken, declined): (Vec<_>, Vec<_>) =
-                planned.into_iter().partition(|(_, p)| p.is_some());
-            let fallback: Vec<(usize, Loaded)> = declined
-                .into_par_iter()
-                .map(|(i, _)| (i, load_region(shared, epoch, size, i)))
-                .collect();
-            let taken = taken
-                .into_iter()
-                .filter_map(|(i, p)| p.map(|p| (i, p)))
-                .collect();
-            (taken, fallback.into_iter().chain(rest).collect())
+            let mut taken = Vec::with_capacity(planned.len());
+            let mut host = Vec::with_capacity(n);
+            for (i, p) in planned {
+                match p {
+                    Ok(item) => taken.push((i, item)),
+                    Err(loaded) => host.push((i, loaded)),
+                }
+            }
+            host.extend(rest);
+            (taken, host)
         }
         None => (
             Vec::new(),
