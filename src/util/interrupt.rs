@@ -24,7 +24,12 @@ pub fn install() {
                         let _ = std::fs::remove_file(p);
                     }
                 }
-                std::process::exit(crate::cli::ExitStatus::Interrupted.code().into());
+                // _exit, not process::exit: the main thread is still inside libtorch, and the
+                // exit handlers and static destructors process::exit runs can crash under it
+                // (the process then dies of a signal instead of exiting 130).
+                let code: i32 = crate::cli::ExitStatus::Interrupted.code().into();
+                // SAFETY: _exit ends the process at once; nothing after it runs.
+                unsafe { libc::_exit(code) };
             }
             eprintln!(
                 "interrupt: finishing the current run's log as aborted (Ctrl-C again to exit now)"
