@@ -8,9 +8,10 @@
 //! closed tiny set could never pass the closed RCP check of the package checker.
 //! Tiny results prove the pipeline, not the model.
 
+use crate::util::ExitStatus;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 use std::time::Instant;
 
 const RESNET_CONFIG: &str = include_str!("../configs/resnet/tiny_cpu_open.toml");
@@ -54,7 +55,7 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-pub fn run_demo(args: DemoArgs) -> Result<ExitCode> {
+pub fn run_demo(args: DemoArgs) -> Result<ExitStatus> {
     let started = Instant::now();
     let out = &args.out;
     // Only what the demo itself writes is ever removed.
@@ -176,5 +177,5 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitCode> {
     eprintln!("  submission  {}", submission.join(SUBMITTER).display());
     eprintln!("  tarball     {}  (+ .sha256, manifest)", tarball.display());
     eprintln!("Tiny results prove the pipeline (logs, rules, scoring, packaging), not the model.");
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitStatus::Success)
 }

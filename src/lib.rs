@@ -8,14 +8,16 @@
 //! - [`regress`]: the CI regression gate (`regress`)
 //! - [`runs`]: run sets (N seeded runs, resume), their outcome, progress line, plot and report
 //! - [`submission`]: system description, submitter tree, tarball, verify
-//! - [`train`], [`models`], [`optim`], [`dist`]: training on libtorch (feature `torch`)
+//! - [`train`], [`models`], [`optim`], [`distributed`]: training on libtorch (feature `torch`)
 //! - [`data`]: data pipelines and synthetic data sets
 //! - [`gpu`]: autocast regions, CUDA streams and events, whole-step CUDA graphs
 //! - [`fused`]: the fused ops (fused BN+ReLU, the encoder epilogues, bias+GELU, varlen
 //!   attention), each a fast kernel with a reference path
 //! - `shim`: the C++ shim's FFI declarations (one file per `shim/*.cpp`) and its error call
-//! - [`cli`]: the subcommands' arguments, dispatch and exit statuses
-//! - [`util`]: atomic file writes, interrupts, logging set-up
+//! - [`cli`]: the subcommands' dispatch, and an error mapped to its exit status
+//! - [`util`]: exit statuses, atomic file writes, interrupts, libtorch errors, logging set-up
+//!
+//! The modules stand in layers, each using only lower ones (docs/development.md, "Layers").
 //! - [`cpu_bind`]: which CPUs each training process of a node runs on (`[system] cpu_bind`)
 
 pub mod benchmarks;
@@ -24,7 +26,7 @@ pub mod cpu_bind;
 pub mod data;
 pub mod demo;
 #[cfg(feature = "torch")]
-pub mod dist;
+pub mod distributed;
 #[cfg(feature = "torch")]
 pub mod fused;
 #[cfg(feature = "torch")]
@@ -45,3 +47,6 @@ mod shim;
 pub mod submission;
 pub mod train;
 pub mod util;
+
+#[cfg(test)]
+mod layering_tests;

@@ -9,13 +9,12 @@
 //! value is worse than the recorded one by more than the tolerance plus `--spread-k` times the
 //! combined spread ([`limits`]).
 
-use crate::cli::ExitStatus;
 use crate::score::{self, ScoreOptions, SetScore, Spread};
 use crate::util::fs as fsutil;
+use crate::util::ExitStatus;
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets, Table};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// Tolerance in percent for rows that do not set one.
 pub const DEFAULT_TOLERANCE_PCT: f64 = 5.0;
@@ -785,7 +784,7 @@ fn parse_tolerance(s: &str) -> std::result::Result<f64, String> {
     }
 }
 
-pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
+pub fn run_regress(args: RegressArgs) -> Result<ExitStatus> {
     let mut baseline = if args.baseline.exists() {
         Baseline::load(&args.baseline)?
     } else if args.record {
@@ -867,7 +866,7 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
             "recorded {recorded} row(s) in {}\n",
             args.baseline.display()
         ))?;
-        return Ok(ExitStatus::verdict(!no_value).into());
+        return Ok(ExitStatus::verdict(!no_value));
     }
     let failed = comparisons.iter().any(|c| {
         matches!(
@@ -875,7 +874,7 @@ pub fn run_regress(args: RegressArgs) -> Result<ExitCode> {
             Verdict::Regressed | Verdict::NoBaseline | Verdict::NoScore
         )
     });
-    Ok(ExitStatus::verdict(!failed).into())
+    Ok(ExitStatus::verdict(!failed))
 }
 
 #[cfg(test)]

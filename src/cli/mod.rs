@@ -1,9 +1,7 @@
 //! The command line: the subcommands and their dispatch ([`main`]), and the exit statuses
 //! ([`ExitStatus`]). Each subcommand's flags are its `*Args` struct, beside the work it does.
 
-mod exit;
-
-pub use exit::ExitStatus;
+pub use crate::util::ExitStatus;
 
 use crate::{data, demo, launch, regress, rules, score, submission, train};
 use clap::{Parser, Subcommand};
@@ -75,12 +73,12 @@ pub fn main() -> ExitCode {
         Command::DistSelftest(a) => launch::run_selftest(a),
     };
     // what is still buffered goes out now, so that a closed stdout is seen here, not at exit
-    let result = result.and_then(|code| {
+    let result = result.and_then(|status| {
         std::io::Write::flush(&mut crate::util::output::stdout())?;
-        Ok(code)
+        Ok(status)
     });
     match result {
-        Ok(code) => code,
+        Ok(status) => status.into(),
         Err(err) => {
             let status = ExitStatus::of_error(&err);
             if status == ExitStatus::Error {

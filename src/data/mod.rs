@@ -4,10 +4,14 @@
 //! - [`synth_imagenet`]: `data synth-imagenet`, a synthetic ImageNet-style JPEG data set
 //! - [`prepare_imagenet`]: `data prepare-imagenet`, the ILSVRC2012 tars to the ImageFolder layout
 //! - [`rng`]: counter-based random streams shared by the pipelines
+//! - `handoff` (feature `torch`): the batches moved to the device ahead of the step that takes
+//!   them (a prefetching thread, the copy stream)
 //! - `bert` (feature `torch`): BERT pre-training data
 
 #[cfg(feature = "torch")]
 pub mod bert;
+#[cfg(feature = "torch")]
+pub mod handoff;
 pub mod imagenet;
 pub mod prepare_imagenet;
 pub mod rng;
@@ -43,7 +47,7 @@ pub enum DataCommand {
     BertPack(bert::packing::BertPackArgs),
 }
 
-pub fn run_data(args: DataArgs) -> anyhow::Result<std::process::ExitCode> {
+pub fn run_data(args: DataArgs) -> anyhow::Result<crate::util::ExitStatus> {
     match args.command {
         DataCommand::SynthImagenet(a) => synth_imagenet::run_synth_imagenet(a),
         DataCommand::PrepareImagenet(a) => prepare_imagenet::run_prepare_imagenet(a),

@@ -160,7 +160,7 @@ pub struct PrepareSummary {
     pub seconds: f64,
 }
 
-pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<std::process::ExitCode> {
+pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<crate::util::ExitStatus> {
     let spec = PrepareSpec::from_args(&args);
     let s = prepare_imagenet(&spec)?;
     let mut out = crate::util::output::stdout();
@@ -202,7 +202,7 @@ pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<std::process::E
         }
     )?;
     writeln!(out, "  seconds        {:.1}", s.seconds)?;
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(crate::util::ExitStatus::Success)
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -451,7 +451,7 @@ fn write_into(dir: &Path, spec: &SynthSpec) -> Result<SynthSummary> {
     })
 }
 
-pub fn run_synth_imagenet(args: SynthImagenetArgs) -> Result<std::process::ExitCode> {
+pub fn run_synth_imagenet(args: SynthImagenetArgs) -> Result<crate::util::ExitStatus> {
     let spec = SynthSpec::from_args(&args);
     let start = std::time::Instant::now();
     let summary = write_synth_imagenet(&args.out, &spec, args.force)?;
@@ -466,7 +466,7 @@ pub fn run_synth_imagenet(args: SynthImagenetArgs) -> Result<std::process::ExitC
         args.out.display(),
         start.elapsed().as_secs_f64()
     )?;
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(crate::util::ExitStatus::Success)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! CUDA streams, events, pinned host memory and math-mode switches, through the C++ shim
 //! (`shim/cuda.cpp`), because tch 0.24 exposes none of them. Thin, safe wrappers: the
-//! batch hand-off ([`crate::train::handoff`]) and the device set-up of a run
+//! batch hand-off ([`crate::data::handoff`]) and the device set-up of a run
 //! ([`configure`]) are built on them. Nothing here runs for CPU training.
 
 use anyhow::{bail, Result};

@@ -600,7 +600,7 @@ fn short_step(
     body: &mut dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Vec<Tensor>> {
     body(inputs).map_err(|e| {
-        if !crate::train::step_errors::is_out_of_memory(&e) {
+        if !crate::util::libtorch_errors::is_out_of_memory(&e) {
             return e;
         }
         e.context(
@@ -651,7 +651,7 @@ fn capture(
     let mut graph = Graph::new()?;
     let check = CaptureCheck::begin()?;
     graph.capture_begin(device)?;
-    let outputs = crate::train::step_errors::catching(|| body(statics));
+    let outputs = crate::util::libtorch_errors::catching(|| body(statics));
     let uncapturable = check.end();
     let outputs = match outputs {
         Ok(o) => o,

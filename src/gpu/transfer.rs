@@ -1,6 +1,6 @@
 //! How host data becomes device tensors without stalling the GPU: a pinned staging buffer and a
 //! non-blocking copy on a copy stream of its own (CUDA), or plain tensors (CPU). The batch
-//! hand-off (`train::handoff`) runs one per prefetch thread; the data pipelines' `to_device`
+//! hand-off (`data::handoff`) runs one per prefetch thread; the data pipelines' `to_device`
 //! steps take it.
 
 use super::cuda::{self, Stream};

@@ -144,7 +144,7 @@ mod params {
 /// A training step (src/train/resnet.rs, src/train/bert.rs) calls [`Optimizer::begin_step`],
 /// then builds the step's gradient list in the parameters' order (autograd's returned
 /// gradients, or the `.grad` buffers), averages it across ranks in place
-/// ([`crate::train::engine::GradSync::all_reduce_grads`]) and hands that list to
+/// ([`crate::distributed::GradSync::all_reduce_grads`]) and hands that list to
 /// [`Optimizer::apply`] (or [`Optimizer::apply_or_skip`]). Whatever an optimizer does to all
 /// gradients together (LAMB's and AdamW's global-norm clip) thus sees the averaged gradients.
 ///

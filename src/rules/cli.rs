@@ -4,11 +4,11 @@ use super::{check_log, check_set, resolve_ruleset, tables, CheckOptions, Finding
 use crate::mllog::parse_file;
 use crate::mllog::LogFile;
 use crate::official;
+use crate::util::ExitStatus;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputFormat {
@@ -189,7 +189,7 @@ struct Checked {
     official: Option<Result<OfficialVerdict, String>>,
 }
 
-pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
+pub fn run_check(args: CheckArgs) -> Result<ExitStatus> {
     if let Some(r) = &args.ruleset {
         if let Err(message) = tables::resolve(r, None) {
             bail!("{message}");
@@ -285,13 +285,12 @@ pub fn run_check(args: CheckArgs) -> Result<ExitCode> {
             .iter()
             .any(|c| !c.verdict.compliant() || matches!(&c.official, Some(Ok(o)) if !o.compliant));
     let official_errors = checked.iter().any(|c| matches!(c.official, Some(Err(_))));
-    use crate::cli::ExitStatus;
+    use crate::util::ExitStatus;
     Ok(if io_errors > 0 || official_errors {
         ExitStatus::Error
     } else {
         ExitStatus::verdict(!failing)
-    }
-    .into())
+    })
 }
 
 fn label(compliant: bool) -> &'static str {

@@ -18,12 +18,14 @@
 //! `batch-size`, `seed`.
 
 mod cli;
+mod division;
 mod engine;
 mod python;
 mod set;
 pub mod tables;
 
 pub use cli::{run_check, CheckArgs, OutputFormat};
+pub use division::Division;
 pub use engine::SUPPORTED_BENCHMARKS;
 pub use set::check_set;
 

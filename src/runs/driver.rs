@@ -7,13 +7,13 @@ use super::outcome::RunOutcome;
 use super::plot;
 use super::progress::{fmt_duration, RunProgress};
 use super::set::{self, RunRequest, SetEvent, SetSpec};
-use crate::cli::ExitStatus;
+use super::system::SystemConfig;
+use crate::rules::Division;
 use crate::submission::sysinfo;
-use crate::train::config::{Division, SystemConfig};
+use crate::util::ExitStatus;
 use crate::{benchmarks, score};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 /// Flags shared by the training subcommands for run sets.
@@ -74,7 +74,7 @@ pub fn run_and_report(
     division: Division,
     cpu_only: bool,
     mut run_one: impl FnMut(u64, PathBuf) -> Result<RunOutcome>,
-) -> Result<ExitCode> {
+) -> Result<ExitStatus> {
     let default_system = sys.submission_platform.as_str();
     let bench = benchmarks::get(benchmark)?;
     let runs = args.runs.unwrap_or(bench.runs);
@@ -159,7 +159,7 @@ pub fn run_and_report(
         ),
     })?;
     if !spec.writer {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitStatus::Success);
     }
     for aside in &outcome.moved_aside {
         eprintln!("unfinished log of a killed run kept at {}", aside.display());
@@ -171,14 +171,14 @@ pub fn run_and_report(
     );
     if outcome.interrupted {
         eprintln!("interrupted: continue with the same command and --resume");
-        return Ok(ExitStatus::Interrupted.into());
+        return Ok(ExitStatus::Interrupted);
     }
     report(&outcome.set_dir, bench.target)?;
     let all_succeeded = outcome
         .runs
         .iter()
         .all(|r| r.status.as_deref() == Some("success"));
-    Ok(ExitStatus::verdict(all_succeeded).into())
+    Ok(ExitStatus::verdict(all_succeeded))
 }
 
 /// Write accuracy.svg beside the results, then print the score table (with any reason the set

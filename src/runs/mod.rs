@@ -6,6 +6,7 @@
 //! - [`outcome`]: what one run did ([`RunOutcome`]), as the trainer returns it to the set;
 //! - [`driver`]: the `mlperf-run resnet|bert` side: the flags, the node's system description,
 //!   the progress line and the report at the end ([`driver::run_and_report`]);
+//! - [`system`]: the `[system]` table of a run config ([`system::SystemConfig`]);
 //! - [`progress`], [`plot`]: the live view of a run from its log, and the accuracy plot.
 
 pub mod driver;
@@ -14,6 +15,7 @@ pub mod outcome;
 pub mod plot;
 pub mod progress;
 pub mod set;
+pub mod system;
 
 pub use outcome::{RunOutcome, Status};
 pub use set::{

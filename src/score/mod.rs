@@ -31,11 +31,11 @@ pub use spread::Spread;
 use crate::benchmarks::{self, Benchmark};
 use crate::mllog::{self, keys, LogFile};
 use crate::rules::{self, CheckOptions};
+use crate::util::ExitStatus;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// How to score.
 #[derive(Debug, Clone, Default)]
@@ -635,7 +635,7 @@ pub struct ScoreArgs {
     pub ruleset: Option<String>,
 }
 
-pub fn run_score(args: ScoreArgs) -> Result<ExitCode> {
+pub fn run_score(args: ScoreArgs) -> Result<ExitStatus> {
     let sets = score_path(
         &args.dir,
         &ScoreOptions {
@@ -643,7 +643,9 @@ pub fn run_score(args: ScoreArgs) -> Result<ExitCode> {
         },
     )?;
     crate::util::output::print(&render(&sets, args.format))?;
-    Ok(crate::cli::ExitStatus::verdict(sets.iter().all(SetScore::valid)).into())
+    Ok(crate::util::ExitStatus::verdict(
+        sets.iter().all(SetScore::valid),
+    ))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `shim/dist.cpp`: the c10d process group. Use [`crate::dist::ProcessGroup`] instead.
+//! `shim/dist.cpp`: the c10d process group. Use [`crate::distributed::ProcessGroup`] instead.
 //!
 //! Tensors cross as `at::Tensor*`, which is what tch's `Tensor::as_ptr()` returns
 //! (torch-sys: `typedef torch::Tensor *tensor`). Errors come back as malloc'd C strings: take

@@ -2,7 +2,7 @@
 //! `nvjpeg.rs`, the entry points of the nvJPEG and CUDA runtime libraries loaded at run time), and
 //! the one error convention every entry point follows ([`error::call`]: returns 0 or -1, the
 //! message handed back as a malloc'd C string). Only the modules that wrap them (gpu, fused,
-//! dist, optim, data) use these; nothing else calls the shim.
+//! distributed, optim, data) use these; nothing else calls the shim.
 #![allow(dead_code)]
 
 #[cfg(feature = "torch")]

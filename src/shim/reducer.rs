@@ -1,4 +1,4 @@
-//! `shim/reducer.cpp`: the gradient reducer's autograd hooks. Use [`crate::dist`]'s
+//! `shim/reducer.cpp`: the gradient reducer's autograd hooks. Use [`crate::distributed`]'s
 //! `BucketedGradSync` instead.
 use std::os::raw::{c_char, c_int, c_void};
 use torch_sys::C_tensor;

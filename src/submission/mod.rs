@@ -21,10 +21,10 @@ pub mod system_desc;
 pub mod tree_check;
 pub mod verify;
 
+use crate::util::ExitStatus;
 use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct SysinfoArgs {
@@ -36,7 +36,7 @@ pub struct SysinfoArgs {
     pub json: bool,
 }
 
-pub fn run_sysinfo(args: SysinfoArgs) -> Result<ExitCode> {
+pub fn run_sysinfo(args: SysinfoArgs) -> Result<ExitStatus> {
     let opts = sysinfo::DescribeOptions {
         system_config: args.system_config,
         ..Default::default()
@@ -58,7 +58,7 @@ pub fn run_sysinfo(args: SysinfoArgs) -> Result<ExitCode> {
             writeln!(out, "{k:34} {text}")?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
 #[derive(clap::Args, Debug)]
@@ -103,7 +103,7 @@ pub struct PackageArgs {
     pub ruleset: Option<String>,
 }
 
-pub fn run_package(args: PackageArgs) -> Result<ExitCode> {
+pub fn run_package(args: PackageArgs) -> Result<ExitStatus> {
     let opts = package::PackageOptions {
         submitter: args.submitter,
         system: args.system,
@@ -133,7 +133,7 @@ pub fn run_package(args: PackageArgs) -> Result<ExitCode> {
     if let Some((path, hex)) = &report.tarball {
         writeln!(out, "tarball:  {} (SHA-256 {hex})", path.display())?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
 #[derive(clap::Args, Debug)]
@@ -143,7 +143,7 @@ pub struct VerifyArgs {
     pub path: PathBuf,
 }
 
-pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
+pub fn run_verify(args: VerifyArgs) -> Result<ExitStatus> {
     let report = verify::verify(&args.path)?;
     // the verdict comes after the list: a closed stdout must not hide a failed verification
     let checked: String = report
@@ -157,7 +157,7 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
     }
     if report.ok() {
         crate::util::output::print(&format!("verified: {}\n", args.path.display()))?;
-        Ok(ExitCode::SUCCESS)
+        Ok(ExitStatus::Success)
     } else {
         for p in &report.problems {
             eprintln!("FAILED: {p}");
@@ -167,6 +167,6 @@ pub fn run_verify(args: VerifyArgs) -> Result<ExitCode> {
             report.problems.len(),
             args.path.display()
         );
-        Ok(crate::cli::ExitStatus::Negative.into())
+        Ok(crate::util::ExitStatus::Negative)
     }
 }

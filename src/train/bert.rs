@@ -13,15 +13,13 @@
 //!   benchmarks/bert/benchmark.toml); open: `train.eval_interval_samples`. `epoch_num` is the
 //!   number of training samples seen.
 
-use super::config::{Division, SystemConfig};
-use super::engine::{
-    self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
-};
-use super::handoff::{DeviceTensors, Prefetcher};
+use super::engine::{self, Block, BuildContext, RunOptions, RunOutcome, Workload};
 use crate::data::bert::packing::{self, PackSpec, PackedBatch, PackedHostBatch, PackedLoader};
 use crate::data::bert::{
     check_vocab, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader,
 };
+use crate::data::handoff::{DeviceTensors, Prefetcher};
+use crate::distributed::{GradSource, GradSync, Peers};
 use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
 use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::{BertMethods, MethodSet};
@@ -30,6 +28,8 @@ use crate::models::bert::{
 };
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use crate::optim::{Optimizer, ParamGroups};
+use crate::rules::Division;
+use crate::runs::system::SystemConfig;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -376,7 +376,7 @@ struct State {
     /// LAMB or AdamW.
     opt: Lamb,
     schedule: PolyWarmup,
-    /// Training batches from the loader, handed over ahead of use ([`super::handoff`]).
+    /// Training batches from the loader, handed over ahead of use ([`crate::data::handoff`]).
     batches: Batches,
     /// Training sequences seen over all ranks (counted with packing, where steps differ).
     samples_trained: u64,

@@ -79,7 +79,7 @@ pub fn default_decode_workers() -> usize {
     let usable = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let local = crate::dist::local_processes().unwrap_or(1);
+    let local = crate::distributed::local_processes().unwrap_or(1);
     let bound = crate::cpu_bind::launcher_bound().unwrap_or(false);
     decode_worker_share(usable, bound, local)
 }

@@ -9,7 +9,7 @@
 //! Errors after the log is open still end it with `run_stop` aborted (the error goes in the
 //! run_stop metadata and in the outcome's [`Status::Aborted`]).
 
-pub use crate::dist::Peers;
+use crate::distributed::{GradSync, NoSync, Peers};
 use crate::gpu::cuda_graph::{CapturePeers, StepGraphs};
 use crate::meta;
 use crate::mllog::{keys, Emitter, Sink};
@@ -17,92 +17,6 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Instant;
-
-/// Where a workload's gradients come from in its backward pass: an overlapping [`GradSync`]
-/// hooks the parameters accordingly.
-pub enum GradSource<'a> {
-    /// `loss.backward()`, accumulating into the parameters' `.grad` buffers.
-    GradBuffers,
-    /// `torch.autograd.grad` (fresh tensors, [`crate::optim::ParamGroups::gradients_of`]);
-    /// `accum` holds the sum of the step's earlier micro-batches (empty for the first).
-    Returned { accum: &'a [tch::Tensor] },
-}
-
-/// The gradient reducer of data-parallel training: the gradients averaged across processes,
-/// overlapped with the backward where it can be. Its peers (rank, sums, agreement, failure
-/// sharing) are the supertrait [`Peers`], the process group's duties. The single-process
-/// implementation is [`NoSync`]; the c10d one ([`crate::dist::BucketedGradSync`]) plugs in here.
-///
-/// One optimizer step: [`GradSync::before_last_backward`] just before the backward of the
-/// step's last micro-batch, then [`GradSync::all_reduce_grads`] with the step's gradients before
-/// the optimizer runs.
-pub trait GradSync: Peers {
-    /// Called just before the backward of a step's last micro-batch with the trainable
-    /// parameters (in the order of the gradient list [`GradSync::all_reduce_grads`] will get).
-    /// An overlapping implementation hooks them so that each gradient bucket's all-reduce
-    /// starts as soon as its gradients are final, during the backward. Returns true when it
-    /// did: then, for [`GradSource::Returned`], the backward's gradients come out final (the
-    /// earlier micro-batches already added in, into the `accum` tensors): the workload must
-    /// not add them again. Default: false (nothing hooked).
-    fn before_last_backward(
-        &mut self,
-        _params: &[tch::Tensor],
-        _source: GradSource<'_>,
-    ) -> Result<bool> {
-        Ok(false)
-    }
-    /// Bucket-wise gradient clipping (open division): with `Some(c)` every gradient bucket is
-    /// scaled by `c / max(|g_b|, c)` on each rank before the all-reduce (the workload's
-    /// optimizer then does not clip). None (the default): no clipping here.
-    fn set_bucket_clip(&mut self, max_norm: Option<f64>) -> Result<()> {
-        if max_norm.is_some() {
-            anyhow::bail!("this gradient exchange cannot clip bucket-wise");
-        }
-        Ok(())
-    }
-    /// Average `grads` (one per parameter, in the parameters' order) across ranks, in place
-    /// (waiting for the all-reduces started during the backward, if any).
-    fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()>;
-}
-
-/// One process: nothing to synchronise (bucket-wise clipping, if asked for, clips the local
-/// gradients in 25 MB buckets of the parameters' order).
-#[derive(Default)]
-pub struct NoSync {
-    bucket_clip: Option<f64>,
-    buckets: Option<crate::dist::Buckets>,
-}
-
-impl Peers for NoSync {
-    fn all_reduce_sum(&mut self, _values: &mut [f64]) -> Result<()> {
-        Ok(())
-    }
-}
-
-impl GradSync for NoSync {
-    fn set_bucket_clip(&mut self, max_norm: Option<f64>) -> Result<()> {
-        if self.bucket_clip != max_norm {
-            self.buckets = None;
-        }
-        self.bucket_clip = max_norm;
-        Ok(())
-    }
-    fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()> {
-        let Some(c) = self.bucket_clip else {
-            return Ok(());
-        };
-        if self.buckets.is_none() {
-            self.buckets = Some(crate::dist::Buckets::new(
-                grads,
-                crate::dist::DEFAULT_BUCKET_BYTES,
-            )?);
-        }
-        let buckets = self.buckets.as_mut().expect("planned above");
-        buckets
-            .clip_(grads, c)
-            .context("bucket-wise gradient clipping")
-    }
-}
 
 /// Facts a workload gets when it builds.
 pub struct BuildContext {
@@ -115,8 +29,8 @@ pub struct BuildContext {
     pub emulate_cuda_graph: Option<u32>,
     /// Make this rank's CUDA graph captures fail (tests; `MLPERF_RUN_INJECT_FAULT=capture:RANK`).
     pub fail_captures: bool,
-    /// The multi-process test modes this process runs in ([`crate::dist::TestMode`]).
-    pub test_mode: crate::dist::TestMode,
+    /// The multi-process test modes this process runs in ([`crate::distributed::TestMode`]).
+    pub test_mode: crate::distributed::TestMode,
 }
 
 impl BuildContext {
@@ -249,7 +163,7 @@ pub struct RunOptions {
     /// Extra sink for the log (e.g. echo to stdout); tests use memory sinks.
     pub extra_sinks: Vec<Sink>,
     /// Join a data-parallel process group when the environment describes one
-    /// ([`crate::dist::Rendezvous::from_env`]: `mlperf-run launch`, torchrun, Slurm) and
+    /// ([`crate::distributed::Rendezvous::from_env`]: `mlperf-run launch`, torchrun, Slurm) and
     /// `grad_sync` is single-process. Default true.
     pub distributed_from_env: bool,
     /// The recipe applied to the config (`--recipe`), logged as `recipe` after the
@@ -373,9 +287,9 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     };
     // a multi-process environment: the rank decides who logs; the group itself is formed
     // after the log is open, so a failed rendezvous still ends rank 0's log as aborted
-    let test_mode = crate::dist::TestMode::from_env()?;
+    let test_mode = crate::distributed::TestMode::from_env()?;
     let rendezvous = if opts.distributed_from_env && opts.grad_sync.world_size() == 1 {
-        crate::dist::Rendezvous::from_env()?
+        crate::distributed::Rendezvous::from_env()?
             .filter(|r| test_mode.forms_group(r.world_size))
             .map(|r| (r, test_mode))
     } else {
@@ -393,7 +307,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     let mut run_start: Option<Instant> = None;
     // a libtorch error inside tch's panicking API (CUDA out of memory, a bad device) becomes an
     // error like any other: the run ends aborted with the cause, the set goes on
-    let result = super::step_errors::catching(|| {
+    let result = crate::util::libtorch_errors::catching(|| {
         run_inner(
             w,
             &mut opts,
@@ -404,7 +318,9 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
             &mut run_start,
         )
     })
-    .map_err(|e| super::step_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size()));
+    .map_err(|e| {
+        crate::util::libtorch_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size())
+    });
     // before `opts` (and its process group) goes at the end of this function
     w.release_step_graphs();
     if crate::gpu::cuda_graph::failed_capture().is_some() {
@@ -549,11 +465,11 @@ fn agree_on_seed(sync: &mut dyn Peers, seed: u64) -> Result<u64> {
 /// CUDA (Gloo where ranks share a GPU in a test mode), the collective timeout from
 /// MLPERF_RUN_DIST_TIMEOUT_S.
 fn join_group(
-    rdv: &crate::dist::Rendezvous,
+    rdv: &crate::distributed::Rendezvous,
     device: tch::Device,
-    test_mode: crate::dist::TestMode,
+    test_mode: crate::distributed::TestMode,
 ) -> Result<Box<dyn GradSync>> {
-    use crate::dist::{overlap_from_env, timeout_from_env, BucketedGradSync, ProcessGroup};
+    use crate::distributed::{overlap_from_env, timeout_from_env, BucketedGradSync, ProcessGroup};
     let pg = ProcessGroup::new(rdv, test_mode.backend(device), timeout_from_env()?)?;
     tracing::info!(
         "rank {} of {}: joined the {} process group",
@@ -569,7 +485,7 @@ fn join_group(
 fn run_inner(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
-    rendezvous: Option<(crate::dist::Rendezvous, crate::dist::TestMode)>,
+    rendezvous: Option<(crate::distributed::Rendezvous, crate::distributed::TestMode)>,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,
@@ -611,7 +527,7 @@ fn run_inner(
 fn init(
     w: &mut dyn Workload,
     opts: &mut RunOptions,
-    rendezvous: Option<(crate::dist::Rendezvous, crate::dist::TestMode)>,
+    rendezvous: Option<(crate::distributed::Rendezvous, crate::distributed::TestMode)>,
     log: &mut Emitter,
     seed: u64,
     out: &mut RunOutcome,

@@ -11,18 +11,15 @@ pub mod data;
 #[cfg(feature = "torch")]
 pub mod engine;
 #[cfg(feature = "torch")]
-pub mod handoff;
-#[cfg(feature = "torch")]
 pub mod host_reads;
 #[cfg(feature = "torch")]
 pub mod resnet;
 
+use crate::rules::Division;
 #[cfg(feature = "torch")]
-pub mod step_errors;
-
-use config::Division;
+use crate::runs::system::SystemConfig;
+use crate::util::ExitStatus;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DeviceArg {
@@ -71,9 +68,9 @@ impl RecipeArgs {
 }
 
 /// `--recipe list` for `benchmark`.
-pub fn print_recipes(benchmark: &str) -> anyhow::Result<ExitCode> {
+pub fn print_recipes(benchmark: &str) -> anyhow::Result<ExitStatus> {
     crate::util::output::print(&crate::recipes::render_list(benchmark)?)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
 /// Division and config of a training command (clap lets them out only for `--recipe list`).
@@ -173,10 +170,10 @@ impl<'a> Command<'a> {
     fn single_or_set(
         &self,
         benchmark: &str,
-        sys: &config::SystemConfig,
+        sys: &SystemConfig,
         (metric, unit): (&str, &str),
         one: impl Fn(engine::RunOptions) -> anyhow::Result<engine::RunOutcome>,
-    ) -> anyhow::Result<ExitCode> {
+    ) -> anyhow::Result<ExitStatus> {
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
             let mut opts = run_options(self.device, sys, self.division, seed, log);
             opts.test_hooks.dump_params = self.run.dump_params.clone();
@@ -221,12 +218,12 @@ pub struct ResnetArgs {
 }
 
 #[cfg(not(feature = "torch"))]
-pub fn run_resnet(_args: ResnetArgs) -> anyhow::Result<ExitCode> {
+pub fn run_resnet(_args: ResnetArgs) -> anyhow::Result<ExitStatus> {
     anyhow::bail!("this mlperf-run binary was built without libtorch (feature `torch`); rebuild with default features to train")
 }
 
 #[cfg(feature = "torch")]
-fn submission(sys: &config::SystemConfig, division: Division) -> engine::Submission {
+fn submission(sys: &SystemConfig, division: Division) -> engine::Submission {
     engine::Submission {
         org: sys.submission_org.clone(),
         platform: sys.submission_platform.clone(),
@@ -238,7 +235,7 @@ fn submission(sys: &config::SystemConfig, division: Division) -> engine::Submiss
 #[cfg(feature = "torch")]
 fn run_options(
     device: tch::Device,
-    sys: &config::SystemConfig,
+    sys: &SystemConfig,
     division: Division,
     seed: Option<u64>,
     log: Option<PathBuf>,
@@ -264,7 +261,7 @@ fn run_options(
 
 /// Say how a single run ended; exit 0 on success, 1 when aborted.
 #[cfg(feature = "torch")]
-fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode {
+fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitStatus {
     let last = out
         .evals
         .last()
@@ -276,17 +273,17 @@ fn report_single(out: &engine::RunOutcome, metric: &str, unit: &str) -> ExitCode
                 "run succeeded in {:.1} s{last}, seed {}",
                 out.run_seconds, out.seed
             );
-            ExitCode::SUCCESS
+            ExitStatus::Success
         }
         engine::Status::Aborted(why) => {
             eprintln!("run aborted: {why}{last}, seed {}", out.seed);
-            crate::cli::ExitStatus::Negative.into()
+            crate::util::ExitStatus::Negative
         }
     }
 }
 
 #[cfg(feature = "torch")]
-pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitCode> {
+pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
     if args.recipe.is_list() {
         return print_recipes("resnet");
     }
@@ -334,12 +331,12 @@ pub struct BertArgs {
 }
 
 #[cfg(not(feature = "torch"))]
-pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitCode> {
+pub fn run_bert(_args: BertArgs) -> anyhow::Result<ExitStatus> {
     anyhow::bail!("this mlperf-run binary was built without libtorch (feature `torch`); rebuild with default features to train")
 }
 
 #[cfg(feature = "torch")]
-pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitCode> {
+pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     if args.recipe.is_list() {
         return print_recipes("bert");
     }

@@ -1,15 +1,14 @@
 //! The ResNet-50 workload: model, optimizer and data from a [`ResnetRunConfig`], trained by
 //! the generic [`super::engine`]. [`run_once`] is the library entry point for one run.
 
-use super::config::{Amp, DataSource, DecayKind, Division, OptName, ResnetRunConfig};
+use super::config::{Amp, DataSource, DecayKind, OptName, ResnetRunConfig};
 use super::data::{
     Batch, BatchIter, FolderImages, FolderOptions, ImageData, Shard, SyntheticImages,
 };
-use super::engine::{
-    self, Block, BuildContext, GradSource, GradSync, Peers, RunOptions, RunOutcome, Workload,
-};
-use super::handoff::{self, Prefetcher};
+use super::engine::{self, Block, BuildContext, RunOptions, RunOutcome, Workload};
+use crate::data::handoff::{self, Prefetcher};
 use crate::data::imagenet::device_augment::DeviceAugment;
+use crate::distributed::{GradSource, GradSync, Peers};
 use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
 use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
 use crate::methods::ema::Ema;
@@ -20,6 +19,7 @@ use crate::optim::loss_scale::{DynamicLossScale, LossScaleReport};
 use crate::optim::schedule::{Decay, Schedule};
 use crate::optim::sgd::{Sgd, SgdConfig};
 use crate::optim::{foreach, Optimizer, ParamGroups};
+use crate::rules::Division;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

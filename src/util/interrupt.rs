@@ -27,7 +27,7 @@ pub fn install() {
                 // _exit, not process::exit: the main thread is still inside libtorch, and the
                 // exit handlers and static destructors process::exit runs can crash under it
                 // (the process then dies of a signal instead of exiting 130).
-                let code: i32 = crate::cli::ExitStatus::Interrupted.code().into();
+                let code: i32 = crate::util::ExitStatus::Interrupted.code().into();
                 // SAFETY: _exit ends the process at once; nothing after it runs.
                 unsafe { libc::_exit(code) };
             }

@@ -1,8 +1,14 @@
-//! Small helpers every part uses: atomic file writes and staging folders ([`fs`]), Ctrl-C
+//! The bottom layer. The process's exit statuses ([`exit`], [`ExitStatus`]), and small helpers
+//! every part uses: atomic file writes and staging folders ([`fs`]), Ctrl-C
 //! handling ([`interrupt`]), the tracing set-up ([`logging`]), a subcommand's result on stdout
 //! ([`output`]: a closed pipe is an error to return, not a panic).
 
+pub mod exit;
 pub mod fs;
 pub mod interrupt;
+#[cfg(feature = "torch")]
+pub mod libtorch_errors;
 pub mod logging;
 pub mod output;
+
+pub use exit::ExitStatus;

@@ -8,6 +8,7 @@ pub mod alone;
 #[cfg(feature = "torch")]
 pub mod dist;
 pub mod emitter_logs;
+pub mod fuzz_replay;
 pub mod official;
 pub mod package;
 #[cfg(feature = "torch")]

@@ -76,7 +76,7 @@ fn launch_fails_fast_naming_the_failed_rank() {
     );
     assert_eq!(
         out.status.code(),
-        Some(mlperf_run::dist::selftest::DIED_ON_PURPOSE),
+        Some(mlperf_run::launch::selftest::DIED_ON_PURPOSE),
         "{}",
         text(&out)
     );

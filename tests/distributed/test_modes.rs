@@ -1,4 +1,4 @@
-//! The multi-process test modes (src/dist/test_mode.rs) and the checks that scripts/bench_gpu.sh
+//! The multi-process test modes (src/distributed/test_mode.rs) and the checks that scripts/bench_gpu.sh
 //! part m runs on a GPU (scripts/bench/multiprocess_check.py), here over Gloo on the CPU: a world
 //! of one forms a group only when MLPERF_RUN_TEST_GROUP_OF_ONE=1 says so and then trains bit for
 //! bit as a lone process; a malformed value is refused, naming the variable; the checker's every

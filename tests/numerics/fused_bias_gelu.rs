@@ -310,8 +310,8 @@ fn tiny_bert_learns_with_the_switch_on_as_with_it_off() {
 
 #[test]
 fn the_switch_is_open_division_only_and_logged() {
+    use mlperf_run::rules::Division;
     use mlperf_run::train::bert::BertRunConfig;
-    use mlperf_run::train::config::Division;
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert");
     let closed = std::fs::read_to_string(dir.join("tiny_cpu.toml")).unwrap();
     let on = closed.replace("[methods]", "[methods]\nfused_bias_gelu = true");

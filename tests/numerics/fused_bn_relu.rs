@@ -15,7 +15,8 @@ use crate::common::train::{open_tiny_two_micro_batches, preset, resnet_workload}
 use mlperf_run::fused::bn_relu::{bn_add_relu, counts, cudnn_compiled, cudnn_probe, f_bn_add_relu};
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use mlperf_run::models::to_channels_last;
-use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::rules::Division;
+use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::Workload;
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};

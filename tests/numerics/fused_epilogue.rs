@@ -490,8 +490,8 @@ fn cuda_kernels_compile_with_nvrtc_for_sm80_and_sm90() {
 
 #[test]
 fn the_switch_is_a_config_key_allowed_in_both_divisions_and_logged() {
+    use mlperf_run::rules::Division;
     use mlperf_run::train::bert::BertRunConfig;
-    use mlperf_run::train::config::Division;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml");
     let text = std::fs::read_to_string(path).unwrap();
     let on = text.replace("[methods]", "[methods]\nfused_epilogues = true");

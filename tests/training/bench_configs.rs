@@ -3,8 +3,9 @@
 //! block, then timed blocks, and an unreachable target.
 #![cfg(feature = "torch")]
 
+use mlperf_run::rules::Division;
 use mlperf_run::train::bert::BertRunConfig;
-use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::train::config::ResnetRunConfig;
 use std::path::PathBuf;
 
 fn preset(kind: &str, name: &str) -> PathBuf {

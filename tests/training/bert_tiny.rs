@@ -13,9 +13,9 @@ use crate::common::alone::run_alone;
 
 use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::mllog::parse_file;
+use mlperf_run::rules::Division;
 use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::train::bert::{run_once, BertRunConfig};
-use mlperf_run::train::config::Division;
 use mlperf_run::train::engine::Status;
 use std::path::{Path, PathBuf};
 

@@ -12,9 +12,11 @@
 use crate::common;
 use crate::common::alone::run_alone;
 
-use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::distributed::{GradSync, Peers};
+use mlperf_run::rules::Division;
+use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::data::SyntheticImages;
-use mlperf_run::train::engine::{self, Block, BuildContext, GradSync, Peers, Workload};
+use mlperf_run::train::engine::{self, Block, BuildContext, Workload};
 use mlperf_run::train::host_reads;
 use mlperf_run::train::resnet::ResnetWorkload;
 use serde_json::Value;

@@ -8,8 +8,9 @@
 use crate::common;
 
 use mlperf_run::recipes;
+use mlperf_run::rules::Division;
 use mlperf_run::train::bert::BertRunConfig;
-use mlperf_run::train::config::{DecayKind, Division, OptName, ResnetRunConfig};
+use mlperf_run::train::config::{DecayKind, OptName, ResnetRunConfig};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -6,7 +6,8 @@
 use crate::common;
 
 use mlperf_run::mllog::parse_file;
-use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::rules::Division;
+use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::Status;
 use mlperf_run::train::resnet::{run_once, ResnetRun};
 use std::path::{Path, PathBuf};

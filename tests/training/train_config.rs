@@ -1,7 +1,8 @@
 //! Config errors name the key and the allowed values; closed configs that break the closed
 //! rules are refused before a run starts; the shipped presets load.
 
-use mlperf_run::train::config::{Amp, Division, ResnetRunConfig};
+use mlperf_run::rules::Division;
+use mlperf_run::train::config::{Amp, ResnetRunConfig};
 use std::path::PathBuf;
 
 fn preset(name: &str) -> String {

@@ -3,9 +3,10 @@
 #![cfg(feature = "torch")]
 
 use anyhow::Result;
+use mlperf_run::distributed::{GradSync, Peers};
 use mlperf_run::mllog::{parse_str, Sink};
 use mlperf_run::train::engine::{
-    self, Block, BuildContext, GradSync, Peers, RunOptions, Status, Submission, Workload,
+    self, Block, BuildContext, RunOptions, Status, Submission, Workload,
 };
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};

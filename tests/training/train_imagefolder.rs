@@ -7,7 +7,8 @@
 use crate::common;
 
 use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SynthSpec};
-use mlperf_run::train::config::{Division, ResnetRunConfig};
+use mlperf_run::rules::Division;
+use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::RunOutcome;
 use std::path::{Path, PathBuf};
 
@@ -195,7 +196,7 @@ fn tiny_jpeg_closed_with_the_gpu_data_path_falls_back_once_and_reaches_target() 
 /// `tiny_jpeg_closed_with_the_gpu_data_path_falls_back_once_and_reaches_target`).
 #[test]
 fn closed_gpu_presets_log_what_the_official_checker_accepts() {
-    use mlperf_run::train::config::SystemConfig;
+    use mlperf_run::runs::system::SystemConfig;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("imagenet");
     let spec = SynthSpec {

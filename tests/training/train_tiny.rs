@@ -5,7 +5,8 @@
 
 use crate::common;
 
-use mlperf_run::train::config::{Amp, Division, ResnetRunConfig};
+use mlperf_run::rules::Division;
+use mlperf_run::train::config::{Amp, ResnetRunConfig};
 use mlperf_run::train::engine::RunOutcome;
 use std::path::{Path, PathBuf};
 

@@ -110,7 +110,7 @@ fn imbalance_json(i: &Imbalance) -> serde_json::Value {
 }
 
 /// Entry point of `mlperf-run data bert-balance`.
-pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
+pub fn run_bert_balance(a: BertBalanceArgs) -> Result<crate::util::ExitStatus> {
     let r = measure(&a.dir, a.ranks, a.batch, a.seed)?;
     let mut out = crate::util::output::stdout();
     if a.json {
@@ -122,7 +122,7 @@ pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
             "token_balanced": imbalance_json(&r.balanced),
         });
         writeln!(out, "{v}")?;
-        return Ok(std::process::ExitCode::SUCCESS);
+        return Ok(crate::util::ExitStatus::Success);
     }
     writeln!(
         out,
@@ -156,5 +156,5 @@ pub fn run_bert_balance(a: BertBalanceArgs) -> Result<std::process::ExitCode> {
             i.mean_rank_tokens
         )?;
     }
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(crate::util::ExitStatus::Success)
 }

@@ -788,7 +788,7 @@ pub struct BertPackArgs {
 }
 
 /// `mlperf-run data bert-pack`.
-pub fn run_bert_pack(a: BertPackArgs) -> Result<std::process::ExitCode> {
+pub fn run_bert_pack(a: BertPackArgs) -> Result<crate::util::ExitStatus> {
     let r = report(
         &a.dir.join("train"),
         a.row_len,
@@ -820,7 +820,7 @@ pub fn run_bert_pack(a: BertPackArgs) -> Result<std::process::ExitCode> {
     } else {
         write!(out, "{r}")?;
     }
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(crate::util::ExitStatus::Success)
 }
 
 #[cfg(test)]

@@ -565,7 +565,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
 }
 
 /// Entry point of `mlperf-run data synth-bert`.
-pub fn run_synth_bert(a: SynthBertArgs) -> Result<std::process::ExitCode> {
+pub fn run_synth_bert(a: SynthBertArgs) -> Result<crate::util::ExitStatus> {
     let s = synth_bert(&a)?;
     let mut out = crate::util::output::stdout();
     writeln!(
@@ -579,7 +579,7 @@ pub fn run_synth_bert(a: SynthBertArgs) -> Result<std::process::ExitCode> {
         s.vocab_size,
         100.0 * s.padding_fraction
     )?;
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(crate::util::ExitStatus::Success)
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ fn device_index(device: &str) -> Result<Option<usize>> {
     }
 }
 
-pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitCode> {
+pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitStatus> {
     let folder = ImageFolder::open(&args.dir)?;
     let gpu = device_index(&args.device)?;
     let config = LoaderConfig {
@@ -180,7 +180,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
             "window_unix": [unix_start, unix_now()],
         });
         writeln!(out, "{line}")?;
-        return Ok(std::process::ExitCode::SUCCESS);
+        return Ok(crate::util::ExitStatus::Success);
     }
     writeln!(
         out,
@@ -196,7 +196,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
         args.threads,
         images as f64 / secs / args.threads as f64
     )?;
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(crate::util::ExitStatus::Success)
 }
 
 /// `--augment gpu`: every timed epoch through the training run's batch hand-off to `device`
@@ -204,7 +204,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<std::process::ExitC
 #[cfg(feature = "torch")]
 fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> Result<usize> {
     use super::device_augment::{ragged_arena, DeviceAugment};
-    use crate::train::handoff::Prefetcher;
+    use crate::data::handoff::Prefetcher;
     let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
     let aug = DeviceAugment::new(device, tch::Kind::Half, true)?;
     let mut images = 0usize;

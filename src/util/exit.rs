@@ -18,6 +18,9 @@ pub enum ExitStatus {
     /// 130 (128 + SIGINT): a run set stopped by Ctrl-C / SIGTERM (its current log ends with
     /// run_stop aborted; `--resume` continues it), or a second Ctrl-C that exits at once.
     Interrupted,
+    /// `launch`: the status of the first worker that failed, passed through (1 if it was
+    /// killed by a signal).
+    Worker(u8),
 }
 
 impl ExitStatus {
@@ -28,6 +31,7 @@ impl ExitStatus {
             ExitStatus::Negative => 1,
             ExitStatus::Error => 2,
             ExitStatus::Interrupted => 130,
+            ExitStatus::Worker(code) => code,
         }
     }
 

@@ -4,8 +4,8 @@
 //! order, as PyTorch DDP's reducer); [`Reducer::finish`] waits on the work handles and averages.
 use super::buckets::plan;
 use super::group::ProcessGroup;
+use super::sync::GradSource;
 use crate::shim::reducer as ffi;
-use crate::train::engine::GradSource;
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::NonNull;

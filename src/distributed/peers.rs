@@ -1,8 +1,8 @@
 //! The process-group duties the trainer needs from its peers, apart from the gradient reducer
-//! ([`crate::train::engine::GradSync`]), as PyTorch keeps the ProcessGroup apart from DDP's
+//! ([`super::GradSync`]), as PyTorch keeps the ProcessGroup apart from DDP's
 //! reducer: who this rank is, sums and agreements across ranks, rank 0's state to everyone,
 //! failure sharing, and giving up on a group. One process answers for itself
-//! ([`crate::train::engine::NoSync`]); a c10d group ([`super::ProcessGroup`]) for all.
+//! ([`super::NoSync`]); a c10d group ([`super::ProcessGroup`]) for all.
 use super::{broadcast_from_root, ProcessGroup, ReduceOp};
 use anyhow::{Context, Result};
 use tch::Tensor;

@@ -5,11 +5,15 @@
 //! terminated, and launch exits non-zero naming the failed rank.
 //!
 //! Also holds the arguments of the hidden `dist-selftest` subcommand (its work is in
-//! `dist::selftest`, which needs the `torch` feature).
+//! [`selftest`], which needs the `torch` feature).
+#[cfg(feature = "torch")]
+pub mod selftest;
+
+use crate::util::ExitStatus;
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -107,10 +111,10 @@ pub struct SelftestArgs {
     pub step_ms: u64,
 }
 
-pub fn run_selftest(args: SelftestArgs) -> Result<ExitCode> {
+pub fn run_selftest(args: SelftestArgs) -> Result<ExitStatus> {
     #[cfg(feature = "torch")]
     {
-        crate::dist::selftest::run(&args)
+        selftest::run(&args)
     }
     #[cfg(not(feature = "torch"))]
     {
@@ -127,7 +131,7 @@ pub fn free_local_port() -> Result<u16> {
 }
 
 /// How a finished worker ended.
-fn describe(status: &ExitStatus) -> String {
+fn describe(status: &std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(c), _) => format!("exit status {c}"),
@@ -163,7 +167,7 @@ fn forward(
     })
 }
 
-pub fn run_launch(args: LaunchArgs) -> Result<ExitCode> {
+pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
     let n = args.nproc_per_node;
     if n == 0 {
         bail!("--nproc-per-node must be at least 1");
@@ -224,7 +228,7 @@ pub fn run_launch(args: LaunchArgs) -> Result<ExitCode> {
 
 /// Waits for every worker; on the first failure gives the rest `grace`, then SIGTERM, then
 /// (5 s later) SIGKILL.
-fn supervise(children: &mut [Option<Child>], grace: Duration) -> Result<ExitCode> {
+fn supervise(children: &mut [Option<Child>], grace: Duration) -> Result<ExitStatus> {
     let mut first_failure: Option<(usize, String, i32)> = None;
     let mut deadline: Option<Instant> = None;
     let mut termed = false;
@@ -261,10 +265,10 @@ fn supervise(children: &mut [Option<Child>], grace: Duration) -> Result<ExitCode
         std::thread::sleep(Duration::from_millis(50));
     }
     match first_failure {
-        None => Ok(ExitCode::SUCCESS),
+        None => Ok(ExitStatus::Success),
         Some((rank, how, code)) => {
             eprintln!("launch: failed: worker rank {rank} ended with {how}");
-            Ok(ExitCode::from(
+            Ok(ExitStatus::Worker(
                 u8::try_from(code).ok().filter(|c| *c != 0).unwrap_or(1),
             ))
         }

@@ -10,7 +10,7 @@
 //!
 //! On the CPU the same thread and channel run, and each batch becomes plain tensors as before.
 //! A libtorch error while converting (tch panics on those) reaches the consumer as an error
-//! ([`super::step_errors::catching`]).
+//! ([`crate::util::libtorch_errors::catching`]).
 
 use crate::gpu::cuda::{self, Event, Stream};
 use anyhow::{Context, Result};
@@ -85,7 +85,8 @@ impl<T: DeviceTensors + Send + 'static> Prefetcher<T> {
                 };
                 for item in items {
                     let staged = item.and_then(|h| {
-                        let value = super::step_errors::catching(|| convert(h, &transfer))?;
+                        let value =
+                            crate::util::libtorch_errors::catching(|| convert(h, &transfer))?;
                         let ready = match transfer.stream() {
                             Some(s) => {
                                 let mut ev = Event::new()?;

@@ -8,7 +8,7 @@
 //! - [`ProcessGroup`]: allreduce, broadcast, barrier, eval-count reduction, stop agreement;
 //!   every call bounded by a timeout, so a dead peer aborts the run instead of hanging it
 //! - [`BucketedGradSync`]: gradient averaging in ~25 MB buckets, the trainer's
-//!   [`GradSync`](crate::train::engine::GradSync); each bucket's all-reduce overlaps the
+//!   [`GradSync`] (the trainer's contract); each bucket's all-reduce overlaps the
 //!   backward (autograd hooks in the shim, `reducer`), with optional bucket-wise clipping
 //! - [`broadcast_from_root`]: rank 0's initial parameters to every rank
 //!
@@ -22,7 +22,7 @@ pub mod hostlist;
 mod peers;
 mod reducer;
 mod rendezvous;
-pub mod selftest;
+mod sync;
 mod test_mode;
 
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
@@ -34,4 +34,5 @@ pub use rendezvous::{
     local_processes, local_processes_from_lookup, timeout_from_env, Rendezvous, Source,
     DEFAULT_PORT, DEFAULT_TIMEOUT,
 };
+pub use sync::{GradSource, GradSync, NoSync};
 pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};

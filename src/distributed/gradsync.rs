@@ -1,11 +1,11 @@
 //! Gradient synchronisation between data-parallel replicas: [`BucketedGradSync`] implements
-//! the trainer's [`GradSync`](crate::train::engine::GradSync) hook (explicit gradient tensors,
+//! the trainer's [`GradSync`](super::GradSync) hook (explicit gradient tensors,
 //! averaged in ~25 MB buckets; eval counts and stop flags summed; rank 0's state broadcast).
 use super::buckets::{Buckets, DEFAULT_BUCKET_BYTES};
 use super::group::{ProcessGroup, ReduceOp};
 use super::peers::Peers;
 use super::reducer::{OverlapTimings, Reducer};
-use crate::train::engine::{GradSource, GradSync};
+use super::sync::{GradSource, GradSync};
 use anyhow::{bail, Context, Result};
 use tch::{Device, Tensor};
 

@@ -7,25 +7,24 @@
 //! the overlapped all-reduce with the blocking one); `loop` allreduces forever-ish, and
 //! `--die-rank` makes one rank exit mid-run (failure tests); `overlap` measures the fraction of
 //! the gradient all-reduce time hidden behind the backward for a ResNet.
-use super::{
-    broadcast_from_root, Backend, BucketedGradSync, Buckets, ProcessGroup, ReduceOp, Rendezvous,
-    DEFAULT_BUCKET_BYTES,
+use super::{SelftestArgs, SelftestMode, SelftestModel};
+use crate::distributed::{
+    broadcast_from_root, Backend, BucketedGradSync, Buckets, GradSource, GradSync, ProcessGroup,
+    ReduceOp, Rendezvous, DEFAULT_BUCKET_BYTES,
 };
-use crate::launch::{SelftestArgs, SelftestMode, SelftestModel};
 use crate::models::resnet::{self, ResnetSpec};
 use crate::optim::ParamGroups;
-use crate::train::engine::{GradSource, GradSync};
+use crate::util::ExitStatus;
 use anyhow::{bail, ensure, Context, Result};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tch::nn::ModuleT;
 use tch::{nn, nn::OptimizerConfig, Device, Kind, Tensor};
 
-pub fn run(args: &SelftestArgs) -> Result<ExitCode> {
+pub fn run(args: &SelftestArgs) -> Result<ExitStatus> {
     let rdv = match Rendezvous::from_env()? {
         Some(r) => r,
         None => Rendezvous {
-            master_port: crate::launch::free_local_port()?,
+            master_port: super::free_local_port()?,
             ..Rendezvous::single()
         },
     };
@@ -50,7 +49,7 @@ pub fn run(args: &SelftestArgs) -> Result<ExitCode> {
         SelftestMode::Overlap => overlap(pg, device, args)?,
     }
     println!("dist-selftest ok: {who}");
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
 fn values(t: &Tensor) -> Result<Vec<f64>> {
@@ -374,7 +373,7 @@ fn overlap(pg: ProcessGroup, dev: Device, args: &SelftestArgs) -> Result<()> {
 }
 
 /// The status a rank that `--die-rank` kills exits with: on purpose not one of
-/// [`crate::cli::ExitStatus`], as it stands for a crash (no verdict, no error message); `launch`
+/// [`crate::util::ExitStatus`], as it stands for a crash (no verdict, no error message); `launch`
 /// must pass it on and stop the other ranks.
 pub const DIED_ON_PURPOSE: i32 = 3;
 

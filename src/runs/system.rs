@@ -1,0 +1,117 @@
+//! The `[system]` table of a run config, shared by every benchmark: the submission's system
+//! fields, the time limit, and the process-wide settings a run starts with (CPU binding,
+//! threads, cuDNN benchmark mode, TF32, how often losses are read back).
+
+#[cfg(feature = "torch")]
+use anyhow::Result;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubmissionStatus {
+    Onprem,
+    Cloud,
+    Preview,
+    Research,
+}
+
+impl SubmissionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubmissionStatus::Onprem => "onprem",
+            SubmissionStatus::Cloud => "cloud",
+            SubmissionStatus::Preview => "preview",
+            SubmissionStatus::Research => "research",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemConfig {
+    pub submission_org: String,
+    pub submission_platform: String,
+    pub submission_status: SubmissionStatus,
+    /// Shell command run before each run to drop the page cache (logged as cache_clear true);
+    /// absent or empty: none, logged as cache_clear false.
+    #[serde(default)]
+    pub cache_clear_command: Option<String>,
+    /// Intra-op threads for libtorch on CPU (0 or absent: libtorch's default).
+    #[serde(default)]
+    pub threads: Option<i32>,
+    /// Which CPUs each process of a node runs on: "none" (default, as started), "slices" (the
+    /// CPUs cut into one run of whole cores per local process) or "gpu" (the CPUs near the
+    /// rank's GPU, per NVML, shared among the ranks whose GPUs have the same ones). A process
+    /// already bound by its launcher is left as it is. See [`crate::cpu_bind`].
+    #[serde(default)]
+    pub cpu_bind: crate::cpu_bind::CpuBind,
+    /// Abort the run (run_stop aborted) after this many minutes of training.
+    pub time_limit_minutes: f64,
+    /// CUDA: cuDNN benchmark mode (time the convolution algorithms once per input shape and
+    /// keep the fastest). Logged as `cudnn_benchmark`. Default true.
+    #[serde(default = "default_true")]
+    pub cudnn_benchmark: bool,
+    /// CUDA: TF32 tensor cores for fp32 matmuls and convolutions (bf16 autocast regions are
+    /// unaffected). Logged as `tf32`. Default false (IEEE fp32).
+    #[serde(default)]
+    pub tf32: bool,
+    /// Read the step losses back to the host every this many steps (and at the end of every
+    /// block) for the divergence/NaN abort: between reads the host never waits for the device.
+    /// Default 8.
+    #[serde(default = "default_loss_check_steps")]
+    pub loss_check_steps: u64,
+}
+
+#[cfg(feature = "torch")]
+impl SystemConfig {
+    /// Apply the process-wide settings a run starts with, before it joins its process group:
+    /// the CPU binding, libtorch's CPU threads and, on a GPU, the device, cuDNN benchmark mode
+    /// and TF32.
+    pub fn configure_process(&self, device: tch::Device) -> Result<()> {
+        // first, once per process: the whole process is bound (threads already running too),
+        // and the threads started from here on (the process group's, libtorch's, the data
+        // pipeline's) inherit the binding
+        static CPU_BIND: std::sync::Once = std::sync::Once::new();
+        if !CPU_BIND.is_completed() {
+            let rendezvous = crate::distributed::Rendezvous::from_env()?;
+            CPU_BIND.call_once(|| {
+                let local_rank = rendezvous.map_or(0, |r| r.local_rank);
+                let local = crate::distributed::local_processes().unwrap_or(1);
+                match crate::cpu_bind::apply(self.cpu_bind, local_rank, local) {
+                    Some(o) if o.warning => tracing::warn!("{}", o.message),
+                    Some(o) => tracing::info!("{}", o.message),
+                    None => {}
+                }
+            });
+        }
+        if let Some(t) = self.threads.filter(|&t| t > 0) {
+            tch::set_num_threads(t);
+        }
+        crate::gpu::cuda::configure(
+            device,
+            crate::gpu::cuda::DeviceSettings {
+                cudnn_benchmark: self.cudnn_benchmark,
+                tf32: self.tf32,
+            },
+        )
+    }
+}
+
+fn default_loss_check_steps() -> u64 {
+    8
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl SystemConfig {
+    /// The hyperparameter-log entries of the device switches.
+    pub fn device_log_keys(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("cudnn_benchmark", json!(self.cudnn_benchmark)),
+            ("tf32", json!(self.tf32)),
+        ]
+    }
+}
