@@ -32,8 +32,8 @@
 #      one sequence per 512-token row, as the data comes) and, the same work, Hugging Face on
 #      packed rows (2 sequences per 512-token row, position ids and token types per sequence, a
 #      block-diagonal mask with SDPA; checked against each sequence alone first); plus
-#      `data bert-pack`'s packing efficiency. Issue 33's targets: >= 700 seq/s, >= 2.5x Hugging
-#      Face padded, run / step >= 0.95, GPU busy >= 97%, padding <= 3%
+#      `data bert-pack`'s packing efficiency. Its targets, set for one H100: >= 700 seq/s, >= 2.5x
+#      Hugging Face padded, run / step >= 0.95, GPU busy >= 97%, padding <= 3%
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
 #   once and replayed; in the default build; a lite or CPU-only build fails those rows with
 #   the reason), reported against ours without it and against every peer;
@@ -42,12 +42,13 @@
 #   a) and c) end with `mlperf-run all-methods`: every method of the row above at once (a: CUDA
 #   graph + fused BN+ReLU; c: CUDA graph + fused epilogues + fused QKV + bf16 residual stream +
 #   fused bias+GELU), the row that
-#   answers issue 13's targets (>= 5,000 img/s and >= 0.9x torch.compile; >= 360 seq/s and
-#   >= 1.4x Hugging Face; GPU busy >= 97%), which the table's last block reads off, met or not;
+#   answers the step targets set for one H100 (ResNet-50: >= 5,000 img/s and >= 0.9x
+#   torch.compile; BERT-Large: >= 360 seq/s and >= 1.4x Hugging Face; GPU busy >= 97%), which the
+#   table's target blocks read off, met or not;
 #   c) also has `mlperf-run cuda-graph fused-epilogues`, the methods that measured faster
 #   (fused bias+GELU measured slower on an H200), and `... fused-epilogues fused-qkv
 #   bf16-residual` (methods.fused_qkv: query/key/value as one matmul; methods.bf16_residual: the
-#   residual stream in bf16), whose targets the last block reads too; with --sides all also
+#   residual stream in bf16), whose targets the BERT-Large target block reads too; with --sides all also
 #   `... fused-epilogues fused-qkv` alone, to split the two new methods' shares;
 #   c)'s batches have no padding, so ours attends without a mask (FlashAttention), as Hugging
 #   Face does for an all-ones mask; with --sides all, `... fused-epilogues mask-kept` passes the
@@ -99,7 +100,7 @@
 #      benchmark mode off, the short batches run eagerly beside it; the row fails unless the
 #      graph's counts are exactly that (the report prints them)
 #   m) (only with --only m or --only ...,m; once) the multi-process paths executed on the one GPU
-#      (scripts/bench/multiprocess_check.py, issue 35): 2 ranks of `mlperf-run launch` share the
+#      (scripts/bench/multiprocess_check.py, about 2 minutes): 2 ranks of `mlperf-run launch` share the
 #      GPU in the test mode MLPERF_RUN_TEST_SHARE_GPU=1 (Gloo over CUDA tensors; NCCL refuses two
 #      ranks on one device) and must end with the same parameters as 1 process accumulating the
 #      same 2 micro-batches (ranks bit for bit; the process within 2e-3, cuDNN's weight gradients
@@ -129,8 +130,8 @@
 #                fp16; b: the run with nvJPEG and with the CPU decoder; c: mlperf-run, mlperf-run
 #                cuda-graph fused-epilogues, ... fused-qkv bf16-residual, the same with the
 #                LayerNorm epilogues only, mlperf-run all-methods, Hugging Face; e: decoder cpu,
-#                decoder nvjpeg, the engine alone, torchvision decode_jpeg gpu), for a call with
-#                little device time; `data`: the ResNet data path's targets alone (a: only
+#                decoder nvjpeg, the engine alone, torchvision decode_jpeg gpu), to measure the
+#                targets in a few minutes; `data`: the ResNet data path's targets alone (a: only
 #                mlperf-run fp16 all-methods, the step b) is compared with; b and e as targets);
 #                `run`: a) as in `data`, b) the nvJPEG run alone, e) decoder nvjpeg alone
 #   --ncu        add the ncu part: kernel count and summed kernel ms per step, ours vs eager

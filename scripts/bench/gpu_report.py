@@ -324,12 +324,12 @@ PARTS = {
 }
 
 
-# The step targets on one H100 (ResNet-50 and BERT-Large steps): (part, our row, peer row or None, threshold). A peer row makes
-# the target the median over rounds of ours / peer; without one it is our median rate. Peers are
-# like for like: our fp16 rows against PyTorch's fp16 rows, our bf16 ones against bf16 ones.
-# A row that a call did not run reads "not measured" (a)'s bf16 all-methods row and its peer
-# run only with --sides all). c)'s graph + fused epilogues row leaves out fused bias+GELU, which
-# measured slower on an H200.
+# The targets of the ResNet-50 step (part a) and the BERT-Large step (part c), set for one H100:
+# (part, our row, peer row or None, threshold). A peer row makes the target the median over rounds
+# of ours / peer; without one it is our median rate. Peers are like for like: our fp16 rows against
+# PyTorch's fp16 rows, our bf16 ones against bf16 ones. A row that a run of bench_gpu.sh did not
+# measure reads "not measured" (a)'s bf16 all-methods row and its peer run only with --sides all).
+# c)'s graph + fused epilogues row leaves out fused bias+GELU, which measured slower on an H200.
 TARGETS = [
     ("a", "mlperf-run fp16 all-methods", None, 5000.0),
     ("a", "mlperf-run fp16 all-methods", "pytorch-compile-fp16", 0.9),
@@ -421,12 +421,54 @@ def graph_lines(pr, sides):
     return out
 
 
-def target_lines(recs, on_gpu):
-    """The table's last block: each of TARGETS and the GPU busy target, met or missed."""
-    out = ["", "step targets (ResNet-50 and BERT-Large steps, one H100)" + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
+def gpu_of(recs, out_dir):
+    """The name of the GPU the run happened on: torch's, from the matmul record, else the first
+    field of the nvidia-smi line bench_gpu.sh wrote to env.txt; None where neither has one."""
+    mm = [r for r in recs if r["part"] == "mm" and r.get("ok") and (r.get("raw") or {}).get("gpu")]
+    if mm and mm[0]["raw"]["gpu"] != "cpu":
+        return mm[0]["raw"]["gpu"]
+    try:
+        with open(os.path.join(out_dir, "env.txt"), errors="replace") as f:
+            for line in f:
+                # the nvidia-smi line: "NAME, DRIVER, MEMORY, CLOCK, POWER", not indented
+                if "," in line and not line[0].isspace() and not line.startswith("bench_gpu:"):
+                    return line.split(",")[0].strip() or None
+    except OSError:
+        pass
+    return None
+
+
+def targets_heading(what, set_for, gpu, on_gpu):
+    """A target block's heading: what it measures, the GPU its thresholds were set for and the GPU
+    this run happened on, e.g. "targets: ResNet-50 training step (part a), set for one H100;
+    this run: one NVIDIA H200"."""
+    if not on_gpu:
+        ran = "this run: the CPU (a smoke run: the numbers mean nothing)"
+    else:
+        ran = f"this run: one {gpu}" if gpu else "this run: one GPU (its name was not recorded)"
+    return f"targets: {what}, set for {set_for}; {ran}"
+
+
+# the step target blocks, one per model: (part, what it measures)
+STEP_TARGET_BLOCKS = [("a", "ResNet-50 training step (part a)"), ("c", "BERT-Large training step (part c)")]
+
+
+def target_lines(recs, on_gpu, gpu=None):
+    """The step target blocks, the ResNet-50 step's and the BERT-Large step's: each of TARGETS
+    and the GPU busy target, met or missed."""
+    out = []
     verdict = lambda v, t: "not measured" if v is None else ("met" if v >= t else "MISSED")
     tw = max([66] + [len(o) + (len(p) + 3 if p else 0) + 1 for _, o, p, _ in TARGETS])
-    for part, ours, peer, t in TARGETS:
+    for block, what in STEP_TARGET_BLOCKS:
+        out.extend(["", targets_heading(what, "one H100", gpu, on_gpu)])
+        out.extend(step_target_lines(recs, block, tw, verdict))
+    return out
+
+
+def step_target_lines(recs, block, tw, verdict):
+    """One step part's lines of TARGETS, then its GPU busy targets."""
+    out = []
+    for part, ours, peer, t in [x for x in TARGETS if x[0] == block]:
         pr = [r for r in recs if r["part"] == part]
         by = {(r["side"], r["round"]): r for r in pr}
         rounds = sorted({r["round"] for r in pr})
@@ -440,7 +482,7 @@ def target_lines(recs, on_gpu):
             what = f"{ours} / {peer}"
             out.append(f"  {part}) {what:<{tw}}{(fmt(v, 3) + 'x') if v else '-':>10} {'':<8} target >= {fmt(t, 1) + 'x':>6}"
                        f"  {verdict(v, t)}" + (f"  (rounds: {', '.join(fmt(x, 3) for x in rs)})" if rs else ""))
-    graph_rows = sorted({(r["part"], r["side"]) for r in recs if r["part"] in ("a", "c")
+    graph_rows = sorted({(r["part"], r["side"]) for r in recs if r["part"] == block
                          and ("cuda-graph" in r["side"] or "all-methods" in r["side"])})
     for part, side in graph_rows:
         busy = [r["gpu_busy_pct"] for r in recs if r["part"] == part and r["side"] == side
@@ -451,16 +493,16 @@ def target_lines(recs, on_gpu):
     return out
 
 
-# The packed BERT run's targets on one H100 (part p): the packed run's sequences per second in its training
-# blocks, its ratio to Hugging Face padded in the same call, its packed rows per second against its
-# own step benchmark of the same rows, and GPU busy in the training blocks.
+# The packed BERT-Large closed run's targets (part p), set for one H100: the run's sequences per
+# second in its training blocks, its ratio to Hugging Face padded measured beside it, its packed rows
+# per second against its own step benchmark of the same rows, and GPU busy in the training blocks.
 P_TARGETS = {"seq_per_s": 700.0, "over_hf": 2.5, "over_step": 0.95, "busy_pct": 97.0}
 
 
-def packed_lines(pr):
+def packed_lines(pr, on_gpu=True, gpu=None):
     """Part p's report: the run's seq/s (training blocks; with evals), rows/s against its step
     benchmark, seq/s against Hugging Face padded, GPU busy, the packing, each against its target."""
-    out = []
+    out = ["", targets_heading("BERT-Large packed closed run (part p)", "one H100", gpu, on_gpu)]
     run = next((r for r in pr if r["side"].startswith("mlperf-run bert") and r.get("ok")), None)
     step = next((r for r in pr if "step" in r["side"] and r.get("ok")), None)
     hf = next((r for r in pr if r["side"].startswith("hf-transformers padded") and r.get("ok")), None)
@@ -507,9 +549,9 @@ def packed_lines(pr):
     return out
 
 
-# The targets of ResNet-50 end to end and its data path on one H100 or H200: (part, our row,
+# The targets of ResNet-50 end to end and its data path, set for one H100 or H200: (part, our row,
 # peer row or None, threshold), read as TARGETS are; b)'s step comparison is against a)'s fp16
-# all-methods row of the same call, and b)'s CPU-decoder run against e)'s CPU row
+# all-methods row of the same bench_gpu.sh run, and b)'s CPU-decoder run against e)'s CPU row
 DATA_TARGETS = [
     ("e", "decoder nvjpeg", None, 9000.0),
     ("e", "decoder nvjpeg", "torchvision decode_jpeg gpu", 2.0),
@@ -518,11 +560,11 @@ DATA_BUSY_TARGET_PCT = 95.0
 DATA_WAIT_TARGET_PCT = 3.0
 
 
-def data_path_lines(recs, on_gpu):
+def data_path_lines(recs, on_gpu, gpu=None):
     """b) and e): the run's rate in training blocks and with evals, GPU busy, the decoder split,
     the data wait, its ratio to a)'s step, and the targets, met or missed."""
-    out = ["", "ResNet-50 end to end and its data path (one GPU)"
-           + ("" if on_gpu else ": CPU smoke run, the numbers mean nothing")]
+    out = ["", targets_heading("ResNet-50 end to end and its data path (parts b and e)", "one H100 or H200",
+                               gpu, on_gpu)]
     verdict = lambda v, t: "not measured" if v is None else ("met" if v >= t else "MISSED")
     at_most = lambda v, t: "not measured" if v is None else ("met" if v <= t else "MISSED")
     med = lambda xs: statistics.median(xs) if xs else None
@@ -597,8 +639,8 @@ def cmd_report(a):
             recs = [json.loads(l) for l in f if l.strip()]
     mm = [r for r in recs if r["part"] == "mm" and r.get("ok")]
     peak = statistics.median(r["value"] for r in mm) if mm else None
-    gpu = mm[0]["raw"].get("gpu") if mm else None
     on_gpu = any(r.get("device") == "cuda" for r in recs)
+    gpu = gpu_of(recs, a.out) if on_gpu else None
     lines = []
     rows = []
     w = lines.append
@@ -680,7 +722,7 @@ def cmd_report(a):
                     w(f"  run vs {name}: {run['value']:,.1f} / {ref:,.1f} seq/s = {gap:+.1f}% "
                       f"({'within' if abs(gap) <= 5 else 'OUTSIDE'} the 5% target)")
         if part == "p":
-            lines.extend(packed_lines(pr_all))
+            lines.extend(packed_lines(pr_all, on_gpu, gpu))
     checks = [r for r in recs if r["part"] == "m"]
     if checks:
         w("")
@@ -713,9 +755,9 @@ def cmd_report(a):
                 w(f"    {cls:<26} {n:>6} {ms:>9.2f} ms {100 * ms / total:>5.1f}%")
             w("    largest kernels: " + "; ".join(f"{k} {ms:.2f} ms ({n})" for k, n, ms in raw["top"][:6]))
     if any(r["part"] in ("a", "c") for r in recs):
-        lines.extend(target_lines(recs, on_gpu))
+        lines.extend(target_lines(recs, on_gpu, gpu))
     if any(r["part"] in ("b", "e") for r in recs):
-        lines.extend(data_path_lines(recs, on_gpu))
+        lines.extend(data_path_lines(recs, on_gpu, gpu))
     limits = [r["note"] for r in recs if r["part"] == "limit"]
     if limits:
         w("")
