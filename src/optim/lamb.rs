@@ -14,7 +14,7 @@
 //!
 //! The gradients are the step's averaged ones: [`Lamb`] is an [`Optimizer`] over
 //! [`ParamGroups`], and the training step hands it its gradient list after the all-reduce
-//! (src/train/bert.rs), so the clip of step 1 sees the norm of the averaged gradients, as the
+//! (src/train/bert/workload.rs), so the clip of step 1 sees the norm of the averaged gradients, as the
 //! reference's does.
 //!
 //! Excluded from weight decay and the trust ratio: the parameters [`super::exempt_from_decay`]

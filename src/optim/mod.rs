@@ -141,7 +141,7 @@ mod params {
 /// AdamW ([`sgd::Sgd`], [`lars::Lars`], [`lamb::Lamb`]) all take this shape, and all exempt the
 /// parameters [`exempt_from_decay`] names ([`Param::exempt`]) from weight decay and trust ratios.
 ///
-/// A training step (src/train/resnet.rs, src/train/bert.rs) calls [`Optimizer::begin_step`],
+/// A training step (src/train/resnet/workload.rs, src/train/bert/workload.rs) calls [`Optimizer::begin_step`],
 /// then builds the step's gradient list in the parameters' order (autograd's returned
 /// gradients, or the `.grad` buffers), averages it across ranks in place
 /// ([`crate::distributed::GradSync::all_reduce_grads`]) and hands that list to

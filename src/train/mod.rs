@@ -1,18 +1,16 @@
 //! Training runs. The generic trainer ([`engine`]) carries out one MLPerf run of any
-//! [`engine::Workload`]; [`resnet`] is the ResNet-50 workload. The config types ([`config`])
-//! build without libtorch; everything that trains needs the `torch` feature.
+//! [`engine::Workload`]; each benchmark is a folder with its config and its workload
+//! ([`resnet`], [`bert`]); [`config`] holds what their configs share. ResNet's config builds
+//! without libtorch; everything that trains needs the `torch` feature.
 
 pub mod allocator;
 #[cfg(feature = "torch")]
 pub mod bert;
 pub mod config;
 #[cfg(feature = "torch")]
-pub mod data;
-#[cfg(feature = "torch")]
 pub mod engine;
 #[cfg(feature = "torch")]
 pub mod host_reads;
-#[cfg(feature = "torch")]
 pub mod resnet;
 
 use crate::rules::Division;
@@ -294,7 +292,7 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
         &args.recipe,
         &args.run,
     )?;
-    let cfg = cmd.parse(config::ResnetRunConfig::parse)?;
+    let cfg = cmd.parse(resnet::ResnetRunConfig::parse)?;
     let run = resnet::ResnetRun {
         config: &cfg,
         division: cmd.division,

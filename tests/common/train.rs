@@ -4,8 +4,8 @@ use mlperf_run::mllog::{parse_file, LogFile};
 use mlperf_run::rules::Division;
 use mlperf_run::rules::{check_log, CheckOptions};
 use mlperf_run::runs::system::SystemConfig;
-use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::{self, RunOptions, RunOutcome, Status, Submission};
+use mlperf_run::train::resnet::config::ResnetRunConfig;
 use mlperf_run::train::resnet::{open_data, run_once, ResnetRun, ResnetWorkload};
 use std::path::{Path, PathBuf};
 

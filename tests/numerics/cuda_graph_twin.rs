@@ -18,8 +18,8 @@ use mlperf_run::data::bert::synth::{synth_bert, SynthBertArgs};
 use mlperf_run::gpu::cuda_graph::GraphStats;
 use mlperf_run::rules::Division;
 use mlperf_run::train::bert::{BertRunConfig, BertWorkload};
-use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::{run_once, RunOutcome, Status, Workload};
+use mlperf_run::train::resnet::config::ResnetRunConfig;
 use mlperf_run::train::resnet::{open_data, ResnetWorkload};
 use std::path::Path;
 

@@ -16,8 +16,8 @@ use mlperf_run::fused::bn_relu::{bn_add_relu, counts, cudnn_compiled, cudnn_prob
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use mlperf_run::models::to_channels_last;
 use mlperf_run::rules::Division;
-use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::Workload;
+use mlperf_run::train::resnet::config::ResnetRunConfig;
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 

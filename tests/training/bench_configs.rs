@@ -5,7 +5,7 @@
 
 use mlperf_run::rules::Division;
 use mlperf_run::train::bert::BertRunConfig;
-use mlperf_run::train::config::ResnetRunConfig;
+use mlperf_run::train::resnet::config::ResnetRunConfig;
 use std::path::PathBuf;
 
 fn preset(kind: &str, name: &str) -> PathBuf {
@@ -18,7 +18,7 @@ fn preset(kind: &str, name: &str) -> PathBuf {
 #[test]
 fn resnet_bench_presets_are_closed_with_a_warm_up_epoch_then_a_timed_block() {
     use mlperf_run::data::imagenet::{Augment, Decoder};
-    use mlperf_run::train::config::Amp;
+    use mlperf_run::train::resnet::config::Amp;
     for name in ["bench_1gpu.toml", "bench_smoke_cpu.toml"] {
         let c = ResnetRunConfig::load(&preset("resnet", name), Division::Closed)
             .unwrap_or_else(|e| panic!("{name}: {e:#}"));

@@ -14,10 +14,10 @@ use crate::common::alone::run_alone;
 
 use mlperf_run::distributed::{GradSync, Peers};
 use mlperf_run::rules::Division;
-use mlperf_run::train::config::ResnetRunConfig;
-use mlperf_run::train::data::SyntheticImages;
 use mlperf_run::train::engine::{self, Block, BuildContext, Workload};
 use mlperf_run::train::host_reads;
+use mlperf_run::train::resnet::config::ResnetRunConfig;
+use mlperf_run::train::resnet::data::SyntheticImages;
 use mlperf_run::train::resnet::ResnetWorkload;
 use serde_json::Value;
 use std::path::PathBuf;

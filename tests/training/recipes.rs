@@ -10,7 +10,7 @@ use crate::common;
 use mlperf_run::recipes;
 use mlperf_run::rules::Division;
 use mlperf_run::train::bert::BertRunConfig;
-use mlperf_run::train::config::{DecayKind, OptName, ResnetRunConfig};
+use mlperf_run::train::resnet::config::{DecayKind, OptName, ResnetRunConfig};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

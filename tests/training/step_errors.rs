@@ -7,8 +7,8 @@ use crate::common;
 
 use mlperf_run::mllog::parse_file;
 use mlperf_run::rules::Division;
-use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::Status;
+use mlperf_run::train::resnet::config::ResnetRunConfig;
 use mlperf_run::train::resnet::{run_once, ResnetRun};
 use std::path::{Path, PathBuf};
 use std::process::Command;

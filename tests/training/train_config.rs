@@ -2,7 +2,7 @@
 //! rules are refused before a run starts; the shipped presets load.
 
 use mlperf_run::rules::Division;
-use mlperf_run::train::config::{Amp, ResnetRunConfig};
+use mlperf_run::train::resnet::config::{Amp, ResnetRunConfig};
 use std::path::PathBuf;
 
 fn preset(name: &str) -> String {

@@ -8,8 +8,8 @@ use crate::common;
 
 use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SynthSpec};
 use mlperf_run::rules::Division;
-use mlperf_run::train::config::ResnetRunConfig;
 use mlperf_run::train::engine::RunOutcome;
+use mlperf_run::train::resnet::config::ResnetRunConfig;
 use std::path::{Path, PathBuf};
 
 fn config(division: Division) -> ResnetRunConfig {

@@ -6,8 +6,8 @@
 use crate::common;
 
 use mlperf_run::rules::Division;
-use mlperf_run::train::config::{Amp, ResnetRunConfig};
 use mlperf_run::train::engine::RunOutcome;
+use mlperf_run::train::resnet::config::{Amp, ResnetRunConfig};
 use std::path::{Path, PathBuf};
 
 fn config(name: &str, division: Division) -> ResnetRunConfig {
@@ -215,8 +215,8 @@ fn same_seed_same_loss_curve() {
 /// asks for no epoch past `train.max_epochs`. The training is the same (same seed: same losses).
 #[test]
 fn the_next_epochs_batches_are_requested_before_the_eval() {
-    use mlperf_run::train::data::{BatchIter, ImageData, Shard, SyntheticImages};
     use mlperf_run::train::engine;
+    use mlperf_run::train::resnet::data::{BatchIter, ImageData, Shard, SyntheticImages};
     use mlperf_run::train::resnet::ResnetWorkload;
     use std::sync::{Arc, Mutex};
 

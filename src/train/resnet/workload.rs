@@ -5,7 +5,6 @@ use super::config::{Amp, DataSource, DecayKind, OptName, ResnetRunConfig};
 use super::data::{
     Batch, BatchIter, FolderImages, FolderOptions, ImageData, Shard, SyntheticImages,
 };
-use super::engine::{self, Block, BuildContext, RunOptions, RunOutcome, Workload};
 use crate::data::handoff::{self, Prefetcher};
 use crate::data::imagenet::device_augment::DeviceAugment;
 use crate::distributed::{GradSource, GradSync, Peers};
@@ -20,6 +19,7 @@ use crate::optim::schedule::{Decay, Schedule};
 use crate::optim::sgd::{Sgd, SgdConfig};
 use crate::optim::{foreach, Optimizer, ParamGroups};
 use crate::rules::Division;
+use crate::train::engine::{self, Block, BuildContext, RunOptions, RunOutcome, Workload};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

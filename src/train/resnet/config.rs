@@ -1,0 +1,495 @@
+//! ResNet run configuration (`configs/resnet/*.toml`): hyperparameters and system settings.
+//! Unknown keys are refused (`deny_unknown_fields`), enum values list the allowed ones, and
+//! [`ResnetRunConfig::validate`] refuses closed-division configs that break the closed rules
+//! before a run starts. The hyperparameter keys of the log come from these values
+//! ([`ResnetRunConfig::hyperparameters`]), never retyped.
+
+use crate::methods::MethodSet;
+pub use crate::methods::{Amp, ResnetMethods};
+use crate::rules::Division;
+use crate::runs::system::SystemConfig;
+use crate::train::config::{check_batch, load_file};
+use anyhow::{bail, Result};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::path::Path;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub classes: i64,
+    /// Planes of the first stage (64 in ResNet-50).
+    pub width: i64,
+    /// Bottlenecks per stage ([3, 4, 6, 3] in ResNet-50).
+    pub blocks: [i64; 4],
+    #[serde(default)]
+    pub zero_init_last_bn: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataSource {
+    /// `train/<class>/*.JPEG` and `val/<class>/*.JPEG` under --data.
+    Imagefolder,
+    /// Images generated in memory from the run's data seed (no files; --data is ignored).
+    SyntheticMemory,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyntheticConfig {
+    pub train_per_class: usize,
+    pub eval_per_class: usize,
+    /// Per-pixel noise (std, in u8 levels) added to the class patterns; higher is harder.
+    pub noise: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    pub source: DataSource,
+    /// Full training image size (224 in the reference; 176 in MosaicML's recipe).
+    pub train_image_size: i64,
+    pub eval_image_size: i64,
+    /// Decode workers for image folders (0: this process's share of the CPUs: all it is bound
+    /// to, or the CPUs divided among the job's processes on this node; see
+    /// `train::resnet::data::default_decode_workers`, which needs the `torch` feature).
+    #[serde(default)]
+    pub workers: usize,
+    /// JPEG decoder for image folders: "cpu" (libjpeg-turbo, only the crop's region; default),
+    /// "cpu-full" (zune-jpeg, whole image) or "nvjpeg" (GPU; the CPU decoder when missing).
+    #[serde(default)]
+    pub decoder: crate::data::imagenet::Decoder,
+    /// Where crops are resized, flipped and normalised: "cpu" (the decode workers, into u8
+    /// crops; default) or "gpu" (the batch hand-off, by the ragged kernels on the device, over
+    /// each crop's decoded region; on a CPU run their CPU twin). The same boxes and flips; the
+    /// resampling differs only by rounding (docs/data.md).
+    #[serde(default)]
+    pub augment: crate::data::imagenet::Augment,
+    /// With `decoder = "nvjpeg"`: the share of each batch's images nvJPEG decodes, the rest going
+    /// to the CPU region decoder at the same time (DALI's hw_decoder_load). Absent: the default
+    /// for the GPU model (0.99 on H100/H200, 0.65 on A100 and others, 0.5 without a hardware
+    /// JPEG engine).
+    #[serde(default)]
+    pub hw_decoder_load: Option<f64>,
+    /// Training batches staged on the device ahead of the step (the hand-off's depth; the
+    /// decode workers work one batch further ahead). Absent: [`DataConfig::DEFAULT_PREFETCH`].
+    #[serde(default)]
+    pub prefetch_batches: Option<usize>,
+    #[serde(default)]
+    pub synthetic: Option<SyntheticConfig>,
+}
+
+impl DataConfig {
+    /// Batches staged ahead of the step when `prefetch_batches` is absent: enough to hide a
+    /// batch's decode and copy behind the step before it.
+    pub const DEFAULT_PREFETCH: usize = 2;
+
+    /// The hand-off's depth: `prefetch_batches` or the default.
+    pub fn prefetch(&self) -> usize {
+        self.prefetch_batches.unwrap_or(Self::DEFAULT_PREFETCH)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// The eval_accuracy at which the run stops with status success.
+    pub target: f64,
+    pub global_batch_size: u64,
+    pub gradient_accumulation_steps: u64,
+    /// Epoch limit: the run stops aborted after this many epochs without reaching the target.
+    pub max_epochs: u64,
+    /// Evaluate after 0-based epoch e when e >= eval_offset and (e - eval_offset) % eval_period == 0.
+    pub eval_offset: u64,
+    pub eval_period: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptName {
+    Lars,
+    Sgd,
+}
+
+impl OptName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OptName::Lars => "lars",
+            OptName::Sgd => "sgd",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecayKind {
+    Poly,
+    Cosine,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    pub name: OptName,
+    pub base_lr: f64,
+    pub end_lr: f64,
+    pub warmup_epochs: f64,
+    pub decay: DecayKind,
+    /// Power of the polynomial decay (2 in the closed division).
+    #[serde(default = "default_power")]
+    pub poly_power: f64,
+    /// Length of the schedule in epochs, warmup included (NVIDIA: 37 at GBS 3264).
+    pub schedule_epochs: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    #[serde(default)]
+    pub nesterov: bool,
+    /// LARS trust coefficient (0.001 in the reference).
+    #[serde(default = "default_eta")]
+    pub lars_eta: f64,
+    #[serde(default)]
+    pub lars_epsilon: f64,
+    /// SGD only: also decay BN parameters and biases (torch's default).
+    #[serde(default)]
+    pub decay_bn_bias: bool,
+}
+
+fn default_power() -> f64 {
+    2.0
+}
+fn default_eta() -> f64 {
+    0.001
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResnetRunConfig {
+    /// What this preset is (shown in errors and logs).
+    pub description: String,
+    pub system: SystemConfig,
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    pub train: TrainConfig,
+    pub optimizer: OptimizerConfig,
+    #[serde(default)]
+    pub methods: ResnetMethods,
+}
+
+/// Samples of the full ImageNet training set (defined with the data pipeline, which also
+/// holds the validation count and the class count).
+pub use crate::data::imagenet::IMAGENET_TRAIN_SAMPLES;
+
+impl ResnetRunConfig {
+    /// Read and validate `path` for `division`.
+    pub fn load(path: &Path, division: Division) -> Result<ResnetRunConfig> {
+        load_file(path, |text| Self::parse(text, division))
+    }
+
+    pub fn parse(text: &str, division: Division) -> Result<ResnetRunConfig> {
+        let cfg: ResnetRunConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        cfg.validate(division)?;
+        Ok(cfg)
+    }
+
+    /// Sanity checks for every division, then the closed rules for `Division::Closed`.
+    pub fn validate(&self, division: Division) -> Result<()> {
+        let t = &self.train;
+        let o = &self.optimizer;
+        let m = &self.methods;
+        if self.model.classes < 2 {
+            bail!(
+                "model.classes must be at least 2, got {}",
+                self.model.classes
+            );
+        }
+        if self.model.width < 1 || self.model.blocks.iter().any(|&b| b < 1) {
+            bail!("model.width and every model.blocks entry must be at least 1");
+        }
+        check_batch(t.global_batch_size, t.gradient_accumulation_steps)?;
+        if t.max_epochs == 0 || t.eval_period == 0 {
+            bail!("train.max_epochs and train.eval_period must be at least 1");
+        }
+        if t.eval_offset >= t.max_epochs {
+            bail!(
+                "train.eval_offset ({}) must be below train.max_epochs ({})",
+                t.eval_offset,
+                t.max_epochs
+            );
+        }
+        if !(t.target > 0.0 && t.target < 1.0) {
+            bail!(
+                "train.target must be a fraction in (0, 1), got {}",
+                t.target
+            );
+        }
+        if self.data.train_image_size < 8 || self.data.eval_image_size < 8 {
+            bail!("data.train_image_size and data.eval_image_size must be at least 8");
+        }
+        if let Some(l) = self.data.hw_decoder_load {
+            if !(0.0..=1.0).contains(&l) {
+                bail!(
+                    "data.hw_decoder_load must be within 0..1 (the share of each batch nvJPEG \
+                     decodes), got {l}"
+                );
+            }
+            if self.data.decoder != crate::data::imagenet::Decoder::Nvjpeg {
+                bail!(
+                    "data.hw_decoder_load is for data.decoder = \"nvjpeg\" (the share of each \
+                     batch it decodes): set the decoder or remove the key"
+                );
+            }
+        }
+        if let Some(n) = self.data.prefetch_batches {
+            if !(1..=16).contains(&n) {
+                bail!(
+                    "data.prefetch_batches must be within 1..16 (training batches staged on the \
+                     device ahead of the step), got {n}"
+                );
+            }
+        }
+        if self.data.decoder == crate::data::imagenet::Decoder::Nvjpeg
+            && self.data.augment != crate::data::imagenet::Augment::Gpu
+        {
+            bail!(
+                "data.decoder = \"nvjpeg\" decodes into GPU memory, for crops resized on the \
+                 device: set data.augment = \"gpu\" (or data.decoder = \"cpu\" to decode and \
+                 resize on the host)"
+            );
+        }
+        if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
+            bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
+        }
+        if o.base_lr.is_nan()
+            || o.base_lr <= 0.0
+            || o.end_lr < 0.0
+            || o.warmup_epochs < 0.0
+            || o.schedule_epochs <= o.warmup_epochs
+        {
+            bail!("optimizer: need base_lr > 0, end_lr >= 0, warmup_epochs >= 0 and schedule_epochs > warmup_epochs");
+        }
+        if !(0.0..1.0).contains(&o.momentum) || o.weight_decay < 0.0 {
+            bail!("optimizer: momentum must be in [0, 1) and weight_decay >= 0");
+        }
+        if !(0.0..1.0).contains(&m.label_smoothing) {
+            bail!(
+                "methods.label_smoothing must be in [0, 1), got {}",
+                m.label_smoothing
+            );
+        }
+        if let Some(p) = &m.progressive_resizing {
+            p.validate()
+                .map_err(|e| anyhow::anyhow!("methods.progressive_resizing: {e}"))?;
+        }
+        if let Some(e) = &m.ema {
+            if e.half_life_steps.is_nan() || e.half_life_steps <= 0.0 {
+                bail!("methods.ema.half_life_steps must be > 0");
+            }
+        }
+        if let Some(l) = &m.loss_scale {
+            if m.amp != Amp::Fp16 {
+                bail!(
+                    "methods.loss_scale is for methods.amp = \"fp16\" (bf16 and fp32 need no \
+                     loss scaling): remove it or set amp = \"fp16\""
+                );
+            }
+            l.config()
+                .validate()
+                .map_err(|e| anyhow::anyhow!("methods.loss_scale: {e}"))?;
+        }
+        if division == Division::Closed {
+            self.validate_closed()?;
+        }
+        Ok(())
+    }
+
+    fn validate_closed(&self) -> Result<()> {
+        let o = &self.optimizer;
+        let t = &self.train;
+        let m = &self.methods;
+        let refuse = |msg: String| -> Result<()> { bail!("closed division: {msg}") };
+        let bench = crate::benchmarks::get("resnet")?;
+        if t.target < bench.target {
+            refuse(format!(
+                "train.target must be at least {} (the ResNet quality target), got {}",
+                bench.target_text(),
+                t.target
+            ))?;
+        }
+        if o.decay != DecayKind::Poly {
+            refuse("optimizer.decay must be \"poly\" (allowed: poly)".into())?;
+        }
+        if o.end_lr != 1e-4 {
+            refuse(format!("optimizer.end_lr must be 0.0001, got {}", o.end_lr))?;
+        }
+        if o.poly_power != 2.0 {
+            refuse(format!(
+                "optimizer.poly_power must be 2, got {}",
+                o.poly_power
+            ))?;
+        }
+        let n = (o.weight_decay / 1e-4).log2();
+        if !(o.weight_decay > 0.0 && (n - n.round()).abs() < 1e-9) {
+            refuse(format!(
+                "optimizer.weight_decay must be 0.0001 * 2^N, got {}",
+                o.weight_decay
+            ))?;
+        }
+        match o.name {
+            OptName::Lars if o.lars_epsilon != 0.0 => refuse(format!(
+                "optimizer.lars_epsilon must be 0.0, got {}",
+                o.lars_epsilon
+            ))?,
+            OptName::Sgd if ((o.base_lr / 0.001) - (o.base_lr / 0.001).round()).abs() > 1e-6 => {
+                refuse(format!(
+                    "optimizer.base_lr must be a multiple of 0.001 with sgd, got {}",
+                    o.base_lr
+                ))?
+            }
+            _ => {}
+        }
+        let (every, max_offset) = bench.eval_epochs()?;
+        if t.eval_period != every || t.eval_offset > max_offset {
+            refuse(format!(
+                "evaluate every {every} epochs with an offset 0..={max_offset} (train.eval_period = {every}, train.eval_offset in 0..={max_offset}), got period {} offset {}",
+                t.eval_period, t.eval_offset
+            ))?;
+        }
+        m.refuse_in_closed()?;
+        Ok(())
+    }
+
+    /// Local (per-process, per-micro-batch) batch size for `world_size` processes.
+    pub fn local_batch(&self, world_size: u64) -> Result<u64> {
+        let t = &self.train;
+        let div = world_size * t.gradient_accumulation_steps;
+        if !t.global_batch_size.is_multiple_of(div) {
+            bail!(
+                "train.global_batch_size ({}) must be divisible by world size x gradient_accumulation_steps ({div})",
+                t.global_batch_size
+            );
+        }
+        Ok(t.global_batch_size / div)
+    }
+
+    /// The hyperparameter keys the log carries (after the submission keys and the seed), in
+    /// order, with values straight from this config. `steps_per_epoch` turns epochs into the
+    /// logged decay steps; `train_samples`/`eval_samples` come from the data set.
+    pub fn hyperparameters(
+        &self,
+        division: Division,
+        steps_per_epoch: u64,
+        train_samples: u64,
+        eval_samples: u64,
+        world_size: u64,
+    ) -> Vec<(&'static str, Value)> {
+        let t = &self.train;
+        let o = &self.optimizer;
+        let decay_steps =
+            ((o.schedule_epochs - o.warmup_epochs) * steps_per_epoch as f64).round() as u64;
+        let mut kv: Vec<(&'static str, Value)> = vec![
+            ("global_batch_size", json!(t.global_batch_size)),
+            (
+                "gradient_accumulation_steps",
+                json!(t.gradient_accumulation_steps),
+            ),
+            ("opt_name", json!(o.name.as_str())),
+        ];
+        match o.name {
+            OptName::Lars => kv.extend([
+                ("lars_opt_base_learning_rate", json!(o.base_lr)),
+                ("lars_opt_end_learning_rate", json!(o.end_lr)),
+                (
+                    "lars_opt_learning_rate_decay_poly_power",
+                    json!(o.poly_power),
+                ),
+                ("lars_opt_learning_rate_decay_steps", json!(decay_steps)),
+                ("lars_epsilon", json!(o.lars_epsilon)),
+                (
+                    "lars_opt_learning_rate_warmup_epochs",
+                    json!(o.warmup_epochs),
+                ),
+                ("lars_opt_momentum", json!(o.momentum)),
+                ("lars_opt_weight_decay", json!(o.weight_decay)),
+            ]),
+            OptName::Sgd => kv.extend([
+                ("sgd_opt_base_learning_rate", json!(o.base_lr)),
+                ("sgd_opt_end_learning_rate", json!(o.end_lr)),
+                (
+                    "sgd_opt_learning_rate_decay_poly_power",
+                    json!(o.poly_power),
+                ),
+                ("sgd_opt_learning_rate_decay_steps", json!(decay_steps)),
+                ("sgd_opt_weight_decay", json!(o.weight_decay)),
+                ("sgd_opt_momentum", json!(o.momentum)),
+                (
+                    "model_bn_span",
+                    json!(self.local_batch(world_size).unwrap_or(t.global_batch_size)),
+                ),
+                ("opt_learning_rate_warmup_epochs", json!(o.warmup_epochs)),
+            ]),
+        }
+        if division == Division::Open {
+            kv.extend([(
+                "opt_learning_rate_decay_schedule",
+                json!(format!("{:?}", o.decay).to_lowercase()),
+            )]);
+        }
+        // the methods in every log, as BERT's: a closed run's implementation choices (fused
+        // BN+ReLU, fp16 and its loss scale) are on record too
+        let m = &self.methods;
+        kv.extend(m.log_keys());
+        if m.amp == Amp::Fp16 {
+            let l = m.loss_scale.unwrap_or_default();
+            kv.extend([
+                ("amp_loss_scale_init", json!(l.init_scale)),
+                ("amp_loss_scale_growth_interval", json!(l.growth_interval)),
+            ]);
+        }
+        if division == Division::Open {
+            if let Some(p) = &m.progressive_resizing {
+                kv.extend([
+                    ("progressive_resizing_initial_scale", json!(p.initial_scale)),
+                    (
+                        "progressive_resizing_delay_fraction",
+                        json!(p.delay_fraction),
+                    ),
+                    (
+                        "progressive_resizing_finetune_fraction",
+                        json!(p.finetune_fraction),
+                    ),
+                    (
+                        "progressive_resizing_size_increment",
+                        json!(p.size_increment),
+                    ),
+                ]);
+            }
+            if let Some(e) = &m.ema {
+                kv.extend([
+                    ("ema_half_life_steps", json!(e.half_life_steps)),
+                    ("ema_update_interval", json!(e.update_interval)),
+                ]);
+            }
+        }
+        kv.extend([
+            ("train_samples", json!(train_samples)),
+            ("eval_samples", json!(eval_samples)),
+        ]);
+        kv.extend(self.system.device_log_keys());
+        kv.push(("cuda_graph", json!(self.methods.cuda_graph)));
+        kv
+    }
+
+    /// 0-based epochs after which the closed cadence evaluates, up to max_epochs.
+    pub fn eval_epochs(&self) -> Vec<u64> {
+        let t = &self.train;
+        let mut out: Vec<u64> = (t.eval_offset..t.max_epochs)
+            .step_by(t.eval_period as usize)
+            .collect();
+        // always evaluate after the last epoch so a run never ends without a verdict
+        if out.last() != Some(&(t.max_epochs - 1)) {
+            out.push(t.max_epochs - 1);
+        }
+        out
+    }
+}
