@@ -328,9 +328,16 @@ fn generate_benchmark_data() {
 /// The ImageNet loader's region decoder (shim/jpeg_region.c) on libjpeg-turbo's
 /// libjpeg API (Debian's libjpeg62-turbo-dev; `scripts/setup.sh` installs it). Built with and
 /// without the `torch` feature.
+///
+/// With MLPERF_RUN_SANITIZE=1 (the fuzz build, scripts/fuzz.sh) the file is compiled by clang
+/// with AddressSanitizer, UBSan (trapping: no UBSan runtime to link) and libFuzzer's coverage
+/// instrumentation; the fuzz targets' Rust code, built with `-Zsanitizer=address`, brings the
+/// ASan runtime and libFuzzer the coverage callbacks.
 fn compile_jpeg_region() {
     let source = "shim/jpeg_region.c";
     println!("cargo:rerun-if-changed={source}");
+    println!("cargo:rerun-if-env-changed=MLPERF_RUN_SANITIZE");
+    let sanitize = std::env::var("MLPERF_RUN_SANITIZE").is_ok_and(|v| v == "1");
     if !Path::new("/usr/include/jpeglib.h").exists()
         && !Path::new("/usr/local/include/jpeglib.h").exists()
     {
@@ -339,12 +346,21 @@ fn compile_jpeg_region() {
              libjpeg62-turbo-dev; `source scripts/setup.sh` does it)"
         );
     }
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    build
         .file(source)
         .warnings(true)
         .extra_warnings(true)
-        .opt_level(2)
-        .compile("mlperf_run_jpeg_region");
+        .opt_level(2);
+    if sanitize {
+        build
+            .compiler("clang")
+            .flag("-fsanitize=address,undefined,fuzzer-no-link")
+            .flag("-fsanitize-trap=undefined")
+            .flag("-fno-omit-frame-pointer")
+            .flag("-g");
+    }
+    build.compile("mlperf_run_jpeg_region");
     println!("cargo:rustc-link-lib=jpeg");
 }
 

@@ -12,5 +12,6 @@ mod bert_data;
 mod bert_packing;
 mod data_imagenet;
 mod data_synth;
+mod fuzz_regressions;
 mod gpu_augment;
 mod prepare_imagenet;

@@ -15,6 +15,7 @@ mod check_set;
 mod ci_files;
 mod closed_pipe;
 mod doc_paths;
+mod fuzz_regressions;
 mod package_official;
 mod package_recorded_sysinfo;
 mod package_refusals;
