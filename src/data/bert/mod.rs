@@ -71,6 +71,26 @@ fn read_ds(file: &hdf5::File, path: &Path, name: &str) -> Result<(Vec<usize>, Ve
         )
     })?;
     let shape = ds.shape();
+    // HDF5 converts floats (and bools) to integers silently, truncating: refuse any dtype but
+    // integers, as the reference shards hold (int8/int16/int32/int64 token ids and masks).
+    let dtype = ds
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .with_context(|| {
+            format!(
+                "{}: cannot read the type of dataset '{name}'",
+                path.display()
+            )
+        })?;
+    if !matches!(
+        dtype,
+        hdf5::types::TypeDescriptor::Integer(_) | hdf5::types::TypeDescriptor::Unsigned(_)
+    ) {
+        bail!(
+            "{}: dataset '{name}' holds {dtype} values; a BERT shard holds integers",
+            path.display()
+        );
+    }
     let data = ds.read_raw::<i32>().with_context(|| {
         format!(
             "{}: cannot read dataset '{name}' as integers",
