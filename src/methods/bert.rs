@@ -9,63 +9,50 @@ use serde::Deserialize;
 use serde_json::json;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct BertMethods {
     /// Dense layers on non-padding tokens only.
-    #[serde(default)]
     pub unpad: bool,
     /// scaled_dot_product_attention (fused kernels) instead of explicit softmax attention.
-    #[serde(default = "yes")]
     pub fused_attention: bool,
     /// Mixed precision: "bf16" runs the forward passes in a bf16 autocast region (matmuls in
     /// bf16; LayerNorm, softmax, losses and the weights in fp32), the GPU speed-up; it runs on
     /// the CPU too (slowly there, for tests). "none": fp32. ("fp16" needs loss scaling, which
     /// the BERT trainer does not have: refused.) The old `bf16 = true` still reads as
     /// `amp = "bf16"`, with a warning ([`migrate_legacy_keys`]).
-    #[serde(default)]
     pub amp: Amp,
     /// Capture the training step in a CUDA graph and replay it (GPU only, fixed shapes: not
     /// with `unpad`; changes no math). See [`crate::gpu::cuda_graph`].
-    #[serde(default)]
     pub cuda_graph: bool,
     /// Each encoder layer's "dense bias + dropout + residual + LayerNorm" as one autograd op
     /// (CUDA kernels compiled at run time, the composite ATen twin elsewhere); changes no math
     /// beyond rounding. See [`crate::fused::epilogue`].
-    #[serde(default)]
     pub fused_epilogues: bool,
     /// Each encoder layer's query, key and value projections as one matmul over the three
     /// weights concatenated (the parameters and their names stay three); the same math. See
     /// [`crate::models::bert`].
-    #[serde(default)]
     pub fused_qkv: bool,
     /// With `amp = "bf16"`: the residual stream between encoder layers (every LayerNorm output)
     /// in bf16 instead of autocast's fp32 (LayerNorm still computes in fp32); a choice of number
     /// format. See [`crate::models::bert`].
-    #[serde(default)]
     pub bf16_residual: bool,
     /// Each encoder layer's feed-forward matmuls with the intermediate bias and a tanh GELU in
     /// their epilogues, as one op (cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD on a GPU, the
     /// composite ATen twin elsewhere). The reference's GELU is the erf form. See
     /// [`crate::fused::bias_gelu`].
-    #[serde(default)]
     pub fused_bias_gelu: bool,
     /// Token load balance: each global micro-batch is dealt out to the ranks in equal sample
     /// counts by non-padding token count ([`crate::data::bert::balance`]); with `unpad` only.
-    #[serde(default)]
     pub balance_tokens: bool,
     /// Packed sequences: the training sequences packed at load time into fixed rows of the
     /// data's sequence length, at most 3 per row, attention kept within each sequence
     /// ([`crate::data::bert::packing`]); a step has one shape (CUDA graphs) and almost no
     /// padding. Not with `unpad` (nothing left to remove) or `balance_tokens` (rows of equal
     /// token budget are balanced already).
-    #[serde(default)]
     pub packing: bool,
 }
 
-fn yes() -> bool {
-    true
-}
-
+/// The defaults of every key left out (all off, `amp` none) but `fused_attention`, on.
 impl Default for BertMethods {
     fn default() -> Self {
         BertMethods {

@@ -12,19 +12,10 @@ use serde_json::json;
 /// clean steps in a row double it (torch.amp.GradScaler's `init_scale`, `growth_interval`; an
 /// overflow halves it and skips the step).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct LossScaleSettings {
-    #[serde(default = "default_init_scale")]
     pub init_scale: f64,
-    #[serde(default = "default_growth_interval")]
     pub growth_interval: i64,
-}
-
-fn default_init_scale() -> f64 {
-    LossScaleConfig::default().init_scale
-}
-fn default_growth_interval() -> i64 {
-    LossScaleConfig::default().growth_interval
 }
 
 impl LossScaleSettings {
@@ -38,11 +29,13 @@ impl LossScaleSettings {
     }
 }
 
+/// A key left out takes GradScaler's value.
 impl Default for LossScaleSettings {
     fn default() -> Self {
+        let c = LossScaleConfig::default();
         LossScaleSettings {
-            init_scale: default_init_scale(),
-            growth_interval: default_growth_interval(),
+            init_scale: c.init_scale,
+            growth_interval: c.growth_interval,
         }
     }
 }
@@ -59,58 +52,30 @@ fn one() -> u64 {
     1
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Every key may be left out: its default is the type's (off, none, 0; `amp` none).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ResnetMethods {
-    #[serde(default)]
     pub blurpool: bool,
-    #[serde(default)]
     pub channels_last: bool,
     /// 0 = off (closed: 0 or 0.1).
-    #[serde(default)]
     pub label_smoothing: f64,
-    #[serde(default)]
     pub progressive_resizing: Option<ProgressiveResizing>,
-    #[serde(default)]
     pub ema: Option<EmaConfig>,
     /// "bf16": forward passes in a bf16 autocast region (the GPU speed-up; it runs on the CPU
     /// too, slowly there, for tests). "fp16": an fp16 region with dynamic loss scaling, the
     /// overflowing steps skipped on the device by the optimizer (what cuDNN's fused batch norm
     /// of `fused_bn_relu` takes). "none": fp32.
-    #[serde(default = "no_amp")]
     pub amp: Amp,
     /// The fp16 loss scale's settings (only with `amp = "fp16"`; default GradScaler's).
-    #[serde(default)]
     pub loss_scale: Option<LossScaleSettings>,
     /// Capture the training step in a CUDA graph and replay it (GPU only; changes no math, so
     /// both divisions allow it). See [`crate::gpu::cuda_graph`].
-    #[serde(default)]
     pub cuda_graph: bool,
     /// Batch norm + (residual add) + ReLU as one op (cuDNN's fused kernels on a GPU with the
     /// `cuda` feature, the unfused chain's exact math elsewhere; the kernel NVIDIA's closed
     /// ResNet uses, so both divisions allow it). See [`crate::fused::bn_relu`].
-    #[serde(default)]
     pub fused_bn_relu: bool,
-}
-
-fn no_amp() -> Amp {
-    Amp::None
-}
-
-impl Default for ResnetMethods {
-    fn default() -> Self {
-        ResnetMethods {
-            blurpool: false,
-            channels_last: false,
-            label_smoothing: 0.0,
-            progressive_resizing: None,
-            ema: None,
-            amp: Amp::None,
-            loss_scale: None,
-            cuda_graph: false,
-            fused_bn_relu: false,
-        }
-    }
 }
 
 impl MethodSet for ResnetMethods {

@@ -1,5 +1,5 @@
 //! What every benchmark's run config shares: reading the file (`load_file`) and the batch
-//! check (`check_batch`). Each benchmark's own config is beside its workload
+//! checks (`check_batch`, and `local_batch` for a world size). Each benchmark's own config is beside its workload
 //! (`train::resnet::config`, `train::bert::config`); the `[system]` table is
 //! `runs::system::SystemConfig`, the division `rules::Division`.
 
@@ -27,4 +27,23 @@ pub(crate) fn check_batch(global_batch_size: u64, gradient_accumulation_steps: u
         );
     }
     Ok(())
+}
+
+/// The per-process micro-batch of `global_batch_size` over `world_size` processes that each
+/// accumulate `gradient_accumulation_steps` micro-batches per step (`what` names the batch in
+/// the error: "train.global_batch_size (1024)", or BERT's packed rows).
+pub(crate) fn local_batch(
+    what: &str,
+    global_batch_size: u64,
+    world_size: u64,
+    gradient_accumulation_steps: u64,
+) -> Result<u64> {
+    let div = world_size * gradient_accumulation_steps;
+    if div == 0 || !global_batch_size.is_multiple_of(div) {
+        bail!(
+            "{what} must divide by world size ({world_size}) x \
+             train.gradient_accumulation_steps ({gradient_accumulation_steps})"
+        );
+    }
+    Ok(global_batch_size / div)
 }

@@ -26,6 +26,7 @@ use crate::models::bert::{mlm_correct, pretraining_loss, BertForPreTraining, Mlm
 use crate::optim::lamb::{Lamb, LambConfig, PolyWarmup};
 use crate::optim::{Optimizer, ParamGroups};
 use crate::rules::Division;
+use crate::train::config::local_batch;
 use crate::train::engine::{self, Block, BuildContext, RunOptions, RunOutcome, Workload};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -145,6 +146,82 @@ impl BertWorkload {
     }
 }
 
+/// LAMB (or AdamW: LAMB without the trust ratio) and its warm-up + polynomial schedule, from
+/// `[optimizer]`.
+fn lamb(o: &BertOptimizerConfig) -> Result<(Lamb, PolyWarmup)> {
+    let opt = Lamb::new(LambConfig {
+        beta1: o.beta1,
+        beta2: o.beta2,
+        eps: o.epsilon,
+        weight_decay: o.weight_decay,
+        // bucket-wise clipping happens in the gradient exchange, before the all-reduce
+        max_grad_norm: (o.gradient_clipping == GradientClipping::Global).then_some(o.max_grad_norm),
+        trust_ratio: o.name == BertOpt::Lamb,
+    })?;
+    let schedule = PolyWarmup {
+        base_lr: o.base_learning_rate,
+        end_lr: o.end_learning_rate,
+        power: o.poly_power,
+        total_steps: o.training_steps,
+        warmup_steps: o.warmup_steps,
+        start_warmup_step: o.start_warmup_step,
+    };
+    Ok((opt, schedule))
+}
+
+impl BertWorkload {
+    /// This rank's training batches from DIR/train, prefetched to the device: packed rows
+    /// (`methods.packing`) or one sequence per row (`local` of them per micro-batch), with the
+    /// number of training samples. `shape`: the data's (sequence length, predictions per
+    /// sequence).
+    fn training_batches(
+        &self,
+        ctx: &BuildContext,
+        local: usize,
+        (seq_len, preds): (usize, usize),
+    ) -> Result<(Batches, u64)> {
+        let (cfg, t) = (&self.cfg, &self.cfg.train);
+        let train_dir = self.data_dir.join("train");
+        if cfg.methods.packing {
+            let rows = t.global_batch_size / t.packing_factor;
+            let per_rank = local_batch(
+                &format!("train.global_batch_size / train.packing_factor ({rows} packed rows)"),
+                rows,
+                ctx.world_size as u64,
+                t.gradient_accumulation_steps,
+            )?;
+            let spec = PackSpec::new(seq_len, cfg.data.max_sequences_per_row, preds)?;
+            let loader = PackedLoader::new(
+                &train_dir,
+                ctx.seed,
+                ctx.rank,
+                ctx.world_size,
+                per_rank as usize,
+                spec,
+            )?
+            .with_expected_factor(t.packing_factor as f64);
+            let n = loader.total_samples as u64;
+            Ok((Batches::Packed(prefetch_packed(loader, ctx.device)?), n))
+        } else {
+            let loader = TrainLoader::new(
+                &train_dir,
+                ctx.seed,
+                ctx.rank,
+                ctx.world_size,
+                local,
+                ctx.device,
+            )?
+            .with_assignment(if cfg.methods.balance_tokens {
+                Assignment::TokenBalanced
+            } else {
+                Assignment::Strided
+            });
+            let n = loader.total_samples as u64;
+            Ok((Batches::Padded(prefetch(loader, ctx.device)?), n))
+        }
+    }
+}
+
 impl Workload for BertWorkload {
     fn benchmark(&self) -> &'static str {
         "bert"
@@ -178,18 +255,12 @@ impl Workload for BertWorkload {
         }
         let world = ctx.world_size as u64;
         let t = &cfg.train;
-        if !t
-            .global_batch_size
-            .is_multiple_of(world * t.gradient_accumulation_steps)
-        {
-            bail!(
-                "train.global_batch_size ({}) must divide by world size ({world}) x gradient_accumulation_steps ({})",
-                t.global_batch_size,
-                t.gradient_accumulation_steps
-            );
-        }
-        let local = (t.global_batch_size / world / t.gradient_accumulation_steps) as usize;
-        let train_dir = self.data_dir.join("train");
+        let local = local_batch(
+            &format!("train.global_batch_size ({})", t.global_batch_size),
+            t.global_batch_size,
+            world,
+            t.gradient_accumulation_steps,
+        )? as usize;
         let eval = EvalSet::load(&self.data_dir.join("eval"), cfg.data.eval_samples)?;
         check_vocab(
             eval.max_token(),
@@ -211,63 +282,9 @@ impl Workload for BertWorkload {
                 cfg.model.max_position
             );
         }
-        let (batches, train_samples) = if cfg.methods.packing {
-            let rows = t.global_batch_size / t.packing_factor;
-            if !rows.is_multiple_of(world * t.gradient_accumulation_steps) {
-                bail!(
-                    "train.global_batch_size / train.packing_factor ({rows} packed rows) must divide \
-                     by world size ({world}) x gradient_accumulation_steps ({})",
-                    t.gradient_accumulation_steps
-                );
-            }
-            let spec = PackSpec::new(seq_len as usize, cfg.data.max_sequences_per_row, preds)?;
-            let loader = PackedLoader::new(
-                &train_dir,
-                ctx.seed,
-                ctx.rank,
-                ctx.world_size,
-                (rows / world / t.gradient_accumulation_steps) as usize,
-                spec,
-            )?
-            .with_expected_factor(t.packing_factor as f64);
-            let n = loader.total_samples as u64;
-            (Batches::Packed(prefetch_packed(loader, ctx.device)?), n)
-        } else {
-            let loader = TrainLoader::new(
-                &train_dir,
-                ctx.seed,
-                ctx.rank,
-                ctx.world_size,
-                local,
-                ctx.device,
-            )?
-            .with_assignment(if cfg.methods.balance_tokens {
-                Assignment::TokenBalanced
-            } else {
-                Assignment::Strided
-            });
-            let n = loader.total_samples as u64;
-            (Batches::Padded(prefetch(loader, ctx.device)?), n)
-        };
-        let o = &cfg.optimizer;
-        let opt = Lamb::new(LambConfig {
-            beta1: o.beta1,
-            beta2: o.beta2,
-            eps: o.epsilon,
-            weight_decay: o.weight_decay,
-            // bucket-wise clipping happens in the gradient exchange, before the all-reduce
-            max_grad_norm: (o.gradient_clipping == GradientClipping::Global)
-                .then_some(o.max_grad_norm),
-            trust_ratio: o.name == BertOpt::Lamb,
-        })?;
-        let schedule = PolyWarmup {
-            base_lr: o.base_learning_rate,
-            end_lr: o.end_learning_rate,
-            power: o.poly_power,
-            total_steps: o.training_steps,
-            warmup_steps: o.warmup_steps,
-            start_warmup_step: o.start_warmup_step,
-        };
+        let (batches, train_samples) =
+            self.training_batches(ctx, local, (seq_len as usize, preds))?;
+        let (opt, schedule) = lamb(&cfg.optimizer)?;
         let graphs = ctx.step_graphs(cfg.methods.cuda_graph)?;
         // sorted by name: the same order on every rank (buckets, broadcast)
         let mut names: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();

@@ -8,7 +8,7 @@ use crate::methods::MethodSet;
 pub use crate::methods::{Amp, ResnetMethods};
 use crate::rules::Division;
 use crate::runs::system::SystemConfig;
-use crate::train::config::{check_batch, load_file};
+use crate::train::config::{check_batch, load_file, local_batch};
 use anyhow::{bail, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -194,9 +194,19 @@ impl ResnetRunConfig {
 
     /// Sanity checks for every division, then the closed rules for `Division::Closed`.
     pub fn validate(&self, division: Division) -> Result<()> {
+        self.validate_model_and_train()?;
+        self.validate_data()?;
+        self.validate_optimizer()?;
+        self.validate_methods()?;
+        if division == Division::Closed {
+            self.validate_closed()?;
+        }
+        Ok(())
+    }
+
+    /// `[model]` and `[train]`: sizes, the batch, the eval cadence, the target.
+    fn validate_model_and_train(&self) -> Result<()> {
         let t = &self.train;
-        let o = &self.optimizer;
-        let m = &self.methods;
         if self.model.classes < 2 {
             bail!(
                 "model.classes must be at least 2, got {}",
@@ -223,6 +233,11 @@ impl ResnetRunConfig {
                 t.target
             );
         }
+        Ok(())
+    }
+
+    /// `[data]`: image sizes, the decoder and its share, the prefetch depth, the source.
+    fn validate_data(&self) -> Result<()> {
         if self.data.train_image_size < 8 || self.data.eval_image_size < 8 {
             bail!("data.train_image_size and data.eval_image_size must be at least 8");
         }
@@ -260,6 +275,12 @@ impl ResnetRunConfig {
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
         }
+        Ok(())
+    }
+
+    /// `[optimizer]`: the learning-rate schedule, momentum and weight decay.
+    fn validate_optimizer(&self) -> Result<()> {
+        let o = &self.optimizer;
         if o.base_lr.is_nan()
             || o.base_lr <= 0.0
             || o.end_lr < 0.0
@@ -271,6 +292,12 @@ impl ResnetRunConfig {
         if !(0.0..1.0).contains(&o.momentum) || o.weight_decay < 0.0 {
             bail!("optimizer: momentum must be in [0, 1) and weight_decay >= 0");
         }
+        Ok(())
+    }
+
+    /// `[methods]`: label smoothing, progressive resizing, EMA, the fp16 loss scale.
+    fn validate_methods(&self) -> Result<()> {
+        let m = &self.methods;
         if !(0.0..1.0).contains(&m.label_smoothing) {
             bail!(
                 "methods.label_smoothing must be in [0, 1), got {}",
@@ -296,9 +323,6 @@ impl ResnetRunConfig {
             l.config()
                 .validate()
                 .map_err(|e| anyhow::anyhow!("methods.loss_scale: {e}"))?;
-        }
-        if division == Division::Closed {
-            self.validate_closed()?;
         }
         Ok(())
     }
@@ -362,14 +386,12 @@ impl ResnetRunConfig {
     /// Local (per-process, per-micro-batch) batch size for `world_size` processes.
     pub fn local_batch(&self, world_size: u64) -> Result<u64> {
         let t = &self.train;
-        let div = world_size * t.gradient_accumulation_steps;
-        if !t.global_batch_size.is_multiple_of(div) {
-            bail!(
-                "train.global_batch_size ({}) must be divisible by world size x gradient_accumulation_steps ({div})",
-                t.global_batch_size
-            );
-        }
-        Ok(t.global_batch_size / div)
+        local_batch(
+            &format!("train.global_batch_size ({})", t.global_batch_size),
+            t.global_batch_size,
+            world_size,
+            t.gradient_accumulation_steps,
+        )
     }
 
     /// The hyperparameter keys the log carries (after the submission keys and the seed), in
@@ -435,10 +457,22 @@ impl ResnetRunConfig {
                 json!(format!("{:?}", o.decay).to_lowercase()),
             )]);
         }
-        // the methods in every log, as BERT's: a closed run's implementation choices (fused
-        // BN+ReLU, fp16 and its loss scale) are on record too
+        kv.extend(self.method_hyperparameters(division));
+        kv.extend([
+            ("train_samples", json!(train_samples)),
+            ("eval_samples", json!(eval_samples)),
+        ]);
+        kv.extend(self.system.device_log_keys());
+        kv.push(("cuda_graph", json!(self.methods.cuda_graph)));
+        kv
+    }
+
+    /// The methods' hyperparameter keys: in every log, as BERT's (a closed run's
+    /// implementation choices, fused BN+ReLU, fp16 and its loss scale, are on record too), and
+    /// the open methods' settings.
+    fn method_hyperparameters(&self, division: Division) -> Vec<(&'static str, Value)> {
         let m = &self.methods;
-        kv.extend(m.log_keys());
+        let mut kv = m.log_keys();
         if m.amp == Amp::Fp16 {
             let l = m.loss_scale.unwrap_or_default();
             kv.extend([
@@ -471,12 +505,6 @@ impl ResnetRunConfig {
                 ]);
             }
         }
-        kv.extend([
-            ("train_samples", json!(train_samples)),
-            ("eval_samples", json!(eval_samples)),
-        ]);
-        kv.extend(self.system.device_log_keys());
-        kv.push(("cuda_graph", json!(self.methods.cuda_graph)));
         kv
     }
 

@@ -1,7 +1,7 @@
 //! The ResNet-50 workload: model, optimizer and data from a [`ResnetRunConfig`], trained by
 //! the generic [`super::engine`]. [`run_once`] is the library entry point for one run.
 
-use super::config::{Amp, DataSource, DecayKind, OptName, ResnetRunConfig};
+use super::config::{Amp, DataSource, DecayKind, OptName, OptimizerConfig, ResnetRunConfig};
 use super::data::{
     Batch, BatchIter, FolderImages, FolderOptions, ImageData, Shard, SyntheticImages,
 };
@@ -310,6 +310,146 @@ fn epoch_batches(
         .collect()
 }
 
+/// The step's `micro` micro-batches from the epoch's pipelines, round robin (images, labels,
+/// images, labels, ...), and the seconds spent waiting for them.
+fn next_micro_batches(s: &mut State, micro: usize) -> Result<(Vec<Tensor>, f64)> {
+    let n_iters = s.iters.len();
+    let mut data_wait = 0.0;
+    let mut inputs: Vec<Tensor> = Vec::with_capacity(2 * micro);
+    for m in 0..micro {
+        let t0 = Instant::now();
+        let (images, y) = match s.iters[m % n_iters].next_batch() {
+            Some(b) => b?,
+            None => bail!("the data pipeline ran out of batches in epoch {}", s.epoch),
+        };
+        data_wait += t0.elapsed().as_secs_f64();
+        inputs.extend([images, y]);
+    }
+    Ok((inputs, data_wait))
+}
+
+/// The optimizer's update with the all-reduced `grads`; with the fp16 loss scale they are
+/// unscaled first and an overflowing step is skipped (an overflow on any rank is in every
+/// rank's all-reduced gradients, so all ranks skip the same steps).
+fn apply_update(
+    opt: &mut dyn Optimizer,
+    params: &mut ParamGroups,
+    loss_scale: Option<&mut DynamicLossScale>,
+    grads: &[Tensor],
+) -> Result<()> {
+    match loss_scale {
+        Some(ls) => {
+            let found_inf = ls.unscale(grads)?;
+            opt.apply_or_skip(params, grads, found_inf)?;
+            ls.update()
+        }
+        None => opt.apply(params, grads),
+    }
+}
+
+/// After a step: the EMA update and the step and epoch counts. At an epoch's end the next
+/// epoch's first batches are requested: read, decoded and copied while this epoch's last steps
+/// and its eval run, so its first step finds them ready instead of the GPU waiting for them (a
+/// new pipeline per epoch otherwise starts cold).
+fn end_step(data: &dyn ImageData, s: &mut State, next_size: usize, max_epochs: u64) -> Result<()> {
+    s.global_step += 1;
+    if let Some(ema) = &mut s.ema {
+        ema.update(&s.vs, s.global_step)?;
+    }
+    s.step_in_epoch += 1;
+    if s.step_in_epoch == s.steps_per_epoch {
+        s.step_in_epoch = 0;
+        s.epoch += 1;
+        s.iters = if s.epoch < max_epochs {
+            epoch_batches(data, s, next_size)?
+        } else {
+            Vec::new()
+        };
+    }
+    Ok(())
+}
+
+/// The forward passes' autocast region of `methods.amp` on `device` (and a warning when
+/// `fused_bn_relu` cannot fuse: cuDNN's fused kernels take fp16 and bf16 activations, bf16 ran
+/// on cuDNN 9 with torch 2.11 on an H200; fp32 ones take the unfused chain).
+fn autocast(cfg: &ResnetRunConfig, device: Device) -> Option<LowPrecision> {
+    let autocast = amp::precision_switch(
+        match cfg.methods.amp {
+            Amp::None => None,
+            Amp::Bf16 => Some(LowPrecision::BFloat16),
+            Amp::Fp16 => Some(LowPrecision::Float16),
+        },
+        device,
+        "methods.amp",
+    );
+    if cfg.methods.fused_bn_relu && device.is_cuda() && cfg.methods.amp == Amp::None {
+        tracing::warn!(
+            "methods.fused_bn_relu with methods.amp = \"none\": cuDNN's fused NHWC batch \
+             norm takes fp16 or bf16 activations, so the batch norms will take the unfused \
+             path; set methods.amp = \"bf16\" or \"fp16\" to fuse them"
+        );
+    }
+    autocast
+}
+
+/// The optimizer `[optimizer]` names (LARS or SGD with momentum).
+fn optimizer(o: &OptimizerConfig) -> Box<dyn Optimizer> {
+    match o.name {
+        OptName::Lars => Box::new(Lars::new(LarsConfig {
+            momentum: o.momentum,
+            weight_decay: o.weight_decay,
+            eta: o.lars_eta,
+            epsilon: o.lars_epsilon,
+            nesterov: o.nesterov,
+        })),
+        OptName::Sgd => Box::new(Sgd::new(SgdConfig {
+            momentum: o.momentum,
+            weight_decay: o.weight_decay,
+            nesterov: o.nesterov,
+            decay_bn_bias: o.decay_bn_bias,
+        })),
+    }
+}
+
+/// The learning-rate schedule of `[optimizer]` in steps: warm-up, then the decay to
+/// `schedule_epochs`.
+fn schedule(o: &OptimizerConfig, steps_per_epoch: u64) -> Schedule {
+    let warmup_steps = (o.warmup_epochs * steps_per_epoch as f64).round() as u64;
+    let total = (o.schedule_epochs * steps_per_epoch as f64).round() as u64;
+    Schedule {
+        base: o.base_lr,
+        end: o.end_lr,
+        warmup_steps,
+        decay_steps: total.saturating_sub(warmup_steps).max(1),
+        decay: match o.decay {
+            DecayKind::Poly => Decay::Poly {
+                power: o.poly_power,
+            },
+            DecayKind::Cosine => Decay::Cosine,
+        },
+    }
+}
+
+impl ResnetWorkload {
+    /// The shards this process trains: its own, or every emulated rank's (one process
+    /// emulating data-parallel ranks in tests).
+    fn train_shards(&self, ctx: &BuildContext) -> Vec<Shard> {
+        if self.emulate_world > 1 {
+            (0..self.emulate_world)
+                .map(|rank| Shard {
+                    rank,
+                    world_size: self.emulate_world,
+                })
+                .collect()
+        } else {
+            vec![Shard {
+                rank: ctx.rank,
+                world_size: ctx.world_size,
+            }]
+        }
+    }
+}
+
 impl Workload for ResnetWorkload {
     fn benchmark(&self) -> &'static str {
         "resnet"
@@ -345,24 +485,7 @@ impl Workload for ResnetWorkload {
                 cfg.model.classes
             );
         }
-        let autocast = amp::precision_switch(
-            match cfg.methods.amp {
-                Amp::None => None,
-                Amp::Bf16 => Some(LowPrecision::BFloat16),
-                Amp::Fp16 => Some(LowPrecision::Float16),
-            },
-            ctx.device,
-            "methods.amp",
-        );
-        // cuDNN's fused kernels take fp16 and bf16 activations (bf16 ran on cuDNN 9 with torch
-        // 2.11 on an H200); fp32 ones take the unfused chain
-        if cfg.methods.fused_bn_relu && ctx.device.is_cuda() && cfg.methods.amp == Amp::None {
-            tracing::warn!(
-                "methods.fused_bn_relu with methods.amp = \"none\": cuDNN's fused NHWC batch \
-                 norm takes fp16 or bf16 activations, so the batch norms will take the unfused \
-                 path; set methods.amp = \"bf16\" or \"fp16\" to fuse them"
-            );
-        }
+        let autocast = autocast(cfg, ctx.device);
         // device-augmented batches arrive in the forward's dtype: what autocast would cast the
         // normalised fp32 input to for the first convolution
         let augment = DeviceAugment::new(
@@ -387,22 +510,7 @@ impl Workload for ResnetWorkload {
             resnet::convert_channels_last(&vs);
         }
         let params = ParamGroups::from_var_store(&vs);
-        let o = &cfg.optimizer;
-        let opt: Box<dyn Optimizer> = match o.name {
-            OptName::Lars => Box::new(Lars::new(LarsConfig {
-                momentum: o.momentum,
-                weight_decay: o.weight_decay,
-                eta: o.lars_eta,
-                epsilon: o.lars_epsilon,
-                nesterov: o.nesterov,
-            })),
-            OptName::Sgd => Box::new(Sgd::new(SgdConfig {
-                momentum: o.momentum,
-                weight_decay: o.weight_decay,
-                nesterov: o.nesterov,
-                decay_bn_bias: o.decay_bn_bias,
-            })),
-        };
+        let opt = optimizer(&cfg.optimizer);
         let loss_scale = match cfg.methods.amp {
             Amp::Fp16 => {
                 let l = cfg.methods.loss_scale.unwrap_or_default();
@@ -415,19 +523,7 @@ impl Workload for ResnetWorkload {
         }
         let world = (ctx.world_size * self.emulate_world) as u64;
         let local_batch = cfg.local_batch(world)? as usize;
-        let train_shards: Vec<Shard> = if self.emulate_world > 1 {
-            (0..self.emulate_world)
-                .map(|rank| Shard {
-                    rank,
-                    world_size: self.emulate_world,
-                })
-                .collect()
-        } else {
-            vec![Shard {
-                rank: ctx.rank,
-                world_size: ctx.world_size,
-            }]
-        };
+        let train_shards = self.train_shards(ctx);
         let steps_per_epoch = self.data.train_len() as u64 / cfg.train.global_batch_size;
         if steps_per_epoch == 0 {
             bail!(
@@ -436,20 +532,7 @@ impl Workload for ResnetWorkload {
                 cfg.train.global_batch_size
             );
         }
-        let warmup_steps = (o.warmup_epochs * steps_per_epoch as f64).round() as u64;
-        let total = (o.schedule_epochs * steps_per_epoch as f64).round() as u64;
-        let schedule = Schedule {
-            base: o.base_lr,
-            end: o.end_lr,
-            warmup_steps,
-            decay_steps: total.saturating_sub(warmup_steps).max(1),
-            decay: match o.decay {
-                DecayKind::Poly => Decay::Poly {
-                    power: o.poly_power,
-                },
-                DecayKind::Cosine => Decay::Cosine,
-            },
-        };
+        let schedule = schedule(&cfg.optimizer, steps_per_epoch);
         let ema = cfg
             .methods
             .ema
@@ -527,21 +610,10 @@ impl Workload for ResnetWorkload {
         if s.iters.is_empty() {
             s.iters = epoch_batches(&*self.data, s, size)?;
         }
-        let n_iters = s.iters.len();
-        let micro = accum as usize * n_iters;
+        let micro = accum as usize * s.iters.len();
         let t_start = Instant::now();
-        let (mut data_wait, mut handoff) = (0.0, 0.0);
-        // this step's micro-batches: images, labels, images, labels, ...
-        let mut inputs: Vec<Tensor> = Vec::with_capacity(2 * micro);
-        for m in 0..micro {
-            let t0 = Instant::now();
-            let (images, y) = match s.iters[m % n_iters].next_batch() {
-                Some(b) => b?,
-                None => bail!("the data pipeline ran out of batches in epoch {}", s.epoch),
-            };
-            data_wait += t0.elapsed().as_secs_f64();
-            inputs.extend([images, y]);
-        }
+        let (inputs, data_wait) = next_micro_batches(s, micro)?;
+        let mut handoff = 0.0;
         s.opt.begin_step(&s.params, s.schedule.lr(s.global_step))?;
         // forward, backward, gradient exchange and update: kernels only, no host state
         // (what methods.cuda_graph captures)
@@ -588,39 +660,14 @@ impl Workload for ResnetWorkload {
                 });
             }
             sync.all_reduce_grads(&grads)?;
-            match s.loss_scale.as_mut() {
-                Some(ls) => {
-                    // an overflow on any rank is in every rank's all-reduced gradients, so all
-                    // ranks skip the same steps
-                    let found_inf = ls.unscale(&grads)?;
-                    s.opt.apply_or_skip(&mut s.params, &grads, found_inf)?;
-                    ls.update()?;
-                }
-                None => s.opt.apply(&mut s.params, &grads)?,
-            }
+            apply_update(&mut *s.opt, &mut s.params, s.loss_scale.as_mut(), &grads)?;
             Ok(vec![total.context("a training step without micro-batches")?])
         };
         let mut out = match s.graphs.as_mut() {
             Some(g) => g.run_with_peers(&inputs, sync, &mut body)?,
             None => body(&inputs, sync)?,
         };
-        s.global_step += 1;
-        if let Some(ema) = &mut s.ema {
-            ema.update(&s.vs, s.global_step)?;
-        }
-        s.step_in_epoch += 1;
-        if s.step_in_epoch == s.steps_per_epoch {
-            s.step_in_epoch = 0;
-            s.epoch += 1;
-            // the next epoch's first batches are read, decoded and copied while this epoch's
-            // last steps and its eval run, so its first step finds them ready instead of the GPU
-            // waiting for them (a new pipeline per epoch otherwise starts cold)
-            s.iters = if s.epoch < max_epochs {
-                epoch_batches(&*self.data, s, next_size)?
-            } else {
-                Vec::new()
-            };
-        }
+        end_step(&*self.data, s, next_size, max_epochs)?;
         let all = t_start.elapsed().as_secs_f64();
         self.timing.data_wait += data_wait;
         self.step_waits.push((data_wait, all));
