@@ -51,51 +51,100 @@ fn step(name: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// A path as an argument.
 fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// `mlperf-run demo`: synthesize, train, score, package and verify, each step a run of this
+/// binary.
 pub fn run_demo(args: DemoArgs) -> Result<ExitStatus> {
     let started = Instant::now();
-    let out = &args.out;
+    if args.fresh {
+        remove_owned(&args.out)?;
+    }
+    let paths = DemoPaths::new(&args.out);
+    paths.write_configs()?;
+    paths.synthesize_bert_data()?;
+    paths.train_sets(&args)?;
+    step("score both sets", &["score".into(), s(&paths.results)])?;
+    let tarball = paths.package_and_verify()?;
+    paths.print_summary(started, &tarball);
+    Ok(ExitStatus::Success)
+}
+
+/// System name of the ResNet set.
+const RESNET_SYSTEM: &str = "tiny-cpu-resnet";
+/// System name of the BERT set.
+const BERT_SYSTEM: &str = "tiny-cpu-bert";
+
+/// Delete what an earlier demo wrote under `out` (`--fresh`).
+fn remove_owned(out: &Path) -> Result<()> {
     // Only what the demo itself writes is ever removed.
     let owned = ["configs", "data", "results", "submission"];
-    if args.fresh {
-        for d in owned {
-            let p = out.join(d);
-            if p.exists() {
-                std::fs::remove_dir_all(&p)
-                    .with_context(|| format!("cannot remove {}", p.display()))?;
-            }
+    for d in owned {
+        let p = out.join(d);
+        if p.exists() {
+            std::fs::remove_dir_all(&p)
+                .with_context(|| format!("cannot remove {}", p.display()))?;
         }
     }
-    let configs = out.join("configs");
-    let resnet_cfg = configs.join("resnet_tiny_cpu_open.toml");
-    let bert_cfg = configs.join("bert_tiny_cpu_open.toml");
-    crate::util::fs::write_atomic(&resnet_cfg, RESNET_CONFIG.as_bytes())?;
-    crate::util::fs::write_atomic(&bert_cfg, BERT_CONFIG.as_bytes())?;
-    let system_cfg = configs.join("system_cpu_only.toml");
-    crate::util::fs::write_atomic(&system_cfg, SYSTEM_CONFIG.as_bytes())?;
+    Ok(())
+}
 
-    let bert_data = out.join("data/bert");
-    if !bert_data.join("vocab.txt").exists() {
-        step(
-            "synthesize the tiny BERT corpus (HDF5 shards in the reference layout)",
-            &[
-                "data".into(),
-                "synth-bert".into(),
-                "--out".into(),
-                s(&bert_data),
-                "--sentences".into(),
-                "16".into(),
-                "--seq-len".into(),
-                "32".into(),
-            ],
-        )?;
+/// Where the demo's files go under `--out`.
+struct DemoPaths {
+    resnet_cfg: PathBuf,
+    bert_cfg: PathBuf,
+    system_cfg: PathBuf,
+    bert_data: PathBuf,
+    results: PathBuf,
+    submission: PathBuf,
+}
+
+impl DemoPaths {
+    /// The paths under `out`.
+    fn new(out: &Path) -> DemoPaths {
+        let configs = out.join("configs");
+        DemoPaths {
+            resnet_cfg: configs.join("resnet_tiny_cpu_open.toml"),
+            bert_cfg: configs.join("bert_tiny_cpu_open.toml"),
+            system_cfg: configs.join("system_cpu_only.toml"),
+            bert_data: out.join("data/bert"),
+            results: out.join("results"),
+            submission: out.join("submission"),
+        }
     }
 
-    let results = out.join("results");
-    let set_args = |bench: &str, cfg: &Path, runs: usize, system: &str| -> Vec<String> {
+    /// Write the run and system configs the steps read.
+    fn write_configs(&self) -> Result<()> {
+        crate::util::fs::write_atomic(&self.resnet_cfg, RESNET_CONFIG.as_bytes())?;
+        crate::util::fs::write_atomic(&self.bert_cfg, BERT_CONFIG.as_bytes())?;
+        crate::util::fs::write_atomic(&self.system_cfg, SYSTEM_CONFIG.as_bytes())
+    }
+
+    /// Synthesize the tiny BERT corpus unless an earlier demo did.
+    fn synthesize_bert_data(&self) -> Result<()> {
+        if !self.bert_data.join("vocab.txt").exists() {
+            step(
+                "synthesize the tiny BERT corpus (HDF5 shards in the reference layout)",
+                &[
+                    "data".into(),
+                    "synth-bert".into(),
+                    "--out".into(),
+                    s(&self.bert_data),
+                    "--sentences".into(),
+                    "16".into(),
+                    "--seq-len".into(),
+                    "32".into(),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The arguments of one set's training step (resumed when it has a finished run).
+    fn set_args(&self, bench: &str, cfg: &Path, runs: usize, system: &str) -> Vec<String> {
         let mut v = vec![
             bench.to_string(),
             "--division".into(),
@@ -105,38 +154,33 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitStatus> {
             "--runs".into(),
             runs.to_string(),
             "--results".into(),
-            s(&results),
+            s(&self.results),
             "--system".into(),
             system.into(),
         ];
-        let set_dir = results.join(system).join(bench);
+        let set_dir = self.results.join(system).join(bench);
         if set_dir.join("result_0.txt").exists() {
             v.push("--resume".into());
         }
         v
-    };
-    let resnet_system = "tiny-cpu-resnet";
-    let bert_system = "tiny-cpu-bert";
-    step(
-        &format!("train the tiny ResNet set ({} runs)", args.resnet_runs),
-        &set_args("resnet", &resnet_cfg, args.resnet_runs, resnet_system),
-    )?;
-    let mut bert = set_args("bert", &bert_cfg, args.bert_runs, bert_system);
-    bert.extend(["--data".into(), s(&bert_data)]);
-    step(
-        &format!("train the tiny BERT set ({} runs)", args.bert_runs),
-        &bert,
-    )?;
-
-    step("score both sets", &["score".into(), s(&results)])?;
-
-    // The submission is derived output of this demo: rebuild it from the results each time.
-    let submission = out.join("submission");
-    if submission.exists() {
-        std::fs::remove_dir_all(&submission)
-            .with_context(|| format!("cannot remove {}", submission.display()))?;
     }
-    let package = |system: &str, bench: &str, extra: &[&str]| -> Vec<String> {
+
+    /// Train the ResNet set, then the BERT set.
+    fn train_sets(&self, args: &DemoArgs) -> Result<()> {
+        step(
+            &format!("train the tiny ResNet set ({} runs)", args.resnet_runs),
+            &self.set_args("resnet", &self.resnet_cfg, args.resnet_runs, RESNET_SYSTEM),
+        )?;
+        let mut bert = self.set_args("bert", &self.bert_cfg, args.bert_runs, BERT_SYSTEM);
+        bert.extend(["--data".into(), s(&self.bert_data)]);
+        step(
+            &format!("train the tiny BERT set ({} runs)", args.bert_runs),
+            &bert,
+        )
+    }
+
+    /// The arguments of a `package` step for one set.
+    fn package_args(&self, system: &str, bench: &str, extra: &[&str]) -> Vec<String> {
         let mut v = vec![
             "package".into(),
             "--submitter".into(),
@@ -145,37 +189,55 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitStatus> {
             system.into(),
             "--division".into(),
             "open".into(),
-            s(&results.join(system).join(bench)),
+            s(&self.results.join(system).join(bench)),
             "--out".into(),
-            s(&submission),
+            s(&self.submission),
             "--system-config".into(),
-            s(&system_cfg),
+            s(&self.system_cfg),
         ];
         v.extend(extra.iter().map(|x| x.to_string()));
         v
-    };
-    step(
-        "package the ResNet set",
-        &package(resnet_system, "resnet", &["--force"]),
-    )?;
-    step(
-        "add the BERT set and write the tarball",
-        &package(bert_system, "bert", &["--add", "--tarball"]),
-    )?;
-    let tarball = submission.join(format!("{SUBMITTER}.tar.gz"));
-    step("verify the tarball", &["verify".into(), s(&tarball)])?;
+    }
 
-    eprintln!(
-        "\ndemo finished in {:.1} minutes:",
-        started.elapsed().as_secs_f64() / 60.0
-    );
-    eprintln!("  data        {}", bert_data.display());
-    eprintln!(
-        "  results     {}  (result_<i>.txt logs, accuracy.svg plots)",
-        results.display()
-    );
-    eprintln!("  submission  {}", submission.join(SUBMITTER).display());
-    eprintln!("  tarball     {}  (+ .sha256, manifest)", tarball.display());
-    eprintln!("Tiny results prove the pipeline (logs, rules, scoring, packaging), not the model.");
-    Ok(ExitStatus::Success)
+    /// Rebuild the submission from the results, write the tarball and verify it; returns the
+    /// tarball's path.
+    fn package_and_verify(&self) -> Result<PathBuf> {
+        // The submission is derived output of this demo: rebuild it from the results each time.
+        if self.submission.exists() {
+            std::fs::remove_dir_all(&self.submission)
+                .with_context(|| format!("cannot remove {}", self.submission.display()))?;
+        }
+        step(
+            "package the ResNet set",
+            &self.package_args(RESNET_SYSTEM, "resnet", &["--force"]),
+        )?;
+        step(
+            "add the BERT set and write the tarball",
+            &self.package_args(BERT_SYSTEM, "bert", &["--add", "--tarball"]),
+        )?;
+        let tarball = self.submission.join(format!("{SUBMITTER}.tar.gz"));
+        step("verify the tarball", &["verify".into(), s(&tarball)])?;
+        Ok(tarball)
+    }
+
+    /// Say where everything is.
+    fn print_summary(&self, started: Instant, tarball: &Path) {
+        eprintln!(
+            "\ndemo finished in {:.1} minutes:",
+            started.elapsed().as_secs_f64() / 60.0
+        );
+        eprintln!("  data        {}", self.bert_data.display());
+        eprintln!(
+            "  results     {}  (result_<i>.txt logs, accuracy.svg plots)",
+            self.results.display()
+        );
+        eprintln!(
+            "  submission  {}",
+            self.submission.join(SUBMITTER).display()
+        );
+        eprintln!("  tarball     {}  (+ .sha256, manifest)", tarball.display());
+        eprintln!(
+            "Tiny results prove the pipeline (logs, rules, scoring, packaging), not the model."
+        );
+    }
 }

@@ -741,6 +741,9 @@ impl Progress {
 // ----------------------------------------------------------------------------------------------
 // The work
 
+/// A val image to write, with its label (the plan holds them in val-tar order).
+type ValItem<'a> = (&'a TarMember, &'a ValLabel);
+
 /// Prepare `spec.out` from the tars; see the module documentation for the steps and the resume
 /// rule. Errors say what is wrong and what to do.
 pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
@@ -752,9 +755,50 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
     let classes = list_train_classes(&spec.train_tar)?;
     let class_set: BTreeSet<&str> = classes.iter().map(|(w, _)| w.as_str()).collect();
     let val_members = list_tar(&spec.val_tar)?;
-    let mut val_plan: Vec<(&TarMember, &ValLabel)> = Vec::with_capacity(val_members.len());
+    let val_plan = plan_val(spec, &labels, &class_set, &val_members)?;
+    check_val_covers_classes(spec, &class_set, &val_plan)?;
+    if !spec.subset {
+        check_full_tars(spec, classes.len(), val_members.len())?;
+    }
+    let state = make_state_dir(&spec.out, &mut summary)?;
+
+    // 3. Train classes, streamed one class tar at a time.
+    let mut progress = Progress::new();
+    let Some(expected_train) =
+        extract_train_classes(spec, &classes, &state, &mut summary, &mut progress)?
+    else {
+        summary.stopped_early = true;
+        summary.seconds = start.elapsed().as_secs_f64();
+        return Ok(summary);
+    };
+
+    // 4. The val set.
+    extract_val_set(
+        spec,
+        &labels,
+        &val_plan,
+        &state,
+        &mut summary,
+        &mut progress,
+    )?;
+
+    // 5. Verify with the trainer's reader.
+    verify_output(spec, &val_plan, &expected_train, &state, &mut summary)?;
+    summary.seconds = start.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Pair each val-tar image with its label, refusing a non-JPEG or repeated member, an image
+/// without a label and a label that is not a train class.
+fn plan_val<'a>(
+    spec: &PrepareSpec,
+    labels: &'a ValLabels,
+    class_set: &BTreeSet<&str>,
+    val_members: &'a [TarMember],
+) -> Result<Vec<ValItem<'a>>> {
+    let mut val_plan: Vec<ValItem> = Vec::with_capacity(val_members.len());
     let mut val_names = HashSet::new();
-    for m in &val_members {
+    for m in val_members {
         if !is_jpeg_name(Path::new(&m.name)) {
             bail!(
                 "val tar {} holds {}, which is not a .JPEG image; is this ILSVRC2012_img_val.tar?",
@@ -796,7 +840,21 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
         }
         val_plan.push((m, label));
     }
-    let val_classes: BTreeSet<&str> = val_plan.iter().map(|(_, l)| l.synset.as_str()).collect();
+    Ok(val_plan)
+}
+
+/// The classes of the val images, in order.
+fn val_classes<'a>(val_plan: &[ValItem<'a>]) -> BTreeSet<&'a str> {
+    val_plan.iter().map(|(_, l)| l.synset.as_str()).collect()
+}
+
+/// Every train class must have a val image (the trainer needs the same classes in both).
+fn check_val_covers_classes(
+    spec: &PrepareSpec,
+    class_set: &BTreeSet<&str>,
+    val_plan: &[ValItem],
+) -> Result<()> {
+    let val_classes = val_classes(val_plan);
     let without_val: Vec<&&str> = class_set.difference(&val_classes).collect();
     if !without_val.is_empty() {
         bail!(
@@ -813,26 +871,33 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
             if without_val.len() > 5 { ", ..." } else { "" }
         );
     }
-    if !spec.subset {
-        if classes.len() != IMAGENET_CLASSES {
-            bail!(
-                "{} holds {} class tars; the full ILSVRC2012 train set has {IMAGENET_CLASSES}: \
-                 pass --subset if this is a subset on purpose, else re-download it",
-                spec.train_tar.display(),
-                classes.len()
-            );
-        }
-        if val_members.len() as u64 != IMAGENET_VAL_SAMPLES {
-            bail!(
-                "{} holds {} images; the full ILSVRC2012 val set has {IMAGENET_VAL_SAMPLES}: \
-                 pass --subset if this is a subset on purpose, else re-download it",
-                spec.val_tar.display(),
-                val_members.len()
-            );
-        }
-    }
+    Ok(())
+}
 
-    let out = &spec.out;
+/// Without --subset, the tars must hold the full set's classes and val images.
+fn check_full_tars(spec: &PrepareSpec, classes: usize, val_images: usize) -> Result<()> {
+    if classes != IMAGENET_CLASSES {
+        bail!(
+            "{} holds {} class tars; the full ILSVRC2012 train set has {IMAGENET_CLASSES}: \
+             pass --subset if this is a subset on purpose, else re-download it",
+            spec.train_tar.display(),
+            classes
+        );
+    }
+    if val_images as u64 != IMAGENET_VAL_SAMPLES {
+        bail!(
+            "{} holds {} images; the full ILSVRC2012 val set has {IMAGENET_VAL_SAMPLES}: \
+             pass --subset if this is a subset on purpose, else re-download it",
+            spec.val_tar.display(),
+            val_images
+        );
+    }
+    Ok(())
+}
+
+/// Create `out`'s state folder (removing an interrupted run's temporary files there); returns
+/// its path.
+fn make_state_dir(out: &Path, summary: &mut PrepareSummary) -> Result<PathBuf> {
     if out.exists() && !out.is_dir() {
         bail!("--out {} exists and is not a folder", out.display());
     }
@@ -841,15 +906,24 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
         .with_context(|| format!("cannot create {}", state.display()))?;
     summary.temps_removed +=
         remove_stale_temps(&state)? + remove_stale_temps(&state.join("train"))?;
+    Ok(state)
+}
 
-    // 3. Train classes, streamed one class tar at a time.
-    let mut progress = Progress::new();
+/// Extract the class tars not done yet (step 3); returns each class's image count, or None
+/// when `stop_after_train_classes` stopped it.
+fn extract_train_classes(
+    spec: &PrepareSpec,
+    classes: &[(String, TarMember)],
+    state: &Path,
+    summary: &mut PrepareSummary,
+    progress: &mut Progress,
+) -> Result<Option<BTreeMap<String, usize>>> {
     let mut train_file = File::open(&spec.train_tar)
         .with_context(|| format!("cannot open {}", spec.train_tar.display()))?;
     let mut expected_train: BTreeMap<String, usize> = BTreeMap::new();
     let mut extracted = 0usize;
     for (i, (wnid, member)) in classes.iter().enumerate() {
-        let dir = out.join("train").join(wnid);
+        let dir = spec.out.join("train").join(wnid);
         let marker_path = state.join("train").join(format!("{wnid}.done"));
         if let Some(m) = read_marker(&marker_path) {
             if m.tar_bytes == member.size && count_jpegs(&dir)? == m.images {
@@ -862,9 +936,7 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
             .stop_after_train_classes
             .is_some_and(|n| extracted >= n)
         {
-            summary.stopped_early = true;
-            summary.seconds = start.elapsed().as_secs_f64();
-            return Ok(summary);
+            return Ok(None);
         }
         summary.temps_removed += remove_stale_temps(&dir)?;
         let images = extract_class(
@@ -873,7 +945,7 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
             member,
             wnid,
             &dir,
-            &mut summary,
+            summary,
         )?;
         sync_filesystem(&dir)?;
         write_marker(
@@ -895,9 +967,19 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
             )
         });
     }
+    Ok(Some(expected_train))
+}
 
-    // 4. The val set.
-    let val_dir = out.join("val");
+/// Write the val images (step 4) unless the val done marker says they are complete.
+fn extract_val_set(
+    spec: &PrepareSpec,
+    labels: &ValLabels,
+    val_plan: &[ValItem],
+    state: &Path,
+    summary: &mut PrepareSummary,
+    progress: &mut Progress,
+) -> Result<()> {
+    let val_dir = spec.out.join("val");
     let val_marker_path = state.join("val.done");
     let val_len = std::fs::metadata(&spec.val_tar)
         .with_context(|| format!("cannot stat {}", spec.val_tar.display()))?
@@ -909,51 +991,74 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
     }) && count_val_images(&val_dir)? == val_plan.len();
     if val_done {
         summary.val_skipped = true;
-    } else {
-        for class in &val_classes {
-            summary.temps_removed += remove_stale_temps(&val_dir.join(class))?;
-        }
-        let mut file = File::open(&spec.val_tar)
-            .with_context(|| format!("cannot open {}", spec.val_tar.display()))?;
-        let mut buf = Vec::new();
-        for (k, (m, label)) in val_plan.iter().enumerate() {
-            let dest = val_dir.join(&label.synset).join(&m.name);
-            if std::fs::metadata(&dest).is_ok_and(|d| d.is_file() && d.len() == m.size) {
-                summary.files_kept += 1;
-                continue;
-            }
-            buf.resize(m.size as usize, 0);
-            file.seek(SeekFrom::Start(m.pos))
-                .and_then(|_| file.read_exact(&mut buf))
-                .map_err(|e| {
-                    anyhow!(
-                        "cannot read {} from val tar {}: {e}; {}",
-                        m.name,
-                        spec.val_tar.display(),
-                        redo_hint()
-                    )
-                })?;
-            fsutil::write_atomic_unsynced(&dest, &buf)?;
-            summary.files_written += 1;
-            summary.bytes_written += m.size;
-            progress.tick(|| format!("val {}/{} images", k + 1, val_plan.len()));
-        }
-        std::fs::create_dir_all(&val_dir)
-            .with_context(|| format!("cannot create {}", val_dir.display()))?;
-        sync_filesystem(&val_dir)?;
-        write_marker(
-            &val_marker_path,
-            &DoneMarker {
-                tar_bytes: val_len,
-                images: val_plan.len(),
-                labels_sha256: Some(labels.digest.clone()),
-            },
-        )?;
+        return Ok(());
     }
+    for class in &val_classes(val_plan) {
+        summary.temps_removed += remove_stale_temps(&val_dir.join(class))?;
+    }
+    write_val_images(spec, val_plan, &val_dir, summary, progress)?;
+    std::fs::create_dir_all(&val_dir)
+        .with_context(|| format!("cannot create {}", val_dir.display()))?;
+    sync_filesystem(&val_dir)?;
+    write_marker(
+        &val_marker_path,
+        &DoneMarker {
+            tar_bytes: val_len,
+            images: val_plan.len(),
+            labels_sha256: Some(labels.digest.clone()),
+        },
+    )
+}
 
-    // 5. Verify with the trainer's reader.
+/// Copy each val image out of the val tar into `val_dir/<synset>/`, keeping those already in
+/// place with the right size.
+fn write_val_images(
+    spec: &PrepareSpec,
+    val_plan: &[ValItem],
+    val_dir: &Path,
+    summary: &mut PrepareSummary,
+    progress: &mut Progress,
+) -> Result<()> {
+    let mut file = File::open(&spec.val_tar)
+        .with_context(|| format!("cannot open {}", spec.val_tar.display()))?;
+    let mut buf = Vec::new();
+    for (k, (m, label)) in val_plan.iter().enumerate() {
+        let dest = val_dir.join(&label.synset).join(&m.name);
+        if std::fs::metadata(&dest).is_ok_and(|d| d.is_file() && d.len() == m.size) {
+            summary.files_kept += 1;
+            continue;
+        }
+        buf.resize(m.size as usize, 0);
+        file.seek(SeekFrom::Start(m.pos))
+            .and_then(|_| file.read_exact(&mut buf))
+            .map_err(|e| {
+                anyhow!(
+                    "cannot read {} from val tar {}: {e}; {}",
+                    m.name,
+                    spec.val_tar.display(),
+                    redo_hint()
+                )
+            })?;
+        fsutil::write_atomic_unsynced(&dest, &buf)?;
+        summary.files_written += 1;
+        summary.bytes_written += m.size;
+        progress.tick(|| format!("val {}/{} images", k + 1, val_plan.len()));
+    }
+    Ok(())
+}
+
+/// Open `spec.out` with the trainer's reader (step 5) and check its classes and counts against
+/// the tars (and, without --subset, the full set); fills the summary's counts.
+fn verify_output(
+    spec: &PrepareSpec,
+    val_plan: &[ValItem],
+    expected_train: &BTreeMap<String, usize>,
+    state: &Path,
+    summary: &mut PrepareSummary,
+) -> Result<()> {
+    let out = &spec.out;
     let mut expected_val: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, l) in &val_plan {
+    for (_, l) in val_plan {
         *expected_val.entry(l.synset.as_str()).or_default() += 1;
     }
     let set = ImagenetDir::open(out).with_context(|| {
@@ -962,26 +1067,13 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
             out.display()
         )
     })?;
-    let mut seen: HashMap<&std::ffi::OsStr, &Path> = HashMap::new();
-    for s in &set.val.samples {
-        let name = s.path.file_name().unwrap_or_default();
-        if let Some(prev) = seen.insert(name, &s.path) {
-            bail!(
-                "{} and {} are the same val image in two classes (left by a run with other \
-                 labels?): remove {} and {} and rerun",
-                prev.display(),
-                s.path.display(),
-                val_dir.display(),
-                val_marker_path.display()
-            );
-        }
-    }
-    check_folder(&set.train, &expected_train, &state, "train")?;
+    check_val_names_unique(&set.val, &out.join("val"), &state.join("val.done"))?;
+    check_folder(&set.train, expected_train, state, "train")?;
     let expected_val: BTreeMap<String, usize> = expected_val
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-    check_folder(&set.val, &expected_val, &state, "val")?;
+    check_folder(&set.val, &expected_val, state, "val")?;
     summary.classes = set.num_classes();
     summary.train_images = set.train.len();
     summary.val_images = set.val.len();
@@ -1000,8 +1092,30 @@ pub fn prepare_imagenet(spec: &PrepareSpec) -> Result<PrepareSummary> {
             summary.val_images
         );
     }
-    summary.seconds = start.elapsed().as_secs_f64();
-    Ok(summary)
+    Ok(())
+}
+
+/// No val image may be in two classes (`val_dir` and `val_marker_path` are for the message).
+fn check_val_names_unique(
+    val: &crate::data::imagenet::ImageFolder,
+    val_dir: &Path,
+    val_marker_path: &Path,
+) -> Result<()> {
+    let mut seen: HashMap<&std::ffi::OsStr, &Path> = HashMap::new();
+    for s in &val.samples {
+        let name = s.path.file_name().unwrap_or_default();
+        if let Some(prev) = seen.insert(name, &s.path) {
+            bail!(
+                "{} and {} are the same val image in two classes (left by a run with other \
+                 labels?): remove {} and {} and rerun",
+                prev.display(),
+                s.path.display(),
+                val_dir.display(),
+                val_marker_path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The class tars of the train tar, in tar order: (wnid, member).

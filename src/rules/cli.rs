@@ -183,13 +183,66 @@ fn official_summary(text: &str) -> String {
         .unwrap_or_default()
 }
 
+/// One file's verdicts.
 struct Checked {
     path: PathBuf,
     verdict: Verdict,
     official: Option<Result<OfficialVerdict, String>>,
 }
 
+/// Each result set's folder with its findings (each with the file it is about).
+type SetResults = Vec<(PathBuf, Vec<(PathBuf, Finding)>)>;
+
+/// What checking the files found: their verdicts, the files that could not be read, and the
+/// parsed result files by folder (with `--sets`).
+struct FileResults {
+    checked: Vec<Checked>,
+    io_errors: usize,
+    sets: BTreeMap<PathBuf, Vec<(LogFile, Verdict)>>,
+}
+
+/// `mlperf-run check`: check each file (and with `--sets` each result set), print the verdicts
+/// as text or JSON; the status says whether all are compliant.
 pub fn run_check(args: CheckArgs) -> Result<ExitStatus> {
+    check_usable(&args)?;
+    let files = collect_files(&args.paths)?;
+    let opts = CheckOptions {
+        ruleset: args.ruleset.clone(),
+    };
+    let FileResults {
+        checked,
+        io_errors,
+        sets,
+    } = check_files(&args, files, &opts)?;
+    let set_results: SetResults = sets
+        .into_iter()
+        .map(|(dir, runs)| {
+            let found = check_result_set(&dir, &runs);
+            (dir, found)
+        })
+        .collect();
+    if args.format == OutputFormat::Text {
+        print_sets_text(&set_results)?;
+    }
+    if args.format == OutputFormat::Json {
+        print_json(&args, &checked, &set_results)?;
+    }
+    let failing_sets = set_results.iter().any(|(_, f)| !f.is_empty());
+    let failing = failing_sets
+        || checked
+            .iter()
+            .any(|c| !c.verdict.compliant() || matches!(&c.official, Some(Ok(o)) if !o.compliant));
+    let official_errors = checked.iter().any(|c| matches!(c.official, Some(Err(_))));
+    use crate::util::ExitStatus;
+    Ok(if io_errors > 0 || official_errors {
+        ExitStatus::Error
+    } else {
+        ExitStatus::verdict(!failing)
+    })
+}
+
+/// Refuse an unknown `--ruleset`, and `--official` without the official tools.
+fn check_usable(args: &CheckArgs) -> Result<()> {
     if let Some(r) = &args.ruleset {
         if let Err(message) = tables::resolve(r, None) {
             bail!("{message}");
@@ -202,10 +255,12 @@ pub fn run_check(args: CheckArgs) -> Result<ExitStatus> {
             official::MLPERF_LOGGING_VERSION
         );
     }
-    let files = collect_files(&args.paths)?;
-    let opts = CheckOptions {
-        ruleset: args.ruleset.clone(),
-    };
+    Ok(())
+}
+
+/// Check each file (and with `--official` run the official checker on it), printing its
+/// verdict as text as it comes; a file that cannot be read is reported and counted.
+fn check_files(args: &CheckArgs, files: Vec<PathBuf>, opts: &CheckOptions) -> Result<FileResults> {
     let mut checked = Vec::new();
     let mut io_errors = 0;
     let mut sets: BTreeMap<PathBuf, Vec<(LogFile, Verdict)>> = BTreeMap::new();
@@ -218,9 +273,9 @@ pub fn run_check(args: CheckArgs) -> Result<ExitStatus> {
                 continue;
             }
         };
-        let verdict = check_log(&log, &opts);
+        let verdict = check_log(&log, opts);
         let official = args.official.then(|| {
-            let ruleset = resolve_ruleset(verdict.benchmark.as_deref(), &opts);
+            let ruleset = resolve_ruleset(verdict.benchmark.as_deref(), opts);
             official_check(&path, &ruleset).map_err(|e| format!("{e:#}"))
         });
         if args.format == OutputFormat::Text {
@@ -236,61 +291,53 @@ pub fn run_check(args: CheckArgs) -> Result<ExitStatus> {
             official,
         });
     }
-    let set_results: Vec<(PathBuf, Vec<(PathBuf, Finding)>)> = sets
-        .into_iter()
-        .map(|(dir, runs)| {
-            let found = check_result_set(&dir, &runs);
-            (dir, found)
-        })
-        .collect();
-    if args.format == OutputFormat::Text {
-        for (dir, found) in &set_results {
-            let mut text = format!(
-                "set {}: {}\n",
-                dir.display(),
-                if found.is_empty() { "OK" } else { "NOT OK" }
-            );
-            for (path, f) in found {
-                text += &format!("  {}\n", f.located(path));
-            }
-            crate::util::output::print(&text)?;
-        }
-    }
-    if args.format == OutputFormat::Json {
-        let items: Vec<Value> = checked.iter().map(json_item).collect();
-        let doc = if args.sets {
-            let sets: Vec<Value> = set_results
-                .iter()
-                .map(|(dir, found)| {
-                    json!({
-                        "path": dir.display().to_string(),
-                        "ok": found.is_empty(),
-                        "findings": found.iter().map(|(p, f)| {
-                            let mut v = finding_json(f);
-                            v["path"] = Value::from(p.display().to_string());
-                            v
-                        }).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            json!({"files": items, "sets": sets})
-        } else {
-            Value::Array(items)
-        };
-        crate::util::output::print(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
-    }
-    let failing_sets = set_results.iter().any(|(_, f)| !f.is_empty());
-    let failing = failing_sets
-        || checked
-            .iter()
-            .any(|c| !c.verdict.compliant() || matches!(&c.official, Some(Ok(o)) if !o.compliant));
-    let official_errors = checked.iter().any(|c| matches!(c.official, Some(Err(_))));
-    use crate::util::ExitStatus;
-    Ok(if io_errors > 0 || official_errors {
-        ExitStatus::Error
-    } else {
-        ExitStatus::verdict(!failing)
+    Ok(FileResults {
+        checked,
+        io_errors,
+        sets,
     })
+}
+
+/// Each set's verdict and findings, as text.
+fn print_sets_text(set_results: &SetResults) -> Result<()> {
+    for (dir, found) in set_results {
+        let mut text = format!(
+            "set {}: {}\n",
+            dir.display(),
+            if found.is_empty() { "OK" } else { "NOT OK" }
+        );
+        for (path, f) in found {
+            text += &format!("  {}\n", f.located(path));
+        }
+        crate::util::output::print(&text)?;
+    }
+    Ok(())
+}
+
+/// The files' verdicts (and with `--sets` the sets') as one JSON document.
+fn print_json(args: &CheckArgs, checked: &[Checked], set_results: &SetResults) -> Result<()> {
+    let items: Vec<Value> = checked.iter().map(json_item).collect();
+    let doc = if args.sets {
+        let sets: Vec<Value> = set_results
+            .iter()
+            .map(|(dir, found)| {
+                json!({
+                    "path": dir.display().to_string(),
+                    "ok": found.is_empty(),
+                    "findings": found.iter().map(|(p, f)| {
+                        let mut v = finding_json(f);
+                        v["path"] = Value::from(p.display().to_string());
+                        v
+                    }).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        json!({"files": items, "sets": sets})
+    } else {
+        Value::Array(items)
+    };
+    crate::util::output::print(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
+    Ok(())
 }
 
 fn label(compliant: bool) -> &'static str {

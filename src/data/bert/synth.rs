@@ -445,6 +445,62 @@ pub fn write_shard(path: &Path, items: &[Instance], seq_len: usize, max_pred: us
 
 /// Make the data set.
 pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
+    check_args(a)?;
+    let (source, words) = read_sentences(a)?;
+    let vocab = Vocab::build(&words, a.vocab_size.max(SPECIALS.len() + 2));
+    if vocab.len() > i16::MAX as usize {
+        bail!(
+            "--vocab-size {} is above what int16 shards hold",
+            vocab.len()
+        );
+    }
+    let sents: Vec<Vec<i32>> = words.iter().map(|w| vocab.encode(w)).collect();
+    std::fs::create_dir_all(a.out.join("train"))
+        .with_context(|| format!("cannot create {}", a.out.display()))?;
+    std::fs::create_dir_all(a.out.join("eval"))?;
+    crate::util::fs::write_atomic(
+        &a.out.join("vocab.txt"),
+        (vocab.tokens.join("\n") + "\n").as_bytes(),
+    )?;
+    let train = make_instances(a, &sents, vocab.len(), a.seed, a.train_samples);
+    let tokens: usize = train.iter().map(|it| it.tokens.len()).sum();
+    let padding_fraction = 1.0 - tokens as f64 / (train.len() * a.seq_len) as f64;
+    let per = a.train_samples.div_ceil(a.shards);
+    for (k, chunk) in train.chunks(per).enumerate() {
+        let name = format!("part-{k:05}-of-{:05}.hdf5", a.shards);
+        write_shard(
+            &a.out.join("train").join(name),
+            chunk,
+            a.seq_len,
+            a.max_predictions,
+        )?;
+    }
+    let eval = make_instances(
+        a,
+        &sents,
+        vocab.len(),
+        a.seed ^ 0xE7A1_0000_0000_0001,
+        a.eval_samples,
+    );
+    write_shard(
+        &a.out.join("eval").join("eval.hdf5"),
+        &eval,
+        a.seq_len,
+        a.max_predictions,
+    )?;
+    write_readme(a, &source, vocab.len(), padding_fraction)?;
+    Ok(SynthSummary {
+        source,
+        sentences: a.sentences,
+        vocab_size: vocab.len(),
+        train_samples: a.train_samples,
+        eval_samples: a.eval_samples,
+        padding_fraction,
+    })
+}
+
+/// Refuse sizes the data set cannot have.
+fn check_args(a: &SynthBertArgs) -> Result<()> {
     if a.seq_len < 8 || a.seq_len > 512 {
         bail!("--seq-len must be in 8..=512 (got {})", a.seq_len);
     }
@@ -455,6 +511,11 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
     if a.sentences < 3 {
         bail!("--sentences must be at least 3 (got {})", a.sentences);
     }
+    Ok(())
+}
+
+/// The source text's first `--sentences` sentences as words; returns the source's path too.
+fn read_sentences(a: &SynthBertArgs) -> Result<(PathBuf, Vec<Vec<String>>)> {
     let source = match &a.source {
         Some(p) => p.clone(),
         None => default_source()?,
@@ -474,67 +535,43 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         .iter()
         .map(|s| basic_tokenize(s))
         .collect();
-    let vocab = Vocab::build(&words, a.vocab_size.max(SPECIALS.len() + 2));
-    if vocab.len() > i16::MAX as usize {
-        bail!(
-            "--vocab-size {} is above what int16 shards hold",
-            vocab.len()
-        );
-    }
-    let sents: Vec<Vec<i32>> = words.iter().map(|w| vocab.encode(w)).collect();
-    std::fs::create_dir_all(a.out.join("train"))
-        .with_context(|| format!("cannot create {}", a.out.display()))?;
-    std::fs::create_dir_all(a.out.join("eval"))?;
-    crate::util::fs::write_atomic(
-        &a.out.join("vocab.txt"),
-        (vocab.tokens.join("\n") + "\n").as_bytes(),
-    )?;
-    let make = |seed: u64, n: usize| -> Vec<Instance> {
-        let mut rng = Rng::derive(seed, &[0x5e17]);
-        if a.lengths == Lengths::Realistic {
-            return super::realistic::instances(
-                &mut rng,
-                &sents,
-                n,
-                a.seq_len,
-                a.max_predictions,
-                vocab.len(),
-            );
-        }
-        (0..n)
-            .map(|_| {
-                let i = rng.below(sents.len() as u64) as usize;
-                make_instance(
-                    &mut rng,
-                    &sents,
-                    i,
-                    a.seq_len,
-                    a.max_predictions,
-                    vocab.len(),
-                )
-            })
-            .collect()
-    };
-    let train = make(a.seed, a.train_samples);
-    let tokens: usize = train.iter().map(|it| it.tokens.len()).sum();
-    let padding_fraction = 1.0 - tokens as f64 / (train.len() * a.seq_len) as f64;
-    let per = a.train_samples.div_ceil(a.shards);
-    for (k, chunk) in train.chunks(per).enumerate() {
-        let name = format!("part-{k:05}-of-{:05}.hdf5", a.shards);
-        write_shard(
-            &a.out.join("train").join(name),
-            chunk,
+    Ok((source, words))
+}
+
+/// `n` instances from the encoded sentences, drawn with `seed` (`--lengths` picks how).
+fn make_instances(
+    a: &SynthBertArgs,
+    sents: &[Vec<i32>],
+    vocab_len: usize,
+    seed: u64,
+    n: usize,
+) -> Vec<Instance> {
+    let mut rng = Rng::derive(seed, &[0x5e17]);
+    if a.lengths == Lengths::Realistic {
+        return super::realistic::instances(
+            &mut rng,
+            sents,
+            n,
             a.seq_len,
             a.max_predictions,
-        )?;
+            vocab_len,
+        );
     }
-    let eval = make(a.seed ^ 0xE7A1_0000_0000_0001, a.eval_samples);
-    write_shard(
-        &a.out.join("eval").join("eval.hdf5"),
-        &eval,
-        a.seq_len,
-        a.max_predictions,
-    )?;
+    (0..n)
+        .map(|_| {
+            let i = rng.below(sents.len() as u64) as usize;
+            make_instance(&mut rng, sents, i, a.seq_len, a.max_predictions, vocab_len)
+        })
+        .collect()
+}
+
+/// README.txt: where the data came from and its sizes.
+fn write_readme(
+    a: &SynthBertArgs,
+    source: &Path,
+    vocab_len: usize,
+    padding_fraction: f64,
+) -> Result<()> {
     let readme = format!(
         "Synthetic BERT pre-training data written by `mlperf-run data synth-bert`.\n\
          Text: the first {} sentences of {}.\n\
@@ -548,20 +585,12 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         a.eval_samples,
         a.seq_len,
         a.max_predictions,
-        vocab.len(),
+        vocab_len,
         a.seed,
         a.lengths,
         100.0 * padding_fraction
     );
-    crate::util::fs::write_atomic(&a.out.join("README.txt"), readme.as_bytes())?;
-    Ok(SynthSummary {
-        source,
-        sentences: a.sentences,
-        vocab_size: vocab.len(),
-        train_samples: a.train_samples,
-        eval_samples: a.eval_samples,
-        padding_fraction,
-    })
+    crate::util::fs::write_atomic(&a.out.join("README.txt"), readme.as_bytes())
 }
 
 /// Entry point of `mlperf-run data synth-bert`.

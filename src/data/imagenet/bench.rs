@@ -74,9 +74,57 @@ fn device_index(device: &str) -> Result<Option<usize>> {
     }
 }
 
+/// `mlperf-run data bench-imagenet`: warm up, check the decoder's pixels (`--augment gpu`),
+/// time the epochs and print the rate.
 pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitStatus> {
     let folder = ImageFolder::open(&args.dir)?;
     let gpu = device_index(&args.device)?;
+    let loader = bench_loader(&folder, &args, gpu)?;
+    // Warm up (page cache, thread start) on one batch.
+    if let Some(batch) = loader.epoch(1000, args.size).next() {
+        batch?;
+    }
+    let psnr_worst = check_pixels(&folder, &loader, &args, gpu)?;
+    let start = std::time::Instant::now();
+    let unix_start = unix_now();
+    let (images, checksum) = match args.augment {
+        Augment::Gpu => (on_device(&loader, &args, gpu)?, 0),
+        Augment::Cpu => on_host(&loader, &args)?,
+    };
+    let timed = Timed {
+        images,
+        checksum,
+        secs: start.elapsed().as_secs_f64(),
+        unix_start,
+        psnr_worst,
+    };
+    if args.json {
+        print_json(&loader, &args, &timed)?;
+    } else {
+        print_text(&loader, &args, &timed)?;
+    }
+    Ok(crate::util::ExitStatus::Success)
+}
+
+/// What the timed epochs did.
+struct Timed {
+    images: usize,
+    /// A sum over a sample of the host batches' bytes (0 with `--augment gpu`).
+    checksum: u64,
+    secs: f64,
+    /// When timing began (Unix seconds).
+    unix_start: f64,
+    /// The worst PSNR against the CPU region decoder (`--augment gpu` with --check-batches).
+    psnr_worst: Option<f64>,
+}
+
+/// The loader the arguments ask for; with `--require-decoder`, an error when it could not use
+/// the asked decoder.
+fn bench_loader(
+    folder: &ImageFolder,
+    args: &BenchImagenetArgs,
+    gpu: Option<usize>,
+) -> Result<Loader> {
     let config = LoaderConfig {
         threads: args.threads,
         drop_last: false,
@@ -90,7 +138,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitSt
         },
         ..LoaderConfig::train(args.batch_size, 1)
     };
-    let loader = Loader::new(&folder, config)?;
+    let loader = Loader::new(folder, config)?;
     if args.require_decoder && loader.decoder_in_use() != args.decoder {
         anyhow::bail!(
             "--require-decoder: {}",
@@ -99,39 +147,45 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitSt
                 .unwrap_or("the asked decoder is not in use")
         );
     }
-    // Warm up (page cache, thread start) on one batch.
-    if let Some(batch) = loader.epoch(1000, args.size).next() {
-        batch?;
+    Ok(loader)
+}
+
+/// With `--augment gpu` and --check-batches: the worst PSNR of the loader's crops against the
+/// CPU region decoder's, an error below 30 dB; None when not checked.
+fn check_pixels(
+    folder: &ImageFolder,
+    loader: &Loader,
+    args: &BenchImagenetArgs,
+    gpu: Option<usize>,
+) -> Result<Option<f64>> {
+    if args.augment != Augment::Gpu || args.check_batches == 0 {
+        return Ok(None);
     }
-    let psnr_worst = if args.augment == Augment::Gpu && args.check_batches > 0 {
-        let cpu = Loader::new(
-            &folder,
-            LoaderConfig {
-                decoder: Decoder::Cpu,
-                ..loader.config().clone()
-            },
-        )?;
-        let worst = check_against(&loader, &cpu, &args, gpu)?;
-        if worst < 30.0 {
-            anyhow::bail!(
-                "the {} decoder's crops differ from the CPU region decoder's: worst PSNR \
-                 {worst:.1} dB over {} batch(es) (30 dB expected)",
-                loader.decoder_in_use().as_str(),
-                args.check_batches
-            );
-        }
-        Some(worst)
-    } else {
-        None
-    };
-    let start = std::time::Instant::now();
-    let unix_start = unix_now();
+    let cpu = Loader::new(
+        folder,
+        LoaderConfig {
+            decoder: Decoder::Cpu,
+            ..loader.config().clone()
+        },
+    )?;
+    let worst = check_against(loader, &cpu, args, gpu)?;
+    if worst < 30.0 {
+        anyhow::bail!(
+            "the {} decoder's crops differ from the CPU region decoder's: worst PSNR \
+             {worst:.1} dB over {} batch(es) (30 dB expected)",
+            loader.decoder_in_use().as_str(),
+            args.check_batches
+        );
+    }
+    Ok(Some(worst))
+}
+
+/// `--augment cpu`: every timed epoch's host batches; returns the images and a checksum over a
+/// sample of their bytes.
+fn on_host(loader: &Loader, args: &BenchImagenetArgs) -> Result<(usize, u64)> {
     let mut images = 0usize;
     let mut checksum = 0u64;
-    if args.augment == Augment::Gpu {
-        images = on_device(&loader, &args, gpu)?;
-    }
-    for epoch in (0..args.epochs).filter(|_| args.augment == Augment::Cpu) {
+    for epoch in 0..args.epochs {
         for batch in loader.epoch(epoch, args.size) {
             let batch = batch?;
             images += batch.len();
@@ -145,43 +199,53 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitSt
             );
         }
     }
-    let secs = start.elapsed().as_secs_f64();
+    Ok((images, checksum))
+}
+
+/// The result as one JSON line (`--json`).
+fn print_json(loader: &Loader, args: &BenchImagenetArgs, t: &Timed) -> Result<()> {
     let stats = loader.stats();
     let mut out = crate::util::output::stdout();
     let (on_gpu, loaded) = (stats.decoded_on_gpu, stats.loaded);
-    if args.json {
-        let line = serde_json::json!({
-            "impl": format!(
-                "mlperf-run-data-{}{}",
-                loader.decoder_in_use().as_str(),
-                match (args.augment, args.engine_only) {
-                    (Augment::Gpu, true) => "-engine-only",
-                    (Augment::Gpu, false) => "-gpu-augment",
-                    _ => "",
-                }
-            ),
-            "decoder_asked": args.decoder.as_str(),
-            "decoder": loader.decoder_in_use().as_str(),
-            "decoder_note": loader.decoder_note(),
-            "augment": args.augment.as_str(),
-            "device": args.device,
-            "hw_decoder_load": loader.hw_decoder_load(),
-            "nvjpeg_backend": loader.nvjpeg_backend(),
-            "engine_only": args.engine_only,
-            "arena_mb_per_batch": (stats.ragged_batches > 0)
-                .then(|| stats.ragged_bytes as f64 / stats.ragged_batches as f64 / 1e6),
-            "decoded_on_gpu": on_gpu,
-            "decoded": loaded,
-            "psnr_vs_cpu_worst_db": psnr_worst.filter(|p| p.is_finite()),
-            "threads": args.threads,
-            "images": images,
-            "seconds": secs,
-            "img_per_s": images as f64 / secs,
-            "window_unix": [unix_start, unix_now()],
-        });
-        writeln!(out, "{line}")?;
-        return Ok(crate::util::ExitStatus::Success);
-    }
+    let line = serde_json::json!({
+        "impl": format!(
+            "mlperf-run-data-{}{}",
+            loader.decoder_in_use().as_str(),
+            match (args.augment, args.engine_only) {
+                (Augment::Gpu, true) => "-engine-only",
+                (Augment::Gpu, false) => "-gpu-augment",
+                _ => "",
+            }
+        ),
+        "decoder_asked": args.decoder.as_str(),
+        "decoder": loader.decoder_in_use().as_str(),
+        "decoder_note": loader.decoder_note(),
+        "augment": args.augment.as_str(),
+        "device": args.device,
+        "hw_decoder_load": loader.hw_decoder_load(),
+        "nvjpeg_backend": loader.nvjpeg_backend(),
+        "engine_only": args.engine_only,
+        "arena_mb_per_batch": (stats.ragged_batches > 0)
+            .then(|| stats.ragged_bytes as f64 / stats.ragged_batches as f64 / 1e6),
+        "decoded_on_gpu": on_gpu,
+        "decoded": loaded,
+        "psnr_vs_cpu_worst_db": t.psnr_worst.filter(|p| p.is_finite()),
+        "threads": args.threads,
+        "images": t.images,
+        "seconds": t.secs,
+        "img_per_s": t.images as f64 / t.secs,
+        "window_unix": [t.unix_start, unix_now()],
+    });
+    writeln!(out, "{line}")?;
+    Ok(())
+}
+
+/// The result as one line of text.
+fn print_text(loader: &Loader, args: &BenchImagenetArgs, t: &Timed) -> Result<()> {
+    let stats = loader.stats();
+    let mut out = crate::util::output::stdout();
+    let (on_gpu, loaded) = (stats.decoded_on_gpu, stats.loaded);
+    let (images, secs, checksum) = (t.images, t.secs, t.checksum);
     writeln!(
         out,
         "mlperf-run pipeline ({} decoder, {on_gpu} of {loaded} images decoded by nvJPEG, augment \
@@ -196,7 +260,7 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitSt
         args.threads,
         images as f64 / secs / args.threads as f64
     )?;
-    Ok(crate::util::ExitStatus::Success)
+    Ok(())
 }
 
 /// `--augment gpu`: every timed epoch through the training run's batch hand-off to `device`

@@ -888,8 +888,57 @@ fn build_device_batch(
     size: u32,
     indices: &[usize],
 ) -> (Batch, Vec<BadImage>) {
+    let (engine, host) = plan_engine_and_host(shared, epoch, size, indices);
+    shared
+        .decoded_on_gpu
+        .fetch_add(engine.len() as u64, Ordering::Relaxed);
+    let mut bad = Vec::new();
+    let mut kept: Vec<(usize, Region)> = Vec::with_capacity(host.len());
+    for (index, r) in host {
+        match r {
+            Ok(r) => kept.push((index, r)),
+            Err(reason) => bad.push(report_bad(shared, index, reason)),
+        }
+    }
+    let (crops, order, images) = ragged_layout(&engine, &kept);
+    shared.ragged_batches.fetch_add(1, Ordering::Relaxed);
+    shared.ragged_bytes.fetch_add(
+        crops
+            .iter()
+            .map(|c| c.width as u64 * c.height as u64 * 3)
+            .sum(),
+        Ordering::Relaxed,
+    );
+    let engine = match (&shared.nvjpeg, engine.is_empty()) {
+        (Some(gpu), false) => Some(EngineJob {
+            decoder: gpu.clone(),
+            jpegs: engine.into_iter().map(|(_, e)| (e.bytes, e.plan)).collect(),
+        }),
+        _ => None,
+    };
+    let batch = Batch {
+        images,
+        labels: order.iter().map(|&i| shared.samples[i].label).collect(),
+        indices: order,
+        height: 0,
+        width: 0,
+        size,
+        crops,
+        engine,
+    };
+    (batch, bad)
+}
+
+/// Split a batch's samples between the engine (the first `hw_load` share, where it takes them)
+/// and the host region decoder, working on both at once; without nvJPEG all go to the host.
+fn plan_engine_and_host(
+    shared: &Shared,
+    epoch: u64,
+    size: u32,
+    indices: &[usize],
+) -> EngineAndHost {
     let n = indices.len();
-    let (engine, host): EngineAndHost = match &shared.nvjpeg {
+    match &shared.nvjpeg {
         Some(gpu) => {
             let to_gpu = ((shared.hw_load * n as f64).round() as usize).min(n);
             let (planned, rest) = rayon::join(
@@ -924,21 +973,18 @@ fn build_device_batch(
                 .map(|&i| (i, load_region(shared, epoch, size, i)))
                 .collect(),
         ),
-    };
-    shared
-        .decoded_on_gpu
-        .fetch_add(engine.len() as u64, Ordering::Relaxed);
-    let mut bad = Vec::new();
-    let mut kept: Vec<(usize, Region)> = Vec::with_capacity(host.len());
-    for (index, r) in host {
-        match r {
-            Ok(r) => kept.push((index, r)),
-            Err(reason) => bad.push(report_bad(shared, index, reason)),
-        }
     }
+}
+
+/// The ragged batch's crops and sample order (the engine's first, then the host's) and the
+/// host regions' pixels, concatenated.
+fn ragged_layout(
+    engine: &[(usize, EngineItem)],
+    kept: &[(usize, Region)],
+) -> (Vec<DeviceCrop>, Vec<usize>, Vec<u8>) {
     let mut crops = Vec::with_capacity(engine.len() + kept.len());
     let mut order = Vec::with_capacity(engine.len() + kept.len());
-    for (index, e) in &engine {
+    for (index, e) in engine {
         crops.push(DeviceCrop {
             width: e.plan.width,
             height: e.plan.height,
@@ -949,7 +995,7 @@ fn build_device_batch(
     }
     let host_bytes: usize = kept.iter().map(|(_, r)| r.image.pixels.len()).sum();
     let mut images = Vec::with_capacity(host_bytes);
-    for (index, r) in &kept {
+    for (index, r) in kept {
         crops.push(DeviceCrop {
             width: r.image.width,
             height: r.image.height,
@@ -959,30 +1005,5 @@ fn build_device_batch(
         images.extend_from_slice(&r.image.pixels);
         order.push(*index);
     }
-    shared.ragged_batches.fetch_add(1, Ordering::Relaxed);
-    shared.ragged_bytes.fetch_add(
-        crops
-            .iter()
-            .map(|c| c.width as u64 * c.height as u64 * 3)
-            .sum(),
-        Ordering::Relaxed,
-    );
-    let engine = match (&shared.nvjpeg, engine.is_empty()) {
-        (Some(gpu), false) => Some(EngineJob {
-            decoder: gpu.clone(),
-            jpegs: engine.into_iter().map(|(_, e)| (e.bytes, e.plan)).collect(),
-        }),
-        _ => None,
-    };
-    let batch = Batch {
-        images,
-        labels: order.iter().map(|&i| shared.samples[i].label).collect(),
-        indices: order,
-        height: 0,
-        width: 0,
-        size,
-        crops,
-        engine,
-    };
-    (batch, bad)
+    (crops, order, images)
 }

@@ -236,6 +236,38 @@ impl Nvjpeg {
     /// a hardware-backend handle, or a CUDA-backend one where the GPU has no JPEG engine.
     /// The error says what is missing and how to get it.
     pub fn load(explicit: Option<PathBuf>, gpu: Option<usize>) -> Result<Nvjpeg, String> {
+        let (api, nv_path, rt_path) = Self::open_libraries(explicit)?;
+        let gpu = Self::select_device(&api, &rt_path, gpu)?;
+        let gpu_name = device_name(&api, gpu);
+        let (handle, backend) = Self::create_handle(&api, gpu, &gpu_name)?;
+        let mut me = Nvjpeg {
+            api,
+            handle,
+            parsers: Mutex::new(Vec::new()),
+            decoder: Mutex::new(BatchDecoder {
+                slots: Vec::new(),
+                next: 0,
+                scratch: std::ptr::null_mut(),
+                scratch_bytes: 0,
+            }),
+            gpu,
+            gpu_name,
+            backend,
+            library: nv_path,
+        };
+        // the first slot now: a state nvJPEG cannot create is an error at load, not mid-run
+        let d = me
+            .decoder
+            .get_mut()
+            .map_err(|_| "the nvJPEG decoder's lock is poisoned".to_string())?;
+        let slot = Self::new_slot(&me.api, me.handle)?;
+        d.slots.push(slot);
+        Ok(me)
+    }
+
+    /// Open libnvjpeg (`explicit`, else `MLPERF_RUN_NVJPEG`, else the search path) and
+    /// libcudart and resolve their entry points; returns them with both libraries' paths.
+    fn open_libraries(explicit: Option<PathBuf>) -> Result<(Api, PathBuf, PathBuf), String> {
         let explicit =
             explicit.or_else(|| std::env::var_os("MLPERF_RUN_NVJPEG").map(PathBuf::from));
         let (nvjpeg, nv_path) = open_first(
@@ -260,6 +292,12 @@ impl Nvjpeg {
         )
         .map_err(|e| format!("{e}: install the CUDA runtime (pip: nvidia-cuda-runtime)"))?;
         let api = Api::load(nvjpeg, &nv_path, cudart, &rt_path)?;
+        Ok((api, nv_path, rt_path))
+    }
+
+    /// Check that CUDA sees device `gpu` (None: the one current on this thread) and make it
+    /// current; returns its index. `rt_path` (libcudart) is for messages.
+    fn select_device(api: &Api, rt_path: &Path, gpu: Option<usize>) -> Result<c_int, String> {
         let mut devices: c_int = 0;
         // SAFETY: documented signature; out-pointer valid.
         let rc = unsafe { (api.cuda_device_count)(&mut devices) };
@@ -272,7 +310,7 @@ impl Nvjpeg {
                     "cudaGetDeviceCount = 0"
                 },
                 rt_path.display(),
-                cuda_error(&api, rc)
+                cuda_error(api, rc)
             ));
         }
         let gpu: c_int = match gpu {
@@ -291,7 +329,7 @@ impl Nvjpeg {
                 // libtorch loaded (same soname), so this is the device current on this thread.
                 let rc = unsafe { (api.cuda_get_device)(&mut g) };
                 if rc != 0 {
-                    return Err(format!("cudaGetDevice: {}", cuda_error(&api, rc)));
+                    return Err(format!("cudaGetDevice: {}", cuda_error(api, rc)));
                 }
                 g
             }
@@ -300,9 +338,14 @@ impl Nvjpeg {
         // below (handles, stream, buffers) belongs to this device.
         let rc = unsafe { (api.cuda_set_device)(gpu) };
         if rc != 0 {
-            return Err(format!("cudaSetDevice({gpu}): {}", cuda_error(&api, rc)));
+            return Err(format!("cudaSetDevice({gpu}): {}", cuda_error(api, rc)));
         }
-        let gpu_name = device_name(&api, gpu);
+        Ok(gpu)
+    }
+
+    /// An nvJPEG handle on the current device: the hardware backend, else (with a warning,
+    /// once per process) the CUDA decoder.
+    fn create_handle(api: &Api, gpu: c_int, gpu_name: &str) -> Result<(Handle, Backend), String> {
         let mut handle: Handle = std::ptr::null_mut();
         let mut backend = Backend::Hardware;
         // SAFETY: default allocators (null), flags 0; out-pointer valid.
@@ -341,29 +384,7 @@ impl Nvjpeg {
                  with nvJPEG's CUDA decoder (Huffman on the CPU, the rest on the GPU) instead"
             ));
         }
-        let mut me = Nvjpeg {
-            api,
-            handle,
-            parsers: Mutex::new(Vec::new()),
-            decoder: Mutex::new(BatchDecoder {
-                slots: Vec::new(),
-                next: 0,
-                scratch: std::ptr::null_mut(),
-                scratch_bytes: 0,
-            }),
-            gpu,
-            gpu_name,
-            backend,
-            library: nv_path,
-        };
-        // the first slot now: a state nvJPEG cannot create is an error at load, not mid-run
-        let d = me
-            .decoder
-            .get_mut()
-            .map_err(|_| "the nvJPEG decoder's lock is poisoned".to_string())?;
-        let slot = Self::new_slot(&me.api, me.handle)?;
-        d.slots.push(slot);
-        Ok(me)
+        Ok((handle, backend))
     }
 
     /// A fresh decode slot: a JPEG state and an event.
