@@ -1,7 +1,7 @@
-//! The dependency rule of docs/development.md ("Layers"), kept by a test: every top-level
-//! module of src/ is in exactly one layer of that table, and its code (comments and test-only
-//! modules left out) names, through `crate::` paths, only modules of lower layers. The table is
-//! read from the document itself, so the two cannot drift apart.
+//! The shape rules of docs/development.md, kept by tests: every top-level module of src/ is in
+//! exactly one layer of the "Layers" table, and its code (comments and test-only modules left
+//! out) names, through `crate::` paths, only modules of lower layers (the table is read from the
+//! document itself, so the two cannot drift apart); and no function of src/ is over 100 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -281,4 +281,125 @@ fn the_scanner_reads_paths_groups_and_skips_comments_and_tests() {
     let want: BTreeSet<String> = ["kept", "after"].map(String::from).into();
     assert_eq!(found, want, "{code}");
     assert!(test_files.contains(&dir.path().join("m/more.rs")));
+}
+
+/// `code` with its string and char literals emptied (their braces are not code).
+fn without_literals(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut chars = code.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    in_str = false;
+                    out.push('"');
+                }
+                '\n' => out.push('\n'),
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_str = true;
+                out.push('"');
+            }
+            '\'' => {
+                // a char literal ('{', '\'') or a lifetime ('a): only the former is skipped
+                let rest: String = chars.clone().take(3).collect();
+                if rest.starts_with('\\') {
+                    let close = rest[1..].find('\'').map_or(0, |i| i + 2);
+                    for _ in 0..close {
+                        chars.next();
+                    }
+                } else if rest.chars().nth(1) == Some('\'') {
+                    chars.next();
+                    chars.next();
+                }
+                out.push('\'');
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// (name, first line, length in lines) of every function in `code`.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "fn") else {
+            continue;
+        };
+        let qualifiers_only = words[..at].iter().all(|w| {
+            w.starts_with("pub") || ["const", "unsafe", "async", "extern", "\"C\""].contains(w)
+        });
+        if !qualifiers_only || at + 1 >= words.len() {
+            continue;
+        }
+        let name: String = words[at + 1]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let mut depth = 0i64;
+        let mut opened = false;
+        for (j, l) in lines.iter().enumerate().skip(i) {
+            if !opened && l.trim_end().ends_with(';') && !l.contains('{') {
+                break; // a declaration without a body
+            }
+            depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+            opened |= l.contains('{');
+            if opened && depth <= 0 {
+                found.push((name.clone(), i + 1, j - i + 1));
+                break;
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_is_over_100_lines() {
+    let mut test_files = BTreeSet::new();
+    let mut code = Vec::new();
+    for m in top_level_modules() {
+        for f in files_of(&m) {
+            code.push((f.clone(), code_of(&f, &mut test_files)));
+        }
+    }
+    let mut long = Vec::new();
+    for (f, c) in code {
+        if test_files.contains(&f) {
+            continue;
+        }
+        for (name, line, len) in functions(&without_literals(&c)) {
+            if len > 100 {
+                let rel = f.strip_prefix(ROOT).unwrap_or(&f).display().to_string();
+                long.push(format!("{rel}:{line} fn {name}: {len} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over 100 lines (split them into named steps):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_function_counter_sees_bodies_not_braces_in_strings() {
+    let code = "pub(crate) fn a() {\n    let s = \"{{ }\";\n    if x {\n        y();\n    }\n}\nfn b();\nconst fn c() -> char { '{' }\n";
+    let found = functions(&without_literals(code));
+    assert_eq!(
+        found,
+        vec![("a".to_string(), 1, 6), ("c".to_string(), 8, 1)],
+        "{}",
+        without_literals(code)
+    );
 }

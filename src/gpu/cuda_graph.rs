@@ -211,6 +211,7 @@ fn buffers_of(key: &Key, device: Device) -> Result<Vec<Tensor>> {
         .context("allocating a CUDA graph's static input buffers")
 }
 
+#[derive(Clone, Copy)]
 enum Backend {
     Cuda(usize),
     /// The CPU twin: no graph, the body runs again on the static buffers.
@@ -478,95 +479,15 @@ impl StepGraphs {
                 body(inputs, peers)
             }
             Phase::Warming { shape_ran, .. } => {
-                // a shape no eager step of this rank ran (every warm-up batch was short):
-                // captured with cuDNN's heuristics, as its benchmark would time the
-                // convolutions by running them, which a capture cannot
-                let cold = !*shape_ran;
-                if cold {
-                    self.stats.cold_captures += 1;
-                }
-                // a short batch cannot be the graph's shape: the graph gets full-size buffers
-                // and the short batch runs eagerly after the capture
-                let statics = if short {
-                    buffers_of(key, inputs[0].device())
-                } else {
-                    inputs
-                        .iter()
-                        .map(|t| t.f_detach_copy())
-                        .collect::<Result<Vec<_>, _>>()
-                        .context("copying a step's inputs into static buffers")
+                let step = CaptureStep {
+                    backend: self.backend,
+                    fail_captures: self.fail_captures,
+                    short,
+                    cold: !*shape_ran,
                 };
-                let prepared = statics.and_then(|statics| {
-                    if let Backend::Cuda(device) = self.backend {
-                        peers.before_capture(Device::Cuda(device))?;
-                    }
-                    Ok(statics)
-                });
-                let statics = match prepared {
-                    Ok(s) => s,
-                    Err(e) => {
-                        // no capture began; the other ranks wait for this rank's outcome at
-                        // their capture step: they end too (a broken group fails at once)
-                        let _ = peers.capture_failures(Some(&format!("{e:#}")));
-                        return Err(e);
-                    }
-                };
-                let on_device = matches!(self.backend, Backend::Cuda(_));
-                let captured = {
-                    let mut step = |ins: &[Tensor]| body(ins, &mut *peers);
-                    match self.backend {
-                        Backend::Cuda(device) => cold
-                            .then(crate::gpu::cuda::CudnnBenchmarkOff::new)
-                            .transpose()
-                            .and_then(|_heuristics| capture(device, &statics, &mut step))
-                            .map(|(graph, outputs)| (Some(graph), outputs)),
-                        // the twin runs what it captures: the short batch itself
-                        Backend::Emulated => {
-                            emulated_capture(if short { inputs } else { &statics }, &mut step)
-                                .map(|o| (None, o))
-                        }
-                    }
-                    .and_then(|c| {
-                        // as when ending a capture fails: the step was recorded (the twin ran
-                        // its collectives, as every rank's capture did), the graph is not usable
-                        if self.fail_captures {
-                            bail!("the capture failed on purpose (MLPERF_RUN_INJECT_FAULT=capture)")
-                        }
-                        Ok(c)
-                    })
-                };
-                let mine = captured.as_ref().err().map(|e| format!("{e:#}"));
-                if let (true, Some(why)) = (on_device, &mine) {
-                    let _ = FAILED_CAPTURE.set(why.clone());
-                }
-                // before any rank replays: did every rank capture?
-                let shared = peers.capture_failures(mine.as_deref());
-                let (mut graph, outputs) = captured?;
-                let failed = shared
-                    .context("sharing this rank's CUDA graph capture with the other ranks")?;
-                if !failed.is_empty() {
-                    let msg = peers_failed_message(&failed);
-                    if on_device {
-                        let _ = PEER_FAILED_CAPTURE.set(msg.clone());
-                    }
-                    bail!("{msg}");
-                }
-                self.stats.captures += 1;
-                let out = match (graph.as_mut(), short) {
-                    (Some(g), false) => {
-                        g.replay()?;
-                        copies(&outputs)?
-                    }
-                    // where the other ranks replay, this one's eager all-reduces meet theirs
-                    (Some(_), true) => short_step(inputs, &mut |ins| body(ins, &mut *peers))?,
-                    // the twin ran the step in its capture
-                    (None, _) => copies(&outputs)?,
-                };
-                *phase = Phase::Captured {
-                    graph,
-                    statics,
-                    outputs,
-                };
+                let (captured, out) =
+                    capture_step(step, &mut self.stats, key, inputs, peers, body)?;
+                *phase = captured;
                 Ok(out)
             }
             Phase::Captured { .. } if short => {
@@ -591,6 +512,121 @@ impl StepGraphs {
             }
         }
     }
+}
+
+/// How a capture step goes: on which backend, whether its capture must fail (tests), whether
+/// its batch is short (fewer rows than the graph's shape), and whether it is cold (no eager step
+/// of this rank ran the shape).
+#[derive(Clone, Copy)]
+struct CaptureStep {
+    backend: Backend,
+    fail_captures: bool,
+    short: bool,
+    cold: bool,
+}
+
+/// The capture step of a shape, after its warm-up: the inputs copied into static buffers (or
+/// full-size buffers for a short batch, which then runs eagerly after the capture), the step
+/// captured (cold: with cuDNN's heuristics, as its benchmark would time the convolutions by
+/// running them, which a capture cannot), every rank's outcome shared before any replays, then
+/// the first replay. Returns the captured phase and the step's outputs.
+fn capture_step<P: CapturePeers + ?Sized>(
+    step: CaptureStep,
+    stats: &mut GraphStats,
+    key: &Key,
+    inputs: &[Tensor],
+    peers: &mut P,
+    body: &mut StepBody<'_, P>,
+) -> Result<(Phase, Vec<Tensor>)> {
+    // a shape no eager step of this rank ran (every warm-up batch was short):
+    // captured with cuDNN's heuristics, as its benchmark would time the
+    // convolutions by running them, which a capture cannot
+    if step.cold {
+        stats.cold_captures += 1;
+    }
+    // a short batch cannot be the graph's shape: the graph gets full-size buffers
+    // and the short batch runs eagerly after the capture
+    let statics = if step.short {
+        buffers_of(key, inputs[0].device())
+    } else {
+        inputs
+            .iter()
+            .map(|t| t.f_detach_copy())
+            .collect::<Result<Vec<_>, _>>()
+            .context("copying a step's inputs into static buffers")
+    };
+    let prepared = statics.and_then(|statics| {
+        if let Backend::Cuda(device) = step.backend {
+            peers.before_capture(Device::Cuda(device))?;
+        }
+        Ok(statics)
+    });
+    let statics = match prepared {
+        Ok(s) => s,
+        Err(e) => {
+            // no capture began; the other ranks wait for this rank's outcome at
+            // their capture step: they end too (a broken group fails at once)
+            let _ = peers.capture_failures(Some(&format!("{e:#}")));
+            return Err(e);
+        }
+    };
+    let on_device = matches!(step.backend, Backend::Cuda(_));
+    let captured = {
+        let mut run = |ins: &[Tensor]| body(ins, &mut *peers);
+        match step.backend {
+            Backend::Cuda(device) => step
+                .cold
+                .then(crate::gpu::cuda::CudnnBenchmarkOff::new)
+                .transpose()
+                .and_then(|_heuristics| capture(device, &statics, &mut run))
+                .map(|(graph, outputs)| (Some(graph), outputs)),
+            // the twin runs what it captures: the short batch itself
+            Backend::Emulated => {
+                emulated_capture(if step.short { inputs } else { &statics }, &mut run)
+                    .map(|o| (None, o))
+            }
+        }
+        .and_then(|c| {
+            // as when ending a capture fails: the step was recorded (the twin ran
+            // its collectives, as every rank's capture did), the graph is not usable
+            if step.fail_captures {
+                bail!("the capture failed on purpose (MLPERF_RUN_INJECT_FAULT=capture)")
+            }
+            Ok(c)
+        })
+    };
+    let mine = captured.as_ref().err().map(|e| format!("{e:#}"));
+    if let (true, Some(why)) = (on_device, &mine) {
+        let _ = FAILED_CAPTURE.set(why.clone());
+    }
+    // before any rank replays: did every rank capture?
+    let shared = peers.capture_failures(mine.as_deref());
+    let (mut graph, outputs) = captured?;
+    let failed = shared.context("sharing this rank's CUDA graph capture with the other ranks")?;
+    if !failed.is_empty() {
+        let msg = peers_failed_message(&failed);
+        if on_device {
+            let _ = PEER_FAILED_CAPTURE.set(msg.clone());
+        }
+        bail!("{msg}");
+    }
+    stats.captures += 1;
+    let out = match (graph.as_mut(), step.short) {
+        (Some(g), false) => {
+            g.replay()?;
+            copies(&outputs)?
+        }
+        // where the other ranks replay, this one's eager all-reduces meet theirs
+        (Some(_), true) => short_step(inputs, &mut |ins| body(ins, &mut *peers))?,
+        // the twin ran the step in its capture
+        (None, _) => copies(&outputs)?,
+    };
+    let captured = Phase::Captured {
+        graph,
+        statics,
+        outputs,
+    };
+    Ok((captured, out))
 }
 
 /// A short batch's eager step beside a captured graph, whose memory pool stays reserved: an

@@ -63,28 +63,11 @@ fn record_node(set_dir: &Path, node: &sysinfo::RunSetNode) {
     }
 }
 
-/// Run a set of `benchmark` with `run_one(seed, log_path)` performing one run, then report it.
-/// `sys` and `division` give the set's identity (the system folder defaults to
-/// sys.submission_platform); `cpu_only`: the runs train on the CPU (recorded as no
-/// accelerators).
-pub fn run_and_report(
-    benchmark: &str,
-    args: &SetArgs,
-    sys: &SystemConfig,
-    division: Division,
-    cpu_only: bool,
-    mut run_one: impl FnMut(u64, PathBuf) -> Result<RunOutcome>,
-) -> Result<ExitStatus> {
+/// The set's identity from the flags: the results folder, the system (default:
+/// `sys.submission_platform`), the seeds, resume, and whether this rank writes.
+fn set_spec(benchmark: &str, args: &SetArgs, sys: &SystemConfig, runs: usize) -> Result<SetSpec> {
     let default_system = sys.submission_platform.as_str();
-    let bench = benchmarks::get(benchmark)?;
-    let runs = args.runs.unwrap_or(bench.runs);
-    if runs != bench.runs {
-        eprintln!(
-            "note: {runs} runs; an MLPerf {benchmark} result set needs exactly {}",
-            bench.runs
-        );
-    }
-    let spec = SetSpec {
+    Ok(SetSpec {
         results_root: args.results.clone(),
         system: args
             .system
@@ -99,7 +82,61 @@ pub fn run_and_report(
             .transpose()?,
         resume: args.resume,
         writer: is_writer_rank(),
-    };
+    })
+}
+
+/// The end of a set on the rank that writes: where it is and how long it took, then the
+/// report and the verdict (Interrupted when stopped: `--resume` continues it).
+fn finish(
+    spec: &SetSpec,
+    outcome: &set::SetOutcome,
+    set_started: Instant,
+    target: f64,
+) -> Result<ExitStatus> {
+    if !spec.writer {
+        return Ok(ExitStatus::Success);
+    }
+    for aside in &outcome.moved_aside {
+        eprintln!("unfinished log of a killed run kept at {}", aside.display());
+    }
+    eprintln!(
+        "set: {} in {}",
+        outcome.set_dir.display(),
+        fmt_duration(set_started.elapsed())
+    );
+    if outcome.interrupted {
+        eprintln!("interrupted: continue with the same command and --resume");
+        return Ok(ExitStatus::Interrupted);
+    }
+    report(&outcome.set_dir, target)?;
+    let all_succeeded = outcome
+        .runs
+        .iter()
+        .all(|r| r.status.as_deref() == Some("success"));
+    Ok(ExitStatus::verdict(all_succeeded))
+}
+
+/// Run a set of `benchmark` with `run_one(seed, log_path)` performing one run, then report it.
+/// `sys` and `division` give the set's identity (the system folder defaults to
+/// sys.submission_platform); `cpu_only`: the runs train on the CPU (recorded as no
+/// accelerators).
+pub fn run_and_report(
+    benchmark: &str,
+    args: &SetArgs,
+    sys: &SystemConfig,
+    division: Division,
+    cpu_only: bool,
+    mut run_one: impl FnMut(u64, PathBuf) -> Result<RunOutcome>,
+) -> Result<ExitStatus> {
+    let bench = benchmarks::get(benchmark)?;
+    let runs = args.runs.unwrap_or(bench.runs);
+    if runs != bench.runs {
+        eprintln!(
+            "note: {runs} runs; an MLPerf {benchmark} result set needs exactly {}",
+            bench.runs
+        );
+    }
+    let spec = set_spec(benchmark, args, sys, runs)?;
     let node = sysinfo::RunSetNode {
         submitter: sys.submission_org.clone(),
         division: division.as_str().to_string(),
@@ -158,27 +195,7 @@ pub fn run_and_report(
                 .unwrap_or_default()
         ),
     })?;
-    if !spec.writer {
-        return Ok(ExitStatus::Success);
-    }
-    for aside in &outcome.moved_aside {
-        eprintln!("unfinished log of a killed run kept at {}", aside.display());
-    }
-    eprintln!(
-        "set: {} in {}",
-        outcome.set_dir.display(),
-        fmt_duration(set_started.elapsed())
-    );
-    if outcome.interrupted {
-        eprintln!("interrupted: continue with the same command and --resume");
-        return Ok(ExitStatus::Interrupted);
-    }
-    report(&outcome.set_dir, bench.target)?;
-    let all_succeeded = outcome
-        .runs
-        .iter()
-        .all(|r| r.status.as_deref() == Some("success"));
-    Ok(ExitStatus::verdict(all_succeeded))
+    finish(&spec, &outcome, set_started, bench.target)
 }
 
 /// Write accuracy.svg beside the results, then print the score table (with any reason the set

@@ -133,12 +133,8 @@ pub fn os_seed(used: &BTreeSet<u64>) -> Result<u64> {
     }
 }
 
-/// Run (or resume) a set. `on_event` sees every run kept, started and finished.
-pub fn run_set(
-    spec: &SetSpec,
-    executor: &mut dyn RunExecutor,
-    mut on_event: impl FnMut(SetEvent<'_>),
-) -> Result<SetOutcome> {
+/// `--runs` and `--seeds`: at least one run, one distinct seed per run.
+fn check_runs_and_seeds(spec: &SetSpec) -> Result<()> {
     if spec.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -155,19 +151,12 @@ pub fn run_set(
             bail!("--seeds repeats a seed: every run of a set needs its own seed");
         }
     }
-    let set_dir = spec.set_dir();
-    // The writer holds the folder's lock until the set returns (on every path): a second set
-    // into the same folder is refused before it looks at, moves or writes any result file.
-    let lock = if spec.writer {
-        std::fs::create_dir_all(&set_dir)
-            .with_context(|| format!("cannot create {}", set_dir.display()))?;
-        Some(SetLock::acquire(&set_dir)?)
-    } else if spec.seeds.is_none() {
-        bail!("a data-parallel run set needs --seeds so that every rank runs the same seeds");
-    } else {
-        None
-    };
+    Ok(())
+}
 
+/// The result files already in the set's folder: refused without `--resume`, and beyond
+/// `--runs`.
+fn check_existing(spec: &SetSpec, set_dir: &std::path::Path) -> Result<()> {
     let existing: Vec<usize> = (0..spec.runs.max(64))
         .filter(|i| spec.result_path(*i).exists())
         .collect();
@@ -186,18 +175,18 @@ pub fn run_set(
             spec.runs
         );
     }
+    Ok(())
+}
 
-    let mut outcome = SetOutcome {
-        set_dir: set_dir.clone(),
-        runs: Vec::new(),
-        moved_aside: Vec::new(),
-        interrupted: false,
-        took_over_lock: lock
-            .as_ref()
-            .and_then(|l| l.took_over())
-            .map(str::to_string),
-    };
-    let mut used_seeds = BTreeSet::new();
+/// The runs already in the folder: a finished log is kept (its seed used), an unfinished one
+/// (killed mid-run) is moved aside into `interrupted/` and its run redone. Returns the indices
+/// left to run, in order.
+fn keep_finished_runs(
+    spec: &SetSpec,
+    outcome: &mut SetOutcome,
+    used_seeds: &mut BTreeSet<u64>,
+    on_event: &mut impl FnMut(SetEvent<'_>),
+) -> Result<Vec<usize>> {
     let mut todo = Vec::new();
     for index in 0..spec.runs {
         let path = spec.result_path(index);
@@ -224,7 +213,7 @@ pub fn run_set(
             None if !spec.writer => todo.push(index),
             None => {
                 // Killed mid-run: keep the partial log for the user, outside the set.
-                let aside_dir = set_dir.join("interrupted");
+                let aside_dir = outcome.set_dir.join("interrupted");
                 std::fs::create_dir_all(&aside_dir)?;
                 let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
                 let aside = aside_dir.join(format!("result_{index}-{stamp}.txt"));
@@ -243,6 +232,43 @@ pub fn run_set(
             }
         }
     }
+    Ok(todo)
+}
+
+/// Run (or resume) a set. `on_event` sees every run kept, started and finished.
+pub fn run_set(
+    spec: &SetSpec,
+    executor: &mut dyn RunExecutor,
+    mut on_event: impl FnMut(SetEvent<'_>),
+) -> Result<SetOutcome> {
+    check_runs_and_seeds(spec)?;
+    let set_dir = spec.set_dir();
+    // The writer holds the folder's lock until the set returns (on every path): a second set
+    // into the same folder is refused before it looks at, moves or writes any result file.
+    let lock = if spec.writer {
+        std::fs::create_dir_all(&set_dir)
+            .with_context(|| format!("cannot create {}", set_dir.display()))?;
+        Some(SetLock::acquire(&set_dir)?)
+    } else if spec.seeds.is_none() {
+        bail!("a data-parallel run set needs --seeds so that every rank runs the same seeds");
+    } else {
+        None
+    };
+
+    check_existing(spec, &set_dir)?;
+
+    let mut outcome = SetOutcome {
+        set_dir: set_dir.clone(),
+        runs: Vec::new(),
+        moved_aside: Vec::new(),
+        interrupted: false,
+        took_over_lock: lock
+            .as_ref()
+            .and_then(|l| l.took_over())
+            .map(str::to_string),
+    };
+    let mut used_seeds = BTreeSet::new();
+    let todo = keep_finished_runs(spec, &mut outcome, &mut used_seeds, &mut on_event)?;
     if let Some(seeds) = &spec.seeds {
         used_seeds.extend(seeds.iter().copied());
     }
