@@ -311,8 +311,8 @@ fn without_literals(code: &str) -> String {
             '\'' => {
                 // a char literal ('{', '\'') or a lifetime ('a): only the former is skipped
                 let rest: String = chars.clone().take(3).collect();
-                if rest.starts_with('\\') {
-                    let close = rest[1..].find('\'').map_or(0, |i| i + 2);
+                if let Some(escaped) = rest.strip_prefix('\\') {
+                    let close = escaped.find('\'').map_or(0, |i| i + 2);
                     for _ in 0..close {
                         chars.next();
                     }
