@@ -51,15 +51,24 @@ pub fn failed_capture() -> Option<&'static str> {
     FAILED_CAPTURE.get().map(String::as_str)
 }
 
-/// Another rank's failed capture, as this rank's run ended on it.
-static PEER_FAILED_CAPTURE: OnceLock<String> = OnceLock::new();
-
-/// Why this process's run ended on another rank's failed CUDA graph capture, if one did. The
-/// failed rank stops its run set ([`failed_capture`]); the others stop theirs with it (their next
-/// run could not form a group without it) and resume together in new processes.
-pub fn peer_failed_capture() -> Option<&'static str> {
-    PEER_FAILED_CAPTURE.get().map(String::as_str)
+/// The error of a step whose CUDA graph capture failed on a device: on this rank
+/// (`this_rank`: the process cannot train with graphs again, see [`failed_capture`]) or on
+/// another one. It travels in the run's error; the trainer ends the run set after such a run
+/// (the failed rank's set stops, and the others' with it, since their next run could not form a
+/// group without it) and the set resumes in new processes.
+#[derive(Debug)]
+pub struct CaptureFailed {
+    pub this_rank: bool,
+    message: String,
 }
+
+impl std::fmt::Display for CaptureFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CaptureFailed {}
 
 /// The ranks of a data-parallel run, as a capture needs them: after its capture each rank
 /// learns whether every rank captured, before any replays. A rank replaying a graph whose
@@ -601,14 +610,11 @@ fn capture_step<P: CapturePeers + ?Sized>(
     }
     // before any rank replays: did every rank capture?
     let shared = peers.capture_failures(mine.as_deref());
-    let (mut graph, outputs) = captured?;
+    let (mut graph, outputs) = captured.map_err(|e| capture_error(on_device, true, e))?;
     let failed = shared.context("sharing this rank's CUDA graph capture with the other ranks")?;
     if !failed.is_empty() {
-        let msg = peers_failed_message(&failed);
-        if on_device {
-            let _ = PEER_FAILED_CAPTURE.set(msg.clone());
-        }
-        bail!("{msg}");
+        let e = anyhow::anyhow!("{}", peers_failed_message(&failed));
+        return Err(capture_error(on_device, false, e));
     }
     stats.captures += 1;
     let out = match (graph.as_mut(), step.short) {
@@ -627,6 +633,20 @@ fn capture_step<P: CapturePeers + ?Sized>(
         outputs,
     };
     Ok((captured, out))
+}
+
+/// The error of a failed capture on this rank or another: a [`CaptureFailed`] on a device (the
+/// trainer ends the set after the run), the error itself in the CPU twin.
+fn capture_error(on_device: bool, this_rank: bool, e: anyhow::Error) -> anyhow::Error {
+    if on_device {
+        CaptureFailed {
+            this_rank,
+            message: format!("{e:#}"),
+        }
+        .into()
+    } else {
+        e
+    }
 }
 
 /// A short batch's eager step beside a captured graph, whose memory pool stays reserved: an
@@ -1272,7 +1292,7 @@ mod tests {
         assert_eq!(peers.heard, vec![None]);
         assert_eq!(g.stats().captures, 0);
         // the twin's process is not poisoned: only a real capture marks it
-        assert_eq!(peer_failed_capture(), None);
+        assert_eq!(failed_capture(), None);
 
         // this rank's capture fails: the others hear why, and its own error is the one it gets
         let mut g = StepGraphs::emulated(1).fail_captures();

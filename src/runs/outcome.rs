@@ -39,6 +39,9 @@ pub struct RunOutcome {
     /// the loop included, evals excluded).
     pub train_seconds: f64,
     pub log_path: Option<PathBuf>,
+    /// Why the set cannot go on in this process after this run (it stops as if interrupted and
+    /// `--resume` continues it in a new one): a CUDA graph capture failed on a device.
+    pub stop_set: Option<String>,
 }
 
 impl RunOutcome {
@@ -75,6 +78,7 @@ impl RunOutcome {
             loss_reads: 0,
             train_seconds: 0.0,
             log_path: None,
+            stop_set: None,
         }
     }
 }

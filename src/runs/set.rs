@@ -235,6 +235,22 @@ fn keep_finished_runs(
     Ok(todo)
 }
 
+/// One run of the set: its run_stop status (None when it crashed), the crash, and why the set
+/// cannot go on after it in this process, if its outcome says so.
+fn run_one(
+    executor: &mut dyn RunExecutor,
+    req: &RunRequest,
+) -> (Option<String>, Option<String>, Option<String>) {
+    match executor.run(req) {
+        Ok(out) => (Some(out.status.as_str().to_string()), None, out.stop_set),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            tracing::error!("run {} crashed: {msg}", req.index);
+            (None, Some(msg), None)
+        }
+    }
+}
+
 /// Run (or resume) a set. `on_event` sees every run kept, started and finished.
 pub fn run_set(
     spec: &SetSpec,
@@ -290,14 +306,7 @@ pub fn run_set(
             log_path: spec.result_path(index),
         };
         on_event(SetEvent::Starting(&req));
-        let (status, error) = match executor.run(&req) {
-            Ok(out) => (Some(out.status.as_str().to_string()), None),
-            Err(e) => {
-                let msg = format!("{e:#}");
-                tracing::error!("run {index} crashed: {msg}");
-                (None, Some(msg))
-            }
-        };
+        let (status, error, stop) = run_one(executor, &req);
         if !spec.writer {
             outcome.runs.push(RunRecord {
                 index,
@@ -306,7 +315,7 @@ pub fn run_set(
                 ran_now: true,
                 error,
             });
-            if crate::util::interrupt::requested() {
+            if stop.is_some() || crate::util::interrupt::requested() {
                 outcome.interrupted = true;
                 break;
             }
@@ -325,7 +334,8 @@ pub fn run_set(
         };
         on_event(SetEvent::Finished(&record));
         outcome.runs.push(record);
-        if crate::util::interrupt::requested() {
+        // a run whose outcome says the set cannot go on in this process stops it as Ctrl-C does
+        if stop.is_some() || crate::util::interrupt::requested() {
             outcome.interrupted = true;
             break;
         }

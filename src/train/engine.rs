@@ -10,7 +10,7 @@
 //! run_stop metadata and in the outcome's [`Status::Aborted`]).
 
 use crate::distributed::{GradSync, NoSync, Peers};
-use crate::gpu::cuda_graph::{CapturePeers, StepGraphs};
+use crate::gpu::cuda_graph::{CaptureFailed, CapturePeers, StepGraphs};
 use crate::meta;
 use crate::mllog::{keys, Emitter, Sink};
 use anyhow::{Context, Result};
@@ -317,13 +317,19 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
             &mut out,
             &mut run_start,
         )
-    })
-    .map_err(|e| {
+    });
+    // a CUDA graph capture that failed on a device, on this rank (true) or another
+    let capture = result
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<CaptureFailed>())
+        .map(|c| (c.this_rank, c.to_string()));
+    let result = result.map_err(|e| {
         crate::util::libtorch_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size())
     });
     // before `opts` (and its process group) goes at the end of this function
     w.release_step_graphs();
-    if crate::gpu::cuda_graph::failed_capture().is_some() {
+    if matches!(capture, Some((true, _))) {
         // the failed capture may have recorded collectives that will never run: the group is
         // aborted when it goes, not shut down (a shutdown would wait for them)
         opts.grad_sync.abandon();
@@ -346,24 +352,8 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     }
     log.end(keys::RUN_STOP, Value::Null, stop_meta)
         .context("cannot write run_stop to the log")?;
-    if let Some(why) = crate::gpu::cuda_graph::failed_capture() {
-        // this process cannot train again (crate::gpu::cuda_graph::failed_capture): a set stops here
-        // as if interrupted, and resumes with its next run in a new process
-        tracing::error!(
-            "rank {rank}: a CUDA graph capture failed ({why}); libtorch keeps its allocator and \
-             random generator in capture state after that, so this process stops after this run: \
-             run the same command again to resume the set (with methods.cuda_graph = false if the \
-             step cannot be captured)"
-        );
-        crate::util::interrupt::request();
-    } else if let Some(why) = crate::gpu::cuda_graph::peer_failed_capture() {
-        // the failed rank stops its set; this one stops with it (its next run could not form a
-        // group without that rank), and they resume together
-        tracing::error!(
-            "rank {rank}: {why}; the set stops on every rank: run the same command again to \
-             resume it"
-        );
-        crate::util::interrupt::request();
+    if let Some((this_rank, why)) = capture {
+        out.stop_set = Some(stop_after_failed_capture(rank, this_rank, why));
     }
     if let Some(path) = &opts.test_hooks.dump_params {
         match &result {
@@ -480,6 +470,29 @@ fn join_group(
     Ok(Box::new(
         BucketedGradSync::with_default_buckets(pg).with_overlap(overlap_from_env()?),
     ))
+}
+
+/// Why the set stops after a run whose CUDA graph capture failed on a device, logged. This
+/// rank's: the process cannot train again (crate::gpu::cuda_graph::failed_capture), its set
+/// stops here as if interrupted and resumes with its next run in a new process. Another rank's:
+/// the failed rank stops its set, this one stops with it (its next run could not form a group
+/// without that rank), and they resume together.
+fn stop_after_failed_capture(rank: usize, this_rank: bool, why: String) -> String {
+    if this_rank {
+        tracing::error!(
+            "rank {rank}: a CUDA graph capture failed ({why}); libtorch keeps its allocator \
+             and random generator in capture state after that, so this process stops after \
+             this run: run the same command again to resume the set (with \
+             methods.cuda_graph = false if the step cannot be captured)"
+        );
+        format!("a CUDA graph capture failed on rank {rank}: {why}")
+    } else {
+        tracing::error!(
+            "rank {rank}: {why}; the set stops on every rank: run the same command again to \
+             resume it"
+        );
+        why
+    }
 }
 
 fn run_inner(

@@ -40,6 +40,49 @@ fn fake_run(req: &RunRequest) -> anyhow::Result<RunOutcome> {
     Ok(RunOutcome::new(req.seed, Status::Success))
 }
 
+/// A run whose outcome says the set cannot go on in this process (a CUDA graph capture failed
+/// on a device) stops the set after it, as Ctrl-C does: the runs before and that run are
+/// recorded, the rest are left for `--resume`, which finishes the set.
+#[test]
+fn a_run_that_says_stop_ends_the_set_for_a_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spec(dir.path(), 4, false);
+    let mut runs = 0;
+    let out = run_set(
+        &s,
+        &mut |r: &RunRequest| {
+            runs += 1;
+            let mut out = fake_run(r)?;
+            if r.index == 1 {
+                out.stop_set = Some("a CUDA graph capture failed on rank 0".into());
+            }
+            Ok(out)
+        },
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(runs, 2, "the set stopped after the run that said so");
+    assert!(out.interrupted);
+    assert_eq!(
+        out.runs.iter().map(|r| r.index).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    assert!(!s.set_dir().join(LOCK_FILE).exists());
+    let resumed = run_set(
+        &spec(dir.path(), 4, true),
+        &mut |r: &RunRequest| fake_run(r),
+        |_| {},
+    )
+    .unwrap();
+    assert!(!resumed.interrupted);
+    assert_eq!(
+        resumed.runs.iter().filter(|r| r.ran_now).count(),
+        2,
+        "the resume ran the two runs left"
+    );
+    assert_eq!(resumed.runs.len(), 4);
+}
+
 /// The pid of a process that has exited.
 fn dead_pid() -> u32 {
     let mut child = std::process::Command::new("true").spawn().unwrap();
