@@ -470,7 +470,7 @@ fn ncu_kernels_of_the_last_step_by_class() {
     );
 }
 
-/// Part p: the run against Hugging Face padded (issue 33's target) reads the padded row, and the
+/// Part p: the run against Hugging Face padded (the packed run's target) reads the padded row, and the
 /// same-work comparison against Hugging Face on packed rows is its own line, from its own row.
 #[test]
 fn part_p_compares_the_run_with_hugging_face_padded_and_on_the_same_packed_rows() {
