@@ -186,31 +186,38 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
     found
 }
 
+/// (top-level module, file relative to the crate, its code) of every non-test file of src/.
+fn source_code() -> Vec<(String, String, String)> {
+    let mut test_files = BTreeSet::new();
+    let mut code = Vec::new();
+    for m in top_level_modules() {
+        for f in files_of(&m) {
+            let c = code_of(&f, &mut test_files);
+            code.push((m.clone(), f, c));
+        }
+    }
+    // test-only files are known once every file declaring them has been read
+    code.into_iter()
+        .filter(|(_, f, _)| !test_files.contains(f))
+        .map(|(m, f, c)| {
+            let rel = f.strip_prefix(ROOT).unwrap_or(&f).display().to_string();
+            (m, rel, c)
+        })
+        .collect()
+}
+
 /// module -> (module it names -> the files that name it)
 fn imports() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
-    let modules = top_level_modules();
-    let known: BTreeSet<&String> = modules.iter().collect();
-    let mut test_files = BTreeSet::new();
-    let mut all = BTreeMap::new();
-    for m in &modules {
-        let files = files_of(m);
-        let mut code = Vec::new();
-        for f in &files {
-            code.push((f.clone(), code_of(f, &mut test_files)));
-        }
-        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (f, c) in code {
-            if test_files.contains(&f) {
-                continue;
-            }
-            for target in crate_paths(&c) {
-                if &target != m && known.contains(&target) {
-                    let rel = f.strip_prefix(ROOT).unwrap_or(&f).display().to_string();
-                    edges.entry(target).or_default().insert(rel);
-                }
+    let known: BTreeSet<String> = top_level_modules().into_iter().collect();
+    let mut all: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> =
+        known.iter().map(|m| (m.clone(), BTreeMap::new())).collect();
+    for (m, rel, c) in source_code() {
+        for target in crate_paths(&c) {
+            if target != m && known.contains(&target) {
+                let edges = all.get_mut(&m).expect("every module has an entry");
+                edges.entry(target).or_default().insert(rel.clone());
             }
         }
-        all.insert(m.clone(), edges);
     }
     all
 }
@@ -366,21 +373,10 @@ fn functions(code: &str) -> Vec<(String, usize, usize)> {
 
 #[test]
 fn no_function_is_over_100_lines() {
-    let mut test_files = BTreeSet::new();
-    let mut code = Vec::new();
-    for m in top_level_modules() {
-        for f in files_of(&m) {
-            code.push((f.clone(), code_of(&f, &mut test_files)));
-        }
-    }
     let mut long = Vec::new();
-    for (f, c) in code {
-        if test_files.contains(&f) {
-            continue;
-        }
+    for (_, rel, c) in source_code() {
         for (name, line, len) in functions(&without_literals(&c)) {
             if len > 100 {
-                let rel = f.strip_prefix(ROOT).unwrap_or(&f).display().to_string();
                 long.push(format!("{rel}:{line} fn {name}: {len} lines"));
             }
         }
