@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -106,6 +107,30 @@ void wait_all(Group* g, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
   for (auto& w : works) mr::wait_one(g, w);
 }
 
+// Rank 0 waits until every rank has written its "joined" key into the store, at most `timeout`;
+// then throws naming the ranks that never came (and the hosts of those that did).
+void wait_for_every_rank(c10d::Store& store, int size, std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back("mlperf-run/joined/" + std::to_string(r));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!store.check(keys)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string missing;
+      int n = 0;
+      for (int r = 0; r < size; ++r) {
+        if (!store.check({keys[r]})) {
+          missing += (n++ ? ", " : "") + std::to_string(r);
+        }
+      }
+      throw std::runtime_error("rendezvous timed out after " +
+                               std::to_string(timeout.count() / 1000) + " s: " +
+                               std::to_string(size - n) + " of " + std::to_string(size) +
+                               " ranks joined; missing ranks: " + missing);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 std::vector<at::Tensor> collect(at::Tensor** tensors, size_t n) {
   std::vector<at::Tensor> out;
   out.reserve(n);
@@ -123,8 +148,10 @@ std::vector<at::Tensor> collect(at::Tensor** tensors, size_t n) {
 extern "C" {
 
 // backend: 0 = gloo (CPU tensors), 1 = nccl (CUDA tensors; needs the `nccl` build).
+// timeout_ms bounds every collective (and NCCL's watchdog); rendezvous_ms bounds forming the
+// group: the store's connection and rank 0's wait for every rank to join.
 void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, int backend,
-                  int64_t timeout_ms, char** err) {
+                  int64_t timeout_ms, int64_t rendezvous_ms, char** err) {
   Group* g = nullptr;
   int rc = guarded(nullptr, err, [&] {
     if (size < 1 || rank < 0 || rank >= size) {
@@ -132,13 +159,20 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
                                std::to_string(size));
     }
     auto timeout = std::chrono::milliseconds(timeout_ms);
+    auto rendezvous = std::chrono::milliseconds(rendezvous_ms);
     c10d::TCPStoreOptions so;
     so.port = port;
     so.isServer = rank == 0;
     so.numWorkers = static_cast<size_t>(size);
-    so.waitWorkers = true;
-    so.timeout = timeout;
+    // rank 0 waits below, where it can name the ranks that never came
+    so.waitWorkers = false;
+    so.timeout = rendezvous;
     auto store = c10::make_intrusive<c10d::TCPStore>(std::string(master_addr), so);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    store->set("mlperf-run/joined/" + std::to_string(rank),
+               std::vector<uint8_t>(host, host + std::strlen(host)));
+    if (rank == 0) wait_for_every_rank(*store, size, rendezvous);
     c10::intrusive_ptr<c10d::Backend> be;
     if (backend == 0) {
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -157,6 +191,8 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
     } else {
       throw std::runtime_error("unknown backend id " + std::to_string(backend));
     }
+    // the group formed: from now on a store call waits no longer than a collective
+    store->setTimeout(timeout);
     g = new Group{store, be, timeout, rank, size};
     g->stream_ordered_waits = backend == 1;
   });

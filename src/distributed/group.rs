@@ -1,5 +1,5 @@
 //! A c10d process group (TCPStore rendezvous + Gloo or NCCL) behind a safe, Drop-safe handle.
-use super::rendezvous::Rendezvous;
+use super::rendezvous::{Rendezvous, Timeouts};
 use crate::shim::dist as ffi;
 use anyhow::{bail, Context, Result};
 use std::ffi::CString;
@@ -61,6 +61,32 @@ impl ReduceOp {
     }
 }
 
+/// The group could not form (the master cannot be reached, a rank never came), or one of its
+/// calls failed or timed out (a peer died, stopped, or was cut off). The run that meets it cannot go on, and neither can its set in this
+/// process (a next run could not form a group without that peer): the trainer ends the run as
+/// aborted and stops the set as Ctrl-C does, for `--resume` (`RunOutcome::stop_set`). Travels
+/// inside anyhow errors; find it with `downcast_ref::<GroupFailure>()`.
+#[derive(Debug)]
+pub struct GroupFailure {
+    message: String,
+}
+
+impl GroupFailure {
+    pub fn new(message: impl Into<String>) -> GroupFailure {
+        GroupFailure {
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for GroupFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for GroupFailure {}
+
 /// One process's membership in a group of `size` processes. Every collective waits at most
 /// the group's timeout: a peer that died or stopped ends the call with an error, never a hang.
 /// After an error the group is unusable (the run must end as aborted).
@@ -81,15 +107,19 @@ unsafe impl Send for ProcessGroup {}
 
 impl ProcessGroup {
     /// Joins the group described by `rdv` (rank 0 hosts the TCPStore). Blocks until every rank
-    /// has joined or `timeout` passes.
-    pub fn new(rdv: &Rendezvous, backend: Backend, timeout: Duration) -> Result<ProcessGroup> {
-        if timeout.is_zero() {
-            bail!("the distributed timeout must be positive");
+    /// has joined or `timeouts.rendezvous` passes (then names the ranks that never came); every
+    /// later call waits at most `timeouts.collective`. A master address that cannot be resolved
+    /// or reached (no route, no host answering) fails at once, naming it.
+    pub fn new(rdv: &Rendezvous, backend: Backend, timeouts: Timeouts) -> Result<ProcessGroup> {
+        if timeouts.collective.is_zero() || timeouts.rendezvous.is_zero() {
+            bail!("the distributed timeouts must be positive");
         }
+        probe_master(rdv)?;
+        let timeout = timeouts.collective;
         let addr = CString::new(rdv.master_addr.as_str())
             .map_err(|_| anyhow::anyhow!("MASTER_ADDR contains a NUL byte"))?;
         let (rank, size) = (to_c_int(rdv.rank)?, to_c_int(rdv.world_size)?);
-        let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         let mut err: *mut c_char = std::ptr::null_mut();
         // SAFETY: addr outlives the call; err is a valid out-pointer.
         let raw = unsafe {
@@ -99,7 +129,8 @@ impl ProcessGroup {
                 rank,
                 size,
                 backend.id(),
-                timeout_ms,
+                ms(timeouts.collective),
+                ms(timeouts.rendezvous),
                 &mut err,
             )
         };
@@ -119,18 +150,21 @@ impl ProcessGroup {
             None => {
                 // SAFETY: on failure the shim set err (or left it null).
                 let msg = unsafe { crate::shim::error::take(err) };
-                bail!(
+                Err(GroupFailure::new(format!(
                     "could not form the {} process group as rank {} of {} through {}:{} \
-                     (timeout {} s): {msg}. Check that every rank was started with the same \
-                     MASTER_ADDR, MASTER_PORT and WORLD_SIZE, that the port is free on the \
-                     master, and that rank 0 is running",
+                     (rendezvous timeout {} s, collective timeout {} s): {msg}{}. Check that \
+                     every rank was started with the same MASTER_ADDR, MASTER_PORT and \
+                     WORLD_SIZE, that the port is free on the master, and that rank 0 is running",
                     backend.name(),
                     rdv.rank,
                     rdv.world_size,
                     rdv.master_addr,
                     rdv.master_port,
-                    timeout.as_secs_f64()
-                )
+                    timeouts.rendezvous.as_secs_f64(),
+                    timeouts.collective.as_secs_f64(),
+                    missing_nodes(&msg, super::local_processes())
+                ))
+                .into())
             }
         }
     }
@@ -256,11 +290,11 @@ impl ProcessGroup {
     /// An error once a collective has failed (the group is unusable then).
     pub(super) fn ensure_usable(&self) -> Result<()> {
         if self.failed {
-            bail!(
+            return Err(GroupFailure::new(format!(
                 "the process group (rank {} of {}) already failed; the run must end as aborted",
-                self.rank,
-                self.size
-            );
+                self.rank, self.size
+            ))
+            .into());
         }
         Ok(())
     }
@@ -308,14 +342,15 @@ impl ProcessGroup {
         self.failed = true;
         // SAFETY: the shim set err (or left it null) on failure.
         let msg = unsafe { crate::shim::error::take(err) };
-        bail!(
+        Err(GroupFailure::new(format!(
             "{what} failed on rank {} of {} ({}, timeout {} s): {msg}. A peer probably died, \
              stopped, or failed; this run is aborted",
             self.rank,
             self.size,
             self.backend.name(),
             self.timeout.as_secs_f64()
-        )
+        ))
+        .into())
     }
 }
 
@@ -325,6 +360,61 @@ impl Drop for ProcessGroup {
         // shim (its threads may be stuck on a dead peer).
         unsafe { ffi::mr_dist_free(self.raw.as_ptr()) }
     }
+}
+
+/// Before the store: the master address must resolve and answer. A name that does not resolve,
+/// no route to it, or no host answering at it (EHOSTUNREACH, ENETUNREACH) will not get better
+/// by waiting: a [`GroupFailure`] naming MASTER_ADDR at once, not a wait for the whole
+/// rendezvous timeout. A refused connection (the host is up, rank 0 not yet listening) or no
+/// answer within 5 s passes: the store's own connect retries until the rendezvous timeout.
+fn probe_master(rdv: &Rendezvous) -> Result<()> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let fail = |why: String| -> anyhow::Error {
+        GroupFailure::new(format!(
+            "rank {} of {}: MASTER_ADDR={} (port {}) {why}: set MASTER_ADDR to the address of \
+             the node that runs rank 0, one that every node reaches",
+            rdv.rank, rdv.world_size, rdv.master_addr, rdv.master_port
+        ))
+        .into()
+    };
+    let addrs: Vec<_> = match (rdv.master_addr.as_str(), rdv.master_port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => return Err(fail(format!("does not resolve ({e})"))),
+    };
+    let Some(addr) = addrs.first() else {
+        return Err(fail("resolves to no address".into()));
+    };
+    match TcpStream::connect_timeout(addr, Duration::from_secs(5)) {
+        Ok(_) => Ok(()),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EHOSTUNREACH) => Err(fail(format!("has no host answering at {addr} ({e})"))),
+            Some(libc::ENETUNREACH) => Err(fail(format!("has no route from this host ({e})"))),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// For a rendezvous timeout naming the missing ranks ("missing ranks: 2, 3"): the nodes they
+/// belong to, when every node runs `per_node` processes; empty otherwise.
+fn missing_nodes(msg: &str, per_node: Option<usize>) -> String {
+    let (Some(per_node), Some(list)) = (per_node, msg.split("missing ranks: ").nth(1)) else {
+        return String::new();
+    };
+    let mut nodes: Vec<usize> = list
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter_map(|r| r.parse::<usize>().ok())
+        .map(|r| r / per_node.max(1))
+        .collect();
+    nodes.dedup();
+    if nodes.is_empty() {
+        return String::new();
+    }
+    let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    format!(
+        " (node rank {} with {per_node} process(es) per node: start it, or check its \
+         MASTER_ADDR and MASTER_PORT)",
+        nodes.join(", ")
+    )
 }
 
 /// The shim's failure report: `<rank>\x1f<message>` records separated by `\x1e`.
@@ -349,12 +439,47 @@ mod tests {
     use super::*;
 
     /// A Gloo group of this process alone, on a free local port.
+    #[test]
+    fn a_rendezvous_timeout_names_the_missing_nodes() {
+        let msg = "rendezvous timed out after 5 s: 1 of 4 ranks joined; missing ranks: 1, 2, 3";
+        assert_eq!(
+            missing_nodes(msg, Some(2)),
+            " (node rank 0, 1 with 2 process(es) per node: start it, or check its MASTER_ADDR \
+             and MASTER_PORT)"
+        );
+        assert!(missing_nodes(msg, Some(1)).contains("node rank 1, 2, 3 with 1"));
+        assert_eq!(missing_nodes(msg, None), "");
+        assert_eq!(missing_nodes("connection reset", Some(8)), "");
+    }
+
+    #[test]
+    fn an_unreachable_master_fails_at_once_naming_it() {
+        let rdv = Rendezvous {
+            master_addr: "no-such-host.invalid".into(),
+            master_port: 29_999,
+            rank: 1,
+            world_size: 2,
+            ..Rendezvous::single()
+        };
+        let t0 = std::time::Instant::now();
+        let e = ProcessGroup::new(&rdv, Backend::Gloo, Timeouts::both(Duration::from_secs(60)))
+            .err()
+            .expect("an address that does not resolve");
+        assert!(e.downcast_ref::<GroupFailure>().is_some());
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("MASTER_ADDR=no-such-host.invalid") && msg.contains("does not resolve"),
+            "{msg}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    }
+
     fn one_rank_group() -> ProcessGroup {
         let rdv = Rendezvous {
             master_port: crate::launch::free_local_port().unwrap(),
             ..Rendezvous::single()
         };
-        ProcessGroup::new(&rdv, Backend::Gloo, Duration::from_secs(30)).unwrap()
+        ProcessGroup::new(&rdv, Backend::Gloo, Timeouts::both(Duration::from_secs(30))).unwrap()
     }
 
     #[test]

@@ -27,12 +27,12 @@ mod test_mode;
 
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
 pub use gradsync::{overlap_from_env, BucketedGradSync};
-pub use group::{Backend, ProcessGroup, ReduceOp};
+pub use group::{Backend, GroupFailure, ProcessGroup, ReduceOp};
 pub use peers::Peers;
 pub use reducer::{BucketTimes, OverlapTimings};
 pub use rendezvous::{
-    local_processes, local_processes_from_lookup, timeout_from_env, Rendezvous, Source,
-    DEFAULT_PORT, DEFAULT_TIMEOUT,
+    local_processes, local_processes_from_lookup, Rendezvous, Source, Timeouts, DEFAULT_PORT,
+    DEFAULT_RENDEZVOUS_TIMEOUT, DEFAULT_TIMEOUT,
 };
 pub use sync::{GradSource, GradSync, NoSync};
 pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};

@@ -8,6 +8,8 @@ use std::time::Duration;
 pub const DEFAULT_PORT: u16 = 29500;
 /// Default collective timeout; MLPERF_RUN_DIST_TIMEOUT_S overrides it.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default rendezvous timeout; MLPERF_RUN_RENDEZVOUS_TIMEOUT_S overrides it.
+pub const DEFAULT_RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Which convention the rendezvous came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,21 +148,70 @@ impl Rendezvous {
     }
 }
 
-/// The collective timeout: MLPERF_RUN_DIST_TIMEOUT_S (seconds) or [`DEFAULT_TIMEOUT`].
-pub fn timeout_from_env() -> Result<Duration> {
-    match std::env::var("MLPERF_RUN_DIST_TIMEOUT_S") {
-        Err(_) => Ok(DEFAULT_TIMEOUT),
-        Ok(v) => {
-            let s: f64 = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|s: &f64| *s > 0.0 && s.is_finite())
-                .with_context(|| {
-                    format!("MLPERF_RUN_DIST_TIMEOUT_S={v:?} is not a positive number of seconds")
-                })?;
-            Ok(Duration::from_secs_f64(s))
+/// How long a data-parallel run waits for its peers, the two settings of
+/// docs/distributed.md ("Timeouts").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Forming the group: connecting to rank 0's store and rank 0's wait for every rank
+    /// (MLPERF_RUN_RENDEZVOUS_TIMEOUT_S, default 600 s: nodes of a job start minutes apart).
+    pub rendezvous: Duration,
+    /// Every collective and store call once the group has formed, and NCCL's watchdog
+    /// (MLPERF_RUN_DIST_TIMEOUT_S, default 300 s): a dead, stopped or cut-off peer ends the
+    /// run on every rank within it.
+    pub collective: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            rendezvous: DEFAULT_RENDEZVOUS_TIMEOUT,
+            collective: DEFAULT_TIMEOUT,
         }
+    }
+}
+
+impl Timeouts {
+    /// Both timeouts the same (tests, `dist-selftest --timeout-s`).
+    pub fn both(t: Duration) -> Timeouts {
+        Timeouts {
+            rendezvous: t,
+            collective: t,
+        }
+    }
+
+    /// From the process environment; see [`Timeouts::from_lookup`].
+    pub fn from_env() -> Result<Timeouts> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// MLPERF_RUN_RENDEZVOUS_TIMEOUT_S and MLPERF_RUN_DIST_TIMEOUT_S (seconds), each
+    /// defaulting when unset or blank; anything but a positive number is an error naming it.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Timeouts> {
+        let secs = |var: &str, default: Duration| -> Result<Duration> {
+            match get(var).filter(|v| !v.trim().is_empty()) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| *s > 0.0 && s.is_finite() && *s < 1e9)
+                    .map(Duration::from_secs_f64)
+                    .with_context(|| {
+                        format!(
+                            "{var}={v:?} is not a positive number of seconds (unset it for \
+                             the default of {} s)",
+                            default.as_secs()
+                        )
+                    }),
+            }
+        };
+        Ok(Timeouts {
+            rendezvous: secs(
+                "MLPERF_RUN_RENDEZVOUS_TIMEOUT_S",
+                DEFAULT_RENDEZVOUS_TIMEOUT,
+            )?,
+            collective: secs("MLPERF_RUN_DIST_TIMEOUT_S", DEFAULT_TIMEOUT)?,
+        })
     }
 }
 
@@ -366,6 +417,41 @@ mod tests {
             err.contains("SLURM_JOB_NODELIST") && err.contains("unclosed"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn timeouts_default_parse_and_name_a_bad_value() {
+        let t = |vars: &[(&str, &str)]| {
+            Timeouts::from_lookup(|k| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        assert_eq!(t(&[]).unwrap(), Timeouts::default());
+        assert_eq!(
+            t(&[("MLPERF_RUN_DIST_TIMEOUT_S", " ")]).unwrap(),
+            Timeouts::default()
+        );
+        assert_eq!(
+            t(&[
+                ("MLPERF_RUN_DIST_TIMEOUT_S", "12.5"),
+                ("MLPERF_RUN_RENDEZVOUS_TIMEOUT_S", "90")
+            ])
+            .unwrap(),
+            Timeouts {
+                rendezvous: Duration::from_secs(90),
+                collective: Duration::from_millis(12_500)
+            }
+        );
+        for bad in ["0", "-3", "soon", "inf", "NaN"] {
+            let e = t(&[("MLPERF_RUN_RENDEZVOUS_TIMEOUT_S", bad)]).unwrap_err();
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("MLPERF_RUN_RENDEZVOUS_TIMEOUT_S") && msg.contains("600 s"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `mlperf-run launch`: start N local workers of this binary with torchrun's environment
-//! (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), prefix and
+//! (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), on one node or
+//! as node `--node-rank` of `--nnodes` (started once on every node, as torchrun is), prefix and
 //! forward their output, and fail fast: when a worker fails, the others get a grace period
 //! to notice (their next collective fails, so they can log the run as aborted), then are
 //! terminated, and launch exits non-zero naming the failed rank.
@@ -25,7 +26,17 @@ pub struct LaunchArgs {
     /// Worker processes to start on this node (one per GPU).
     #[arg(long)]
     pub nproc_per_node: usize,
-    /// Rendezvous port on 127.0.0.1 (0: pick a free one).
+    /// Nodes in the job; every node runs `launch` with the same --nnodes, --nproc-per-node,
+    /// --master-addr and --master-port, and its own --node-rank.
+    #[arg(long, default_value_t = 1)]
+    pub nnodes: usize,
+    /// This node's index, 0 to --nnodes - 1 (node 0 runs rank 0, which serves the rendezvous).
+    #[arg(long, default_value_t = 0)]
+    pub node_rank: usize,
+    /// Address of node 0 that every node reaches (required with --nnodes above 1).
+    #[arg(long)]
+    pub master_addr: Option<String>,
+    /// Rendezvous port on the master (0: pick a free one; one node only).
     #[arg(long, default_value_t = 29500)]
     pub master_port: u16,
     /// Seconds the other workers get to stop on their own after one fails, before they are
@@ -167,11 +178,44 @@ fn forward(
     })
 }
 
-pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
+/// Where this node's workers meet: (master address, first rank on this node, world size).
+fn node_layout(args: &LaunchArgs) -> Result<(String, usize, usize)> {
     let n = args.nproc_per_node;
     if n == 0 {
         bail!("--nproc-per-node must be at least 1");
     }
+    if args.nnodes == 0 {
+        bail!("--nnodes must be at least 1");
+    }
+    if args.node_rank >= args.nnodes {
+        bail!(
+            "--node-rank {} is not a node of --nnodes {}: give 0 to {}",
+            args.node_rank,
+            args.nnodes,
+            args.nnodes - 1
+        );
+    }
+    let addr = match (&args.master_addr, args.nnodes) {
+        (Some(a), _) if a.trim().is_empty() => bail!("--master-addr is empty"),
+        (Some(a), _) => a.trim().to_string(),
+        (None, 1) => "127.0.0.1".to_string(),
+        (None, _) => bail!(
+            "--nnodes {} needs --master-addr: the address of node 0 that every node reaches",
+            args.nnodes
+        ),
+    };
+    if args.nnodes > 1 && args.master_port == 0 {
+        bail!("--master-port 0 picks a port on one node only: give every node the same port");
+    }
+    let world = n
+        .checked_mul(args.nnodes)
+        .context("--nnodes x --nproc-per-node is too large")?;
+    Ok((addr, args.node_rank * n, world))
+}
+
+pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
+    let n = args.nproc_per_node;
+    let (addr, first_rank, world) = node_layout(&args)?;
     if !(args.grace_s >= 0.0 && args.grace_s.is_finite()) {
         bail!("--grace-s must be a non-negative number of seconds");
     }
@@ -185,20 +229,25 @@ pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
     };
     let exe = std::env::current_exe().context("finding this mlperf-run binary to start workers")?;
     eprintln!(
-        "launch: starting {n} workers of {} on 127.0.0.1:{port}: {}",
+        "launch: node {} of {}: starting ranks {first_rank}-{} of {world} ({} with the \
+         rendezvous at {addr}:{port}): {}",
+        args.node_rank,
+        args.nnodes,
+        first_rank + n - 1,
         exe.display(),
         args.worker_args.join(" ")
     );
     let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
     let mut pipes = Vec::new();
-    for rank in 0..n {
+    for local in 0..n {
+        let rank = first_rank + local;
         let spawned = Command::new(&exe)
             .args(&args.worker_args)
-            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_ADDR", &addr)
             .env("MASTER_PORT", port.to_string())
             .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", n.to_string())
-            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("LOCAL_RANK", local.to_string())
             .env("LOCAL_WORLD_SIZE", n.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -219,21 +268,30 @@ pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
             }
         }
     }
-    let code = supervise(&mut children, Duration::from_secs_f64(args.grace_s))?;
+    let code = supervise(
+        &mut children,
+        Duration::from_secs_f64(args.grace_s),
+        first_rank,
+    )?;
     for p in pipes {
         let _ = p.join();
     }
     Ok(code)
 }
 
-/// Waits for every worker; on the first failure gives the rest `grace`, then SIGTERM, then
-/// (5 s later) SIGKILL.
-fn supervise(children: &mut [Option<Child>], grace: Duration) -> Result<ExitStatus> {
+/// Waits for every worker (ranks `first_rank`..); on the first failure gives the rest `grace`,
+/// then SIGTERM, then (5 s later) SIGKILL.
+fn supervise(
+    children: &mut [Option<Child>],
+    grace: Duration,
+    first_rank: usize,
+) -> Result<ExitStatus> {
     let mut first_failure: Option<(usize, String, i32)> = None;
     let mut deadline: Option<Instant> = None;
     let mut termed = false;
     loop {
-        for (rank, slot) in children.iter_mut().enumerate() {
+        for (local, slot) in children.iter_mut().enumerate() {
+            let rank = first_rank + local;
             let Some(child) = slot else { continue };
             if let Some(status) = child.try_wait().context("waiting for a worker")? {
                 *slot = None;
@@ -272,5 +330,77 @@ fn supervise(children: &mut [Option<Child>], grace: Duration) -> Result<ExitStat
                 u8::try_from(code).ok().filter(|c| *c != 0).unwrap_or(1),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        launch: LaunchArgs,
+    }
+
+    fn layout(flags: &[&str]) -> Result<(String, usize, usize)> {
+        let mut argv = vec!["launch"];
+        argv.extend_from_slice(flags);
+        argv.extend_from_slice(&["--", "resnet"]);
+        node_layout(&Cli::try_parse_from(argv).unwrap().launch)
+    }
+
+    #[test]
+    fn nodes_get_consecutive_ranks_and_share_the_master() {
+        assert_eq!(
+            layout(&["--nproc-per-node", "8"]).unwrap(),
+            ("127.0.0.1".into(), 0, 8)
+        );
+        assert_eq!(
+            layout(&[
+                "--nproc-per-node",
+                "2",
+                "--nnodes",
+                "3",
+                "--node-rank",
+                "2",
+                "--master-addr",
+                "10.0.0.1"
+            ])
+            .unwrap(),
+            ("10.0.0.1".into(), 4, 6)
+        );
+    }
+
+    #[test]
+    fn a_multi_node_launch_names_what_is_missing_or_wrong() {
+        let err = |flags: &[&str]| format!("{:#}", layout(flags).unwrap_err());
+        let e = err(&["--nproc-per-node", "1", "--nnodes", "2"]);
+        assert!(e.contains("--master-addr"), "{e}");
+        let e = err(&[
+            "--nproc-per-node",
+            "1",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "2",
+            "--master-addr",
+            "h",
+        ]);
+        assert!(e.contains("--node-rank 2") && e.contains("0 to 1"), "{e}");
+        let e = err(&[
+            "--nproc-per-node",
+            "1",
+            "--nnodes",
+            "2",
+            "--master-addr",
+            "h",
+            "--master-port",
+            "0",
+        ]);
+        assert!(e.contains("--master-port 0"), "{e}");
+        let e = err(&["--nproc-per-node", "0"]);
+        assert!(e.contains("--nproc-per-node"), "{e}");
     }
 }

@@ -10,7 +10,7 @@
 use super::{SelftestArgs, SelftestMode, SelftestModel};
 use crate::distributed::{
     broadcast_from_root, Backend, BucketedGradSync, Buckets, GradSource, GradSync, ProcessGroup,
-    ReduceOp, Rendezvous, DEFAULT_BUCKET_BYTES,
+    ReduceOp, Rendezvous, Timeouts, DEFAULT_BUCKET_BYTES,
 };
 use crate::models::resnet::{self, ResnetSpec};
 use crate::optim::ParamGroups;
@@ -36,7 +36,11 @@ pub fn run(args: &SelftestArgs) -> Result<ExitStatus> {
     } else {
         Backend::Gloo
     };
-    let mut pg = ProcessGroup::new(&rdv, backend, Duration::from_secs_f64(args.timeout_s))?;
+    let mut pg = ProcessGroup::new(
+        &rdv,
+        backend,
+        Timeouts::both(Duration::from_secs_f64(args.timeout_s)),
+    )?;
     let who = format!("rank {} of {} ({})", pg.rank(), pg.size(), backend.name());
     let device = match backend {
         Backend::Gloo => Device::Cpu,

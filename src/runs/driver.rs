@@ -93,11 +93,26 @@ fn finish(
     set_started: Instant,
     target: f64,
 ) -> Result<ExitStatus> {
+    if let Some((index, why)) = &outcome.cut {
+        eprintln!(
+            "the set stopped: run {}/{} was cut: {why}",
+            index + 1,
+            spec.runs
+        );
+    }
     if !spec.writer {
-        return Ok(ExitStatus::Success);
+        // the other ranks stop with the writer, and say so to their launcher
+        return Ok(if outcome.interrupted {
+            ExitStatus::Interrupted
+        } else {
+            ExitStatus::Success
+        });
     }
     for aside in &outcome.moved_aside {
-        eprintln!("unfinished log of a killed run kept at {}", aside.display());
+        eprintln!(
+            "the log of a killed or cut run is kept at {} (it runs again on --resume)",
+            aside.display()
+        );
     }
     eprintln!(
         "set: {} in {}",

@@ -6,7 +6,13 @@
 //! (see [`crate::mllog::Sink`]), so Ctrl-C or a crash leaves a valid partial log. A result file
 //! is *finished* once it holds a `run_stop` event; finished files are never rewritten. On
 //! `--resume`, an unfinished file (killed mid-run) is moved to `interrupted/` beside the set
-//! and its run is done again with a fresh seed.
+//! and its run is done again with a fresh seed (its own with `--seeds`).
+//!
+//! A run that was cut rather than finished on its own merits (Ctrl-C on any rank, a peer that
+//! died, was cut off or never came, a failed CUDA graph capture: its outcome's `stop_set`)
+//! stops the set: its log, closed with run_stop aborted, goes to `interrupted/` at once, the
+//! runs before it are kept, and `--resume` runs it again. A string of runs that abort at once
+//! because their group cannot form never fills the set.
 //!
 //! One set at a time per folder: the writer holds the folder's lock ([`super::lock`]) from
 //! before it looks at the result files until the set returns.
@@ -93,10 +99,13 @@ pub struct RunRecord {
 pub struct SetOutcome {
     pub set_dir: PathBuf,
     pub runs: Vec<RunRecord>,
-    /// Files moved aside on resume (unfinished logs of killed runs).
+    /// Logs moved to `interrupted/`: unfinished logs of killed runs (on resume) and the log
+    /// of a run that was cut.
     pub moved_aside: Vec<PathBuf>,
-    /// True when Ctrl-C stopped the set early.
+    /// True when the set stopped early: Ctrl-C, or a run that was cut ([`SetOutcome::cut`]).
     pub interrupted: bool,
+    /// The run that was cut and why (its outcome's `stop_set`); it runs again on `--resume`.
+    pub cut: Option<(usize, String)>,
     /// The warning given when the folder's lock was taken over from a killed set
     /// ([`super::lock`]).
     pub took_over_lock: Option<String>,
@@ -213,12 +222,7 @@ fn keep_finished_runs(
             None if !spec.writer => todo.push(index),
             None => {
                 // Killed mid-run: keep the partial log for the user, outside the set.
-                let aside_dir = outcome.set_dir.join("interrupted");
-                std::fs::create_dir_all(&aside_dir)?;
-                let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
-                let aside = aside_dir.join(format!("result_{index}-{stamp}.txt"));
-                std::fs::rename(&path, &aside)
-                    .with_context(|| format!("cannot move unfinished {} aside", path.display()))?;
+                let aside = move_to_interrupted(&outcome.set_dir, index, &path)?;
                 tracing::warn!(
                     "{} had no run_stop (killed mid-run): moved to {}",
                     path.display(),
@@ -233,6 +237,33 @@ fn keep_finished_runs(
         }
     }
     Ok(todo)
+}
+
+/// Moves the log of run `index` (unfinished, or cut) into `interrupted/` beside the set, under
+/// a name that keeps every earlier one; returns where it went.
+fn move_to_interrupted(
+    set_dir: &std::path::Path,
+    index: usize,
+    path: &std::path::Path,
+) -> Result<PathBuf> {
+    let aside_dir = set_dir.join("interrupted");
+    std::fs::create_dir_all(&aside_dir)
+        .with_context(|| format!("cannot create {}", aside_dir.display()))?;
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+    let mut aside = aside_dir.join(format!("result_{index}-{stamp}.txt"));
+    let mut n = 1;
+    while aside.exists() {
+        aside = aside_dir.join(format!("result_{index}-{stamp}-{n}.txt"));
+        n += 1;
+    }
+    std::fs::rename(path, &aside).with_context(|| {
+        format!(
+            "cannot move {} aside to {} (move it there by hand, then continue with --resume)",
+            path.display(),
+            aside.display()
+        )
+    })?;
+    Ok(aside)
 }
 
 /// One run of the set: its run_stop status (None when it crashed), the crash, and why the set
@@ -278,6 +309,7 @@ pub fn run_set(
         runs: Vec::new(),
         moved_aside: Vec::new(),
         interrupted: false,
+        cut: None,
         took_over_lock: lock
             .as_ref()
             .and_then(|l| l.took_over())
@@ -315,11 +347,31 @@ pub fn run_set(
                 ran_now: true,
                 error,
             });
-            if stop.is_some() || crate::util::interrupt::requested() {
+            if let Some(why) = stop {
+                outcome.cut = Some((index, why));
+                outcome.interrupted = true;
+                break;
+            }
+            if crate::util::interrupt::requested() {
                 outcome.interrupted = true;
                 break;
             }
             continue;
+        }
+        if let Some(why) = stop {
+            // cut, not finished: out of the set, and run again on --resume
+            if req.log_path.exists() {
+                let aside = move_to_interrupted(&set_dir, index, &req.log_path)?;
+                tracing::warn!(
+                    "run {} was cut ({why}): its log is kept at {}",
+                    index + 1,
+                    aside.display()
+                );
+                outcome.moved_aside.push(aside);
+            }
+            outcome.cut = Some((index, why));
+            outcome.interrupted = true;
+            break;
         }
         let status = match status {
             Some(s) => s,
@@ -334,8 +386,7 @@ pub fn run_set(
         };
         on_event(SetEvent::Finished(&record));
         outcome.runs.push(record);
-        // a run whose outcome says the set cannot go on in this process stops it as Ctrl-C does
-        if stop.is_some() || crate::util::interrupt::requested() {
+        if crate::util::interrupt::requested() {
             outcome.interrupted = true;
             break;
         }

@@ -14,6 +14,7 @@ extern "C" {
         size: c_int,
         backend: c_int,
         timeout_ms: i64,
+        rendezvous_ms: i64,
         err: *mut *mut c_char,
     ) -> *mut c_void;
     pub fn mr_dist_free(group: *mut c_void);

@@ -278,6 +278,10 @@ fn log_block_throughput(
     )
 }
 
+/// The abort reason of a run cut by Ctrl-C (or SIGTERM) on any rank: it did not end on its
+/// own merits, so its set stops and `--resume` runs it again.
+pub const INTERRUPTED: &str = "interrupted";
+
 /// Carry out one run of `w`.
 pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome> {
     super::allocator::keep_freed_host_memory();
@@ -324,6 +328,12 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         .err()
         .and_then(|e| e.downcast_ref::<CaptureFailed>())
         .map(|c| (c.this_rank, c.to_string()));
+    // a peer that died, was cut off or never came: the set cannot go on in this process
+    let group_failure = result
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<crate::distributed::GroupFailure>())
+        .map(|p| p.to_string());
     let result = result.map_err(|e| {
         crate::util::libtorch_errors::advise(e, w.per_process_batch(), opts.grad_sync.world_size())
     });
@@ -354,6 +364,16 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
         .context("cannot write run_stop to the log")?;
     if let Some((this_rank, why)) = capture {
         out.stop_set = Some(stop_after_failed_capture(rank, this_rank, why));
+    } else if let Some(why) = group_failure {
+        tracing::error!(
+            "rank {rank}: the set stops on every rank (a peer failed or could not be reached): \
+             run the same command with --resume once every node is back"
+        );
+        out.stop_set = Some(why);
+    } else if let Status::Aborted(why) = &out.status {
+        if why == INTERRUPTED {
+            out.stop_set = Some(why.clone());
+        }
     }
     if let Some(path) = &opts.test_hooks.dump_params {
         match &result {
@@ -414,13 +434,14 @@ fn wait_for_device_or_abandon(sync: &mut dyn Peers, device: tch::Device, what: &
         return Ok(());
     }
     sync.abandon();
-    anyhow::bail!(
+    Err(crate::distributed::GroupFailure::new(format!(
         "rank {}: the GPU did not finish {what} within the process group's timeout of {:.0} s \
          (MLPERF_RUN_DIST_TIMEOUT_S): a peer process probably died or stopped while the step's \
          all-reduces waited for it; the group is aborted and this run ends",
         sync.rank(),
         timeout.as_secs_f64()
-    )
+    ))
+    .into())
 }
 
 /// The losses of `pending` steps in one device-to-host read.
@@ -452,15 +473,28 @@ fn agree_on_seed(sync: &mut dyn Peers, seed: u64) -> Result<u64> {
 }
 
 /// Joins the process group `rdv` describes on `device` (this rank's own): Gloo on CPU, NCCL on
-/// CUDA (Gloo where ranks share a GPU in a test mode), the collective timeout from
-/// MLPERF_RUN_DIST_TIMEOUT_S.
+/// CUDA (Gloo where ranks share a GPU in a test mode), with the timeouts of the environment
+/// (MLPERF_RUN_RENDEZVOUS_TIMEOUT_S, MLPERF_RUN_DIST_TIMEOUT_S), which it logs.
 fn join_group(
     rdv: &crate::distributed::Rendezvous,
     device: tch::Device,
     test_mode: crate::distributed::TestMode,
 ) -> Result<Box<dyn GradSync>> {
-    use crate::distributed::{overlap_from_env, timeout_from_env, BucketedGradSync, ProcessGroup};
-    let pg = ProcessGroup::new(rdv, test_mode.backend(device), timeout_from_env()?)?;
+    use crate::distributed::{overlap_from_env, BucketedGradSync, ProcessGroup, Timeouts};
+    let timeouts = Timeouts::from_env()?;
+    let backend = test_mode.backend(device);
+    tracing::info!(
+        "rank {} of {}: joining the {} process group at {}:{} (rendezvous timeout {} s, \
+         collective timeout {} s)",
+        rdv.rank,
+        rdv.world_size,
+        backend.name(),
+        rdv.master_addr,
+        rdv.master_port,
+        timeouts.rendezvous.as_secs_f64(),
+        timeouts.collective.as_secs_f64()
+    );
+    let pg = ProcessGroup::new(rdv, backend, timeouts)?;
     tracing::info!(
         "rank {} of {}: joined the {} process group",
         pg.rank(),
@@ -660,10 +694,11 @@ fn train_block(
             .find(|(_, l)| !l.is_finite() || **l > opts.divergence_loss)
             .map(|(k, l)| format!("diverged: loss {l} at step {}", first_step + k as u64));
         out.losses.extend(losses);
+        let interrupted = crate::util::interrupt::requested();
         let local_stop = if diverged.is_some() {
             diverged
-        } else if crate::util::interrupt::requested() {
-            Some("interrupted".to_string())
+        } else if interrupted {
+            Some(INTERRUPTED.to_string())
         } else {
             opts.time_limit
                 .filter(|limit| started.elapsed() > *limit)
@@ -675,14 +710,18 @@ fn train_block(
                 })
         };
         // all ranks stop together: one rank's reason stops every rank (the ranks read at
-        // the same steps, so they agree at the same points)
-        let stop = opts
-            .grad_sync
-            .any(local_stop.is_some())
+        // the same steps, so they agree at the same points); an interrupt on any rank cuts
+        // the run on every rank (its log goes to interrupted/ and --resume runs it again)
+        let mut votes = [local_stop.is_some() as u8 as f64, interrupted as u8 as f64];
+        opts.grad_sync
+            .all_reduce_sum(&mut votes)
             .context("agreeing on whether to stop")?;
-        if stop {
-            let reason = local_stop
-                .unwrap_or_else(|| format!("another rank stopped the run at step {}", out.steps));
+        if votes[0] > 0.5 {
+            let reason = match local_stop {
+                Some(r) => r,
+                None if votes[1] > 0.5 => INTERRUPTED.to_string(),
+                None => format!("another rank stopped the run at step {}", out.steps),
+            };
             // the steps this block did before the stop
             close_block(log, block, block_samples(&*w, i + 1), block_t0.elapsed())?;
             return Ok(Some(reason));

@@ -163,6 +163,11 @@ fn rendezvous_times_out_with_a_clear_error_when_a_rank_never_comes() {
         err.contains("could not form the gloo process group as rank 0 of 2"),
         "{err}"
     );
+    // rank 0 names who never came
+    assert!(
+        err.contains("1 of 2 ranks joined; missing ranks: 1"),
+        "{err}"
+    );
     assert!(
         start.elapsed() < Duration::from_secs(30),
         "took {:?}",

@@ -40,13 +40,15 @@ fn fake_run(req: &RunRequest) -> anyhow::Result<RunOutcome> {
     Ok(RunOutcome::new(req.seed, Status::Success))
 }
 
-/// A run whose outcome says the set cannot go on in this process (a CUDA graph capture failed
-/// on a device) stops the set after it, as Ctrl-C does: the runs before and that run are
-/// recorded, the rest are left for `--resume`, which finishes the set.
+/// A run that was cut (its outcome's `stop_set`: a peer died or could not be reached, Ctrl-C on
+/// another rank, a failed CUDA graph capture) stops the set after it, as Ctrl-C does: the runs
+/// before it are kept, its log goes to interrupted/ (it did not end on its own merits), and
+/// `--resume` runs it and the rest, which finishes the set. The same seeds with `--seeds`.
 #[test]
-fn a_run_that_says_stop_ends_the_set_for_a_resume() {
+fn a_cut_run_ends_the_set_its_log_goes_aside_and_resume_runs_it_again() {
     let dir = tempfile::tempdir().unwrap();
-    let s = spec(dir.path(), 4, false);
+    let mut s = spec(dir.path(), 4, false);
+    s.seeds = Some(vec![11, 12, 13, 14]);
     let mut runs = 0;
     let out = run_set(
         &s,
@@ -54,33 +56,58 @@ fn a_run_that_says_stop_ends_the_set_for_a_resume() {
             runs += 1;
             let mut out = fake_run(r)?;
             if r.index == 1 {
-                out.stop_set = Some("a CUDA graph capture failed on rank 0".into());
+                out.stop_set = Some("gradient all-reduce failed on rank 0 of 2".into());
             }
             Ok(out)
         },
         |_| {},
     )
     .unwrap();
-    assert_eq!(runs, 2, "the set stopped after the run that said so");
+    assert_eq!(runs, 2, "the set stopped after the cut run");
     assert!(out.interrupted);
     assert_eq!(
+        out.cut,
+        Some((1, "gradient all-reduce failed on rank 0 of 2".to_string()))
+    );
+    assert_eq!(
         out.runs.iter().map(|r| r.index).collect::<Vec<_>>(),
-        vec![0, 1]
+        vec![0],
+        "only the run before the cut one is in the set"
+    );
+    assert!(!s.result_path(1).exists(), "the cut run's log left the set");
+    assert_eq!(out.moved_aside.len(), 1);
+    let aside = std::fs::read_to_string(&out.moved_aside[0]).unwrap();
+    assert!(
+        out.moved_aside[0].starts_with(s.set_dir().join("interrupted"))
+            && aside.contains("run_stop")
+            && aside.contains("12"),
+        "{}: {aside}",
+        out.moved_aside[0].display()
     );
     assert!(!s.set_dir().join(LOCK_FILE).exists());
+    let mut resumed_seeds = Vec::new();
+    let mut again = s.clone();
+    again.resume = true;
     let resumed = run_set(
-        &spec(dir.path(), 4, true),
-        &mut |r: &RunRequest| fake_run(r),
+        &again,
+        &mut |r: &RunRequest| {
+            resumed_seeds.push(r.seed);
+            fake_run(r)
+        },
         |_| {},
     )
     .unwrap();
     assert!(!resumed.interrupted);
     assert_eq!(
-        resumed.runs.iter().filter(|r| r.ran_now).count(),
-        2,
-        "the resume ran the two runs left"
+        resumed_seeds,
+        vec![12, 13, 14],
+        "the resume ran the cut run again, then the rest"
     );
     assert_eq!(resumed.runs.len(), 4);
+    assert!(resumed
+        .runs
+        .iter()
+        .all(|r| r.status.as_deref() == Some("success")));
 }
 
 /// The pid of a process that has exited.
@@ -283,6 +310,18 @@ mod binary {
         // machine's speed: a run of the tiny preset takes about a second)
         assert_eq!(status.code(), Some(130));
         assert!(!set.join(LOCK_FILE).exists(), "gone after Ctrl-C");
+        // a run that Ctrl-C cut is not a result: its log went to interrupted/, for a resume
+        for entry in std::fs::read_dir(&set).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "txt") {
+                let log = std::fs::read_to_string(&path).unwrap();
+                assert!(
+                    !log.contains("\"reason\": \"interrupted\""),
+                    "{} is a cut run left in the set: {log}",
+                    path.display()
+                );
+            }
+        }
     }
 
     #[test]
