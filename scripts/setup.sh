@@ -28,6 +28,9 @@ TORCH_VERSION=2.11.0
 MLPERF_LOGGING_VERSION=4.1.68
 PY_EXTRA=(pillow torchvision==0.26.0 h5py safetensors)
 APT_PACKAGES=(pkg-config libhdf5-dev libgloo-dev libjpeg62-turbo-dev)
+# the two-node tests (tests/distributed/two_nodes.rs): network namespaces, tc, and nft for a
+# lossy link where the kernel has no netem
+APT_PACKAGES+=(iproute2 nftables)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

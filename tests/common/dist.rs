@@ -123,19 +123,25 @@ pub fn open_run_args(
     ]
 }
 
-/// Waits at most `limit`; a worker still running then is killed and the test fails.
-pub fn finish(mut child: std::process::Child, limit: std::time::Duration, what: &str) -> Output {
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
+/// Waits at most `limit`, reading the child's output as it comes (a child that writes more
+/// than a pipe holds never blocks on it); a worker still running then is killed and the test
+/// fails.
+pub fn finish(child: std::process::Child, limit: std::time::Duration, what: &str) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid, not yet reaped (its waiter still runs).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let out = rx.recv().unwrap().unwrap();
             panic!(
                 "{what} still running after {limit:?}; stderr:\n{}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    child.wait_with_output().unwrap()
 }

@@ -13,7 +13,9 @@ use std::process::Command;
 
 /// configs/bert/tiny_cpu_packed.toml, open division, 16 packed rows per step (global batch 32 at
 /// packing factor 2), 20 steps (evals after 10 and 20), with `accum` micro-batches per step.
-fn config(dir: &Path, accum: u64) -> PathBuf {
+/// configs/bert/tiny_cpu_packed.toml for 640 samples (2 evals of 128), `accum` micro-batches
+/// per step, packing factor 2, global batch 32.
+pub fn config(dir: &Path, accum: u64) -> PathBuf {
     let base = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml"),
     )
@@ -52,10 +54,10 @@ fn eval_points(log: &Path) -> Vec<f64> {
         .collect()
 }
 
-#[test]
-fn two_process_packed_training_equals_one_process_accumulating_the_same_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+/// `data synth-bert` into `dir/data`: the data of [`config`] (realistic lengths at 64
+/// tokens, 2 shards).
+pub fn synth_data(dir: &Path) -> PathBuf {
+    let data = dir.join("data");
     // realistic lengths at 64 tokens
     let out = Command::new(BIN)
         .args(["data", "synth-bert", "--out"])
@@ -79,6 +81,13 @@ fn two_process_packed_training_equals_one_process_accumulating_the_same_rows() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
+    data
+}
+
+#[test]
+fn two_process_packed_training_equals_one_process_accumulating_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth_data(dir.path());
 
     let (dp_log, dp_dump) = (dir.path().join("dp.txt"), dir.path().join("dp.safetensors"));
     let dp = launch_command(2)

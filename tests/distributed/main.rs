@@ -14,4 +14,5 @@ mod dist_gloo;
 mod dist_resnet;
 mod dist_slurm_script;
 mod test_modes;
+mod two_node_runs;
 mod two_nodes;
