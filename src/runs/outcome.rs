@@ -39,8 +39,10 @@ pub struct RunOutcome {
     /// the loop included, evals excluded).
     pub train_seconds: f64,
     pub log_path: Option<PathBuf>,
-    /// Why the set cannot go on in this process after this run (it stops as if interrupted and
-    /// `--resume` continues it in a new one): a CUDA graph capture failed on a device.
+    /// Why this run was cut rather than ended on its own merits: Ctrl-C on any rank, the
+    /// process group could not form or failed (a peer died, was cut off or never came), a CUDA
+    /// graph capture failed. The set stops after it (as on Ctrl-C), its log goes to
+    /// `interrupted/`, and `--resume` runs it again in a new process.
     pub stop_set: Option<String>,
 }
 
