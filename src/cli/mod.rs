@@ -3,7 +3,7 @@
 
 pub use crate::util::ExitStatus;
 
-use crate::{data, demo, launch, regress, rules, score, submission, train};
+use crate::{data, demo, launch, plan, regress, rules, score, submission, train};
 use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::process::ExitCode;
@@ -44,6 +44,8 @@ enum Command {
     Bert(train::BertArgs),
     /// Data set tools: synthetic ImageNet-style and BERT data.
     Data(data::DataArgs),
+    /// Plan a closed submission for N GPUs: configs from the RCP tables, projected time to train.
+    Plan(plan::PlanArgs),
     /// The one-command tour: synthesize tiny data, train, score, package and verify.
     Demo(demo::DemoArgs),
     /// Start N local data-parallel workers: `launch --nproc-per-node N -- resnet ...`.
@@ -69,6 +71,7 @@ pub fn main() -> ExitCode {
         Command::Bert(a) => train::run_bert(a),
         Command::Data(a) => data::run_data(a),
         Command::Demo(a) => demo::run_demo(a),
+        Command::Plan(a) => plan::run_plan(a),
         Command::Launch(a) => launch::run_launch(a),
         Command::DistSelftest(a) => launch::run_selftest(a),
     };
