@@ -1,6 +1,8 @@
 //! The command line: the subcommands and their dispatch ([`main`]), and the exit statuses
 //! ([`ExitStatus`]). Each subcommand's flags are its `*Args` struct, beside the work it does.
 
+mod defaults;
+
 pub use crate::util::ExitStatus;
 
 use crate::{data, demo, launch, plan, regress, rules, score, submission, train};
@@ -67,8 +69,8 @@ pub fn main() -> ExitCode {
         Command::Sysinfo(a) => submission::run_sysinfo(a),
         Command::Package(a) => submission::run_package(a),
         Command::Verify(a) => submission::run_verify(a),
-        Command::Resnet(a) => train::run_resnet(a),
-        Command::Bert(a) => train::run_bert(a),
+        Command::Resnet(a) => defaults::resnet(a),
+        Command::Bert(a) => defaults::bert(a),
         Command::Data(a) => data::run_data(a),
         Command::Demo(a) => demo::run_demo(a),
         Command::Plan(a) => plan::run_plan(a),
