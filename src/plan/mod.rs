@@ -2,7 +2,7 @@
 //!
 //! For each GPU count: the global batch and hyperparameters of one of the round's reference
 //! convergence points ([`choose`]), written as a closed config that `resnet`/`bert` accept as
-//! it is ([`write`]), and the time to train projected from a measured per-GPU rate with the
+//! it is ([`mod@write`]), and the time to train projected from a measured per-GPU rate with the
 //! per-GPU batch effect, the exposed gradient all-reduce and the evals ([`model`]); a table
 //! and an SVG plot ([`render`]). docs/planning.md describes the model and its check against
 //! published results.

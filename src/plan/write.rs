@@ -1,5 +1,5 @@
 //! The closed configs a plan writes: the 8xH100 closed preset of the benchmark
-//! (configs/<benchmark>/closed_8xH100.toml, the methods and data path of NVIDIA's recipe) with
+//! (`configs/<benchmark>/closed_8xH100.toml`, the methods and data path of NVIDIA's recipe) with
 //! the batch, the hyperparameters of the chosen RCP point and the closed eval cadence put in;
 //! each is checked with the closed rules of `resnet`/`bert` before it is written.
 
