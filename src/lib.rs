@@ -14,6 +14,7 @@
 //! - [`fused`]: the fused ops (fused BN+ReLU, the encoder epilogues, bias+GELU, varlen
 //!   attention), each a fast kernel with a reference path
 //! - `shim`: the C++ shim's FFI declarations (one file per `shim/*.cpp`) and its error call
+//! - [`plan`]: closed configs for N GPUs and their projected time to train (`plan`)
 //! - [`cli`]: the subcommands' dispatch, and an error mapped to its exit status
 //! - [`util`]: exit statuses, atomic file writes, interrupts, libtorch errors, logging set-up
 //!
@@ -38,6 +39,7 @@ pub mod mllog;
 pub mod models;
 pub mod official;
 pub mod optim;
+pub mod plan;
 pub mod recipes;
 pub mod regress;
 pub mod rules;

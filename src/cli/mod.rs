@@ -1,9 +1,11 @@
 //! The command line: the subcommands and their dispatch ([`main`]), and the exit statuses
 //! ([`ExitStatus`]). Each subcommand's flags are its `*Args` struct, beside the work it does.
 
+mod defaults;
+
 pub use crate::util::ExitStatus;
 
-use crate::{data, demo, launch, regress, rules, score, submission, train};
+use crate::{data, demo, launch, plan, regress, rules, score, submission, train};
 use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::process::ExitCode;
@@ -44,6 +46,8 @@ enum Command {
     Bert(train::BertArgs),
     /// Data set tools: synthetic ImageNet-style and BERT data.
     Data(data::DataArgs),
+    /// Plan a closed submission for N GPUs: configs from the RCP tables, projected time to train.
+    Plan(plan::PlanArgs),
     /// The one-command tour: synthesize tiny data, train, score, package and verify.
     Demo(demo::DemoArgs),
     /// Start N local data-parallel workers: `launch --nproc-per-node N -- resnet ...`.
@@ -65,10 +69,11 @@ pub fn main() -> ExitCode {
         Command::Sysinfo(a) => submission::run_sysinfo(a),
         Command::Package(a) => submission::run_package(a),
         Command::Verify(a) => submission::run_verify(a),
-        Command::Resnet(a) => train::run_resnet(a),
-        Command::Bert(a) => train::run_bert(a),
+        Command::Resnet(a) => defaults::resnet(a),
+        Command::Bert(a) => defaults::bert(a),
         Command::Data(a) => data::run_data(a),
         Command::Demo(a) => demo::run_demo(a),
+        Command::Plan(a) => plan::run_plan(a),
         Command::Launch(a) => launch::run_launch(a),
         Command::DistSelftest(a) => launch::run_selftest(a),
     };

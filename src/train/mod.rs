@@ -199,8 +199,10 @@ pub struct ResnetArgs {
     /// MLPerf division: closed configs are checked against the closed rules before the run.
     #[arg(long, value_enum, required_unless_present = "recipe")]
     pub division: Option<Division>,
-    /// Run configuration (TOML), e.g. configs/resnet/tiny_cpu.toml.
-    #[arg(long, required_unless_present = "recipe")]
+    /// Run configuration (TOML), e.g. configs/resnet/tiny_cpu.toml. Absent: the config
+    /// `mlperf-run plan` writes for this machine's GPUs (needs --data), or without a GPU the
+    /// tiny preset on data the command makes itself.
+    #[arg(long)]
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub recipe: RecipeArgs,
@@ -312,13 +314,15 @@ pub struct BertArgs {
     /// MLPerf division: closed configs are checked against the closed rules before the run.
     #[arg(long, value_enum, required_unless_present = "recipe")]
     pub division: Option<Division>,
-    /// Run configuration (TOML), e.g. configs/bert/tiny_cpu.toml.
-    #[arg(long, required_unless_present = "recipe")]
+    /// Run configuration (TOML), e.g. configs/bert/tiny_cpu.toml. Absent: the config
+    /// `mlperf-run plan` writes for this machine's GPUs (needs --data), or without a GPU the
+    /// tiny preset on a tiny corpus the command makes itself.
+    #[arg(long)]
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub recipe: RecipeArgs,
     /// Data directory with train/ and eval/ HDF5 shards (`mlperf-run data synth-bert` makes one).
-    #[arg(long, required_unless_present = "recipe")]
+    #[arg(long)]
     pub data: Option<PathBuf>,
     /// Starting checkpoint: the reference checkpoint converted to safetensors
     /// (scripts/convert_bert_checkpoint); absent: random initialisation.

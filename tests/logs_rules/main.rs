@@ -20,6 +20,7 @@ mod package_official;
 mod package_recorded_sysinfo;
 mod package_refusals;
 mod parser_props;
+mod plan_reality;
 mod projection_fixtures;
 mod regress_gate;
 mod score_cli;

@@ -17,6 +17,7 @@ mod bench_configs;
 mod bench_report;
 mod bert_tiny;
 mod host_sync;
+mod plan_configs;
 mod recipes;
 mod runset_lock;
 mod runset_resume;

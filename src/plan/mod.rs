@@ -1,0 +1,292 @@
+//! `mlperf-run plan`: closed configs for N GPUs and their projected time to train.
+//!
+//! For each GPU count: the global batch and hyperparameters of one of the round's reference
+//! convergence points ([`choose`]), written as a closed config that `resnet`/`bert` accept as
+//! it is ([`mod@write`]), and the time to train projected from a measured per-GPU rate with the
+//! per-GPU batch effect, the exposed gradient all-reduce and the evals ([`model`]); a table
+//! and an SVG plot ([`render`]). docs/planning.md describes the model and its check against
+//! published results.
+
+pub mod choose;
+pub mod hardware;
+pub mod measure;
+pub mod model;
+pub mod render;
+pub mod write;
+
+use crate::util::ExitStatus;
+use anyhow::{bail, Context, Result};
+use choose::{Choice, Inputs, Round};
+use hardware::{Gpu, ModelCost};
+use model::{Cluster, Costs, Measured};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PlanArgs {
+    /// The benchmark: resnet or bert.
+    pub benchmark: String,
+    /// GPU counts to plan for, e.g. 8,16,64,256.
+    #[arg(long, value_delimiter = ',', default_value = "8,16,64,256")]
+    pub gpus: Vec<u64>,
+    /// GPU model (H100-SXM-80GB, H200-SXM-141GB, A100-SXM-80GB, A100-SXM-40GB, B200-180GB; an
+    /// nvidia-smi name works too).
+    #[arg(long, default_value = "H100-SXM-80GB")]
+    pub gpu: String,
+    /// Memory per GPU in GiB (default: the GPU model's).
+    #[arg(long)]
+    pub gpu_memory_gib: Option<f64>,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u64,
+    /// Link between the GPUs of a node: nvlink3, nvlink4, nvlink5, pcie4, pcie5, or GB/s per
+    /// GPU (default: the GPU model's NVLink).
+    #[arg(long)]
+    pub intra: Option<String>,
+    /// Network between nodes, per GPU: hdr, ndr, xdr, eth100, or GB/s per GPU (default: the
+    /// GPU model's usual InfiniBand).
+    #[arg(long)]
+    pub inter: Option<String>,
+    /// Measured training samples per second per GPU (default: the record holders' published
+    /// rate for the GPU, said as such).
+    #[arg(long, conflicts_with = "from_log")]
+    pub rate: Option<f64>,
+    /// Per-GPU batch (samples) --rate was measured at (default: the saturating batch).
+    #[arg(long, requires = "rate")]
+    pub measured_batch: Option<f64>,
+    /// Read the per-GPU rate, eval time and start-up from these MLPerf logs of a short run.
+    #[arg(long, num_args = 1..)]
+    pub from_log: Vec<PathBuf>,
+    /// GPUs the --from-log run used (its log's throughput is over all of them).
+    #[arg(long, default_value_t = 1)]
+    pub measured_gpus: u64,
+    /// Seconds from run_start to the first step, for --rate.
+    #[arg(long, default_value_t = 15.0)]
+    pub startup_s: f64,
+    /// Override the model's per-step overhead (the per-GPU batch effect), milliseconds.
+    #[arg(long)]
+    pub step_overhead_ms: Option<f64>,
+    /// Override the share of compute that hides the all-reduce, 0..1.
+    #[arg(long)]
+    pub overlap: Option<f64>,
+    /// The round (ruleset) whose RCP table and rules apply (default: the benchmark's).
+    #[arg(long)]
+    pub round: Option<String>,
+    /// Where the configs, the plot and plan.json go.
+    #[arg(long, default_value = "runs/plan")]
+    pub out: PathBuf,
+}
+
+/// The GPU, its memory and the cluster of `args`.
+fn hardware(args: &PlanArgs) -> Result<(Gpu, f64, Cluster)> {
+    let gpu = hardware::gpu(&args.gpu)?;
+    let memory = args.gpu_memory_gib.unwrap_or(gpu.memory_gib);
+    if !(memory.is_finite() && memory > 0.0) {
+        bail!("--gpu-memory-gib must be > 0, got {memory}");
+    }
+    if args.gpus_per_node == 0 {
+        bail!("--gpus-per-node must be at least 1");
+    }
+    let cluster = Cluster {
+        gpus_per_node: args.gpus_per_node,
+        intra: hardware::link(args.intra.as_deref().unwrap_or(gpu.intra), "--intra")?,
+        inter: hardware::link(args.inter.as_deref().unwrap_or(gpu.inter), "--inter")?,
+    };
+    Ok((gpu, memory, cluster))
+}
+
+/// The model costs with the overrides of `args`.
+fn costs(args: &PlanArgs) -> Result<ModelCost> {
+    let mut m = ModelCost::of(&args.benchmark)?;
+    if let Some(ms) = args.step_overhead_ms {
+        if !(ms.is_finite() && ms >= 0.0) {
+            bail!("--step-overhead-ms must be >= 0, got {ms}");
+        }
+        m.step_overhead_s = ms / 1e3;
+    }
+    if let Some(o) = args.overlap {
+        if !(0.0..=1.0).contains(&o) {
+            bail!("--overlap must be within 0..1, got {o}");
+        }
+        m.overlap = o;
+    }
+    Ok(m)
+}
+
+/// What was measured, and where it comes from.
+fn measured(
+    args: &PlanArgs,
+    bench: &crate::benchmarks::Benchmark,
+    gpu: &Gpu,
+    m: &ModelCost,
+) -> Result<(Measured, String)> {
+    if !args.from_log.is_empty() {
+        let logs = args
+            .from_log
+            .iter()
+            .map(|p| crate::mllog::parse_file(p))
+            .collect::<Result<Vec<_>>>()?;
+        let meas = measure::from_logs(&logs, bench, args.measured_gpus)
+            .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
+        return Ok((
+            meas,
+            format!(
+                "measured: {} log(s), {} GPU(s)",
+                logs.len(),
+                args.measured_gpus
+            ),
+        ));
+    }
+    let (rate, batch, source) = match (args.rate, reference_rate_of(gpu, &bench.name)) {
+        (Some(r), _) => {
+            let b = args.measured_batch.unwrap_or(m.saturating_batch as f64);
+            (
+                r,
+                b,
+                format!("given: {r} samples/s per GPU at per-GPU batch {b}"),
+            )
+        }
+        (None, Some(r)) => (
+            r.rate,
+            r.batch,
+            format!(
+            "not measured: the published per-GPU rate of {} ({} samples/s per GPU at batch {}); \
+             measure this machine with --from-log",
+            r.source, r.rate, r.batch
+        ),
+        ),
+        (None, None) => bail!(
+            "no published rate for {} on {}: measure a short run and give --from-log LOG \
+             --measured-gpus N, or --rate",
+            bench.name,
+            gpu.name
+        ),
+    };
+    if !(rate.is_finite() && rate > 0.0 && batch.is_finite() && batch > 0.0) {
+        bail!("--rate and --measured-batch must be > 0");
+    }
+    if !(args.startup_s.is_finite() && args.startup_s >= 0.0) {
+        bail!("--startup-s must be >= 0");
+    }
+    let eval_s = bench.eval_samples as f64 / (3.0 * rate * 8.0);
+    Ok((
+        Measured {
+            per_gpu_rate: rate,
+            micro_batch: batch,
+            accum: 1,
+            gpus: 8,
+            eval_s,
+            startup_s: args.startup_s,
+            warmup_s: 0.0,
+        },
+        source,
+    ))
+}
+
+fn reference_rate_of(gpu: &Gpu, bench: &str) -> Option<hardware::ReferenceRate> {
+    hardware::reference_rate(gpu.name, bench)
+}
+
+/// A finished plan: the rows (choice, config path) and what the rate came from.
+pub struct Planned {
+    pub rows: Vec<(Choice, String)>,
+    pub source: String,
+    pub svg: PathBuf,
+}
+
+/// Plan `args` and write the configs, the plot and plan.json.
+pub fn plan(args: &PlanArgs) -> Result<Planned> {
+    let bench = crate::benchmarks::get(&args.benchmark)?;
+    if args.gpus.is_empty() || args.gpus.contains(&0) {
+        bail!("--gpus: give GPU counts of at least 1, e.g. --gpus 8,16,64");
+    }
+    let (gpu, memory, cluster) = hardware(args)?;
+    let model = costs(args)?;
+    let round_name = args
+        .round
+        .clone()
+        .unwrap_or_else(|| bench.default_ruleset.clone());
+    let round = Round::load(bench, &round_name)?;
+    let (meas, source) = measured(args, bench, &gpu, &model)?;
+    let inputs = Inputs {
+        bench,
+        round: &round,
+        measured: meas,
+        costs: Costs::full(model),
+        cluster,
+        memory_gib: memory,
+        samples_per_row: if bench.name == "bert" { 2 } else { 1 },
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("--out {}: cannot create it", args.out.display()))?;
+    let mut rows = Vec::new();
+    for &n in &args.gpus {
+        let c = choose::choose(&inputs, n)?;
+        let path = args.out.join(config_name(&bench.name, n, gpu.name));
+        let header = format!(
+            "# Written by `mlperf-run plan {}` for {n}x{} ({memory} GiB), round {round_name}.\n\
+             # Projected: {:.2} minutes (RCP band {:.2}-{:.2}); per-GPU rate {source}.\n",
+            bench.name,
+            gpu.name,
+            c.projection.minutes,
+            c.projection.minutes_low,
+            c.projection.minutes_high
+        );
+        let text = write::config_text(&c, bench, gpu.name, &round_name, &header)?;
+        crate::util::fs::write_atomic(&path, text.as_bytes())?;
+        rows.push((c, path.display().to_string()));
+    }
+    let title = format!("{} on {}, round {round_name}", bench.name, gpu.name);
+    let svg = args.out.join(format!("{}_plan.svg", bench.name));
+    crate::util::fs::write_atomic(&svg, render::svg(&title, &rows)?.as_bytes())?;
+    let json: Vec<_> = rows.iter().map(|(c, p)| serde_json::json!({
+        "config": p, "rcp_point": c.point.name, "convergence": c.convergence, "projection": c.projection,
+    })).collect();
+    let json_path = args.out.join(format!("{}_plan.json", bench.name));
+    crate::util::fs::write_atomic(&json_path, serde_json::to_string_pretty(&json)?.as_bytes())?;
+    Ok(Planned { rows, source, svg })
+}
+
+/// The file name of a planned config.
+pub fn config_name(benchmark: &str, gpus: u64, gpu: &str) -> String {
+    format!("{benchmark}_closed_{gpus}x{gpu}.toml")
+}
+
+/// `mlperf-run plan`.
+pub fn run_plan(args: PlanArgs) -> Result<ExitStatus> {
+    let planned = plan(&args)?;
+    let mut out = format!("per-GPU rate: {}\n", planned.source);
+    out.push_str(&render::table(&planned.rows));
+    out.push_str(&format!("plot: {}\n", planned.svg.display()));
+    crate::util::output::print(&out)?;
+    Ok(ExitStatus::Success)
+}
+
+/// The config `plan` writes for this machine's `gpus` x `gpu_name` into `out` (one count).
+pub fn plan_for_machine(
+    benchmark: &str,
+    gpus: u64,
+    gpu_name: &str,
+    memory_gib: Option<f64>,
+    out: &Path,
+) -> Result<PathBuf> {
+    let args = PlanArgs {
+        benchmark: benchmark.into(),
+        gpus: vec![gpus],
+        gpu: gpu_name.into(),
+        gpu_memory_gib: memory_gib,
+        gpus_per_node: gpus.clamp(1, 8),
+        intra: None,
+        inter: None,
+        rate: None,
+        measured_batch: None,
+        from_log: Vec::new(),
+        measured_gpus: 1,
+        startup_s: 15.0,
+        step_overhead_ms: None,
+        overlap: None,
+        round: None,
+        out: out.to_path_buf(),
+    };
+    let planned = plan(&args)?;
+    Ok(PathBuf::from(&planned.rows[0].1))
+}

@@ -1,0 +1,211 @@
+//! `plan`'s projection against published results (issue 44, part 4): from a submitter's 8-GPU
+//! result of a round (its per-GPU rate, eval time and start-up, read from its logs) project the
+//! same submitter's larger results of that round (their logged global batch; the RCP mean of
+//! the round at it) and compare with their logged time to train (the olympic mean of
+//! run_start..run_stop over the set). The logs are trimmed extracts in
+//! tests/fixtures/plan/ (SOURCES.md names each one's repository, path and commit).
+//!
+//! Asserted: within 15% for the results up to 64 GPUs of the same software; the control (no
+//! all-reduce term, no per-GPU batch effect: the 8-GPU per-GPU rate scaled linearly) is at
+//! least twice as far off on the 64-GPU results. The results beyond (2,528 and 3,472 GPUs) are
+//! printed as they come. `cargo test --release --test logs_rules plan_reality -- --nocapture`
+//! shows the table.
+
+use mlperf_run::benchmarks;
+use mlperf_run::mllog::{keys, parse_file, LogFile};
+use mlperf_run::plan::choose::Round;
+use mlperf_run::plan::hardware::{link, ModelCost};
+use mlperf_run::plan::measure;
+use mlperf_run::plan::model::{project, Cluster, Costs};
+use std::path::{Path, PathBuf};
+
+struct Pair {
+    bench: &'static str,
+    round: &'static str,
+    source: &'static str,
+    target: &'static str,
+    gpus: u64,
+    /// Same container (software) as the source: inside the asserted domain.
+    same_software: bool,
+}
+
+const PAIRS: &[Pair] = &[
+    Pair {
+        bench: "resnet",
+        round: "3.1.0",
+        source: "v3.1/NVIDIA/eos_ngc23.09_mxnet",
+        target: "v3.1/NVIDIA/eos_n8_ngc23.09_mxnet",
+        gpus: 64,
+        same_software: true,
+    },
+    Pair {
+        bench: "resnet",
+        round: "4.0.0",
+        source: "v4.0/NVIDIA/eos_ngc24.04_mxnet",
+        target: "v4.0/NVIDIA/eos_n8_ngc24.04_mxnet",
+        gpus: 64,
+        same_software: true,
+    },
+    Pair {
+        bench: "resnet",
+        round: "4.0.0",
+        source: "v4.0/NVIDIA/eos_ngc24.04_mxnet",
+        target: "v4.0/NVIDIA/eos_n316_ngc24.04_mxnet",
+        gpus: 2528,
+        same_software: true,
+    },
+    Pair {
+        bench: "resnet",
+        round: "3.1.0",
+        source: "v3.1/Dell/XE9680x8H100-SXM-80GB",
+        target: "v3.1/Dell/2xXE9680x8H100-SXM-80GB",
+        gpus: 16,
+        same_software: true,
+    },
+    Pair {
+        bench: "bert",
+        round: "3.1.0",
+        source: "v3.1/NVIDIA/eos_ngc23.04_pytorch",
+        target: "v3.1/NVIDIA/eos_n8_ngc23.04_pytorch",
+        gpus: 64,
+        same_software: true,
+    },
+    Pair {
+        bench: "bert",
+        round: "3.1.0",
+        source: "v3.1/NVIDIA/eos_ngc23.04_pytorch",
+        target: "v3.1/NVIDIA/eos_n434_ngc23.09_pytorch",
+        gpus: 3472,
+        same_software: false,
+    },
+    Pair {
+        bench: "bert",
+        round: "3.1.0",
+        source: "v3.1/Dell/XE9680x8H100-SXM-80GB",
+        target: "v3.1/Dell/2xXE9680x8H100-SXM-80GB",
+        gpus: 16,
+        same_software: true,
+    },
+];
+
+fn logs(set: &str, bench: &str) -> Vec<LogFile> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/plan")
+        .join(set)
+        .join(bench);
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no logs in {}", dir.display());
+    paths
+        .iter()
+        .map(|p| parse_file(Path::new(p)).unwrap())
+        .collect()
+}
+
+fn minutes(log: &LogFile) -> f64 {
+    let t = |k: &str| {
+        log.first(k)
+            .unwrap_or_else(|| panic!("{}: no {k}", log.path.display()))
+            .time_ms
+    };
+    (t(keys::RUN_STOP) - t(keys::RUN_START)) / 60_000.0
+}
+
+fn olympic(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let inner = &v[1..v.len() - 1];
+    inner.iter().sum::<f64>() / inner.len() as f64
+}
+
+/// (logged minutes, projected, control) of one pair.
+fn check(p: &Pair) -> (f64, f64, f64, String) {
+    let bench = benchmarks::get(p.bench).unwrap();
+    let source = logs(p.source, p.bench);
+    let target = logs(p.target, p.bench);
+    let measured = measure::from_logs(&source, bench, 8).unwrap();
+    let gbs = target[0]
+        .first(keys::GLOBAL_BATCH_SIZE)
+        .unwrap()
+        .value
+        .as_f64()
+        .unwrap() as u64;
+    let round = Round::load(bench, p.round).unwrap();
+    let conv = round.convergence(bench, gbs).unwrap();
+    let cluster = Cluster {
+        gpus_per_node: 8,
+        intra: link("nvlink4", "--intra").unwrap(),
+        inter: link("ndr", "--inter").unwrap(),
+    };
+    let model = ModelCost::of(p.bench).unwrap();
+    let full = project(
+        &measured,
+        &Costs::full(model),
+        &cluster,
+        p.gpus,
+        gbs,
+        1,
+        &conv,
+    )
+    .unwrap();
+    let ctrl = project(
+        &measured,
+        &Costs::control(model),
+        &cluster,
+        p.gpus,
+        gbs,
+        1,
+        &conv,
+    )
+    .unwrap();
+    let logged = olympic(target.iter().map(minutes).collect());
+    let note = format!(
+        "GBS {gbs}, {:.1}/GPU, RCP {} {:.4}",
+        full.micro_batch,
+        conv.rcp,
+        conv.mean_samples
+            / bench
+                .train_samples
+                .filter(|_| p.bench == "resnet")
+                .unwrap_or(1) as f64
+    );
+    (logged, full.minutes, ctrl.minutes, note)
+}
+
+#[test]
+fn projections_from_8_gpus_match_the_published_larger_results() {
+    let mut report =
+        String::from("plan vs published results (projected from the submitter's 8-GPU result)\n");
+    let mut failures = Vec::new();
+    let (mut err64, mut ctrl64) = (Vec::new(), Vec::new());
+    for p in PAIRS {
+        let (logged, proj, ctrl, note) = check(p);
+        let err = (proj - logged) / logged;
+        let cerr = (ctrl - logged) / logged;
+        report.push_str(&format!(
+            "{:<6} {:<40} {:>5} GPUs  logged {:>7.3} min  projected {:>7.3} ({:>+6.1}%)  control {:>7.3} ({:>+6.1}%)  {note}{}\n",
+            p.bench, p.target, p.gpus, logged, proj, err * 100.0, ctrl, cerr * 100.0,
+            if p.same_software { "" } else { "  [other software: reported only]" }
+        ));
+        if p.same_software && p.gpus <= 64 && err.abs() > 0.15 {
+            failures.push(format!("{} {}: {:+.1}%", p.bench, p.target, err * 100.0));
+        }
+        if p.gpus == 64 {
+            err64.push(err.abs());
+            ctrl64.push(cerr.abs());
+        }
+    }
+    println!("{report}");
+    assert!(failures.is_empty(), "beyond 15%: {failures:?}\n{report}");
+    assert!(err64.len() >= 2, "{report}");
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    assert!(
+        mean(&ctrl64) >= 2.0 * mean(&err64),
+        "the control is not visibly worse at 64 GPUs: {:.3} vs {:.3}\n{report}",
+        mean(&ctrl64),
+        mean(&err64)
+    );
+}

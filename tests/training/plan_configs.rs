@@ -1,0 +1,156 @@
+//! `plan` for 8, 16 and 64 H100s (issue 44, acceptance): three closed configs per benchmark,
+//! each accepted by the closed rules of `resnet`/`bert`; each ResNet config trains a tiny-scale
+//! dry run (its batch, hyperparameters and eval cadence; the tiny model on a synthetic set of
+//! one global batch per epoch, to its first eval) whose log the official closed checker accepts.
+#![cfg(feature = "torch")]
+
+use mlperf_run::plan::{plan, PlanArgs};
+use mlperf_run::rules::Division;
+use mlperf_run::train::bert::BertRunConfig;
+use mlperf_run::train::resnet::ResnetRunConfig;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn args(benchmark: &str, out: &Path) -> PlanArgs {
+    PlanArgs {
+        benchmark: benchmark.into(),
+        gpus: vec![8, 16, 64],
+        gpu: "H100".into(),
+        gpu_memory_gib: None,
+        gpus_per_node: 8,
+        intra: None,
+        inter: None,
+        rate: None,
+        measured_batch: None,
+        from_log: Vec::new(),
+        measured_gpus: 1,
+        startup_s: 15.0,
+        step_overhead_ms: None,
+        overlap: None,
+        round: None,
+        out: out.to_path_buf(),
+    }
+}
+
+fn planned(benchmark: &str, out: &Path) -> Vec<PathBuf> {
+    let p = plan(&args(benchmark, out)).unwrap();
+    let paths: Vec<PathBuf> = p.rows.iter().map(|(_, path)| PathBuf::from(path)).collect();
+    assert_eq!(paths.len(), 3);
+    for path in &paths {
+        assert!(path.exists(), "{}", path.display());
+    }
+    assert!(p.svg.exists());
+    paths
+}
+
+/// The planned config with the tiny model, a synthetic set of one global batch per epoch at
+/// 16 px, and max_epochs just past its first eval.
+fn tiny_scale(planned: &Path) -> String {
+    let mut t: toml::Table = toml::from_str(&std::fs::read_to_string(planned).unwrap()).unwrap();
+    let tiny: toml::Table = toml::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for k in ["system", "model", "methods"] {
+        t.insert(k.into(), tiny[k].clone());
+    }
+    let train = t["train"].as_table().unwrap().clone();
+    let gbs = train["global_batch_size"].as_integer().unwrap();
+    let offset = train["eval_offset"].as_integer().unwrap();
+    let mut data = tiny["data"].as_table().unwrap().clone();
+    data.insert("train_image_size".into(), 16.into());
+    data.insert("eval_image_size".into(), 16.into());
+    let syn = data["synthetic"].as_table_mut().unwrap();
+    syn.insert("train_per_class".into(), ((gbs + 9) / 10).into());
+    syn.insert("eval_per_class".into(), 5.into());
+    t.insert("data".into(), data.into());
+    let tr = t["train"].as_table_mut().unwrap();
+    tr.insert("max_epochs".into(), (offset + 1).into());
+    // the label smoothing of the plan (the template's) stays on record
+    t["methods"]
+        .as_table_mut()
+        .unwrap()
+        .insert("label_smoothing".into(), 0.1.into());
+    toml::to_string(&t).unwrap()
+}
+
+#[test]
+fn plan_writes_closed_resnet_configs_that_run_and_pass_the_official_checker() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in planned("resnet", dir.path()) {
+        ResnetRunConfig::load(&path, Division::Closed).unwrap();
+        let cfg = path.with_extension("tiny.toml");
+        std::fs::write(&cfg, tiny_scale(&path)).unwrap();
+        let log = path.with_extension("log");
+        let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .args(["resnet", "--division", "closed", "--config"])
+            .arg(&cfg)
+            .args(["--seed", "3", "--log"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        // the tiny dry run stops after its first eval, below the target: aborted (exit 1)
+        assert!(
+            out.status.code() == Some(0) || out.status.code() == Some(1),
+            "{}: {err}",
+            path.display()
+        );
+        let logged = mlperf_run::mllog::parse_file(&log).unwrap();
+        let gbs = ResnetRunConfig::load(&path, Division::Closed)
+            .unwrap()
+            .train
+            .global_batch_size;
+        let value = logged.first("global_batch_size").map(|e| e.value.as_u64());
+        assert_eq!(value, Some(Some(gbs)), "{}: {err}", log.display());
+        hyperparameters_pass_the_official_checker(&log);
+    }
+}
+
+/// The official closed checker on a dry run's log: every check passes but the quality target
+/// (a dry run stops after its first eval, far below it).
+fn hyperparameters_pass_the_official_checker(log: &Path) {
+    let Some(py) = crate::common::oracle("plan_configs") else {
+        return;
+    };
+    let out = Command::new(py)
+        .args([
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+        ])
+        .args(["--ruleset", "4.0.0"])
+        .arg(log)
+        .current_dir(log.parent().unwrap())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("closed_resnet_lars.yaml"), "{text}");
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Failed") || l.contains("ERROR -  ") || l.contains("missing"))
+        .collect();
+    assert!(
+        failed.iter().all(|l| l.contains("eval_accuracy")),
+        "{}: the official checker fails more than the target: {failed:?}\n{text}",
+        log.display()
+    );
+}
+
+#[test]
+fn plan_writes_closed_bert_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in planned("bert", dir.path()) {
+        let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
+        assert!(cfg.methods.packing);
+        assert_eq!(cfg.train.global_batch_size % 16, 0);
+    }
+}
