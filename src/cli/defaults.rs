@@ -136,6 +136,12 @@ fn launch_all(count: u64, config: &Path) -> Result<ExitStatus> {
     })
 }
 
+/// True in a worker that a launcher started (torchrun, `launch`, Slurm): it trains its own
+/// rank, it does not start workers of its own.
+fn under_a_launcher() -> bool {
+    matches!(crate::distributed::Rendezvous::from_env(), Ok(Some(_)) | Err(_))
+}
+
 /// `resnet` as typed: the defaults filled in when --config (and --recipe) is absent.
 pub fn resnet(mut a: ResnetArgs) -> Result<ExitStatus> {
     if a.config.is_some() || a.recipe.recipe.is_some() {
@@ -143,8 +149,9 @@ pub fn resnet(mut a: ResnetArgs) -> Result<ExitStatus> {
     }
     let division = a.division.context("--division is required")?;
     match planned("resnet", division, &a.data)? {
-        Some((path, n)) if n > 1 => launch_all(n, &path),
+        Some((path, n)) if n > 1 && !under_a_launcher() => launch_all(n, &path),
         Some((path, _)) => {
+            // one GPU, or this rank's under a launcher
             a.config = Some(path);
             a.run.device = DeviceArg::Cuda;
             crate::train::run_resnet(a)
@@ -163,8 +170,9 @@ pub fn bert(mut a: BertArgs) -> Result<ExitStatus> {
     }
     let division = a.division.context("--division is required")?;
     match planned("bert", division, &a.data)? {
-        Some((path, n)) if n > 1 => launch_all(n, &path),
+        Some((path, n)) if n > 1 && !under_a_launcher() => launch_all(n, &path),
         Some((path, _)) => {
+            // one GPU, or this rank's under a launcher
             a.config = Some(path);
             a.run.device = DeviceArg::Cuda;
             crate::train::run_bert(a)
