@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -107,11 +109,59 @@ void wait_all(Group* g, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
   for (auto& w : works) mr::wait_one(g, w);
 }
 
+// Groups this process has formed: every rank of a run set forms one per run, in step, so the
+// n-th group of each rank is the same group. Its keys carry n: a rank that finished run n-1
+// early and connects while rank 0 still serves run n-1's store (the port is the same) sees no
+// key of group n there, drops that connection and connects again.
+std::atomic<unsigned long long> groups_formed{0};
+
+std::string joined_key(unsigned long long generation, int rank) {
+  return "mlperf-run/" + std::to_string(generation) + "/joined/" + std::to_string(rank);
+}
+
+// Rank 0's store for group `generation`, or (other ranks) a connection to it: a store without
+// rank 0's key of this generation is the previous group's, still being torn down; it is left
+// and the connection tried again until `deadline`.
+c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& master, c10d::TCPStoreOptions so,
+                                                 int rank, unsigned long long generation,
+                                                 std::chrono::steady_clock::time_point deadline) {
+  using namespace std::chrono;
+  const std::string rank0 = joined_key(generation, 0);
+  for (;;) {
+    auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+    so.timeout = std::max(left, milliseconds(1000));
+    if (rank == 0) {
+      auto store = c10::make_intrusive<c10d::TCPStore>(master, so);
+      store->set(rank0, std::vector<uint8_t>{1});
+      return store;
+    }
+    try {
+      auto store = c10::make_intrusive<c10d::TCPStore>(master, so);
+      // rank 0 writes its key right after it starts serving: give it a moment
+      const auto until = steady_clock::now() + milliseconds(2000);
+      while (steady_clock::now() < until) {
+        if (store->check({rank0})) return store;
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+    } catch (const std::exception&) {
+      // the previous group's store closed under us, or nothing listens yet: try again below
+      if (steady_clock::now() >= deadline) throw;
+    }
+    if (steady_clock::now() >= deadline) {
+      throw std::runtime_error("rendezvous timed out: the store at " + master +
+                               " never served group " + std::to_string(generation) +
+                               " of this run set (is rank 0 on the same run?)");
+    }
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+}
+
 // Rank 0 waits until every rank has written its "joined" key into the store, at most `timeout`;
-// then throws naming the ranks that never came (and the hosts of those that did).
-void wait_for_every_rank(c10d::Store& store, int size, std::chrono::milliseconds timeout) {
+// then throws naming the ranks that never came.
+void wait_for_every_rank(c10d::Store& store, int size, unsigned long long generation,
+                         std::chrono::milliseconds timeout) {
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("mlperf-run/joined/" + std::to_string(r));
+  for (int r = 0; r < size; ++r) keys.push_back(joined_key(generation, r));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!store.check(keys)) {
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -166,13 +216,17 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
     so.numWorkers = static_cast<size_t>(size);
     // rank 0 waits below, where it can name the ranks that never came
     so.waitWorkers = false;
-    so.timeout = rendezvous;
-    auto store = c10::make_intrusive<c10d::TCPStore>(std::string(master_addr), so);
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    store->set("mlperf-run/joined/" + std::to_string(rank),
-               std::vector<uint8_t>(host, host + std::strlen(host)));
-    if (rank == 0) wait_for_every_rank(*store, size, rendezvous);
+    const unsigned long long generation = ++groups_formed;
+    auto store = connect_store(master_addr, so, rank, generation,
+                               std::chrono::steady_clock::now() + rendezvous);
+    if (rank == 0) {
+      wait_for_every_rank(*store, size, generation, rendezvous);
+    } else {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      store->set(joined_key(generation, rank),
+                 std::vector<uint8_t>(host, host + std::strlen(host)));
+    }
     c10::intrusive_ptr<c10d::Backend> be;
     if (backend == 0) {
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);

@@ -139,7 +139,9 @@ fn launch_all(count: u64, config: &Path) -> Result<ExitStatus> {
 /// True in a worker that a launcher started (torchrun, `launch`, Slurm): it trains its own
 /// rank, it does not start workers of its own.
 fn under_a_launcher() -> bool {
-    matches!(crate::distributed::Rendezvous::from_env(), Ok(Some(_)) | Err(_))
+    ["RANK", "WORLD_SIZE", "SLURM_PROCID"]
+        .iter()
+        .any(|k| std::env::var_os(k).is_some())
 }
 
 /// `resnet` as typed: the defaults filled in when --config (and --recipe) is absent.

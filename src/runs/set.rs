@@ -338,54 +338,10 @@ pub fn run_set(
             log_path: spec.result_path(index),
         };
         on_event(SetEvent::Starting(&req));
-        let (status, error, stop) = run_one(executor, &req);
-        if !spec.writer {
-            outcome.runs.push(RunRecord {
-                index,
-                seed: Some(seed),
-                status: Some(status.unwrap_or_else(|| keys::STATUS_ABORTED.to_string())),
-                ran_now: true,
-                error,
-            });
-            if let Some(why) = stop {
-                outcome.cut = Some((index, why));
-                outcome.interrupted = true;
-                break;
-            }
-            if crate::util::interrupt::requested() {
-                outcome.interrupted = true;
-                break;
-            }
-            continue;
-        }
-        if let Some(why) = stop {
-            // cut, not finished: out of the set, and run again on --resume
-            if req.log_path.exists() {
-                let aside = move_to_interrupted(&set_dir, index, &req.log_path)?;
-                tracing::warn!(
-                    "run {} was cut ({why}): its log is kept at {}",
-                    index + 1,
-                    aside.display()
-                );
-                outcome.moved_aside.push(aside);
-            }
-            outcome.cut = Some((index, why));
-            outcome.interrupted = true;
+        let ran = run_one(executor, &req);
+        if !record_run(spec, &req, ran, &mut outcome, &mut on_event)? {
             break;
         }
-        let status = match status {
-            Some(s) => s,
-            None => close_crashed_log(&req.log_path, error.as_deref())?,
-        };
-        let record = RunRecord {
-            index,
-            seed: Some(seed),
-            status: Some(status),
-            ran_now: true,
-            error,
-        };
-        on_event(SetEvent::Finished(&record));
-        outcome.runs.push(record);
         if crate::util::interrupt::requested() {
             outcome.interrupted = true;
             break;
@@ -394,6 +350,51 @@ pub fn run_set(
     outcome.runs.sort_by_key(|r| r.index);
     drop(lock);
     Ok(outcome)
+}
+
+/// Records run `req` in `outcome` from how it went (`run_one`'s status, crash and cut); false
+/// when the set stops after it. The writer closes a crashed run's log; a cut run (its
+/// `stop_set`) is not a result: its log goes to interrupted/ and `--resume` runs it again.
+/// Other ranks only note what happened.
+fn record_run(
+    spec: &SetSpec,
+    req: &RunRequest,
+    (status, error, stop): (Option<String>, Option<String>, Option<String>),
+    outcome: &mut SetOutcome,
+    on_event: &mut impl FnMut(SetEvent<'_>),
+) -> Result<bool> {
+    let index = req.index;
+    if let Some(why) = stop {
+        if spec.writer && req.log_path.exists() {
+            let aside = move_to_interrupted(&outcome.set_dir, index, &req.log_path)?;
+            tracing::warn!(
+                "run {} was cut ({why}): its log is kept at {}",
+                index + 1,
+                aside.display()
+            );
+            outcome.moved_aside.push(aside);
+        }
+        outcome.cut = Some((index, why));
+        outcome.interrupted = true;
+        return Ok(false);
+    }
+    let status = match status {
+        Some(s) => s,
+        None if spec.writer => close_crashed_log(&req.log_path, error.as_deref())?,
+        None => keys::STATUS_ABORTED.to_string(),
+    };
+    let record = RunRecord {
+        index,
+        seed: Some(req.seed),
+        status: Some(status),
+        ran_now: true,
+        error,
+    };
+    if spec.writer {
+        on_event(SetEvent::Finished(&record));
+    }
+    outcome.runs.push(record);
+    Ok(true)
 }
 
 /// The run_stop status of a crashed run's log: the one it wrote, or, when it died without one,

@@ -362,19 +362,7 @@ pub fn run_once(w: &mut dyn Workload, mut opts: RunOptions) -> Result<RunOutcome
     }
     log.end(keys::RUN_STOP, Value::Null, stop_meta)
         .context("cannot write run_stop to the log")?;
-    if let Some((this_rank, why)) = capture {
-        out.stop_set = Some(stop_after_failed_capture(rank, this_rank, why));
-    } else if let Some(why) = group_failure {
-        tracing::error!(
-            "rank {rank}: the set stops on every rank (a peer failed or could not be reached): \
-             run the same command with --resume once every node is back"
-        );
-        out.stop_set = Some(why);
-    } else if let Status::Aborted(why) = &out.status {
-        if why == INTERRUPTED {
-            out.stop_set = Some(why.clone());
-        }
-    }
+    out.stop_set = why_the_run_was_cut(rank, capture, group_failure, &out.status);
     if let Some(path) = &opts.test_hooks.dump_params {
         match &result {
             Ok(()) => dump_params(w, path, rank)?,
@@ -504,6 +492,31 @@ fn join_group(
     Ok(Box::new(
         BucketedGradSync::with_default_buckets(pg).with_overlap(overlap_from_env()?),
     ))
+}
+
+/// Why the run was cut rather than ended on its own merits (see `RunOutcome::stop_set`), said
+/// in the log: a failed CUDA graph capture (this rank's or another's), a process group that
+/// could not form or failed, an interrupt on any rank.
+fn why_the_run_was_cut(
+    rank: usize,
+    capture: Option<(bool, String)>,
+    group_failure: Option<String>,
+    status: &Status,
+) -> Option<String> {
+    if let Some((this_rank, why)) = capture {
+        return Some(stop_after_failed_capture(rank, this_rank, why));
+    }
+    if let Some(why) = group_failure {
+        tracing::error!(
+            "rank {rank}: the set stops on every rank (a peer failed or could not be reached): \
+             run the same command with --resume once every node is back"
+        );
+        return Some(why);
+    }
+    match status {
+        Status::Aborted(why) if why == INTERRUPTED => Some(why.clone()),
+        _ => None,
+    }
 }
 
 /// Why the set stops after a run whose CUDA graph capture failed on a device, logged. This

@@ -87,3 +87,46 @@ fn refuses_to_run_outside_slurm() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("SLURM_JOB_ID is not set"));
 }
+
+/// A run that every task ends with 130 (cut: a node died, was cut off, or scancel) stops the
+/// job there, saying how to resume; a run that failed otherwise (1) lets the job go on. A fake
+/// `srun` on PATH plays the tasks: run 1 fails, run 2 is cut, run 3 must never start.
+#[test]
+fn a_cut_run_stops_the_job_and_a_failed_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.txt");
+    let srun = dir.path().join("srun");
+    std::fs::write(
+        &srun,
+        format!(
+            "#!/bin/bash\necho \"$*\" >> {calls}\ncase \"$*\" in\n  *drop_caches*) exit 0 ;;\n  \
+             *'--runs 1 '*) exit 1 ;;\n  *'--runs 2 '*) exit 130 ;;\n  *) exit 0 ;;\nesac\n",
+            calls = calls.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&srun, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = dry_run(&[("DRY_RUN", "0"), ("PATH", &path), ("NEXP", "3")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("run 1 failed (status 1); going on"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("run 2 was cut (status 130)") && stderr.contains("submit this job again"),
+        "{stderr}"
+    );
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    assert!(calls.contains("--runs 2 "), "{calls}");
+    assert!(
+        !calls.contains("--runs 3 "),
+        "run 3 started after the cut: {calls}"
+    );
+}
