@@ -6,7 +6,9 @@ mod parse;
 pub mod pyjson;
 
 pub use emit::{Emitter, Sink};
-pub use parse::{parse_bytes, parse_file, parse_str, LogFile, ParseIssue};
+pub use parse::{
+    parse_bytes, parse_file, parse_str, LogFile, ParseIssue, MAX_LINE_BYTES, MAX_MLLOG_BYTES,
+};
 
 use serde_json::{Map, Value};
 

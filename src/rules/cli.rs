@@ -4,8 +4,9 @@ use super::{check_log, check_set, resolve_ruleset, tables, CheckOptions, Finding
 use crate::mllog::parse_file;
 use crate::mllog::LogFile;
 use crate::official;
+use crate::util::tree::{self, Links};
 use crate::util::ExitStatus;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,15 +63,17 @@ Examples:
     )
 }
 
-/// Files to check under `paths`, in a stable order.
+/// Files to check under `paths`, in a stable order. Folders are walked as
+/// [`crate::util::tree::Walk`] with [`Links::FollowInside`]: a link is read only when it
+/// points to a file inside the folder given, links to folders are not followed, and a FIFO,
+/// a link loop or a link out of the folder is an error naming it.
 pub fn collect_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for path in paths {
-        let meta =
-            std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let meta = std::fs::metadata(path).map_err(|e| tree::io_error(path, &e))?;
         if meta.is_dir() {
             let mut all = Vec::new();
-            walk(path, &mut all)?;
+            walk(&tree::Walk::new(path, Links::FollowInside)?, path, &mut all)?;
             all.sort();
             let results: Vec<PathBuf> = all.iter().filter(|p| is_result_file(p)).cloned().collect();
             let chosen = if results.is_empty() { all } else { results };
@@ -91,19 +94,11 @@ fn is_result_file(path: &Path) -> bool {
         .is_some_and(|n| n.starts_with("result_") && n.ends_with(".txt"))
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
-        let path = entry.path();
-        let kind =
-            std::fs::metadata(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        if kind.is_dir() {
-            walk(&path, out)?;
-        } else if kind.is_file() {
-            out.push(path);
-        }
+fn walk(tree: &tree::Walk, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let listing = tree.list(dir, &|_| true)?;
+    out.extend(listing.files);
+    for sub in listing.dirs {
+        walk(tree, &sub, out)?;
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Finding result sets under a path, and choosing the ruleset to score them under.
 
 use crate::benchmarks::Benchmark;
-use anyhow::{bail, Context, Result};
+use crate::util::tree::{self, Links};
+use anyhow::{bail, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -9,18 +10,21 @@ use std::path::{Path, PathBuf};
 /// submitter trees is 5 levels: round/submitter/results/system/benchmark).
 const MAX_DEPTH: usize = 6;
 
-/// The `result_<i>.txt` files directly in `dir`, ordered by index (then name).
+fn is_result_name(name: &str) -> bool {
+    name.starts_with("result_") && name.ends_with(".txt")
+}
+
+/// The `result_<i>.txt` files directly in `dir`, ordered by index (then name). Links are read
+/// as [`tree::Walk`] says, with `dir` as the root (see [`result_files_under`]).
 pub fn result_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read directory {}", dir.display()))?;
-    let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.with_context(|| format!("cannot read directory {}", dir.display()))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("result_") && name.ends_with(".txt") && entry.path().is_file() {
-            files.push(entry.path());
-        }
-    }
+    result_files_under(&tree::Walk::new(dir, Links::FollowInside)?, dir)
+}
+
+/// [`result_files`] of `dir`, a folder of `walk`'s tree: a link is read only when it points
+/// to a file inside that tree; a FIFO, a link loop or a link out of the tree named
+/// `result_*.txt` is an error naming it.
+pub fn result_files_under(walk: &tree::Walk, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = walk.list(dir, &is_result_name)?.files;
     files.sort_by_key(|p| {
         let name = p
             .file_name()
@@ -39,7 +43,13 @@ pub fn result_files(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Every result-set folder at or below `path`: `path` itself when it holds result_*.txt
 /// (one `results/<system>/<benchmark>` folder), otherwise its sub-folders recursively (a
 /// `results/<system>` folder, a submitter tree, or a folder of submitter trees). Sorted by path.
+/// Symbolic links to folders are not followed (see [`tree`]).
 pub fn find_sets(path: &Path) -> Result<Vec<PathBuf>> {
+    Ok(find_sets_walk(path)?.1)
+}
+
+/// [`find_sets`] with the walk it used (its root is `path`).
+pub(super) fn find_sets_walk(path: &Path) -> Result<(tree::Walk, Vec<PathBuf>)> {
     if !path.exists() {
         bail!("{} does not exist", path.display());
     }
@@ -50,8 +60,9 @@ pub fn find_sets(path: &Path) -> Result<Vec<PathBuf>> {
             path.display()
         );
     }
+    let tree = tree::Walk::new(path, Links::FollowInside)?;
     let mut sets = Vec::new();
-    walk(path, 0, &mut sets)?;
+    walk(&tree, path, 0, &mut sets)?;
     if sets.is_empty() {
         bail!(
             "no result files (result_*.txt) under {}: pass a submitter tree, a results/<system> \
@@ -59,27 +70,25 @@ pub fn find_sets(path: &Path) -> Result<Vec<PathBuf>> {
             path.display()
         );
     }
-    Ok(sets)
+    Ok((tree, sets))
 }
 
-fn walk(dir: &Path, depth: usize, sets: &mut Vec<PathBuf>) -> Result<()> {
-    if !result_files(dir)?.is_empty() {
+fn walk(tree: &tree::Walk, dir: &Path, depth: usize, sets: &mut Vec<PathBuf>) -> Result<()> {
+    let listing = tree.list(dir, &is_result_name)?;
+    if !listing.files.is_empty() {
         sets.push(dir.to_path_buf());
         return Ok(());
     }
     if depth >= MAX_DEPTH {
         return Ok(());
     }
-    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read directory {}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    subdirs.sort();
-    for sub in subdirs {
-        walk(&sub, depth + 1, sets)?;
+    for sub in listing.dirs {
+        let hidden = sub
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if !hidden {
+            walk(tree, &sub, depth + 1, sets)?;
+        }
     }
     Ok(())
 }

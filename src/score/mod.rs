@@ -21,7 +21,8 @@ pub mod spread;
 pub mod tdist;
 
 pub use discover::{
-    choose_ruleset, find_sets, result_files, ruleset_from_date, ruleset_from_path, RulesetSource,
+    choose_ruleset, find_sets, result_files, result_files_under, ruleset_from_date,
+    ruleset_from_path, RulesetSource,
 };
 pub use project::{Plan, Projection, RunShape};
 pub use rcp::{RcpCheck, RcpMatch, RcpPoint, RcpTable};
@@ -178,15 +179,19 @@ impl SetScore {
 
 /// Score every result set at or below `path` (see [`find_sets`]).
 pub fn score_path(path: &Path, opts: &ScoreOptions) -> Result<Vec<SetScore>> {
-    find_sets(path)?
-        .iter()
-        .map(|dir| score_set(dir, opts))
+    let (walk, sets) = discover::find_sets_walk(path)?;
+    sets.iter()
+        .map(|dir| score_files(dir, result_files_under(&walk, dir)?, opts))
         .collect()
 }
 
 /// Score one `results/<system>/<benchmark>` folder.
 pub fn score_set(dir: &Path, opts: &ScoreOptions) -> Result<SetScore> {
-    let files = result_files(dir)?;
+    score_files(dir, result_files(dir)?, opts)
+}
+
+/// Score the result files `files` of the set folder `dir`.
+fn score_files(dir: &Path, files: Vec<PathBuf>, opts: &ScoreOptions) -> Result<SetScore> {
     if files.is_empty() {
         anyhow::bail!("no result files (result_*.txt) in {}", dir.display());
     }
@@ -548,7 +553,9 @@ fn set_division(dir: &Path, logs: &[LogFile]) -> Option<String> {
             .parent()?
             .join("systems")
             .join(format!("{system}.json"));
-        if let Ok(text) = std::fs::read_to_string(&json) {
+        if let Ok(text) =
+            crate::util::tree::read_text_limited(&json, SMALL_JSON_BYTES, "system description")
+        {
             if let Some(d) = serde_json::from_str::<Value>(&text)
                 .ok()
                 .and_then(|v| v.get("division")?.as_str().map(String::from))
@@ -562,14 +569,16 @@ fn set_division(dir: &Path, logs: &[LogFile]) -> Option<String> {
         .map(|d| d.to_lowercase())
 }
 
+/// The most a scaling.json or system description is read (they are a few hundred bytes).
+const SMALL_JSON_BYTES: u64 = 1 << 20;
+
 /// scaling.json's scaling_factor, if the file exists.
 fn read_scaling_json(dir: &Path) -> Result<Option<f64>> {
     let path = dir.join("scaling.json");
-    if !path.is_file() {
+    if std::fs::symlink_metadata(&path).is_err() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text = crate::util::tree::read_text_limited(&path, SMALL_JSON_BYTES, "scaling.json")?;
     let v: Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not valid JSON", path.display()))?;
     let f = v

@@ -17,26 +17,69 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Every regular file below `base/top` (symbolic links are recorded by their target's content),
-/// keyed "top/...".
+/// Every regular file below `base/top`, keyed "top/...". A symbolic link, FIFO, socket or
+/// device in the tree is refused, naming it: a package holds regular files only, so nothing
+/// from outside the tree goes into a manifest or a tarball, and nothing blocks. Files are
+/// hashed as they are read (bounded memory).
 pub fn manifest_of_dir(base: &Path, top: &str) -> Result<Manifest> {
     let mut m = Manifest::new();
+    for path in tree_files(base, top)? {
+        m.insert(rel_key(base, &path), sha256_file(&path)?);
+    }
+    Ok(m)
+}
+
+/// The regular files below `base/top`, sorted; anything else but a folder is an error.
+pub fn tree_files(base: &Path, top: &str) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
     let mut stack = vec![base.join(top)];
     while let Some(dir) = stack.pop() {
         for e in
             std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
         {
-            let path = e?.path();
-            if path.is_dir() {
+            let e = e.with_context(|| format!("cannot read {}", dir.display()))?;
+            let path = e.path();
+            let ft = e
+                .file_type()
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            if ft.is_dir() {
                 stack.push(path);
+            } else if ft.is_file() {
+                files.push(path);
             } else {
-                let bytes = std::fs::read(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                m.insert(rel_key(base, &path), sha256_hex(&bytes));
+                bail!(
+                    "{} is {}: a package holds regular files only (nothing from outside {} may \
+                     go into it); replace it with the file it stands for, or remove it",
+                    path.display(),
+                    crate::util::tree::kind_of(&ft),
+                    base.join(top).display()
+                );
             }
         }
     }
-    Ok(m)
+    files.sort();
+    Ok(files)
+}
+
+/// Hex SHA-256 of a regular file, read in pieces.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let (mut file, _) = crate::util::tree::open_regular(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| crate::util::tree::io_error(path, &e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 fn rel_key(base: &Path, path: &Path) -> String {
@@ -119,24 +162,10 @@ impl Artifacts {
 /// Write the tarball of `out/org` (entries "org/...", sorted, file modes kept) atomically, and
 /// its own SHA-256 file. Returns the tarball's digest.
 pub fn write_tarball(out: &Path, org: &str, art: &Artifacts) -> Result<String> {
-    let mut files: Vec<PathBuf> = Vec::new();
-    let mut stack = vec![out.join(org)];
-    while let Some(dir) = stack.pop() {
-        for e in
-            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
-        {
-            let p = e?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
+    let files = tree_files(out, org)?;
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut builder = tar::Builder::new(gz);
-    builder.follow_symlinks(true);
+    builder.follow_symlinks(false);
     for f in &files {
         builder
             .append_path_with_name(f, rel_key(out, f))

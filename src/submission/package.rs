@@ -210,6 +210,12 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         ..opts.clone()
     };
     check_out_dir(opts)?;
+    let org_dir = opts.out.join(&opts.submitter);
+    if org_dir.symlink_metadata().is_ok() {
+        // a link or FIFO planted in the tree would go into the manifest and tarball: refuse
+        // before anything is written
+        manifest::tree_files(&opts.out, &opts.submitter)?;
+    }
 
     let logs = result_sets::find_logs(&opts.results)?;
     let sets = result_sets::group(logs, division)?;
@@ -246,11 +252,7 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         warnings.extend(report.warnings);
     }
     if !errors.is_empty() {
-        bail!(
-            "refusing to package ({} problems):\n  - {}",
-            errors.len(),
-            errors.join("\n  - ")
-        );
+        bail!("{}", refusal(&errors));
     }
 
     let (origin, snap) = snapshot::take(&opts.source)?;
@@ -268,7 +270,6 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         Ok((table, written))
     })?;
 
-    let org_dir = opts.out.join(&opts.submitter);
     let (tree_errors, _) = tree_check::check_tree(&org_dir, Some(&ruleset));
     if !tree_errors.is_empty() {
         bail!(
@@ -295,6 +296,21 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         warnings,
         score_table,
     })
+}
+
+/// "refusing to package (N problems):" and the first problems, one a line (a folder of
+/// 10,000 bad logs gets a screenful, not 10,000 lines).
+fn refusal(errors: &[String]) -> String {
+    const SHOWN: usize = 20;
+    let mut text = format!(
+        "refusing to package ({} problems):\n  - {}",
+        errors.len(),
+        errors[..errors.len().min(SHOWN)].join("\n  - ")
+    );
+    if errors.len() > SHOWN {
+        text.push_str(&format!("\n  - and {} more", errors.len() - SHOWN));
+    }
+    text
 }
 
 /// The benchmarks the tree in OUT will hold: the sets packaged now, and with --add the other
@@ -399,11 +415,7 @@ fn score_staged(
     // the tree is written (or refused) whether or not anyone still reads stdout
     crate::util::output::print_beside_work(&table)?;
     if !errors.is_empty() {
-        bail!(
-            "refusing to package ({} problems):\n  - {}",
-            errors.len(),
-            errors.join("\n  - ")
-        );
+        bail!("{}", refusal(&errors));
     }
     Ok((table, warnings))
 }
@@ -504,8 +516,8 @@ fn stage(
         let b = &set.benchmark.name;
         for (i, l) in set.logs.iter().enumerate() {
             let rel = format!("{org}/results/{}/{b}/result_{i}.txt", opts.system);
-            let bytes = std::fs::read(&l.path)
-                .with_context(|| format!("cannot read {}", l.path.display()))?;
+            let bytes =
+                crate::util::tree::read_limited(&l.path, repo_rules::MAX_FILE_BYTES, "result log")?;
             write_file(&staging.join(&rel), &bytes, false)?;
             staged.insert(rel, sys_owner.clone());
         }
@@ -597,6 +609,7 @@ fn install(
         .map(|(p, _)| p.clone())
         .collect();
     for rel in staged.keys() {
+        refuse_links_on_the_way(out, rel)?;
         let target = out.join(rel);
         if target.symlink_metadata().is_ok() && !record.files.contains_key(rel) {
             bail!(
@@ -630,6 +643,27 @@ fn install(
         serde_json::to_string_pretty(&record)?.as_bytes(),
     )?;
     Ok(staged.len())
+}
+
+/// Refuse to write `out/rel` when a folder on the way below `out` is a symbolic link: package
+/// writes inside OUT only, never through a link to somewhere else.
+fn refuse_links_on_the_way(out: &Path, rel: &str) -> Result<()> {
+    let mut at = out.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        at.push(part);
+        match at.symlink_metadata() {
+            Ok(m) if m.file_type().is_symlink() => bail!(
+                "{} is a symbolic link: package writes only inside {}, never through a link; \
+                 remove the link, or choose another --out",
+                at.display(),
+                out.display()
+            ),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    Ok(())
 }
 
 fn remove_empty_parents(file: &Path, stop: &Path) {

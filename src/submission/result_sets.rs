@@ -3,9 +3,11 @@
 //! set rules (run count, one batch size, closed seeds), both from [`crate::rules`].
 //! Every refusal names the path concerned and what to do.
 
+use super::repo_rules::MAX_FILE_BYTES;
 use crate::benchmarks::{self, Benchmark};
 use crate::mllog::{self, keys, LogFile};
 use crate::rules::{self, CheckOptions, Verdict};
+use crate::util::tree::{self, Links};
 use anyhow::{bail, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -66,19 +68,24 @@ impl ResultLog {
     }
 }
 
-/// Find the logs under the given paths: a file is one log; a folder contributes every
-/// `*.txt` and `*.log` below it. Errors name the path.
+/// Find the logs under the given paths: a file is one log (followed if it is a link: the user
+/// named it); a folder contributes every `*.txt` and `*.log` below it, read as
+/// [`tree::Walk`] with [`Links::Refuse`]: no symbolic link inside it is read (one to a folder
+/// inside it is skipped), a FIFO, socket or device with such a name is refused. A file reached
+/// twice (named twice, or named and inside a named folder) is read once. A file over the
+/// submission repository's 50 MB is refused before it is read. Errors name the path.
 pub fn find_logs(paths: &[PathBuf]) -> Result<Vec<ResultLog>> {
     let mut files = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|e| {
             anyhow::anyhow!(
-                "results path {} does not exist or cannot be read: {e}",
-                p.display()
+                "results path {} does not exist or cannot be read: {}",
+                p.display(),
+                tree::io_error(p, &e)
             )
         })?;
         if meta.is_dir() {
-            collect_dir(p, &mut files)?;
+            collect_dir(&tree::Walk::new(p, Links::Refuse)?, p, &mut files)?;
         } else {
             files.push(p.clone());
         }
@@ -95,75 +102,94 @@ pub fn find_logs(paths: &[PathBuf]) -> Result<Vec<ResultLog>> {
     }
     files.sort();
     files.dedup();
+    let mut seen = BTreeSet::new();
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
     let mut logs = Vec::new();
     for path in files {
-        let log = mllog::parse_file(&path)?;
-        if log.events.is_empty() {
-            bail!(
-                "{} holds no :::MLLOG lines: not an MLPerf result log",
-                path.display()
-            );
-        }
-        let Some(benchmark) = log
-            .first(keys::SUBMISSION_BENCHMARK)
-            .and_then(|e| e.value.as_str())
-            .map(String::from)
-        else {
-            bail!(
-                "{} logs no submission_benchmark: cannot tell which benchmark it belongs to",
-                path.display()
-            );
-        };
-        if benchmarks::get(&benchmark).is_err() {
-            let known: Vec<&str> = benchmarks::all().iter().map(|b| b.name.as_str()).collect();
-            bail!(
-                "{}: unknown benchmark '{benchmark}' (mlperf-run packages {})",
-                path.display(),
-                known.join(", ")
-            );
-        }
-        if let Some(folder) = path
-            .parent()
-            .and_then(Path::file_name)
-            .map(|f| f.to_string_lossy().into_owned())
-        {
-            if MLPERF_BENCHMARK_NAMES.contains(&folder.as_str()) && folder != benchmark {
-                bail!(
-                    "{} is in a folder named '{folder}' but logs benchmark '{benchmark}'",
-                    path.display()
-                );
-            }
-        }
-        logs.push(ResultLog {
-            path,
-            log,
-            benchmark,
-        });
+        logs.push(read_log(path)?);
     }
     Ok(logs)
 }
 
-fn collect_dir(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| anyhow::anyhow!("cannot read results folder {}: {e}", dir.display()))?;
-    for e in entries.flatten() {
-        let path = e.path();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if path.is_dir() {
-            if !benchmarks::all().iter().any(|b| b.name == name)
-                && MLPERF_BENCHMARK_NAMES.contains(&name.as_str())
-            {
-                let known: Vec<&str> = benchmarks::all().iter().map(|b| b.name.as_str()).collect();
-                bail!(
-                    "unknown benchmark folder {}: mlperf-run packages only {}",
-                    path.display(),
-                    known.join(", ")
-                );
-            }
-            collect_dir(&path, out)?;
-        } else if name.ends_with(".txt") || name.ends_with(".log") {
-            out.push(path);
+/// Read one result log for packaging: its size, its events, its benchmark.
+fn read_log(path: PathBuf) -> Result<ResultLog> {
+    let (_, len) = tree::open_regular(&path)?;
+    if len > MAX_FILE_BYTES {
+        bail!(
+            "{} is {}: the submission repository takes no file over 50 MB, and one run's \
+             result log is well under 1 MB; is it the right file? Keep the run's :::MLLOG \
+             lines (grep ':::MLLOG' FILE > result.txt) and package that",
+            path.display(),
+            tree::human_size(len)
+        );
+    }
+    let log = mllog::parse_file(&path)?;
+    if log.events.is_empty() {
+        bail!(
+            "{} holds no :::MLLOG lines: not an MLPerf result log",
+            path.display()
+        );
+    }
+    let Some(benchmark) = log
+        .first(keys::SUBMISSION_BENCHMARK)
+        .and_then(|e| e.value.as_str())
+        .map(String::from)
+    else {
+        bail!(
+            "{} logs no submission_benchmark: cannot tell which benchmark it belongs to",
+            path.display()
+        );
+    };
+    if benchmarks::get(&benchmark).is_err() {
+        let known: Vec<&str> = benchmarks::all().iter().map(|b| b.name.as_str()).collect();
+        bail!(
+            "{}: unknown benchmark '{benchmark}' (mlperf-run packages {})",
+            path.display(),
+            known.join(", ")
+        );
+    }
+    if let Some(folder) = path
+        .parent()
+        .and_then(Path::file_name)
+        .map(|f| f.to_string_lossy().into_owned())
+    {
+        if MLPERF_BENCHMARK_NAMES.contains(&folder.as_str()) && folder != benchmark {
+            bail!(
+                "{} is in a folder named '{folder}' but logs benchmark '{benchmark}'",
+                path.display()
+            );
         }
+    }
+    Ok(ResultLog {
+        path,
+        log,
+        benchmark,
+    })
+}
+
+fn is_log_name(name: &str) -> bool {
+    name.ends_with(".txt") || name.ends_with(".log")
+}
+
+fn collect_dir(walk: &tree::Walk, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let listing = walk.list(dir, &is_log_name)?;
+    out.extend(listing.files);
+    for path in listing.dirs {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !benchmarks::all().iter().any(|b| b.name == name)
+            && MLPERF_BENCHMARK_NAMES.contains(&name.as_str())
+        {
+            let known: Vec<&str> = benchmarks::all().iter().map(|b| b.name.as_str()).collect();
+            bail!(
+                "unknown benchmark folder {}: mlperf-run packages only {}",
+                path.display(),
+                known.join(", ")
+            );
+        }
+        collect_dir(walk, &path, out)?;
     }
     Ok(())
 }
@@ -241,6 +267,17 @@ pub fn package_ruleset<'a>(
     }
 }
 
+/// The first few of `items` joined with `sep`, then how many more (a folder of 10,000 logs
+/// gets a message of a few lines, not of 10,000 paths).
+fn first_few(items: &[String], sep: &str) -> String {
+    const SHOWN: usize = 8;
+    let mut text = items[..items.len().min(SHOWN)].join(sep);
+    if items.len() > SHOWN {
+        text.push_str(&format!("{sep}and {} more", items.len() - SHOWN));
+    }
+    text
+}
+
 /// What the checks of one set found.
 #[derive(Debug, Clone, Default)]
 pub struct SetReport {
@@ -293,7 +330,7 @@ pub fn check_set(set: &ResultSet, division: &str, ruleset: &str) -> SetReport {
         )),
         n => report.errors.push(format!(
             "{name}: {n} files do not comply, the set cannot be accepted: {}",
-            failing.join(" | ")
+            first_few(&failing, " | ")
         )),
     }
     let logs: Vec<LogFile> = set.logs.iter().map(|l| l.log.clone()).collect();
@@ -307,12 +344,13 @@ pub fn check_set(set: &ResultSet, division: &str, ruleset: &str) -> SetReport {
                 } else {
                     format!("{} too many: pass {need} consecutive runs", given - need)
                 };
-                let list = set
-                    .logs
-                    .iter()
-                    .map(|l| l.path.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let list = first_few(
+                    &set.logs
+                        .iter()
+                        .map(|l| l.path.display().to_string())
+                        .collect::<Vec<_>>(),
+                    ", ",
+                );
                 report.errors.push(format!(
                     "{name}: {given} result logs given: {} ({how}; given: {list})",
                     f.message

@@ -12,8 +12,8 @@ use std::path::Path;
 
 /// Load a system JSON as a [`SystemDesc`]; problems name the file.
 pub fn load_system_json(path: &Path) -> Result<SystemDesc, Vec<String>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| vec![format!("{}: cannot read: {e}", path.display())])?;
+    let text = crate::util::tree::read_text_limited(path, 1 << 20, "system description")
+        .map_err(|e| vec![format!("{e:#}")])?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| vec![format!("{}: invalid JSON: {e}", path.display())])?;
     let Some(obj) = value.as_object() else {
@@ -48,8 +48,8 @@ fn sub_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .map(|r| {
             r.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| e.path())
-                .filter(|p| p.is_dir())
                 .collect()
         })
         .unwrap_or_default();
@@ -102,31 +102,7 @@ pub fn check_tree(org_dir: &Path, ruleset: Option<&str>) -> (Vec<String>, Vec<St
                 errors.push(format!("{}: unknown benchmark folder", bench_dir.display()));
                 continue;
             };
-            let mut logs = Vec::new();
-            let mut files: Vec<_> = std::fs::read_dir(&bench_dir)
-                .map(|r| r.flatten().map(|e| e.path()).collect())
-                .unwrap_or_default();
-            files.sort();
-            for f in files {
-                let fname = f
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                if !(fname.starts_with("result_") && fname.ends_with(".txt")) {
-                    if fname != "scaling.json" {
-                        warnings.push(format!("{}: not a result_<i>.txt file", f.display()));
-                    }
-                    continue;
-                }
-                match mllog::parse_file(&f) {
-                    Ok(log) => logs.push(ResultLog {
-                        path: f,
-                        log,
-                        benchmark: name.clone(),
-                    }),
-                    Err(e) => errors.push(format!("{e:#}")),
-                }
-            }
+            let logs = read_set_logs(&bench_dir, &name, &mut errors, &mut warnings);
             let set = ResultSet { benchmark, logs };
             let report = result_sets::check_set(&set, &division, &ruleset);
             // The RCP check needs a set that passed the others (one batch size, all runs).
@@ -154,6 +130,52 @@ pub fn check_tree(org_dir: &Path, ruleset: Option<&str>) -> (Vec<String>, Vec<St
             .map(|p| p.to_string()),
     );
     (errors, warnings)
+}
+
+/// The `result_*.txt` logs of one benchmark folder of a tree; links, unreadable logs and other
+/// files are reported.
+fn read_set_logs(
+    bench_dir: &Path,
+    name: &str,
+    errors: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Vec<ResultLog> {
+    let mut logs = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(bench_dir)
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for f in files {
+        let fname = f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if f.symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            errors.push(format!(
+                "{}: a symbolic link; a submission holds regular files only (replace \
+                 it with the file)",
+                f.display()
+            ));
+            continue;
+        }
+        if !(fname.starts_with("result_") && fname.ends_with(".txt")) {
+            if fname != "scaling.json" {
+                warnings.push(format!("{}: not a result_<i>.txt file", f.display()));
+            }
+            continue;
+        }
+        match mllog::parse_file(&f) {
+            Ok(log) => logs.push(ResultLog {
+                path: f,
+                log,
+                benchmark: name.to_string(),
+            }),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    logs
 }
 
 /// Closed sets: the RCP check ([`score::score_set`]) must pass, and scaling.json must hold

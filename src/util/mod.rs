@@ -1,7 +1,8 @@
 //! The bottom layer. The process's exit statuses ([`exit`], [`ExitStatus`]), and small helpers
 //! every part uses: atomic file writes and staging folders ([`fs`]), Ctrl-C
 //! handling ([`interrupt`]), the tracing set-up ([`logging`]), a subcommand's result on stdout
-//! ([`output`]: a closed pipe is an error to return, not a panic).
+//! ([`output`]: a closed pipe is an error to return, not a panic), reading trees from
+//! other people ([`tree`]: no FIFO blocks, no link leads out of the tree).
 
 pub mod exit;
 pub mod fs;
@@ -10,5 +11,6 @@ pub mod interrupt;
 pub mod libtorch_errors;
 pub mod logging;
 pub mod output;
+pub mod tree;
 
 pub use exit::ExitStatus;

@@ -16,6 +16,7 @@ mod ci_files;
 mod closed_pipe;
 mod doc_paths;
 mod fuzz_regressions;
+mod hostile_trees;
 mod package_official;
 mod package_recorded_sysinfo;
 mod package_refusals;
