@@ -158,11 +158,13 @@ fn main() -> Result<()> {
     tch::manual_seed(0);
     let vs = nn::VarStore::new(dev);
     let mut model = BertForPreTraining::new(&vs.root(), cfg, m)?;
-    model.fused_gelu_epilogue = !a.no_gelu_epilogue;
-    if a.scatter_attention {
-        model.varlen_path = mlperf_run::fused::Path::Reference;
-    }
-    model.flash_varlen_unpadded = a.flash_varlen;
+    model.configure(|_, k| {
+        k.fused_gelu_epilogue = !a.no_gelu_epilogue;
+        if a.scatter_attention {
+            k.varlen_path = mlperf_run::fused::Path::Reference;
+        }
+        k.flash_varlen_unpadded = a.flash_varlen;
+    });
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions (the 1-d parameters)
     let mut params = ParamGroups::from_var_store(&vs);
@@ -250,9 +252,9 @@ fn main() -> Result<()> {
             params.zero_grad()?;
             let loss = maybe_autocast(dev, precision, || {
                 let mask = step_attention_mask(mask);
-                let (mlm, nspl) = model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
-                pretraining_loss(&mlm, &nspl, mids, w, nsp)
-            })?;
+                let (mlm, nspl) = model.forward(ids, seg, mask, MlmOn::Positions(pos), true)?;
+                Ok::<_, anyhow::Error>(pretraining_loss(&mlm, &nspl, mids, w, nsp))
+            })??;
             t1 = Instant::now();
             loss.backward();
             t2 = Instant::now();

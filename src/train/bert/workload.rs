@@ -428,11 +428,12 @@ impl Workload for BertWorkload {
                         b.attention_mask(),
                         MlmOn::Positions(&b.masked_positions),
                         false,
-                    );
+                    )?;
                     counts += mlm_correct(&mlm, &b.masked_ids, &b.masked_weights);
                 }
+                Ok::<_, anyhow::Error>(())
             })
-        })?;
+        })??;
         let counts = Vec::<i64>::try_from(counts.to_device(Device::Cpu))?;
         let mut v = [counts[0] as f64, counts[1] as f64];
         peers.all_reduce_sum(&mut v)?;
@@ -488,7 +489,7 @@ fn micro_batch_loss(model: &BertForPreTraining, b: &[tch::Tensor]) -> Result<tch
                 step_attention_mask(mask),
                 MlmOn::Positions(pos),
                 true,
-            ),
+            )?,
             masked_ids,
             weights,
             nsp,
@@ -503,7 +504,7 @@ fn micro_batch_loss(model: &BertForPreTraining, b: &[tch::Tensor]) -> Result<tch
                 cls_positions: cls,
                 masked_positions: pos,
             };
-            (model.forward_packed(&x, true), masked_ids, weights, nsp)
+            (model.forward_packed(&x, true)?, masked_ids, weights, nsp)
         }
         _ => bail!(
             "a BERT micro-batch has 7 tensors (10 packed), got {}",
