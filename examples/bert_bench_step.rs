@@ -260,6 +260,7 @@ fn main() -> Result<()> {
             t2 = Instant::now();
             let grads = params.grads();
             opt.apply(&mut params, &grads)?;
+            model.fp8_update();
             Ok(vec![loss.detach()])
         };
         let mut out = match graphs.as_mut() {

@@ -66,6 +66,7 @@ mod parts;
 
 pub use parts::KernelSwitches;
 
+use crate::fused::fp8::Fp8State;
 use crate::fused::varlen_attention::{PackedRows, Packing};
 use crate::methods::BertMethods;
 use anyhow::{bail, Context, Result};
@@ -209,6 +210,9 @@ pub struct BertForPreTraining {
     /// ([`crate::methods::BertMethods`]). Tests and benchmarks change it with
     /// [`Self::configure`], which chooses the layers' parts again.
     methods: BertMethods,
+    /// The FP8 scales and amax histories of the encoder's linears (6 per layer, in the order
+    /// query, key, value, attention output, intermediate, output; used with `methods.fp8`).
+    fp8: Fp8State,
     /// The test- and benchmark-only kernel switches.
     kernels: KernelSwitches,
     /// Every encoder layer's parts, chosen from `methods` and `kernels`.
@@ -281,6 +285,20 @@ impl BertForPreTraining {
                 out_ln: LayerNorm::new(&l / "output" / "LayerNorm", h, c.layer_norm_eps),
             });
         }
+        let fp8 = Fp8State::new(6 * c.num_layers, methods.fp8_recipe(), root.device());
+        for (i, l) in layers.iter_mut().enumerate() {
+            let dense = [
+                &mut l.query,
+                &mut l.key,
+                &mut l.value,
+                &mut l.attn_out,
+                &mut l.intermediate,
+                &mut l.output,
+            ];
+            for (j, d) in dense.into_iter().enumerate() {
+                d.fp8 = Some(fp8.slot((6 * i + j) as i64));
+            }
+        }
         let pooler = Dense::new(&bert / "pooler" / "dense", c.hidden_size, c.hidden_size);
         let cls = root / "cls";
         let pred = &cls / "predictions";
@@ -305,6 +323,7 @@ impl BertForPreTraining {
             transform_ln,
             mlm_bias,
             nsp,
+            fp8,
             kernels: KernelSwitches::default(),
             parts: Parts::choose(methods, &KernelSwitches::default()),
         })
@@ -325,6 +344,20 @@ impl BertForPreTraining {
     pub fn configure(&mut self, change: impl FnOnce(&mut BertMethods, &mut KernelSwitches)) {
         change(&mut self.methods, &mut self.kernels);
         self.parts = Parts::choose(&self.methods, &self.kernels);
+    }
+
+    /// After a training step with `methods.fp8`: the delayed-scaling update of every FP8
+    /// linear's scales from its amax history ([`Fp8State::update`]; on the device, capturable
+    /// in the step's CUDA graph). Nothing without `fp8`.
+    pub fn fp8_update(&self) {
+        if self.methods.fp8 {
+            self.fp8.update();
+        }
+    }
+
+    /// The FP8 scales and amax histories (tests and the GPU check).
+    pub fn fp8_state(&self) -> &Fp8State {
+        &self.fp8
     }
 
     /// Every encoder layer on `x` over `tokens`.

@@ -8,16 +8,17 @@
 //! | [`Attention`] | SDPA (with FlashAttention's varlen kernel for packed tokens and packed rows), explicit softmax | `fused_attention`, [`KernelSwitches::varlen_path`] |
 //! | [`Tail`] (dense + dropout + residual + LayerNorm) | plain ops, one fused epilogue op | `fused_epilogues`, [`KernelSwitches::fused_epilogue_path`] |
 //! | [`FeedForward`] | plain (dense, erf GELU), fused bias + GELU epilogue, cuBLASLt bias + tanh GELU over both matmuls | `fused_epilogues` + [`KernelSwitches::fused_gelu_epilogue`], `fused_bias_gelu` |
-//! | [`Linear`] (every encoder dense) | default (fp32, or bf16 under autocast) | (`fp8` adds its own) |
+//! | [`Linear`] (every encoder dense) | default (fp32, or bf16 under autocast), FP8 with delayed scaling | `fp8`, [`KernelSwitches::fp8_path`] |
 //!
 //! The token layout (padded `[B*S]`, packed real tokens, packed rows) is the batch's, not a
 //! part: one model runs padded eval batches and packed training rows, and each attention part
 //! handles all three ([`Tokens`]). Errors of the fused ops come back as `Err` with their message.
 
+use crate::fused::fp8::Fp8Slot;
 use crate::fused::varlen_attention::{self, PackedRows, Packing};
 use crate::fused::Path;
 use crate::methods::BertMethods;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tch::nn::{Init, Path as VPath};
 use tch::{Kind, Tensor};
 
@@ -43,6 +44,10 @@ pub struct KernelSwitches {
     /// which picks cuDNN's attention on an H100 / H200. Same math; for measuring the two kernels
     /// against each other in the training step (`bert_bench_step --flash-varlen`).
     pub flash_varlen_unpadded: bool,
+    /// How `methods.fp8`'s linears run ([`crate::fused::fp8`]): `Auto` the `_scaled_mm`
+    /// kernel; `Reference` the emulated path (the workload sets it in the test mode
+    /// `MLPERF_RUN_TEST_EMULATE_FP8=1`; the GPU numerics check compares the two).
+    pub fp8_path: Path,
 }
 
 impl Default for KernelSwitches {
@@ -52,6 +57,7 @@ impl Default for KernelSwitches {
             fused_gelu_epilogue: true,
             varlen_path: Path::Auto,
             flash_varlen_unpadded: false,
+            fp8_path: Path::Auto,
         }
     }
 }
@@ -61,11 +67,14 @@ impl Default for KernelSwitches {
 pub(super) struct Dense {
     pub w: Tensor,
     pub b: Tensor,
+    /// Its FP8 scales and amax history (an encoder linear; used with `methods.fp8`).
+    pub fp8: Option<Fp8Slot>,
 }
 
 impl Dense {
     pub fn new(p: VPath, input: i64, output: i64) -> Dense {
         Dense {
+            fp8: None,
             w: p.var(
                 "weight",
                 &[output, input],
@@ -140,13 +149,28 @@ pub(super) enum Tokens<'a> {
 pub(super) enum Linear {
     /// `linear` (fp32, or bf16 under autocast).
     Default,
+    /// FP8 with delayed scaling (`methods.fp8`, [`crate::fused::fp8`]): `_scaled_mm`, or the
+    /// emulated path with `Reference`.
+    Fp8(Path),
 }
 
 impl Linear {
     /// `x W^T + b`.
     fn forward(self, d: &Dense, x: &Tensor) -> Result<Tensor> {
+        self.with_bias(d, x, Some(&d.b))
+    }
+
+    /// `x W^T + b` with `bias` (None: without).
+    fn with_bias(self, d: &Dense, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         match self {
-            Linear::Default => Ok(d.forward(x)),
+            Linear::Default => Ok(x.linear(&d.w, bias)),
+            Linear::Fp8(path) => {
+                let slot = d
+                    .fp8
+                    .as_ref()
+                    .context("methods.fp8: this dense layer has no FP8 scales")?;
+                crate::fused::fp8::linear(x, &d.w, bias, slot, path)
+            }
         }
     }
 }
@@ -278,8 +302,13 @@ pub(super) enum Tail {
         linear: Linear,
         stream: Option<Kind>,
     },
-    /// One autograd op ([`crate::fused::epilogue`]).
-    Fused { path: Path, stream: Option<Kind> },
+    /// One autograd op ([`crate::fused::epilogue`]); with an FP8 `linear` the dense runs
+    /// through it without its bias, and the op adds the bias.
+    Fused {
+        linear: Linear,
+        path: Path,
+        stream: Option<Kind>,
+    },
 }
 
 /// What the tail adds the residual to: a dense layer's input, or a dense output still without
@@ -317,7 +346,11 @@ impl Tail {
                 let h = h.dropout(drop.p, drop.train);
                 Ok(to_stream(ln.forward(&(h + residual)), stream))
             }
-            Tail::Fused { path, stream } => {
+            Tail::Fused {
+                linear,
+                path,
+                stream,
+            } => {
                 use crate::fused::epilogue::{bias_dropout_add_ln, dense_dropout_add_ln, Epilogue};
                 let e = Epilogue {
                     residual,
@@ -330,9 +363,15 @@ impl Tail {
                     path,
                     out: stream,
                 };
-                Ok(match input {
-                    TailInput::Dense(d, x) => dense_dropout_add_ln(&x, &d.w, &d.b, &e)?.0,
-                    TailInput::NoBias(z, b) => bias_dropout_add_ln(&z, Some(b), &e)?.0,
+                Ok(match (input, linear) {
+                    (TailInput::Dense(d, x), Linear::Default) => {
+                        dense_dropout_add_ln(&x, &d.w, &d.b, &e)?.0
+                    }
+                    (TailInput::Dense(d, x), fp8) => {
+                        let h = fp8.with_bias(d, &x, None)?;
+                        bias_dropout_add_ln(&h, Some(&d.b), &e)?.0
+                    }
+                    (TailInput::NoBias(z, b), _) => bias_dropout_add_ln(&z, Some(b), &e)?.0,
                 })
             }
         }
@@ -406,11 +445,19 @@ pub(super) struct Parts {
 
 impl Parts {
     /// The parts the methods `m` and the kernel switches `k` ask for.
+    /// With `fp8`, every encoder dense runs through FP8: the query, key and value projections
+    /// as three FP8 linears (not `fused_qkv`'s op), the intermediate dense with its plain GELU
+    /// (not the GELU epilogue); the fused tails take the FP8 matmul's output and add the bias.
     pub fn choose(m: &BertMethods, k: &KernelSwitches) -> Parts {
-        let linear = Linear::Default;
+        let linear = if m.fp8 {
+            Linear::Fp8(k.fp8_path)
+        } else {
+            Linear::Default
+        };
         let stream = m.bf16_residual.then_some(Kind::BFloat16);
         let tail = if m.fused_epilogues {
             Tail::Fused {
+                linear,
                 path: k.fused_epilogue_path,
                 stream,
             }
@@ -419,13 +466,13 @@ impl Parts {
         };
         let feed_forward = if m.fused_bias_gelu {
             FeedForward::BiasGelu
-        } else if m.fused_epilogues && k.fused_gelu_epilogue {
+        } else if m.fused_epilogues && k.fused_gelu_epilogue && !m.fp8 {
             FeedForward::GeluEpilogue(k.fused_epilogue_path)
         } else {
             FeedForward::Plain(linear)
         };
         Parts {
-            projections: if m.fused_qkv {
+            projections: if m.fused_qkv && !m.fp8 {
                 Projections::Fused(k.fused_epilogue_path)
             } else {
                 Projections::Separate(linear)

@@ -243,7 +243,12 @@ impl Workload for BertWorkload {
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
         let cfg = &self.cfg;
         let vs = VarStore::new(ctx.device);
-        let model = BertForPreTraining::new(&vs.root(), &cfg.model, &cfg.methods)?;
+        let mut model = BertForPreTraining::new(&vs.root(), &cfg.model, &cfg.methods)?;
+        if cfg.methods.fp8 {
+            // the kernel where it runs (else an error naming why), or the test mode's emulation
+            let path = crate::fused::fp8::path_for(ctx.device)?;
+            model.configure(|_, k| k.fp8_path = path);
+        }
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
             tracing::info!(
@@ -402,6 +407,8 @@ impl Workload for BertWorkload {
                 .collect();
             sync.all_reduce_grads(&grads)?;
             s.opt.apply(&mut s.params, &grads)?;
+            // methods.fp8: the scales from the amax histories, on the device
+            s.model.fp8_update();
             Ok(vec![
                 total.context("train.gradient_accumulation_steps is 0")?
             ])
