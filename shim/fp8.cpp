@@ -71,8 +71,9 @@ at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
 }
 
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
+  // b: the bias, or an empty tensor for none (autograd's Function wants defined inputs)
   static variable_list forward(AutogradContext* ctx, at::Tensor x, at::Tensor w, at::Tensor b,
-                               at::Tensor scale, at::Tensor history, bool emulate,
+                               bool has_bias, at::Tensor scale, at::Tensor history, bool emulate,
                                int64_t out_kind) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::NoGradGuard no_grad;
@@ -88,11 +89,11 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     if (emulate) {
       y = dequantize(xq, inv.select(0, kInput))
               .mm(dequantize(wq, inv.select(0, kWeight)).t());
-      if (b.defined()) y = y + b.to(at::kFloat);
+      if (has_bias) y = y + b.to(at::kFloat);
       y = y.to(out);
     } else {
       c10::optional<at::Tensor> bias;
-      if (b.defined()) bias = b.to(out);
+      if (has_bias) bias = b.to(out);
       y = scaled_mm(xq, wq, inv.select(0, kInput), inv.select(0, kWeight), bias, out);
     }
     ctx->save_for_backward({xq, wq});
@@ -101,7 +102,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     ctx->saved_data["emulate"] = emulate;
     ctx->saved_data["x_kind"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_kind"] = static_cast<int64_t>(w.scalar_type());
-    ctx->saved_data["has_bias"] = b.defined();
+    ctx->saved_data["has_bias"] = has_bias;
     return {y};
   }
 
@@ -152,7 +153,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     if (dw.defined()) dw = dw.to(w_kind);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2))
       db = g.to(at::kFloat).sum(0);
-    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -178,8 +179,10 @@ at::Tensor run_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
     out = at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev)
                                                  : x.scalar_type();
   }
-  const at::Tensor bias = b != nullptr ? *b : at::Tensor();
-  return Fp8Linear::apply(x, w, bias, scale, history, emulate, static_cast<int64_t>(out))[0];
+  const bool has_bias = b != nullptr && b->defined();
+  const at::Tensor bias = has_bias ? *b : at::empty({0}, x.options());
+  return Fp8Linear::apply(x, w, bias, has_bias, scale, history, emulate,
+                          static_cast<int64_t>(out))[0];
 }
 
 }  // namespace

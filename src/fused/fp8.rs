@@ -10,7 +10,7 @@
 //!   57344; NaN stays NaN; round to nearest even, subnormals kept) and writes `amax(|t|)` into
 //!   row 0 of its history; the matmul dequantises with `1 / scale`;
 //! - after the step ([`Fp8State::update`]): `amax = max(history)` over the rows; the new scale is
-//!   `fp8_max / amax / 2^margin` where amax is finite and > 0, else the old scale stays; then the
+//!   `(fp8_max * 2^-margin) / amax` where amax is finite and > 0, else the old scale stays; then the
 //!   history rolls by one (`roll(-1)`, TE's `_update_amax_history`) and row 0 is zeroed for the
 //!   next step. Scales start at 1.
 //!
@@ -144,11 +144,15 @@ impl Fp8State {
     }
 }
 
-/// The scales an amax history `[len, ...]` sets: `max / amax / 2^margin` where `amax` (the
-/// history's maximum) is finite and > 0, else `scale`.
+/// The scales an amax history `[len, ...]` sets: `(max * 2^-margin) / amax` in fp32 (as
+/// Transformer Engine's update kernel computes it) where `amax` (the history's maximum, NaN
+/// entries ignored) is finite and > 0, else `scale`.
 pub fn scales_from(history: &Tensor, scale: &Tensor, max: &Tensor, margin: i64) -> Tensor {
-    let amax = history.amax([0], false);
-    let sf = (max / &amax) / 2f64.powi(margin as i32);
+    // NaN entries are ignored, as the fmaxf of Transformer Engine's kernel ignores them
+    let amax = history
+        .nan_to_num(0.0, f64::INFINITY, f64::NEG_INFINITY)
+        .amax([0], false);
+    let sf = (max * 2f64.powi(-(margin as i32))) / &amax;
     let ok = amax.gt(0.0).logical_and(&amax.isfinite());
     sf.where_self(&ok, scale)
 }
@@ -228,9 +232,12 @@ pub fn path_for(device: Device) -> Result<Path> {
                  capability 8.9 or 9.0+, e.g. an H100; an A100 has no FP8): {e:#}"
             ),
         },
-        _ => format!(
+        Device::Cpu => "FP8 matmuls need an NVIDIA GPU with FP8 tensor cores (H100 / H200, \
+                        compute capability 8.9 or 9.0+): this run is on the CPU"
+            .to_string(),
+        other => format!(
             "FP8 matmuls need an NVIDIA GPU with FP8 tensor cores (H100 / H200, compute \
-             capability 8.9 or 9.0+): this run is on the {device:?}"
+             capability 8.9 or 9.0+): this run is on {other:?}"
         ),
     };
     bail!(

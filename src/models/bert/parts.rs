@@ -185,6 +185,9 @@ pub(super) enum Projections {
     /// differentiated once); its backward puts the three gradients side by side and sums the
     /// bias's gradient in one kernel on a GPU ([`crate::fused::epilogue::qkv_projection`]).
     Fused(Path),
+    /// `fused_qkv` with `fp8`: one FP8 linear over the three weights stacked (one cast of x,
+    /// one GEMM), with the query's FP8 scales; its output unbound into q, k and v.
+    Fp8Fused(Path),
 }
 
 impl Projections {
@@ -204,6 +207,23 @@ impl Projections {
                 let w = Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0);
                 let bias = Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0);
                 Ok(crate::fused::epilogue::qkv_projection(x, &w, &bias, heads, path)?.0)
+            }
+            Projections::Fp8Fused(path) => {
+                let stacked = Dense {
+                    w: Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0),
+                    b: Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0),
+                    fp8: l.query.fp8.as_ref().map(|s| Fp8Slot {
+                        scale: s.scale.shallow_clone(),
+                        history: s.history.shallow_clone(),
+                    }),
+                };
+                let d = l.query.w.size()[0] / heads;
+                let qkv = Linear::Fp8(path)
+                    .forward(&stacked, x)?
+                    .view([-1, 3, heads, d])
+                    .unbind(1);
+                let [q, k, v]: [Tensor; 3] = qkv.try_into().expect("three projections");
+                Ok([q, k, v])
             }
         }
     }
@@ -446,8 +466,9 @@ pub(super) struct Parts {
 impl Parts {
     /// The parts the methods `m` and the kernel switches `k` ask for.
     /// With `fp8`, every encoder dense runs through FP8: the query, key and value projections
-    /// as three FP8 linears (not `fused_qkv`'s op), the intermediate dense with its plain GELU
-    /// (not the GELU epilogue); the fused tails take the FP8 matmul's output and add the bias.
+    /// as three FP8 linears, or with `fused_qkv` one over the stacked weights; the intermediate
+    /// dense with its plain GELU (not the GELU epilogue); the fused tails take the FP8 matmul's
+    /// output and add the bias.
     pub fn choose(m: &BertMethods, k: &KernelSwitches) -> Parts {
         let linear = if m.fp8 {
             Linear::Fp8(k.fp8_path)
@@ -472,7 +493,9 @@ impl Parts {
             FeedForward::Plain(linear)
         };
         Parts {
-            projections: if m.fused_qkv && !m.fp8 {
+            projections: if m.fused_qkv && m.fp8 {
+                Projections::Fp8Fused(k.fp8_path)
+            } else if m.fused_qkv {
                 Projections::Fused(k.fused_epilogue_path)
             } else {
                 Projections::Separate(linear)
