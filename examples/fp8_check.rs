@@ -6,8 +6,9 @@
 //!   amaxes (the recipe's update), as in training after the first step,
 //! - `emulated`: the emulated path with the same scales (quantise-dequantise in fp32),
 //! - `broken`: the `_scaled_mm` path with the amax history off by 16x (scales 16x too large:
-//!   a control that must fail),
-//! reporting the relative error `|a - b| / |b|` (Frobenius) of the output and the x, W and bias
+//!   a control that must fail).
+//!
+//! It reports the relative error `|a - b| / |b|` (Frobenius) of the output and the x, W and bias
 //! gradients against bf16, and the median forward + backward time of bf16 and fp8.
 //!
 //! cargo run --release --example fp8_check -- [--device cuda|cpu] [--tokens 16384] [--rounds 10]
@@ -64,7 +65,7 @@ fn side(
 ) -> Result<Out> {
     let [x, w, b] = [x, w, b].map(|t| t.detach().set_requires_grad(true));
     let y = {
-        let _ac = Autocast::enter(d, LowPrecision::Bf16)?;
+        let _ac = Autocast::enter(d, LowPrecision::BFloat16)?;
         f(&x, &w, &b)?
     };
     (y.to_kind(Kind::Float) * g).sum(Kind::Float).backward();
@@ -139,7 +140,7 @@ fn check(a: &Args, path: Path, name: &str, k: i64, n: i64) -> Result<bool> {
         names
             .iter()
             .zip(e)
-            .map(|(k, v)| (k.to_string(), v.into()))
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
             .collect()
     };
     let flops = 6.0 * (a.tokens * k * n) as f64;
