@@ -80,8 +80,9 @@ impl Default for BertMethods {
             balance_tokens: false,
             packing: false,
             fp8: false,
-            fp8_amax_history_len: crate::fused::fp8::DEFAULT_AMAX_HISTORY_LEN,
-            fp8_margin: crate::fused::fp8::DEFAULT_MARGIN,
+            // Transformer Engine's DelayedScaling defaults (`fused::fp8::Recipe::default()`)
+            fp8_amax_history_len: 1024,
+            fp8_margin: 0,
         }
     }
 }
@@ -230,6 +231,7 @@ impl BertMethods {
     }
 
     /// The FP8 recipe's settings.
+    #[cfg(feature = "torch")]
     pub fn fp8_recipe(&self) -> crate::fused::fp8::Recipe {
         crate::fused::fp8::Recipe {
             amax_history_len: self.fp8_amax_history_len,
@@ -266,4 +268,15 @@ pub fn migrate_legacy_keys(methods: &mut toml::Table) -> Result<Vec<String>> {
         ));
     }
     Ok(warnings)
+}
+
+#[cfg(all(test, feature = "torch"))]
+mod fp8_tests {
+    #[test]
+    fn the_fp8_defaults_are_the_recipe_defaults() {
+        assert_eq!(
+            super::BertMethods::default().fp8_recipe(),
+            crate::fused::fp8::Recipe::default()
+        );
+    }
 }
