@@ -158,11 +158,19 @@ fn main() -> Result<()> {
     tch::manual_seed(0);
     let vs = nn::VarStore::new(dev);
     let mut model = BertForPreTraining::new(&vs.root(), cfg, m)?;
-    model.fused_gelu_epilogue = !a.no_gelu_epilogue;
-    if a.scatter_attention {
-        model.varlen_path = mlperf_run::fused::Path::Reference;
+    model.configure(|_, k| {
+        k.fused_gelu_epilogue = !a.no_gelu_epilogue;
+        if a.scatter_attention {
+            k.varlen_path = mlperf_run::fused::Path::Reference;
+        }
+        k.flash_varlen_unpadded = a.flash_varlen;
+    });
+    if m.fp8 {
+        // the _scaled_mm kernel, or (MLPERF_RUN_TEST_EMULATE_FP8=1, e.g. the smoke run) the
+        // emulated path; refused elsewhere
+        let path = mlperf_run::fused::fp8::path_for(dev)?;
+        model.configure(|_, k| k.fp8_path = path);
     }
-    model.flash_varlen_unpadded = a.flash_varlen;
     // AdamW (no trust ratio; LAMB with --lamb) with global clip 1.0 and the LayerNorm/bias
     // exclusions (the 1-d parameters)
     let mut params = ParamGroups::from_var_store(&vs);
@@ -250,14 +258,15 @@ fn main() -> Result<()> {
             params.zero_grad()?;
             let loss = maybe_autocast(dev, precision, || {
                 let mask = step_attention_mask(mask);
-                let (mlm, nspl) = model.forward(ids, seg, mask, MlmOn::Positions(pos), true);
-                pretraining_loss(&mlm, &nspl, mids, w, nsp)
-            })?;
+                let (mlm, nspl) = model.forward(ids, seg, mask, MlmOn::Positions(pos), true)?;
+                Ok::<_, anyhow::Error>(pretraining_loss(&mlm, &nspl, mids, w, nsp))
+            })??;
             t1 = Instant::now();
             loss.backward();
             t2 = Instant::now();
             let grads = params.grads();
             opt.apply(&mut params, &grads)?;
+            model.fp8_update();
             Ok(vec![loss.detach()])
         };
         let mut out = match graphs.as_mut() {
@@ -290,7 +299,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": m.bf16(), "unpad": m.unpad, "cuda_graph": m.cuda_graph, "fused_epilogues": m.fused_epilogues, "gelu_epilogue": m.fused_epilogues && !a.no_gelu_epilogue, "fused_bias_gelu": m.fused_bias_gelu, "fused_qkv": m.fused_qkv, "bf16_residual": m.bf16_residual, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !m.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && m.bf16() { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": m.bf16(), "unpad": m.unpad, "cuda_graph": m.cuda_graph, "fused_epilogues": m.fused_epilogues, "gelu_epilogue": m.fused_epilogues && !a.no_gelu_epilogue, "fused_bias_gelu": m.fused_bias_gelu, "fused_qkv": m.fused_qkv, "bf16_residual": m.bf16_residual, "fp8": m.fp8, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !m.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && m.bf16() { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

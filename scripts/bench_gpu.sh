@@ -24,7 +24,9 @@
 #      against the same step benchmark with LAMB (and against c); target: within 5%
 #   p) a `mlperf-run bert` run with every closed-legal method (configs/bert/bench_1gpu_packed.toml:
 #      packed rows of 512, 48 per step at packing factor 2, CUDA graph, fused epilogues and QKV,
-#      bf16) on realistic-length shards (`data synth-bert --lengths realistic --seq-len 512`):
+#      bf16, FP8 linears with delayed scaling), beside the same run without methods.fp8 (`mlperf-run
+#      bert packed bf16 (run)`: the fp8 target is >= 1.3x it, >= 1,000 seq/s on an H200, >= 950 on
+#      an H100), on realistic-length shards (`data synth-bert --lengths realistic --seq-len 512`):
 #      seq/s from its log (training blocks 2-3; and with their evals), GPU busy, rows/s against
 #      its own step benchmark of the same rows (bert_bench_step, 48 x 512, the same methods,
 #      LAMB: dense attention over each row, where the run's varlen attention stays within each
@@ -34,6 +36,14 @@
 #      block-diagonal mask with SDPA; checked against each sequence alone first); plus
 #      `data bert-pack`'s packing efficiency. Its targets, set for one H100: >= 700 seq/s, >= 2.5x
 #      Hugging Face padded, run / step >= 0.95, GPU busy >= 97%, padding <= 3%
+#   q) (only with --only q or --only ...,q; once) examples/fp8_check: methods.fp8's linears
+#      (_scaled_mm, delayed scaling, E4M3 x/W, E5M2 gradients) vs bf16 linear at BERT-Large shapes
+#      (16,384 tokens; QKV 1024->3072, attention out 1024->1024, FFN 1024->4096 and 4096->1024):
+#      relative error of the output and the x/W/bias gradients (pass: < 0.1), the emulated path vs
+#      the kernel (< 2e-2), a control with the amax history off by 16x that must fail, and the
+#      median fwd+bwd time of each (about a minute on an H100)
+#   c) also has `mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8` (the fast row
+#   with methods.fp8), in --sides all and targets;
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
 #   once and replayed; in the default build; a lite or CPU-only build fails those rows with
 #   the reason), reported against ours without it and against every peer;
@@ -124,7 +134,7 @@
 #                is listed under the table. The table and the packed logs are written after
 #                every round, so a call cut off by a harder limit keeps its finished rounds
 #   --only LIST  parts to run (default a,b,c,d,p; `ncu` = the --ncu part), in the order m, a, k, b,
-#                e, f, g, h, v, c, d, p, ncu: the fused ops' checks before the BERT step that uses them
+#                e, f, g, h, v, q, c, d, p, ncu: the fused ops' checks before the BERT step that uses them
 #   --sides SET  `all` (default) or `targets`: in a), b), c) and e) only the rows the targets
 #                block reads (a: mlperf-run, mlperf-run fp16 all-methods, PyTorch eager+compile
 #                fp16; b: the run with nvJPEG and with the CPU decoder; c: mlperf-run, mlperf-run
@@ -185,16 +195,16 @@ while [ $# -gt 0 ]; do
 done
 [ "$ncu_flag" = 1 ] && only="$only,ncu"
 for p in ${only//,/ }; do
-  case "$p" in a|b|c|d|e|f|g|h|k|m|p|v|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k, m, p, v and ncu, not $p" ;; esac
+  case "$p" in a|b|c|d|e|f|g|h|k|m|p|q|v|ncu) ;; *) die "--only takes a, b, c, d, e, f, g, h, k, m, p, q, v and ncu, not $p" ;; esac
 done
 case "$rounds" in ''|*[!0-9]*|0) die "--rounds needs a positive number" ;; esac
 case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number" ;; esac
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-ln fast-fa2 mask all hf ref)
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-fp8 fast-ln fast-fa2 mask all hf ref)
     B_SIDES=(mlperf-run mlperf-run-cpu torchvision); E_SIDES=(cpu nvjpeg engine hybrid default tv-loader tv-gpu) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-ln all hf)
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-fp8 fast-ln all hf)
     B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   data) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   run) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run); E_SIDES=(nvjpeg) ;;
@@ -392,6 +402,8 @@ if [ "$smoke" = 1 ]; then
   C_REF_CFG='{"vocab_size":1000,"hidden_size":128,"num_layers":2,"num_heads":2,"intermediate_size":512}'
   C_REF=(--batch 2 --seq 64 --predictions 10)
   C_COMMON=(--steps 2 --warmup 1 --threads 1 --device cpu)
+  # methods.fp8 on a CPU: the emulated FP8 path (the test mode; refused without it)
+  export MLPERF_RUN_TEST_EMULATE_FP8=1
   C_REF_RUN=(--steps 2 --warmup 1 --threads 1 --device cpu --bf16 --sdpa)
   C_FLOPS=""
   D_SYNTH=(--seq-len 64 --train-samples 256 --eval-samples 64 --shards 2)
@@ -403,7 +415,7 @@ if [ "$smoke" = 1 ]; then
   P_CFG="$D_CFG"  # made packed below
   P_STEP=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 4 --seq 64 --preds 16)
   P_HF=(--layers 2 --hidden 128 --heads 2 --inter 512 --vocab 1000 --batch 8 --seq 64 --preds 10)
-  P_M="amp=bf16,fused_epilogues,fused_qkv"
+  P_M="amp=bf16,fused_epilogues,fused_qkv,fp8"
   D_M="amp=bf16"
   MM=(--device cpu --n 256 --reps 3)
 else
@@ -435,7 +447,7 @@ else
   P_SET="$data/synth-bert-512-realistic"
   P_STEP=(--layers 24 --hidden 1024 --heads 16 --inter 4096 --vocab 30528 --batch 48 --seq 512 --preds 88)
   P_HF=("${C_SHAPE[@]}")
-  P_M="amp=bf16,cuda_graph,fused_epilogues,fused_qkv"
+  P_M="amp=bf16,cuda_graph,fused_epilogues,fused_qkv,fp8"
   # the methods of configs/bert/bench_1gpu.toml
   D_M="amp=bf16,cuda_graph,fused_epilogues,fused_qkv"
   MM=(--device cuda --n 8192 --reps 7)
@@ -632,6 +644,19 @@ if want v; then
   fi
 fi
 
+# ---- q) fp8 linears vs bf16 at BERT-Large shapes (opt-in, once) ---------------------------------
+if want q; then
+  QCHECK="$(find_bin fp8_check)" || die "no fp8_check binary next to $MR"
+  if [ "$smoke" = 1 ]; then Q_ARGS=(--device cpu --tokens 64 --rounds 1)
+  else Q_ARGS=(--device cuda --tokens 16384 --rounds 10); fi
+  if round_start q "$first_round" "$first_round"; then
+    # one row per shape: the fp8 side's TFLOP/s (the errors, bf16's time and ok in the log's lines)
+    split="fp8-qkv:shape=qkv fp8-attention-out:shape=attention_out fp8-ffn-in:shape=ffn_in fp8-ffn-out:shape=ffn_out" \
+      measure q "fp8-check" "$first_round" json "" -- ours "$QCHECK" "${Q_ARGS[@]}"
+    round_end
+  fi
+fi
+
 # ---- c) BERT step --------------------------------------------------------------------------------
 has_hf=1
 "$PYTHON" -c 'import transformers' 2>/dev/null || has_hf=0
@@ -648,6 +673,7 @@ if want c; then
         mask) measure c "mlperf-run cuda-graph fused-epilogues mask-kept" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues" --keep-mask ;;
         qkv) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv" ;;
         fast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" ;;
+        fast-fp8) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,fp8" ;;
         fast-ln) measure c "mlperf-run cuda-graph fused-epilogues-ln-only fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" --no-gelu-epilogue ;;
         fast-fa2) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" --flash-varlen ;;
         all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,fused_bias_gelu" ;;
@@ -712,12 +738,18 @@ if want p && round_start p "$first_round" "$first_round"; then
     # the smoke config with packed rows (no CUDA graph on a CPU): 4 rows x 2 per step
     p_cfg="$raw/logs/bench_smoke_cpu_packed.toml"
     sed -E 's/^global_batch_size = .*/global_batch_size = 8\npacking_factor = 2/' "$D_CFG" >"$p_cfg"
-    printf 'packing = true\nfused_epilogues = true\nfused_qkv = true\n' >>"$p_cfg"
+    printf 'packing = true\nfused_epilogues = true\nfused_qkv = true\nfp8 = true\n' >>"$p_cfg"
   fi
+  # the same run without methods.fp8 (bf16 matmuls), beside the preset's fp8 run
+  p_cfg_bf16="$raw/logs/bf16-$(basename "$p_cfg")"
+  grep -v '^fp8 = ' "$p_cfg" >"$p_cfg_bf16"
   mllog="$raw/logs/p-mlperf-run-bert.mllog"; rm -f "$mllog"
   # no FLOP spec for the run: its sequences average about half of a 512-token row
   measure p "mlperf-run bert packed (run)" "$first_round" mllog-bert "" -- ours "$MR" bert --division open \
     --config "$p_cfg" --data "$P_SET" --device "$dev" --seed 1 --log "$mllog"
+  mllog="$raw/logs/p-mlperf-run-bert-bf16.mllog"; rm -f "$mllog"
+  measure p "mlperf-run bert packed bf16 (run)" "$first_round" mllog-bert "" -- ours "$MR" bert --division open \
+    --config "$p_cfg_bf16" --data "$P_SET" --device "$dev" --seed 1 --log "$mllog"
   mllog=""
   measure p "bert_bench_step --lamb 48x512 rows (step)" "$first_round" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${P_STEP[@]}" \
     "${C_COMMON[@]}" --methods "$P_M" --lamb

@@ -317,6 +317,7 @@ PARTS = {
     "k": "k) short batches beside a CUDA graph: ResNet-50 step, the warm-up's batches and one later one image short",
     "h": "h) fused feed-forward op (1024 -> 4096 + bias + GELU -> 1024, fwd+bwd): cuBLASLt epilogues vs composite vs linear + erf GELU + linear",
     "p": "p) mlperf-run bert, packed rows with every closed method (bench_1gpu_packed.toml), realistic-length data: run vs its step benchmark, Hugging Face padded and Hugging Face on the same packed rows (block mask)",
+    "q": "q) fp8 linears (_scaled_mm, delayed scaling) at BERT-Large shapes, fwd+bwd TFLOP/s; errors vs bf16 in the log (examples/fp8_check)",
     "v": "v) unpadded attention (56 x 512, half real, fwd+bwd, bf16): FlashAttention varlen vs scatter + SDPA with mask",
     "m": "m) the multi-process paths on one GPU (scripts/bench/multiprocess_check.py: 2 ranks sharing it through Gloo, NCCL in a group of one)",
     "ncu": "ncu) kernels per training step",
@@ -650,7 +651,7 @@ def cmd_report(a):
         w(f"measured bf16 matmul ({n}^3 on {mm[0]['raw'].get('device')}, median of {mm[0]['raw'].get('reps')}): "
           f"{peak:,.1f} TFLOP/s"
           + (f" = {100 * peak / H100_SXM_BF16_DENSE_TFLOPS:.1f}% of the H100 SXM datasheet 989" if on_gpu else ""))
-    for part in ("a", "k", "b", "c", "d", "p", "e", "f", "g", "h", "v"):
+    for part in ("a", "k", "b", "c", "d", "p", "e", "f", "g", "h", "v", "q"):
         # (part p's packing record is no rate: read by packed_lines, not a row of the table)
         pr_all = [r for r in recs if r["part"] == part]
         pr = [r for r in pr_all if r["side"] != "bert-pack"]

@@ -9,12 +9,15 @@
 //!   time, `shim/fused_epilogue.cpp`)
 //! - [`bias_gelu`]: the feed-forward matmuls with bias + tanh GELU in cuBLASLt's epilogues
 //!   (`methods.fused_bias_gelu`, `shim/fused_bias_gelu.cpp`)
+//! - [`fp8`]: the encoder's linear layers in FP8 with delayed scaling (`methods.fp8`;
+//!   `_scaled_mm`, `shim/fp8.cpp`)
 //! - [`varlen_attention`]: attention within each packed sequence (`methods.unpad`;
 //!   FlashAttention's varlen kernel, `shim/varlen_attention.cpp`)
 
 pub mod bias_gelu;
 pub mod bn_relu;
 pub mod epilogue;
+pub mod fp8;
 pub mod varlen_attention;
 
 use anyhow::Result;

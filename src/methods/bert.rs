@@ -50,6 +50,19 @@ pub struct BertMethods {
     /// padding. Not with `unpad` (nothing left to remove) or `balance_tokens` (rows of equal
     /// token budget are balanced already).
     pub packing: bool,
+    /// The encoder's linear layers (query, key, value, attention output, feed-forward in and
+    /// out) in FP8 with delayed scaling, Transformer Engine's HYBRID recipe: E4M3 activations
+    /// and weights, E5M2 gradients, per-tensor scales from an amax history, fp32 accumulation,
+    /// bf16 out; master weights and LAMB unchanged. Needs a GPU with FP8 tensor cores
+    /// (refused elsewhere before the run; tests: `MLPERF_RUN_TEST_EMULATE_FP8=1`). See
+    /// [`crate::fused::fp8`].
+    pub fp8: bool,
+    /// With `fp8`: the steps of amax history each scale comes from (Transformer Engine's
+    /// default, 1024).
+    pub fp8_amax_history_len: i64,
+    /// With `fp8`: the scales' margin, `fp8_max / amax / 2^margin` (Transformer Engine's
+    /// default, 0).
+    pub fp8_margin: i64,
 }
 
 /// The defaults of every key left out (all off, `amp` none) but `fused_attention`, on.
@@ -66,6 +79,10 @@ impl Default for BertMethods {
             fused_bias_gelu: false,
             balance_tokens: false,
             packing: false,
+            fp8: false,
+            // Transformer Engine's DelayedScaling defaults (`fused::fp8::Recipe::default()`)
+            fp8_amax_history_len: 1024,
+            fp8_margin: 0,
         }
     }
 }
@@ -146,6 +163,17 @@ impl MethodSet for BertMethods {
                 ),
                 "method_packing",
             ),
+            Method::switch(
+                "fp8",
+                self.fp8,
+                Allowed(
+                    "a number format: the rules (training_rules.adoc, \"Numerical formats\") \
+                     pre-approve fp64, fp32, tf32, fp16, fp8 and bfloat16, with scaling where the \
+                     precision needs it (its delayed per-tensor scales); the model function and \
+                     the optimizer are the reference's",
+                ),
+                "method_fp8",
+            ),
             Method::cuda_graph(self.cuda_graph),
         ]
     }
@@ -185,7 +213,30 @@ impl BertMethods {
                  step time with methods.unpad = true: set both or neither"
             );
         }
+        if self.fp8 && self.fused_bias_gelu {
+            bail!(
+                "methods.fp8 runs the feed-forward matmuls in FP8 and methods.fused_bias_gelu in \
+                 cuBLASLt's bf16 epilogues: turn one of them off"
+            );
+        }
+        if self.fp8_amax_history_len < 1 || self.fp8_margin < 0 {
+            bail!(
+                "methods.fp8_amax_history_len must be >= 1 and methods.fp8_margin >= 0 (got {} \
+                 and {})",
+                self.fp8_amax_history_len,
+                self.fp8_margin
+            );
+        }
         Ok(())
+    }
+
+    /// The FP8 recipe's settings.
+    #[cfg(feature = "torch")]
+    pub fn fp8_recipe(&self) -> crate::fused::fp8::Recipe {
+        crate::fused::fp8::Recipe {
+            amax_history_len: self.fp8_amax_history_len,
+            margin: self.fp8_margin,
+        }
     }
 
     /// bf16 autocast is on.
@@ -217,4 +268,15 @@ pub fn migrate_legacy_keys(methods: &mut toml::Table) -> Result<Vec<String>> {
         ));
     }
     Ok(warnings)
+}
+
+#[cfg(all(test, feature = "torch"))]
+mod fp8_tests {
+    #[test]
+    fn the_fp8_defaults_are_the_recipe_defaults() {
+        assert_eq!(
+            super::BertMethods::default().fp8_recipe(),
+            crate::fused::fp8::Recipe::default()
+        );
+    }
 }

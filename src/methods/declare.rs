@@ -239,7 +239,8 @@ mod tests {
                 "method_bf16_residual",
                 "method_fused_bias_gelu",
                 "method_balance_tokens",
-                "method_packing"
+                "method_packing",
+                "method_fp8"
             ]
         );
         assert_eq!(keys[2].1, Value::Bool(true));

@@ -117,6 +117,10 @@ pub fn config_text(
         "bert" => bert(c)?,
         other => anyhow::bail!("plan cannot write configs for {other}"),
     };
+    // methods.fp8 needs FP8 tensor cores (Hopper): elsewhere the planned config trains in bf16
+    if bench.name == "bert" && !has_fp8(gpu) {
+        table(&mut t, "methods").remove("fp8");
+    }
     let gpus = c.projection.gpus;
     let description = format!(
         "{} closed, planned by mlperf-run plan for {gpus}x{gpu} (round {round}, RCP point {}, \
@@ -131,6 +135,12 @@ pub fn config_text(
     let text = format!("{header}{}", toml::to_string(&t)?);
     check(&bench.name, &text)?;
     Ok(text)
+}
+
+/// Whether the GPU named `gpu` has FP8 tensor cores (`methods.fp8`: H100, H200, B200).
+fn has_fp8(gpu: &str) -> bool {
+    let g = gpu.to_ascii_uppercase();
+    g.contains("H100") || g.contains("H200") || g.contains("B200")
 }
 
 /// The closed rules of the training subcommand (BERT's need libtorch's build).
@@ -148,4 +158,22 @@ fn check(benchmark: &str, text: &str) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fp8_is_planned_on_hopper_and_blackwell_only() {
+        for g in [
+            "H100-SXM-80GB",
+            "H200-SXM-141GB",
+            "NVIDIA H100 80GB HBM3",
+            "B200-180GB",
+        ] {
+            assert!(super::has_fp8(g), "{g}");
+        }
+        for g in ["A100-SXM-80GB", "A100-SXM-40GB", "V100"] {
+            assert!(!super::has_fp8(g), "{g}");
+        }
+    }
 }

@@ -16,6 +16,8 @@ pub mod error;
 #[cfg(feature = "torch")]
 pub mod foreach;
 #[cfg(feature = "torch")]
+pub mod fp8;
+#[cfg(feature = "torch")]
 pub mod fused_bias_gelu;
 #[cfg(feature = "torch")]
 pub mod fused_bn;

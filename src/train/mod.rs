@@ -351,6 +351,10 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     )?;
     let data = required(&args.data, "--data")?;
     let cfg = cmd.parse(bert::BertRunConfig::parse)?;
+    if cfg.methods.fp8 {
+        // refused before the run where FP8 cannot run, naming why
+        crate::fused::fp8::path_for(cmd.device)?;
+    }
     let init = args.init_checkpoint.as_deref();
     cmd.single_or_set("bert", &cfg.system, ("MLM accuracy", "samples"), |opts| {
         bert::run_once(&cfg, cmd.division, &data, init, opts)

@@ -194,9 +194,13 @@ fn converted_checkpoint_forward_matches_pytorch() {
     assert_eq!(report.loaded, vs.variables().len());
     let valid = mask.unsqueeze(-1).to_kind(Kind::Float);
     for (unpad, fused) in [(false, true), (true, true), (false, false), (true, false)] {
-        model.methods.unpad = unpad;
-        model.methods.fused_attention = fused;
-        let (mlm, nsp) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
+        model.configure(|m, _| m.unpad = unpad);
+        model.configure(|m, _| m.fused_attention = fused);
+        let (mlm, nsp) = tch::no_grad(|| {
+            model
+                .forward(&ids, &seg, Some(&mask), MlmOn::All, false)
+                .unwrap()
+        });
         let d_nsp = (&nsp - &theirs["nsp"]).abs().max().double_value(&[]);
         // Padding positions are outputs nobody uses; compare the real tokens.
         let d_mlm = ((&mlm - &theirs["mlm"]) * &valid)
@@ -222,8 +226,11 @@ fn converted_checkpoint_forward_matches_pytorch() {
     }
     // Positions mode equals gathering the full logits.
     let pos = Tensor::from_slice(&[1i64, 5, 2, 7, 3, 3, 4, 9]).view([4, 2]);
-    let (mlm_pos, _) =
-        tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false));
+    let (mlm_pos, _) = tch::no_grad(|| {
+        model
+            .forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false)
+            .unwrap()
+    });
     let gathered = theirs["mlm"].gather(
         1,
         &pos.unsqueeze(-1).expand([4, 2, c.vocab_size], false),
@@ -241,8 +248,12 @@ fn converted_checkpoint_forward_matches_pytorch() {
     let bad_path = dir.path().join("bad.safetensors");
     Tensor::write_safetensors(&bad, &bad_path).unwrap();
     model.load_reference(&vs, &bad_path).unwrap();
-    model.methods.unpad = false;
-    let (mlm_bad, _) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
+    model.configure(|m, _| m.unpad = false);
+    let (mlm_bad, _) = tch::no_grad(|| {
+        model
+            .forward(&ids, &seg, Some(&mask), MlmOn::All, false)
+            .unwrap()
+    });
     assert!((mlm_bad - &theirs["mlm"]).abs().max().double_value(&[]) > 1e-3);
 }
 
@@ -304,11 +315,14 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
     let (ids, seg, mask) = inputs(&c, 3, 16);
     let real = mask.to_kind(Kind::Float).unsqueeze(-1);
     let fwd = |m: &BertForPreTraining| {
-        tch::no_grad(|| m.forward(&ids, &seg, Some(&mask), MlmOn::All, false))
+        tch::no_grad(|| {
+            m.forward(&ids, &seg, Some(&mask), MlmOn::All, false)
+                .unwrap()
+        })
     };
     let (mlm32, nsp32) = fwd(&model);
     for unpad in [false, true] {
-        model.methods.unpad = unpad;
+        model.configure(|m, _| m.unpad = unpad);
         let (mlm16, nsp16) = {
             let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
             fwd(&model)
@@ -327,7 +341,7 @@ fn bf16_autocast_forward_tracks_fp32_and_trains() {
         let nd = (&nsp16 - &nsp32).abs().max().double_value(&[]);
         assert!(nd < 0.05 * nsp32.abs().max().double_value(&[]).max(1e-3));
     }
-    model.methods.unpad = false;
+    model.configure(|m, _| m.unpad = false);
     // fit one batch under autocast: the loss must fall a lot
     let losses = fit_under_bf16(&model, &vs, &ids, &seg, &mask);
     eprintln!("bf16 training loss {:.3} -> {:.3}", losses[0], losses[79]);
@@ -373,7 +387,9 @@ fn fit_under_bf16(
             params.zero_grad().unwrap();
             let loss = {
                 let _amp = Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
-                let (mlm, n) = model.forward(ids, seg, Some(mask), MlmOn::Positions(&t.pos), true);
+                let (mlm, n) = model
+                    .forward(ids, seg, Some(mask), MlmOn::Positions(&t.pos), true)
+                    .unwrap();
                 pretraining_loss(&mlm, &n, &t.mids, &t.w, &t.nsp)
             };
             assert_eq!(loss.kind(), Kind::Float);
@@ -401,7 +417,9 @@ fn loss_and_grads(
         }
     }
     tch::manual_seed(5);
-    let (mlm, n) = model.forward(ids, seg, mask, MlmOn::Positions(&t.pos), true);
+    let (mlm, n) = model
+        .forward(ids, seg, mask, MlmOn::Positions(&t.pos), true)
+        .unwrap();
     let loss = pretraining_loss(&mlm, &n, &t.mids, &t.w, &t.nsp);
     loss.backward();
     let vars = vs.variables();
@@ -465,12 +483,12 @@ fn a_batch_without_padding_needs_no_attention_mask() {
         (true, false, false),
         (false, true, true),
     ] {
-        model.methods.unpad = unpad;
-        model.methods.fused_attention = fused;
-        model.flash_varlen_unpadded = flash;
+        model.configure(|m, _| m.unpad = unpad);
+        model.configure(|m, _| m.fused_attention = fused);
+        model.configure(|_, k| k.flash_varlen_unpadded = flash);
         let what = format!("unpad={unpad} fused={fused} flash_varlen_unpadded={flash}");
         let eval = |mask: Option<&Tensor>| {
-            tch::no_grad(|| model.forward(&ids, &seg, mask, MlmOn::All, false)).0
+            tch::no_grad(|| model.forward(&ids, &seg, mask, MlmOn::All, false).unwrap()).0
         };
         let (with, without) = (eval(Some(&ones)), eval(None));
         let d = (&with - &without).abs().max().double_value(&[]);
@@ -509,12 +527,17 @@ fn fused_qkv_matches_three_projections() {
         .any(|n| n.ends_with("layer.1.attention.self.key.weight")));
     let real = mask.unsqueeze(-1).to_kind(Kind::Float);
     for unpad in [false, true] {
-        model.methods.unpad = unpad;
+        model.configure(|m, _| m.unpad = unpad);
         let what = format!("unpad={unpad}");
         let mut outs = Vec::new();
         for fused in [false, true] {
-            model.methods.fused_qkv = fused;
-            let eval = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false)).0;
+            model.configure(|m, _| m.fused_qkv = fused);
+            let eval = tch::no_grad(|| {
+                model
+                    .forward(&ids, &seg, Some(&mask), MlmOn::All, false)
+                    .unwrap()
+            })
+            .0;
             let step = loss_and_grads(&model, &vs, &names, (&ids, &seg, Some(&mask)), &t);
             outs.push((eval, step));
         }
@@ -545,7 +568,11 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
     let mut model = BertForPreTraining::new(&vs.root(), &c, &Default::default()).unwrap();
     let (ids, seg, mask) = inputs(&c, 3, 16);
     let real = mask.to_kind(Kind::Float).unsqueeze(-1);
-    let (mlm32, _) = tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false));
+    let (mlm32, _) = tch::no_grad(|| {
+        model
+            .forward(&ids, &seg, Some(&mask), MlmOn::All, false)
+            .unwrap()
+    });
     let scale = mlm32.abs().max().double_value(&[]);
     let bf16 = || Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap();
     for (fused, path) in [
@@ -553,22 +580,26 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
         (true, mlperf_run::fused::Path::Reference),
         (true, mlperf_run::fused::Path::Emulated),
     ] {
-        model.methods.fused_epilogues = fused;
-        model.fused_epilogue_path = path;
+        model.configure(|m, _| m.fused_epilogues = fused);
+        model.configure(|_, k| k.fused_epilogue_path = path);
         for unpad in [false, true] {
-            model.methods.unpad = unpad;
+            model.configure(|m, _| m.unpad = unpad);
             let what = format!("fused={fused} {path:?} unpad={unpad}");
             let mut kinds = Vec::new();
             for on in [false, true] {
-                model.methods.bf16_residual = on;
+                model.configure(|m, _| m.bf16_residual = on);
                 let _amp = bf16();
-                let enc = tch::no_grad(|| model.encode(&ids, &seg, Some(&mask), false));
+                let enc = tch::no_grad(|| model.encode(&ids, &seg, Some(&mask), false).unwrap());
                 kinds.push(enc.kind());
             }
             assert_eq!(kinds, [Kind::Float, Kind::BFloat16], "{what}");
             let (mlm, _) = {
                 let _amp = bf16();
-                tch::no_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::All, false))
+                tch::no_grad(|| {
+                    model
+                        .forward(&ids, &seg, Some(&mask), MlmOn::All, false)
+                        .unwrap()
+                })
             };
             assert_eq!(mlm.kind(), Kind::Float, "{what}: logits come back in fp32");
             let diff = ((&mlm - &mlm32) * &real).abs().max().double_value(&[]);
@@ -577,11 +608,11 @@ fn bf16_residual_stream_tracks_fp32_and_trains() {
         }
     }
     // fit one batch with the bf16 stream (and the fused query/key/value projection)
-    model.methods.unpad = false;
-    model.methods.fused_epilogues = true;
-    model.fused_epilogue_path = mlperf_run::fused::Path::Reference;
-    model.methods.fused_qkv = true;
-    model.methods.bf16_residual = true;
+    model.configure(|m, _| m.unpad = false);
+    model.configure(|m, _| m.fused_epilogues = true);
+    model.configure(|_, k| k.fused_epilogue_path = mlperf_run::fused::Path::Reference);
+    model.configure(|m, _| m.fused_qkv = true);
+    model.configure(|m, _| m.bf16_residual = true);
     let losses = fit_under_bf16(&model, &vs, &ids, &seg, &mask);
     eprintln!(
         "bf16 residual training loss {:.3} -> {:.3}",

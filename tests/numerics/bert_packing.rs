@@ -187,8 +187,11 @@ fn compare(methods: &BertMethods, cross_boundaries: bool) -> (f64, f64, f64, f64
 
     // unpadded reference: one sequence per row of the padded batch
     let [ids, seg, mask, pos, mids, w, nsp_labels] = padded(&seqs);
-    let (mlm_u, nsp_u) =
-        tch::with_grad(|| model.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false));
+    let (mlm_u, nsp_u) = tch::with_grad(|| {
+        model
+            .forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false)
+            .unwrap()
+    });
     let loss_u = pretraining_loss(&mlm_u, &nsp_u, &mids, &w, &nsp_labels);
     let unpacked = PerSeq {
         mlm: (0..seqs.len())
@@ -250,7 +253,7 @@ fn compare(methods: &BertMethods, cross_boundaries: bool) -> (f64, f64, f64, f64
         }
         b.cu_seqlens = Tensor::from_slice(&cu);
     }
-    let (mlm_p, nsp_p) = tch::with_grad(|| model.forward_packed(&b.inputs(), false));
+    let (mlm_p, nsp_p) = tch::with_grad(|| model.forward_packed(&b.inputs(), false).unwrap());
     let loss_p = pretraining_loss(
         &mlm_p,
         &nsp_p,
@@ -387,7 +390,8 @@ fn with_packing_the_eval_runs_unpadded_and_computes_the_same() {
         padding.any().int64_value(&[]) != 0,
         "the case must have padding"
     );
-    let encode = |m: &BertForPreTraining| tch::no_grad(|| m.encode(&ids, &seg, Some(&mask), false));
+    let encode =
+        |m: &BertForPreTraining| tch::no_grad(|| m.encode(&ids, &seg, Some(&mask), false).unwrap());
     let (unpadded, plain) = (encode(&model), encode(&padded_model));
     assert_eq!(max_abs(&unpadded.masked_select(&padding)), 0.0);
     assert!(
@@ -398,7 +402,10 @@ fn with_packing_the_eval_runs_unpadded_and_computes_the_same() {
     assert!(d < 1e-9, "real tokens differ by {d:e}");
 
     let forward = |m: &BertForPreTraining| {
-        tch::no_grad(|| m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false))
+        tch::no_grad(|| {
+            m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), false)
+                .unwrap()
+        })
     };
     let ((mlm_u, nsp_u), (mlm_p, nsp_p)) = (forward(&model), forward(&padded_model));
     let (dm, dn) = (max_abs(&(mlm_u - mlm_p)), max_abs(&(nsp_u - nsp_p)));

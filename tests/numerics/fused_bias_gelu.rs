@@ -240,9 +240,9 @@ fn train_tiny(fused: bool, epilogues: bool, unpad: bool, bf16: bool, steps: usiz
     tch::manual_seed(21);
     let vs = nn::VarStore::new(Device::Cpu);
     let mut m = BertForPreTraining::new(&vs.root(), &tiny(), &Default::default()).unwrap();
-    m.methods.unpad = unpad;
-    m.methods.fused_bias_gelu = fused;
-    m.methods.fused_epilogues = epilogues;
+    m.configure(|m, _| m.unpad = unpad);
+    m.configure(|m, _| m.fused_bias_gelu = fused);
+    m.configure(|m, _| m.fused_epilogues = epilogues);
     use nn::OptimizerConfig;
     let mut opt = nn::Adam::default().build(&vs, 3e-3).unwrap();
     let (b, s, preds) = (4, 16, 3);
@@ -264,6 +264,7 @@ fn train_tiny(fused: bool, epilogues: bool, unpad: bool, bf16: bool, steps: usiz
                 let _ac =
                     bf16.then(|| Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap());
                 m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true)
+                    .unwrap()
             };
             let loss = mlperf_run::models::bert::pretraining_loss(
                 &mlm,

@@ -336,10 +336,10 @@ fn train_tiny_on(
     tch::manual_seed(21);
     let vs = nn::VarStore::new(Device::Cpu);
     let mut m = BertForPreTraining::new(&vs.root(), &tiny(), &Default::default()).unwrap();
-    m.methods.unpad = unpad;
-    m.methods.fused_epilogues = fused.is_some();
-    m.fused_epilogue_path = fused.unwrap_or(mlperf_run::fused::Path::Auto);
-    m.methods.fused_qkv = qkv;
+    m.configure(|m, _| m.unpad = unpad);
+    m.configure(|m, _| m.fused_epilogues = fused.is_some());
+    m.configure(|_, k| k.fused_epilogue_path = fused.unwrap_or(mlperf_run::fused::Path::Auto));
+    m.configure(|m, _| m.fused_qkv = qkv);
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
     use nn::OptimizerConfig;
     let (b, s, preds) = (4, 16, 3);
@@ -360,6 +360,7 @@ fn train_tiny_on(
         let (mlm, nsp_logits) = {
             let _ac = bf16.then(|| Autocast::enter(Device::Cpu, LowPrecision::BFloat16).unwrap());
             m.forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true)
+                .unwrap()
         };
         let loss =
             mlperf_run::models::bert::pretraining_loss(&mlm, &nsp_logits, &labels, &weights, &nsp);

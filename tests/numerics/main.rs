@@ -19,6 +19,7 @@ mod bert_optim;
 mod bert_packing;
 mod cuda_emu;
 mod cuda_graph_twin;
+mod fp8;
 mod fused_bias_gelu;
 mod fused_bn_relu;
 mod fused_epilogue;

@@ -472,6 +472,12 @@ fn full_size_configs_load_with_the_reference_recipe() {
     // NVIDIA's v3.0 H100 recipe (config_DGXH100_1x8x48x1_pack.sh)
     let h = BertRunConfig::load(&dir.join("closed_8xH100.toml"), Division::Closed).unwrap();
     assert!(fast(&h.methods), "{:?}", h.methods);
+    // FP8 on the H100 preset (its recipe's defaults), bf16 on the A100 one (no FP8 there)
+    assert!(h.methods.fp8 && !c.methods.fp8);
+    assert_eq!(
+        (h.methods.fp8_amax_history_len, h.methods.fp8_margin),
+        (1024, 0)
+    );
     assert_eq!(
         (
             h.train.global_batch_size,
@@ -502,4 +508,65 @@ fn full_size_configs_load_with_the_reference_recipe() {
     );
     assert_eq!(o.eval_interval(Division::Open).unwrap(), 100_000);
     assert!(BertRunConfig::load(&dir.join("open_8xA100.toml"), Division::Closed).is_err());
+}
+
+/// `methods.fp8` through the CLI on the tiny packed closed preset: without
+/// MLPERF_RUN_TEST_EMULATE_FP8 a CPU run is refused before the run (no log) naming the reason;
+/// with it the emulated FP8 path reaches 0.720 at the closed interval, the log records
+/// `method_fp8`, and our checker and the official one (5.0.0) pass it.
+#[test]
+fn tiny_cpu_packed_fp8_runs_emulated_in_the_test_mode_and_is_refused_without_it() {
+    use mlperf_run::fused::fp8::EMULATE_FP8;
+    run_alone!();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    realistic_data(&data);
+    let preset =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu_packed.toml");
+    let text = std::fs::read_to_string(preset).unwrap();
+    assert_eq!(text.matches("[methods]").count(), 1);
+    let cfg = dir.path().join("tiny_cpu_packed_fp8.toml");
+    std::fs::write(&cfg, text.replace("[methods]", "[methods]\nfp8 = true")).unwrap();
+    let cmd = |log: &Path| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"));
+        c.args(["bert", "--division", "closed", "--config"])
+            .arg(&cfg)
+            .arg("--data")
+            .arg(&data)
+            .args(["--seed", "4321", "--log"])
+            .arg(log);
+        c
+    };
+    let refused = dir.path().join("refused.txt");
+    let out = cmd(&refused).env_remove(EMULATE_FP8).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("methods.fp8 cannot run") && err.contains("CPU") && err.contains(EMULATE_FP8),
+        "{err}"
+    );
+    assert!(!refused.exists(), "refused before the run: no log");
+    let log_path = dir.path().join("result_0.txt");
+    let out = cmd(&log_path).env(EMULATE_FP8, "1").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = parse_file(&log_path).unwrap();
+    assert_eq!(log.last("run_stop").unwrap().status(), Some("success"));
+    assert_eq!(
+        log.first("method_fp8").unwrap().value,
+        serde_json::json!(true)
+    );
+    let acc = log.last("eval_accuracy").unwrap().value.as_f64().unwrap();
+    assert!(acc >= 0.720, "{acc}");
+    let verdict = check_log(
+        &log,
+        &CheckOptions {
+            ruleset: Some("5.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    official_check("tiny_cpu_packed.toml + fp8 (emulated)", &log_path);
 }

@@ -243,7 +243,12 @@ impl Workload for BertWorkload {
     fn build(&mut self, ctx: &BuildContext) -> Result<()> {
         let cfg = &self.cfg;
         let vs = VarStore::new(ctx.device);
-        let model = BertForPreTraining::new(&vs.root(), &cfg.model, &cfg.methods)?;
+        let mut model = BertForPreTraining::new(&vs.root(), &cfg.model, &cfg.methods)?;
+        if cfg.methods.fp8 {
+            // the kernel where it runs (else an error naming why), or the test mode's emulation
+            let path = crate::fused::fp8::path_for(ctx.device)?;
+            model.configure(|_, k| k.fp8_path = path);
+        }
         if let Some(ck) = &self.init_checkpoint {
             let r = model.load_reference(&vs, ck)?;
             tracing::info!(
@@ -402,6 +407,8 @@ impl Workload for BertWorkload {
                 .collect();
             sync.all_reduce_grads(&grads)?;
             s.opt.apply(&mut s.params, &grads)?;
+            // methods.fp8: the scales from the amax histories, on the device
+            s.model.fp8_update();
             Ok(vec![
                 total.context("train.gradient_accumulation_steps is 0")?
             ])
@@ -428,11 +435,12 @@ impl Workload for BertWorkload {
                         b.attention_mask(),
                         MlmOn::Positions(&b.masked_positions),
                         false,
-                    );
+                    )?;
                     counts += mlm_correct(&mlm, &b.masked_ids, &b.masked_weights);
                 }
+                Ok::<_, anyhow::Error>(())
             })
-        })?;
+        })??;
         let counts = Vec::<i64>::try_from(counts.to_device(Device::Cpu))?;
         let mut v = [counts[0] as f64, counts[1] as f64];
         peers.all_reduce_sum(&mut v)?;
@@ -488,7 +496,7 @@ fn micro_batch_loss(model: &BertForPreTraining, b: &[tch::Tensor]) -> Result<tch
                 step_attention_mask(mask),
                 MlmOn::Positions(pos),
                 true,
-            ),
+            )?,
             masked_ids,
             weights,
             nsp,
@@ -503,7 +511,7 @@ fn micro_batch_loss(model: &BertForPreTraining, b: &[tch::Tensor]) -> Result<tch
                 cls_positions: cls,
                 masked_positions: pos,
             };
-            (model.forward_packed(&x, true), masked_ids, weights, nsp)
+            (model.forward_packed(&x, true)?, masked_ids, weights, nsp)
         }
         _ => bail!(
             "a BERT micro-batch has 7 tensors (10 packed), got {}",

@@ -62,9 +62,15 @@
 //!   intermediate bias and a tanh GELU fused into them, as one op ([`crate::fused::bias_gelu`]:
 //!   cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues on a GPU).
 
-use crate::fused::varlen_attention::{self, PackedRows, Packing};
+mod parts;
+
+pub use parts::KernelSwitches;
+
+use crate::fused::fp8::Fp8State;
+use crate::fused::varlen_attention::{PackedRows, Packing};
 use crate::methods::BertMethods;
 use anyhow::{bail, Context, Result};
+use parts::{Dense, Dropout, Layer, LayerCall, LayerNorm, Parts, Tokens};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -185,69 +191,6 @@ impl BertConfig {
     }
 }
 
-/// A dense layer `y = x W^T + b` with the reference's init (normal 0.02, zero bias).
-#[derive(Debug)]
-struct Dense {
-    w: Tensor,
-    b: Tensor,
-}
-
-impl Dense {
-    fn new(p: VPath, input: i64, output: i64) -> Dense {
-        Dense {
-            w: p.var(
-                "weight",
-                &[output, input],
-                Init::Randn {
-                    mean: 0.0,
-                    stdev: 0.02,
-                },
-            ),
-            b: p.var("bias", &[output], Init::Const(0.0)),
-        }
-    }
-
-    fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.w, Some(&self.b))
-    }
-}
-
-#[derive(Debug)]
-struct LayerNorm {
-    w: Tensor,
-    b: Tensor,
-    eps: f64,
-    dim: i64,
-}
-
-impl LayerNorm {
-    fn new(p: VPath, dim: i64, eps: f64) -> LayerNorm {
-        LayerNorm {
-            w: p.var("weight", &[dim], Init::Const(1.0)),
-            b: p.var("bias", &[dim], Init::Const(0.0)),
-            eps,
-            dim,
-        }
-    }
-
-    /// In fp32 (autocast runs layer norm in fp32 and casts a bf16 input up).
-    fn forward(&self, x: &Tensor) -> Tensor {
-        x.layer_norm([self.dim], Some(&self.w), Some(&self.b), self.eps, true)
-    }
-}
-
-#[derive(Debug)]
-struct Layer {
-    query: Dense,
-    key: Dense,
-    value: Dense,
-    attn_out: Dense,
-    attn_ln: LayerNorm,
-    intermediate: Dense,
-    output: Dense,
-    out_ln: LayerNorm,
-}
-
 /// BERT with the pre-training heads (MLM + NSP).
 #[derive(Debug)]
 pub struct BertForPreTraining {
@@ -264,35 +207,16 @@ pub struct BertForPreTraining {
     nsp: Dense,
     /// The methods this model runs with (`[methods]` of the config, whole): unpadding, fused
     /// attention, fused epilogues, fused QKV, the bf16 residual stream, fused bias + GELU
-    /// ([`crate::methods::BertMethods`]). Tests and benchmarks may change it after `new`.
-    pub methods: BertMethods,
-    /// The implementation those fused epilogues take: `Auto` (the CUDA kernels on a GPU, else
-    /// the composite ATen ops); tests set `Emulated` to train through the CUDA kernels on the
-    /// CPU.
-    pub fused_epilogue_path: crate::fused::Path,
-    /// With `fused_epilogues`: the intermediate dense's bias + GELU as one op too
-    /// ([`crate::fused::epilogue::dense_bias_gelu`]; on by default; the benchmark turns it
-    /// off to measure it).
-    pub fused_gelu_epilogue: bool,
-    /// How unpadded attention runs ([`crate::fused::varlen_attention`]): `Auto` takes FlashAttention's
-    /// varlen kernel on a GPU; the GPU check sets `Scatter` to compare.
-    pub varlen_path: crate::fused::Path,
-    /// Experimental (benchmarks only): a batch without padding attends through FlashAttention-2's
-    /// varlen kernel with every sequence at full length (the batch is already "packed": `[B*S,
-    /// heads, head_dim]` token-major) instead of `scaled_dot_product_attention`, which picks
-    /// cuDNN's attention on an H100 / H200. Same math; for measuring the two kernels against
-    /// each other in the training step (`bert_bench_step --flash-varlen`).
-    pub flash_varlen_unpadded: bool,
-}
-
-/// The tokens an encoder layer holds: all `B*S` (with the attention's key mask, `None` when no
-/// token is padding), or the real ones packed sequence after sequence (`unpad`).
-#[derive(Clone, Copy)]
-enum Tokens<'a> {
-    Padded(Option<&'a Tensor>),
-    Packed(&'a Packing),
-    /// Packed rows (`methods.packing`): all `R*S` tokens, attention within each sequence slot.
-    Rows(&'a PackedRows),
+    /// ([`crate::methods::BertMethods`]). Tests and benchmarks change it with
+    /// [`Self::configure`], which chooses the layers' parts again.
+    methods: BertMethods,
+    /// The FP8 scales and amax histories of the encoder's linears (6 per layer, in the order
+    /// query, key, value, attention output, intermediate, output; used with `methods.fp8`).
+    fp8: Fp8State,
+    /// The test- and benchmark-only kernel switches.
+    kernels: KernelSwitches,
+    /// Every encoder layer's parts, chosen from `methods` and `kernels`.
+    parts: Parts,
 }
 
 /// One packed micro-batch as the model reads it (`methods.packing`;
@@ -361,6 +285,20 @@ impl BertForPreTraining {
                 out_ln: LayerNorm::new(&l / "output" / "LayerNorm", h, c.layer_norm_eps),
             });
         }
+        let fp8 = Fp8State::new(6 * c.num_layers, methods.fp8_recipe(), root.device());
+        for (i, l) in layers.iter_mut().enumerate() {
+            let dense = [
+                &mut l.query,
+                &mut l.key,
+                &mut l.value,
+                &mut l.attn_out,
+                &mut l.intermediate,
+                &mut l.output,
+            ];
+            for (j, d) in dense.into_iter().enumerate() {
+                d.fp8 = Some(fp8.slot((6 * i + j) as i64));
+            }
+        }
         let pooler = Dense::new(&bert / "pooler" / "dense", c.hidden_size, c.hidden_size);
         let cls = root / "cls";
         let pred = &cls / "predictions";
@@ -385,11 +323,59 @@ impl BertForPreTraining {
             transform_ln,
             mlm_bias,
             nsp,
-            fused_epilogue_path: crate::fused::Path::Auto,
-            fused_gelu_epilogue: true,
-            varlen_path: crate::fused::Path::Auto,
-            flash_varlen_unpadded: false,
+            fp8,
+            kernels: KernelSwitches::default(),
+            parts: Parts::choose(methods, &KernelSwitches::default()),
         })
+    }
+
+    /// The methods this model runs with.
+    pub fn methods(&self) -> &BertMethods {
+        &self.methods
+    }
+
+    /// The kernel switches this model runs with.
+    pub fn kernels(&self) -> &KernelSwitches {
+        &self.kernels
+    }
+
+    /// Change the methods and kernel switches (tests and benchmarks: `|m, k| m.unpad = true`)
+    /// and choose the layers' parts again. The parameters stay as they are.
+    pub fn configure(&mut self, change: impl FnOnce(&mut BertMethods, &mut KernelSwitches)) {
+        change(&mut self.methods, &mut self.kernels);
+        self.parts = Parts::choose(&self.methods, &self.kernels);
+    }
+
+    /// After a training step with `methods.fp8`: the delayed-scaling update of every FP8
+    /// linear's scales from its amax history ([`Fp8State::update`]; on the device, capturable
+    /// in the step's CUDA graph). Nothing without `fp8`.
+    pub fn fp8_update(&self) {
+        if self.methods.fp8 {
+            self.fp8.update();
+        }
+    }
+
+    /// The FP8 scales and amax histories (tests and the GPU check).
+    pub fn fp8_state(&self) -> &Fp8State {
+        &self.fp8
+    }
+
+    /// Every encoder layer on `x` over `tokens`.
+    fn encoder(&self, mut x: Tensor, tokens: Tokens<'_>, train: bool) -> Result<Tensor> {
+        let c = &self.config;
+        let call = LayerCall {
+            heads: c.num_heads,
+            tokens,
+            attention_p: if train { c.attention_dropout } else { 0.0 },
+            hidden: Dropout {
+                p: c.hidden_dropout,
+                train,
+            },
+        };
+        for layer in &self.layers {
+            x = layer.forward(&self.parts, &x, call)?;
+        }
+        Ok(x)
     }
 
     /// Whether a padded batch runs on the unpadded path (its padding left out): with `unpad`, and
@@ -413,9 +399,11 @@ impl BertForPreTraining {
         segment_ids: &Tensor,
         input_mask: Option<&Tensor>,
         train: bool,
-    ) -> Tensor {
+    ) -> Result<Tensor> {
         let c = &self.config;
-        let (b, s) = input_ids.size2().expect("input_ids must be [batch, seq]");
+        let (b, s) = input_ids
+            .size2()
+            .context("input_ids must be [batch, seq]")?;
         let h = c.hidden_size;
         let positions = Tensor::arange(s, (Kind::Int64, input_ids.device()));
         let emb = Tensor::embedding(&self.word_emb, input_ids, -1, false, false)
@@ -424,20 +412,18 @@ impl BertForPreTraining {
         // without padding there is nothing to leave out: the padded path is the unpadded one
         if let (true, Some(input_mask)) = (self.runs_unpadded(train), input_mask) {
             let pack = Packing::from_mask(input_mask);
-            let mut x = self
+            let x = self
                 .stream(
                     self.emb_ln
                         .forward(&emb.view([b * s, h]).index_select(0, &pack.idx)),
                 )
                 .dropout(c.hidden_dropout, train);
-            for layer in &self.layers {
-                x = self.layer_forward(layer, &x, Tokens::Packed(&pack), b, s, train);
-            }
-            Tensor::zeros([b * s, h], (x.kind(), x.device()))
+            let x = self.encoder(x, Tokens::Packed(&pack), train)?;
+            Ok(Tensor::zeros([b * s, h], (x.kind(), x.device()))
                 .index_copy(0, &pack.idx, &x)
-                .view([b, s, h])
+                .view([b, s, h]))
         } else {
-            let mut x = self
+            let x = self
                 .stream(self.emb_ln.forward(&emb))
                 .dropout(c.hidden_dropout, train)
                 .view([b * s, h]);
@@ -445,54 +431,49 @@ impl BertForPreTraining {
             let attn_mask = input_mask.map(|m| m.ne(0).view([b, 1, 1, s]));
             // no padding and flash_varlen_unpadded: B sequences of S tokens, packed already
             let full = (input_mask.is_none()
-                && self.flash_varlen_unpadded
+                && self.kernels.flash_varlen_unpadded
                 && self.methods.fused_attention)
                 .then(|| Packing::full(b, s, input_ids.device()));
             let tokens = match &full {
                 Some(pack) => Tokens::Packed(pack),
-                None => Tokens::Padded(attn_mask.as_ref()),
+                None => Tokens::Padded {
+                    mask: attn_mask.as_ref(),
+                    b,
+                    s,
+                },
             };
-            for layer in &self.layers {
-                x = self.layer_forward(layer, &x, tokens, b, s, train);
-            }
-            x.view([b, s, h])
+            Ok(self.encoder(x, tokens, train)?.view([b, s, h]))
         }
     }
 
     /// The encoder's output `[R, S, H]` on packed rows (`methods.packing`): position ids and
-    /// token types per sequence, attention within each sequence ([`varlen_attention::rows_attention`]).
-    pub fn encode_packed(&self, x: &PackedInputs<'_>, train: bool) -> Tensor {
+    /// token types per sequence, attention within each sequence ([`crate::fused::varlen_attention::rows_attention`]).
+    pub fn encode_packed(&self, x: &PackedInputs<'_>, train: bool) -> Result<Tensor> {
         let c = &self.config;
         let (r, s) = x
             .input_ids
             .size2()
-            .expect("packed input_ids must be [rows, seq]");
+            .context("packed input_ids must be [rows, seq]")?;
         let h = c.hidden_size;
         let emb = Tensor::embedding(&self.word_emb, x.input_ids, -1, false, false)
             + Tensor::embedding(&self.pos_emb, x.position_ids, -1, false, false)
             + Tensor::embedding(&self.type_emb, x.segment_ids, -1, false, false);
-        let rows = match PackedRows::new(x.cu_seqlens, x.slots) {
-            Ok(rows) => rows,
-            Err(err) => panic!("{err:#}"),
-        };
-        let mut t = self
+        let rows = PackedRows::new(x.cu_seqlens, x.slots)?;
+        let t = self
             .stream(self.emb_ln.forward(&emb))
             .dropout(c.hidden_dropout, train)
             .view([r * s, h]);
-        for layer in &self.layers {
-            t = self.layer_forward(layer, &t, Tokens::Rows(&rows), r, s, train);
-        }
-        t.view([r, s, h])
+        Ok(self.encoder(t, Tokens::Rows(&rows), train)?.view([r, s, h]))
     }
 
     /// MLM logits `[R, P, V]` (the masked slots of each row) and NSP logits `[R x K, 2]` (each
     /// sequence slot's, from its own `[CLS]` token) of packed rows.
-    pub fn forward_packed(&self, x: &PackedInputs<'_>, train: bool) -> (Tensor, Tensor) {
-        let seq = self.encode_packed(x, train);
+    pub fn forward_packed(&self, x: &PackedInputs<'_>, train: bool) -> Result<(Tensor, Tensor)> {
+        let seq = self.encode_packed(x, train)?;
         let (r, k) = x
             .cls_positions
             .size2()
-            .expect("cls_positions must be [rows, sequences]");
+            .context("cls_positions must be [rows, sequences]")?;
         let h = self.config.hidden_size;
         let cls = seq.gather(
             1,
@@ -500,234 +481,16 @@ impl BertForPreTraining {
             false,
         );
         let nsp = self.nsp_head(&cls.view([r * k, h]));
-        (
-            self.mlm_head(&seq, MlmOn::Positions(x.masked_positions)),
+        Ok((
+            self.mlm_head(&seq, MlmOn::Positions(x.masked_positions))?,
             nsp,
-        )
-    }
-
-    /// The query, key and value projections of `x` (`[N, H]`), each viewed `[N, heads,
-    /// head_dim]` (token-major).
-    fn projections(&self, l: &Layer, x: &Tensor) -> [Tensor; 3] {
-        let nh = self.config.num_heads;
-        if self.methods.fused_qkv {
-            // one [N, 3H] projection over the three weights stacked (x is read, cast and
-            // differentiated once); its backward puts the three gradients side by side and sums
-            // the bias's gradient in one kernel on a GPU (without: unbind's backward copies them
-            // into one tensor and linear's backward sums its bias gradient separately)
-            let w = Tensor::cat(&[&l.query.w, &l.key.w, &l.value.w], 0);
-            let bias = Tensor::cat(&[&l.query.b, &l.key.b, &l.value.b], 0);
-            match crate::fused::epilogue::qkv_projection(x, &w, &bias, nh, self.fused_epilogue_path)
-            {
-                Ok((qkv, _)) => qkv,
-                Err(err) => panic!("{err:#}"),
-            }
-        } else {
-            // three projections (no slicing of one output: the backward of narrow/select would
-            // zero-fill and sum full-size buffers)
-            let d = self.config.hidden_size / nh;
-            [&l.query, &l.key, &l.value].map(|dense| dense.forward(x).view([-1, nh, d]))
-        }
-    }
-
-    /// One encoder layer on `x`: `[B*S, H]`, or `[T, H]` (the real tokens of a packing) when
-    /// unpadded.
-    fn layer_forward(
-        &self,
-        l: &Layer,
-        x: &Tensor,
-        tokens: Tokens<'_>,
-        b: i64,
-        s: i64,
-        train: bool,
-    ) -> Tensor {
-        let c = &self.config;
-        let (h, nh) = (c.hidden_size, c.num_heads);
-        let d = h / nh;
-        let [q, kk, v] = self.projections(l, x);
-        let p = if train { c.attention_dropout } else { 0.0 };
-        let ctx = match tokens {
-            // unpadded: attention within each packed sequence (FlashAttention's varlen kernel on
-            // a GPU)
-            Tokens::Packed(pack) if self.methods.fused_attention => {
-                match varlen_attention::attention(&q, &kk, &v, pack, p, self.varlen_path) {
-                    Ok(ctx) => ctx,
-                    Err(err) => panic!("{err:#}"),
-                }
-            }
-            Tokens::Packed(pack) => {
-                varlen_attention::scatter_with(&q, &kk, &v, pack, |q, k, v, keep| {
-                    self.padded_attention(q, k, v, Some(keep), p, train)
-                })
-            }
-            // packed rows: the varlen kernel over the sequences (with fused_attention, on a
-            // GPU), else attention on the rows with their block-diagonal mask
-            Tokens::Rows(rows) => {
-                let path = if self.methods.fused_attention {
-                    self.varlen_path
-                } else {
-                    crate::fused::Path::Reference
-                };
-                match varlen_attention::rows_attention(&q, &kk, &v, rows, p, path, |q, k, v, m| {
-                    self.padded_attention(q, k, v, Some(m), p, train)
-                }) {
-                    Ok(ctx) => ctx,
-                    Err(err) => panic!("{err:#}"),
-                }
-            }
-            Tokens::Padded(attn_mask) => {
-                let heads = |t: Tensor| t.view([b, s, nh, d]).permute([0, 2, 1, 3]);
-                self.padded_attention(&heads(q), &heads(kk), &heads(v), attn_mask, p, train)
-                    .permute([0, 2, 1, 3])
-                    .reshape([b * s, nh, d])
-            }
-        };
-        let ctx = ctx.reshape([-1, h]);
-        if self.methods.fused_epilogues {
-            let x = self.fused_tail(&l.attn_out, &l.attn_ln, &ctx, x, train);
-            if self.methods.fused_bias_gelu {
-                let z = self.fused_feed_forward(l, &x);
-                return self.fused_bias_tail(&z, &l.output.b, &l.out_ln, &x, train);
-            }
-            let inter = if self.fused_gelu_epilogue {
-                self.fused_gelu(&l.intermediate, &x)
-            } else {
-                l.intermediate.forward(&x).gelu("none")
-            };
-            return self.fused_tail(&l.output, &l.out_ln, &inter, &x, train);
-        }
-        let attn = l.attn_out.forward(&ctx).dropout(c.hidden_dropout, train);
-        let x = self.stream(l.attn_ln.forward(&(attn + x)));
-        let out = if self.methods.fused_bias_gelu {
-            // the output dense's bias in the matmul's dtype, as linear casts it
-            let z = self.fused_feed_forward(l, &x);
-            &z + l.output.b.to_kind(z.kind())
-        } else {
-            l.output.forward(&l.intermediate.forward(&x).gelu("none"))
-        };
-        let out = out.dropout(c.hidden_dropout, train);
-        self.stream(l.out_ln.forward(&(out + x)))
-    }
-
-    /// Attention over `[B, heads, S, head_dim]` q, k, v with the key mask `attn_mask` (`[B, 1, 1,
-    /// S]` bool, true = attend; `None`: every key): `scaled_dot_product_attention`, or the
-    /// reference's explicit softmax(QK^T/sqrt(d) - 10000*masked) V without `fused_attention`.
-    fn padded_attention(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        attn_mask: Option<&Tensor>,
-        p: f64,
-        train: bool,
-    ) -> Tensor {
-        if self.methods.fused_attention {
-            return Tensor::scaled_dot_product_attention(q, k, v, attn_mask, p, false, None, false);
-        }
-        let d = q.size()[3];
-        let scores = (q.matmul(&k.transpose(-1, -2)) / (d as f64).sqrt()).to_kind(Kind::Float);
-        let scores = match attn_mask {
-            Some(m) => scores + (m.logical_not().to_kind(Kind::Float) * -10000.0),
-            None => scores,
-        };
-        scores
-            .softmax(-1, Kind::Float)
-            .dropout(p, train)
-            .to_kind(v.kind())
-            .matmul(v)
+        ))
     }
 
     /// A LayerNorm's output as the residual stream carries it: bf16 with `bf16_residual`, else
     /// as it is (fp32 under autocast, as layer_norm's policy returns it).
     fn stream(&self, t: Tensor) -> Tensor {
-        if self.methods.bf16_residual {
-            t.to_kind(Kind::BFloat16)
-        } else {
-            t
-        }
-    }
-
-    /// `methods.fused_bias_gelu`: the feed-forward block's two matmuls with the intermediate
-    /// bias and the tanh GELU fused into them, `gelu_tanh(x W1^T + b1) W2^T`, without the output
-    /// dense's bias ([`crate::fused::bias_gelu`]). A shim error panics with its message, as in
-    /// `fused_tail`.
-    fn fused_feed_forward(&self, l: &Layer, x: &Tensor) -> Tensor {
-        use crate::fused::bias_gelu::dense_gelu_dense;
-        match dense_gelu_dense(
-            x,
-            &l.intermediate.w,
-            &l.intermediate.b,
-            &l.output.w,
-            crate::fused::Path::Auto,
-        ) {
-            Ok((z, _)) => z,
-            Err(err) => panic!("{err:#}"),
-        }
-    }
-
-    /// `ln(residual + dropout(dense(input)))` as one op (`methods.fused_epilogues`). A shim
-    /// error panics with its message, as tch's own ops do: the trainer's `catching` turns it
-    /// into a clean run error.
-    fn fused_tail(
-        &self,
-        dense: &Dense,
-        ln: &LayerNorm,
-        input: &Tensor,
-        residual: &Tensor,
-        train: bool,
-    ) -> Tensor {
-        use crate::fused::epilogue::dense_dropout_add_ln;
-        let e = self.epilogue(ln, residual, train);
-        match dense_dropout_add_ln(input, &dense.w, &dense.b, &e) {
-            Ok((y, _)) => y,
-            Err(err) => panic!("{err:#}"),
-        }
-    }
-
-    /// `ln(residual + dropout(h + bias))` as one op, for a dense output `h` computed without its
-    /// bias (`methods.fused_epilogues` after `methods.fused_bias_gelu`).
-    fn fused_bias_tail(
-        &self,
-        h: &Tensor,
-        bias: &Tensor,
-        ln: &LayerNorm,
-        residual: &Tensor,
-        train: bool,
-    ) -> Tensor {
-        use crate::fused::epilogue::bias_dropout_add_ln;
-        let e = self.epilogue(ln, residual, train);
-        match bias_dropout_add_ln(h, Some(bias), &e) {
-            Ok((y, _)) => y,
-            Err(err) => panic!("{err:#}"),
-        }
-    }
-
-    /// `GELU(x W^T + b)` with the bias and the GELU as one op ([`crate::fused::epilogue::dense_bias_gelu`]).
-    fn fused_gelu(&self, dense: &Dense, x: &Tensor) -> Tensor {
-        use crate::fused::epilogue::dense_bias_gelu;
-        match dense_bias_gelu(x, &dense.w, &dense.b, self.fused_epilogue_path) {
-            Ok((y, _)) => y,
-            Err(err) => panic!("{err:#}"),
-        }
-    }
-
-    fn epilogue<'a>(
-        &self,
-        ln: &'a LayerNorm,
-        residual: &'a Tensor,
-        train: bool,
-    ) -> crate::fused::epilogue::Epilogue<'a> {
-        crate::fused::epilogue::Epilogue {
-            residual,
-            gamma: &ln.w,
-            beta: &ln.b,
-            eps: ln.eps,
-            p: self.config.hidden_dropout,
-            train,
-            mask: None,
-            path: self.fused_epilogue_path,
-            out: self.methods.bf16_residual.then_some(Kind::BFloat16),
-        }
+        parts::to_stream(t, self.methods.bf16_residual.then_some(Kind::BFloat16))
     }
 
     /// MLM logits (`[B, P, V]` at `Positions`, `[B, S, V]` for `All`) and NSP logits `[B, 2]`.
@@ -739,10 +502,10 @@ impl BertForPreTraining {
         input_mask: Option<&Tensor>,
         mlm_on: MlmOn<'_>,
         train: bool,
-    ) -> (Tensor, Tensor) {
-        let seq = self.encode(input_ids, segment_ids, input_mask, train);
+    ) -> Result<(Tensor, Tensor)> {
+        let seq = self.encode(input_ids, segment_ids, input_mask, train)?;
         let nsp = self.nsp_head(&seq.select(1, 0));
-        (self.mlm_head(&seq, mlm_on), nsp)
+        Ok((self.mlm_head(&seq, mlm_on)?, nsp))
     }
 
     /// The NSP head on `[CLS]` tokens' encoder outputs (`[N, H]`): pooler (dense + tanh), then the
@@ -754,12 +517,12 @@ impl BertForPreTraining {
 
     /// The MLM head on the encoder's output `seq` (`[B, S, H]`): logits at the masked positions
     /// (`[B, P, V]`) or everywhere (`[B, S, V]`), fp32.
-    fn mlm_head(&self, seq: &Tensor, mlm_on: MlmOn<'_>) -> Tensor {
+    fn mlm_head(&self, seq: &Tensor, mlm_on: MlmOn<'_>) -> Result<Tensor> {
         let picked = match mlm_on {
             MlmOn::Positions(pos) => {
                 let (b, p) = pos
                     .size2()
-                    .expect("masked positions must be [batch, predictions]");
+                    .context("masked positions must be [batch, predictions]")?;
                 seq.gather(
                     1,
                     &pos.unsqueeze(-1)
@@ -774,8 +537,8 @@ impl BertForPreTraining {
             .forward(&self.transform.forward(&picked).gelu("none"));
         // linear (not matmul with word_emb.tr()): its weight gradient comes out [V, H]
         // contiguous, so adding it to the embedding's gradient is a streaming pass.
-        t.linear(&self.word_emb, Some(&self.mlm_bias))
-            .to_kind(Kind::Float)
+        Ok(t.linear(&self.word_emb, Some(&self.mlm_bias))
+            .to_kind(Kind::Float))
     }
 
     /// Load a converted reference checkpoint (safetensors) into the variables of `vs`.
@@ -819,7 +582,7 @@ impl BertForPreTraining {
         let unexpected: Vec<&String> = ckpt.keys().filter(|k| !vars.contains_key(*k)).collect();
         if !unexpected.is_empty() {
             bail!(
-                "{}: checkpoint has {} tensors the model does not know, e.g. {:?} (see the name map in src/models/bert.rs)",
+                "{}: checkpoint has {} tensors the model does not know, e.g. {:?} (see the name map in src/models/bert/mod.rs)",
                 path.display(),
                 unexpected.len(),
                 &unexpected[..unexpected.len().min(5)]

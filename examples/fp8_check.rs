@@ -1,0 +1,185 @@
+//! GPU check of `methods.fp8` (`src/fused/fp8.rs`, `shim/fp8.cpp`): each of BERT-Large's encoder
+//! linear shapes (QKV 1024 -> 3072 as `fused_qkv` stacks it, attention output 1024 -> 1024, FFN
+//! in 1024 -> 4096, FFN out 4096 -> 1024) over `--tokens` tokens, through
+//! - `bf16`: `linear` under bf16 autocast (the reference the method replaces),
+//! - `fp8`: the `_scaled_mm` path with delayed scaling, its scales set by one earlier step's
+//!   amaxes (the recipe's update), as in training after the first step,
+//! - `emulated`: the emulated path with the same scales (quantise-dequantise in fp32),
+//! - `broken`: the `_scaled_mm` path with the amax history off by 16x (scales 16x too large:
+//!   a control that must fail).
+//!
+//! It reports the relative error `|a - b| / |b|` (Frobenius) of the output and the x, W and bias
+//! gradients against bf16, and the median forward + backward time of bf16 and fp8.
+//!
+//! cargo run --release --example fp8_check -- [--device cuda|cpu] [--tokens 16384] [--rounds 10]
+//!
+//! Prints one JSON line per shape (`tflops`: the fp8 side's fwd+bwd TFLOP/s) and a final line
+//! with `ok`: fp8 within `--tol` (0.1)
+//! of bf16 for the output and the x and W gradients, the emulated path within 2e-2 of the
+//! kernel, the broken control beyond the tolerance. Exit status 1 otherwise. On a CPU (or where
+//! `_scaled_mm` cannot run) the `fp8` side is the emulated one (MLPERF_RUN_TEST_EMULATE_FP8=1
+//! needed): the plumbing, not the kernel.
+
+mod common;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use mlperf_run::fused::fp8::{linear, path_for, Fp8State, Recipe};
+use mlperf_run::fused::Path;
+use mlperf_run::gpu::amp::{Autocast, LowPrecision};
+use tch::{Device, Kind, Tensor};
+
+/// FP8 linears with delayed scaling against bf16 at BERT-Large shapes.
+#[derive(Parser)]
+struct Args {
+    #[arg(long, value_parser = common::parse_device, default_value = "auto")]
+    device: Device,
+    #[arg(long, default_value_t = 16384)]
+    tokens: i64,
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    /// Largest relative error of fp8 against bf16 that passes.
+    #[arg(long, default_value_t = 0.1)]
+    tol: f64,
+}
+
+/// One side's output and gradients (x, W, b), fp32.
+struct Out {
+    y: Tensor,
+    grads: [Tensor; 3],
+}
+
+fn rel(a: &Tensor, b: &Tensor) -> f64 {
+    let d = (a - b).norm().double_value(&[]);
+    d / b.norm().double_value(&[]).max(1e-30)
+}
+
+/// Forward and backward of one side on (x, w, b) with the output gradient g.
+fn side(
+    d: Device,
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+    f: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Out> {
+    let [x, w, b] = [x, w, b].map(|t| t.detach().set_requires_grad(true));
+    let y = {
+        let _ac = Autocast::enter(d, LowPrecision::BFloat16)?;
+        f(&x, &w, &b)?
+    };
+    (y.to_kind(Kind::Float) * g).sum(Kind::Float).backward();
+    Ok(Out {
+        y: y.detach().to_kind(Kind::Float),
+        grads: [x.grad(), w.grad(), b.grad()].map(|t| t.to_kind(Kind::Float)),
+    })
+}
+
+fn errors(a: &Out, b: &Out) -> [f64; 4] {
+    [
+        rel(&a.y, &b.y),
+        rel(&a.grads[0], &b.grads[0]),
+        rel(&a.grads[1], &b.grads[1]),
+        rel(&a.grads[2], &b.grads[2]),
+    ]
+}
+
+/// The checks of one shape; returns whether they passed.
+fn check(a: &Args, path: Path, name: &str, k: i64, n: i64) -> Result<bool> {
+    let d = a.device;
+    let opts = (Kind::Float, d);
+    // LayerNorm-like inputs, the reference's init, gradients of a loss's scale
+    let x = Tensor::randn([a.tokens, k], opts).to_kind(Kind::BFloat16);
+    let w = Tensor::randn([n, k], opts) * 0.02;
+    let b = Tensor::randn([n], opts) * 0.02;
+    let g = Tensor::randn([a.tokens, n], opts) * 1e-4;
+    let state = Fp8State::new(1, Recipe::default(), d);
+    let slot = state.slot(0);
+    // one step's amaxes, then the recipe's update: the scales training has after step 1
+    side(d, &x, &w, &b, &g, |x, w, b| {
+        linear(x, w, Some(b), &slot, path)
+    })?;
+    state.update();
+    let bf16 = side(d, &x, &w, &b, &g, |x, w, b| Ok(x.linear(w, Some(b))))?;
+    let fp8 = side(d, &x, &w, &b, &g, |x, w, b| {
+        linear(x, w, Some(b), &slot, path)
+    })?;
+    let emu = side(d, &x, &w, &b, &g, |x, w, b| {
+        linear(x, w, Some(b), &slot, Path::Reference)
+    })?;
+    // the control: the history 16x too small, so the scales come out 16x too large
+    let broken = Fp8State::new(1, Recipe::default(), d);
+    let bslot = broken.slot(0);
+    side(d, &x, &w, &b, &g, |x, w, b| {
+        linear(x, w, Some(b), &bslot, path)
+    })?;
+    tch::no_grad(|| {
+        let mut h = bslot.history.shallow_clone();
+        let _ = h.g_mul_scalar_(1.0 / 16.0);
+    });
+    broken.update();
+    let bad = side(d, &x, &w, &b, &g, |x, w, b| {
+        linear(x, w, Some(b), &bslot, path)
+    })?;
+    let (e_fp8, e_emu, e_bad) = (errors(&fp8, &bf16), errors(&emu, &fp8), errors(&bad, &bf16));
+    let time = |f: &dyn Fn() -> Result<Out>| -> Result<f64> {
+        let (t, _) = common::time_rounds(d, 2, a.rounds, || f().map(|_| ()))?;
+        Ok(common::median(&t))
+    };
+    let t_bf16 = time(&|| side(d, &x, &w, &b, &g, |x, w, b| Ok(x.linear(w, Some(b)))))?;
+    let t_fp8 = time(&|| {
+        side(d, &x, &w, &b, &g, |x, w, b| {
+            linear(x, w, Some(b), &slot, path)
+        })
+    })?;
+    let pass = e_fp8[..3].iter().all(|e| *e < a.tol)
+        && e_emu[..3].iter().all(|e| *e < 2e-2)
+        && e_bad[..3].iter().any(|e| *e > a.tol);
+    let names = ["y", "dx", "dw", "db"];
+    let m = |e: [f64; 4]| -> serde_json::Value {
+        names
+            .iter()
+            .zip(e)
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+            .collect()
+    };
+    let flops = 6.0 * (a.tokens * k * n) as f64;
+    println!(
+        "{}",
+        serde_json::json!({
+            "shape": name, "tokens": a.tokens, "in": k, "out": n, "ok": pass,
+            "fp8_vs_bf16": m(e_fp8), "emulated_vs_fp8": m(e_emu), "broken_vs_bf16": m(e_bad),
+            "scales": Vec::<f32>::try_from(state.scale.flatten(0, -1).to_device(Device::Cpu))?,
+            "median_ms_bf16": t_bf16 * 1e3, "median_ms_fp8": t_fp8 * 1e3,
+            "tflops_bf16": flops / t_bf16 / 1e12, "tflops": flops / t_fp8 / 1e12,
+            "speedup_fp8": t_bf16 / t_fp8,
+        })
+    );
+    Ok(pass)
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    if a.tokens < 16 || a.rounds == 0 {
+        bail!("need --tokens >= 16 and --rounds >= 1");
+    }
+    tch::manual_seed(0);
+    let path = path_for(a.device)?;
+    let mut ok = true;
+    for (name, k, n) in [
+        ("qkv", 1024, 3072),
+        ("attention_out", 1024, 1024),
+        ("ffn_in", 1024, 4096),
+        ("ffn_out", 4096, 1024),
+    ] {
+        ok &= check(&a, path, name, k, n)?;
+    }
+    println!(
+        "{}",
+        serde_json::json!({"check": "fp8", "ok": ok, "kernel": path != Path::Reference, "device": format!("{:?}", a.device)})
+    );
+    if !ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! FP8 linear layers with delayed scaling (`methods.fp8`), Transformer Engine's recipe in its
+//! HYBRID format: activations and weights in E4M3, the output gradients in E5M2, fp32
+//! accumulation, bf16 out (on a GPU), fp32 master weights (the optimizer does not change).
+//!
+//! # The recipe (Transformer Engine's `DelayedScaling`, read from its `recipe` module and the
+//! PyTorch module's fp8 meta handling; torchao's float8 training casts the same way)
+//! Each linear layer has three per-tensor scales (input, weight, output gradient) and an amax
+//! history of `amax_history_len` steps for each (TE's default: 1024) with a margin (default 0):
+//! - a cast computes `q = saturate(t * scale)` in the format (largest finite: E4M3 448, E5M2
+//!   57344; NaN stays NaN; round to nearest even, subnormals kept) and writes `amax(|t|)` into
+//!   row 0 of its history; the matmul dequantises with `1 / scale`;
+//! - after the step ([`Fp8State::update`]): `amax = max(history)` over the rows; the new scale is
+//!   `(fp8_max * 2^-margin) / amax` where amax is finite and > 0, else the old scale stays; then the
+//!   history rolls by one (`roll(-1)`, TE's `_update_amax_history`) and row 0 is zeroed for the
+//!   next step. Scales start at 1.
+//!
+//! Every tensor of it stays on the device and nothing is read by the host, so the whole step,
+//! update included, can be captured in a CUDA graph. Each weight is cast once per forward (once
+//! per step with `gradient_accumulation_steps = 1`, as every fp8 preset has).
+//!
+//! # Paths ([`crate::fused::Path`])
+//! - `Auto` / `Fast`: ATen's `_scaled_mm` (cuBLASLt's FP8 GEMM; Ada / Hopper and later) with
+//!   tensor-wise scales, through `shim/fp8.cpp`. [`path_for`] probes it on the run's device
+//!   before the run and refuses the method where it cannot run (the CPU, an A100, a libtorch
+//!   without the kernel), naming the reason.
+//! - `Reference`: the emulated path, any device: the same casts, scales, amax history and
+//!   rounding, dequantised and multiplied in fp32. A run takes it only in the test mode
+//!   `MLPERF_RUN_TEST_EMULATE_FP8=1` (refused without the variable); the GPU numerics check
+//!   compares the kernel against it.
+
+use super::Path;
+use crate::shim::error::call;
+use crate::shim::fp8::{mr_fp8_linear, mr_fp8_quantize_dequantize};
+use anyhow::{bail, Result};
+use tch::{Device, Kind, Tensor};
+
+/// The variable that lets a run take the emulated FP8 path (tests, CI, a CPU run of the CLI).
+pub const EMULATE_FP8: &str = "MLPERF_RUN_TEST_EMULATE_FP8";
+
+/// E4M3's largest finite value (activations and weights).
+pub const E4M3_MAX: f64 = 448.0;
+/// E5M2's largest finite value (gradients).
+pub const E5M2_MAX: f64 = 57344.0;
+/// Transformer Engine's default amax history length.
+pub const DEFAULT_AMAX_HISTORY_LEN: i64 = 1024;
+/// Transformer Engine's default margin.
+pub const DEFAULT_MARGIN: i64 = 0;
+
+/// An FP8 format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// 4 exponent bits, 3 mantissa bits, no infinities (activations and weights).
+    E4M3,
+    /// 5 exponent bits, 2 mantissa bits (gradients).
+    E5M2,
+}
+
+impl Format {
+    fn code(self) -> i32 {
+        match self {
+            Format::E4M3 => 0,
+            Format::E5M2 => 1,
+        }
+    }
+
+    /// The largest finite value.
+    pub fn max(self) -> f64 {
+        match self {
+            Format::E4M3 => E4M3_MAX,
+            Format::E5M2 => E5M2_MAX,
+        }
+    }
+}
+
+/// The delayed-scaling recipe's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recipe {
+    /// Steps of amax history each scale is computed from.
+    pub amax_history_len: i64,
+    /// The scale is divided by `2^margin` (headroom).
+    pub margin: i64,
+}
+
+impl Default for Recipe {
+    fn default() -> Self {
+        Recipe {
+            amax_history_len: DEFAULT_AMAX_HISTORY_LEN,
+            margin: DEFAULT_MARGIN,
+        }
+    }
+}
+
+/// The scales and amax histories of `n` FP8 linear layers, on the device: `scale` `[n, 3]` and
+/// `history` `[len, n, 3]` fp32 (columns: input, weight, gradient).
+#[derive(Debug)]
+pub struct Fp8State {
+    pub scale: Tensor,
+    pub history: Tensor,
+    /// `[3]` the formats' largest values (E4M3, E4M3, E5M2).
+    max: Tensor,
+    pub recipe: Recipe,
+}
+
+/// One layer's views of the state: `scale` `[3]`, `history` `[len, 3]`.
+#[derive(Debug)]
+pub struct Fp8Slot {
+    pub scale: Tensor,
+    pub history: Tensor,
+}
+
+impl Fp8State {
+    /// Scales of 1 and an empty history for `n` layers.
+    pub fn new(n: i64, recipe: Recipe, device: Device) -> Fp8State {
+        let opts = (Kind::Float, device);
+        Fp8State {
+            scale: Tensor::ones([n, 3], opts),
+            history: Tensor::zeros([recipe.amax_history_len.max(1), n, 3], opts),
+            max: Tensor::from_slice(&[E4M3_MAX as f32, E4M3_MAX as f32, E5M2_MAX as f32])
+                .to_device(device),
+            recipe,
+        }
+    }
+
+    /// Layer `i`'s views.
+    pub fn slot(&self, i: i64) -> Fp8Slot {
+        Fp8Slot {
+            scale: self.scale.select(0, i),
+            history: self.history.select(1, i),
+        }
+    }
+
+    /// The recipe's update after a step (module docs), in place on the device.
+    pub fn update(&self) {
+        tch::no_grad(|| {
+            let new = scales_from(&self.history, &self.scale, &self.max, self.recipe.margin);
+            let mut scale = self.scale.shallow_clone();
+            scale.copy_(&new);
+            let mut history = self.history.shallow_clone();
+            if history.size()[0] > 1 {
+                history.copy_(&self.history.roll([-1], [0]));
+            }
+            let _ = history.get(0).fill_(0.0);
+        })
+    }
+}
+
+/// The scales an amax history `[len, ...]` sets: `(max * 2^-margin) / amax` in fp32 (as
+/// Transformer Engine's update kernel computes it) where `amax` (the history's maximum, NaN
+/// entries ignored) is finite and > 0, else `scale`.
+pub fn scales_from(history: &Tensor, scale: &Tensor, max: &Tensor, margin: i64) -> Tensor {
+    // NaN entries are ignored, as the fmaxf of Transformer Engine's kernel ignores them
+    let amax = history
+        .nan_to_num(0.0, f64::INFINITY, f64::NEG_INFINITY)
+        .amax([0], false);
+    let sf = (max * 2f64.powi(-(margin as i32))) / &amax;
+    let ok = amax.gt(0.0).logical_and(&amax.isfinite());
+    sf.where_self(&ok, scale)
+}
+
+/// `x W^T + b` through FP8 with `slot`'s scales (2-d `x`), recording this call's amaxes;
+/// `path`: `Reference` emulates, anything else runs `_scaled_mm`.
+pub fn linear(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    slot: &Fp8Slot,
+    path: Path,
+) -> Result<Tensor> {
+    let mode = i32::from(path == Path::Reference);
+    let mut out = std::ptr::null_mut();
+    // SAFETY: every pointer is a live tensor for the call (b may be null); the shim hands back
+    // a new tensor on success.
+    call("", |err| unsafe {
+        mr_fp8_linear(
+            x.as_ptr(),
+            w.as_ptr(),
+            b.map_or(std::ptr::null(), |b| b.as_ptr()),
+            slot.scale.as_ptr(),
+            slot.history.as_ptr(),
+            mode,
+            &mut out,
+            err,
+        )
+    })?;
+    // SAFETY: on success the shim returned a new at::Tensor that we now own.
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// `t` cast to `format` with `scale` (saturating, round to nearest even) and back to fp32
+/// (`q / scale`): the op's own casts, for tests.
+pub fn quantize_dequantize(t: &Tensor, scale: f64, format: Format) -> Result<Tensor> {
+    let s = Tensor::from(scale as f32).to_device(t.device());
+    let mut out = std::ptr::null_mut();
+    // SAFETY: t and s are live for the call; a new tensor comes back on success.
+    call("fp8", |err| unsafe {
+        mr_fp8_quantize_dequantize(t.as_ptr(), s.as_ptr(), format.code(), &mut out, err)
+    })?;
+    // SAFETY: on success the shim returned a new at::Tensor that we now own.
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the test mode [`EMULATE_FP8`] is on ("1"; unset or "0": off; anything else is an
+/// error).
+pub fn emulation_requested() -> Result<bool> {
+    match std::env::var(EMULATE_FP8) {
+        Err(_) => Ok(false),
+        Ok(v) => match v.trim() {
+            "" | "0" => Ok(false),
+            "1" => Ok(true),
+            other => {
+                bail!("{EMULATE_FP8} must be 0 or 1 (got {other:?}); unset it for a normal run")
+            }
+        },
+    }
+}
+
+/// The path `methods.fp8` takes on `device`: the emulated one (`Reference`) in the test mode,
+/// else `_scaled_mm` (`Auto`) where a probe of it runs; an error naming the reason otherwise.
+pub fn path_for(device: Device) -> Result<Path> {
+    if emulation_requested()? {
+        tracing::warn!(
+            "test mode: {EMULATE_FP8}=1: methods.fp8 runs the emulated FP8 path (quantise and \
+             dequantise in fp32); for testing, not for submissions"
+        );
+        return Ok(Path::Reference);
+    }
+    let why = match device {
+        Device::Cuda(_) => match probe(device) {
+            Ok(()) => return Ok(Path::Auto),
+            Err(e) => format!(
+                "this GPU or libtorch cannot run FP8 matmuls (ATen's _scaled_mm needs compute \
+                 capability 8.9 or 9.0+, e.g. an H100; an A100 has no FP8): {e:#}"
+            ),
+        },
+        Device::Cpu => "FP8 matmuls need an NVIDIA GPU with FP8 tensor cores (H100 / H200, \
+                        compute capability 8.9 or 9.0+): this run is on the CPU"
+            .to_string(),
+        other => format!(
+            "FP8 matmuls need an NVIDIA GPU with FP8 tensor cores (H100 / H200, compute \
+             capability 8.9 or 9.0+): this run is on {other:?}"
+        ),
+    };
+    bail!(
+        "methods.fp8 cannot run: {why}. Turn methods.fp8 off (bf16 runs everywhere); tests \
+         only: {EMULATE_FP8}=1 runs the emulated FP8 path"
+    )
+}
+
+/// One small `_scaled_mm` (forward and backward through the op) on `device`.
+fn probe(device: Device) -> Result<()> {
+    let state = Fp8State::new(1, Recipe::default(), device);
+    let x = Tensor::randn([16, 32], (Kind::Float, device)).set_requires_grad(true);
+    let w = Tensor::randn([16, 32], (Kind::Float, device)).set_requires_grad(true);
+    let y = linear(&x, &w, None, &state.slot(0), Path::Auto)?;
+    y.to_kind(Kind::Float).sum(Kind::Float).f_backward()?;
+    Ok(())
+}

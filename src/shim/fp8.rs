@@ -1,0 +1,25 @@
+//! `shim/fp8.cpp`: the FP8 linear layer with delayed scaling. Use [`crate::fused::fp8`].
+use std::os::raw::{c_char, c_int};
+use torch_sys::C_tensor;
+
+pub type T = *const C_tensor;
+
+extern "C" {
+    pub fn mr_fp8_linear(
+        x: T,
+        w: T,
+        b: T,
+        scale: T,
+        history: T,
+        mode: c_int,
+        out: *mut *mut C_tensor,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn mr_fp8_quantize_dequantize(
+        t: T,
+        scale: T,
+        format: c_int,
+        out: *mut *mut C_tensor,
+        err: *mut *mut c_char,
+    ) -> c_int;
+}

@@ -1,0 +1,350 @@
+//! `methods.fp8` on the CPU (`src/fused/fp8.rs`, `shim/fp8.cpp`), through its emulated path
+//! (the same casts, scales and amax history as the `_scaled_mm` path, dequantised in fp32):
+//! - quantise-dequantise lands exactly on the E4M3 / E5M2 grids: a rounding reference written
+//!   here (round to nearest even, saturation at 448 / 57344, subnormals, NaN kept as NaN) over
+//!   named values and a sweep;
+//! - the amax history and the scales follow Transformer Engine's delayed-scaling recipe, against
+//!   a reference implementation of it written here (roll, max over the window, margin, the old
+//!   scale kept for a zero, infinite or NaN amax);
+//! - the FP8 linear records this call's amaxes and computes its output and gradients from the
+//!   quantised operands with the scales it was given (against the reference casts);
+//! - a tiny BERT trains through every encoder linear in FP8 (plain and fused-epilogue parts),
+//!   every layer's scales move off 1, and the method is closed-legal.
+//!
+//! The `_scaled_mm` path needs an H100 / H200: scripts/bench_gpu.sh part f checks it there.
+#![cfg(feature = "torch")]
+
+use crate::common::rng::rng_turn;
+use mlperf_run::fused::fp8::{
+    linear, path_for, quantize_dequantize, Format, Fp8State, Recipe, EMULATE_FP8,
+};
+use mlperf_run::fused::Path;
+use mlperf_run::methods::{BertMethods, MethodSet};
+use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
+use tch::{nn, Device, Kind, Tensor};
+
+/// `v` rounded to the FP8 grid with `mbits` mantissa bits, smallest normal `2^min_exp`,
+/// saturated at `max`, ties to even; NaN stays NaN.
+fn grid(v: f64, mbits: i32, min_exp: i32, max: f64) -> f64 {
+    if v.is_nan() {
+        return f64::NAN;
+    }
+    let a = v.abs().min(max);
+    let e = if a < 2f64.powi(min_exp) {
+        min_exp
+    } else {
+        a.log2().floor() as i32
+    };
+    let step = 2f64.powi(e - mbits);
+    ((a / step).round_ties_even() * step).min(max).copysign(v)
+}
+
+fn reference(v: f32, scale: f32, f: Format) -> f32 {
+    let scaled = (v * scale) as f64;
+    let q = match f {
+        Format::E4M3 => grid(scaled, 3, -6, 448.0),
+        Format::E5M2 => grid(scaled, 2, -14, 57344.0),
+    };
+    (q as f32) * (1.0 / scale)
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    Vec::<f32>::try_from(t.to_kind(Kind::Float).flatten(0, -1)).unwrap()
+}
+
+fn qdq(v: &[f32], scale: f64, f: Format) -> Vec<f32> {
+    values(&quantize_dequantize(&Tensor::from_slice(v), scale, f).unwrap())
+}
+
+fn same(a: f32, b: f32) -> bool {
+    (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits()
+}
+
+#[test]
+fn quantize_dequantize_is_exact_to_the_e4m3_and_e5m2_grids() {
+    let inf = f32::INFINITY;
+    // E4M3: max 448, 3 mantissa bits, smallest subnormal 2^-9, no infinities (saturated)
+    let e4m3: &[(f32, f32)] = &[
+        (448.0, 448.0),
+        (500.0, 448.0),             // saturation
+        (-1000.0, -448.0),          // saturation, negative
+        (inf, 448.0),               // infinity saturates
+        (1.0625, 1.0),              // a tie: to the even mantissa (1.000)
+        (1.1875, 1.25),             // a tie: to the even mantissa (1.010)
+        (0.001953125, 0.001953125), // 2^-9, the smallest subnormal
+        (0.0009765625, 0.0),        // 2^-10: a tie between 0 and 2^-9, to 0
+        (0.0029296875, 0.00390625), // 3 * 2^-10: a tie, to 2^-8 (even)
+        (0.015625, 0.015625),       // 2^-6, the smallest normal
+        (-0.0, -0.0),
+    ];
+    let (x, want): (Vec<f32>, Vec<f32>) = e4m3.iter().copied().unzip();
+    let got = qdq(&x, 1.0, Format::E4M3);
+    for ((x, w), g) in x.iter().zip(&want).zip(&got) {
+        assert!(same(*w, *g), "E4M3 {x}: want {w}, got {g}");
+    }
+    // E5M2: max 57344, 2 mantissa bits, smallest subnormal 2^-16
+    let e5m2: &[(f32, f32)] = &[
+        (57344.0, 57344.0),
+        (60000.0, 57344.0),
+        (-1e6, -57344.0),
+        (-inf, -57344.0),
+        (1.125, 1.0),                     // a tie, to even
+        (1.375, 1.5),                     // a tie, to even
+        (2f32.powi(-16), 2f32.powi(-16)), // 2^-16
+        (2f32.powi(-17), 0.0),            // 2^-17: a tie, to 0
+    ];
+    let (x, want): (Vec<f32>, Vec<f32>) = e5m2.iter().copied().unzip();
+    let got = qdq(&x, 1.0, Format::E5M2);
+    for ((x, w), g) in x.iter().zip(&want).zip(&got) {
+        assert!(same(*w, *g), "E5M2 {x}: want {w}, got {g}");
+    }
+    // NaN stays NaN in both
+    for f in [Format::E4M3, Format::E5M2] {
+        assert!(qdq(&[f32::NAN], 1.0, f)[0].is_nan(), "{f:?} NaN");
+    }
+    // a scale: 100 * 4 = 400 lies halfway between 384 and 416 and goes to 384 (even): 96
+    assert_eq!(qdq(&[100.0], 4.0, Format::E4M3), [96.0]);
+    // a sweep over six decades and several scales (not only powers of two) against the reference
+    let _turn = rng_turn();
+    tch::manual_seed(7);
+    let x = (Tensor::randn([4096], (Kind::Float, Device::Cpu))
+        * Tensor::randint(12, [4096], (Kind::Float, Device::Cpu)).exp2()
+        / 64.0)
+        .to_kind(Kind::Float);
+    let xs = values(&x);
+    for f in [Format::E4M3, Format::E5M2] {
+        for scale in [1.0f32, 0.25, 3.0, 448.0 / 37.5, 1e-3] {
+            let got = qdq(&xs, scale as f64, f);
+            for (v, g) in xs.iter().zip(&got) {
+                let w = reference(*v, scale, f);
+                assert!(same(w, *g), "{f:?} scale {scale}: {v} -> {g}, want {w}");
+            }
+        }
+    }
+}
+
+/// Transformer Engine's delayed-scaling update, written out: the history rolls by one (row 0,
+/// the current step's, goes to the end; the new row 0 is zeroed), the scale comes from the max
+/// over the window before the roll.
+struct RecipeRef {
+    history: Vec<[f32; 3]>,
+    scale: [f32; 3],
+    margin: i32,
+}
+
+impl RecipeRef {
+    fn update(&mut self) {
+        let max = [448.0f32, 448.0, 57344.0];
+        for c in 0..3 {
+            // fmaxf: NaN ignored
+            let amax = self.history.iter().fold(0.0f32, |a, h| a.max(h[c]));
+            if amax.is_finite() && amax > 0.0 {
+                self.scale[c] = (max[c] * 2f32.powi(-self.margin)) / amax;
+            }
+        }
+        self.history.rotate_left(1);
+        self.history[0] = [0.0; 3];
+    }
+}
+
+#[test]
+fn the_amax_history_and_scales_follow_the_delayed_scaling_recipe() {
+    for (len, margin) in [(4, 0), (4, 1), (1, 0), (1024, 0)] {
+        let state = Fp8State::new(
+            2,
+            Recipe {
+                amax_history_len: len,
+                margin,
+            },
+            Device::Cpu,
+        );
+        let mut r = RecipeRef {
+            history: vec![[0.0; 3]; len as usize],
+            scale: [1.0; 3],
+            margin: margin as i32,
+        };
+        // steps of amaxes (slot 1; slot 0 stays empty): growing, a spike, a zero, NaN, inf
+        let steps: [[f32; 3]; 9] = [
+            [1.0, 0.5, 1e-4],
+            [2.0, 0.5, 2e-4],
+            [300.0, 0.6, 1e-4],
+            [1.5, 0.6, 0.0],
+            [0.0, 0.0, 0.0],
+            [f32::NAN, 0.7, 3e-5],
+            [1.0, f32::INFINITY, 3e-5],
+            [1.2, 0.7, 5e-5],
+            [0.9, 0.7, 4e-5],
+        ];
+        for (i, a) in steps.iter().enumerate() {
+            let mut row0 = state.slot(1).history.get(0);
+            row0.copy_(&Tensor::from_slice(a));
+            r.history[0] = *a;
+            state.update();
+            r.update();
+            let scale = values(&state.scale);
+            let history = values(&state.history);
+            for c in 0..3 {
+                assert!(
+                    same(scale[3 + c], r.scale[c]),
+                    "len {len} margin {margin} step {i} col {c}: scale {} want {}",
+                    scale[3 + c],
+                    r.scale[c]
+                );
+                assert_eq!(scale[c], 1.0, "slot 0 has no amax: its scale stays 1");
+                for (row, h) in r.history.iter().enumerate() {
+                    assert!(same(history[row * 6 + 3 + c], h[c]), "history row {row}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_fp8_linear_records_amaxes_and_computes_from_the_quantised_operands() {
+    let _turn = rng_turn();
+    tch::manual_seed(3);
+    let state = Fp8State::new(1, Recipe::default(), Device::Cpu);
+    let slot = state.slot(0);
+    let scales = [2.0f32, 8.0, 1024.0];
+    slot.scale
+        .shallow_clone()
+        .copy_(&Tensor::from_slice(&scales));
+    let opts = (Kind::Float, Device::Cpu);
+    let x = (Tensor::randn([24, 32], opts) * 3.0).set_requires_grad(true);
+    let w = (Tensor::randn([16, 32], opts) * 0.05).set_requires_grad(true);
+    let b = Tensor::randn([16], opts).set_requires_grad(true);
+    let y = linear(&x, &w, Some(&b), &slot, Path::Reference).unwrap();
+    assert_eq!(y.kind(), Kind::Float);
+    let q = |t: &Tensor, s: f32, f: Format| quantize_dequantize(t, s as f64, f).unwrap();
+    let xq = q(&x.detach(), scales[0], Format::E4M3);
+    let wq = q(&w.detach(), scales[1], Format::E4M3);
+    let want = xq.mm(&wq.tr()) + b.detach();
+    assert!(y.detach().allclose(&want, 1e-6, 1e-6, false));
+    // this call's amaxes in row 0, the gradient's after the backward
+    let amax = |t: &Tensor| f32::try_from(t.detach().abs().max()).unwrap();
+    let row0 = values(&slot.history.get(0));
+    assert_eq!(row0, [amax(&x), amax(&w), 0.0]);
+    let g = Tensor::randn([24, 16], opts) * 1e-3;
+    // d loss / d y = g exactly
+    (&y * &g).sum(Kind::Float).backward();
+    let row0 = values(&slot.history.get(0));
+    assert_eq!(row0[2], amax(&g));
+    let gq = q(&g, scales[2], Format::E5M2);
+    assert!(x.grad().allclose(&gq.mm(&wq), 1e-6, 1e-7, false));
+    assert!(w.grad().allclose(&gq.tr().mm(&xq), 1e-6, 1e-7, false));
+    // the bias's gradient from the unquantised gradient
+    assert!(b
+        .grad()
+        .allclose(&g.sum_dim_intlist(0, false, Kind::Float), 1e-6, 1e-7, false));
+    // without a bias
+    let y0 = linear(&x, &w, None, &slot, Path::Reference).unwrap();
+    assert!(y0.detach().allclose(&xq.mm(&wq.tr()), 1e-6, 1e-6, false));
+    // the E5M2 cast did round the gradient (the test would not see a missing cast otherwise)
+    assert!(!gq.allclose(&g, 1e-6, 0.0, false));
+}
+
+fn tiny() -> BertConfig {
+    BertConfig {
+        vocab_size: 61,
+        hidden_size: 32,
+        num_layers: 2,
+        num_heads: 4,
+        intermediate_size: 64,
+        max_position: 16,
+        type_vocab_size: 2,
+        hidden_dropout: 0.0,
+        attention_dropout: 0.0,
+        layer_norm_eps: 1e-12,
+    }
+}
+
+/// Adam steps of a tiny BERT on one fixed batch through emulated FP8; the losses and the scales.
+fn train_fp8(fused_epilogues: bool, fused_qkv: bool, steps: usize) -> (Vec<f64>, Vec<f32>) {
+    let _turn = rng_turn();
+    tch::manual_seed(21);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let methods = BertMethods {
+        fp8: true,
+        fused_epilogues,
+        fused_qkv,
+        fp8_amax_history_len: 16,
+        ..BertMethods::default()
+    };
+    let mut m = BertForPreTraining::new(&vs.root(), &tiny(), &methods).unwrap();
+    m.configure(|_, k| k.fp8_path = Path::Reference);
+    use nn::OptimizerConfig;
+    let mut opt = nn::Adam::default().build(&vs, 3e-3).unwrap();
+    let (b, s, preds) = (4, 16, 3);
+    let c = (Kind::Int64, Device::Cpu);
+    let ids = Tensor::randint(61, [b, s], c);
+    let seg = Tensor::randint(2, [b, s], c);
+    let mask = Tensor::ones([b, s], c);
+    let pos = Tensor::randint(s, [b, preds], c);
+    let labels = Tensor::randint(61, [b, preds], c);
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let (mlm, _) = m
+            .forward(&ids, &seg, Some(&mask), MlmOn::Positions(&pos), true)
+            .unwrap();
+        let loss = mlm
+            .reshape([-1, 61])
+            .cross_entropy_for_logits(&labels.reshape([-1]));
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        m.fp8_update();
+        losses.push(f64::try_from(&loss).unwrap());
+    }
+    (losses, values(&m.fp8_state().scale))
+}
+
+#[test]
+fn a_tiny_bert_trains_through_emulated_fp8_linears() {
+    // plain parts; fused epilogues with fused QKV (one FP8 linear over the stacked weights)
+    for fused in [false, true] {
+        let (losses, scales) = train_fp8(fused, fused, 30);
+        let (first, last) = (losses[0], *losses.last().unwrap());
+        assert!(
+            last < 0.7 * first,
+            "fused_epilogues={fused}: {first} -> {last}"
+        );
+        // 2 layers x 6 linears x (input, weight, gradient): every scale moved off 1 (fused QKV
+        // uses the query's: the key's and value's stay 1)
+        assert_eq!(scales.len(), 36);
+        for (i, s) in scales.iter().enumerate() {
+            let unused = fused && matches!((i / 3) % 6, 1 | 2);
+            assert_eq!(
+                s.is_finite() && *s != 1.0,
+                !unused,
+                "fused={fused} slot {} col {}: {s}",
+                i / 3,
+                i % 3
+            );
+        }
+    }
+}
+
+#[test]
+fn fp8_is_closed_legal_refused_on_a_cpu_without_the_test_mode_and_not_with_fused_bias_gelu() {
+    let on = BertMethods {
+        fp8: true,
+        ..BertMethods::default()
+    };
+    on.validate().unwrap();
+    on.refuse_in_closed().unwrap();
+    let keys = on.log_keys();
+    assert!(keys.contains(&("method_fp8", serde_json::Value::Bool(true))));
+    let both = BertMethods {
+        fused_bias_gelu: true,
+        ..on.clone()
+    };
+    let e = both.validate().unwrap_err().to_string();
+    assert!(e.contains("methods.fused_bias_gelu"), "{e}");
+    if std::env::var(EMULATE_FP8).is_err() {
+        let e = path_for(Device::Cpu).unwrap_err().to_string();
+        assert!(
+            e.contains("methods.fp8 cannot run") && e.contains("CPU") && e.contains(EMULATE_FP8),
+            "{e}"
+        );
+    }
+}
