@@ -61,13 +61,11 @@ pub fn seed_errors(python: &Path, ruleset: &str, files: &[PathBuf]) -> Vec<Strin
         .collect()
 }
 
-/// Assert that the official compliance checker command accepts `log` at `ruleset` (skips,
-/// with a message, when the oracle is unavailable and not required).
-pub fn assert_compliant(test: &str, log: &Path, ruleset: &str) {
-    let Some(py) = super::oracle(test) else {
-        return;
-    };
-    // run beside the log: the checker writes compliance_checker.log into its working directory
+/// The official compliance checker on `log` at `ruleset`, run beside the log (it writes
+/// compliance_checker.log into its working directory): (succeeded, its output). None when the
+/// oracle is unavailable and not required (said so, for `test`).
+fn compliance(test: &str, log: &Path, ruleset: &str) -> Option<(bool, String)> {
+    let py = super::oracle(test)?;
     let out = Command::new(py)
         .args([
             "-m",
@@ -86,9 +84,49 @@ pub fn assert_compliant(test: &str, log: &Path, ruleset: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    Some((out.status.success() && text.contains("SUCCESS"), text))
+}
+
+/// Assert that the official compliance checker command accepts `log` at `ruleset` (skips,
+/// with a message, when the oracle is unavailable and not required).
+pub fn assert_compliant(test: &str, log: &Path, ruleset: &str) {
+    let Some((ok, text)) = compliance(test, log, ruleset) else {
+        return;
+    };
     assert!(
-        out.status.success() && text.contains("SUCCESS"),
+        ok,
         "official compliance checker rejected {} at {ruleset}:\n{text}",
+        log.display()
+    );
+}
+
+/// Assert that the official compliance checker ran the rules file `rules` (e.g.
+/// `closed_bert.yaml`) on `log` at `ruleset` and failed exactly one check, the quality target's
+/// (`eval_accuracy` >= `target`, as the rules spell it): a run that stopped short of its target
+/// but whose every other logged value, hyperparameters included, the rules accept.
+pub fn assert_only_the_target_fails(
+    test: &str,
+    log: &Path,
+    ruleset: &str,
+    rules: &str,
+    target: &str,
+) {
+    let Some((_, text)) = compliance(test, log, ruleset) else {
+        return;
+    };
+    assert!(
+        text.contains(rules),
+        "{test}: {rules} not run on {}:\n{text}",
+        log.display()
+    );
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Failed check"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{test}: {}:\n{text}", log.display());
+    assert!(
+        failed[0].contains("eval_accuracy") && failed[0].contains(target),
+        "{test}: {}:\n{text}",
         log.display()
     );
 }

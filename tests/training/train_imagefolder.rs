@@ -295,34 +295,11 @@ fn closed_gpu_presets_log_what_the_official_checker_accepts() {
 /// The official compliance checker (4.0.0) on `log` ran the closed ResNet LARS rules and failed
 /// no check but the quality target (skips when the oracle is unavailable and not required).
 fn official_finds_only_the_target(test: &str, log: &Path) {
-    let Some(py) = common::oracle(test) else {
-        return;
-    };
-    let out = std::process::Command::new(py)
-        .args([
-            "-m",
-            "mlperf_logging.compliance_checker",
-            "--usage",
-            "training",
-        ])
-        .args(["--ruleset", "4.0.0"])
-        .arg(log)
-        .current_dir(log.parent().unwrap())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("closed_resnet_lars.yaml"), "{test}: {text}");
-    let failed: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("Failed check"))
-        .collect();
-    assert_eq!(failed.len(), 1, "{test}: {text}");
-    assert!(
-        failed[0].contains("eval_accuracy") && failed[0].contains("0.759"),
-        "{test}: {text}"
+    common::official::assert_only_the_target_fails(
+        test,
+        log,
+        "4.0.0",
+        "closed_resnet_lars.yaml",
+        "0.759",
     );
 }
