@@ -71,6 +71,22 @@ fn account(log: &Path) -> (Vec<(f64, f64)>, Option<u64>, Option<String>) {
     (evals, seed, status)
 }
 
+/// Our checker (ResNet, 4.0.0) finds `log` compliant.
+fn assert_our_checker_passes(log: &Path) {
+    let verdict = check_log(
+        &parse_file(log).unwrap(),
+        &CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(
+        verdict.compliant(),
+        "{}: {:?}",
+        log.display(),
+        verdict.findings
+    );
+}
+
 /// Both nodes' outputs succeeded (exit 0, or 1 when a run did not converge: the set finished).
 fn assert_set_finished(outs: &[Output], what: &str) {
     for (n, o) in outs.iter().enumerate() {
@@ -159,19 +175,7 @@ fn a_tiny_resnet_set_on_two_nodes_ends_as_on_one_host_and_its_package_passes() {
     let cfg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml");
     let set = same_as_one_host(&nodes, "resnet", &cfg, 5, &[], dir.path());
     for i in 0..5 {
-        let log = set.join(format!("result_{i}.txt"));
-        let verdict = check_log(
-            &parse_file(&log).unwrap(),
-            &CheckOptions {
-                ruleset: Some("4.0.0".into()),
-            },
-        );
-        assert!(
-            verdict.compliant(),
-            "{}: {:?}",
-            log.display(),
-            verdict.findings
-        );
+        assert_our_checker_passes(&set.join(format!("result_{i}.txt")));
     }
     let toml = common::package::write_system_toml(dir.path(), "onprem");
     let out = dir.path().join("package");
@@ -321,18 +325,7 @@ fn assert_cut_then_resume(
     for i in 0..runs {
         let log = set.join(format!("result_{i}.txt"));
         assert!(account(&log).2.is_some(), "{}", log.display());
-        let verdict = check_log(
-            &parse_file(&log).unwrap(),
-            &CheckOptions {
-                ruleset: Some("4.0.0".into()),
-            },
-        );
-        assert!(
-            verdict.compliant(),
-            "{}: {:?}",
-            log.display(),
-            verdict.findings
-        );
+        assert_our_checker_passes(&log);
         common::official::assert_compliant("two-node resume", &log, "4.0.0");
     }
 }
