@@ -35,15 +35,6 @@ pub trait Peers {
     fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
         Ok(crate::gpu::cuda_graph::own_failure(self.rank(), failure))
     }
-    /// True on every rank when `flag` is true on any rank.
-    fn any(&mut self, flag: bool) -> Result<bool> {
-        if self.world_size() == 1 {
-            return Ok(flag);
-        }
-        let mut v = [flag as u8 as f64];
-        self.all_reduce_sum(&mut v)?;
-        Ok(v[0] > 0.5)
-    }
 }
 
 impl Peers for ProcessGroup {

@@ -76,6 +76,20 @@ pub struct PlanArgs {
     pub out: PathBuf,
 }
 
+impl PlanArgs {
+    /// `plan BENCHMARK` with every flag at its default, as the command line would have it
+    /// (clap's defaults above are the only copy).
+    pub fn defaults(benchmark: &str) -> Result<PlanArgs> {
+        #[derive(clap::Parser)]
+        struct Plan {
+            #[command(flatten)]
+            args: PlanArgs,
+        }
+        use clap::Parser;
+        Ok(Plan::try_parse_from(["plan", benchmark])?.args)
+    }
+}
+
 /// The GPU, its memory and the cluster of `args`.
 fn hardware(args: &PlanArgs) -> Result<(Gpu, f64, Cluster)> {
     let gpu = hardware::gpu(&args.gpu)?;
@@ -270,22 +284,12 @@ pub fn plan_for_machine(
     out: &Path,
 ) -> Result<PathBuf> {
     let args = PlanArgs {
-        benchmark: benchmark.into(),
         gpus: vec![gpus],
         gpu: gpu_name.into(),
         gpu_memory_gib: memory_gib,
         gpus_per_node: gpus.clamp(1, 8),
-        intra: None,
-        inter: None,
-        rate: None,
-        measured_batch: None,
-        from_log: Vec::new(),
-        measured_gpus: 1,
-        startup_s: 15.0,
-        step_overhead_ms: None,
-        overlap: None,
-        round: None,
         out: out.to_path_buf(),
+        ..PlanArgs::defaults(benchmark)?
     };
     let planned = plan(&args)?;
     Ok(PathBuf::from(&planned.rows[0].1))

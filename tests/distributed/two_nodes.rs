@@ -216,7 +216,7 @@ impl TwoNodes {
         for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
             if let Ok(pid) = pid.parse::<i32>() {
                 // SAFETY: kill(2) on a pid of this test's namespace.
-                unsafe { libc_kill(pid, 9) };
+                unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
     }
@@ -237,7 +237,7 @@ impl Drop for TwoNodes {
 /// The two-node bed, or None with the reason printed (not root, no `ip`, no namespaces).
 pub fn bed(test: &str) -> Option<TwoNodes> {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc_geteuid() } != 0 {
+    if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIP {test}: network namespaces need root");
         return None;
     }
@@ -248,13 +248,6 @@ pub fn bed(test: &str) -> Option<TwoNodes> {
             None
         }
     }
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 /// Each node's name resolves to whatever this machine's does (often 127.0.0.1: then Gloo's

@@ -16,22 +16,10 @@ use std::process::Command;
 
 fn args(benchmark: &str, out: &Path) -> PlanArgs {
     PlanArgs {
-        benchmark: benchmark.into(),
         gpus: vec![8, 16, 64],
         gpu: "H100".into(),
-        gpu_memory_gib: None,
-        gpus_per_node: 8,
-        intra: None,
-        inter: None,
-        rate: None,
-        measured_batch: None,
-        from_log: Vec::new(),
-        measured_gpus: 1,
-        startup_s: 15.0,
-        step_overhead_ms: None,
-        overlap: None,
-        round: None,
         out: out.to_path_buf(),
+        ..PlanArgs::defaults(benchmark).unwrap()
     }
 }
 
@@ -80,35 +68,49 @@ fn tiny_scale(planned: &Path) -> String {
     toml::to_string(&t).unwrap()
 }
 
+/// The dry run of planned config `planned` as `tiny` (its tiny-scale text), written beside it:
+/// `mlperf-run BENCHMARK --division closed` with `extra` flags, seed 3, into `<planned>.log`.
+/// It stops at its first eval, below the target (exit 0 or 1), and logs the planned global
+/// batch `gbs`. Returns the log.
+fn dry_run(
+    planned: &Path,
+    tiny: &str,
+    benchmark: &str,
+    extra: &[&std::ffi::OsStr],
+    gbs: u64,
+) -> PathBuf {
+    let cfg = planned.with_extension("tiny.toml");
+    std::fs::write(&cfg, tiny).unwrap();
+    let log = planned.with_extension("log");
+    let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args([benchmark, "--division", "closed", "--config"])
+        .arg(&cfg)
+        .args(extra)
+        .args(["--seed", "3", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(0) || out.status.code() == Some(1),
+        "{}: {err}",
+        planned.display()
+    );
+    let logged = mlperf_run::mllog::parse_file(&log).unwrap();
+    let value = logged.first("global_batch_size").map(|e| e.value.as_u64());
+    assert_eq!(value, Some(Some(gbs)), "{}: {err}", log.display());
+    log
+}
+
 #[test]
 fn plan_writes_closed_resnet_configs_that_run_and_pass_the_official_checker() {
     let dir = tempfile::tempdir().unwrap();
     for path in planned("resnet", dir.path()) {
-        ResnetRunConfig::load(&path, Division::Closed).unwrap();
-        let cfg = path.with_extension("tiny.toml");
-        std::fs::write(&cfg, tiny_scale(&path)).unwrap();
-        let log = path.with_extension("log");
-        let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
-            .args(["resnet", "--division", "closed", "--config"])
-            .arg(&cfg)
-            .args(["--seed", "3", "--log"])
-            .arg(&log)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        // the tiny dry run stops after its first eval, below the target: aborted (exit 1)
-        assert!(
-            out.status.code() == Some(0) || out.status.code() == Some(1),
-            "{}: {err}",
-            path.display()
-        );
-        let logged = mlperf_run::mllog::parse_file(&log).unwrap();
         let gbs = ResnetRunConfig::load(&path, Division::Closed)
             .unwrap()
             .train
             .global_batch_size;
-        let value = logged.first("global_batch_size").map(|e| e.value.as_u64());
-        assert_eq!(value, Some(Some(gbs)), "{}: {err}", log.display());
+        let log = dry_run(&path, &tiny_scale(&path), "resnet", &[], gbs);
         crate::common::official::assert_only_the_target_fails(
             "plan_configs resnet",
             &log,
@@ -176,35 +178,16 @@ fn plan_writes_closed_bert_configs_that_run_and_pass_the_official_checker() {
         let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
         assert!(cfg.methods.packing);
         assert_eq!(cfg.train.global_batch_size % 16, 0);
-        let tiny = path.with_extension("tiny.toml");
-        std::fs::write(&tiny, tiny_bert_scale(&path)).unwrap();
-        let log = path.with_extension("log");
-        let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
-            .args(["bert", "--division", "closed", "--config"])
-            .arg(&tiny)
-            .arg("--data")
-            .arg(&data)
-            .args(["--seed", "3", "--log"])
-            .arg(&log)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        // one eval block, below the target: aborted (exit 1)
-        assert!(
-            out.status.code() == Some(0) || out.status.code() == Some(1),
-            "{}: {err}",
-            path.display()
+        let log = dry_run(
+            &path,
+            &tiny_bert_scale(&path),
+            "bert",
+            &["--data".as_ref(), data.as_os_str()],
+            cfg.train.global_batch_size,
         );
         let logged = mlperf_run::mllog::parse_file(&log).unwrap();
-        let value = logged.first("global_batch_size").map(|e| e.value.as_u64());
-        assert_eq!(
-            value,
-            Some(Some(cfg.train.global_batch_size)),
-            "{}: {err}",
-            log.display()
-        );
         for key in ["opt_base_learning_rate", "opt_lamb_weight_decay_rate"] {
-            assert!(logged.first(key).is_some(), "{key} not logged: {err}");
+            assert!(logged.first(key).is_some(), "{key} not logged");
         }
         crate::common::official::assert_only_the_target_fails(
             "plan_configs bert",
