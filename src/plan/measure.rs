@@ -3,7 +3,7 @@
 //! throughput without the first one (the first epoch or block warms the caches); without
 //! `tracked_stats`, the samples trained over the time from the first to the last block.
 
-use super::model::Measured;
+use super::model::{Convergence, Measured};
 use crate::benchmarks::{Benchmark, ConvergenceUnit};
 use crate::mllog::{keys, LogFile};
 
@@ -79,10 +79,7 @@ fn run_numbers(log: &LogFile, bench: &Benchmark, gpus: u64) -> Result<RunNumbers
         .map_or(start, |e| e.time_ms);
     let startup_s = ((first_step - start) / 1000.0).max(0.0);
     // the warm-up: what the run took beyond its steady pace, up to its last eval
-    let per_unit = match bench.convergence_unit {
-        ConvergenceUnit::Epochs => bench.train_samples.unwrap_or(0) as f64,
-        ConvergenceUnit::Samples => 1.0,
-    };
+    let per_unit = samples_per_unit(log, bench);
     let last = log.last(keys::EVAL_ACCURACY);
     let warmup_s = match (last, last.and_then(|e| e.meta("epoch_num")?.as_f64())) {
         (Some(e), Some(progress)) if per_unit > 0.0 => {
@@ -98,6 +95,76 @@ fn run_numbers(log: &LogFile, bench: &Benchmark, gpus: u64) -> Result<RunNumbers
         eval_s,
         startup_s,
         warmup_s,
+    })
+}
+
+/// Samples per `epoch_num` unit of `log`: an epoch of its own training set (the log's
+/// `train_samples`, else the benchmark's) where the benchmark counts epochs, else 1.
+fn samples_per_unit(log: &LogFile, bench: &Benchmark) -> f64 {
+    match bench.convergence_unit {
+        ConvergenceUnit::Epochs => number(log, keys::TRAIN_SAMPLES)
+            .or(bench.train_samples.map(|n| n as f64))
+            .unwrap_or(0.0),
+        ConvergenceUnit::Samples => 1.0,
+    }
+}
+
+/// One successful log's samples to converge (its last eval's `epoch_num`) and its eval
+/// interval (the median step between its evals; the first eval's own if it has one).
+fn converged(log: &LogFile, bench: &Benchmark) -> Result<Option<(f64, f64)>, String> {
+    if log.last(keys::RUN_STOP).and_then(|e| e.status()) != Some("success") {
+        return Ok(None);
+    }
+    let what = log.path.display();
+    let per_unit = samples_per_unit(log, bench);
+    let at: Vec<f64> = log
+        .with_key(keys::EVAL_ACCURACY)
+        .filter_map(|e| e.meta("epoch_num")?.as_f64())
+        .collect();
+    let (Some(&last), true) = (at.last(), per_unit > 0.0) else {
+        return Err(format!(
+            "{what}: a successful run without an eval_accuracy epoch_num or train_samples"
+        ));
+    };
+    let steps: Vec<f64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    let interval = if steps.is_empty() {
+        last
+    } else {
+        median(steps)
+    };
+    Ok(Some((last * per_unit, interval * per_unit)))
+}
+
+/// The convergence the runs of `logs` measured: the mean samples to converge of the successful
+/// runs, mean +- one standard deviation as the band (as the RCP tables give it), and their eval
+/// interval. For projecting a configuration of one's own (`plan --config`), whose convergence
+/// no RCP table holds.
+pub fn convergence_from_logs(logs: &[LogFile], bench: &Benchmark) -> Result<Convergence, String> {
+    let mut runs = Vec::new();
+    for log in logs {
+        runs.extend(converged(log, bench)?);
+    }
+    if runs.is_empty() {
+        return Err(format!(
+            "none of the {} log(s) ended with run_stop status success: measure runs that reach \
+             the target",
+            logs.len()
+        ));
+    }
+    let n = runs.len() as f64;
+    let mean = runs.iter().map(|r| r.0).sum::<f64>() / n;
+    let sd = if runs.len() > 1 {
+        (runs.iter().map(|r| (r.0 - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    let least = runs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+    Ok(Convergence {
+        rcp: format!("measured: {} of {} runs", runs.len(), logs.len()),
+        mean_samples: mean,
+        low_samples: (mean - sd).max(least),
+        high_samples: mean + sd,
+        eval_interval_samples: median(runs.iter().map(|r| r.1).collect()),
     })
 }
 
@@ -130,4 +197,60 @@ pub fn from_logs(logs: &[LogFile], bench: &Benchmark, gpus: u64) -> Result<Measu
         startup_s: med(|r| r.startup_s),
         warmup_s: med(|r| r.warmup_s),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ResNet log of a run on `train` samples with evals at `evals` (epochs) that ends with
+    /// `status`.
+    fn log(train: u64, evals: &[u64], status: &str) -> LogFile {
+        let line = |t: u64, key: &str, value: &str, meta: &str| {
+            format!(
+                ":::MLLOG {{\"namespace\": \"\", \"time_ms\": {t}, \"event_type\": \"POINT_IN_TIME\", \
+                 \"key\": \"{key}\", \"value\": {value}, \"metadata\": {{{meta}}}}}\n"
+            )
+        };
+        let mut s = line(0, "global_batch_size", "64", "");
+        s += &line(0, "train_samples", &train.to_string(), "");
+        s += &line(0, "run_start", "null", "");
+        s += &line(100, "epoch_start", "null", "\"epoch_num\": 1");
+        for (i, e) in evals.iter().enumerate() {
+            let t = 1000 * (i as u64 + 1);
+            s += &line(t, "tracked_stats", "{\"throughput\": 640.0}", "\"step\": 1");
+            s += &line(t, "eval_accuracy", "0.5", &format!("\"epoch_num\": {e}"));
+        }
+        s += &line(
+            9000,
+            "run_stop",
+            "null",
+            &format!("\"status\": \"{status}\""),
+        );
+        crate::mllog::parse_str(&s)
+    }
+
+    #[test]
+    fn convergence_is_the_successful_runs_last_evals_on_their_own_train_set() {
+        let bench = crate::benchmarks::get("resnet").unwrap();
+        let logs = [
+            log(1280, &[1, 5], "success"),
+            log(1280, &[1, 5, 9], "success"),
+            log(1280, &[1, 5, 9, 13], "aborted"),
+        ];
+        let c = convergence_from_logs(&logs, bench).unwrap();
+        assert_eq!(c.mean_samples, 7.0 * 1280.0);
+        let sd = (2.0f64 * (2.0 * 1280.0f64).powi(2)).sqrt();
+        assert!((c.high_samples - (7.0 * 1280.0 + sd)).abs() < 1e-6, "{c:?}");
+        assert_eq!(c.low_samples, 5.0 * 1280.0, "clamped to the fewest");
+        assert_eq!(c.eval_interval_samples, 4.0 * 1280.0);
+        assert_eq!(c.rcp, "measured: 2 of 3 runs");
+    }
+
+    #[test]
+    fn no_successful_run_is_an_error_that_says_so() {
+        let bench = crate::benchmarks::get("resnet").unwrap();
+        let e = convergence_from_logs(&[log(1280, &[1], "aborted")], bench).unwrap_err();
+        assert!(e.contains("status success"), "{e}");
+    }
 }

@@ -8,6 +8,7 @@
 //! published results.
 
 pub mod choose;
+pub mod given;
 pub mod hardware;
 pub mod measure;
 pub mod model;
@@ -71,6 +72,10 @@ pub struct PlanArgs {
     /// The round (ruleset) whose RCP table and rules apply (default: the benchmark's).
     #[arg(long)]
     pub round: Option<String>,
+    /// Project this run config as it is (its global batch at every count) instead of choosing
+    /// from the RCP table: the samples to converge are the --from-log runs' own.
+    #[arg(long, requires = "from_log")]
+    pub config: Option<PathBuf>,
     /// Where the configs, the plot and plan.json go.
     #[arg(long, default_value = "runs/plan")]
     pub out: PathBuf,
@@ -134,11 +139,7 @@ fn measured(
     m: &ModelCost,
 ) -> Result<(Measured, String)> {
     if !args.from_log.is_empty() {
-        let logs = args
-            .from_log
-            .iter()
-            .map(|p| crate::mllog::parse_file(p))
-            .collect::<Result<Vec<_>>>()?;
+        let logs = from_logs(args)?;
         let meas = measure::from_logs(&logs, bench, args.measured_gpus)
             .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
         return Ok((
@@ -200,6 +201,14 @@ fn reference_rate_of(gpu: &Gpu, bench: &str) -> Option<hardware::ReferenceRate> 
     hardware::reference_rate(gpu.name, bench)
 }
 
+/// The logs of --from-log, parsed.
+fn from_logs(args: &PlanArgs) -> Result<Vec<crate::mllog::LogFile>> {
+    args.from_log
+        .iter()
+        .map(|p| crate::mllog::parse_file(p))
+        .collect()
+}
+
 /// A finished plan: the rows (choice, config path) and what the rate came from.
 pub struct Planned {
     pub rows: Vec<(Choice, String)>,
@@ -215,6 +224,9 @@ pub fn plan(args: &PlanArgs) -> Result<Planned> {
     }
     let (gpu, memory, cluster) = hardware(args)?;
     let model = costs(args)?;
+    if let Some(config) = &args.config {
+        return plan_given(args, bench, config, model, cluster);
+    }
     let round_name = args
         .round
         .clone()
@@ -250,14 +262,90 @@ pub fn plan(args: &PlanArgs) -> Result<Planned> {
         rows.push((c, path.display().to_string()));
     }
     let title = format!("{} on {}, round {round_name}", bench.name, gpu.name);
-    let svg = args.out.join(format!("{}_plan.svg", bench.name));
-    crate::util::fs::write_atomic(&svg, render::svg(&title, &rows)?.as_bytes())?;
+    finish(args, &bench.name, &title, rows, source)
+}
+
+/// Write the plot and plan.json of `rows` under --out.
+fn finish(
+    args: &PlanArgs,
+    benchmark: &str,
+    title: &str,
+    rows: Vec<(Choice, String)>,
+    source: String,
+) -> Result<Planned> {
+    let svg = args.out.join(format!("{benchmark}_plan.svg"));
+    crate::util::fs::write_atomic(&svg, render::svg(title, &rows)?.as_bytes())?;
     let json: Vec<_> = rows.iter().map(|(c, p)| serde_json::json!({
         "config": p, "rcp_point": c.point.name, "convergence": c.convergence, "projection": c.projection,
     })).collect();
-    let json_path = args.out.join(format!("{}_plan.json", bench.name));
+    let json_path = args.out.join(format!("{benchmark}_plan.json"));
     crate::util::fs::write_atomic(&json_path, serde_json::to_string_pretty(&json)?.as_bytes())?;
     Ok(Planned { rows, source, svg })
+}
+
+/// `plan --config`: `config` as it is at each count of --gpus, converging as the --from-log
+/// runs did ([`given`]). The per-step overhead is 0 unless --step-overhead-ms gives it: the
+/// benchmark's full-size figure says nothing of a config's own model.
+fn plan_given(
+    args: &PlanArgs,
+    bench: &crate::benchmarks::Benchmark,
+    config: &Path,
+    cost: ModelCost,
+    cluster: Cluster,
+) -> Result<Planned> {
+    let given = given::read(&bench.name, config)
+        .with_context(|| format!("plan --config {}", config.display()))?;
+    let logs = from_logs(args)?;
+    let meas = measure::from_logs(&logs, bench, args.measured_gpus)
+        .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
+    let conv = measure::convergence_from_logs(&logs, bench)
+        .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
+    let costs = Costs::full(given.costs(cost, args.step_overhead_ms.unwrap_or(0.0) / 1e3));
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("--out {}: cannot create it", args.out.display()))?;
+    let mut rows = Vec::new();
+    for &n in &args.gpus {
+        if !given.fits(n) {
+            bail!(
+                "--gpus {n}: {} cannot share its global batch ({} in {} micro-batches) over {n} \
+                 processes: give counts that divide it",
+                config.display(),
+                given.global_batch,
+                given.accum
+            );
+        }
+        let projection = model::project(
+            &meas,
+            &costs,
+            &cluster,
+            n,
+            given.global_batch,
+            given.accum,
+            &conv,
+        )
+        .map_err(anyhow::Error::msg)?;
+        let point = choose::RefPoint {
+            name: conv.rcp.clone(),
+            batch_size: given.global_batch,
+            hyperparams: Default::default(),
+        };
+        rows.push((
+            Choice {
+                point,
+                projection,
+                convergence: conv.clone(),
+            },
+            config.display().to_string(),
+        ));
+    }
+    let source = format!(
+        "measured: {} log(s), {} process(es); model {:.0} parameters, fp32 gradients",
+        logs.len(),
+        args.measured_gpus,
+        given.parameters
+    );
+    let title = format!("{} as {}", bench.name, config.display());
+    finish(args, &bench.name, &title, rows, source)
 }
 
 /// The file name of a planned config.

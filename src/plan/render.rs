@@ -22,7 +22,7 @@ pub fn table(rows: &[(Choice, String)]) -> String {
         "evals",
         "minutes (band)",
         "eff",
-        "RCP"
+        "convergence"
     );
     for (c, path) in rows {
         let p = &c.projection;

@@ -18,6 +18,7 @@ mod bench_report;
 mod bert_tiny;
 mod host_sync;
 mod plan_configs;
+mod plan_given;
 mod recipes;
 mod runset_lock;
 mod runset_resume;

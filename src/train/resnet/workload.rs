@@ -498,14 +498,7 @@ impl Workload for ResnetWorkload {
             cfg.methods.channels_last,
         )?;
         self.data.use_device(ctx.device);
-        let spec = ResnetSpec {
-            classes: cfg.model.classes,
-            width: cfg.model.width,
-            blocks: cfg.model.blocks,
-            zero_init_last_bn: cfg.model.zero_init_last_bn,
-            methods: cfg.methods.clone(),
-        };
-        let (vs, net) = resnet::build(&spec, ctx.device);
+        let (vs, net) = resnet::build(&model_spec(cfg), ctx.device);
         if self.channels_last() {
             resnet::convert_channels_last(&vs);
         }
@@ -775,6 +768,23 @@ impl Workload for ResnetWorkload {
             })
             .unwrap_or_default()
     }
+}
+
+/// The model `cfg` configures.
+fn model_spec(cfg: &ResnetRunConfig) -> ResnetSpec {
+    ResnetSpec {
+        classes: cfg.model.classes,
+        width: cfg.model.width,
+        blocks: cfg.model.blocks,
+        zero_init_last_bn: cfg.model.zero_init_last_bn,
+        methods: cfg.methods.clone(),
+    }
+}
+
+/// Trainable parameters of the model `cfg` configures (built on the CPU to count them).
+pub fn model_parameters(cfg: &ResnetRunConfig) -> i64 {
+    let (vs, _) = resnet::build(&model_spec(cfg), Device::Cpu);
+    crate::models::parameter_count(&vs)
 }
 
 #[cfg(test)]
