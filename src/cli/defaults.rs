@@ -22,9 +22,40 @@ fn tiny_config(benchmark: &str, division: Division) -> &'static str {
     }
 }
 
+/// Tests only: `COUNT,MODEL,GIB` stands for the GPUs this machine reports, so the GPU branch
+/// runs (to the workers, which then find no CUDA device) on a CPU machine.
+pub const TEST_GPUS: &str = "MLPERF_RUN_TEST_GPUS";
+
+/// The GPUs `TEST_GPUS` names, if it is set and well formed (a malformed value is an error).
+fn test_gpus() -> Result<Option<(u64, String, Option<f64>)>> {
+    let Ok(v) = std::env::var(TEST_GPUS) else {
+        return Ok(None);
+    };
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    match parts.as_slice() {
+        [n, model, gib] => {
+            let n: u64 = n.parse().ok().filter(|n| *n > 0).with_context(|| {
+                format!("{TEST_GPUS}={v:?}: the count must be a whole number above 0")
+            })?;
+            let gib: f64 = gib
+                .parse()
+                .with_context(|| format!("{TEST_GPUS}={v:?}: the memory must be GiB"))?;
+            Ok(Some((n, model.to_string(), Some(gib))))
+        }
+        _ => bail!("{TEST_GPUS}={v:?}: give COUNT,MODEL,GIB, e.g. 2,H100-SXM-80GB,80"),
+    }
+}
+
 /// This machine's GPUs: (count, model, memory GiB), or None without a GPU.
+fn machine_gpus() -> Result<Option<(u64, String, Option<f64>)>> {
+    if let Some(g) = test_gpus()? {
+        return Ok(Some(g));
+    }
+    Ok(detected_gpus())
+}
+
 #[cfg(feature = "torch")]
-fn machine_gpus() -> Option<(u64, String, Option<f64>)> {
+fn detected_gpus() -> Option<(u64, String, Option<f64>)> {
     let count = tch::Cuda::device_count();
     if count < 1 {
         return None;
@@ -40,7 +71,7 @@ fn machine_gpus() -> Option<(u64, String, Option<f64>)> {
 }
 
 #[cfg(not(feature = "torch"))]
-fn machine_gpus() -> Option<(u64, String, Option<f64>)> {
+fn detected_gpus() -> Option<(u64, String, Option<f64>)> {
     None
 }
 
@@ -89,7 +120,7 @@ fn planned(
     division: Division,
     data: &Option<PathBuf>,
 ) -> Result<Option<(PathBuf, u64)>> {
-    let Some((count, model, memory)) = machine_gpus() else {
+    let Some((count, model, memory)) = machine_gpus()? else {
         return Ok(None);
     };
     if data.is_none() {

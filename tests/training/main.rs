@@ -16,6 +16,7 @@ mod common;
 mod bench_configs;
 mod bench_report;
 mod bert_tiny;
+mod default_config;
 mod host_sync;
 mod plan_configs;
 mod plan_given;

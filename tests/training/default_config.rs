@@ -1,0 +1,139 @@
+//! `resnet`/`bert` as typed, without --config (issue 44, part 5). Without a GPU: the division's
+//! tiny preset on data the command makes itself, said as such, trained to its target. With
+//! GPUs (stood in for by `MLPERF_RUN_TEST_GPUS`, so the branch runs on a CPU machine): without
+//! --data a clear refusal; with --data the config `plan` writes for the machine, named with its
+//! path, valid under the closed rules, and the run started on every GPU through `launch`
+//! (whose workers then find no CUDA device here and stop with an error, not a panic).
+#![cfg(feature = "torch")]
+
+use mlperf_run::rules::Division;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn mlperf_run(args: &[&str], dir: &Path, gpus: Option<&str>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mlperf-run"));
+    c.args(args).current_dir(dir).env("MLPERF_RUN_THREADS", "1");
+    for k in ["RANK", "WORLD_SIZE", "SLURM_PROCID", "MLPERF_RUN_TEST_GPUS"] {
+        c.env_remove(k);
+    }
+    if let Some(g) = gpus {
+        c.env("MLPERF_RUN_TEST_GPUS", g);
+    }
+    c.output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The run logs under `dir/runs/results`, each with its run_stop status.
+fn statuses(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for system in std::fs::read_dir(dir.join("runs/results")).unwrap() {
+        for bench in std::fs::read_dir(system.unwrap().path()).unwrap() {
+            for f in std::fs::read_dir(bench.unwrap().path()).unwrap() {
+                let p = f.unwrap().path();
+                if p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("result_")
+                {
+                    let log = mlperf_run::mllog::parse_file(&p).unwrap();
+                    let s = log
+                        .last("run_stop")
+                        .and_then(|e| e.status().map(str::to_string));
+                    out.push(s.unwrap_or_default());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn resnet_open_with_no_other_flag_trains_the_tiny_set_on_its_own_data_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = mlperf_run(&["resnet", "--division", "open"], dir.path(), None);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("no --config and no GPU here"), "{err}");
+    assert!(err.contains("runs/tiny/resnet_tiny_cpu_open.toml"), "{err}");
+    assert!(dir
+        .path()
+        .join("runs/tiny/resnet_tiny_cpu_open.toml")
+        .exists());
+    let s = statuses(dir.path());
+    assert_eq!(s.len(), 5, "the benchmark's 5 runs: {s:?}\n{err}");
+    assert!(s.iter().all(|s| s == "success"), "{s:?}\n{err}");
+}
+
+#[test]
+fn bert_closed_without_config_makes_its_tiny_corpus_and_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = mlperf_run(
+        &["bert", "--division", "closed", "--runs", "2"],
+        dir.path(),
+        None,
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("no --config and no GPU here"), "{err}");
+    assert!(
+        dir.path().join("runs/tiny/data/bert/vocab.txt").exists(),
+        "{err}"
+    );
+    let s = statuses(dir.path());
+    assert_eq!(s, ["success", "success"], "{err}");
+}
+
+#[test]
+fn with_gpus_and_no_data_the_command_says_what_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpus = Some("2,H100-SXM-80GB,80");
+    let out = mlperf_run(&["resnet", "--division", "closed"], dir.path(), gpus);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs --data DIR"), "{err}");
+    assert!(err.contains("2 GPU(s), H100-SXM-80GB"), "{err}");
+    assert!(
+        !dir.path().join("runs").exists(),
+        "nothing is written before the refusal"
+    );
+
+    let bad = mlperf_run(
+        &["resnet", "--division", "closed"],
+        dir.path(),
+        Some("two,H100"),
+    );
+    let err = stderr(&bad);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("MLPERF_RUN_TEST_GPUS") && err.contains("COUNT,MODEL,GIB"),
+        "{err}"
+    );
+}
+
+#[test]
+fn with_gpus_and_data_the_planned_config_is_named_and_launched_on_every_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("imagenet/train")).unwrap();
+    let gpus = Some("2,H100-SXM-80GB,80");
+    let args = ["resnet", "--division", "open", "--data", "imagenet"];
+    let out = mlperf_run(&args, dir.path(), gpus);
+    let err = stderr(&out);
+    let planned = "runs/plan/resnet_closed_2xH100-SXM-80GB.toml";
+    assert!(
+        err.contains(&format!("wrote for this machine: {planned}")),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(dir.path().join(planned)).unwrap();
+    mlperf_run::train::resnet::ResnetRunConfig::parse(&text, Division::Closed)
+        .unwrap_or_else(|e| panic!("{planned} fails the closed rules: {e:#}"));
+    let launched = "launch --nproc-per-node 2 -- resnet --division open --data imagenet \
+                    --config runs/plan/resnet_closed_2xH100-SXM-80GB.toml --device cuda";
+    assert!(err.contains(launched), "{err}");
+    // no CUDA device here: the workers stop with an error, reported, and no panic
+    assert!(!out.status.success(), "{err}");
+    assert_ne!(out.status.code(), Some(101), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
