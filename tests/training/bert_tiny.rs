@@ -559,6 +559,25 @@ fn tiny_cpu_packed_fp8_runs_emulated_in_the_test_mode_and_is_refused_without_it(
         log.first("method_fp8").unwrap().value,
         serde_json::json!(true)
     );
+    // the recipe is on record: format, history length, margin, how the history is reduced
+    let recipe: Vec<_> = [
+        "fp8_format",
+        "fp8_amax_history_len",
+        "fp8_margin",
+        "fp8_amax_compute_algo",
+    ]
+    .iter()
+    .map(|k| log.first(k).map(|e| e.value.clone()))
+    .collect();
+    assert_eq!(
+        recipe,
+        [
+            Some(serde_json::json!("hybrid")),
+            Some(serde_json::json!(1024)),
+            Some(serde_json::json!(0)),
+            Some(serde_json::json!("max"))
+        ]
+    );
     let acc = log.last("eval_accuracy").unwrap().value.as_f64().unwrap();
     assert!(acc >= 0.720, "{acc}");
     let verdict = check_log(

@@ -309,6 +309,15 @@ impl BertRunConfig {
                 json!(self.data.max_sequences_per_row),
             ));
         }
+        if m.fp8 {
+            // the delayed-scaling recipe (src/fused/fp8.rs), so a log says how its scales moved
+            kv.extend([
+                ("fp8_format", json!("hybrid")),
+                ("fp8_amax_history_len", json!(m.fp8_amax_history_len)),
+                ("fp8_margin", json!(m.fp8_margin)),
+                ("fp8_amax_compute_algo", json!("max")),
+            ]);
+        }
         if division == Division::Open {
             kv.push((
                 "eval_interval_samples",
