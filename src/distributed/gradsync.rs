@@ -252,6 +252,13 @@ impl GradSync for BucketedGradSync {
             .sum::<u64>();
         Ok(())
     }
+
+    fn all_reduce_max(&mut self, tensors: &[Tensor]) -> Result<()> {
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        self.pg
+            .allreduce(&refs, ReduceOp::Max)
+            .context("reducing the step's maxima across ranks")
+    }
 }
 
 /// `MLPERF_RUN_GRAD_OVERLAP`: `0` runs the gradient all-reduces after the backward (the

@@ -52,6 +52,12 @@ pub trait GradSync: Peers {
     /// Average `grads` (one per parameter, in the parameters' order) across ranks, in place
     /// (waiting for the all-reduces started during the backward, if any).
     fn all_reduce_grads(&mut self, grads: &[tch::Tensor]) -> Result<()>;
+    /// The elementwise maximum of `tensors` across ranks, in place, on the device (a
+    /// collective of the step like the gradient all-reduce, so a CUDA graph captures it): the
+    /// step's FP8 amaxes, so every rank's scales agree. Default (one process): nothing to do.
+    fn all_reduce_max(&mut self, _tensors: &[tch::Tensor]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One process: nothing to synchronise (bucket-wise clipping, if asked for, clips the local

@@ -79,6 +79,9 @@ pub struct Recipe {
     pub amax_history_len: i64,
     /// The scale is divided by `2^margin` (headroom).
     pub margin: i64,
+    /// Reduce each step's amaxes (max) across the data-parallel ranks before the update, so
+    /// every rank's scales agree (Transformer Engine's `reduce_amax`, default true).
+    pub reduce_amax: bool,
 }
 
 impl Default for Recipe {
@@ -86,6 +89,7 @@ impl Default for Recipe {
         Recipe {
             amax_history_len: DEFAULT_AMAX_HISTORY_LEN,
             margin: DEFAULT_MARGIN,
+            reduce_amax: true,
         }
     }
 }
@@ -127,6 +131,12 @@ impl Fp8State {
             scale: self.scale.select(0, i),
             history: self.history.select(1, i),
         }
+    }
+
+    /// This step's amaxes, `[n, 3]`: row 0 of the history, a view (the tensor to reduce
+    /// across ranks before [`Fp8State::update`]).
+    pub fn step_amax(&self) -> Tensor {
+        self.history.get(0)
     }
 
     /// The recipe's update after a step (module docs), in place on the device.

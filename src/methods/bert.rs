@@ -63,6 +63,10 @@ pub struct BertMethods {
     /// With `fp8`: the scales' margin, `fp8_max / amax / 2^margin` (Transformer Engine's
     /// default, 0).
     pub fp8_margin: i64,
+    /// With `fp8` on several processes: each step's amaxes are reduced (max) across the ranks
+    /// before the scales are updated, so every rank casts with the same scales (Transformer
+    /// Engine's `reduce_amax`, default on). Off: each rank keeps its own.
+    pub fp8_reduce_amax: bool,
 }
 
 /// The defaults of every key left out (all off, `amp` none) but `fused_attention`, on.
@@ -83,6 +87,7 @@ impl Default for BertMethods {
             // Transformer Engine's DelayedScaling defaults (`fused::fp8::Recipe::default()`)
             fp8_amax_history_len: 1024,
             fp8_margin: 0,
+            fp8_reduce_amax: true,
         }
     }
 }
@@ -236,6 +241,7 @@ impl BertMethods {
         crate::fused::fp8::Recipe {
             amax_history_len: self.fp8_amax_history_len,
             margin: self.fp8_margin,
+            reduce_amax: self.fp8_reduce_amax,
         }
     }
 

@@ -152,3 +152,88 @@ fn two_process_packed_training_equals_one_process_accumulating_the_same_rows() {
     );
     assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
 }
+
+/// `methods.fp8` (emulated) on 2 ranks: with `fp8_reduce_amax` (the default) each step's amaxes
+/// are reduced across the ranks, so both end with the same scales and amax histories (the
+/// trained steps' rows), bit for bit;
+/// the control, `fp8_reduce_amax = false`, keeps each rank's own (their activations and
+/// gradients differ), and the scales differ. The parameters agree across ranks either way.
+#[test]
+fn fp8_scales_agree_across_ranks_when_the_amaxes_are_reduced() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth_data(dir.path());
+    let base = std::fs::read_to_string(config(dir.path(), 1)).unwrap();
+    assert_eq!(base.matches("[methods]").count(), 1);
+    let run = |name: &str, methods: &str| {
+        let cfg = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            base.replace("[methods]", &format!("[methods]\n{methods}")),
+        )
+        .unwrap();
+        let (log, dump) = (
+            dir.path().join(format!("{name}.txt")),
+            dir.path().join(format!("{name}.safetensors")),
+        );
+        let out = launch_command(2)
+            .args(args(&cfg, &data, &log, &dump))
+            .env("MLPERF_RUN_DIST_TIMEOUT_S", "60")
+            .env(mlperf_run::fused::fp8::EMULATE_FP8, "1")
+            .output()
+            .unwrap();
+        let t = text(&out);
+        for r in 0..2 {
+            assert!(
+                t.contains(&format!("[rank {r}] run aborted: epoch limit reached")),
+                "{name}: {t}"
+            );
+        }
+        let mut dump1 = dump.as_os_str().to_owned();
+        dump1.push(".rank1");
+        let split = |v: Vec<(String, tch::Tensor)>| -> (Vec<_>, Vec<_>) {
+            v.into_iter()
+                .partition(|(n, _)| n.starts_with("fp8_state."))
+        };
+        let (fp8_0, params0) = split(load(&dump));
+        let (fp8_1, params1) = split(load(std::path::Path::new(&dump1)));
+        assert_eq!(
+            fp8_0.len(),
+            2,
+            "{name}: the dump holds the fp8 scales and histories"
+        );
+        assert_eq!(
+            max_rel_diff(&params0, &params1),
+            0.0,
+            "{name}: the ranks' parameters differ"
+        );
+        // the scales and the trained steps' history rows (row 0 holds the final eval's own
+        // amaxes, written after the last update and never reduced)
+        let state = |v: &[(String, tch::Tensor)]| {
+            let get = |k: &str| v.iter().find(|(n, _)| n == k).unwrap().1.shallow_clone();
+            let h = get("fp8_state.history");
+            let rows = h.size()[0];
+            vec![
+                ("scale".to_string(), get("fp8_state.scale")),
+                ("history".to_string(), h.narrow(0, 1, rows - 1)),
+            ]
+        };
+        let (f0, f1) = (state(&fp8_0), state(&fp8_1));
+        assert!(
+            f0[0].1.ne(1.0).any().int64_value(&[]) == 1,
+            "{name}: the scales never moved"
+        );
+        (max_rel_diff(&f0, &f1), f0[0].1.equal(&f1[0].1))
+    };
+    let (reduced, same) = run("reduced", "fp8 = true");
+    assert_eq!(
+        reduced, 0.0,
+        "with reduce_amax the ranks' fp8 state differs"
+    );
+    assert!(same);
+    let (own, same) = run("own", "fp8 = true\nfp8_reduce_amax = false");
+    eprintln!("fp8 state, rank 0 vs rank 1: reduced {reduced:e}, each rank its own {own:e}");
+    assert!(
+        !same && own > 0.0,
+        "without reduce_amax the ranks' scales still agree: the check cannot fail"
+    );
+}

@@ -155,6 +155,7 @@ fn the_amax_history_and_scales_follow_the_delayed_scaling_recipe() {
             Recipe {
                 amax_history_len: len,
                 margin,
+                ..Recipe::default()
             },
             Device::Cpu,
         );

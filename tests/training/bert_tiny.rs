@@ -559,12 +559,14 @@ fn tiny_cpu_packed_fp8_runs_emulated_in_the_test_mode_and_is_refused_without_it(
         log.first("method_fp8").unwrap().value,
         serde_json::json!(true)
     );
-    // the recipe is on record: format, history length, margin, how the history is reduced
+    // the recipe is on record: format, history length, margin, how the history is reduced,
+    // whether the ranks agree on the amaxes
     let recipe: Vec<_> = [
         "fp8_format",
         "fp8_amax_history_len",
         "fp8_margin",
         "fp8_amax_compute_algo",
+        "fp8_reduce_amax",
     ]
     .iter()
     .map(|k| log.first(k).map(|e| e.value.clone()))
@@ -575,7 +577,8 @@ fn tiny_cpu_packed_fp8_runs_emulated_in_the_test_mode_and_is_refused_without_it(
             Some(serde_json::json!("hybrid")),
             Some(serde_json::json!(1024)),
             Some(serde_json::json!(0)),
-            Some(serde_json::json!("max"))
+            Some(serde_json::json!("max")),
+            Some(serde_json::json!(true))
         ]
     );
     let acc = log.last("eval_accuracy").unwrap().value.as_f64().unwrap();

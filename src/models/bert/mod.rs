@@ -355,6 +355,12 @@ impl BertForPreTraining {
         }
     }
 
+    /// With `methods.fp8` and `fp8_reduce_amax`: this step's amaxes (a view of the history),
+    /// to be reduced (max) across the ranks before [`Self::fp8_update`].
+    pub fn fp8_amax_to_reduce(&self) -> Option<Tensor> {
+        (self.methods.fp8 && self.methods.fp8_reduce_amax).then(|| self.fp8.step_amax())
+    }
+
     /// The FP8 scales and amax histories (tests and the GPU check).
     pub fn fp8_state(&self) -> &Fp8State {
         &self.fp8

@@ -316,6 +316,7 @@ impl BertRunConfig {
                 ("fp8_amax_history_len", json!(m.fp8_amax_history_len)),
                 ("fp8_margin", json!(m.fp8_margin)),
                 ("fp8_amax_compute_algo", json!("max")),
+                ("fp8_reduce_amax", json!(m.fp8_reduce_amax)),
             ]);
         }
         if division == Division::Open {

@@ -407,7 +407,11 @@ impl Workload for BertWorkload {
                 .collect();
             sync.all_reduce_grads(&grads)?;
             s.opt.apply(&mut s.params, &grads)?;
-            // methods.fp8: the scales from the amax histories, on the device
+            // methods.fp8: the scales from the amax histories (this step's amaxes agreed across
+            // the ranks first, unless fp8_reduce_amax = false), on the device
+            if let Some(amax) = s.model.fp8_amax_to_reduce() {
+                sync.all_reduce_max(&[amax])?;
+            }
             s.model.fp8_update();
             Ok(vec![
                 total.context("train.gradient_accumulation_steps is 0")?
@@ -471,11 +475,19 @@ impl Workload for BertWorkload {
         }
     }
 
+    /// The trainable parameters, and with `methods.fp8` the FP8 scales and amax histories
+    /// (`fp8_state.scale`, `fp8_state.history`: the state the ranks must agree on).
     fn named_parameters(&self) -> Vec<(String, tch::Tensor)> {
-        self.state
-            .as_ref()
-            .map(|s| s.params.named())
-            .unwrap_or_default()
+        let Some(s) = self.state.as_ref() else {
+            return Vec::new();
+        };
+        let mut named = s.params.named();
+        if s.model.methods().fp8 {
+            let f = s.model.fp8_state();
+            named.push(("fp8_state.scale".into(), f.scale.shallow_clone()));
+            named.push(("fp8_state.history".into(), f.history.shallow_clone()));
+        }
+        named
     }
 }
 
