@@ -295,6 +295,7 @@ fn bench_once(
         size,
         crops: Vec::new(),
         engine: None,
+        cache: None,
     };
     let data = FixedImages {
         classes,

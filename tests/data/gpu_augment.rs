@@ -62,7 +62,14 @@ fn twin(b: &Batch, crops: &[DeviceCrop]) -> Tensor {
     let aug = DeviceAugment::new(Device::Cpu, Kind::Float, true).unwrap();
     let t = Transfer::new(Device::Cpu).unwrap();
     let out = aug
-        .ragged_batch(crops, &b.images, b.engine.clone(), b.size, &t)
+        .ragged_batch(
+            crops,
+            &b.images,
+            b.engine.clone(),
+            b.cache.clone(),
+            b.size,
+            &t,
+        )
         .unwrap();
     assert_eq!(out.size(), [n, 3, b.size as i64, b.size as i64]);
     denormalize(&out).unwrap()

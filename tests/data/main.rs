@@ -12,6 +12,7 @@ mod bert_data;
 mod bert_packing;
 mod data_imagenet;
 mod data_synth;
+mod decoded_cache;
 mod fuzz_regressions;
 mod gpu_augment;
 mod prepare_imagenet;

@@ -183,6 +183,95 @@ fn tiny_jpeg_closed_with_the_gpu_data_path_falls_back_once_and_reaches_target() 
     common::official::assert_compliant("tiny_jpeg gpu data path", &log, "4.0.0");
 }
 
+/// The closed tiny JPEG run with the decoded-image cache on (`data.gpu_cache_mb`, crops resized
+/// by the device op's CPU twin, so the cache's tensors live on the CPU), through the CLI with
+/// `-v`: it reaches the closed target, its log passes our checker and the official one (4.0.0),
+/// and the report's cache lines (one per eval) show epoch 0's images stored and most later
+/// lookups hit (epoch 0 fills the cache and cannot hit; each epoch leaves out 40 images,
+/// drop_last, so a few of epoch 1's miss).
+#[test]
+fn tiny_jpeg_closed_with_the_decoded_image_cache_reaches_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    synth(&data);
+    let preset = common::train::preset("configs/resnet/tiny_cpu_jpeg.toml");
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert!(
+        text.contains("decoder = \"cpu\"\n"),
+        "the preset's decoder line moved"
+    );
+    let text = text.replace(
+        "decoder = \"cpu\"\n",
+        "decoder = \"cpu\"\naugment = \"gpu\"\ngpu_cache_mb = 64\n",
+    );
+    let config = dir.path().join("tiny_cache.toml");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("result_0.txt");
+    let t0 = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("RUST_LOG")
+        .args(["-v", "resnet", "--division", "closed", "--config"])
+        .arg(&config)
+        .arg("--data")
+        .arg(&data)
+        .args(["--seed", "1234", "--log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reports: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("decoded-image cache:"))
+        .collect();
+    eprintln!(
+        "tiny_cpu_jpeg closed with the decoded-image cache: {:.1} s\n{}",
+        t0.elapsed().as_secs_f64(),
+        reports.join("\n")
+    );
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    assert!(
+        stderr.contains("data.gpu_cache_mb = 64"),
+        "the setting is logged: {stderr}"
+    );
+    // "decoded-image cache: H of L lookups hit (P%); N images stored, ..."
+    let numbers = |line: &str| -> (u64, u64, u64) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |w: &str, k: isize| -> u64 {
+            let i = words.iter().position(|x| *x == w).unwrap() as isize + k;
+            words[i as usize].parse().unwrap()
+        };
+        (at("of", -1), at("of", 1), at("images", -1))
+    };
+    // epoch 0 (its 960 images: 15 batches of 64, drop_last) fills the cache and cannot hit
+    let (_, _, stored) = numbers(reports.first().expect("a cache line in the -v report"));
+    assert!(stored >= 960, "{reports:?}");
+    let (hits, lookups, stored) = numbers(reports.last().unwrap());
+    assert!(
+        stored <= 1000 && hits <= lookups - 960 && hits as f64 >= 0.7 * lookups as f64,
+        "{reports:?}"
+    );
+    let parsed = mlperf_run::mllog::parse_file(&log).unwrap();
+    assert_eq!(parsed.last("run_stop").unwrap().status(), Some("success"));
+    let acc = parsed
+        .last("eval_accuracy")
+        .unwrap()
+        .value
+        .as_f64()
+        .unwrap();
+    eprintln!("final eval_accuracy {acc:.3}");
+    assert!(acc >= 0.759, "{acc}");
+    let verdict = mlperf_run::rules::check_log(
+        &parsed,
+        &mlperf_run::rules::CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
+    common::official::assert_compliant("tiny_jpeg decoded-image cache", &log, "4.0.0");
+}
+
 /// The closed GPU presets (8xA100: NVIDIA's v2.0 recipe; 8xH100: its v4.0 recipe) with every
 /// method and the GPU data path on, run for their first eval on the CPU at a tiny scale (a
 /// width-8 ResNet on 32 px crops of a synthetic JPEG set, 3 epochs of one step each, the CUDA

@@ -2,7 +2,7 @@
 //! for scripts/bench_data.sh, and (with `--augment gpu --device cuda`) the data path alone up to
 //! the normalised fp16 tensor on the GPU, for scripts/bench_gpu.sh part e.
 
-use super::{Augment, Decoder, ImageFolder, Loader, LoaderConfig};
+use super::{Augment, CacheStats, Decoder, ImageFolder, Loader, LoaderConfig};
 use anyhow::Result;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -59,6 +59,11 @@ pub struct BenchImagenetArgs {
     /// JPEG engine's own rate on these images, the ceiling of the data path.
     #[arg(long)]
     pub engine_only: bool,
+    /// With --augment gpu: MiB of whole decoded images kept on --device (`data.gpu_cache_mb`);
+    /// one untimed epoch fills the cache first, then the timed epochs cut their crops from it.
+    /// The hit rate of the timed epochs is reported.
+    #[arg(long, default_value_t = 0)]
+    pub gpu_cache_mb: u64,
 }
 
 /// The CUDA device index of `--device` (None: the CPU).
@@ -85,10 +90,19 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitSt
         batch?;
     }
     let psnr_worst = check_pixels(&folder, &loader, &args, gpu)?;
+    // with the decoded-image cache, epoch 0 fills it untimed
+    let first = u64::from(args.gpu_cache_mb > 0);
+    if first == 1 {
+        on_device(&loader, &args, gpu, 0..1)?;
+    }
+    let before = loader.cache_stats();
     let start = std::time::Instant::now();
     let unix_start = unix_now();
     let (images, checksum) = match args.augment {
-        Augment::Gpu => (on_device(&loader, &args, gpu)?, 0),
+        Augment::Gpu => (
+            on_device(&loader, &args, gpu, first..first + args.epochs)?,
+            0,
+        ),
         Augment::Cpu => on_host(&loader, &args)?,
     };
     let timed = Timed {
@@ -97,6 +111,14 @@ pub fn run_bench_imagenet(args: BenchImagenetArgs) -> Result<crate::util::ExitSt
         secs: start.elapsed().as_secs_f64(),
         unix_start,
         psnr_worst,
+        cache: loader
+            .cache_stats()
+            .zip(before)
+            .map(|(after, before)| CacheStats {
+                lookups: after.lookups - before.lookups,
+                hits: after.hits - before.hits,
+                ..after
+            }),
     };
     if args.json {
         print_json(&loader, &args, &timed)?;
@@ -116,6 +138,8 @@ struct Timed {
     unix_start: f64,
     /// The worst PSNR against the CPU region decoder (`--augment gpu` with --check-batches).
     psnr_worst: Option<f64>,
+    /// The decoded-image cache: the timed epochs' lookups and hits, the images stored in all.
+    cache: Option<CacheStats>,
 }
 
 /// The loader the arguments ask for; with `--require-decoder`, an error when it could not use
@@ -132,6 +156,7 @@ fn bench_loader(
         device_augment: args.augment == Augment::Gpu,
         gpu,
         hw_decoder_load: args.hw_decoder_load,
+        cache_bytes: args.gpu_cache_mb * super::cache::MIB,
         crop: super::RandomResizedCrop {
             scale: (args.scale_min, 1.0),
             ..super::RandomResizedCrop::TORCHVISION
@@ -165,6 +190,7 @@ fn check_pixels(
         folder,
         LoaderConfig {
             decoder: Decoder::Cpu,
+            cache_bytes: 0,
             ..loader.config().clone()
         },
     )?;
@@ -235,6 +261,10 @@ fn print_json(loader: &Loader, args: &BenchImagenetArgs, t: &Timed) -> Result<()
         "seconds": t.secs,
         "img_per_s": t.images as f64 / t.secs,
         "window_unix": [t.unix_start, unix_now()],
+        "gpu_cache_mb": args.gpu_cache_mb,
+        "cache_hit_rate": t.cache.map(|c| c.hit_rate()),
+        "cache_images": t.cache.map(|c| c.images),
+        "cache_mib_used": t.cache.map(|c| c.bytes as f64 / super::cache::MIB as f64),
     });
     writeln!(out, "{line}")?;
     Ok(())
@@ -260,19 +290,27 @@ fn print_text(loader: &Loader, args: &BenchImagenetArgs, t: &Timed) -> Result<()
         args.threads,
         images as f64 / secs / args.threads as f64
     )?;
+    if let Some(c) = t.cache {
+        writeln!(out, "timed epochs' {}", c.describe())?;
+    }
     Ok(())
 }
 
 /// `--augment gpu`: every timed epoch through the training run's batch hand-off to `device`
 /// and the device augmentation (fp16, channels-last), waited for at the end. Returns the images.
 #[cfg(feature = "torch")]
-fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> Result<usize> {
+fn on_device(
+    loader: &Loader,
+    args: &BenchImagenetArgs,
+    gpu: Option<usize>,
+    epochs: std::ops::Range<u64>,
+) -> Result<usize> {
     use super::device_augment::{ragged_arena, DeviceAugment};
     use crate::data::handoff::Prefetcher;
     let device = gpu.map_or(tch::Device::Cpu, tch::Device::Cuda);
     let aug = DeviceAugment::new(device, tch::Kind::Half, true)?;
     let mut images = 0usize;
-    for epoch in 0..args.epochs {
+    for epoch in epochs {
         let aug = aug.clone();
         let engine_only = args.engine_only;
         let mut batches = Prefetcher::spawn(
@@ -282,10 +320,10 @@ fn on_device(loader: &Loader, args: &BenchImagenetArgs, gpu: Option<usize>) -> R
             move |b: super::Batch, t| {
                 let y = t.tensor(&b.labels, &[b.len() as i64])?;
                 if engine_only {
-                    let (arena, _) = ragged_arena(&b.crops, &b.images, b.engine, t)?;
+                    let (arena, _) = ragged_arena(&b.crops, &b.images, b.engine, b.cache, t)?;
                     return Ok((arena, y));
                 }
-                let x = aug.ragged_batch(&b.crops, &b.images, b.engine, b.size, t)?;
+                let x = aug.ragged_batch(&b.crops, &b.images, b.engine, b.cache, b.size, t)?;
                 Ok((x, y))
             },
         )?;
@@ -319,7 +357,14 @@ fn check_against(
     // the decode, the copies and the kernels all on the transfer's stream, as in the hand-off
     let _on_stream = t.stream().map(Stream::enter).transpose()?;
     let pixels = |b: &super::Batch| -> Result<Tensor> {
-        let x = aug.ragged_batch(&b.crops, &b.images, b.engine.clone(), b.size, &t)?;
+        let x = aug.ragged_batch(
+            &b.crops,
+            &b.images,
+            b.engine.clone(),
+            b.cache.clone(),
+            b.size,
+            &t,
+        )?;
         let x = denormalize(&x)?;
         crate::gpu::cuda::synchronize(device);
         Ok(x)
@@ -359,7 +404,12 @@ fn check_against(_: &Loader, _: &Loader, _: &BenchImagenetArgs, _: Option<usize>
 }
 
 #[cfg(not(feature = "torch"))]
-fn on_device(_: &Loader, _: &BenchImagenetArgs, _: Option<usize>) -> Result<usize> {
+fn on_device(
+    _: &Loader,
+    _: &BenchImagenetArgs,
+    _: Option<usize>,
+    _: std::ops::Range<u64>,
+) -> Result<usize> {
     anyhow::bail!("--augment gpu needs the default build (libtorch); this is the lite build")
 }
 

@@ -16,6 +16,7 @@
 //! to the largest (two batched matmuls with per-image weight matrices), kept as the reference the
 //! ragged kernels are checked against.
 
+use super::cache::{cut_hits, store_fills, CacheJob};
 use super::loader::{DeviceCrop, EngineJob};
 use super::nvjpeg::DecodeFailure;
 use super::region::JpegHeader;
@@ -239,10 +240,11 @@ impl DeviceAugment {
         crops: &[DeviceCrop],
         host: &[u8],
         engine: Option<EngineJob>,
+        cache: Option<CacheJob>,
         size: u32,
         t: &Transfer,
     ) -> Result<Tensor> {
-        let (arena, layout) = ragged_arena(crops, host, engine, t)?;
+        let (arena, layout) = ragged_arena(crops, host, engine, cache, t)?;
         let params = t.tensor(&layout.params, &[layout.len() as i64, RAGGED_PARAMS as i64])?;
         self.apply_ragged(&arena, &params, &layout, size as i64)
     }
@@ -360,89 +362,115 @@ impl DeviceAugment {
 /// A ragged batch's arena on `t`'s device, filled on the current stream (the hand-off's: `t`'s
 /// stream entered on its thread), with its layout: the arena is allocated there (libtorch's
 /// caching allocator, so the arenas of the batches in flight are separate and their memory is
-/// reused in stream order), nvJPEG decodes the `engine`'s images into its first places, and the
-/// host-decoded regions (`host`, back to back) are copied in after them from pinned memory.
-/// Nothing waits for the device. When nvJPEG fails on the batch (warned once), its images are
-/// decoded on the CPU here instead, into the same places.
+/// reused in stream order), nvJPEG decodes the `engine`'s images into its first places, the
+/// host-decoded regions (`host`, back to back) are copied in after them from pinned memory, and
+/// the decoded-image cache's hits (the last places) are cut from their stored images on the
+/// device; then the cache's fills are stored. Nothing waits for the device. When nvJPEG fails
+/// on the batch (warned once), its images are decoded on the CPU here instead, into the same
+/// places.
 pub fn ragged_arena(
     crops: &[DeviceCrop],
     host: &[u8],
     engine: Option<EngineJob>,
+    cache: Option<CacheJob>,
     t: &Transfer,
 ) -> Result<(Tensor, RaggedLayout)> {
     let layout = RaggedLayout::of(crops)?;
     let on_engine = engine.as_ref().map_or(0, |e| e.jpegs.len());
-    if on_engine > layout.len() {
+    let hits = cache.as_ref().map_or(0, |c| c.hits.len());
+    if on_engine + hits > layout.len() {
         bail!(
-            "a batch of {} images has {on_engine} for the JPEG engine",
+            "a batch of {} images has {on_engine} for the JPEG engine and {hits} from the \
+             decoded-image cache",
             layout.len()
         );
     }
+    let at = |i: usize| layout.offsets.get(i).copied().unwrap_or(layout.bytes);
+    let (engine_bytes, host_end) = (at(on_engine), at(layout.len() - hits));
+    if host.len() != host_end - engine_bytes {
+        bail!(
+            "a ragged batch carries {} bytes of host regions where its crops need {}",
+            host.len(),
+            host_end - engine_bytes
+        );
+    }
+    let engine = engine.filter(|_| on_engine > 0);
+    let arena = if engine.is_none() && hits == 0 {
+        t.tensor(host, &[host.len() as i64])?
+    } else {
+        let arena = Tensor::f_empty([layout.bytes as i64], (Kind::Uint8, t.device()))?;
+        if let Some(job) = engine {
+            engine_into(&arena, &layout, job, t)?;
+        }
+        if !host.is_empty() {
+            t.copy_into(
+                &arena.f_narrow(0, engine_bytes as i64, host.len() as i64)?,
+                host,
+            )?;
+        }
+        arena
+    };
+    if let Some(job) = &cache {
+        cut_hits(job, &arena, crops, &layout.offsets, t)?;
+        store_fills(job, &arena, crops, &layout.offsets, t)?;
+    }
+    Ok((arena, layout))
+}
+
+/// nvJPEG decodes `engine`'s images into their places at the start of `arena` (`layout`'s
+/// first offsets), on `t`'s stream; when it fails on the batch (warned once), the CPU decodes
+/// them here and they are copied into the same places.
+fn engine_into(
+    arena: &Tensor,
+    layout: &RaggedLayout,
+    engine: EngineJob,
+    t: &Transfer,
+) -> Result<()> {
+    let EngineJob { decoder, jpegs } = engine;
+    let on_engine = jpegs.len();
     let engine_bytes = layout
         .offsets
         .get(on_engine)
         .copied()
         .unwrap_or(layout.bytes);
-    if host.len() != layout.bytes - engine_bytes {
-        bail!(
-            "a ragged batch carries {} bytes of host regions where its crops need {}",
-            host.len(),
-            layout.bytes - engine_bytes
-        );
-    }
-    let arena = match engine.filter(|_| on_engine > 0) {
-        None => t.tensor(host, &[host.len() as i64])?,
-        Some(EngineJob { decoder, jpegs }) => {
-            let arena = Tensor::f_empty([layout.bytes as i64], (Kind::Uint8, t.device()))?;
-            let decoded = match t.stream() {
-                Some(stream) => {
-                    let native = stream.native()?;
-                    // SAFETY: the arena is this device's memory of layout.bytes, which holds
-                    // every engine image's place (the layout's offsets); it is written only by
-                    // this stream's work until the hand-off's event.
-                    unsafe {
-                        decoder.decode_into(
-                            jpegs,
-                            arena.data_ptr() as *mut u8,
-                            &layout.offsets[..on_engine],
-                            native,
-                        )
-                    }
-                }
-                None => Err(DecodeFailure {
-                    why: "the JPEG engine decodes on a CUDA device only".to_string(),
+    let decoded = match t.stream() {
+        Some(stream) => {
+            let native = stream.native()?;
+            // SAFETY: the arena is this device's memory of layout.bytes, which holds every
+            // engine image's place (the layout's offsets); it is written only by this stream's
+            // work until the hand-off's event.
+            unsafe {
+                decoder.decode_into(
                     jpegs,
-                }),
-            };
-            if let Err(failed) = decoded {
-                crate::util::logging::warn_once(&format!(
-                    "nvJPEG failed on a batch ({}); decoding such batches on the CPU",
-                    failed.why
-                ));
-                let mut pixels = Vec::with_capacity(engine_bytes);
-                for (bytes, plan) in &failed.jpegs {
-                    let want = plan.width as usize * plan.height as usize * 3;
-                    match JpegHeader::read(bytes).and_then(|h| h.decode(plan)) {
-                        Ok(img) if img.pixels.len() == want => {
-                            pixels.extend_from_slice(&img.pixels)
-                        }
-                        // the engine took it, the CPU decoder cannot: a black image (no
-                        // panic, the batch keeps its shape)
-                        _ => pixels.resize(pixels.len() + want, 0),
-                    }
-                }
-                t.copy_into(&arena.f_narrow(0, 0, engine_bytes as i64)?, &pixels)?;
+                    arena.data_ptr() as *mut u8,
+                    &layout.offsets[..on_engine],
+                    native,
+                )
             }
-            if !host.is_empty() {
-                t.copy_into(
-                    &arena.f_narrow(0, engine_bytes as i64, host.len() as i64)?,
-                    host,
-                )?;
-            }
-            arena
         }
+        None => Err(DecodeFailure {
+            why: "the JPEG engine decodes on a CUDA device only".to_string(),
+            jpegs,
+        }),
     };
-    Ok((arena, layout))
+    let Err(failed) = decoded else {
+        return Ok(());
+    };
+    crate::util::logging::warn_once(&format!(
+        "nvJPEG failed on a batch ({}); decoding such batches on the CPU",
+        failed.why
+    ));
+    let mut pixels = Vec::with_capacity(engine_bytes);
+    for (bytes, plan) in &failed.jpegs {
+        let want = plan.width as usize * plan.height as usize * 3;
+        match JpegHeader::read(bytes).and_then(|h| h.decode(plan)) {
+            Ok(img) if img.pixels.len() == want => pixels.extend_from_slice(&img.pixels),
+            // the engine took it, the CPU decoder cannot: a black image (no panic, the batch
+            // keeps its shape)
+            _ => pixels.resize(pixels.len() + want, 0),
+        }
+    }
+    t.copy_into(&arena.f_narrow(0, 0, engine_bytes as i64)?, &pixels)
 }
 
 /// Compiles the ragged kernels (`shim/ragged_resize.cu`) with NVRTC loaded from `nvrtc` for

@@ -11,6 +11,7 @@
 //! floor(n/w) samples and the same number of full batches; without it (evaluation) nothing is
 //! dropped and ranks differ by at most one sample (and one batch).
 
+use super::cache::{CacheHit, CacheJob, CacheStats, DecodedCache};
 use super::decode::decode_jpeg;
 use super::decode::RgbImage;
 use super::folder::{ImageFolder, Sample};
@@ -39,9 +40,10 @@ const STREAM_AUGMENT: u64 = 0x4155_474d;
 /// the batch is **ragged**: `crops` says, per image, its decoded region's size, the crop box in
 /// it and the flip, and the regions lie back to back in the batch's arena (each as large as its
 /// crop needs, no padding; `device_augment::RaggedLayout`): the first `engine.jpegs.len()`
-/// images are decoded there by nvJPEG on the device ([`EngineJob`]), the rest were decoded on
-/// the host and `images` holds their regions back to back. H and W are 0 then. The hand-off
-/// crops, resizes, flips and normalises on the device.
+/// images are decoded there by nvJPEG on the device ([`EngineJob`]), then come those decoded on
+/// the host (`images` holds their regions back to back), then those cut from the decoded-image
+/// cache on the device (`cache`'s hits). H and W are 0 then. The hand-off crops, resizes, flips
+/// and normalises on the device.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch {
     pub images: Vec<u8>,
@@ -55,6 +57,9 @@ pub struct Batch {
     pub crops: Vec<DeviceCrop>,
     /// The images nvJPEG decodes on the device (device-augmented batches with nvJPEG only).
     pub engine: Option<EngineJob>,
+    /// The decoded-image cache's hits and fills (`data.gpu_cache_mb`; device-augmented batches
+    /// only).
+    pub cache: Option<CacheJob>,
 }
 
 /// The engine's share of a device-augmented batch: JPEG files that nvJPEG decodes straight into
@@ -216,6 +221,9 @@ pub struct LoaderConfig {
     /// is decoded by the CPU region decoder at the same time (DALI's `hw_decoder_load`). None:
     /// the default for the GPU model ([`super::nvjpeg::default_hw_load`]).
     pub hw_decoder_load: Option<f64>,
+    /// `data.gpu_cache_mb` in bytes: whole decoded images kept on the hand-off's device for later
+    /// epochs ([`super::cache`]); 0: no cache. Needs `device_augment`.
+    pub cache_bytes: u64,
 }
 
 impl LoaderConfig {
@@ -240,6 +248,7 @@ impl LoaderConfig {
             device_augment: false,
             gpu: None,
             hw_decoder_load: None,
+            cache_bytes: 0,
         }
     }
 
@@ -283,6 +292,12 @@ impl LoaderConfig {
                 bail!("data.hw_decoder_load {l} must be within 0..1 (the share of each batch sent to the hardware JPEG decoder)");
             }
         }
+        if self.cache_bytes > 0 && !self.device_augment {
+            bail!(
+                "data.gpu_cache_mb keeps decoded images on the device, for crops resized there: \
+                 set data.augment = \"gpu\" (or data.gpu_cache_mb = 0)"
+            );
+        }
         if !(0.0..=1.0).contains(&self.max_bad_fraction) {
             bail!(
                 "maximum bad-image fraction {} must be within 0..1",
@@ -312,6 +327,8 @@ struct Shared {
     /// Device-augmented batches built, and their arenas' bytes (every region), for the report.
     ragged_batches: AtomicU64,
     ragged_bytes: AtomicU64,
+    /// `data.gpu_cache_mb`: the decoded-image cache (None: off).
+    cache: Option<Arc<DecodedCache>>,
 }
 
 /// A data loader over one ImageFolder for one rank. Cheap to iterate many epochs; the worker
@@ -372,6 +389,8 @@ impl Loader {
             (Some(_), Some(l)) => l,
             (Some(n), None) => n.default_load(),
         };
+        let cache =
+            (config.cache_bytes > 0).then(|| Arc::new(DecodedCache::new(config.cache_bytes)));
         let shared = Shared {
             samples: folder.samples.clone(),
             root: folder.root.clone(),
@@ -384,6 +403,7 @@ impl Loader {
             loaded: AtomicU64::new(0),
             ragged_batches: AtomicU64::new(0),
             ragged_bytes: AtomicU64::new(0),
+            cache,
         };
         Ok(Loader {
             shared: Arc::new(shared),
@@ -418,7 +438,13 @@ impl Loader {
             ragged_batches: s.ragged_batches.load(Ordering::Relaxed),
             ragged_bytes: s.ragged_bytes.load(Ordering::Relaxed),
             nvjpeg_backend: self.nvjpeg_backend(),
+            cache: self.cache_stats(),
         }
+    }
+
+    /// What the decoded-image cache did so far (None: no cache).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.shared.cache.as_ref().map(|c| c.stats())
     }
 
     /// The nvJPEG backend in use ("hardware JPEG decoder" or "CUDA decoder"), when nvJPEG is.
@@ -527,6 +553,8 @@ pub struct DecoderStats {
     pub ragged_bytes: u64,
     /// The nvJPEG backend in use, if any.
     pub nvjpeg_backend: Option<&'static str>,
+    /// The decoded-image cache's statistics, when a loader has one.
+    pub cache: Option<CacheStats>,
 }
 
 impl DecoderStats {
@@ -538,6 +566,10 @@ impl DecoderStats {
             ragged_batches: self.ragged_batches + o.ragged_batches,
             ragged_bytes: self.ragged_bytes + o.ragged_bytes,
             nvjpeg_backend: self.nvjpeg_backend.or(o.nvjpeg_backend),
+            cache: match (self.cache, o.cache) {
+                (Some(a), Some(b)) => Some(a.plus(b)),
+                (a, b) => a.or(b),
+            },
         }
     }
 
@@ -713,6 +745,8 @@ struct Region {
     image: RgbImage,
     crop: CropBox,
     flip: bool,
+    /// Decoded whole for the decoded-image cache (reserved there).
+    fill: bool,
 }
 
 /// Read and decode one sample: with the CPU region decoder only the region its crop needs, at
@@ -740,18 +774,97 @@ fn region_of(
     if c.decoder == Decoder::CpuFull {
         let image = decode_jpeg(bytes)?;
         let (crop, flip) = augmentation(c, epoch, index, image.width, image.height, size);
-        return Ok(Region { image, crop, flip });
+        let fill = reserve(shared, epoch, index, image.width, image.height);
+        return Ok(Region {
+            image,
+            crop,
+            flip,
+            fill,
+        });
     }
-    // The box comes from the header's size, then only its region is decoded.
+    // The box comes from the header's size, then only its region is decoded (the whole image,
+    // at full scale, for the decoded-image cache).
     let header = JpegHeader::read(bytes)?;
-    let (crop, flip) = augmentation(c, epoch, index, header.width, header.height, size);
-    let plan = plan_region(header.width, header.height, crop, size);
-    let image = header.decode(&plan)?;
+    let (w, h) = (header.width, header.height);
+    let (crop, flip) = augmentation(c, epoch, index, w, h, size);
+    let fill = reserve(shared, epoch, index, w, h);
+    let plan = match fill {
+        true => whole_image(w, h, crop),
+        false => plan_region(w, h, crop, size),
+    };
+    let image = header.decode(&plan).inspect_err(|_| {
+        if fill {
+            release(shared, index)
+        }
+    })?;
     Ok(Region {
         image,
         crop: plan.crop,
         flip,
+        fill,
     })
+}
+
+/// The plan that decodes a `width` x `height` image whole at full scale, `crop` in its pixels.
+fn whole_image(width: u32, height: u32, crop: CropBox) -> RegionPlan {
+    RegionPlan {
+        denom: 1,
+        x: 0,
+        y: 0,
+        width,
+        height,
+        crop,
+    }
+}
+
+/// Whether sample `index` (a `width` x `height` image, missed by the cache) is decoded whole for
+/// the decoded-image cache (reserved there); false without a cache.
+fn reserve(shared: &Shared, epoch: u64, index: usize, width: u32, height: u32) -> bool {
+    shared
+        .cache
+        .as_ref()
+        .is_some_and(|c| c.reserve(index, epoch, width, height))
+}
+
+/// A reserved sample that could not be decoded.
+fn release(shared: &Shared, index: usize) {
+    if let Some(c) = &shared.cache {
+        c.release(index);
+    }
+}
+
+/// The batch's samples stored in the decoded-image cache (one lookup each), with their crops in
+/// the stored images, and the others (to read and decode).
+fn cache_hits(
+    shared: &Shared,
+    epoch: u64,
+    size: u32,
+    indices: &[usize],
+) -> (Vec<(DeviceCrop, CacheHit)>, Vec<usize>) {
+    let Some(cache) = &shared.cache else {
+        return (Vec::new(), indices.to_vec());
+    };
+    let mut hits = Vec::new();
+    let mut misses = Vec::with_capacity(indices.len());
+    for &index in indices {
+        match cache.find(index) {
+            Some((w, h)) => {
+                let (crop, flip) = augmentation(&shared.config, epoch, index, w, h, size);
+                // the region the resampling reads, at full scale, cut from the stored image
+                let plan = region_at(w, h, crop, size, 1);
+                let device_crop = DeviceCrop {
+                    width: plan.width,
+                    height: plan.height,
+                    crop: plan.crop,
+                    flip,
+                };
+                let (x, y) = (plan.x, plan.y);
+                hits.push((device_crop, CacheHit { index, x, y }));
+            }
+            None => misses.push(index),
+        }
+    }
+    (hits, misses)
 }
 
 /// Read, decode and transform one sample into `out`.
@@ -776,6 +889,8 @@ struct EngineItem {
     bytes: Vec<u8>,
     plan: RegionPlan,
     flip: bool,
+    /// Decoded whole for the decoded-image cache (reserved there).
+    fill: bool,
 }
 
 /// Sample `index` planned for nvJPEG (its file, header, box and full-scale region) when the
@@ -795,12 +910,23 @@ fn engine_or_host(
         }
         let (w, h) = (header.width, header.height);
         let (crop, flip) = augmentation(&shared.config, epoch, index, w, h, size);
-        let plan = region_at(w, h, crop, size, 1);
+        // a cache fill is decoded whole, whatever its size
+        let fill = reserve(shared, epoch, index, w, h);
+        let plan = match fill {
+            true => whole_image(w, h, crop),
+            false => region_at(w, h, crop, size, 1),
+        };
         let fits = plan.width.max(plan.height) <= size.saturating_mul(MAX_GPU_REGION).max(1);
-        (fits && gpu.supports(&bytes, &plan)).then_some((plan, flip))
+        ((fill || fits) && gpu.supports(&bytes, &plan)).then_some((plan, flip, fill))
     });
     match planned {
-        Some((plan, flip)) => Ok(EngineItem { bytes, plan, flip }),
+        Some((plan, flip, fill)) => Ok(EngineItem {
+            bytes,
+            plan,
+            flip,
+            fill,
+        }),
+        // a reservation made above is this worker's own: region_of decodes it whole
         None => Err(region_of(shared, epoch, size, index, &bytes)),
     }
 }
@@ -866,6 +992,7 @@ fn build_batch(
         size,
         crops: Vec::new(),
         engine: None,
+        cache: None,
     };
     (batch, bad)
 }
@@ -881,14 +1008,16 @@ type EngineAndHost = (Vec<(usize, EngineItem)>, Vec<(usize, Loaded)>);
 /// its own parse objects) for the engine, which decodes them at the hand-off; the CPU region
 /// decoder takes the rest at the same time, and every sample the engine does not take (from the
 /// bytes already read). The
-/// engine's images come first, then the host's, each group in sample order.
+/// engine's images come first, then the host's, then those cut from the decoded-image cache
+/// (which are neither read nor decoded), each group in sample order.
 fn build_device_batch(
     shared: &Shared,
     epoch: u64,
     size: u32,
     indices: &[usize],
 ) -> (Batch, Vec<BadImage>) {
-    let (engine, host) = plan_engine_and_host(shared, epoch, size, indices);
+    let (hits, misses) = cache_hits(shared, epoch, size, indices);
+    let (engine, host) = plan_engine_and_host(shared, epoch, size, &misses);
     shared
         .decoded_on_gpu
         .fetch_add(engine.len() as u64, Ordering::Relaxed);
@@ -900,7 +1029,20 @@ fn build_device_batch(
             Err(reason) => bad.push(report_bad(shared, index, reason)),
         }
     }
-    let (crops, order, images) = ragged_layout(&engine, &kept);
+    let (mut crops, mut order, images, fills) = ragged_layout(&engine, &kept);
+    let cache = shared
+        .cache
+        .as_ref()
+        .filter(|_| !hits.is_empty() || !fills.is_empty())
+        .map(|cache| CacheJob {
+            cache: cache.clone(),
+            hits: hits.iter().map(|(_, h)| *h).collect(),
+            fills,
+        });
+    for (c, h) in hits {
+        crops.push(c);
+        order.push(h.index);
+    }
     shared.ragged_batches.fetch_add(1, Ordering::Relaxed);
     shared.ragged_bytes.fetch_add(
         crops
@@ -925,6 +1067,7 @@ fn build_device_batch(
         size,
         crops,
         engine,
+        cache,
     };
     (batch, bad)
 }
@@ -976,12 +1119,16 @@ fn plan_engine_and_host(
     }
 }
 
-/// The ragged batch's crops and sample order (the engine's first, then the host's) and the
-/// host regions' pixels, concatenated.
+/// The decoded-image cache's fills of a batch: (position in the batch, sample index).
+type Fills = Vec<(usize, usize)>;
+
+/// The ragged batch's crops and sample order (the engine's first, then the host's), the host
+/// regions' pixels, concatenated, and the images decoded whole for the cache.
 fn ragged_layout(
     engine: &[(usize, EngineItem)],
     kept: &[(usize, Region)],
-) -> (Vec<DeviceCrop>, Vec<usize>, Vec<u8>) {
+) -> (Vec<DeviceCrop>, Vec<usize>, Vec<u8>, Fills) {
+    let mut fills = Vec::new();
     let mut crops = Vec::with_capacity(engine.len() + kept.len());
     let mut order = Vec::with_capacity(engine.len() + kept.len());
     for (index, e) in engine {
@@ -991,6 +1138,9 @@ fn ragged_layout(
             crop: e.plan.crop,
             flip: e.flip,
         });
+        if e.fill {
+            fills.push((order.len(), *index));
+        }
         order.push(*index);
     }
     let host_bytes: usize = kept.iter().map(|(_, r)| r.image.pixels.len()).sum();
@@ -1003,7 +1153,10 @@ fn ragged_layout(
             flip: r.flip,
         });
         images.extend_from_slice(&r.image.pixels);
+        if r.fill {
+            fills.push((order.len(), *index));
+        }
         order.push(*index);
     }
-    (crops, order, images)
+    (crops, order, images, fills)
 }

@@ -1,6 +1,7 @@
 //! ImageNet in the ImageFolder layout, and the training/evaluation batch pipeline.
 //!
 //! - [`folder`]: list `train/<wnid>/*.JPEG` and `val/<wnid>/*.JPEG`
+//! - [`cache`]: `data.gpu_cache_mb`, whole decoded images kept on the device for later epochs
 //! - [`decode`]: JPEG to RGB, the whole image (zune-jpeg)
 //! - [`nvjpeg`]: the crop regions of a batch decoded on the GPU into device memory (nvJPEG,
 //!   loaded at run time)
@@ -23,6 +24,7 @@ pub const IMAGENET_VAL_SAMPLES: u64 = 50_000;
 pub const IMAGENET_CLASSES: usize = 1000;
 
 pub mod bench;
+pub mod cache;
 pub mod decode;
 #[cfg(feature = "torch")]
 pub mod device_augment;
@@ -32,6 +34,7 @@ pub mod nvjpeg;
 pub mod region;
 pub mod transform;
 
+pub use cache::{CacheHit, CacheJob, CacheStats, DecodedCache};
 pub use decode::{decode_jpeg, RgbImage};
 pub use folder::{ImageFolder, ImagenetDir, Sample};
 pub use loader::{

@@ -72,6 +72,13 @@ pub struct DataConfig {
     /// JPEG engine).
     #[serde(default)]
     pub hw_decoder_load: Option<f64>,
+    /// MiB (2^20 bytes) of whole decoded training images kept on the device after the epoch
+    /// that first decodes them, later crops being cut from there (DALI's decoder cache; 12 GB
+    /// per GPU in NVIDIA's H100/H200 runs). 0 (default): off. Needs `augment = "gpu"` and an
+    /// image folder; filled until the budget is reached, never evicted
+    /// ([`crate::data::imagenet::cache`]).
+    #[serde(default)]
+    pub gpu_cache_mb: i64,
     /// Training batches staged on the device ahead of the step (the hand-off's depth; the
     /// decode workers work one batch further ahead). Absent: [`DataConfig::DEFAULT_PREFETCH`].
     #[serde(default)]
@@ -272,11 +279,40 @@ impl ResnetRunConfig {
                  resize on the host)"
             );
         }
+        self.validate_gpu_cache()?;
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
         }
         Ok(())
     }
+
+    /// `data.gpu_cache_mb`: a size in MiB, for crops resized on the device from an image folder.
+    fn validate_gpu_cache(&self) -> Result<()> {
+        let mb = self.data.gpu_cache_mb;
+        if !(0..=Self::MAX_GPU_CACHE_MB).contains(&mb) {
+            bail!(
+                "data.gpu_cache_mb must be within 0..{} (MiB of decoded images kept on the \
+                 device; 0 turns the cache off), got {mb}",
+                Self::MAX_GPU_CACHE_MB
+            );
+        }
+        if mb > 0 && self.data.augment != crate::data::imagenet::Augment::Gpu {
+            bail!(
+                "data.gpu_cache_mb = {mb} keeps decoded images on the device, for crops resized \
+                 there: set data.augment = \"gpu\" (or data.gpu_cache_mb = 0)"
+            );
+        }
+        if mb > 0 && self.data.source != DataSource::Imagefolder {
+            bail!(
+                "data.gpu_cache_mb = {mb} caches decoded JPEGs of an image folder: set \
+                 data.source = \"imagefolder\" (or data.gpu_cache_mb = 0)"
+            );
+        }
+        Ok(())
+    }
+
+    /// The largest `data.gpu_cache_mb`: 1 TiB, more than any GPU's memory.
+    pub const MAX_GPU_CACHE_MB: i64 = 1 << 20;
 
     /// `[optimizer]`: the learning-rate schedule, momentum and weight decay.
     fn validate_optimizer(&self) -> Result<()> {

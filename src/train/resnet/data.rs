@@ -21,6 +21,9 @@ pub struct Batch {
     pub size: usize,
     pub crops: Vec<crate::data::imagenet::DeviceCrop>,
     pub engine: Option<crate::data::imagenet::EngineJob>,
+    /// The decoded-image cache's hits (the last images, cut from images stored on the device)
+    /// and fills (`data.gpu_cache_mb`).
+    pub cache: Option<crate::data::imagenet::CacheJob>,
 }
 
 impl Batch {
@@ -255,6 +258,7 @@ impl ImageData for SyntheticImages {
                 size,
                 crops: Vec::new(),
                 engine: None,
+                cache: None,
             })
         })))
     }
@@ -282,6 +286,7 @@ impl ImageData for SyntheticImages {
                 size,
                 crops: Vec::new(),
                 engine: None,
+                cache: None,
             })
         })))
     }
@@ -311,12 +316,14 @@ pub struct FolderImages {
 type LoaderKey = (u64, usize, usize, usize);
 
 /// How an ImageFolder's JPEGs become batches (the `[data]` keys `decoder`, `augment`,
-/// `hw_decoder_load`).
+/// `hw_decoder_load`, `gpu_cache_mb`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FolderOptions {
     pub decoder: crate::data::imagenet::Decoder,
     pub augment: crate::data::imagenet::Augment,
     pub hw_decoder_load: Option<f64>,
+    /// `data.gpu_cache_mb`: MiB of whole decoded training images kept on the device (0: off).
+    pub gpu_cache_mb: u64,
     /// Batches the decode workers prepare ahead (0: the loader's default).
     pub prefetch_batches: usize,
 }
@@ -371,6 +378,16 @@ impl FolderImages {
         c.decoder = self.options.decoder;
         c.device_augment = self.options.augment == crate::data::imagenet::Augment::Gpu;
         c.hw_decoder_load = self.options.hw_decoder_load;
+        if train && self.options.gpu_cache_mb > 0 {
+            c.cache_bytes = self.options.gpu_cache_mb * crate::data::imagenet::cache::MIB;
+            tracing::info!(
+                "data.gpu_cache_mb = {}: whole decoded training images kept on {} for later \
+                 epochs, up to the budget",
+                self.options.gpu_cache_mb,
+                self.gpu
+                    .map_or("the CPU".to_string(), |g| format!("GPU {g}"))
+            );
+        }
         if self.options.prefetch_batches > 0 {
             c.prefetch_batches = self.options.prefetch_batches;
         }
@@ -409,6 +426,7 @@ impl Iterator for FolderEpoch {
                 size: b.size as usize,
                 crops: b.crops,
                 engine: b.engine,
+                cache: b.cache,
             })),
             Some(Err(e)) => Some(Err(e)),
             None => {

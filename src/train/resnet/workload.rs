@@ -61,6 +61,7 @@ pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<d
                     decoder: cfg.data.decoder,
                     augment: cfg.data.augment,
                     hw_decoder_load: cfg.data.hw_decoder_load,
+                    gpu_cache_mb: cfg.data.gpu_cache_mb.max(0) as u64,
                     // one batch beyond those staged on the device (the one being handed off)
                     prefetch_batches: cfg.data.prefetch() + 1,
                 },
@@ -289,7 +290,7 @@ fn prefetch(
             );
         }
         let y = t.tensor(&b.labels, &[b.len() as i64])?;
-        let x = augment.ragged_batch(&b.crops, &b.images, b.engine, b.size as u32, t)?;
+        let x = augment.ragged_batch(&b.crops, &b.images, b.engine, b.cache, b.size as u32, t)?;
         Ok((x, y))
     })
 }
@@ -674,6 +675,9 @@ impl Workload for ResnetWorkload {
         if let Some(stats) = self.data.decoder_stats().filter(|d| d.loaded > 0) {
             // scripts/bench_gpu.sh part b reads this line (-v)
             tracing::info!("{}", stats.describe());
+            if let Some(cache) = stats.cache {
+                tracing::info!("{}", cache.describe());
+            }
         }
         if let Some(w) = WaitReport::of(&self.step_waits) {
             // scripts/bench_gpu.sh part b reads this line (-v)
