@@ -136,15 +136,7 @@ fn two_epochs_with_the_cache_hit_every_image_of_the_second_and_match_the_uncache
             .map(|b| b.cache.as_ref().map_or(0, |c| c.fills.len()))
             .sum();
         assert_eq!(fills as u64, n);
-        let whole: u64 = train
-            .samples
-            .iter()
-            .map(|s| {
-                let bytes = std::fs::read(&s.path).unwrap();
-                let h = JpegHeader::read(&bytes).unwrap();
-                h.width as u64 * h.height as u64 * 3
-            })
-            .sum();
+        let whole: u64 = pixel_bytes(&train).iter().sum();
         assert_eq!(s.bytes, whole, "the stored bytes are the whole images'");
         let (b, _) = epoch(&plain, 0, size, &untouched);
         let worst = worst_psnr(&format!("{size} px, epoch 0 (fills)"), &a, &b);
@@ -190,15 +182,7 @@ fn two_epochs_with_the_cache_hit_every_image_of_the_second_and_match_the_uncache
 fn a_budget_smaller_than_the_set_stores_only_what_fits() {
     let (_dir, train) = imagenet_like(12);
     let n = train.len() as u64;
-    let sizes: Vec<u64> = train
-        .samples
-        .iter()
-        .map(|s| {
-            let bytes = std::fs::read(&s.path).unwrap();
-            let h = JpegHeader::read(&bytes).unwrap();
-            h.width as u64 * h.height as u64 * 3
-        })
-        .collect();
+    let sizes = pixel_bytes(&train);
     let budget = 1 << 20;
     assert!(
         sizes.iter().sum::<u64>() > 3 * budget,
@@ -293,4 +277,17 @@ fn bad_values_of_gpu_cache_mb_are_refused_naming_the_key() {
         e.contains("data.gpu_cache_mb") && e.contains("data.augment"),
         "{e}"
     );
+}
+
+/// Each sample's decoded size in bytes (width x height x 3), from its JPEG header.
+fn pixel_bytes(train: &ImageFolder) -> Vec<u64> {
+    train
+        .samples
+        .iter()
+        .map(|s| {
+            let bytes = std::fs::read(&s.path).unwrap();
+            let h = JpegHeader::read(&bytes).unwrap();
+            h.width as u64 * h.height as u64 * 3
+        })
+        .collect()
 }

@@ -163,24 +163,7 @@ fn tiny_jpeg_closed_with_the_gpu_data_path_falls_back_once_and_reaches_target() 
         stderr.contains("n00000003") && stderr.contains("unreadable"),
         "the corrupt file is named: {stderr}"
     );
-    let parsed = mlperf_run::mllog::parse_file(&log).unwrap();
-    assert_eq!(parsed.last("run_stop").unwrap().status(), Some("success"));
-    let acc = parsed
-        .last("eval_accuracy")
-        .unwrap()
-        .value
-        .as_f64()
-        .unwrap();
-    eprintln!("final eval_accuracy {acc:.3}");
-    assert!(acc >= 0.759, "{acc}");
-    let verdict = mlperf_run::rules::check_log(
-        &parsed,
-        &mlperf_run::rules::CheckOptions {
-            ruleset: Some("4.0.0".into()),
-        },
-    );
-    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
-    common::official::assert_compliant("tiny_jpeg gpu data path", &log, "4.0.0");
+    assert_closed_success(&log, "tiny_jpeg gpu data path");
 }
 
 /// The closed tiny JPEG run with the decoded-image cache on (`data.gpu_cache_mb`, crops resized
@@ -252,24 +235,7 @@ fn tiny_jpeg_closed_with_the_decoded_image_cache_reaches_target() {
         stored <= 1000 && hits <= lookups - 960 && hits as f64 >= 0.7 * lookups as f64,
         "{reports:?}"
     );
-    let parsed = mlperf_run::mllog::parse_file(&log).unwrap();
-    assert_eq!(parsed.last("run_stop").unwrap().status(), Some("success"));
-    let acc = parsed
-        .last("eval_accuracy")
-        .unwrap()
-        .value
-        .as_f64()
-        .unwrap();
-    eprintln!("final eval_accuracy {acc:.3}");
-    assert!(acc >= 0.759, "{acc}");
-    let verdict = mlperf_run::rules::check_log(
-        &parsed,
-        &mlperf_run::rules::CheckOptions {
-            ruleset: Some("4.0.0".into()),
-        },
-    );
-    assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
-    common::official::assert_compliant("tiny_jpeg decoded-image cache", &log, "4.0.0");
+    assert_closed_success(&log, "tiny_jpeg decoded-image cache");
 }
 
 /// The closed GPU presets (8xA100: NVIDIA's v2.0 recipe; 8xH100: its v4.0 recipe) with every
@@ -391,4 +357,31 @@ fn official_finds_only_the_target(test: &str, log: &Path) {
         "closed_resnet_lars.yaml",
         "0.759",
     );
+}
+
+/// `log` ended with success at or above the closed target (0.759), and our checker and the
+/// official one (4.0.0) pass it.
+fn assert_closed_success(log: &Path, what: &str) {
+    let parsed = mlperf_run::mllog::parse_file(log).unwrap();
+    assert_eq!(parsed.last("run_stop").unwrap().status(), Some("success"));
+    let acc = parsed
+        .last("eval_accuracy")
+        .unwrap()
+        .value
+        .as_f64()
+        .unwrap();
+    eprintln!("{what}: final eval_accuracy {acc:.3}");
+    assert!(acc >= 0.759, "{what}: {acc}");
+    let verdict = mlperf_run::rules::check_log(
+        &parsed,
+        &mlperf_run::rules::CheckOptions {
+            ruleset: Some("4.0.0".into()),
+        },
+    );
+    assert!(
+        verdict.compliant(),
+        "{what}: our checker: {:?}",
+        verdict.findings
+    );
+    common::official::assert_compliant(what, log, "4.0.0");
 }
