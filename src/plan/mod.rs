@@ -300,6 +300,15 @@ fn plan_given(
         .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
     let conv = measure::convergence_from_logs(&logs, bench)
         .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
+    let logged = meas.micro_batch * meas.accum as f64 * meas.gpus as f64;
+    if (logged - given.global_batch as f64).abs() > 0.5 {
+        bail!(
+            "--from-log: the runs were measured at global batch {logged}, {} has {}: their \
+             convergence says nothing about this batch; measure runs of this config",
+            config.display(),
+            given.global_batch
+        );
+    }
     let costs = Costs::full(given.costs(cost, args.step_overhead_ms.unwrap_or(0.0) / 1e3));
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("--out {}: cannot create it", args.out.display()))?;

@@ -98,6 +98,25 @@ fn plan_projects_a_measured_tiny_set_to_one_and_two_processes() {
     );
     assert_eq!(json[1]["projection"]["micro_batch"].as_f64(), Some(32.0));
 
+    // logs of another batch say nothing about this config's convergence
+    let other = dir.path().join("batch32.toml");
+    let text = std::fs::read_to_string(config).unwrap();
+    assert!(text.contains("global_batch_size = 64"));
+    std::fs::write(
+        &other,
+        text.replace("global_batch_size = 64", "global_batch_size = 32"),
+    )
+    .unwrap();
+    let mut mismatched = args.clone();
+    mismatched[3] = other.to_str().unwrap();
+    let refused = mlperf_run(&mismatched, dir.path());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("measured at global batch 64") && err.contains("batch32.toml"),
+        "{err}"
+    );
+
     args[7] = "3";
     let refused = mlperf_run(&args, dir.path());
     let err = String::from_utf8_lossy(&refused.stderr);
