@@ -74,3 +74,13 @@ fn bert_bench_presets_train_two_blocks() {
         BertRunConfig::load(&preset("bert", "closed_8xH100.toml"), Division::Closed).unwrap();
     assert_eq!(closed.methods, c.methods);
 }
+
+/// scripts/bench_plan_cpu.sh's compute-heavier preset: closed, shared by 1 and 2 processes
+/// (its batch divides by 2), and a reachable target (the bench projects runs that converge).
+#[test]
+fn the_plan_bench_preset_is_closed_and_splits_over_two_ranks() {
+    let c = ResnetRunConfig::load(&preset("resnet", "bench_plan_cpu.toml"), Division::Closed)
+        .unwrap_or_else(|e| panic!("bench_plan_cpu.toml: {e:#}"));
+    assert_eq!(c.local_batch(2).unwrap() * 2, c.train.global_batch_size);
+    assert!(c.train.target < 0.99);
+}
