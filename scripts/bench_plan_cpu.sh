@@ -6,10 +6,12 @@
 # Per round: the gradient all-reduce of the preset's model is measured on 2 ranks
 # (`dist-selftest --mode overlap --model tiny`: the median "all-reduce in flight") and given to
 # plan as the link's bandwidth; then the 1-rank set and the 2-rank set run with the same seeds;
-# plan projects 1 and 2 ranks from the 1-rank logs. Printed per round: the measured time to
-# train of each set (mean of run_start..run_stop over its runs), the projection, its error, and
-# a naive control (the 1-rank time halved: everything scales, nothing is fixed). The rounds
-# alternate nothing else; run it on an otherwise idle machine.
+# plan projects 1 and 2 ranks from the 1-rank logs twice: with no per-step overhead (plan
+# --config's default) and with the overhead measured (--batch-effect-log: one 1-rank run of the
+# preset at half its global batch, so the per-GPU batch the 2-rank run has). Printed per round:
+# the measured time to train of each set (mean of run_start..run_stop over its runs), the
+# measured overhead, both projections and their errors, and a naive control (the 1-rank time
+# halved: everything scales, nothing is fixed). Run it on an otherwise idle machine.
 #
 # Usage: scripts/bench_plan_cpu.sh [--rounds 3] [--runs 5] [--config configs/resnet/tiny_cpu.toml]
 #                                  [--out runs/bench/plan_cpu]
@@ -69,8 +71,9 @@ print(f"{sum(ts) / len(ts):.3f} {ok}")
 EOF
 }
 
-printf '%-6s %9s %10s %10s %10s %8s %10s %8s %s\n' round "link GB/s" "1 rank s" "2 ranks s" \
-  projected error "control s" error "converged (1 / 2 ranks)" | tee "$out/table.txt"
+printf '%-6s %9s %8s %9s %9s %9s %8s %9s %8s %9s %8s %s\n' round "link GB/s" "ovh ms" \
+  "1 rank s" "2 ranks s" "proj o=0" error "proj o" error "control" error \
+  "converged (1 / 2 ranks)" | tee "$out/table.txt"
 for r in $(seq 1 "$rounds"); do
   d="$out/round$r"
   mkdir -p "$d"
@@ -83,19 +86,29 @@ for r in $(seq 1 "$rounds"); do
   params="$("$bin" plan resnet --config "$config" --from-log "$d"/n1/cpu/resnet/result_*.txt \
     --gpus 1 --out "$d/plan" | sed -n 's/.*model \([0-9]*\) parameters.*/\1/p')"
   gbps="$(link_gbps "$d/allreduce.log" "$params")"
-  "$bin" plan resnet --config "$config" --from-log "$d"/n1/cpu/resnet/result_*.txt \
-    --measured-gpus 1 --gpus 1,2 --gpus-per-node 2 --intra "$gbps" --overlap 0 \
-    --out "$d/plan" >"$d/plan.txt"
+  # the per-GPU batch effect: one 1-rank run of the preset at half its global batch
+  half="$d/half_batch.toml"
+  gbs="$(sed -n 's/^global_batch_size = \([0-9]*\)$/\1/p' "$config")"
+  sed "s/^global_batch_size = $gbs\$/global_batch_size = $((gbs / 2))/" "$config" >"$half"
+  "$bin" resnet --division closed --config "$half" --seed 11 --log "$d/half_batch.txt" \
+    >"$d/half_batch.log" 2>&1
+  common=(--config "$config" --from-log "$d"/n1/cpu/resnet/result_*.txt --measured-gpus 1
+    --gpus 1,2 --gpus-per-node 2 --intra "$gbps" --overlap 0)
+  "$bin" plan resnet "${common[@]}" --out "$d/plan" >"$d/plan.txt"
+  "$bin" plan resnet "${common[@]}" --batch-effect-log "$d/half_batch.txt" \
+    --out "$d/plan_batch_effect" >"$d/plan_batch_effect.txt"
   read -r t1 ok1 < <(set_time "$d"/n1/cpu/resnet/result_*.txt)
   read -r t2 ok2 < <(set_time "$d"/n2/cpu/resnet/result_*.txt)
-  proj="$(python3 -c "import json; print(round(json.load(open('$d/plan/resnet_plan.json'))[1]['projection']['minutes'] * 60, 3))")"
-  python3 - "$r" "$gbps" "$t1" "$t2" "$proj" "$ok1/$runs" "$ok2/$runs" <<'EOF' | tee -a "$out/table.txt"
-import sys
-r, gbps, t1, t2, proj, ok1, ok2 = sys.argv[1:]
-t1, t2, proj = float(t1), float(t2), float(proj)
+  python3 - "$r" "$gbps" "$t1" "$t2" "$d" "$ok1/$runs" "$ok2/$runs" <<'EOF' | tee -a "$out/table.txt"
+import json, re, sys
+r, gbps, t1, t2, d, ok1, ok2 = sys.argv[1:]
+t1, t2 = float(t1), float(t2)
+proj = lambda name: json.load(open(f"{d}/{name}/resnet_plan.json"))[1]["projection"]["minutes"] * 60
+p0, p1 = proj("plan"), proj("plan_batch_effect")
+ovh = float(re.search(r"step overhead ([0-9.]+) ms", open(f"{d}/plan_batch_effect.txt").read()).group(1))
 ctrl = t1 / 2
-print(f"{r:<6} {float(gbps):>9.3f} {t1:>10.3f} {t2:>10.3f} {proj:>10.3f} {proj / t2 - 1:>+8.1%} "
-      f"{ctrl:>10.3f} {ctrl / t2 - 1:>+8.1%} {ok1} / {ok2}")
+print(f"{r:<6} {float(gbps):>9.3f} {ovh:>8.2f} {t1:>9.3f} {t2:>9.3f} {p0:>9.3f} {p0 / t2 - 1:>+8.1%} "
+      f"{p1:>9.3f} {p1 / t2 - 1:>+8.1%} {ctrl:>9.3f} {ctrl / t2 - 1:>+8.1%} {ok1} / {ok2}")
 EOF
 done
 echo "logs and plans: $out (plan's table: $out/round*/plan.txt)"

@@ -199,6 +199,41 @@ pub fn from_logs(logs: &[LogFile], bench: &Benchmark, gpus: u64) -> Result<Measu
     })
 }
 
+/// The per-step overhead (seconds) that two measurements at different per-GPU micro-batches
+/// imply: each micro-batch takes `overhead + b / r_inf` (the model's compute term), so the two
+/// steady times `b / rate` give both unknowns. A negative overhead (a rate that grows faster
+/// than the batch) is taken as none.
+pub fn step_overhead(a: &Measured, b: &Measured) -> Result<f64, String> {
+    if a.gpus != b.gpus {
+        return Err(format!(
+            "measured on {} and {} GPUs: measure both batches on the same count",
+            a.gpus, b.gpus
+        ));
+    }
+    if (a.micro_batch - b.micro_batch).abs() < 1e-9 {
+        return Err(format!(
+            "both runs have per-GPU batch {}: the batch effect needs two different ones",
+            a.micro_batch
+        ));
+    }
+    let (ta, tb) = (
+        a.micro_batch / a.per_gpu_rate,
+        b.micro_batch / b.per_gpu_rate,
+    );
+    let per_sample = (ta - tb) / (a.micro_batch - b.micro_batch);
+    if !(per_sample.is_finite() && per_sample > 0.0) {
+        return Err(format!(
+            "a micro-batch of {} took {:.3} ms and one of {} {:.3} ms: the larger batch must \
+             take longer; check the logs",
+            a.micro_batch,
+            ta * 1e3,
+            b.micro_batch,
+            tb * 1e3
+        ));
+    }
+    Ok((ta - a.micro_batch * per_sample).max(0.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +280,26 @@ mod tests {
         assert_eq!(c.low_samples, 5.0 * 1280.0, "clamped to the fewest");
         assert_eq!(c.eval_interval_samples, 4.0 * 1280.0);
         assert_eq!(c.rcp, "measured: 2 of 3 runs");
+    }
+
+    #[test]
+    fn two_batches_give_the_step_overhead() {
+        let at = |b: f64, o: f64, r_inf: f64| Measured {
+            per_gpu_rate: b / (o + b / r_inf),
+            micro_batch: b,
+            accum: 1,
+            gpus: 1,
+            eval_s: 0.0,
+            startup_s: 0.0,
+            warmup_s: 0.0,
+        };
+        let o = step_overhead(&at(64.0, 0.004, 4000.0), &at(32.0, 0.004, 4000.0)).unwrap();
+        assert!((o - 0.004).abs() < 1e-12, "{o}");
+        // a rate that does not grow with the batch (or the same batch twice) is an error
+        assert!(step_overhead(&at(64.0, 0.0, 4000.0), &at(64.0, 0.0, 4000.0)).is_err());
+        let mut slow = at(32.0, 0.004, 4000.0);
+        slow.per_gpu_rate /= 10.0;
+        assert!(step_overhead(&at(64.0, 0.004, 4000.0), &slow).is_err());
     }
 
     #[test]

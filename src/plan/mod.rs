@@ -66,6 +66,11 @@ pub struct PlanArgs {
     /// Override the model's per-step overhead (the per-GPU batch effect), milliseconds.
     #[arg(long)]
     pub step_overhead_ms: Option<f64>,
+    /// Measure the per-step overhead instead: MLPerf logs of a short run on as many GPUs as
+    /// --from-log's, at another per-GPU batch (the two steady step times give the overhead
+    /// and the rate of an endless batch).
+    #[arg(long, num_args = 1.., requires = "from_log", conflicts_with = "step_overhead_ms")]
+    pub batch_effect_log: Vec<PathBuf>,
     /// Override the share of compute that hides the all-reduce, 0..1.
     #[arg(long)]
     pub overlap: Option<f64>,
@@ -201,6 +206,34 @@ fn reference_rate_of(gpu: &Gpu, bench: &str) -> Option<hardware::ReferenceRate> 
     hardware::reference_rate(gpu.name, bench)
 }
 
+/// The per-step overhead measured by --batch-effect-log against `meas` (seconds), and how it
+/// is said; None without those logs.
+fn measured_overhead(
+    args: &PlanArgs,
+    bench: &crate::benchmarks::Benchmark,
+    meas: &Measured,
+) -> Result<Option<(f64, String)>> {
+    if args.batch_effect_log.is_empty() {
+        return Ok(None);
+    }
+    let logs = args
+        .batch_effect_log
+        .iter()
+        .map(|p| crate::mllog::parse_file(p))
+        .collect::<Result<Vec<_>>>()?;
+    let other = measure::from_logs(&logs, bench, args.measured_gpus)
+        .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
+    let o = measure::step_overhead(meas, &other)
+        .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
+    let said = format!(
+        "; step overhead {:.2} ms, measured at per-GPU batches {} and {}",
+        o * 1e3,
+        meas.micro_batch,
+        other.micro_batch
+    );
+    Ok(Some((o, said)))
+}
+
 /// The logs of --from-log, parsed.
 fn from_logs(args: &PlanArgs) -> Result<Vec<crate::mllog::LogFile>> {
     args.from_log
@@ -223,7 +256,7 @@ pub fn plan(args: &PlanArgs) -> Result<Planned> {
         bail!("--gpus: give GPU counts of at least 1, e.g. --gpus 8,16,64");
     }
     let (gpu, memory, cluster) = hardware(args)?;
-    let model = costs(args)?;
+    let mut model = costs(args)?;
     if let Some(config) = &args.config {
         return plan_given(args, bench, config, model, cluster);
     }
@@ -232,7 +265,11 @@ pub fn plan(args: &PlanArgs) -> Result<Planned> {
         .clone()
         .unwrap_or_else(|| bench.default_ruleset.clone());
     let round = Round::load(bench, &round_name)?;
-    let (meas, source) = measured(args, bench, &gpu, &model)?;
+    let (meas, mut source) = measured(args, bench, &gpu, &model)?;
+    if let Some((o, said)) = measured_overhead(args, bench, &meas)? {
+        model.step_overhead_s = o;
+        source.push_str(&said);
+    }
     let inputs = Inputs {
         bench,
         round: &round,
@@ -309,7 +346,11 @@ fn plan_given(
             given.global_batch
         );
     }
-    let costs = Costs::full(given.costs(cost, args.step_overhead_ms.unwrap_or(0.0) / 1e3));
+    let (overhead, said) = match measured_overhead(args, bench, &meas)? {
+        Some((o, said)) => (o, said),
+        None => (args.step_overhead_ms.unwrap_or(0.0) / 1e3, String::new()),
+    };
+    let costs = Costs::full(given.costs(cost, overhead));
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("--out {}: cannot create it", args.out.display()))?;
     let mut rows = Vec::new();
@@ -348,7 +389,7 @@ fn plan_given(
         ));
     }
     let source = format!(
-        "measured: {} log(s), {} process(es); model {:.0} parameters, fp32 gradients",
+        "measured: {} log(s), {} process(es); model {:.0} parameters, fp32 gradients{said}",
         logs.len(),
         args.measured_gpus,
         given.parameters
