@@ -24,10 +24,11 @@ pub struct Given {
 }
 
 impl Given {
-    /// Whether `n` processes can share the batch: whole rows per process and micro-batch.
+    /// Whether `n` processes can share the batch: whole rows per process and micro-batch (the
+    /// trainer's own check, `train::config::local_batch`).
     pub fn fits(&self, n: u64) -> bool {
         let rows = self.global_batch / self.samples_per_row.max(1);
-        n > 0 && rows.is_multiple_of(n * self.accum.max(1))
+        crate::train::config::local_batch("the global batch", rows, n, self.accum).is_ok()
     }
 
     /// The benchmark's costs with this model's gradients (fp32) in place of the full model's;

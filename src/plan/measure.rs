@@ -81,7 +81,7 @@ fn run_numbers(log: &LogFile, bench: &Benchmark, gpus: u64) -> Result<RunNumbers
     // the warm-up: what the run took beyond its steady pace, up to its last eval
     let per_unit = samples_per_unit(log, bench);
     let last = log.last(keys::EVAL_ACCURACY);
-    let warmup_s = match (last, last.and_then(|e| e.meta("epoch_num")?.as_f64())) {
+    let warmup_s = match (last, last.and_then(|e| e.epoch_num())) {
         (Some(e), Some(progress)) if per_unit > 0.0 => {
             let took = (e.time_ms - start) / 1000.0;
             (took - startup_s - progress * per_unit / rate - evals.iter().sum::<f64>()).max(0.0)
@@ -119,7 +119,7 @@ fn converged(log: &LogFile, bench: &Benchmark) -> Result<Option<(f64, f64)>, Str
     let per_unit = samples_per_unit(log, bench);
     let at: Vec<f64> = log
         .with_key(keys::EVAL_ACCURACY)
-        .filter_map(|e| e.meta("epoch_num")?.as_f64())
+        .filter_map(|e| e.epoch_num())
         .collect();
     let (Some(&last), true) = (at.last(), per_unit > 0.0) else {
         return Err(format!(

@@ -216,11 +216,7 @@ fn measured_overhead(
     if args.batch_effect_log.is_empty() {
         return Ok(None);
     }
-    let logs = args
-        .batch_effect_log
-        .iter()
-        .map(|p| crate::mllog::parse_file(p))
-        .collect::<Result<Vec<_>>>()?;
+    let logs = parse_logs(&args.batch_effect_log)?;
     let other = measure::from_logs(&logs, bench, args.measured_gpus)
         .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
     let o = measure::step_overhead(meas, &other)
@@ -236,10 +232,12 @@ fn measured_overhead(
 
 /// The logs of --from-log, parsed.
 fn from_logs(args: &PlanArgs) -> Result<Vec<crate::mllog::LogFile>> {
-    args.from_log
-        .iter()
-        .map(|p| crate::mllog::parse_file(p))
-        .collect()
+    parse_logs(&args.from_log)
+}
+
+/// `paths` parsed as MLPerf logs (errors name the file).
+fn parse_logs(paths: &[PathBuf]) -> Result<Vec<crate::mllog::LogFile>> {
+    paths.iter().map(|p| crate::mllog::parse_file(p)).collect()
 }
 
 /// A finished plan: the rows (choice, config path) and what the rate came from.

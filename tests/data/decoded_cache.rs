@@ -12,7 +12,6 @@ use mlperf_run::data::imagenet::device_augment::{denormalize, DeviceAugment};
 use mlperf_run::data::imagenet::{
     Batch, CacheStats, DeviceCrop, ImageFolder, JpegHeader, Loader, LoaderConfig,
 };
-use mlperf_run::data::synth_imagenet::{write_synth_imagenet, SizeDist, SynthSpec};
 use mlperf_run::gpu::transfer::Transfer;
 use mlperf_run::rules::Division;
 use mlperf_run::train::resnet::config::ResnetRunConfig;
@@ -24,20 +23,7 @@ const BAR: f64 = 30.0;
 
 /// A synth-imagenet train split shaped like ImageNet's (200-600 px, about 400x350).
 fn imagenet_like(per_class: usize) -> (tempfile::TempDir, ImageFolder) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("set");
-    let spec = SynthSpec {
-        classes: 2,
-        per_class,
-        val_per_class: 1,
-        seed: 41,
-        min_size: 200,
-        max_size: 600,
-        quality: 90,
-        sizes: SizeDist::Imagenet,
-    };
-    write_synth_imagenet(&root, &spec, false).unwrap();
-    let train = ImageFolder::open(&root.join("train")).unwrap();
+    let (dir, train, _) = crate::gpu_augment::imagenet_shaped(per_class, 1, 41);
     (dir, train)
 }
 

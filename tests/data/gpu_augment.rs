@@ -17,13 +17,23 @@ use tch::{Device, Kind, Tensor};
 
 /// A synth-imagenet train or val split shaped like ImageNet's (about 400x350 on average).
 fn imagenet_like(per_class: usize) -> (tempfile::TempDir, ImageFolder, ImageFolder) {
+    imagenet_shaped(per_class, per_class / 2, 23)
+}
+
+/// Two classes of `per_class` training and `val_per_class` validation JPEGs drawn like
+/// ImageNet's sizes (200-600 px), from `seed`.
+pub fn imagenet_shaped(
+    per_class: usize,
+    val_per_class: usize,
+    seed: u64,
+) -> (tempfile::TempDir, ImageFolder, ImageFolder) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("set");
     let spec = SynthSpec {
         classes: 2,
         per_class,
-        val_per_class: per_class / 2,
-        seed: 23,
+        val_per_class,
+        seed,
         min_size: 200,
         max_size: 600,
         quality: 90,

@@ -7,6 +7,7 @@
 //! some 50 s a config on 2 cores).
 #![cfg(feature = "torch")]
 
+use mlperf_run::data::bert::synth::{synth_bert, Lengths, SynthBertArgs};
 use mlperf_run::plan::{plan, PlanArgs};
 use mlperf_run::rules::Division;
 use mlperf_run::train::bert::BertRunConfig;
@@ -147,33 +148,17 @@ fn tiny_bert_scale(planned: &Path) -> String {
 fn plan_writes_closed_bert_configs_that_run_and_pass_the_official_checker() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let made = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
-        .args(["data", "synth-bert", "--out"])
-        .arg(&data)
-        .args([
-            "--lengths",
-            "realistic",
-            "--seq-len",
-            "64",
-            "--sentences",
-            "16",
-        ])
-        .args([
-            "--train-samples",
-            "2048",
-            "--eval-samples",
-            "512",
-            "--shards",
-            "2",
-        ])
-        .args(["--max-predictions", "20"])
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    synth_bert(&SynthBertArgs {
+        lengths: Lengths::Realistic,
+        seq_len: 64,
+        sentences: 16,
+        train_samples: 2048,
+        eval_samples: 512,
+        shards: 2,
+        max_predictions: 20,
+        ..SynthBertArgs::new(&data)
+    })
+    .unwrap();
     for path in planned("bert", dir.path()) {
         let cfg = BertRunConfig::load(&path, Division::Closed).unwrap();
         assert!(cfg.methods.packing);

@@ -400,7 +400,7 @@ pub fn ragged_arena(
     } else {
         let arena = Tensor::f_empty([layout.bytes as i64], (Kind::Uint8, t.device()))?;
         if let Some(job) = engine {
-            engine_into(&arena, &layout, job, t)?;
+            engine_into(&arena, &layout, job, engine_bytes, t)?;
         }
         if !host.is_empty() {
             t.copy_into(
@@ -418,21 +418,17 @@ pub fn ragged_arena(
 }
 
 /// nvJPEG decodes `engine`'s images into their places at the start of `arena` (`layout`'s
-/// first offsets), on `t`'s stream; when it fails on the batch (warned once), the CPU decodes
-/// them here and they are copied into the same places.
+/// first offsets, `engine_bytes` in all), on `t`'s stream; when it fails on the batch (warned
+/// once), the CPU decodes them here and they are copied into the same places.
 fn engine_into(
     arena: &Tensor,
     layout: &RaggedLayout,
     engine: EngineJob,
+    engine_bytes: usize,
     t: &Transfer,
 ) -> Result<()> {
     let EngineJob { decoder, jpegs } = engine;
     let on_engine = jpegs.len();
-    let engine_bytes = layout
-        .offsets
-        .get(on_engine)
-        .copied()
-        .unwrap_or(layout.bytes);
     let decoded = match t.stream() {
         Some(stream) => {
             let native = stream.native()?;
