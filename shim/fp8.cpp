@@ -24,6 +24,11 @@
 //   and multiplied in fp32; y in x's dtype (the autocast dtype under autocast). The CPU twin of
 //   the kernel path for tests (MLPERF_RUN_TEST_EMULATE_FP8=1) and the GPU numerics check.
 // Both compute the bias's gradient from the unquantised output gradient, in fp32.
+//
+// x may come already cast (`xq`, E4M3 with the input scale, and its amax `x_amax`): a fused
+// epilogue that wrote x also wrote those in the same kernel (methods.fp8 with fused epilogues,
+// shim/fused_epilogue.cpp). The op then records that amax and multiplies xq instead of casting
+// x again; x still receives the input's gradient.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -72,17 +77,24 @@ at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
 
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   // b: the bias, or an empty tensor for none (autograd's Function wants defined inputs)
+  // pre: x already cast {xq, its amax}, or nullopt (optional: custom Functions take no undefined
+  // tensors)
   static variable_list forward(AutogradContext* ctx, at::Tensor x, at::Tensor w, at::Tensor b,
                                bool has_bias, at::Tensor scale, at::Tensor history, bool emulate,
-                               int64_t out_kind) {
+                               int64_t out_kind, std::optional<at::Tensor> pre_q,
+                               std::optional<at::Tensor> pre_amax) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::NoGradGuard no_grad;
-    record_amax(x, history, kInput);
+    if (pre_q) {
+      history.select(0, 0).select(0, kInput).copy_(pre_amax->reshape({}));
+    } else {
+      record_amax(x, history, kInput);
+    }
     record_amax(w, history, kWeight);
     // this step's scales, kept for the backward (the update after the step rewrites `scale`)
     const at::Tensor s = scale.detach().clone();
     const at::Tensor inv = s.reciprocal();
-    const at::Tensor xq = quantize(x, s.select(0, kInput), 0);
+    const at::Tensor xq = pre_q ? *pre_q : quantize(x, s.select(0, kInput), 0);
     const at::Tensor wq = quantize(w, s.select(0, kWeight), 0);
     const auto out = static_cast<at::ScalarType>(out_kind);
     at::Tensor y;
@@ -153,7 +165,8 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     if (dw.defined()) dw = dw.to(w_kind);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2))
       db = g.to(at::kFloat).sum(0);
-    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx,           dw,           db,           at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -163,7 +176,8 @@ const at::Tensor& need(const at::Tensor* t, const char* name) {
 }
 
 at::Tensor run_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
-                  const at::Tensor& scale, const at::Tensor& history, int mode) {
+                  const at::Tensor& scale, const at::Tensor& history, const at::Tensor* xq,
+                  const at::Tensor* x_amax, int mode) {
   TORCH_CHECK(mode == 0 || mode == 1, "fp8 linear: mode must be 0 (kernel) or 1 (emulated)");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
               "fp8 linear: want x [M, K] and W [N, K]; got x ", x.sizes(), ", W ", w.sizes());
@@ -171,6 +185,14 @@ at::Tensor run_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
               "fp8 linear: scale must be [3] fp32, got ", scale.sizes(), " ", scale.scalar_type());
   TORCH_CHECK(history.dim() == 2 && history.size(1) == 3 && history.scalar_type() == at::kFloat,
               "fp8 linear: history must be [len, 3] fp32, got ", history.sizes());
+  const bool pre = xq != nullptr && xq->defined();
+  TORCH_CHECK(!pre || (xq->scalar_type() == at::kFloat8_e4m3fn && xq->sizes() == x.sizes() &&
+                       xq->device() == x.device()),
+              "fp8 linear: the cast input must be E4M3 shaped like x ", x.sizes(), " on ",
+              x.device(), "; got ", xq->scalar_type(), " ", xq->sizes(), " on ", xq->device());
+  TORCH_CHECK(!pre || (x_amax != nullptr && x_amax->defined() && x_amax->numel() == 1 &&
+                       x_amax->scalar_type() == at::kFloat),
+              "fp8 linear: a cast input needs its amax (one fp32 value)");
   const bool emulate = mode == 1;
   const auto dev = x.device().type();
   // the kernel path's output is bf16; the emulated one's as linear's would be
@@ -181,22 +203,28 @@ at::Tensor run_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
   }
   const bool has_bias = b != nullptr && b->defined();
   const at::Tensor bias = has_bias ? *b : at::empty({0}, x.options());
+  std::optional<at::Tensor> pre_q, pre_amax;
+  if (pre) {
+    pre_q = xq->contiguous();
+    pre_amax = *x_amax;
+  }
   return Fp8Linear::apply(x, w, bias, has_bias, scale, history, emulate,
-                          static_cast<int64_t>(out))[0];
+                          static_cast<int64_t>(out), pre_q, pre_amax)[0];
 }
 
 }  // namespace
 
 extern "C" {
 
-// y = x W^T + b through FP8 with delayed scaling (see the top of this file); b may be null.
-// mode: 0 the _scaled_mm kernel, 1 emulated.
+// y = x W^T + b through FP8 with delayed scaling (see the top of this file); b may be null;
+// xq and x_amax: x already cast to E4M3 and its amax, or both null. mode: 0 the _scaled_mm
+// kernel, 1 emulated.
 int mr_fp8_linear(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
-                  const at::Tensor* scale, const at::Tensor* history, int mode, at::Tensor** out,
-                  char** err) {
+                  const at::Tensor* scale, const at::Tensor* history, const at::Tensor* xq,
+                  const at::Tensor* x_amax, int mode, at::Tensor** out, char** err) {
   return mr::catching(err, kWhat, [&] {
     *out = new at::Tensor(run_op(need(x, "x"), need(w, "W"), b, need(scale, "scale"),
-                                 need(history, "history"), mode));
+                                 need(history, "history"), xq, x_amax, mode));
   });
 }
 

@@ -217,6 +217,39 @@ MR_KERNEL void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restric
   if (part_bias) part_bias[(long long)blockIdx.y * cols + c] = dhb;
 }
 
+// ---- FP8 (E4M3) output for an FP8 matmul that reads this kernel's output ----------------------
+// methods.fp8 with fused epilogues: a kernel whose output feeds an FP8 linear also writes that
+// output cast to E4M3 (q = e4m3(saturate(v * scale)), v the output as stored, i.e. after its own
+// rounding to OT, and `scale` the linear's input scale, read from the device) and the output's
+// amax (max |v|), so the linear skips its own pass over the tensor (src/fused/fp8.rs).
+// The cast is the one ATen's (t * scale).clamp(-448, 448).to(Float8_e4m3fn) makes: round to
+// nearest even, subnormals kept (steps of 2^-9 below 2^-6), +-448 for anything larger (also
+// infinities), NaN to E4M3's NaN (0x7f) with its sign; written with integer operations only, so
+// the GPU and the emulator give the same bits whatever the float rounding mode.
+__device__ __forceinline__ unsigned char mr_e4m3(float x) {
+  const unsigned u = __float_as_uint(x);
+  const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
+  const unsigned a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7f;  // NaN
+  if (a >= 0x43e00000u) return sign | 0x7e;  // >= 448: saturated to 448
+  const unsigned e = a >> 23;                // the biased fp32 exponent
+  if (e >= 121u) {                           // >= 2^-6: normal in E4M3
+    const unsigned r = a + 0x7ffffu + ((a >> 20) & 1u);  // round to 3 mantissa bits, even
+    return sign | (unsigned char)((r >> 20) - (120u << 3));
+  }
+  // below 2^-6: a multiple of 2^-9 (0 .. 8; 8 is 2^-6, E4M3's smallest normal)
+  const unsigned sig = e == 0 ? (a & 0x7fffffu) : ((a & 0x7fffffu) | 0x800000u);
+  const unsigned shift = 141u - (e == 0 ? 1u : e);  // value / 2^-9 = sig / 2^shift
+  if (shift >= 25u) return sign;  // sig < 2^24 <= half of 2^shift: rounds to (signed) 0
+  unsigned q = sig >> shift;
+  const unsigned rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return sign | (unsigned char)q;
+}
+
+// max(m, v) where a NaN wins (as ATen's max of a tensor with a NaN is NaN)
+__device__ __forceinline__ float mr_nanmax(float m, float v) { return (v != v || v > m) ? v : m; }
+
 // ---- the vectorised row kernels ------------------------------------------------------------
 // mr_fe_forward and mr_fe_backward for rows whose length is a multiple of 4 and at most
 // 4 * 32 * MR_FE_GROUPS (1,024), with every pointer aligned to its 4-element vector (the host
@@ -250,7 +283,10 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
                                 unsigned char* __restrict__ mask_out, float keep,
                                 unsigned long long seed_val, const long long* seed_ptr,
                                 unsigned long long offset_val, const long long* offset_ptr,
-                                unsigned long long offset_intragraph, int rows) {
+                                unsigned long long offset_intragraph, int rows,
+                                const float* __restrict__ fp8_scale,
+                                unsigned char* __restrict__ fp8_out,
+                                float* __restrict__ row_amax) {
   const int lane = threadIdx.x & 31;
   const long long row = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;  // the whole warp: no shuffle is left waiting
@@ -308,6 +344,9 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
     }
   }
   const float rstd = rsqrtf(warp_sum(sq) / cols + eps);
+  // fp8_out given: the output also as E4M3 with *fp8_scale, and the row's amax (see mr_e4m3)
+  const float fp8_sc = fp8_out ? *fp8_scale : 0.f;
+  float amax = 0.f;
   for (int k = 0; k < MR_FE_GROUPS; ++k) {
     const int g = lane + 32 * k;
     if (g >= groups) continue;
@@ -316,10 +355,23 @@ MR_KERNEL void mr_fe_forward_v4(const HT::T* __restrict__ h, const float* __rest
     load4<F32>(beta + 4 * g, bev);
     for (int j = 0; j < 4; ++j) out[j] = (v[k][j] - mean) * rstd * gv[j] + bev[j];
     store4<OT>(y + base + 4 * g, out);
+    if (fp8_out) {
+      U8x4 q;
+      for (int j = 0; j < 4; ++j) {
+        const float stored = OT::load(OT::store(out[j]));
+        amax = mr_nanmax(amax, fabsf(stored));
+        q.v[j] = mr_e4m3(stored * fp8_sc);
+      }
+      *reinterpret_cast<U8x4*>(fp8_out + base + 4 * g) = q;
+    }
+  }
+  if (fp8_out) {
+    for (int o = 16; o > 0; o >>= 1) amax = mr_nanmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   }
   if (lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
+    if (fp8_out) row_amax[row] = amax;
   }
 }
 

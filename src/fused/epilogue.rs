@@ -28,6 +28,7 @@
 //! division only, instead fuses a tanh GELU into the matmuls: `crate::fused::bias_gelu`,
 //! cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues.)
 
+use super::fp8::Quantized;
 use super::Path;
 use crate::shim::cuda_emu_entry::mr_cuda_emu_selftest;
 use crate::shim::error::call;
@@ -83,22 +84,49 @@ impl Epilogue<'_> {
                 Some(k) => kind_code(k)?,
                 None => -1,
             },
+            fp8_scale: std::ptr::null(),
         })
     }
 
     /// Calls an entry point with these arguments; returns its output and whether the CUDA
     /// kernel path ran.
-    fn call(
-        &self,
-        f: impl FnOnce(*const EpilogueArgs, *mut *mut C_tensor, *mut c_int, Err) -> c_int,
-    ) -> Result<(Tensor, bool)> {
+    fn call(&self, f: EntryPoint<'_>) -> Result<(Tensor, bool)> {
         let args = self.args()?;
         let mut out = std::ptr::null_mut();
         let mut used: c_int = 0;
-        call("fused epilogue", |err| f(&args, &mut out, &mut used, err))?;
+        call("fused epilogue", |err| {
+            f(&args, &mut out, std::ptr::null_mut(), &mut used, err)
+        })?;
         Ok((finish(out), used != 0))
     }
+
+    /// [`Epilogue::call`] asking also for the output cast to E4M3 with `fp8_scale` (one fp32
+    /// value on the device) and its amax.
+    fn call_fp8(&self, fp8_scale: &Tensor, f: EntryPoint<'_>) -> Result<(Tensor, Quantized, bool)> {
+        let mut args = self.args()?;
+        args.fp8_scale = fp8_scale.as_ptr();
+        let mut out = std::ptr::null_mut();
+        let mut fp8 = [std::ptr::null_mut(); 2];
+        let mut used: c_int = 0;
+        call("fused epilogue", |err| {
+            f(&args, &mut out, fp8.as_mut_ptr(), &mut used, err)
+        })?;
+        let y = finish(out);
+        // SAFETY: with an FP8 scale, on success the shim returned two new at::Tensors in `fp8`.
+        let [q, amax] = fp8.map(|t| unsafe { Tensor::from_ptr(t) });
+        Ok((y, Quantized { q, amax }, used != 0))
+    }
 }
+
+/// An entry point of the shim as [`Epilogue::call`] calls it: (arguments, output, room for the
+/// FP8 output or null, which path ran, error).
+type EntryPoint<'a> = &'a dyn Fn(
+    *const EpilogueArgs,
+    *mut *mut C_tensor,
+    *mut *mut C_tensor,
+    *mut c_int,
+    Err,
+) -> c_int;
 
 static WARNED: AtomicBool = AtomicBool::new(false);
 
@@ -136,8 +164,26 @@ pub fn bias_dropout_add_ln(
     e: &Epilogue,
 ) -> Result<(Tensor, bool)> {
     // SAFETY: h, bias and the epilogue's tensors are live for the call (bias may be null).
-    e.call(|args, out, used, err| unsafe {
-        mr_fe_bias_dropout_add_ln(h.as_ptr(), opt(bias), args, out, used, err)
+    e.call(&|args, out, fp8, used, err| unsafe {
+        mr_fe_bias_dropout_add_ln(h.as_ptr(), opt(bias), args, out, fp8, used, err)
+    })
+}
+
+/// [`bias_dropout_add_ln`] whose output feeds an FP8 linear (`methods.fp8`): the op also
+/// returns the output cast to E4M3 with `fp8_scale` (that linear's input scale, one fp32 value
+/// on the device) and its amax, for [`crate::fused::fp8::linear_cast`]. The vectorised kernel
+/// writes both in the pass that writes the output; the other paths cast with ATen ops, as the
+/// linear itself would. Returns the output, the cast and whether the kernel path ran.
+pub fn bias_dropout_add_ln_fp8(
+    h: &Tensor,
+    bias: Option<&Tensor>,
+    e: &Epilogue,
+    fp8_scale: &Tensor,
+) -> Result<(Tensor, Quantized, bool)> {
+    // SAFETY: h, bias, fp8_scale and the epilogue's tensors are live for the call (bias may be
+    // null); `fp8` has room for the two tensors the shim returns with a scale.
+    e.call_fp8(fp8_scale, &|args, out, fp8, used, err| unsafe {
+        mr_fe_bias_dropout_add_ln(h.as_ptr(), opt(bias), args, out, fp8, used, err)
     })
 }
 
@@ -151,8 +197,17 @@ pub fn dense_dropout_add_ln(
     e: &Epilogue,
 ) -> Result<(Tensor, bool)> {
     // SAFETY: x, w, b and the epilogue's tensors are live for the call.
-    e.call(|args, out, used, err| unsafe {
-        mr_fe_dense_dropout_add_ln(x.as_ptr(), w.as_ptr(), b.as_ptr(), args, out, used, err)
+    e.call(&|args, out, fp8, used, err| unsafe {
+        mr_fe_dense_dropout_add_ln(
+            x.as_ptr(),
+            w.as_ptr(),
+            b.as_ptr(),
+            args,
+            out,
+            fp8,
+            used,
+            err,
+        )
     })
 }
 

@@ -167,6 +167,17 @@ pub fn scales_from(history: &Tensor, scale: &Tensor, max: &Tensor, margin: i64) 
     sf.where_self(&ok, scale)
 }
 
+/// An FP8 linear's input already cast to E4M3 with that linear's input scale, by the kernel
+/// that wrote the input (a fused epilogue: [`crate::fused::epilogue::bias_dropout_add_ln_fp8`]),
+/// so the linear does not pass over it again.
+#[derive(Debug)]
+pub struct Quantized {
+    /// The input in E4M3 (`Kind::Float8e4m3fn`), shaped like it.
+    pub q: Tensor,
+    /// `max |input|` (one fp32 value on the device), the amax the linear records for it.
+    pub amax: Tensor,
+}
+
 /// `x W^T + b` through FP8 with `slot`'s scales (2-d `x`), recording this call's amaxes;
 /// `path`: `Reference` emulates, anything else runs `_scaled_mm`.
 pub fn linear(
@@ -176,17 +187,33 @@ pub fn linear(
     slot: &Fp8Slot,
     path: Path,
 ) -> Result<Tensor> {
+    linear_cast(x, None, w, b, slot, path)
+}
+
+/// [`linear`] with `x` possibly already cast (`pre`: E4M3 with `slot`'s input scale, and its
+/// amax, which the op records instead of computing it); `x` still takes the input's gradient.
+pub fn linear_cast(
+    x: &Tensor,
+    pre: Option<&Quantized>,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    slot: &Fp8Slot,
+    path: Path,
+) -> Result<Tensor> {
     let mode = i32::from(path == Path::Reference);
+    let null = std::ptr::null();
     let mut out = std::ptr::null_mut();
-    // SAFETY: every pointer is a live tensor for the call (b may be null); the shim hands back
-    // a new tensor on success.
+    // SAFETY: every pointer is a live tensor for the call (b and pre's may be null); the shim
+    // hands back a new tensor on success.
     call("", |err| unsafe {
         mr_fp8_linear(
             x.as_ptr(),
             w.as_ptr(),
-            b.map_or(std::ptr::null(), |b| b.as_ptr()),
+            b.map_or(null, |b| b.as_ptr()),
             slot.scale.as_ptr(),
             slot.history.as_ptr(),
+            pre.map_or(null, |p| p.q.as_ptr()),
+            pre.map_or(null, |p| p.amax.as_ptr()),
             mode,
             &mut out,
             err,

@@ -11,6 +11,8 @@ extern "C" {
         b: T,
         scale: T,
         history: T,
+        xq: T,
+        x_amax: T,
         mode: c_int,
         out: *mut *mut C_tensor,
         err: *mut *mut c_char,

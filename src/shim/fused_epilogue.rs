@@ -17,6 +17,7 @@ pub struct EpilogueArgs {
     pub eps: f64,
     pub mode: c_int,
     pub out_type: c_int,
+    pub fp8_scale: T,
 }
 
 pub type Err = *mut *mut c_char;
@@ -27,6 +28,7 @@ extern "C" {
         bias: T,
         e: *const EpilogueArgs,
         out: *mut *mut C_tensor,
+        fp8_out: *mut *mut C_tensor,
         used_kernel: *mut c_int,
         err: Err,
     ) -> c_int;
@@ -36,6 +38,7 @@ extern "C" {
         b: T,
         e: *const EpilogueArgs,
         out: *mut *mut C_tensor,
+        fp8_out: *mut *mut C_tensor,
         used_kernel: *mut c_int,
         err: Err,
     ) -> c_int;

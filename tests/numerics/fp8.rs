@@ -15,12 +15,13 @@
 #![cfg(feature = "torch")]
 
 use crate::common::rng::rng_turn;
+use mlperf_run::fused::epilogue::vectorised_launches;
 use mlperf_run::fused::fp8::{
     linear, path_for, quantize_dequantize, Format, Fp8State, Recipe, EMULATE_FP8,
 };
 use mlperf_run::fused::Path;
 use mlperf_run::methods::{BertMethods, MethodSet};
-use mlperf_run::models::bert::{BertConfig, BertForPreTraining, MlmOn};
+use mlperf_run::models::bert::{BertConfig, BertForPreTraining, KernelSwitches, MlmOn};
 use tch::{nn, Device, Kind, Tensor};
 
 /// `v` rounded to the FP8 grid with `mbits` mantissa bits, smallest normal `2^min_exp`,
@@ -261,6 +262,18 @@ fn tiny() -> BertConfig {
 
 /// Adam steps of a tiny BERT on one fixed batch through emulated FP8; the losses and the scales.
 fn train_fp8(fused_epilogues: bool, fused_qkv: bool, steps: usize) -> (Vec<f64>, Vec<f32>) {
+    let (losses, scales, _) = train_fp8_with(fused_epilogues, fused_qkv, steps, |_| {});
+    (losses, scales)
+}
+
+/// [`train_fp8`] with the kernel switches set by `kernels` (after the emulated FP8 path); the
+/// losses, the scales and the amax history.
+fn train_fp8_with(
+    fused_epilogues: bool,
+    fused_qkv: bool,
+    steps: usize,
+    kernels: impl Fn(&mut KernelSwitches),
+) -> (Vec<f64>, Vec<f32>, Vec<f32>) {
     let _turn = rng_turn();
     tch::manual_seed(21);
     let vs = nn::VarStore::new(Device::Cpu);
@@ -272,7 +285,10 @@ fn train_fp8(fused_epilogues: bool, fused_qkv: bool, steps: usize) -> (Vec<f64>,
         ..BertMethods::default()
     };
     let mut m = BertForPreTraining::new(&vs.root(), &tiny(), &methods).unwrap();
-    m.configure(|_, k| k.fp8_path = Path::Reference);
+    m.configure(|_, k| {
+        k.fp8_path = Path::Reference;
+        kernels(k);
+    });
     use nn::OptimizerConfig;
     let mut opt = nn::Adam::default().build(&vs, 3e-3).unwrap();
     let (b, s, preds) = (4, 16, 3);
@@ -296,7 +312,8 @@ fn train_fp8(fused_epilogues: bool, fused_qkv: bool, steps: usize) -> (Vec<f64>,
         m.fp8_update();
         losses.push(f64::try_from(&loss).unwrap());
     }
-    (losses, values(&m.fp8_state().scale))
+    let state = m.fp8_state();
+    (losses, values(&state.scale), values(&state.history))
 }
 
 #[test]
@@ -348,4 +365,177 @@ fn fp8_is_closed_legal_refused_on_a_cpu_without_the_test_mode_and_not_with_fused
             "{e}"
         );
     }
+}
+
+/// `methods.fp8` with fused epilogues: the LayerNorm epilogue that feeds an FP8 linear also
+/// writes the linear's E4M3 input and its amax (`KernelSwitches::fp8_fused_cast`), so the linear
+/// skips its own cast. That is the same arithmetic: training with the cast fused and with the
+/// linears casting for themselves gives the same losses, scales and amax histories bit for bit,
+/// on the composite path and through the CUDA kernels on the CPU emulator (whose vectorised
+/// forward writes the cast itself).
+#[test]
+fn the_fused_epilogues_cast_for_the_fp8_linears_with_the_same_bits() {
+    for path in [Path::Reference, Path::Emulated] {
+        let run = |fused_cast: bool| {
+            train_fp8_with(true, true, 8, |k| {
+                k.fused_epilogue_path = path;
+                k.fp8_fused_cast = fused_cast;
+            })
+        };
+        let launches = vectorised_launches().0;
+        let (fused_losses, fused_scales, fused_history) = run(true);
+        if path == Path::Emulated {
+            assert!(
+                vectorised_launches().0 > launches,
+                "the vectorised forward ran"
+            );
+        }
+        let (losses, scales, history) = run(false);
+        assert_eq!(fused_losses, losses, "{path:?}: losses");
+        assert_eq!(fused_scales, scales, "{path:?}: scales");
+        assert_eq!(fused_history, history, "{path:?}: amax history");
+        assert!(losses.last().unwrap() < &losses[0], "{path:?}: {losses:?}");
+    }
+}
+
+/// The fused epilogue's E4M3 output, byte for byte, against ATen's cast of the op's own output
+/// (`(y * scale).clamp(-448, 448)` to `Float8_e4m3fn`, as the FP8 linear casts its input), and
+/// its amax against `max |y|`: with gamma 0 the LayerNorm's output is beta, so beta carries the
+/// values to cast: every E4M3 value and the midpoints between neighbours (ties to even) with
+/// the floats either side of them, subnormals and fp32 denormals, both zeros, values past 448,
+/// infinities, through the vectorised kernel on the emulator and the composite path, fp32 and
+/// bf16 outputs, three scales. A NaN makes the amax NaN, as ATen's max does.
+#[test]
+fn the_fused_epilogues_e4m3_output_is_atens_cast_bit_for_bit() {
+    let values = e4m3_probe_values();
+    let cols = 256_i64;
+    let chunks: Vec<&[f32]> = values.chunks(cols as usize).collect();
+    for path in [Path::Emulated, Path::Reference] {
+        for out in [Kind::Float, Kind::BFloat16] {
+            for scale in [1.0f32, 0.37, 1024.0] {
+                for chunk in &chunks {
+                    check_e4m3_output(chunk, cols, path, out, scale);
+                }
+            }
+        }
+    }
+    // a NaN in the output: its amax is NaN and its byte E4M3's NaN
+    let mut with_nan = vec![1.5f32; cols as usize];
+    with_nan[7] = f32::NAN;
+    let (y, q, amax) = epilogue_fp8(&with_nan, cols, Path::Emulated, Kind::Float, 1.0);
+    assert!(f32::try_from(&amax).unwrap().is_nan(), "amax {amax:?}");
+    let bytes = Vec::<u8>::try_from(q.view_dtype(Kind::Uint8).reshape([-1])).unwrap();
+    assert!(f32::try_from(y.get(0).get(7)).unwrap().is_nan());
+    assert_eq!(bytes[7] & 0x7f, 0x7f, "E4M3's NaN");
+}
+
+/// Values to cast: every E4M3 value, the midpoints of neighbours and the floats either side of
+/// each, subnormals, fp32 denormals, zeros, past 448, infinities; both signs.
+fn e4m3_probe_values() -> Vec<f32> {
+    let mut grid: Vec<f32> = (0u8..=0x7e).map(e4m3_value).collect();
+    grid.push(480.0); // the next step past 448
+    let mut v = Vec::new();
+    for w in grid.windows(2) {
+        let mid = (w[0] + w[1]) / 2.0;
+        v.extend([
+            w[0],
+            mid,
+            f32::from_bits(mid.to_bits() - 1),
+            f32::from_bits(mid.to_bits() + 1),
+        ]);
+    }
+    v.extend([
+        448.0,
+        449.0,
+        463.9,
+        464.0,
+        500.0,
+        1e30,
+        f32::INFINITY,
+        0.0,
+        1e-40,
+        1e-45,
+    ]);
+    v.extend([
+        2f32.powi(-10),
+        2f32.powi(-11),
+        3.0 * 2f32.powi(-11),
+        2f32.powi(-12),
+    ]);
+    let negative: Vec<f32> = v.iter().map(|x| -x).collect();
+    v.extend(negative);
+    v
+}
+
+/// The E4M3 value of `code` (sign bit clear): 4 exponent bits (bias 7), 3 mantissa bits.
+fn e4m3_value(code: u8) -> f32 {
+    let (e, m) = (i32::from(code >> 3), f32::from(code & 7));
+    if e == 0 {
+        m * 2f32.powi(-9)
+    } else {
+        (1.0 + m / 8.0) * 2f32.powi(e - 7)
+    }
+}
+
+/// The fused epilogue (gamma 0, beta = `values` padded to `cols` with 0) over 3 rows with an FP8
+/// scale: its output, the E4M3 cast and the amax.
+fn epilogue_fp8(
+    values: &[f32],
+    cols: i64,
+    path: Path,
+    out: Kind,
+    scale: f32,
+) -> (Tensor, Tensor, Tensor) {
+    use mlperf_run::fused::epilogue::{bias_dropout_add_ln_fp8, Epilogue};
+    let mut beta = values.to_vec();
+    beta.resize(cols as usize, 0.0);
+    let beta = Tensor::from_slice(&beta);
+    let gamma = Tensor::zeros([cols], (Kind::Float, Device::Cpu));
+    // no draws from the shared generator (train_fp8's runs depend on theirs)
+    let h = Tensor::arange(3 * cols, (Kind::Float, Device::Cpu))
+        .reshape([3, cols])
+        .sin();
+    let residual = h.cos();
+    let e = Epilogue {
+        residual: &residual,
+        gamma: &gamma,
+        beta: &beta,
+        eps: 1e-12,
+        p: 0.0,
+        train: false,
+        mask: None,
+        path,
+        out: Some(out),
+    };
+    let s = Tensor::from(scale);
+    let (y, cast, used) = bias_dropout_add_ln_fp8(&h, None, &e, &s).unwrap();
+    assert_eq!(used, path == Path::Emulated);
+    assert_eq!(y.kind(), out);
+    (y, cast.q, cast.amax)
+}
+
+fn check_e4m3_output(values: &[f32], cols: i64, path: Path, out: Kind, scale: f32) {
+    let (y, q, amax) = epilogue_fp8(values, cols, path, out, scale);
+    let s = Tensor::from(scale);
+    let want = (y.to_kind(Kind::Float) * &s)
+        .clamp(-448.0, 448.0)
+        .to_kind(Kind::Float8e4m3fn);
+    let bytes = |t: &Tensor| Vec::<u8>::try_from(t.view_dtype(Kind::Uint8).reshape([-1])).unwrap();
+    let (got, want) = (bytes(&q), bytes(&want));
+    let yv = Vec::<f32>::try_from(y.to_kind(Kind::Float).reshape([-1])).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(
+            g,
+            w,
+            "{path:?} {out:?} scale {scale}: y {} (bits {:#x}) cast to {g:#04x}, ATen {w:#04x}",
+            yv[i],
+            yv[i].to_bits()
+        );
+    }
+    let want_amax = f32::try_from(y.abs().max().to_kind(Kind::Float)).unwrap();
+    assert_eq!(
+        f32::try_from(&amax).unwrap(),
+        want_amax,
+        "{path:?} {out:?} amax"
+    );
 }

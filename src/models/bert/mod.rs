@@ -378,8 +378,16 @@ impl BertForPreTraining {
                 train,
             },
         };
-        for layer in &self.layers {
-            x = layer.forward(&self.parts, &x, call)?;
+        // a layer's input as its FP8 projections read it, cast by the tail before
+        let mut cast = None;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let next = self
+                .layers
+                .get(i + 1)
+                .and_then(|l| self.parts.cast_for_layer(l));
+            let (y, c) = layer.forward(&self.parts, &x, cast.as_ref(), next, call)?;
+            x = y;
+            cast = c;
         }
         Ok(x)
     }

@@ -14,7 +14,7 @@
 //! part: one model runs padded eval batches and packed training rows, and each attention part
 //! handles all three ([`Tokens`]). Errors of the fused ops come back as `Err` with their message.
 
-use crate::fused::fp8::Fp8Slot;
+use crate::fused::fp8::{Fp8Slot, Quantized};
 use crate::fused::varlen_attention::{self, PackedRows, Packing};
 use crate::fused::Path;
 use crate::methods::BertMethods;
@@ -48,6 +48,12 @@ pub struct KernelSwitches {
     /// kernel; `Reference` the emulated path (the workload sets it in the test mode
     /// `MLPERF_RUN_TEST_EMULATE_FP8=1`; the GPU numerics check compares the two).
     pub fp8_path: Path,
+    /// With `fp8` and `fused_epilogues`: a LayerNorm epilogue whose output feeds an FP8 linear
+    /// (the intermediate dense; with `fused_qkv`, the next layer's projections) also writes the
+    /// E4M3 cast and the amax that linear needs, so the linear skips its own pass over its input
+    /// ([`crate::fused::epilogue::bias_dropout_add_ln_fp8`]). On by default; tests turn it off
+    /// to compare (the results are the same bit for bit).
+    pub fp8_fused_cast: bool,
 }
 
 impl Default for KernelSwitches {
@@ -58,6 +64,7 @@ impl Default for KernelSwitches {
             varlen_path: Path::Auto,
             flash_varlen_unpadded: false,
             fp8_path: Path::Auto,
+            fp8_fused_cast: true,
         }
     }
 }
@@ -162,6 +169,17 @@ impl Linear {
 
     /// `x W^T + b` with `bias` (None: without).
     fn with_bias(self, d: &Dense, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        self.cast_input(d, x, None, bias)
+    }
+
+    /// `x W^T + b` with `x` perhaps already cast for FP8 (`pre`; only the FP8 linear takes it).
+    fn cast_input(
+        self,
+        d: &Dense,
+        x: &Tensor,
+        pre: Option<&Quantized>,
+        bias: Option<&Tensor>,
+    ) -> Result<Tensor> {
         match self {
             Linear::Default => Ok(x.linear(&d.w, bias)),
             Linear::Fp8(path) => {
@@ -169,7 +187,7 @@ impl Linear {
                     .fp8
                     .as_ref()
                     .context("methods.fp8: this dense layer has no FP8 scales")?;
-                crate::fused::fp8::linear(x, &d.w, bias, slot, path)
+                crate::fused::fp8::linear_cast(x, pre, &d.w, bias, slot, path)
             }
         }
     }
@@ -191,8 +209,15 @@ pub(super) enum Projections {
 }
 
 impl Projections {
-    /// q, k, v of `x` (`[N, H]`), each viewed `[N, heads, head_dim]` (token-major).
-    fn forward(self, l: &Layer, x: &Tensor, heads: i64) -> Result<[Tensor; 3]> {
+    /// q, k, v of `x` (`[N, H]`), each viewed `[N, heads, head_dim]` (token-major); `pre`: `x`
+    /// already cast with the query's FP8 input scale (`Fp8Fused` only: [`Parts::cast_for`]).
+    fn forward(
+        self,
+        l: &Layer,
+        x: &Tensor,
+        pre: Option<&Quantized>,
+        heads: i64,
+    ) -> Result<[Tensor; 3]> {
         match self {
             Projections::Separate(linear) => {
                 let d = l.query.w.size()[0] / heads;
@@ -219,7 +244,7 @@ impl Projections {
                 };
                 let d = l.query.w.size()[0] / heads;
                 let qkv = Linear::Fp8(path)
-                    .forward(&stacked, x)?
+                    .cast_input(&stacked, x, pre, Some(&stacked.b))?
                     .view([-1, 3, heads, d])
                     .unbind(1);
                 let [q, k, v]: [Tensor; 3] = qkv.try_into().expect("three projections");
@@ -348,14 +373,17 @@ pub(super) struct Dropout {
 }
 
 impl Tail {
-    /// `ln(residual + dropout(input))` for the dense output `input`.
+    /// `ln(residual + dropout(input))` for the dense output `input`; `next`: the FP8 scales of
+    /// the linear that reads the output, when the fused op is to cast it for that linear
+    /// ([`Parts::cast_for`]): the cast comes back too.
     fn forward(
         self,
         input: TailInput<'_>,
         ln: &LayerNorm,
         residual: &Tensor,
         drop: Dropout,
-    ) -> Result<Tensor> {
+        next: Option<&Fp8Slot>,
+    ) -> Result<(Tensor, Option<Quantized>)> {
         match self {
             Tail::Plain { linear, stream } => {
                 let h = match input {
@@ -364,14 +392,16 @@ impl Tail {
                     TailInput::NoBias(z, b) => &z + b.to_kind(z.kind()),
                 };
                 let h = h.dropout(drop.p, drop.train);
-                Ok(to_stream(ln.forward(&(h + residual)), stream))
+                Ok((to_stream(ln.forward(&(h + residual)), stream), None))
             }
             Tail::Fused {
                 linear,
                 path,
                 stream,
             } => {
-                use crate::fused::epilogue::{bias_dropout_add_ln, dense_dropout_add_ln, Epilogue};
+                use crate::fused::epilogue::{
+                    bias_dropout_add_ln, bias_dropout_add_ln_fp8, dense_dropout_add_ln, Epilogue,
+                };
                 let e = Epilogue {
                     residual,
                     gamma: &ln.w,
@@ -383,15 +413,21 @@ impl Tail {
                     path,
                     out: stream,
                 };
-                Ok(match (input, linear) {
+                let (h, bias) = match (input, linear) {
+                    // (no FP8 linear reads it without methods.fp8: `next` is None)
                     (TailInput::Dense(d, x), Linear::Default) => {
-                        dense_dropout_add_ln(&x, &d.w, &d.b, &e)?.0
+                        return Ok((dense_dropout_add_ln(&x, &d.w, &d.b, &e)?.0, None));
                     }
-                    (TailInput::Dense(d, x), fp8) => {
-                        let h = fp8.with_bias(d, &x, None)?;
-                        bias_dropout_add_ln(&h, Some(&d.b), &e)?.0
+                    (TailInput::Dense(d, x), fp8) => (fp8.with_bias(d, &x, None)?, &d.b),
+                    (TailInput::NoBias(z, b), _) => (z, b),
+                };
+                Ok(match next {
+                    Some(slot) => {
+                        let scale = slot.scale.get(0);
+                        let (y, cast, _) = bias_dropout_add_ln_fp8(&h, Some(bias), &e, &scale)?;
+                        (y, Some(cast))
                     }
-                    (TailInput::NoBias(z, b), _) => bias_dropout_add_ln(&z, Some(b), &e)?.0,
+                    None => (bias_dropout_add_ln(&h, Some(bias), &e)?.0, None),
                 })
             }
         }
@@ -420,11 +456,19 @@ pub(super) enum FeedForward {
 }
 
 impl FeedForward {
-    /// What the output tail takes for the layer `l` on `x`.
-    fn forward<'a>(self, l: &'a Layer, x: &'a Tensor) -> Result<TailInput<'a>> {
+    /// What the output tail takes for the layer `l` on `x` (`pre`: `x` already cast with the
+    /// intermediate dense's FP8 input scale, [`Parts::cast_for`]).
+    fn forward<'a>(
+        self,
+        l: &'a Layer,
+        x: &'a Tensor,
+        pre: Option<&Quantized>,
+    ) -> Result<TailInput<'a>> {
         Ok(match self {
             FeedForward::Plain(linear) => {
-                let inter = linear.forward(&l.intermediate, x)?.gelu("none");
+                let inter = linear
+                    .cast_input(&l.intermediate, x, pre, Some(&l.intermediate.b))?
+                    .gelu("none");
                 TailInput::Dense(&l.output, inter)
             }
             FeedForward::GeluEpilogue(path) => {
@@ -461,6 +505,9 @@ pub(super) struct Parts {
     pub feed_forward: FeedForward,
     /// After the feed-forward block: its output dense (or bias), dropout, residual, LayerNorm.
     pub out_tail: Tail,
+    /// The fused tails cast their output for the FP8 linear that reads it
+    /// ([`KernelSwitches::fp8_fused_cast`]; [`Parts::cast_for`]).
+    pub fp8_fused_cast: bool,
 }
 
 impl Parts {
@@ -510,7 +557,25 @@ impl Parts {
             attn_tail: tail,
             feed_forward,
             out_tail: tail,
+            fp8_fused_cast: m.fp8 && m.fused_epilogues && k.fp8_fused_cast,
         }
+    }
+
+    /// The FP8 scales a tail's output is cast with in the fused op, `reader` being the dense
+    /// that reads that output (`reads`: as its FP8 input: the query of a layer with `Fp8Fused`
+    /// projections, one scale for the three; the intermediate dense of a `Plain` FP8
+    /// feed-forward block), when the cast is fused; else None (the linear casts its input).
+    fn cast_for<'a>(&self, reader: &'a Dense, reads: bool) -> Option<&'a Fp8Slot> {
+        (self.fp8_fused_cast && reads)
+            .then_some(reader.fp8.as_ref())
+            .flatten()
+    }
+
+    /// The FP8 scales the output of the layer before `next` is cast with
+    /// ([`Self::cast_for`]): `next`'s query's, with fused FP8 projections.
+    pub fn cast_for_layer<'a>(&self, next: &'a Layer) -> Option<&'a Fp8Slot> {
+        let reads = matches!(self.projections, Projections::Fp8Fused(_));
+        self.cast_for(&next.query, reads)
     }
 }
 
@@ -527,21 +592,34 @@ pub(super) struct LayerCall<'a> {
 
 impl Layer {
     /// One encoder layer on `x`: `[B*S, H]`, or `[T, H]` (the real tokens of a packing) when
-    /// unpadded.
-    pub fn forward(&self, parts: &Parts, x: &Tensor, c: LayerCall<'_>) -> Result<Tensor> {
+    /// unpadded. `pre`: `x` already cast for this layer's FP8 projections
+    /// ([`Parts::cast_for_layer`]); `next`: the scales to cast the output with for the next
+    /// layer's (the cast comes back with the output).
+    pub fn forward(
+        &self,
+        parts: &Parts,
+        x: &Tensor,
+        pre: Option<&Quantized>,
+        next: Option<&Fp8Slot>,
+        c: LayerCall<'_>,
+    ) -> Result<(Tensor, Option<Quantized>)> {
         let h = x.size()[1];
-        let qkv = parts.projections.forward(self, x, c.heads)?;
+        let qkv = parts.projections.forward(self, x, pre, c.heads)?;
         let ctx = parts
             .attention
             .forward(&qkv, c.tokens, c.attention_p, c.hidden.train)?
             .reshape([-1, h]);
-        let x = parts.attn_tail.forward(
+        let ffn_reads = matches!(parts.feed_forward, FeedForward::Plain(Linear::Fp8(_)));
+        let (x, cast) = parts.attn_tail.forward(
             TailInput::Dense(&self.attn_out, ctx),
             &self.attn_ln,
             x,
             c.hidden,
+            parts.cast_for(&self.intermediate, ffn_reads),
         )?;
-        let inner = parts.feed_forward.forward(self, &x)?;
-        parts.out_tail.forward(inner, &self.out_ln, &x, c.hidden)
+        let inner = parts.feed_forward.forward(self, &x, cast.as_ref())?;
+        parts
+            .out_tail
+            .forward(inner, &self.out_ln, &x, c.hidden, next)
     }
 }
