@@ -839,8 +839,13 @@ at::Tensor bias_grad_from_partials(const at::Tensor& part, int ht) {
   return dbias;
 }
 
-// y = GELU(z + bias) (z contiguous, usable as above)
-at::Tensor kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias) {
+// y = GELU(z + bias) (z contiguous, usable as above); fp8_scale given (0-d fp32): also y as
+// E4M3 with it and y's amax (0-d), else those undefined.
+struct GeluOut {
+  at::Tensor y, fp8, amax;
+};
+GeluOut kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias,
+                                 const at::Tensor& fp8_scale) {
   const int ht = type_code(z.scalar_type());
   const int64_t cols = z.size(-1), rows = z.numel() / cols;
   at::Tensor y = at::empty_like(z, at::MemoryFormat::Contiguous);
@@ -849,10 +854,20 @@ at::Tensor kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias)
   const RowChunks rc = row_chunks(rows, 16);
   int r = static_cast<int>(rows), c = static_cast<int>(cols), rpc = rc.rows_per_chunk;
   void* yp = y.data_ptr();
-  void* args[] = {&zp, &bp, &r, &c, &rpc, &yp};
+  // the FP8 output: E4M3 bytes, and one amax per thread (4 columns of a chunk of rows)
+  at::Tensor bytes, part_amax;
+  if (fp8_scale.defined()) {
+    bytes = at::empty(z.sizes(), z.options().dtype(at::kByte));
+    part_amax = at::empty({rc.chunks, cols / 4}, z.options().dtype(at::kFloat));
+  }
+  const void* f8sp = ptr_or_null(fp8_scale);
+  void* f8p = ptr_or_null_mut(bytes);
+  void* amaxp = ptr_or_null_mut(part_amax);
+  void* args[] = {&zp, &bp, &r, &c, &rpc, &yp, &f8sp, &f8p, &amaxp};
   const auto [gx, gy] = column_grid(cols, rc);
   launch(z.device(), ht, ht, ht, fe::kBiasGeluForward, gx, gy, args);
-  return y;
+  if (!fp8_scale.defined()) return {y, at::Tensor(), at::Tensor()};
+  return {y, bytes.view(at::kFloat8_e4m3fn), part_amax.max()};
 }
 
 // d z and (need_bias) the bias's gradient (fp32, the column sum of d z as rounded to z's dtype,
@@ -954,23 +969,27 @@ struct QkvProjection : public torch::autograd::Function<QkvProjection> {
   }
 };
 
-// GELU(z + bias) as one autograd op on the kernels (z: the matmul's output without its bias).
+// GELU(z + bias) as one autograd op on the kernels (z: the matmul's output without its bias);
+// with fp8_scale (0-d fp32) also y as E4M3 and its amax (outputs 1 and 2, not differentiable).
 struct BiasGelu : public torch::autograd::Function<BiasGelu> {
-  static variable_list forward(AutogradContext* ctx, at::Tensor z, at::Tensor bias) {
+  static variable_list forward(AutogradContext* ctx, at::Tensor z, at::Tensor bias,
+                               std::optional<at::Tensor> fp8_scale) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    at::Tensor y = kernel_bias_gelu_forward(z, bias);
+    GeluOut out = kernel_bias_gelu_forward(z, bias, fp8_scale.value_or(at::Tensor()));
     ctx->save_for_backward({z, bias});
-    return {y};
+    if (!fp8_scale) return {out.y};
+    ctx->mark_non_differentiable({out.fp8, out.amax});
+    return {out.y, out.fp8, out.amax};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     auto saved = ctx->get_saved_variables();
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
     auto [dz, dbias] = kernel_bias_gelu_backward(grads[0], saved[0], saved[1],
                                                  ctx->needs_input_grad(1));
     if (!ctx->needs_input_grad(0)) dz = at::Tensor();
-    return {dz, dbias};
+    return {dz, dbias, at::Tensor()};
   }
 };
 
@@ -1070,7 +1089,7 @@ int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Te
     if (candidate) {
       at::Tensor z = at::linear(xx, ww);
       if (gelu_kernel_usable(z, bb, mode)) {
-        y = BiasGelu::apply(z, bb)[0];
+        y = BiasGelu::apply(z, bb, std::nullopt)[0];
         used = true;
       } else {
         TORCH_CHECK(mode == 0, "fused bias + GELU: the ", kernel_path_name(mode),
@@ -1088,6 +1107,53 @@ int mr_fe_dense_bias_gelu(const at::Tensor* x, const at::Tensor* w, const at::Te
     }
     if (used_kernel) *used_kernel = used ? 1 : 0;
     *out = new at::Tensor(std::move(y));
+  });
+}
+
+// y = GELU(z + b), the exact (erf) GELU, for z a matmul's output without its bias (the FP8
+// linear's: methods.fp8). fp8_scale (null, or one fp32 value on z's device): y also cast to E4M3
+// with it and its amax, into fp8_out[0..2] (the output dense's FP8 input). mode as the
+// epilogues'. With the kernels one pass adds the bias, applies the GELU and (fp8_scale) writes
+// the cast and the amax partials; otherwise at::gelu(z + b) and fp8_of's casts.
+int mr_fe_bias_gelu(const at::Tensor* z, const at::Tensor* b, const at::Tensor* fp8_scale,
+                    int mode, at::Tensor** out, at::Tensor** fp8_out, int* used_kernel,
+                    char** err) {
+  return mr::catching(err, kWhat, [&] {
+    check_mode("fused bias + GELU", mode);
+    const at::Tensor& zz = need(z, "z");
+    const at::Tensor& bb = need(b, "bias");
+    const at::Tensor scale = opt(fp8_scale);
+    TORCH_CHECK(!scale.defined() || (fp8_out != nullptr && scale.numel() == 1 &&
+                                     scale.scalar_type() == at::kFloat &&
+                                     scale.device() == zz.device()),
+                "fused bias + GELU: the FP8 scale must be one fp32 value on z's device (",
+                zz.device(), ") with room for the FP8 output");
+    const at::Tensor zc = zz.contiguous();
+    const bool usable = gelu_kernel_usable(zc, bb, mode);
+    TORCH_CHECK(usable || mode <= 1, "fused bias + GELU: the ", kernel_path_name(mode),
+                " kernel path is not usable for these tensors (", zz.scalar_type(), " on ",
+                zz.device(), ", ", zz.size(-1), " columns, bias ", bb.scalar_type(),
+                "): it takes fp32, bf16 or fp16 rows of a multiple of 4 with an fp32 bias",
+                g_status.load() < 0 ? ": " + g_report.reason() : std::string());
+    const std::optional<at::Tensor> s =
+        scale.defined() ? std::optional<at::Tensor>(scale.reshape({})) : std::nullopt;
+    variable_list r;
+    if (usable) {
+      r = BiasGelu::apply(zc, bb, s);
+    } else {
+      r = {at::gelu(zz + bb.to(zz.scalar_type()))};
+      if (s) {
+        auto [q, amax] = fp8_of(r[0], *s);
+        r.push_back(q);
+        r.push_back(amax);
+      }
+    }
+    *out = new at::Tensor(std::move(r[0]));
+    if (s) {
+      fp8_out[0] = new at::Tensor(std::move(r[1]));
+      fp8_out[1] = new at::Tensor(std::move(r[2]));
+    }
+    if (used_kernel) *used_kernel = usable ? 1 : 0;
   });
 }
 

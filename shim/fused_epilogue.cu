@@ -554,13 +554,20 @@ __device__ __forceinline__ bool mr_column_chunk(int rows, int cols, int rows_per
 
 // Thread = 4 adjacent columns (a block: 4 * blockDim.x columns) over rows_per_chunk rows from
 // blockIdx.y * rows_per_chunk, the bias loaded once (no index arithmetic per element).
+// fp8_out given (methods.fp8: y feeds the output dense's FP8 linear): y also as E4M3 with
+// *fp8_scale (mr_e4m3 of y as stored), and the thread's amax of y into part_amax[blockIdx.y *
+// cols / 4 + c / 4] (the host takes their max).
 MR_KERNEL void mr_fe_bias_gelu_forward(const HT::T* __restrict__ z, const float* __restrict__ bias,
                                        int rows, int cols, int rows_per_chunk,
-                                       HT::T* __restrict__ y) {
+                                       HT::T* __restrict__ y, const float* __restrict__ fp8_scale,
+                                       unsigned char* __restrict__ fp8_out,
+                                       float* __restrict__ part_amax) {
   int c, r0, r1;
   if (!mr_column_chunk(rows, cols, rows_per_chunk, c, r0, r1)) return;
   float bv[4];
   load4<F32>(bias + c, bv);
+  const float fp8_sc = fp8_out ? *fp8_scale : 0.f;
+  float amax = 0.f;
 #ifdef __CUDACC_RTC__
 #pragma unroll 4
 #endif
@@ -575,7 +582,17 @@ MR_KERNEL void mr_fe_bias_gelu_forward(const HT::T* __restrict__ z, const float*
       out[j] = x * cdf;
     }
     store4<HT>(y + i, out);
+    if (fp8_out) {
+      U8x4 q;
+      for (int j = 0; j < 4; ++j) {
+        const float stored = HT::load(HT::store(out[j]));
+        amax = mr_nanmax(amax, fabsf(stored));
+        q.v[j] = mr_e4m3(stored * fp8_sc);
+      }
+      *reinterpret_cast<U8x4*>(fp8_out + i) = q;
+    }
   }
+  if (fp8_out) part_amax[(long long)blockIdx.y * (cols >> 2) + (c >> 2)] = amax;
 }
 
 // d z = d y * GELU'(x) = d y (Phi(x) + x phi(x)), rounded to HT, and the bias's gradient as

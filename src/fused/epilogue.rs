@@ -33,7 +33,7 @@ use super::Path;
 use crate::shim::cuda_emu_entry::mr_cuda_emu_selftest;
 use crate::shim::error::call;
 use crate::shim::fused_epilogue::{
-    mr_fe_bias_dropout_add_ln, mr_fe_dense_bias_gelu, mr_fe_dense_dropout_add_ln,
+    mr_fe_bias_dropout_add_ln, mr_fe_bias_gelu, mr_fe_dense_bias_gelu, mr_fe_dense_dropout_add_ln,
     mr_fe_kernel_built, mr_fe_kernel_status, mr_fe_nvrtc_compile, mr_fe_qkv_projection,
     mr_fe_set_thread_mask_draw, mr_fe_v4_launches, EpilogueArgs, Err, T,
 };
@@ -233,6 +233,44 @@ pub fn dense_bias_gelu(x: &Tensor, w: &Tensor, b: &Tensor, path: Path) -> Result
         )
     })?;
     Ok((finish(out), used != 0))
+}
+
+/// `GELU(z + b)` (the exact, erf GELU) for `z` a matmul's output without its bias (the FP8
+/// linear's, `methods.fp8`): one kernel pass adds the bias and applies the GELU, and with
+/// `fp8_scale` (the output dense's FP8 input scale, one fp32 value on the device) also writes
+/// the output cast to E4M3 with it and the amax, for [`crate::fused::fp8::linear_cast`]. Where
+/// the kernels do not run, `gelu(z + b)` and ATen's cast. Returns the output, the cast (with a
+/// scale) and whether the kernel path ran.
+pub fn bias_gelu(
+    z: &Tensor,
+    b: &Tensor,
+    fp8_scale: Option<&Tensor>,
+    path: Path,
+) -> Result<(Tensor, Option<Quantized>, bool)> {
+    let mut out = std::ptr::null_mut();
+    let mut fp8 = [std::ptr::null_mut(); 2];
+    let mut used: c_int = 0;
+    // SAFETY: z, b and fp8_scale (or null) are live for the call; `fp8` has room for the two
+    // tensors the shim returns with a scale.
+    call("fused bias + GELU", |err| unsafe {
+        mr_fe_bias_gelu(
+            z.as_ptr(),
+            b.as_ptr(),
+            fp8_scale.map_or(std::ptr::null(), |s| s.as_ptr()),
+            path.code(),
+            &mut out,
+            fp8.as_mut_ptr(),
+            &mut used,
+            err,
+        )
+    })?;
+    let y = finish(out);
+    // SAFETY: with a scale, on success the shim returned two new at::Tensors in `fp8`.
+    let cast = fp8_scale.map(|_| {
+        let [q, amax] = fp8.map(|t| unsafe { Tensor::from_ptr(t) });
+        Quantized { q, amax }
+    });
+    Ok((y, cast, used != 0))
 }
 
 /// Fused QKV (`methods.fused_qkv`): the query, key and value projections of `x` (`[N, H]`) as

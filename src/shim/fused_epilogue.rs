@@ -51,6 +51,16 @@ extern "C" {
         used_kernel: *mut c_int,
         err: Err,
     ) -> c_int;
+    pub fn mr_fe_bias_gelu(
+        z: T,
+        b: T,
+        fp8_scale: T,
+        mode: c_int,
+        out: *mut *mut C_tensor,
+        fp8_out: *mut *mut C_tensor,
+        used_kernel: *mut c_int,
+        err: Err,
+    ) -> c_int;
     pub fn mr_fe_qkv_projection(
         x: T,
         w: T,

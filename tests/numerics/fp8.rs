@@ -539,3 +539,53 @@ fn check_e4m3_output(values: &[f32], cols: i64, path: Path, out: Kind, scale: f3
         "{path:?} {out:?} amax"
     );
 }
+
+/// The bias + GELU op's E4M3 output (`methods.fp8`: the output dense's input), byte for byte
+/// against ATen's cast of the op's own output, and its amax against `max |y|`, through the
+/// kernel on the emulator (whose threads each take 4 columns of a chunk of rows, so the amax is
+/// a max over partials) and the composite path, fp32 and bf16, three scales; the output itself
+/// is the same with the cast asked for and without.
+#[test]
+fn the_bias_gelu_ops_e4m3_output_is_atens_cast_bit_for_bit() {
+    use mlperf_run::fused::epilogue::bias_gelu;
+    // no draws from the shared generator: a spread of values from about -60 to 60
+    let (rows, cols) = (37_i64, 64_i64);
+    let base = Tensor::arange(rows * cols, (Kind::Float, Device::Cpu)).reshape([rows, cols]);
+    let z0 = (&base * 0.37).sin() * (&base * 0.011).exp().clamp(0.0, 60.0);
+    let b = Tensor::arange(cols, (Kind::Float, Device::Cpu)) * 0.05 - 1.0;
+    for path in [Path::Emulated, Path::Reference] {
+        for kind in [Kind::Float, Kind::BFloat16] {
+            let z = z0.to_kind(kind);
+            let (plain, none, _) = bias_gelu(&z, &b, None, path).unwrap();
+            assert!(none.is_none());
+            for scale in [1.0f32, 0.37, 1024.0] {
+                let s = Tensor::from(scale);
+                let (y, cast, used) = bias_gelu(&z, &b, Some(&s), path).unwrap();
+                assert_eq!(used, path == Path::Emulated, "{path:?}");
+                assert!(y.equal(&plain), "{path:?} {kind:?}: the output changed");
+                let cast = cast.unwrap();
+                let want = (y.to_kind(Kind::Float) * &s)
+                    .clamp(-448.0, 448.0)
+                    .to_kind(Kind::Float8e4m3fn);
+                let bytes = |t: &Tensor| {
+                    Vec::<u8>::try_from(t.view_dtype(Kind::Uint8).reshape([-1])).unwrap()
+                };
+                assert_eq!(
+                    bytes(&cast.q),
+                    bytes(&want),
+                    "{path:?} {kind:?} scale {scale}"
+                );
+                let want_amax = f32::try_from(y.abs().max().to_kind(Kind::Float)).unwrap();
+                assert_eq!(
+                    f32::try_from(&cast.amax).unwrap(),
+                    want_amax,
+                    "{path:?} {kind:?}"
+                );
+                // at this scale the largest values saturate (448)
+                if scale == 1024.0 {
+                    assert!(bytes(&cast.q).iter().any(|b| b & 0x7f == 0x7e));
+                }
+            }
+        }
+    }
+}

@@ -7,8 +7,9 @@
 //! | [`Projections`] | three linears, one fused QKV op | `fused_qkv` |
 //! | [`Attention`] | SDPA (with FlashAttention's varlen kernel for packed tokens and packed rows), explicit softmax | `fused_attention`, [`KernelSwitches::varlen_path`] |
 //! | [`Tail`] (dense + dropout + residual + LayerNorm) | plain ops, one fused epilogue op | `fused_epilogues`, [`KernelSwitches::fused_epilogue_path`] |
-//! | [`FeedForward`] | plain (dense, erf GELU), fused bias + GELU epilogue, cuBLASLt bias + tanh GELU over both matmuls | `fused_epilogues` + [`KernelSwitches::fused_gelu_epilogue`], `fused_bias_gelu` |
+//! | [`FeedForward`] | plain (dense, erf GELU), fused bias + GELU epilogue (after an FP8 linear with `fp8`), cuBLASLt bias + tanh GELU over both matmuls | `fused_epilogues` + [`KernelSwitches::fused_gelu_epilogue`], `fp8`, `fused_bias_gelu` |
 //! | [`Linear`] (every encoder dense) | default (fp32, or bf16 under autocast), FP8 with delayed scaling | `fp8`, [`KernelSwitches::fp8_path`] |
+//! | the FP8 input casts | in each linear; in the fused op that writes the input (LayerNorm tails, bias + GELU) | `fp8` + `fused_epilogues`, [`KernelSwitches::fp8_fused_cast`] |
 //!
 //! The token layout (padded `[B*S]`, packed real tokens, packed rows) is the batch's, not a
 //! part: one model runs padded eval batches and packed training rows, and each attention part
@@ -359,8 +360,8 @@ pub(super) enum Tail {
 /// What the tail adds the residual to: a dense layer's input, or a dense output still without
 /// its bias (after `fused_bias_gelu`).
 pub(super) enum TailInput<'a> {
-    /// The dense layer and its input.
-    Dense(&'a Dense, Tensor),
+    /// The dense layer and its input (perhaps already cast for its FP8 linear).
+    Dense(&'a Dense, Tensor, Option<Quantized>),
     /// A dense output without its bias, and that bias.
     NoBias(Tensor, &'a Tensor),
 }
@@ -387,7 +388,9 @@ impl Tail {
         match self {
             Tail::Plain { linear, stream } => {
                 let h = match input {
-                    TailInput::Dense(d, x) => linear.forward(d, &x)?,
+                    TailInput::Dense(d, x, pre) => {
+                        linear.cast_input(d, &x, pre.as_ref(), Some(&d.b))?
+                    }
                     // the output dense's bias in the matmul's dtype, as linear casts it
                     TailInput::NoBias(z, b) => &z + b.to_kind(z.kind()),
                 };
@@ -415,10 +418,12 @@ impl Tail {
                 };
                 let (h, bias) = match (input, linear) {
                     // (no FP8 linear reads it without methods.fp8: `next` is None)
-                    (TailInput::Dense(d, x), Linear::Default) => {
+                    (TailInput::Dense(d, x, _), Linear::Default) => {
                         return Ok((dense_dropout_add_ln(&x, &d.w, &d.b, &e)?.0, None));
                     }
-                    (TailInput::Dense(d, x), fp8) => (fp8.with_bias(d, &x, None)?, &d.b),
+                    (TailInput::Dense(d, x, pre), fp8) => {
+                        (fp8.cast_input(d, &x, pre.as_ref(), None)?, &d.b)
+                    }
                     (TailInput::NoBias(z, b), _) => (z, b),
                 };
                 Ok(match next {
@@ -449,6 +454,10 @@ pub(super) enum FeedForward {
     Plain(Linear),
     /// The bias + erf GELU in the matmul's epilogue ([`crate::fused::epilogue::dense_bias_gelu`]).
     GeluEpilogue(Path),
+    /// With `fp8`: the intermediate dense as an FP8 linear without its bias, then the bias +
+    /// erf GELU in one op ([`crate::fused::epilogue::bias_gelu`]), which with
+    /// [`KernelSwitches::fp8_fused_cast`] also writes the output dense's E4M3 input and amax.
+    Fp8GeluEpilogue { fp8: Path, epilogue: Path },
     /// Both matmuls with the intermediate bias and a tanh GELU fused into them,
     /// `gelu_tanh(x W1^T + b1) W2^T` without the output dense's bias
     /// ([`crate::fused::bias_gelu`]; `methods.fused_bias_gelu`).
@@ -457,19 +466,32 @@ pub(super) enum FeedForward {
 
 impl FeedForward {
     /// What the output tail takes for the layer `l` on `x` (`pre`: `x` already cast with the
-    /// intermediate dense's FP8 input scale, [`Parts::cast_for`]).
+    /// intermediate dense's FP8 input scale; `cast`: the output dense's FP8 scales, to cast the
+    /// GELU's output with in its op: [`Parts::cast_for`]).
     fn forward<'a>(
         self,
         l: &'a Layer,
         x: &'a Tensor,
         pre: Option<&Quantized>,
+        cast: Option<&Fp8Slot>,
     ) -> Result<TailInput<'a>> {
         Ok(match self {
             FeedForward::Plain(linear) => {
                 let inter = linear
                     .cast_input(&l.intermediate, x, pre, Some(&l.intermediate.b))?
                     .gelu("none");
-                TailInput::Dense(&l.output, inter)
+                TailInput::Dense(&l.output, inter, None)
+            }
+            FeedForward::Fp8GeluEpilogue { fp8, epilogue } => {
+                let z = Linear::Fp8(fp8).cast_input(&l.intermediate, x, pre, None)?;
+                let scale = cast.map(|s| s.scale.get(0));
+                let (inter, cast, _) = crate::fused::epilogue::bias_gelu(
+                    &z,
+                    &l.intermediate.b,
+                    scale.as_ref(),
+                    epilogue,
+                )?;
+                TailInput::Dense(&l.output, inter, cast)
             }
             FeedForward::GeluEpilogue(path) => {
                 let inter = crate::fused::epilogue::dense_bias_gelu(
@@ -479,7 +501,7 @@ impl FeedForward {
                     path,
                 )?
                 .0;
-                TailInput::Dense(&l.output, inter)
+                TailInput::Dense(&l.output, inter, None)
             }
             FeedForward::BiasGelu => {
                 let (z, _) = crate::fused::bias_gelu::dense_gelu_dense(
@@ -534,7 +556,12 @@ impl Parts {
         };
         let feed_forward = if m.fused_bias_gelu {
             FeedForward::BiasGelu
-        } else if m.fused_epilogues && k.fused_gelu_epilogue && !m.fp8 {
+        } else if m.fused_epilogues && k.fused_gelu_epilogue && m.fp8 {
+            FeedForward::Fp8GeluEpilogue {
+                fp8: k.fp8_path,
+                epilogue: k.fused_epilogue_path,
+            }
+        } else if m.fused_epilogues && k.fused_gelu_epilogue {
             FeedForward::GeluEpilogue(k.fused_epilogue_path)
         } else {
             FeedForward::Plain(linear)
@@ -609,17 +636,79 @@ impl Layer {
             .attention
             .forward(&qkv, c.tokens, c.attention_p, c.hidden.train)?
             .reshape([-1, h]);
-        let ffn_reads = matches!(parts.feed_forward, FeedForward::Plain(Linear::Fp8(_)));
+        let ffn_reads = matches!(
+            parts.feed_forward,
+            FeedForward::Plain(Linear::Fp8(_)) | FeedForward::Fp8GeluEpilogue { .. }
+        );
+        let gelu_casts = matches!(parts.feed_forward, FeedForward::Fp8GeluEpilogue { .. });
         let (x, cast) = parts.attn_tail.forward(
-            TailInput::Dense(&self.attn_out, ctx),
+            TailInput::Dense(&self.attn_out, ctx, None),
             &self.attn_ln,
             x,
             c.hidden,
             parts.cast_for(&self.intermediate, ffn_reads),
         )?;
-        let inner = parts.feed_forward.forward(self, &x, cast.as_ref())?;
+        let inner = parts.feed_forward.forward(
+            self,
+            &x,
+            cast.as_ref(),
+            parts.cast_for(&self.output, gelu_casts),
+        )?;
         parts
             .out_tail
             .forward(inner, &self.out_ln, &x, c.hidden, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the FP8 casts are fused: with `fp8`, `fused_epilogues` and `fused_qkv` every tail
+    /// and the GELU cast for the linear that reads them; turning a piece off moves the cast back
+    /// into the linear.
+    #[test]
+    fn the_fused_fp8_casts_follow_the_methods_and_the_switch() {
+        let m = BertMethods {
+            fp8: true,
+            fused_epilogues: true,
+            fused_qkv: true,
+            ..BertMethods::default()
+        };
+        let k = KernelSwitches::default();
+        let p = Parts::choose(&m, &k);
+        assert!(p.fp8_fused_cast);
+        assert!(matches!(
+            p.feed_forward,
+            FeedForward::Fp8GeluEpilogue { .. }
+        ));
+        assert!(matches!(p.projections, Projections::Fp8Fused(_)));
+        let off = KernelSwitches {
+            fp8_fused_cast: false,
+            ..k
+        };
+        assert!(!Parts::choose(&m, &off).fp8_fused_cast);
+        let plain_gelu = KernelSwitches {
+            fused_gelu_epilogue: false,
+            ..k
+        };
+        let p = Parts::choose(&m, &plain_gelu);
+        assert!(matches!(p.feed_forward, FeedForward::Plain(Linear::Fp8(_))));
+        for (fp8, fused_epilogues) in [(false, true), (true, false)] {
+            let m = BertMethods {
+                fp8,
+                fused_epilogues,
+                ..m.clone()
+            };
+            let p = Parts::choose(&m, &k);
+            assert!(
+                !p.fp8_fused_cast,
+                "fp8 {fp8} fused_epilogues {fused_epilogues}"
+            );
+            assert!(!matches!(
+                p.feed_forward,
+                FeedForward::Fp8GeluEpilogue { .. }
+            ));
+        }
     }
 }
