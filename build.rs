@@ -92,6 +92,7 @@ fn compile_shim(lib: &Path) {
         .file("shim/cuda_emu_entry.cpp")
         .file("shim/fused_bias_gelu.cpp")
         .file("shim/fp8.cpp")
+        .file("shim/fp8_attention.cpp")
         .file("shim/varlen_attention.cpp")
         .file("shim/ragged_resize.cpp");
     let nccl = std::env::var_os("CARGO_FEATURE_NCCL").is_some();

@@ -19,12 +19,18 @@
 //! kernel, the broken control beyond the tolerance. Exit status 1 otherwise. On a CPU (or where
 //! `_scaled_mm` cannot run) the `fp8` side is the emulated one (MLPERF_RUN_TEST_EMULATE_FP8=1
 //! needed): the plumbing, not the kernel.
+//!
+//! Before that last line, on a GPU, a probe for `methods.fp8_attention` (not built; docs/gpu.md):
+//! each candidate attention op of libtorch ([`AttentionProbe`]) on FP8 (E4M3) q, k, v of BERT's
+//! shape ([2, 16, 512, 64]), one plain-text line each, `fp8 attention probe: <op>: runs (<ms>)`
+//! or `...: refused: <why>`, then the bf16 SDPA of the same shape for reference. A refusal does
+//! not fail the check.
 
 mod common;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use mlperf_run::fused::fp8::{linear, path_for, Fp8State, Recipe};
+use mlperf_run::fused::fp8::{attention_probe, linear, path_for, AttentionProbe, Fp8State, Recipe};
 use mlperf_run::fused::Path;
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use tch::{Device, Kind, Tensor};
@@ -158,6 +164,72 @@ fn check(a: &Args, path: Path, name: &str, k: i64, n: i64) -> Result<bool> {
     Ok(pass)
 }
 
+/// The FP8 attention probe's median time of `f` in ms (after 2 warm-up rounds).
+fn probe_ms(a: &Args, f: impl Fn() -> Result<Tensor>) -> Result<f64> {
+    let (t, _) = common::time_rounds(a.device, 2, a.rounds, f)?;
+    Ok(common::median(&t) * 1e3)
+}
+
+/// `runs (<ms>)`, or `<failed> <the error's first line>`.
+fn outcome(r: Result<f64>, failed: &str) -> String {
+    match r {
+        Ok(ms) => format!("runs ({ms:.3} ms)"),
+        Err(e) => format!(
+            "{failed}: {}",
+            format!("{e:#}").lines().next().unwrap_or("")
+        ),
+    }
+}
+
+/// One line per candidate attention op on FP8 q, k, v of BERT's shape, then bf16 SDPA's time
+/// (the reference): `methods.fp8_attention`'s question (docs/gpu.md). Never fails the check.
+fn attention_probes(a: &Args) {
+    let d = a.device;
+    if !matches!(d, Device::Cuda(_)) {
+        println!("fp8 attention probe: skipped: needs a CUDA device (this run is on {d:?})");
+        return;
+    }
+    let bf16: [Tensor; 3] =
+        std::array::from_fn(|_| Tensor::randn([2, 16, 512, 64], (Kind::BFloat16, d)));
+    let fp8: Vec<Tensor> = match bf16
+        .iter()
+        .map(|t| t.f_to_kind(Kind::Float8e4m3fn))
+        .collect()
+    {
+        Ok(v) => v,
+        Err(e) => {
+            println!("fp8 attention probe: skipped: no E4M3 tensor on {d:?}: {e}");
+            return;
+        }
+    };
+    for op in AttentionProbe::ALL {
+        let r = probe_ms(a, || attention_probe(op, &fp8[0], &fp8[1], &fp8[2]));
+        println!(
+            "fp8 attention probe: {}: {}",
+            op.name(),
+            outcome(r, "refused")
+        );
+    }
+    let [q, k, v] = &bf16;
+    let none = None::<Tensor>;
+    let sdpa = || {
+        Ok(Tensor::f_scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            none.as_ref(),
+            0.0,
+            false,
+            None,
+            false,
+        )?)
+    };
+    println!(
+        "fp8 attention probe: bf16 scaled_dot_product_attention (reference): {}",
+        outcome(probe_ms(a, sdpa), "failed")
+    );
+}
+
 fn main() -> Result<()> {
     let a = Args::parse();
     if a.tokens < 16 || a.rounds == 0 {
@@ -174,6 +246,7 @@ fn main() -> Result<()> {
     ] {
         ok &= check(&a, path, name, k, n)?;
     }
+    attention_probes(&a);
     println!(
         "{}",
         serde_json::json!({"check": "fp8", "ok": ok, "kernel": path != Path::Reference, "device": format!("{:?}", a.device)})

@@ -41,7 +41,9 @@
 #      (16,384 tokens; QKV 1024->3072, attention out 1024->1024, FFN 1024->4096 and 4096->1024):
 #      relative error of the output and the x/W/bias gradients (pass: < 0.1), the emulated path vs
 #      the kernel (< 2e-2), a control with the amax history off by 16x that must fail, and the
-#      median fwd+bwd time of each (about a minute on an H100)
+#      median fwd+bwd time of each (about a minute on an H100); then, in the log only, the FP8
+#      attention probe: one line per libtorch attention op on E4M3 q/k/v, runs or refused
+#      (docs/gpu.md, "FP8 attention"), and the bf16 SDPA's time
 #   c) also has `mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8` (the fast row
 #   with methods.fp8), in --sides all and targets;
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured

@@ -27,10 +27,15 @@
 //!   rounding, dequantised and multiplied in fp32. A run takes it only in the test mode
 //!   `MLPERF_RUN_TEST_EMULATE_FP8=1` (refused without the variable); the GPU numerics check
 //!   compares the kernel against it.
+//!
+//! # FP8 attention: a probe only
+//! [`attention_probe`] runs one of libtorch's attention ops on FP8 q, k, v
+//! (`shim/fp8_attention.cpp`) for `examples/fp8_check`. `methods.fp8_attention` is not built:
+//! none of those ops takes FP8 in libtorch 2.11 (docs/gpu.md says why and what it would take).
 
 use super::Path;
 use crate::shim::error::call;
-use crate::shim::fp8::{mr_fp8_linear, mr_fp8_quantize_dequantize};
+use crate::shim::fp8::{mr_fp8_attention_probe, mr_fp8_linear, mr_fp8_quantize_dequantize};
 use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 
@@ -291,4 +296,65 @@ fn probe(device: Device) -> Result<()> {
     let y = linear(&x, &w, None, &state.slot(0), Path::Auto)?;
     y.to_kind(Kind::Float).sum(Kind::Float).f_backward()?;
     Ok(())
+}
+
+/// The attention ops [`attention_probe`] tries with FP8 q, k, v (`methods.fp8_attention`'s
+/// question, docs/gpu.md): none of them takes FP8 in libtorch 2.11 alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionProbe {
+    /// `_scaled_dot_product_flash_attention.quantized` (per-head descales): FA3's entry point,
+    /// whose libtorch kernel refuses unless FA3 was registered from Python.
+    FlashQuantized,
+    /// `_scaled_dot_product_flash_attention`: FlashAttention-2 (fp16 / bf16).
+    Flash,
+    /// `_scaled_dot_product_efficient_attention` (fp32 / fp16 / bf16).
+    Efficient,
+    /// `scaled_dot_product_attention` with only the cuDNN backend enabled.
+    SdpaCudnn,
+    /// `scaled_dot_product_attention` with only flash enabled and the FA3 flag set.
+    SdpaFlashFa3,
+    /// `scaled_dot_product_attention` as it is (all backends; math last).
+    Sdpa,
+}
+
+impl AttentionProbe {
+    /// Every probe, in the order the check prints them.
+    pub const ALL: [AttentionProbe; 6] = [
+        AttentionProbe::FlashQuantized,
+        AttentionProbe::Flash,
+        AttentionProbe::Efficient,
+        AttentionProbe::SdpaCudnn,
+        AttentionProbe::SdpaFlashFa3,
+        AttentionProbe::Sdpa,
+    ];
+
+    /// The op as the check's lines name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionProbe::FlashQuantized => "_scaled_dot_product_flash_attention.quantized",
+            AttentionProbe::Flash => "_scaled_dot_product_flash_attention",
+            AttentionProbe::Efficient => "_scaled_dot_product_efficient_attention",
+            AttentionProbe::SdpaCudnn => "scaled_dot_product_attention (cuDNN backend only)",
+            AttentionProbe::SdpaFlashFa3 => {
+                "scaled_dot_product_attention (flash only, FA3 flag set)"
+            }
+            AttentionProbe::Sdpa => "scaled_dot_product_attention (all backends)",
+        }
+    }
+}
+
+/// The output of `op` on `q`, `k`, `v` ([B, heads, S, head_dim]; FP8 for the probe), or its
+/// refusal on one line (with the SDPA dispatcher's reasons). It sets the process's SDPA backend
+/// switches and warning handler for the call (and restores them): not while other threads run
+/// attention.
+pub fn attention_probe(op: AttentionProbe, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    // the variants' order (0-5) is the shim's op numbers
+    let code = op as i32;
+    let mut out = std::ptr::null_mut();
+    // SAFETY: q, k and v are live for the call; a new tensor comes back on success.
+    call("", |err| unsafe {
+        mr_fp8_attention_probe(code, q.as_ptr(), k.as_ptr(), v.as_ptr(), &mut out, err)
+    })?;
+    // SAFETY: on success the shim returned a new at::Tensor that we now own.
+    Ok(unsafe { Tensor::from_ptr(out) })
 }

@@ -1,4 +1,5 @@
-//! `shim/fp8.cpp`: the FP8 linear layer with delayed scaling. Use [`crate::fused::fp8`].
+//! `shim/fp8.cpp`: the FP8 linear layer with delayed scaling, and `shim/fp8_attention.cpp`: the
+//! FP8 attention probe. Use [`crate::fused::fp8`].
 use std::os::raw::{c_char, c_int};
 use torch_sys::C_tensor;
 
@@ -21,6 +22,18 @@ extern "C" {
         t: T,
         scale: T,
         format: c_int,
+        out: *mut *mut C_tensor,
+        err: *mut *mut c_char,
+    ) -> c_int;
+}
+
+extern "C" {
+    /// `shim/fp8_attention.cpp`: one attention op on FP8 q, k, v (a probe; `op` 0-5).
+    pub fn mr_fp8_attention_probe(
+        op: c_int,
+        q: T,
+        k: T,
+        v: T,
         out: *mut *mut C_tensor,
         err: *mut *mut c_char,
     ) -> c_int;
