@@ -8,7 +8,7 @@
 //!     [--inter 4096] [--vocab 30528] [--batch 32] [--seq 512] [--preds 76] [--steps 20]
 //!     [--warmup 5] [--pad 0.0] [--threads 0] [--device cpu|cuda] [--lamb]
 //!     [--methods amp=bf16,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,...]
-//!     [--no-gelu-epilogue] [--keep-mask] [--scatter-attention] [--flash-varlen] [--data DIR]
+//!     [--no-gelu-epilogue] [--no-fp8-fused-cast] [--keep-mask] [--scatter-attention] [--flash-varlen] [--data DIR]
 //!
 //! --methods: BERT's methods as a config's `[methods]` table names them
 //! ([`mlperf_run::methods::BertMethods`]): a bare name turns one on, `name=value` sets one
@@ -30,7 +30,8 @@
 //! fused_epilogues: each layer's dense bias + dropout + residual + LayerNorm as one op, as
 //! `mlperf-run bert` with methods.fused_epilogues (CUDA kernels via NVRTC on a GPU), and the
 //! intermediate dense's bias + GELU as one op too; --no-gelu-epilogue leaves that one unfused
-//! (to measure it).
+//! (to measure it). With fp8 too, the fused ops also write the E4M3 cast and amax of what they
+//! feed an FP8 linear; --no-fp8-fused-cast leaves the casts to the linears (to measure them).
 //! fused_bias_gelu: each layer's intermediate dense + bias + tanh GELU as one op, as
 //! `mlperf-run bert --division open` with methods.fused_bias_gelu (cuBLASLt's GELU epilogue on a
 //! GPU).
@@ -102,6 +103,10 @@ struct Args {
     /// With fused_epilogues: leave the intermediate dense's bias + GELU unfused (to measure it).
     #[arg(long)]
     no_gelu_epilogue: bool,
+    /// With fp8 and fused_epilogues: each FP8 linear casts its own input instead of the fused
+    /// op that wrote it (KernelSwitches::fp8_fused_cast off, to measure the fused casts).
+    #[arg(long)]
+    no_fp8_fused_cast: bool,
     /// Pass a batch's all-ones mask anyway (the memory-efficient kernel on a GPU).
     #[arg(long)]
     keep_mask: bool,
@@ -160,6 +165,7 @@ fn main() -> Result<()> {
     let mut model = BertForPreTraining::new(&vs.root(), cfg, m)?;
     model.configure(|_, k| {
         k.fused_gelu_epilogue = !a.no_gelu_epilogue;
+        k.fp8_fused_cast = !a.no_fp8_fused_cast;
         if a.scatter_attention {
             k.varlen_path = mlperf_run::fused::Path::Reference;
         }
@@ -299,7 +305,7 @@ fn main() -> Result<()> {
     let mut json = serde_json::json!({
         "impl": "mlperf-run",
         "device": if dev.is_cuda() { "cuda" } else { "cpu" },
-        "bf16": m.bf16(), "unpad": m.unpad, "cuda_graph": m.cuda_graph, "fused_epilogues": m.fused_epilogues, "gelu_epilogue": m.fused_epilogues && !a.no_gelu_epilogue, "fused_bias_gelu": m.fused_bias_gelu, "fused_qkv": m.fused_qkv, "bf16_residual": m.bf16_residual, "fp8": m.fp8, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !m.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && m.bf16() { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
+        "bf16": m.bf16(), "unpad": m.unpad, "cuda_graph": m.cuda_graph, "fused_epilogues": m.fused_epilogues, "gelu_epilogue": m.fused_epilogues && !a.no_gelu_epilogue, "fused_bias_gelu": m.fused_bias_gelu, "fused_qkv": m.fused_qkv, "bf16_residual": m.bf16_residual, "fp8": m.fp8, "fp8_fused_cast": m.fp8 && m.fused_epilogues && !a.no_fp8_fused_cast, "attention_mask": padded, "flash_varlen": a.flash_varlen, "unpad_attention": if !m.unpad { "none" } else if a.scatter_attention || varlen_failed() { "scatter" } else if dev.is_cuda() && m.bf16() { "varlen" } else { "scatter" }, "opt": if a.lamb { "lamb" } else { "adamw" }, "batch": b, "seq": s, "steps": a.steps, "warmup": a.warmup,
         "seq_per_s": b as f64 * steps / window,
         "step_ms": 1000.0 * window / steps,
         "window_unix": [w0, w1],

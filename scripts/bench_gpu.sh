@@ -45,7 +45,8 @@
 #      attention probe: one line per libtorch attention op on E4M3 q/k/v, runs or refused
 #      (docs/gpu.md, "FP8 attention"), and the bf16 SDPA's time
 #   c) also has `mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8` (the fast row
-#   with methods.fp8), in --sides all and targets;
+#   with methods.fp8) and the same with `casts-unfused` (each FP8 linear casting its own input
+#   instead of the fused ops: --no-fp8-fused-cast), in --sides all and targets;
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
 #   once and replayed; in the default build; a lite or CPU-only build fails those rows with
 #   the reason), reported against ours without it and against every peer;
@@ -204,9 +205,9 @@ case "$first_round" in ''|*[!0-9]*|0) die "--first-round needs a positive number
 case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (0: none)" ;; esac
 # the rows of a) and c), in round 1's order
 case "$sides" in
-  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-fp8 fast-ln fast-fa2 mask all hf ref)
+  all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-fp8 fast-fp8-cast fast-ln fast-fa2 mask all hf ref)
     B_SIDES=(mlperf-run mlperf-run-cpu torchvision); E_SIDES=(cpu nvjpeg engine hybrid default tv-loader tv-gpu) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-fp8 fast-ln all hf)
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-fp8 fast-fp8-cast fast-ln all hf)
     B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   data) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   run) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run); E_SIDES=(nvjpeg) ;;
@@ -676,6 +677,7 @@ if want c; then
         qkv) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv" ;;
         fast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" ;;
         fast-fp8) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,fp8" ;;
+        fast-fp8-cast) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8 casts-unfused" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,fp8" --no-fp8-fused-cast ;;
         fast-ln) measure c "mlperf-run cuda-graph fused-epilogues-ln-only fused-qkv bf16-residual" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" --no-gelu-epilogue ;;
         fast-fa2) measure c "mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual flash-varlen" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual" --flash-varlen ;;
         all) measure c "mlperf-run all-methods" "$r" json "$C_FLOPS_SMOKE" -- ours "$BSTEP" "${C_SHAPE[@]}" "${C_COMMON[@]}" --methods "$C_M,cuda_graph,fused_epilogues,fused_qkv,bf16_residual,fused_bias_gelu" ;;
