@@ -285,7 +285,7 @@ impl Fields<'_> {
     /// result a regression, or none).
     fn metric(&self, c: Option<usize>, name: &str) -> Result<Option<f64>> {
         match self.number(c, name)? {
-            Some(x) if x == 0.0 => bail!(
+            Some(0.0) => bail!(
                 "{}: column '{name}' must be above 0 (a recorded time or rate), got 0; leave it \
                  empty if the row does not record it",
                 self.at

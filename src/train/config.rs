@@ -48,9 +48,10 @@ pub(crate) fn local_batch(
     Ok(global_batch_size / div)
 }
 
-/// Refuses a config with nothing in it (an empty or blank file), naming a preset to start from.
+/// Refuses a config with nothing in it (an empty file, or only blank lines and comments),
+/// naming a preset to start from.
 pub(crate) fn refuse_empty(text: &str, preset: &str) -> Result<()> {
-    if text.trim().is_empty() {
+    if toml::from_str::<toml::Table>(text).is_ok_and(|t| t.is_empty()) {
         bail!("the config is empty: start from a preset such as {preset}");
     }
     Ok(())
