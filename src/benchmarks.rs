@@ -213,11 +213,21 @@ fn parse(text: &str, origin: &str) -> Result<Benchmark> {
 fn load_all() -> Result<Vec<Benchmark>> {
     let mut out = Vec::new();
     if let Some(dir) = std::env::var_os(DIR_ENV).map(PathBuf::from) {
-        for (name, _) in generated::BENCHMARK_TOMLS {
+        let names: Vec<&str> = generated::BENCHMARK_TOMLS.iter().map(|(n, _)| *n).collect();
+        let hint = || {
+            format!(
+                "{DIR_ENV}={}: the folder must hold <name>/benchmark.toml (and its RCP files) \
+                 for each of {}; unset it for the embedded definitions",
+                dir.display(),
+                names.join(", ")
+            )
+        };
+        for name in &names {
             let path = dir.join(name).join("benchmark.toml");
             let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("{DIR_ENV}: cannot read {}", path.display()))?;
-            out.push(parse(&text, &path.display().to_string())?);
+                .with_context(|| format!("cannot read {}", path.display()))
+                .with_context(hint)?;
+            out.push(parse(&text, &path.display().to_string()).with_context(hint)?);
         }
     } else {
         for (name, text) in generated::BENCHMARK_TOMLS {
@@ -237,10 +247,29 @@ fn load_all() -> Result<Vec<Benchmark>> {
     Ok(out)
 }
 
-/// All known benchmarks (ordered by name).
+/// The benchmark definitions, loaded once (an error as its message).
+fn loaded() -> &'static std::result::Result<Vec<Benchmark>, String> {
+    static ALL: OnceLock<std::result::Result<Vec<Benchmark>, String>> = OnceLock::new();
+    ALL.get_or_init(|| load_all().map_err(|e| format!("benchmark definitions: {e:#}")))
+}
+
+/// Loads the benchmark definitions now: `cli::main` calls it before any subcommand, so that a
+/// bad `MLPERF_RUN_BENCHMARKS_DIR` is an error naming it (exit status 2), not a panic of
+/// [`all`] inside the subcommand.
+pub fn ensure_loaded() -> Result<()> {
+    match loaded() {
+        Ok(_) => Ok(()),
+        Err(e) => bail!("{e}"),
+    }
+}
+
+/// All known benchmarks (ordered by name). Panics when the definitions do not load, which
+/// [`ensure_loaded`] has already refused in the binary.
 pub fn all() -> &'static [Benchmark] {
-    static ALL: OnceLock<Vec<Benchmark>> = OnceLock::new();
-    ALL.get_or_init(|| load_all().unwrap_or_else(|e| panic!("benchmark definitions: {e:#}")))
+    match loaded() {
+        Ok(all) => all,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// The benchmark called `name` (as in `submission_benchmark` and result folder names).

@@ -62,21 +62,8 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::util::logging::init(cli.verbose);
-    let result = match cli.command {
-        Command::Check(a) => rules::run_check(a),
-        Command::Score(a) => score::run_score(a),
-        Command::Regress(a) => regress::run_regress(a),
-        Command::Sysinfo(a) => submission::run_sysinfo(a),
-        Command::Package(a) => submission::run_package(a),
-        Command::Verify(a) => submission::run_verify(a),
-        Command::Resnet(a) => defaults::resnet(a),
-        Command::Bert(a) => defaults::bert(a),
-        Command::Data(a) => data::run_data(a),
-        Command::Demo(a) => demo::run_demo(a),
-        Command::Plan(a) => plan::run_plan(a),
-        Command::Launch(a) => launch::run_launch(a),
-        Command::DistSelftest(a) => launch::run_selftest(a),
-    };
+    // the benchmark definitions first: a bad MLPERF_RUN_BENCHMARKS_DIR is an error here
+    let result = crate::benchmarks::ensure_loaded().and_then(|()| dispatch(cli.command));
     // what is still buffered goes out now, so that a closed stdout is seen here, not at exit
     let result = result.and_then(|status| {
         std::io::Write::flush(&mut crate::util::output::stdout())?;
@@ -92,5 +79,24 @@ pub fn main() -> ExitCode {
             }
             status.into()
         }
+    }
+}
+
+/// Run the subcommand.
+fn dispatch(command: Command) -> anyhow::Result<ExitStatus> {
+    match command {
+        Command::Check(a) => rules::run_check(a),
+        Command::Score(a) => score::run_score(a),
+        Command::Regress(a) => regress::run_regress(a),
+        Command::Sysinfo(a) => submission::run_sysinfo(a),
+        Command::Package(a) => submission::run_package(a),
+        Command::Verify(a) => submission::run_verify(a),
+        Command::Resnet(a) => defaults::resnet(a),
+        Command::Bert(a) => defaults::bert(a),
+        Command::Data(a) => data::run_data(a),
+        Command::Demo(a) => demo::run_demo(a),
+        Command::Plan(a) => plan::run_plan(a),
+        Command::Launch(a) => launch::run_launch(a),
+        Command::DistSelftest(a) => launch::run_selftest(a),
     }
 }

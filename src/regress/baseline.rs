@@ -106,6 +106,14 @@ impl Baseline {
     /// Parse baseline CSV text; `path` is for messages.
     pub fn parse(text: &str, path: &Path) -> Result<Baseline> {
         let at = |line: u64| format!("{}:{line}", path.display());
+        if text.trim().is_empty() {
+            bail!(
+                "{}: the baseline is empty: it starts with the header line {} (`regress \
+                 --record` writes the file, header and rows)",
+                path.display(),
+                COLUMNS[..7].join(",")
+            );
+        }
         let mut reader = csv::ReaderBuilder::new()
             .trim(csv::Trim::All)
             .from_reader(text.as_bytes());
@@ -207,6 +215,19 @@ impl HeaderColumns {
                 )
             })
         };
+        for name in header.iter() {
+            if !COLUMNS.contains(&name) {
+                let hint = match crate::util::suggest::closest(name, COLUMNS) {
+                    Some(near) => format!("did you mean '{near}'? "),
+                    None => String::new(),
+                };
+                bail!(
+                    "{at}: unknown column '{name}' ({hint}the columns are: {}; `regress --record` \
+                     would drop it)",
+                    COLUMNS.join(",")
+                );
+            }
+        }
         Ok(HeaderColumns {
             benchmark: required("benchmark")?,
             config: required("config")?,
@@ -260,6 +281,19 @@ impl Fields<'_> {
         }
     }
 
+    /// An optional recorded metric: a number above 0 (a time or a rate; 0 would make every
+    /// result a regression, or none).
+    fn metric(&self, c: Option<usize>, name: &str) -> Result<Option<f64>> {
+        match self.number(c, name)? {
+            Some(0.0) => bail!(
+                "{}: column '{name}' must be above 0 (a recorded time or rate), got 0; leave it \
+                 empty if the row does not record it",
+                self.at
+            ),
+            x => Ok(x),
+        }
+    }
+
     /// An optional positive run count.
     fn count(&self, c: Option<usize>, name: &str) -> Result<Option<usize>> {
         let v = self.get(c);
@@ -298,14 +332,14 @@ impl Fields<'_> {
             benchmark: self.text(c.benchmark, "benchmark")?,
             config: self.text(c.config, "config")?,
             system: self.text(c.system, "system")?,
-            score_min: self.number(Some(c.score), "score_min")?,
+            score_min: self.metric(Some(c.score), "score_min")?,
             throughput: self.recorded(
-                self.number(c.throughput, "throughput")?,
+                self.metric(c.throughput, "throughput")?,
                 (c.throughput_spread, "throughput_spread"),
                 (c.throughput_runs, "throughput_runs"),
             )?,
             projected: self.recorded(
-                self.number(c.projected, "projected_min")?,
+                self.metric(c.projected, "projected_min")?,
                 (c.projected_spread, "projected_spread"),
                 (c.projected_runs, "projected_runs"),
             )?,

@@ -106,7 +106,10 @@ fn parse_tolerance(s: &str) -> std::result::Result<f64, String> {
 /// `mlperf-run regress`: score the results, compare and print the table, and with `--record`
 /// update the baseline file.
 pub fn run_regress(args: RegressArgs) -> Result<ExitStatus> {
-    let mut baseline = if args.baseline.exists() {
+    crate::rules::check_ruleset_flag(args.ruleset.as_deref())?;
+    // --record starts an empty (or blank) file afresh, as a missing one
+    let blank = || std::fs::read_to_string(&args.baseline).is_ok_and(|t| t.trim().is_empty());
+    let mut baseline = if args.baseline.exists() && !(args.record && blank()) {
         Baseline::load(&args.baseline)?
     } else if args.record {
         Baseline::default()

@@ -1,6 +1,6 @@
 //! `mlperf-run check`: verdicts for log files, optionally beside the official checker's.
 
-use super::{check_log, check_set, resolve_ruleset, tables, CheckOptions, Finding, Verdict};
+use super::{check_log, check_set, resolve_ruleset, CheckOptions, Finding, Verdict};
 use crate::mllog::parse_file;
 use crate::mllog::LogFile;
 use crate::official;
@@ -103,13 +103,16 @@ fn walk(tree: &tree::Walk, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// Set-level findings of one folder of runs; benchmark and division come from the logs
-/// (the folder name when no log names its benchmark).
+/// Set-level findings of one folder of runs; the benchmark is the folder's name when that
+/// names one (as in a submitter tree, `results/<system>/<benchmark>`), else the first log's;
+/// the division comes from the logs.
 fn check_result_set(dir: &Path, runs: &[(LogFile, Verdict)]) -> Vec<(PathBuf, Finding)> {
-    let benchmark = runs
-        .iter()
-        .find_map(|(_, v)| v.benchmark.clone())
-        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+    let folder = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    let benchmark = folder
+        .clone()
+        .filter(|n| crate::benchmarks::get(n).is_ok())
+        .or_else(|| runs.iter().find_map(|(_, v)| v.benchmark.clone()))
+        .or(folder)
         .unwrap_or_default();
     let division = runs
         .iter()
@@ -238,11 +241,7 @@ pub fn run_check(args: CheckArgs) -> Result<ExitStatus> {
 
 /// Refuse an unknown `--ruleset`, and `--official` without the official tools.
 fn check_usable(args: &CheckArgs) -> Result<()> {
-    if let Some(r) = &args.ruleset {
-        if let Err(message) = tables::resolve(r, None) {
-            bail!("{message}");
-        }
-    }
+    super::check_ruleset_flag(args.ruleset.as_deref())?;
     if args.official && official::python().is_none() {
         bail!(
             "--official: the official tools (python -m mlperf_logging) are not importable; run \

@@ -114,6 +114,16 @@ impl Verdict {
     }
 }
 
+/// A `--ruleset` flag's value (None: not given): a ruleset or round this build knows, else an
+/// error naming the known rounds, before any log is read (`check`, `score`, `regress`,
+/// `package`: an unknown one used to fail every log or run as non-compliant instead).
+pub fn check_ruleset_flag(ruleset: Option<&str>) -> anyhow::Result<()> {
+    match ruleset.map(|r| tables::resolve(r, None)) {
+        Some(Err(message)) => anyhow::bail!("--ruleset: {message}"),
+        _ => Ok(()),
+    }
+}
+
 /// The ruleset `check_log` uses for a log of `benchmark` under `opts`.
 pub fn resolve_ruleset(benchmark: Option<&str>, opts: &CheckOptions) -> String {
     opts.ruleset

@@ -43,9 +43,37 @@ pub fn check_set(logs: &[LogFile], benchmark: &str, division: &str) -> Vec<(Path
             finding(None, None, "run-count", format!("{e:#}")),
         )),
     }
+    out.extend(benchmark_findings(logs, benchmark));
     out.extend(batch_size_findings(logs));
     if division == "closed" {
         out.extend(seed_findings(logs));
+    }
+    out
+}
+
+/// A log of another benchmark than the set's (one of bert among resnet runs): the set's run
+/// count and score would count it as one of its own.
+fn benchmark_findings(logs: &[LogFile], benchmark: &str) -> Vec<(PathBuf, Finding)> {
+    let mut out = Vec::new();
+    for log in logs {
+        let Some(ev) = log.first("submission_benchmark") else {
+            continue;
+        };
+        let Some(other) = ev.value.as_str().filter(|b| *b != benchmark) else {
+            continue;
+        };
+        out.push((
+            log.path.clone(),
+            finding(
+                Some(ev.line),
+                Some("submission_benchmark"),
+                "benchmark",
+                format!(
+                    "a {other} log in a {benchmark} result set: a set holds the runs of one \
+                     benchmark; move it to a {other} folder"
+                ),
+            ),
+        ));
     }
     out
 }

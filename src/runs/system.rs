@@ -107,6 +107,28 @@ fn default_true() -> bool {
 }
 
 impl SystemConfig {
+    /// The longest `system.time_limit_minutes`: a year, far beyond any run.
+    pub const MAX_TIME_LIMIT_MINUTES: f64 = 525_600.0;
+
+    /// Refuse what no run can start with: a time limit that is not a positive number of
+    /// minutes (a negative or NaN one used to panic when the run began), negative threads.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let t = self.time_limit_minutes;
+        if !(t.is_finite() && t > 0.0 && t <= Self::MAX_TIME_LIMIT_MINUTES) {
+            anyhow::bail!(
+                "system.time_limit_minutes must be a number of minutes above 0 (at most {}), \
+                 got {t}",
+                Self::MAX_TIME_LIMIT_MINUTES
+            );
+        }
+        if let Some(n) = self.threads.filter(|&n| n < 0) {
+            anyhow::bail!(
+                "system.threads must be 0 or more (0 or absent: libtorch's default), got {n}"
+            );
+        }
+        Ok(())
+    }
+
     /// The hyperparameter-log entries of the device switches.
     pub fn device_log_keys(&self) -> Vec<(&'static str, Value)> {
         vec![

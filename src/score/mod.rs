@@ -209,7 +209,7 @@ fn score_files(dir: &Path, files: Vec<PathBuf>, opts: &ScoreOptions) -> Result<S
     let check_opts = check_options(&ruleset);
     let runs: Vec<RunScore> = logs.iter().map(|log| score_run(log, &check_opts)).collect();
 
-    let mut problems = Vec::new();
+    let mut problems = foreign_logs(bench, &logs);
     if runs.len() != bench.runs {
         problems.push(format!(
             "{} result files in {}, {} needs exactly {}",
@@ -588,6 +588,23 @@ fn read_scaling_json(dir: &Path) -> Result<Option<f64>> {
     Ok(Some(f))
 }
 
+/// The set's logs of another benchmark (a bert log among resnet runs), each a problem naming
+/// the file and line: scored as the set's benchmark, they would count as its runs.
+fn foreign_logs(bench: &Benchmark, logs: &[LogFile]) -> Vec<String> {
+    logs.iter()
+        .filter_map(|log| {
+            let ev = log.first(keys::SUBMISSION_BENCHMARK)?;
+            let other = ev.value.as_str().filter(|b| *b != bench.name)?;
+            Some(format!(
+                "{}:{}: a {other} log in a {} result set: move it to a {other} folder",
+                log.path.display(),
+                ev.line,
+                bench.name
+            ))
+        })
+        .collect()
+}
+
 fn str_value(log: &LogFile, key: &str) -> Option<String> {
     log.first(key)
         .and_then(|e| e.value.as_str())
@@ -645,6 +662,7 @@ pub struct ScoreArgs {
 }
 
 pub fn run_score(args: ScoreArgs) -> Result<ExitStatus> {
+    crate::rules::check_ruleset_flag(args.ruleset.as_deref())?;
     let sets = score_path(
         &args.dir,
         &ScoreOptions {

@@ -104,6 +104,7 @@ pub struct PackageArgs {
 }
 
 pub fn run_package(args: PackageArgs) -> Result<ExitStatus> {
+    crate::rules::check_ruleset_flag(args.ruleset.as_deref())?;
     let opts = package::PackageOptions {
         submitter: args.submitter,
         system: args.system,

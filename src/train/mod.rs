@@ -172,8 +172,10 @@ impl<'a> Command<'a> {
         (metric, unit): (&str, &str),
         one: impl Fn(engine::RunOptions) -> anyhow::Result<engine::RunOutcome>,
     ) -> anyhow::Result<ExitStatus> {
+        // read before the first run, so that a malformed value stops a set before it starts
+        let fault = injected_fault(std::env::var("MLPERF_RUN_INJECT_FAULT").ok())?;
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
-            let mut opts = run_options(self.device, sys, self.division, seed, log);
+            let mut opts = run_options(self.device, sys, self.division, seed, log, fault);
             opts.test_hooks.dump_params = self.run.dump_params.clone();
             opts.test_hooks.emulate_cuda_graph = self.run.emulate_cuda_graph;
             opts.recipe = self.recipe.clone();
@@ -239,6 +241,7 @@ fn run_options(
     division: Division,
     seed: Option<u64>,
     log: Option<PathBuf>,
+    fault: (Option<u64>, Option<u64>),
 ) -> engine::RunOptions {
     let mut opts = engine::RunOptions::new(device, submission(sys, division));
     opts.seed = seed;
@@ -248,15 +251,29 @@ fn run_options(
         sys.time_limit_minutes * 60.0,
     ));
     opts.loss_check_steps = sys.loss_check_steps.max(1);
-    let fault = std::env::var("MLPERF_RUN_INJECT_FAULT").ok();
-    let fault_at = |prefix: &str| {
-        fault
-            .as_deref()
-            .and_then(|v| v.strip_prefix(prefix).and_then(|n| n.parse().ok()))
-    };
-    opts.test_hooks.inject_fault_at_step = fault_at("step:");
-    opts.test_hooks.inject_capture_failure_on_rank = fault_at("capture:").map(|r: u64| r as usize);
+    let (step, capture) = fault;
+    opts.test_hooks.inject_fault_at_step = step;
+    opts.test_hooks.inject_capture_failure_on_rank = capture.map(|r| r as usize);
     opts
+}
+
+#[cfg(feature = "torch")]
+/// `MLPERF_RUN_INJECT_FAULT` (tests): `step:N` fails the run at step N, `capture:R` fails the
+/// CUDA graph capture on rank R; unset or blank: neither. Anything else is an error naming the
+/// variable (it used to be ignored, and the run that was meant to fail succeeded).
+fn injected_fault(value: Option<String>) -> anyhow::Result<(Option<u64>, Option<u64>)> {
+    let Some(v) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok((None, None));
+    };
+    let number = |n: &str| n.trim().parse::<u64>().ok();
+    match v.trim().split_once(':') {
+        Some(("step", n)) if number(n).is_some() => Ok((number(n), None)),
+        Some(("capture", r)) if number(r).is_some() => Ok((None, number(r))),
+        _ => anyhow::bail!(
+            "MLPERF_RUN_INJECT_FAULT={v:?}: give step:N (fail at step N) or capture:R (fail the \
+             CUDA graph capture on rank R), or unset it"
+        ),
+    }
 }
 
 /// Say how a single run ended; exit 0 on success, 1 when aborted.

@@ -2,7 +2,8 @@
 //! every part uses: atomic file writes and staging folders ([`fs`]), Ctrl-C
 //! handling ([`interrupt`]), the tracing set-up ([`logging`]), a subcommand's result on stdout
 //! ([`output`]: a closed pipe is an error to return, not a panic), reading trees from
-//! other people ([`tree`]: no FIFO blocks, no link leads out of the tree).
+//! other people ([`tree`]: no FIFO blocks, no link leads out of the tree), the nearest name to
+//! a mistyped one ([`suggest`]).
 
 pub mod exit;
 pub mod fs;
@@ -11,6 +12,7 @@ pub mod interrupt;
 pub mod libtorch_errors;
 pub mod logging;
 pub mod output;
+pub mod suggest;
 pub mod tree;
 
 pub use exit::ExitStatus;

@@ -200,3 +200,35 @@ fn a_round_naming_rules_the_code_lacks_is_refused_clearly() {
         text(&out)
     );
 }
+
+/// MLPERF_RUN_BENCHMARKS_DIR naming a folder without the definitions (missing, or one lacking
+/// a benchmark, or a benchmark.toml that does not parse) is an error naming the variable, the
+/// file and the way out (exit 2); it used to panic (exit 101) in every subcommand.
+#[test]
+fn a_bad_benchmarks_dir_is_an_error_not_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("result_0.txt");
+    write_bert_run(&log, &BertRun::converging_after("closed", 7, 3));
+    let broken = benchmarks_copy(&tmp.path().join("broken"), false);
+    std::fs::write(broken.join("resnet/benchmark.toml"), "name = [\n").unwrap();
+    let cases = [
+        (tmp.path().join("missing"), "missing/bert/benchmark.toml"),
+        (tmp.path().to_path_buf(), "bert/benchmark.toml"),
+        (broken.clone(), "resnet/benchmark.toml"),
+    ];
+    for (dir, file) in cases {
+        for args in [vec!["check", log.to_str().unwrap()], vec!["score", "."]] {
+            let out = run(Some(&dir), &args);
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{}: {t}", dir.display());
+            assert!(
+                t.contains(&format!("MLPERF_RUN_BENCHMARKS_DIR={}", dir.display()))
+                    && t.contains(file)
+                    && t.contains("unset it for the embedded definitions")
+                    && !t.contains("panicked"),
+                "{}: {t}",
+                dir.display()
+            );
+        }
+    }
+}

@@ -5,13 +5,17 @@ use mlperf_run::rules::check_set;
 use std::path::PathBuf;
 
 fn log(i: usize, gbs: u64, seed: i64, seed_line: u32) -> LogFile {
+    log_of("resnet", i, gbs, seed, seed_line)
+}
+
+fn log_of(benchmark: &str, i: usize, gbs: u64, seed: i64, seed_line: u32) -> LogFile {
     let line = |key: &str, value: String, lineno: u32| {
         format!(
             ":::MLLOG {{\"namespace\": \"\", \"time_ms\": 1, \"event_type\": \"POINT_IN_TIME\", \"key\": \"{key}\", \
              \"value\": {value}, \"metadata\": {{\"file\": \"train.py\", \"lineno\": {lineno}}}}}\n"
         )
     };
-    let text = line("submission_benchmark", "\"resnet\"".into(), 1)
+    let text = line("submission_benchmark", format!("\"{benchmark}\""), 1)
         + &line("seed", seed.to_string(), seed_line)
         + &line("global_batch_size", gbs.to_string(), 3);
     let mut log = parse_str(&text);
@@ -37,8 +41,28 @@ fn four_resnet_runs_where_five_are_required() {
     assert_eq!(found[0].0, PathBuf::from("set"));
     assert!(found[0].1.message.contains("exactly 5") && found[0].1.message.contains("found 4"));
     // BERT needs 10.
-    let logs: Vec<_> = (0..5).map(|i| log(i, 448, 100 + i as i64, 2)).collect();
+    let logs: Vec<_> = (0..5)
+        .map(|i| log_of("bert", i, 448, 100 + i as i64, 2))
+        .collect();
     assert_eq!(rules(&check_set(&logs, "bert", "open")), ["run-count"]);
+}
+
+#[test]
+fn a_log_of_another_benchmark_is_named_with_its_line() {
+    let mut logs: Vec<_> = (0..5).map(|i| log(i, 3264, 100 + i as i64, 2)).collect();
+    logs[2] = log_of("bert", 2, 3264, 102, 2);
+    let found = check_set(&logs, "resnet", "open");
+    assert_eq!(rules(&found), ["benchmark"]);
+    assert_eq!(found[0].0, PathBuf::from("set/result_2.txt"));
+    assert_eq!(found[0].1.line, Some(1));
+    assert!(
+        found[0]
+            .1
+            .message
+            .contains("a bert log in a resnet result set"),
+        "{}",
+        found[0].1.message
+    );
 }
 
 #[test]

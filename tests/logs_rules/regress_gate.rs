@@ -204,6 +204,19 @@ fn malformed_baselines_name_file_and_line() {
             ":2:",
             "tolerance_pct",
         ),
+        // a misspelt optional column was ignored (its tolerance silently 5%)
+        (
+            "benchmark,config,system,score_min,tolerence_pct\nresnet,default,sysA,12,50\n"
+                .to_string(),
+            ":1:",
+            "unknown column 'tolerence_pct' (did you mean 'tolerance_pct'?",
+        ),
+        // a recorded 0 made every result a regression (ratio inf)
+        (
+            format!("{HEADER}resnet,default,sysA,0,,,\n"),
+            ":2:",
+            "column 'score_min' must be above 0",
+        ),
     ];
     for (content, line, words) in cases {
         std::fs::write(&csv, &content).unwrap();
@@ -215,6 +228,33 @@ fn malformed_baselines_name_file_and_line() {
             "{content}: {t}"
         );
     }
+}
+
+#[test]
+fn an_empty_baseline_is_refused_naming_the_header_and_record_starts_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("empty.csv");
+    let results = tmp.path().join("r");
+    write_set(
+        &results.join("sysA/resnet"),
+        [10.0, 11.0, 12.0, 13.0, 14.0],
+        1000.0,
+    );
+    std::fs::write(&csv, "\n").unwrap();
+    let out = regress(&csv, &results, &[]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains(&format!("{}: the baseline is empty", csv.display()))
+            && t.contains("benchmark,config,system,score_min")
+            && t.contains("--record"),
+        "{t}"
+    );
+    // --record writes it as it would a missing file
+    let out = regress(&csv, &results, &["--record"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = regress(&csv, &results, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
 #[test]

@@ -196,13 +196,125 @@ fn unknown_ruleset_for_the_rcp_is_reported() {
         .map(|l| l.replace("\"open\"", "\"closed\""))
         .collect();
     write_set(&tmp.path().join("resnet"), &logs);
+    // a round of the rules (BERT's 4.1.0) that has no ResNet RCP table: a verdict
     let out = bin()
-        .args(["score", "--ruleset", "9.9.9"])
+        .args(["score", "--ruleset", "4.1.0"])
         .arg(tmp.path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("no RCP table for resnet at ruleset 9.9.9")
+        String::from_utf8_lossy(&out.stdout).contains("no RCP table for resnet at ruleset 4.1.0")
+    );
+}
+
+/// A ruleset no benchmark has is a bad flag (exit 2, naming the known rounds), before any log
+/// is read, for every subcommand that takes --ruleset; it used to score every run as
+/// non-compliant (exit 1, "5 runs did not converge").
+#[test]
+fn an_unknown_ruleset_flag_is_an_error_naming_the_known_rounds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = tmp.path().join("sysA/resnet");
+    write_set(&set, &five_runs());
+    let csv = tmp.path().join("recorded.csv");
+    let out_dir = tmp.path().join("pkg");
+    let commands: [Vec<&std::ffi::OsStr>; 4] = [
+        vec!["check".as_ref(), set.as_os_str()],
+        vec!["score".as_ref(), set.as_os_str()],
+        vec![
+            "regress".as_ref(),
+            "--record".as_ref(),
+            "--baseline".as_ref(),
+            csv.as_os_str(),
+            set.as_os_str(),
+        ],
+        vec![
+            "package".as_ref(),
+            "--submitter".as_ref(),
+            "ORG".as_ref(),
+            "--system".as_ref(),
+            "sysA".as_ref(),
+            "--division".as_ref(),
+            "open".as_ref(),
+            "--out".as_ref(),
+            out_dir.as_os_str(),
+            set.as_os_str(),
+        ],
+    ];
+    for args in commands {
+        let out = bin()
+            .args(&args)
+            .args(["--ruleset", "9.9.9"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--ruleset: unsupported ruleset '9.9.9'")
+                && stderr.contains("resnet 2.0.0, 2.1.0, 3.0.0, 3.1.0, 4.0.0"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert!(!csv.exists() && !out_dir.exists(), "nothing is written");
+}
+
+/// A log of another benchmark in a set (a BERT log among ResNet runs, or a folder named resnet
+/// holding BERT runs) is named with its file and line by `score` and `check --sets`; `score`
+/// used to count it as one of the set's runs and `check --sets` passed a whole set of BERT
+/// logs in a folder named resnet.
+#[test]
+fn a_log_of_another_benchmark_in_a_set_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mixed = tmp.path().join("mixed/resnet");
+    write_set(&mixed, &five_runs()[..4]);
+    let bert = mixed.join("result_4.txt");
+    common::emitter_logs::write_bert(&bert, "open", 7);
+    let line = std::fs::read_to_string(&bert)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("\"submission_benchmark\""))
+        .unwrap()
+        + 1;
+    let out = bin().arg("score").arg(&mixed).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{}:{line}: a bert log in a resnet result set: move it to a bert folder",
+            bert.display()
+        )),
+        "{stdout}"
+    );
+
+    let out = bin()
+        .args(["check", "--sets"])
+        .arg(&mixed)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{}:{line}: [benchmark]", bert.display()))
+            && stdout.contains("a bert log in a resnet result set"),
+        "{stdout}"
+    );
+
+    // a whole set of BERT logs in a folder named resnet
+    let misfiled = tmp.path().join("misfiled/resnet");
+    std::fs::create_dir_all(&misfiled).unwrap();
+    for i in 0..10 {
+        let path = misfiled.join(format!("result_{i}.txt"));
+        common::emitter_logs::write_bert(&path, "open", i);
+    }
+    let out = bin()
+        .args(["check", "--sets"])
+        .arg(&misfiled)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("NOT OK") && stdout.contains("a bert log in a resnet result set"),
+        "{stdout}"
     );
 }

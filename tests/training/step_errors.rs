@@ -113,3 +113,35 @@ fn the_cli_ends_each_failing_run_aborted_and_goes_on() {
         ends_aborted(&log);
     }
 }
+
+/// A malformed MLPERF_RUN_INJECT_FAULT is an error naming the variable and its forms (exit 2),
+/// before a set's first run; it used to be ignored, so the run meant to fail succeeded.
+#[test]
+fn a_malformed_injected_fault_is_refused_before_the_runs() {
+    for value in ["step:two", "steps:2", "garbage"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .current_dir(root())
+            .env("MLPERF_RUN_INJECT_FAULT", value)
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .args(["resnet", "--division", "closed"])
+            .args(["--config", "configs/resnet/tiny_cpu.toml"])
+            .args(["--runs", "1", "--system", "sys", "--results"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("MLPERF_RUN_INJECT_FAULT={value:?}"))
+                && stderr.contains("step:N")
+                && stderr.contains("capture:R"),
+            "{value}: {stderr}"
+        );
+        assert!(
+            !dir.path().join("sys/resnet/result_0.txt").exists(),
+            "{value}: no run started"
+        );
+    }
+}

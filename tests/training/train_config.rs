@@ -328,3 +328,183 @@ fn fp16_takes_sgd_and_lars_and_loss_scale_needs_fp16() {
     );
     assert!(e.contains("growth_intervall"), "{e}");
 }
+
+fn bert_err(text: &str) -> String {
+    use mlperf_run::train::bert::BertRunConfig;
+    format!(
+        "{:#}",
+        BertRunConfig::parse(text, Division::Open).unwrap_err()
+    )
+}
+
+fn bert_preset() -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml");
+    std::fs::read_to_string(p).unwrap()
+}
+
+/// Every number of `[system]` and `[optimizer]` is checked, finite and in its range, with the
+/// key and the value named: a negative or NaN time limit used to panic when the run began
+/// (exit 101); an infinite learning rate, NaN weight decay, beta1 = 1.5 or more warm-up steps
+/// than steps used to start a run.
+#[test]
+fn out_of_range_numbers_name_the_key_and_the_value() {
+    let text = preset("tiny_cpu.toml");
+    for (from, to, words) in [
+        (
+            "time_limit_minutes = 3.0",
+            "time_limit_minutes = -1.0",
+            "system.time_limit_minutes must be a number of minutes above 0 (at most 525600), got -1",
+        ),
+        (
+            "time_limit_minutes = 3.0",
+            "time_limit_minutes = nan",
+            "system.time_limit_minutes must be a number of minutes above 0 (at most 525600), got NaN",
+        ),
+        ("threads = 1", "threads = -2", "system.threads must be 0 or more"),
+        ("base_lr = 4.0", "base_lr = inf", "optimizer.base_lr must be above 0, got inf"),
+        ("end_lr = 0.0001", "end_lr = nan", "optimizer.end_lr must be at least 0, got NaN"),
+        (
+            "warmup_epochs = 1.0",
+            "warmup_epochs = 30.0",
+            "optimizer.schedule_epochs must be above optimizer.warmup_epochs (30), got 24",
+        ),
+        (
+            "weight_decay = 0.00005",
+            "weight_decay = -1.0",
+            "optimizer.weight_decay must be at least 0, got -1",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = err(&text.replace(from, to), Division::Open);
+        assert!(e.contains(words), "{to}: {e}");
+    }
+
+    let text = bert_preset();
+    for (from, to, words) in [
+        (
+            "time_limit_minutes = 8.0",
+            "time_limit_minutes = -8.0",
+            "system.time_limit_minutes must be",
+        ),
+        (
+            "base_learning_rate = 0.02",
+            "base_learning_rate = inf",
+            "optimizer.base_learning_rate must be above 0, got inf",
+        ),
+        (
+            "beta1 = 0.9",
+            "beta1 = 1.5",
+            "optimizer.beta1 must be in [0, 1), got 1.5",
+        ),
+        (
+            "epsilon = 1e-6",
+            "epsilon = 0.0",
+            "optimizer.epsilon must be above 0, got 0",
+        ),
+        (
+            "weight_decay = 0.01",
+            "weight_decay = nan",
+            "optimizer.weight_decay must be at least 0, got NaN",
+        ),
+        (
+            "warmup_steps = 200",
+            "warmup_steps = 5000",
+            "optimizer.warmup_steps must be in 0..=optimizer.training_steps (4688), got 5000",
+        ),
+        (
+            "max_grad_norm = 1.0",
+            "max_grad_norm = -1.0",
+            "optimizer.max_grad_norm must be above 0, got -1",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = bert_err(&text.replace(from, to));
+        assert!(e.contains(words), "{to}: {e}");
+    }
+}
+
+/// A misspelt key or value gets the nearest allowed one; BERT's errors (found after the
+/// legacy keys are migrated, so toml gives no position) get the key's line; an empty file
+/// says so and names a preset.
+#[test]
+fn typos_get_a_suggestion_and_a_line_and_empty_files_a_preset() {
+    let text = preset("tiny_cpu.toml");
+    let e = err(&text.replace("base_lr = ", "base_lrr = "), Division::Open);
+    assert!(
+        e.contains("unknown field `base_lrr`") && e.contains("did you mean `base_lr`?"),
+        "{e}"
+    );
+    let e = err(&text.replace("[optimizer]", "[optimiser]"), Division::Open);
+    assert!(e.contains("did you mean `optimizer`?"), "{e}");
+    let e = err(&text.replace("\"lars\"", "\"larss\""), Division::Open);
+    assert!(e.contains("did you mean `lars`?"), "{e}");
+    // nothing near: the list of allowed keys, no guess
+    let e = err(&text.replace("base_lr = ", "colour = "), Division::Open);
+    assert!(
+        e.contains("expected one of") && !e.contains("did you mean"),
+        "{e}"
+    );
+
+    let text = bert_preset();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("base_learning_rate"))
+        .unwrap()
+        + 1;
+    let e = bert_err(&text.replace("base_learning_rate =", "base_learning_rte ="));
+    assert!(
+        e.contains(&format!("line {line}: unknown field `base_learning_rte`"))
+            && e.contains("did you mean `base_learning_rate`?"),
+        "{e}"
+    );
+    let line = text.lines().position(|l| l.starts_with("amp =")).unwrap() + 1;
+    let e = bert_err(&text.replace("amp = \"none\"", "amp = \"bf15\""));
+    assert!(
+        e.contains(&format!("line {line}: unknown variant `bf15`"))
+            && e.contains("did you mean `bf16`?"),
+        "{e}"
+    );
+
+    for blank in ["", "\n  \n# only a comment\n"] {
+        let e = err(blank, Division::Open);
+        assert!(
+            e.contains("the config is empty") && e.contains("configs/resnet/tiny_cpu.toml"),
+            "{e}"
+        );
+        let e = bert_err(blank);
+        assert!(
+            e.contains("the config is empty") && e.contains("configs/bert/tiny_cpu.toml"),
+            "{e}"
+        );
+    }
+}
+
+/// On the command line: a negative time limit is exit 2 naming the file and the key (it was a
+/// panic, exit 101, as the run began).
+#[test]
+fn the_cli_refuses_a_bad_time_limit_before_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("neg.toml");
+    let text =
+        preset("tiny_cpu.toml").replace("time_limit_minutes = 3.0", "time_limit_minutes = -1.0");
+    std::fs::write(&cfg, text).unwrap();
+    let log = tmp.path().join("run.txt");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args(["resnet", "--division", "open", "--seed", "1", "--log"])
+        .arg(&log)
+        .arg("--config")
+        .arg(&cfg)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("invalid config {}", cfg.display()))
+            && stderr.contains("system.time_limit_minutes must be")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(!log.exists(), "no run started");
+}

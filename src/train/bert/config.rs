@@ -7,7 +7,7 @@ use crate::methods::{BertMethods, MethodSet};
 use crate::models::bert::BertConfig;
 use crate::rules::Division;
 use crate::runs::system::SystemConfig;
-use crate::train::config::{check_batch, load_file};
+use crate::train::config::{check_batch, check_number, load_file, refuse_empty, toml_error};
 use crate::train::engine::Block;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -130,6 +130,7 @@ impl BertRunConfig {
     }
 
     pub fn parse(text: &str, division: Division) -> Result<BertRunConfig> {
+        refuse_empty(text, "configs/bert/tiny_cpu.toml")?;
         let mut table: toml::Table = toml::from_str(text)?;
         if let Some(toml::Value::Table(methods)) = table.get_mut("methods") {
             for w in crate::methods::bert::migrate_legacy_keys(methods)? {
@@ -138,13 +139,14 @@ impl BertRunConfig {
         }
         let cfg: BertRunConfig = toml::Value::Table(table)
             .try_into()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| toml_error(text, &e.to_string()))?;
         cfg.validate(division)?;
         Ok(cfg)
     }
 
     /// Refuse configs that cannot run, or that break the closed rules in the closed division.
     pub fn validate(&self, division: Division) -> Result<()> {
+        self.system.validate()?;
         self.model.validate()?;
         let t = &self.train;
         let o = &self.optimizer;
@@ -152,9 +154,7 @@ impl BertRunConfig {
         if !(t.target > 0.0 && t.target < 1.0) {
             bail!("train.target must be in (0, 1) (got {})", t.target);
         }
-        if o.training_steps <= 0 || o.warmup_steps < 0 || o.base_learning_rate <= 0.0 {
-            bail!("optimizer.training_steps and optimizer.base_learning_rate must be > 0, optimizer.warmup_steps >= 0");
-        }
+        self.validate_optimizer()?;
         if self.data.eval_samples == 0 || self.data.eval_batch_size == 0 {
             bail!("data.eval_samples and data.eval_batch_size must be > 0");
         }
@@ -224,6 +224,44 @@ impl BertRunConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `[optimizer]`: the schedule in steps and the optimizer's numbers, each finite and in
+    /// its range.
+    fn validate_optimizer(&self) -> Result<()> {
+        let o = &self.optimizer;
+        if o.training_steps <= 0 {
+            bail!(
+                "optimizer.training_steps must be above 0, got {}",
+                o.training_steps
+            );
+        }
+        if o.warmup_steps < 0 || o.warmup_steps > o.training_steps {
+            bail!(
+                "optimizer.warmup_steps must be in 0..=optimizer.training_steps ({}), got {}",
+                o.training_steps,
+                o.warmup_steps
+            );
+        }
+        let lr = o.base_learning_rate;
+        check_number("optimizer.base_learning_rate", lr, lr > 0.0, "above 0")?;
+        let end = o.end_learning_rate;
+        check_number("optimizer.end_learning_rate", end, end >= 0.0, "at least 0")?;
+        check_number(
+            "optimizer.poly_power",
+            o.poly_power,
+            o.poly_power > 0.0,
+            "above 0",
+        )?;
+        for (key, beta) in [("optimizer.beta1", o.beta1), ("optimizer.beta2", o.beta2)] {
+            check_number(key, beta, (0.0..1.0).contains(&beta), "in [0, 1)")?;
+        }
+        check_number("optimizer.epsilon", o.epsilon, o.epsilon > 0.0, "above 0")?;
+        let wd = o.weight_decay;
+        check_number("optimizer.weight_decay", wd, wd >= 0.0, "at least 0")?;
+        let clip = o.max_grad_norm;
+        check_number("optimizer.max_grad_norm", clip, clip > 0.0, "above 0")?;
         Ok(())
     }
 

@@ -8,7 +8,9 @@ use crate::methods::MethodSet;
 pub use crate::methods::{Amp, ResnetMethods};
 use crate::rules::Division;
 use crate::runs::system::SystemConfig;
-use crate::train::config::{check_batch, load_file, local_batch};
+use crate::train::config::{
+    check_batch, check_number, load_file, local_batch, refuse_empty, toml_error,
+};
 use anyhow::{bail, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -194,13 +196,16 @@ impl ResnetRunConfig {
     }
 
     pub fn parse(text: &str, division: Division) -> Result<ResnetRunConfig> {
-        let cfg: ResnetRunConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        refuse_empty(text, "configs/resnet/tiny_cpu.toml")?;
+        let cfg: ResnetRunConfig =
+            toml::from_str(text).map_err(|e| toml_error(text, &e.to_string()))?;
         cfg.validate(division)?;
         Ok(cfg)
     }
 
     /// Sanity checks for every division, then the closed rules for `Division::Closed`.
     pub fn validate(&self, division: Division) -> Result<()> {
+        self.system.validate()?;
         self.validate_model_and_train()?;
         self.validate_data()?;
         self.validate_optimizer()?;
@@ -314,20 +319,42 @@ impl ResnetRunConfig {
     /// The largest `data.gpu_cache_mb`: 1 TiB, more than any GPU's memory.
     pub const MAX_GPU_CACHE_MB: i64 = 1 << 20;
 
-    /// `[optimizer]`: the learning-rate schedule, momentum and weight decay.
+    /// `[optimizer]`: the learning-rate schedule, momentum and weight decay; each number finite.
     fn validate_optimizer(&self) -> Result<()> {
         let o = &self.optimizer;
-        if o.base_lr.is_nan()
-            || o.base_lr <= 0.0
-            || o.end_lr < 0.0
-            || o.warmup_epochs < 0.0
-            || o.schedule_epochs <= o.warmup_epochs
-        {
-            bail!("optimizer: need base_lr > 0, end_lr >= 0, warmup_epochs >= 0 and schedule_epochs > warmup_epochs");
-        }
-        if !(0.0..1.0).contains(&o.momentum) || o.weight_decay < 0.0 {
-            bail!("optimizer: momentum must be in [0, 1) and weight_decay >= 0");
-        }
+        check_number("optimizer.base_lr", o.base_lr, o.base_lr > 0.0, "above 0")?;
+        check_number("optimizer.end_lr", o.end_lr, o.end_lr >= 0.0, "at least 0")?;
+        let w = o.warmup_epochs;
+        check_number("optimizer.warmup_epochs", w, w >= 0.0, "at least 0")?;
+        check_number(
+            "optimizer.schedule_epochs",
+            o.schedule_epochs,
+            o.schedule_epochs > w,
+            &format!("above optimizer.warmup_epochs ({w})"),
+        )?;
+        check_number(
+            "optimizer.poly_power",
+            o.poly_power,
+            o.poly_power > 0.0,
+            "above 0",
+        )?;
+        let m = o.momentum;
+        check_number(
+            "optimizer.momentum",
+            m,
+            (0.0..1.0).contains(&m),
+            "in [0, 1)",
+        )?;
+        let wd = o.weight_decay;
+        check_number("optimizer.weight_decay", wd, wd >= 0.0, "at least 0")?;
+        check_number(
+            "optimizer.lars_eta",
+            o.lars_eta,
+            o.lars_eta >= 0.0,
+            "at least 0",
+        )?;
+        let eps = o.lars_epsilon;
+        check_number("optimizer.lars_epsilon", eps, eps >= 0.0, "at least 0")?;
         Ok(())
     }
 
