@@ -312,6 +312,16 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
         &args.run,
     )?;
     let cfg = cmd.parse(resnet::ResnetRunConfig::parse)?;
+    if let (Some(dir), resnet::config::DataSource::SyntheticMemory) = (&args.data, cfg.data.source)
+    {
+        anyhow::bail!(
+            "--data {}: the config {} has data.source = \"synthetic-memory\" (its images are \
+             made in memory), so the folder would not be read; drop --data, or train on it \
+             with a config whose data.source is \"imagefolder\" (--config FILE)",
+            dir.display(),
+            cmd.config_path.display()
+        );
+    }
     let run = resnet::ResnetRun {
         config: &cfg,
         division: cmd.division,

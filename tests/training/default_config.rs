@@ -137,3 +137,35 @@ fn with_gpus_and_data_the_planned_config_is_named_and_launched_on_every_gpu() {
     assert_ne!(out.status.code(), Some(101), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `--data` where the config makes its images in memory (the tiny preset the CPU default takes,
+/// or any `synthetic-memory` config) would not be read: refused before the run, naming the flag,
+/// the config and the fix, and no log written (before, the folder was silently ignored).
+#[test]
+fn resnet_data_with_a_synthetic_memory_config_is_refused_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("my_imagenet");
+    std::fs::create_dir_all(&images).unwrap();
+    let log = dir.path().join("r.log");
+    let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml");
+    let data = images.to_str().unwrap();
+    let log_arg = log.to_str().unwrap();
+    let with_preset = ["--config", preset.to_str().unwrap()];
+    for extra in [&[][..], &with_preset[..]] {
+        let mut args = vec!["resnet", "--division", "closed", "--data", data];
+        args.extend_from_slice(extra);
+        args.extend(["--seed", "1", "--log", log_arg]);
+        let out = mlperf_run(&args, dir.path(), None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for words in [
+            "--data",
+            "my_imagenet",
+            "data.source = \"synthetic-memory\"",
+            "\"imagefolder\"",
+        ] {
+            assert!(err.contains(words), "{args:?}: no {words:?} in {err}");
+        }
+        assert!(!log.exists(), "{args:?}: a log was written");
+    }
+}
