@@ -377,6 +377,11 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
         &args.run,
     )?;
     let data = required(&args.data, "--data")?;
+    // a data directory without its train/ or eval/ shards is bad input: refused before the run
+    // (and its log), not a run aborted on its first read
+    for split in ["train", "eval"] {
+        anyhow::Context::context(crate::data::bert::shard_files(&data.join(split)), "--data")?;
+    }
     let cfg = cmd.parse(bert::BertRunConfig::parse)?;
     if cfg.methods.fp8 {
         // refused before the run where FP8 cannot run, naming why

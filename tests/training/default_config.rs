@@ -169,3 +169,39 @@ fn resnet_data_with_a_synthetic_memory_config_is_refused_not_ignored() {
         assert!(!log.exists(), "{args:?}: a log was written");
     }
 }
+
+/// A BERT `--data` folder that does not exist, or lacks its eval shards, is bad input: exit 2
+/// before the run, naming the folder and how to make one, and no log (before: a run aborted on
+/// its first read, exit 1).
+#[test]
+fn bert_data_without_its_shards_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no_such_corpus");
+    let half = dir.path().join("half_corpus");
+    std::fs::create_dir_all(half.join("train")).unwrap();
+    std::fs::write(half.join("train/part-0.hdf5"), b"").unwrap();
+    std::fs::create_dir_all(half.join("eval")).unwrap();
+    let log = dir.path().join("b.log");
+    for (data, named) in [
+        (&missing, "no_such_corpus/train"),
+        (&half, "half_corpus/eval"),
+    ] {
+        let args = [
+            "bert",
+            "--division",
+            "closed",
+            "--data",
+            data.to_str().unwrap(),
+            "--seed",
+            "1",
+            "--log",
+            log.to_str().unwrap(),
+        ];
+        let out = mlperf_run(&args, dir.path(), None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(named), "{err}");
+        assert!(err.contains("--data"), "{err}");
+        assert!(!log.exists(), "a log was written");
+    }
+}
