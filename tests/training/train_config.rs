@@ -361,6 +361,11 @@ fn out_of_range_numbers_name_the_key_and_the_value() {
             "system.time_limit_minutes must be a number of minutes above 0 (at most 525600), got NaN",
         ),
         ("threads = 1", "threads = -2", "system.threads must be 0 or more"),
+        (
+            "noise = 60.0",
+            "noise = -3.0",
+            "data.synthetic.noise must be at least 0, got -3",
+        ),
         ("base_lr = 4.0", "base_lr = inf", "optimizer.base_lr must be above 0, got inf"),
         ("end_lr = 0.0001", "end_lr = nan", "optimizer.end_lr must be at least 0, got NaN"),
         (

@@ -288,6 +288,14 @@ impl ResnetRunConfig {
         if self.data.source == DataSource::SyntheticMemory && self.data.synthetic.is_none() {
             bail!("data.source = \"synthetic-memory\" needs a [data.synthetic] table");
         }
+        if let Some(s) = &self.data.synthetic {
+            check_number(
+                "data.synthetic.noise",
+                s.noise,
+                s.noise >= 0.0,
+                "at least 0",
+            )?;
+        }
         Ok(())
     }
 
