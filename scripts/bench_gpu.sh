@@ -45,8 +45,9 @@
 #      attention probe: one line per libtorch attention op on E4M3 q/k/v, runs or refused
 #      (docs/gpu.md, "FP8 attention"), and the bf16 SDPA's time
 #   c) also has `mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8` (the fast row
-#   with methods.fp8) and the same with `casts-unfused` (each FP8 linear casting its own input
-#   instead of the fused ops: --no-fp8-fused-cast), in --sides all and targets;
+#   with methods.fp8), in --sides all and targets, and (--sides all) the same with
+#   `casts-unfused` (each FP8 linear casting its own input instead of the fused ops:
+#   --no-fp8-fused-cast);
 #   a) and c) also run ours with methods.cuda_graph (`mlperf-run cuda-graph`: the step captured
 #   once and replayed; in the default build; a lite or CPU-only build fails those rows with
 #   the reason), reported against ours without it and against every peer;
@@ -207,7 +208,7 @@ case "$time_limit" in ''|*[!0-9]*) die "--time-limit needs a number of seconds (
 case "$sides" in
   all) A_SIDES=(mlperf-run graph all-bf16 fp16 fused all pytorch pytorch-fp16); C_SIDES=(mlperf-run graph fused gelu graph-fused qkv fast fast-fp8 fast-fp8-cast fast-ln fast-fa2 mask all hf ref)
     B_SIDES=(mlperf-run mlperf-run-cpu torchvision); E_SIDES=(cpu nvjpeg engine hybrid default tv-loader tv-gpu) ;;
-  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-fp8 fast-fp8-cast fast-ln all hf)
+  targets) A_SIDES=(mlperf-run all pytorch-fp16); C_SIDES=(mlperf-run graph-fused fast fast-fp8 fast-ln all hf)
     B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   data) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run mlperf-run-cpu); E_SIDES=(cpu nvjpeg engine tv-gpu) ;;
   run) A_SIDES=(all); C_SIDES=(mlperf-run); B_SIDES=(mlperf-run); E_SIDES=(nvjpeg) ;;
