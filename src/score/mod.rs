@@ -405,6 +405,24 @@ pub fn olympic_mean(runs: &[RunScore]) -> Option<f64> {
     Some(countable.iter().fold(0.0, |acc, m| acc + m) / countable.len() as f64)
 }
 
+/// Why a log has no run_stop, as far as the file tells: its last line cut off mid-event (the
+/// writer stopped: the run was killed or the file truncated), named with its line; else only
+/// that it is missing.
+fn no_run_stop_reason(log: &LogFile) -> String {
+    match log.issues.last() {
+        Some(issue)
+            if issue.line >= log.total_lines && issue.message.starts_with("broken JSON") =>
+        {
+            format!(
+                "run_stop not recorded: the log's last line ({}) is cut off mid-event: the run \
+                 was stopped or the file truncated",
+                issue.line
+            )
+        }
+        _ => "run_stop not recorded".into(),
+    }
+}
+
 fn score_run(log: &LogFile, check: &CheckOptions) -> RunScore {
     let start = log.first(keys::RUN_START).map(|e| e.time_ms);
     let stop_event = log.first(keys::RUN_STOP);
@@ -419,7 +437,7 @@ fn score_run(log: &LogFile, check: &CheckOptions) -> RunScore {
         None => f.message.clone(),
     });
     let (status, reason) = match stop_event {
-        None => (RunStatus::NoRunStop, Some("run_stop not recorded".into())),
+        None => (RunStatus::NoRunStop, Some(no_run_stop_reason(log))),
         Some(stop) if stop.status() == Some(keys::STATUS_ABORTED) => (
             RunStatus::Aborted,
             Some(format!("line {}: run_stop status aborted", stop.line)),

@@ -318,3 +318,26 @@ fn a_log_of_another_benchmark_in_a_set_is_named() {
         "{stdout}"
     );
 }
+
+/// A log cut off mid-event (a killed run, a truncated copy) is named with its last line, not
+/// only "run_stop not recorded"; a log that simply lacks run_stop still says only that.
+#[test]
+fn a_log_cut_off_mid_event_says_so_with_its_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut logs = five_runs();
+    logs[1] = resnet_log(11.0, None, 256);
+    let whole = logs[2].clone();
+    let cut = &whole[..whole.trim_end().len() - 10];
+    logs[2] = cut.to_string();
+    write_set(&tmp.path().join("resnet"), &logs);
+    let sets = score_path(tmp.path(), &ScoreOptions::default()).unwrap();
+    let runs = &sets[0].runs;
+    assert_eq!(runs[2].status, RunStatus::NoRunStop);
+    let lines = cut.lines().count();
+    let reason = runs[2].reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("last line ({lines}) is cut off")),
+        "{reason}"
+    );
+    assert_eq!(runs[1].reason.as_deref(), Some("run_stop not recorded"));
+}
