@@ -183,6 +183,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> kernel_ba
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// An FP8 output's scale, where given: one fp32 value on the op's device.
+void check_fp8_scale(const char* op, const at::Tensor& scale, const at::Device& device) {
+  TORCH_CHECK(!scale.defined() || (scale.numel() == 1 && scale.scalar_type() == at::kFloat &&
+                                   scale.device() == device),
+              op, ": the FP8 scale must be one fp32 value on the input's device (", device,
+              "), got ", scale.sizes(), " ", scale.scalar_type(), " on ", scale.device());
+}
+
 // y cast to E4M3 with `scale` (0-d fp32) and y's amax (0-d fp32), as shim/fp8.cpp's linear
 // casts its input and records its amax: the FP8 output where the _v4 kernel did not write it.
 std::pair<at::Tensor, at::Tensor> fp8_of(const at::Tensor& y, const at::Tensor& scale) {
@@ -369,11 +377,7 @@ variable_list run_op(const at::Tensor& h, const at::Tensor& bias, const at::Tens
               mask.sizes(), " must have h's shape ", h.sizes());
   TORCH_CHECK(!mask.defined() || mask.device() == h.device(), "fused epilogue: mask on ",
               mask.device(), ", h on ", h.device(), ": put them on one device");
-  TORCH_CHECK(!fp8_scale.defined() ||
-                  (fp8_scale.numel() == 1 && fp8_scale.scalar_type() == at::kFloat &&
-                   fp8_scale.device() == h.device()),
-              "fused epilogue: the FP8 scale must be one fp32 value on h's device (",
-              h.device(), "), got ", fp8_scale.sizes(), " ", fp8_scale.scalar_type());
+  check_fp8_scale("fused epilogue", fp8_scale, h.device());
   // as layer_norm under autocast: the LayerNorm runs (and returns) fp32; out_code >= 0 asks for
   // another output dtype (the LayerNorm still computes in fp32 inside)
   const bool autocast_on = at::autocast::is_autocast_enabled(h.device().type());
@@ -556,8 +560,8 @@ void launch(const at::Device& device, int ht, int rt, int ot, fe::Kernel which, 
   }
 }
 
+// (also for output pointers: the launch copies each argument's bytes, whatever the slot's type)
 const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-void* ptr_or_null_mut(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 // The vectorised row kernels (mr_fe_*_v4: a warp per row, kThreads / 32 rows per block) take
 // rows of a multiple of 4 elements, at most 4 * 32 * MR_FE_GROUPS (8) of them, and every
@@ -683,8 +687,8 @@ ForwardOut kernel_forward(const at::Tensor& h_in, const at::Tensor& bias_in,
     row_amax = at::empty({rows}, h.options().dtype(at::kFloat));
   }
   const void* f8sp = fp8_bytes.defined() ? fp8_scale.data_ptr() : nullptr;
-  void* f8p = ptr_or_null_mut(fp8_bytes);
-  void* amaxp = ptr_or_null_mut(row_amax);
+  const void* f8p = ptr_or_null(fp8_bytes);
+  const void* amaxp = ptr_or_null(row_amax);
   // the vectorised kernel's arguments; the scalar one (a block per row) takes the first 13
   // (cuLaunchKernel and the emulator read as many as the kernel has parameters)
   void* args[] = {&hp,    &bp,   &mp,   &sc,   &rp,     &gp,   &bep,   &ep,
@@ -861,8 +865,8 @@ GeluOut kernel_bias_gelu_forward(const at::Tensor& z, const at::Tensor& bias,
     part_amax = at::empty({rc.chunks, cols / 4}, z.options().dtype(at::kFloat));
   }
   const void* f8sp = ptr_or_null(fp8_scale);
-  void* f8p = ptr_or_null_mut(bytes);
-  void* amaxp = ptr_or_null_mut(part_amax);
+  const void* f8p = ptr_or_null(bytes);
+  const void* amaxp = ptr_or_null(part_amax);
   void* args[] = {&zp, &bp, &r, &c, &rpc, &yp, &f8sp, &f8p, &amaxp};
   const auto [gx, gy] = column_grid(cols, rc);
   launch(z.device(), ht, ht, ht, fe::kBiasGeluForward, gx, gy, args);
@@ -1123,11 +1127,9 @@ int mr_fe_bias_gelu(const at::Tensor* z, const at::Tensor* b, const at::Tensor* 
     const at::Tensor& zz = need(z, "z");
     const at::Tensor& bb = need(b, "bias");
     const at::Tensor scale = opt(fp8_scale);
-    TORCH_CHECK(!scale.defined() || (fp8_out != nullptr && scale.numel() == 1 &&
-                                     scale.scalar_type() == at::kFloat &&
-                                     scale.device() == zz.device()),
-                "fused bias + GELU: the FP8 scale must be one fp32 value on z's device (",
-                zz.device(), ") with room for the FP8 output");
+    check_fp8_scale("fused bias + GELU", scale, zz.device());
+    TORCH_CHECK(!scale.defined() || fp8_out != nullptr,
+                "fused bias + GELU: an FP8 scale without room for the FP8 output");
     const at::Tensor zc = zz.contiguous();
     const bool usable = gelu_kernel_usable(zc, bb, mode);
     TORCH_CHECK(usable || mode <= 1, "fused bias + GELU: the ", kernel_path_name(mode),
