@@ -97,8 +97,10 @@ impl ImageData for FixedImages {
             let mut one = b.clone();
             if short.contains(&(epochs_before * steps + i)) {
                 let n = one.len() - 1;
+                let per_image = one.image(0).len();
                 one.labels.truncate(n);
-                one.images.truncate(n * one.height * one.width * 3);
+                one.indices.truncate(n);
+                one.images.truncate(n * per_image);
             }
             Ok(one)
         })))
@@ -287,16 +289,8 @@ fn bench_once(
         .map(|_| rng.below(classes as u64) as i64)
         .collect();
     let eval_labels = labels.iter().map(|l| (l + 1) % classes as i64).collect();
-    let batch_of = |labels| Batch {
-        images: images.clone(),
-        labels,
-        height: size,
-        width: size,
-        size,
-        crops: Vec::new(),
-        engine: None,
-        cache: None,
-    };
+    let batch_of =
+        |labels| Batch::finished(images.clone(), labels, (0..batch).collect(), size as u32);
     let data = FixedImages {
         classes,
         len: batch * a.steps,

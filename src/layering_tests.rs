@@ -1,7 +1,8 @@
 //! The shape rules of docs/development.md, kept by tests: every top-level module of src/ is in
 //! exactly one layer of the "Layers" table, and its code (comments and test-only modules left
 //! out) names, through `crate::` paths, only modules of lower layers (the table is read from the
-//! document itself, so the two cannot drift apart); and no function of src/ is over 100 lines.
+//! document itself, so the two cannot drift apart); no modules at any depth use each other
+//! (directly or round a loop); and no function of src/ is over 100 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -398,4 +399,318 @@ fn the_function_counter_sees_bodies_not_braces_in_strings() {
         "{}",
         without_literals(code)
     );
+}
+
+/// A file's module path (`src/data/imagenet/loader.rs`: data, imagenet, loader; a `mod.rs`
+/// names its folder).
+fn module_of(rel: &str) -> Vec<String> {
+    let p = rel.strip_prefix("src/").unwrap_or(rel);
+    let p = p.strip_suffix(".rs").unwrap_or(p);
+    let mut parts: Vec<String> = p.split('/').map(String::from).collect();
+    if parts.last().is_some_and(|l| l == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The identifier at the start of `s`.
+fn ident_at(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The paths that start at `s` (`a::b::{c, d::{e, f}}` gives a::b::c, a::b::d::e, a::b::d::f;
+/// a path ends at its last identifier).
+fn paths_at(s: &str) -> Vec<Vec<String>> {
+    let mut prefix = Vec::new();
+    let mut rest = s;
+    loop {
+        let id = ident_at(rest);
+        if id.is_empty() {
+            break;
+        }
+        prefix.push(id.to_string());
+        rest = &rest[id.len()..];
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r.trim_start(),
+            None => return vec![prefix],
+        }
+    }
+    let Some(group) = rest.strip_prefix('{') else {
+        return vec![prefix];
+    };
+    // the items at depth 0 of the group, each a path of its own
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth > 0 => depth -= 1,
+            ',' | '}' if depth == 0 => {
+                let item = group[start..i].trim();
+                for p in paths_at(item).into_iter().filter(|_| !item.is_empty()) {
+                    out.push(prefix.iter().cloned().chain(p).collect());
+                }
+                if c == '}' {
+                    break;
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// For each line of `code` (literals emptied), the inline modules it stands in (`mod x { ... }`).
+fn inline_modules(code: &str) -> Vec<Vec<String>> {
+    let mut stack: Vec<(String, i64)> = Vec::new();
+    let mut depth = 0i64;
+    let mut per_line = Vec::new();
+    for line in code.lines() {
+        let t = line.trim_start();
+        let t = t
+            .strip_prefix("pub(crate) ")
+            .or(t.strip_prefix("pub "))
+            .unwrap_or(t);
+        if let Some(name) = t.strip_prefix("mod ").map(ident_at) {
+            if line.contains('{') {
+                stack.push((name.to_string(), depth));
+            }
+        }
+        per_line.push(stack.iter().map(|(n, _)| n.clone()).collect());
+        depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+        while stack.last().is_some_and(|&(_, d)| depth <= d) {
+            stack.pop();
+        }
+    }
+    per_line
+}
+
+/// The absolute paths `code` (of the file of module `module`) names through `crate::`,
+/// `super::` and `self::`, and what it re-exports (`pub use`, relative paths included) as
+/// (the name's absolute path, the item's absolute path).
+type Reexports = Vec<(Vec<String>, Vec<String>)>;
+fn named_paths(module: &[String], code: &str) -> (Vec<Vec<String>>, Reexports) {
+    let code = without_literals(code);
+    let inline = inline_modules(&code);
+    let line_of = |at: usize| code[..at].matches('\n').count();
+    // where the path starting at byte `at` stands: the file's module and its inline modules
+    let here = |at: usize| -> Vec<String> {
+        let inner = inline.get(line_of(at)).cloned().unwrap_or_default();
+        module.iter().cloned().chain(inner).collect()
+    };
+    let absolute = |at: usize, mut p: Vec<String>| -> Option<Vec<String>> {
+        let mut base = match p.first().map(String::as_str) {
+            Some("crate") => Vec::new(),
+            Some("self") | Some("super") => here(at),
+            _ => return None,
+        };
+        while p.first().is_some_and(|s| s == "super" || s == "self") {
+            if p.remove(0) == "super" {
+                base.pop();
+            }
+        }
+        if p.first().is_some_and(|s| s == "crate") {
+            p.remove(0);
+        }
+        base.extend(p);
+        Some(base)
+    };
+    let starts_a_word = |at: usize| {
+        let before = code[..at].chars().last();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut named = Vec::new();
+    for key in ["crate::", "super::", "self::"] {
+        for (at, _) in code.match_indices(key).filter(|&(at, _)| starts_a_word(at)) {
+            named.extend(
+                paths_at(&code[at..])
+                    .into_iter()
+                    .filter_map(|p| absolute(at, p)),
+            );
+        }
+    }
+    let mut reexports = Vec::new();
+    for key in ["pub use ", "pub(crate) use "] {
+        for (at, _) in code.match_indices(key).filter(|&(at, _)| starts_a_word(at)) {
+            let from = at + key.len();
+            for p in paths_at(&code[from..]) {
+                let name = here(at).into_iter().chain(p.last().cloned());
+                let full = match p.first().map(String::as_str) {
+                    Some("crate" | "self" | "super") => absolute(from, p),
+                    _ => Some(here(at).into_iter().chain(p).collect()), // a child's item
+                };
+                if let Some(full) = full {
+                    reexports.push((name.collect(), full));
+                }
+            }
+        }
+    }
+    (named, reexports)
+}
+
+/// The module `path` names: through re-exports to where the item is defined, then the longest
+/// prefix that is a module.
+fn module_named(
+    path: &[String],
+    modules: &BTreeSet<Vec<String>>,
+    reexports: &BTreeMap<Vec<String>, Vec<String>>,
+) -> Option<Vec<String>> {
+    let mut path = path.to_vec();
+    for _ in 0..8 {
+        let Some(k) = (1..path.len())
+            .rev()
+            .find(|&k| modules.contains(&path[..k]))
+        else {
+            break;
+        };
+        match reexports.get(&path[..=k]) {
+            Some(target) if target != &path[..=k] => {
+                path = target
+                    .iter()
+                    .cloned()
+                    .chain(path[k + 1..].iter().cloned())
+                    .collect();
+            }
+            _ => break,
+        }
+    }
+    (1..=path.len())
+        .rev()
+        .map(|k| path[..k].to_vec())
+        .find(|p| modules.contains(p))
+}
+
+/// Between sibling modules at every depth (data::imagenet::cache and data::imagenet::loader,
+/// data and train): (from, to) -> the files that make the edge. A module naming its own
+/// descendant or ancestor is no edge.
+fn sibling_edges(
+    files: &[(Vec<String>, String, String)],
+) -> BTreeMap<(Vec<String>, Vec<String>), BTreeSet<String>> {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(m, _, _)| m.clone()).collect();
+    let mut named = Vec::new();
+    let mut reexports = BTreeMap::new();
+    for (m, rel, code) in files {
+        let (paths, re) = named_paths(m, code);
+        named.push((m, rel, paths));
+        reexports.extend(re);
+    }
+    let mut edges: BTreeMap<_, BTreeSet<String>> = BTreeMap::new();
+    for (m, rel, paths) in named {
+        for p in paths {
+            let Some(t) = module_named(&p, &modules, &reexports) else {
+                continue;
+            };
+            let common = m.iter().zip(&t).take_while(|(a, b)| a == b).count();
+            if common == m.len() || common == t.len() {
+                continue;
+            }
+            let key = (m[..=common].to_vec(), t[..=common].to_vec());
+            edges.entry(key).or_default().insert(rel.clone());
+        }
+    }
+    edges
+}
+
+/// The cycles among `edges`: each as its modules, sorted, with the edges between them.
+fn cycles(edges: &BTreeMap<(Vec<String>, Vec<String>), BTreeSet<String>>) -> Vec<String> {
+    let reach = |from: &Vec<String>| -> BTreeSet<Vec<String>> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.clone()];
+        while let Some(n) = todo.pop() {
+            for ((a, b), _) in edges.range((n.clone(), Vec::new())..) {
+                if a != &n {
+                    break;
+                }
+                if seen.insert(b.clone()) {
+                    todo.push(b.clone());
+                }
+            }
+        }
+        seen
+    };
+    let mut found = BTreeSet::new();
+    for (a, _) in edges.keys() {
+        let from_a = reach(a);
+        let group: BTreeSet<Vec<String>> = from_a
+            .iter()
+            .filter(|b| reach(b).contains(a))
+            .cloned()
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        let lines: Vec<String> = edges
+            .iter()
+            .filter(|((x, y), _)| group.contains(x) && group.contains(y))
+            .map(|((x, y), f)| {
+                let f: Vec<&str> = f.iter().map(String::as_str).collect();
+                format!("  {} -> {} in {}", x.join("::"), y.join("::"), f.join(", "))
+            })
+            .collect();
+        found.insert(lines.join("\n"));
+    }
+    found.into_iter().collect()
+}
+
+#[test]
+fn no_modules_name_each_other_at_any_depth() {
+    let files: Vec<(Vec<String>, String, String)> = source_code()
+        .into_iter()
+        .map(|(_, rel, code)| (module_of(&rel), rel, code))
+        .collect();
+    let found = cycles(&sibling_edges(&files));
+    assert!(
+        found.is_empty(),
+        "modules that use each other (directly or round a loop): move what both need into a \
+         module below them, or make one a part the other calls:\n{}",
+        found.join("\n\n")
+    );
+}
+
+/// The cycle finder sees a loop through a re-export and through `super::` inside an inline
+/// module, and no loop where a module only names its own parts.
+#[test]
+fn the_cycle_finder_follows_reexports_and_inline_modules() {
+    let file = |m: &str, code: &str| {
+        let rel = format!("src/{m}.rs");
+        (module_of(&rel), rel, code.to_string())
+    };
+    let files = vec![
+        file(
+            "d/mod",
+            "pub mod a;\npub mod b;\npub use a::{\n    Thing,\n    Other,\n};\n",
+        ),
+        file(
+            "d/a",
+            "use super::b::Helper;\npub struct Thing;\npub struct Other;\n",
+        ),
+        file(
+            "d/b",
+            "pub struct Helper;\nmod inner {\n    use crate::d::Other;\n}\n",
+        ),
+        file(
+            "d/c",
+            "mod inner {\n    use super::super::a::Thing;\n}\nuse super::Thing as T;\n",
+        ),
+    ];
+    let found = cycles(&sibling_edges(&files));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("d::a -> d::b in src/d/a.rs"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[0].contains("d::b -> d::a in src/d/b.rs"),
+        "{}",
+        found[0]
+    );
+    // without b's use of the re-exported item there is no loop; c's uses point one way
+    let mut one_way = files.clone();
+    one_way[2] = file("d/b", "pub struct Helper;\n");
+    assert!(cycles(&sibling_edges(&one_way)).is_empty());
 }

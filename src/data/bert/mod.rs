@@ -26,6 +26,7 @@
 
 pub mod balance;
 pub mod balance_report;
+pub mod instance;
 pub mod packing;
 pub mod realistic;
 pub mod synth;

@@ -15,10 +15,10 @@
 //! probability 1/2 (always for a one-sentence chunk) B is a random-next segment: sentences of
 //! another document, from a random start, until B reaches the target's remainder, and the
 //! chunk's unused sentences go back to the document; otherwise B is the rest of the chunk. The
-//! pair is truncated and masked as in the `pairs` mode ([`super::synth::pair_instance`]). The
+//! pair is truncated and masked as in the `pairs` mode ([`super::instance::pair_instance`]). The
 //! instances of all documents are shuffled.
 
-use super::synth::{pair_instance, Instance};
+use super::instance::{pair_instance, Instance};
 use crate::data::rng::Rng;
 
 /// The reference's `short_seq_prob`.
@@ -208,8 +208,8 @@ mod tests {
             // [CLS] A [SEP]: at least 3 tokens of segment 0; B [SEP]: at least 2 of segment 1
             let a_len = it.segment_ids.iter().filter(|&&g| g == 0).count();
             assert!(a_len >= 3 && it.tokens.len() >= a_len + 2, "{it:?}");
-            assert_eq!(it.tokens[a_len - 1], super::super::synth::SEP);
-            assert_eq!(*it.tokens.last().unwrap(), super::super::synth::SEP);
+            assert_eq!(it.tokens[a_len - 1], super::super::instance::SEP);
+            assert_eq!(*it.tokens.last().unwrap(), super::super::instance::SEP);
         }
         // deterministic per seed
         let mut again = Rng::from_state(5);

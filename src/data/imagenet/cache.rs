@@ -247,7 +247,7 @@ pub use device::{cut_hits, store_fills, DeviceImage};
 #[cfg(feature = "torch")]
 mod device {
     use super::{CacheJob, DecodedCache};
-    use crate::data::imagenet::loader::DeviceCrop;
+    use crate::data::imagenet::transform::DeviceCrop;
     use crate::gpu::cuda::Event;
     use crate::gpu::transfer::Transfer;
     use anyhow::{Context, Result};

@@ -17,9 +17,10 @@
 //! ragged kernels are checked against.
 
 use super::cache::{cut_hits, store_fills, CacheJob};
-use super::loader::{DeviceCrop, EngineJob};
+use super::loader::EngineJob;
 use super::nvjpeg::DecodeFailure;
 use super::region::JpegHeader;
+use super::transform::DeviceCrop;
 use crate::gpu::transfer::Transfer;
 use crate::shim::error::call;
 use crate::shim::ragged_resize::{mr_ragged_nvrtc_compile, mr_ragged_resize};

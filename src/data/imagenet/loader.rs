@@ -17,7 +17,7 @@ use super::decode::RgbImage;
 use super::folder::{ImageFolder, Sample};
 use super::nvjpeg::Nvjpeg;
 use super::region::{ends_with_image, plan_region, region_at, JpegHeader, RegionPlan};
-use super::transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};
+use super::transform::{center_crop_box, crop_resize_into, CropBox, DeviceCrop, RandomResizedCrop};
 use crate::data::rng::Rng;
 use anyhow::{bail, Context, Result};
 use crossbeam_channel::{Receiver, Sender};
@@ -88,16 +88,6 @@ impl PartialEq for EngineJob {
     }
 }
 
-/// One image of a device-augmented batch: its region is `width` x `height` pixels at the top left
-/// of its slot; `crop` (in those pixels) is resized to the output size, then mirrored when `flip`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DeviceCrop {
-    pub width: u32,
-    pub height: u32,
-    pub crop: CropBox,
-    pub flip: bool,
-}
-
 /// Where crops are resized: `data.augment`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -134,6 +124,22 @@ impl std::str::FromStr for Augment {
 }
 
 impl Batch {
+    /// A batch of finished `size` x `size` crops (`images` N*size*size*3 bytes, NHWC, RGB):
+    /// nothing is left for the device but the copy and the normalisation.
+    pub fn finished(images: Vec<u8>, labels: Vec<i64>, indices: Vec<usize>, size: u32) -> Batch {
+        Batch {
+            images,
+            labels,
+            indices,
+            height: size,
+            width: size,
+            size,
+            crops: Vec::new(),
+            engine: None,
+            cache: None,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.labels.len()
     }
@@ -983,18 +989,7 @@ fn build_batch(
         }
     }
     images.truncate(kept * per_image);
-    let batch = Batch {
-        images,
-        labels,
-        indices: kept_indices,
-        height: size,
-        width: size,
-        size,
-        crops: Vec::new(),
-        engine: None,
-        cache: None,
-    };
-    (batch, bad)
+    (Batch::finished(images, labels, kept_indices, size), bad)
 }
 
 /// A sample decoded on the host, or why it could not be.

@@ -38,8 +38,7 @@ pub use cache::{CacheHit, CacheJob, CacheStats, DecodedCache};
 pub use decode::{decode_jpeg, RgbImage};
 pub use folder::{ImageFolder, ImagenetDir, Sample};
 pub use loader::{
-    Augment, BadImage, Batch, Decoder, DecoderStats, DeviceCrop, EngineJob, EpochIter, Loader,
-    LoaderConfig,
+    Augment, BadImage, Batch, Decoder, DecoderStats, EngineJob, EpochIter, Loader, LoaderConfig,
 };
 pub use region::{plan_region, region_at, JpegHeader, RegionPlan};
-pub use transform::{center_crop_box, crop_resize_into, CropBox, RandomResizedCrop};
+pub use transform::{center_crop_box, crop_resize_into, CropBox, DeviceCrop, RandomResizedCrop};

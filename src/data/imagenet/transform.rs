@@ -17,6 +17,16 @@ pub struct CropBox {
     pub height: f64,
 }
 
+/// One image of a device-augmented batch: its region is `width` x `height` pixels at the top left
+/// of its slot; `crop` (in those pixels) is resized to the output size, then mirrored when `flip`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceCrop {
+    pub width: u32,
+    pub height: u32,
+    pub crop: CropBox,
+    pub flip: bool,
+}
+
 /// RandomResizedCrop's parameters: the crop's area as a fraction of the image and its aspect
 /// ratio (width/height), drawn uniformly in log space.
 #[derive(Clone, Copy, Debug, PartialEq)]

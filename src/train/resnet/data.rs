@@ -6,34 +6,10 @@
 use crate::data::rng::Rng;
 use anyhow::Result;
 
-/// One batch: `images` is N x H x W x 3 RGB u8 (NHWC), `labels` N class indices.
-/// With `data.augment = "gpu"`, `crops` has one entry per image and the batch is ragged (H = W =
-/// 0): the decoded regions lie back to back, the engine's (`engine`, decoded on the device at the
-/// hand-off) first, then the host's (`images`), and the hand-off crops and resizes them to `size`
-/// on the device ([`crate::data::imagenet::device_augment`]); otherwise `crops` is empty and
-/// H = W = `size`.
-#[derive(Debug, Clone)]
-pub struct Batch {
-    pub images: Vec<u8>,
-    pub labels: Vec<i64>,
-    pub height: usize,
-    pub width: usize,
-    pub size: usize,
-    pub crops: Vec<crate::data::imagenet::DeviceCrop>,
-    pub engine: Option<crate::data::imagenet::EngineJob>,
-    /// The decoded-image cache's hits (the last images, cut from images stored on the device)
-    /// and fills (`data.gpu_cache_mb`).
-    pub cache: Option<crate::data::imagenet::CacheJob>,
-}
-
-impl Batch {
-    pub fn len(&self) -> usize {
-        self.labels.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
-    }
-}
+/// One batch: `images` is N x H x W x 3 RGB u8 (NHWC), `labels` N class indices; or, with
+/// `data.augment = "gpu"`, a ragged batch the hand-off crops and resizes on the device. The data
+/// pipeline's batch ([`crate::data::imagenet::Batch`]), which the synthetic sets make too.
+pub use crate::data::imagenet::Batch;
 
 pub type BatchIter = Box<dyn Iterator<Item = Result<Batch>> + Send>;
 
@@ -250,16 +226,8 @@ impl ImageData for SyntheticImages {
                 .iter()
                 .map(|&(i, flip)| r.render(i as u64, size, flip, &mut images))
                 .collect();
-            Ok(Batch {
-                images,
-                labels,
-                height: size,
-                width: size,
-                size,
-                crops: Vec::new(),
-                engine: None,
-                cache: None,
-            })
+            let indices = items.iter().map(|&(i, _)| i).collect();
+            Ok(Batch::finished(images, labels, indices, size as u32))
         })))
     }
 
@@ -278,16 +246,8 @@ impl ImageData for SyntheticImages {
                 .iter()
                 .map(|&i| r.render(i, size, false, &mut images))
                 .collect();
-            Ok(Batch {
-                images,
-                labels,
-                height: size,
-                width: size,
-                size,
-                crops: Vec::new(),
-                engine: None,
-                cache: None,
-            })
+            let indices = items.iter().map(|&i| (i - base) as usize).collect();
+            Ok(Batch::finished(images, labels, indices, size as u32))
         })))
     }
 }
@@ -418,17 +378,7 @@ impl Iterator for FolderEpoch {
 
     fn next(&mut self) -> Option<Result<Batch>> {
         match self.inner.next() {
-            Some(Ok(b)) => Some(Ok(Batch {
-                images: b.images,
-                labels: b.labels,
-                height: b.height as usize,
-                width: b.width as usize,
-                size: b.size as usize,
-                crops: b.crops,
-                engine: b.engine,
-                cache: b.cache,
-            })),
-            Some(Err(e)) => Some(Err(e)),
+            Some(batch) => Some(batch),
             None => {
                 let bad = self.inner.bad_images().len();
                 if bad > 0 && !self.reported {

@@ -271,16 +271,17 @@ fn prefetch(
 ) -> Result<Prefetcher<(Tensor, Tensor)>> {
     Prefetcher::spawn(device, depth, iter, move |b: Batch, t| {
         if b.crops.is_empty() {
-            if b.images.len() != b.len() * b.height * b.width * 3 {
+            let (height, width) = (b.height as usize, b.width as usize);
+            if b.images.len() != b.len() * height * width * 3 {
                 bail!(
                     "a batch of {} labels carries {} image bytes at {}x{}",
                     b.len(),
                     b.images.len(),
-                    b.height,
-                    b.width
+                    height,
+                    width
                 );
             }
-            return handoff::image_batch(&b.images, &b.labels, b.height, b.width, t);
+            return handoff::image_batch(&b.images, &b.labels, height, width, t);
         }
         if b.crops.len() != b.len() {
             bail!(
@@ -290,7 +291,7 @@ fn prefetch(
             );
         }
         let y = t.tensor(&b.labels, &[b.len() as i64])?;
-        let x = augment.ragged_batch(&b.crops, &b.images, b.engine, b.cache, b.size as u32, t)?;
+        let x = augment.ragged_batch(&b.crops, &b.images, b.engine, b.cache, b.size, t)?;
         Ok((x, y))
     })
 }
