@@ -82,6 +82,31 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `launch`'s worker arguments (after `--`) are an mlperf-run command line: refused once here,
+/// before any worker starts, instead of by each of the N workers.
+fn check_worker_args(worker_args: &[String]) -> anyhow::Result<()> {
+    use clap::error::ErrorKind;
+    let argv = std::iter::once("mlperf-run").chain(worker_args.iter().map(String::as_str));
+    match Cli::try_parse_from(argv) {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => Ok(()),
+        Err(e) => {
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            let why = match e.kind() {
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => "a subcommand is missing",
+                _ => first.strip_prefix("error: ").unwrap_or(first),
+            };
+            anyhow::bail!(
+                "launch: the worker arguments after `--` (`{}`) are not an mlperf-run command \
+                 line: {why}; no worker was started. Give the command each worker runs, e.g. \
+                 `launch --nproc-per-node 8 -- resnet --config CONFIG ...`",
+                worker_args.join(" ")
+            )
+        }
+    }
+}
+
 /// Run the subcommand.
 fn dispatch(command: Command) -> anyhow::Result<ExitStatus> {
     match command {
@@ -96,7 +121,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitStatus> {
         Command::Data(a) => data::run_data(a),
         Command::Demo(a) => demo::run_demo(a),
         Command::Plan(a) => plan::run_plan(a),
-        Command::Launch(a) => launch::run_launch(a),
+        Command::Launch(a) => {
+            check_worker_args(&a.worker_args)?;
+            launch::run_launch(a)
+        }
         Command::DistSelftest(a) => launch::run_selftest(a),
     }
 }

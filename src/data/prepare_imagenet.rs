@@ -545,10 +545,16 @@ fn redo_hint() -> &'static str {
 /// the file, or the end-of-archive block is missing (a copy cut at a block boundary).
 pub fn list_tar(path: &Path) -> Result<Vec<TarMember>> {
     let file = File::open(path).with_context(|| format!("cannot open tar {}", path.display()))?;
-    let len = file
+    let meta = file
         .metadata()
-        .with_context(|| format!("cannot stat {}", path.display()))?
-        .len();
+        .with_context(|| format!("cannot stat {}", path.display()))?;
+    if meta.is_dir() {
+        bail!(
+            "{} is a folder, not a tar file: give the downloaded .tar itself",
+            path.display()
+        );
+    }
+    let len = meta.len();
     let mut archive = tar::Archive::new(file);
     let mut members = Vec::new();
     let mut end = 0u64;

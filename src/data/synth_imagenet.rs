@@ -97,8 +97,28 @@ impl SynthSpec {
         if self.classes == 0 || self.classes > 100_000 {
             bail!("--classes {} must be within 1..=100000", self.classes);
         }
-        if self.per_class == 0 {
-            bail!("--per-class must be at least 1");
+        if self.per_class == 0 || self.per_class > MAX_PER_CLASS {
+            bail!(
+                "--per-class {} must be within 1..={MAX_PER_CLASS}",
+                self.per_class
+            );
+        }
+        if self.val_per_class == 0 || self.val_per_class > MAX_PER_CLASS {
+            bail!(
+                "--val-per-class {} must be within 1..={MAX_PER_CLASS} (the trainer evaluates \
+                 on every class of val/)",
+                self.val_per_class
+            );
+        }
+        let images = self.classes * (self.per_class + self.val_per_class);
+        if images > MAX_IMAGES {
+            bail!(
+                "--classes {} x (--per-class {} + --val-per-class {}) is {images} images, more \
+                 than {MAX_IMAGES} (ImageNet has 1.33 million): ask for fewer",
+                self.classes,
+                self.per_class,
+                self.val_per_class
+            );
         }
         if self.min_size < 16 || self.min_size > self.max_size || self.max_size > 4096 {
             bail!(
@@ -113,6 +133,11 @@ impl SynthSpec {
         Ok(())
     }
 }
+
+/// The most images of one class and split (their file names have 6 digits).
+pub const MAX_PER_CLASS: usize = 1_000_000;
+/// The most images of a data set (15 times ImageNet's; the list of them is held in memory).
+pub const MAX_IMAGES: usize = 20_000_000;
 
 /// The directory name of class `c` (ImageNet-like wnids that sort in class order).
 pub fn class_dir_name(c: usize) -> String {

@@ -116,7 +116,37 @@ impl Rendezvous {
             return Ok(None);
         };
         rdv.validate()?;
+        if rdv.source == Source::Torchrun {
+            rdv.check_local_world_size(get("LOCAL_WORLD_SIZE").as_deref())?;
+        }
         Ok(Some(rdv))
+    }
+
+    /// torchrun's LOCAL_WORLD_SIZE, when set, agrees with LOCAL_RANK and WORLD_SIZE (the CPU
+    /// binding, the decode threads and the node count in sysinfo read it).
+    fn check_local_world_size(&self, value: Option<&str>) -> Result<()> {
+        let Some(v) = value else {
+            return Ok(());
+        };
+        let local: usize = match v.trim().parse() {
+            Ok(n) if n > 0 => n,
+            _ => bail!(
+                "LOCAL_WORLD_SIZE={v:?} is not a positive integer (the processes on this node)"
+            ),
+        };
+        if self.local_rank >= local {
+            bail!(
+                "LOCAL_RANK={} is not below LOCAL_WORLD_SIZE={local}: the ranks are inconsistent",
+                self.local_rank
+            );
+        }
+        if local > self.world_size {
+            bail!(
+                "LOCAL_WORLD_SIZE={local} is larger than WORLD_SIZE={}: the ranks are inconsistent",
+                self.world_size
+            );
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<()> {
@@ -347,6 +377,26 @@ mod tests {
         assert!(with("MASTER_PORT", "0").contains("not a TCP port"));
         assert!(with("WORLD_SIZE", "0").contains("WORLD_SIZE is 0"));
         assert!(with("LOCAL_RANK", "12").contains("LOCAL_RANK=12 is larger than RANK=9"));
+    }
+
+    #[test]
+    fn local_world_size_must_agree_with_the_ranks() {
+        let with = |v: &str| {
+            let mut vars: Vec<(&str, &str)> = TORCHRUN.to_vec();
+            vars.push(("LOCAL_WORLD_SIZE", v));
+            rdv(&vars).map_err(|e| format!("{e:#}"))
+        };
+        assert!(with("8").is_ok());
+        assert!(with("eight")
+            .unwrap_err()
+            .contains("LOCAL_WORLD_SIZE=\"eight\" is not a positive integer"));
+        assert!(with("0").unwrap_err().contains("not a positive integer"));
+        assert!(with("1")
+            .unwrap_err()
+            .contains("LOCAL_RANK=1 is not below LOCAL_WORLD_SIZE=1"));
+        assert!(with("32")
+            .unwrap_err()
+            .contains("LOCAL_WORLD_SIZE=32 is larger than WORLD_SIZE=16"));
     }
 
     #[test]

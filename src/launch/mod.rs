@@ -134,6 +134,9 @@ pub fn run_selftest(args: SelftestArgs) -> Result<ExitStatus> {
     }
 }
 
+/// The most workers `launch` starts on one node.
+pub const MAX_NPROC_PER_NODE: usize = 1024;
+
 /// A TCP port that was free on 127.0.0.1 a moment ago.
 pub fn free_local_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")
@@ -183,6 +186,12 @@ fn node_layout(args: &LaunchArgs) -> Result<(String, usize, usize)> {
     let n = args.nproc_per_node;
     if n == 0 {
         bail!("--nproc-per-node must be at least 1");
+    }
+    if n > MAX_NPROC_PER_NODE {
+        bail!(
+            "--nproc-per-node {n} is more than {MAX_NPROC_PER_NODE} workers on one node: start \
+             one worker per GPU (or a few on a CPU node)"
+        );
     }
     if args.nnodes == 0 {
         bail!("--nnodes must be at least 1");

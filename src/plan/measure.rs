@@ -49,13 +49,45 @@ fn steady_rate(log: &LogFile) -> Option<f64> {
     }
 }
 
+/// A log of `bench` at all: MLPerf lines, and no other benchmark's `submission_benchmark`.
+fn check_log_of(log: &LogFile, bench: &Benchmark) -> Result<(), String> {
+    let what = log.path.display();
+    if log.events.is_empty() {
+        return Err(format!(
+            "{what}: no MLPerf log lines (`:::MLLOG {{...}}`): give the log of a training run \
+             (a result_N.txt)"
+        ));
+    }
+    let named = log
+        .first(keys::SUBMISSION_BENCHMARK)
+        .and_then(|e| e.value.as_str().map(str::to_string));
+    match named {
+        Some(b) if !b.eq_ignore_ascii_case(&bench.name) => Err(format!(
+            "{what}: a log of {b} (its submission_benchmark), not of {}: give logs of the \
+             benchmark you plan",
+            bench.name
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn run_numbers(log: &LogFile, bench: &Benchmark, gpus: u64) -> Result<RunNumbers, String> {
+    check_log_of(log, bench)?;
     let what = log.path.display();
     let gbs = number(log, keys::GLOBAL_BATCH_SIZE)
         .ok_or_else(|| format!("{what}: no global_batch_size"))?;
     let accum = number(log, "gradient_accumulation_steps")
         .unwrap_or(1.0)
         .max(1.0) as u64;
+    // every GPU trains whole samples each micro-batch; BERT's packed rows may count for a
+    // fractional number of sequences (train.packing_factor), so there only at least one
+    let per_share = gbs / (gpus as f64 * accum as f64);
+    if per_share < 1.0 || (bench.name != "bert" && per_share.fract() != 0.0) {
+        return Err(format!(
+            "{what}: global_batch_size {gbs} does not split over {gpus} GPU(s) x {accum} \
+             accumulation step(s): give --measured-gpus the GPU count of the run that wrote it"
+        ));
+    }
     let rate = steady_rate(log)
         .ok_or_else(|| format!("{what}: no tracked_stats throughput to read the rate from"))?;
     let start = log

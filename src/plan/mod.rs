@@ -247,12 +247,43 @@ pub struct Planned {
     pub svg: PathBuf,
 }
 
+/// --gpus: counts of at least 1, each once (a count given twice would be planned and its config
+/// written twice).
+fn check_gpus(gpus: &[u64]) -> Result<()> {
+    if gpus.is_empty() || gpus.contains(&0) {
+        bail!("--gpus: give GPU counts of at least 1, e.g. --gpus 8,16,64");
+    }
+    if let Some((i, n)) = gpus
+        .iter()
+        .enumerate()
+        .find(|(i, n)| gpus[..*i].contains(n))
+    {
+        bail!(
+            "--gpus: {n} is given twice (as count {} and {}): give each GPU count once",
+            gpus[..i].iter().position(|m| m == n).unwrap_or(0) + 1,
+            i + 1
+        );
+    }
+    Ok(())
+}
+
+/// The --out folder, made if missing; a file in its place is named as such.
+fn create_out(out: &Path) -> Result<()> {
+    if out.exists() && !out.is_dir() {
+        bail!(
+            "--out {} is a file, not a folder: give a folder for the configs, the plot and \
+             plan.json",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("--out {}: cannot create it", out.display()))
+}
+
 /// Plan `args` and write the configs, the plot and plan.json.
 pub fn plan(args: &PlanArgs) -> Result<Planned> {
     let bench = crate::benchmarks::get(&args.benchmark)?;
-    if args.gpus.is_empty() || args.gpus.contains(&0) {
-        bail!("--gpus: give GPU counts of at least 1, e.g. --gpus 8,16,64");
-    }
+    check_gpus(&args.gpus)?;
     let (gpu, memory, cluster) = hardware(args)?;
     let mut model = costs(args)?;
     if let Some(config) = &args.config {
@@ -277,8 +308,7 @@ pub fn plan(args: &PlanArgs) -> Result<Planned> {
         memory_gib: memory,
         samples_per_row: if bench.name == "bert" { 2 } else { 1 },
     };
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("--out {}: cannot create it", args.out.display()))?;
+    create_out(&args.out)?;
     let mut rows = Vec::new();
     for &n in &args.gpus {
         let c = choose::choose(&inputs, n)?;
@@ -349,8 +379,7 @@ fn plan_given(
         None => (args.step_overhead_ms.unwrap_or(0.0) / 1e3, String::new()),
     };
     let costs = Costs::full(given.costs(cost, overhead));
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("--out {}: cannot create it", args.out.display()))?;
+    create_out(&args.out)?;
     let mut rows = Vec::new();
     for &n in &args.gpus {
         if !given.fits(n) {

@@ -123,11 +123,13 @@ fn hostname() -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned()).filter(|h| !h.is_empty())
 }
 
+/// What the lock file says; bytes that are not UTF-8 (a file damaged or written by something
+/// else) are read as replacement characters, not refused: the flock, not the text, is the lock.
 fn read_holder(file: &mut File) -> std::io::Result<Holder> {
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     file.seek(SeekFrom::Start(0))?;
-    file.read_to_string(&mut text)?;
-    Ok(Holder::parse(&text))
+    file.read_to_end(&mut bytes)?;
+    Ok(Holder::parse(&String::from_utf8_lossy(&bytes)))
 }
 
 /// True when `path` still names the file open as `file` (not removed, nor replaced, since it was
@@ -256,5 +258,17 @@ mod tests {
             .describe()
             .starts_with(&format!("pid {}", std::process::id())));
         assert_eq!(Holder::parse("garbage\n"), Holder::default());
+    }
+
+    #[test]
+    fn a_lock_file_of_binary_garbage_nobody_holds_is_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(LOCK_FILE), [0xff, 0xfe, 0x00, 0x80, b'\n']).unwrap();
+        let lock = SetLock::acquire(dir.path()).unwrap();
+        let text = std::fs::read_to_string(lock.path()).unwrap();
+        assert!(
+            text.contains(&format!("pid: {}", std::process::id())),
+            "{text}"
+        );
     }
 }

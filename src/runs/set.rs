@@ -142,8 +142,23 @@ pub fn os_seed(used: &BTreeSet<u64>) -> Result<u64> {
     }
 }
 
-/// `--runs` and `--seeds`: at least one run, one distinct seed per run.
+/// `--runs` and `--seeds`: at least one run, one distinct seed per run; and a system name that
+/// is one folder under the results root.
 fn check_runs_and_seeds(spec: &SetSpec) -> Result<()> {
+    let system = spec.system.as_str();
+    if system.trim().is_empty()
+        || system.contains('/')
+        || system.contains('\\')
+        || system == "."
+        || system == ".."
+    {
+        bail!(
+            "the system name {system:?} (--system, by default the config's [system] \
+             submission_platform) must be one plain folder name under {}: not empty, no '/', \
+             not '.' or '..'; give --system NAME",
+            spec.results_root.display()
+        );
+    }
     if spec.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -206,6 +221,7 @@ fn keep_finished_runs(
         let log = mllog::parse_file(&path)?;
         match status_of(&log) {
             Some(status) => {
+                check_kept_seed(spec, index, &path, seed_of(&log))?;
                 let record = RunRecord {
                     index,
                     seed: seed_of(&log),
@@ -237,6 +253,25 @@ fn keep_finished_runs(
         }
     }
     Ok(todo)
+}
+
+/// A finished run kept on `--resume` ran the seed `--seeds` gives it: resumed with other
+/// seeds, the set would mix two seed lists (and could repeat a seed).
+fn check_kept_seed(
+    spec: &SetSpec,
+    index: usize,
+    path: &std::path::Path,
+    logged: Option<u64>,
+) -> Result<()> {
+    match (&spec.seeds, logged) {
+        (Some(seeds), Some(seed)) if seeds[index] != seed => bail!(
+            "{} ran seed {seed}, but --seeds gives {} for run {index}: resume with the set's \
+             original --seeds (or start a new set in another --results or --system)",
+            path.display(),
+            seeds[index]
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Moves the log of run `index` (unfinished, or cut) into `interrupted/` beside the set, under
@@ -293,6 +328,17 @@ pub fn run_set(
     // The writer holds the folder's lock until the set returns (on every path): a second set
     // into the same folder is refused before it looks at, moves or writes any result file.
     let lock = if spec.writer {
+        if let Some(file) = set_dir
+            .ancestors()
+            .find(|p| p.is_file() || (p.is_symlink() && !p.exists()))
+        {
+            bail!(
+                "cannot make the set's folder {}: {} is a file (or a broken link), not a \
+                 folder; move it away or choose another --results or --system",
+                set_dir.display(),
+                file.display()
+            );
+        }
         std::fs::create_dir_all(&set_dir)
             .with_context(|| format!("cannot create {}", set_dir.display()))?;
         Some(SetLock::acquire(&set_dir)?)

@@ -194,6 +194,16 @@ impl SystemDesc {
                 ),
             };
             let json = match (key.as_str(), json) {
+                (k, Value::String(s))
+                    if INTEGER_FIELDS.contains(&k)
+                        && !s.trim().is_empty()
+                        && s.trim().parse::<u64>().is_err() =>
+                {
+                    bail!(
+                        "{k} = {s:?}: must be a whole number, 0 or more (the result summarizer \
+                         reads it with int()), e.g. {k} = 1"
+                    )
+                }
                 ("status", Value::String(s)) => Value::String(normalize_status(&s)?.to_string()),
                 ("division", Value::String(s)) => {
                     Value::String(normalize_division(&s)?.to_string())
@@ -303,13 +313,19 @@ pub fn normalize_division(input: &str) -> Result<&'static str> {
 
 fn check_field_name(field: &str) -> Result<()> {
     if FIELDS.contains(&field) {
-        Ok(())
-    } else {
-        bail!(
-            "unknown system description key '{field}'; allowed keys: {}",
-            FIELDS.join(", ")
-        )
+        return Ok(());
     }
+    let hint = match crate::util::suggest::closest(field, FIELDS) {
+        Some(near) => format!(" (did you mean '{near}'?)"),
+        None if field == "system" => " (a system TOML holds the keys at its top level, without \
+                                        a [system] table: that table is a run config's)"
+            .to_string(),
+        None => String::new(),
+    };
+    bail!(
+        "unknown system description key '{field}'{hint}; allowed keys: {}",
+        FIELDS.join(", ")
+    )
 }
 
 #[cfg(test)]

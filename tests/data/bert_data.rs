@@ -315,3 +315,81 @@ fn balancing_evens_realistic_tokens_at_8_ranks() {
     assert!(r.balanced.worst_step_spread <= 512, "{r:?}");
     assert!((r.strided.mean_rank_tokens - r.balanced.mean_rank_tokens).abs() < 1e-6);
 }
+
+/// `data synth-bert` on bad input: exit 2 with a message that names the flag or the file, and
+/// nothing in --out lost or mixed (a folder of other files, shards of an earlier set with
+/// another --shards, which the trainer would read with the new ones).
+#[test]
+fn synth_bert_cli_refuses_bad_input_naming_flag_or_file() {
+    run_alone!();
+    let dir = tempfile::tempdir().unwrap();
+    let synth = |out: &Path, extra: &[&str]| {
+        let o = Command::new(common::dist::BIN)
+            .args(["data", "synth-bert", "--out"])
+            .arg(out)
+            .args([
+                "--sentences",
+                "16",
+                "--seq-len",
+                "32",
+                "--eval-samples",
+                "8",
+            ])
+            .args(if extra.contains(&"--train-samples") {
+                &[][..]
+            } else {
+                &["--train-samples", "64"][..]
+            })
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let out = dir.path().join("bert");
+    let (code, err) = synth(&out, &["--shards", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--shards must be at least 1"), "{err}");
+    let (code, err) = synth(&out, &["--train-samples", "2", "--shards", "4"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--train-samples 2 is fewer than --shards 4"),
+        "{err}"
+    );
+    let (code, err) = synth(&out, &["--vocab-size", "10"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--vocab-size 10 is smaller than"), "{err}");
+    let (code, err) = synth(&out, &["--train-samples", "2000000000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("token slots"), "{err}");
+    assert!(!out.exists(), "nothing written for refused flags");
+
+    let binary = dir.path().join("binary.txt");
+    std::fs::write(&binary, [b'a', b' ', 0xff, 0xfe, b'\n']).unwrap();
+    let (code, err) = synth(&out, &["--source", binary.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("binary.txt is not UTF-8 text"), "{err}");
+
+    // a folder of other files is not written into
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "keep").unwrap();
+    let (code, err) = synth(&other, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("holds notes.txt"), "{err}");
+    assert!(!other.join("vocab.txt").exists());
+
+    // the same command again replaces its own set; fewer shards would leave stale ones
+    assert_eq!(synth(&out, &["--shards", "2"]).0, Some(0));
+    assert_eq!(synth(&out, &["--shards", "2"]).0, Some(0));
+    let (code, err) = synth(&out, &["--shards", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("part-00000-of-00002.hdf5") && err.contains("would not replace"),
+        "{err}"
+    );
+    assert!(out.join("train/part-00001-of-00002.hdf5").exists());
+    assert!(!out.join("train/part-00000-of-00001.hdf5").exists());
+}

@@ -308,3 +308,54 @@ fn packing_bad_shards_are_clear_errors_naming_the_file() {
         "{err}"
     );
 }
+
+/// `data bert-pack` flags out of range: exit 2 naming the flag, and a --window far beyond the
+/// data set is the whole epoch (not an allocation that aborts the process).
+#[test]
+fn bert_pack_names_bad_flags_and_takes_a_huge_window() {
+    run_alone!();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(common::dist::BIN)
+        .args(["data", "synth-bert", "--sentences", "16", "--seq-len", "32"])
+        .args(["--train-samples", "64", "--eval-samples", "8", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pack = |extra: &[&str]| {
+        let o = Command::new(common::dist::BIN)
+            .args(["data", "bert-pack", "--dir"])
+            .arg(dir.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code(), text)
+    };
+    for (flag, want) in [
+        ("--window", "--window must be at least 1"),
+        ("--row-len", "--row-len must be at least 1"),
+        ("--max-per-row", "--max-per-row must be at least 1"),
+    ] {
+        let (code, text) = pack(&[flag, "0"]);
+        assert_eq!(code, Some(2), "{text}");
+        assert!(text.contains(want), "{text}");
+    }
+    let (code, text) = pack(&["--window", "10000000000"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("64 sequences"), "{text}");
+    // rows shorter than the samples: the flag to change, not the trainer's advice
+    let (code, text) = pack(&["--row-len", "8"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("--row-len")
+            && text.contains("give --row-len 32")
+            && !text.contains("eval set"),
+        "{text}"
+    );
+}

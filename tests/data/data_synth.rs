@@ -269,3 +269,43 @@ fn imagenet_sizes_average_about_400_by_350_and_110_kb() {
     );
     assert!((120..=800).contains(&a.width) && (120..=800).contains(&a.height));
 }
+
+/// Counts the data set cannot have are refused before anything is made, naming the flag: a
+/// per-class count beyond the file names' 6 digits (once an allocation that aborted the
+/// process), no val images (the trainer evaluates on every class of val/), too many images.
+#[test]
+fn cli_refuses_counts_it_cannot_write_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("set");
+    let run = |flags: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .args(["data", "synth-imagenet", "--out"])
+            .arg(&out)
+            .args(flags)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for (flags, want) in [
+        (
+            &["--classes", "1", "--per-class", "4000000000"][..],
+            "--per-class 4000000000 must be within 1..=1000000",
+        ),
+        (
+            &["--classes", "2", "--per-class", "2", "--val-per-class", "0"][..],
+            "--val-per-class 0 must be within 1..=1000000",
+        ),
+        (
+            &["--classes", "100000", "--per-class", "1000"][..],
+            "images, more than 20000000",
+        ),
+    ] {
+        let (code, err) = run(flags);
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
+        assert!(err.contains(want), "{flags:?}: {err}");
+        assert!(!err.contains("panicked") && !out.exists(), "{err}");
+    }
+}

@@ -720,6 +720,33 @@ fn cli_prepares_prints_a_summary_and_exits_2_on_errors() {
     }
 }
 
+/// A folder given as a tar (a mistaken path, or the extracted tar) is said to be a folder, not
+/// called a corrupt or truncated tar.
+#[test]
+fn a_folder_given_as_a_tar_is_named_as_a_folder() {
+    let f = Fixture::new();
+    let o = bin()
+        .args(["data", "prepare-imagenet", "--subset", "--train-tar"])
+        .arg(f.dir.path())
+        .arg("--val-tar")
+        .arg(&f.val_tar)
+        .arg("--val-labels")
+        .arg(&f.csv)
+        .arg("--out")
+        .arg(f.path("out_dir_tar"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{} is a folder, not a tar file",
+            f.dir.path().display()
+        )) && !stderr.contains("corrupt"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn the_packaged_init_datasets_script_points_at_prepare_imagenet() {
     let template = std::fs::read_to_string(

@@ -102,6 +102,69 @@ fn launch_rejects_bad_arguments() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--nproc-per-node must be at least 1"));
 }
 
+/// A worker count beyond any node (once a capacity overflow: exit 101) and worker arguments
+/// that are no mlperf-run command line (once the same parse error from each of N workers) are
+/// refused once, with exit 2, before any worker starts.
+#[test]
+fn launch_refuses_a_huge_count_and_bad_worker_arguments_before_starting_workers() {
+    let run = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[
+        "launch",
+        "--nproc-per-node",
+        "18446744073709551615",
+        "--",
+        "sysinfo",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--nproc-per-node 18446744073709551615 is more than 1024"),
+        "{err}"
+    );
+    for (worker, want) in [
+        ("resnett", "unrecognized subcommand 'resnett'"),
+        ("data", "a subcommand is missing"),
+    ] {
+        let (code, err) = run(&["launch", "--nproc-per-node", "2", "--", worker]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("are not an mlperf-run command line")
+                && err.contains(want)
+                && err.contains("no worker was started")
+                && !err.contains("[rank"),
+            "{err}"
+        );
+    }
+}
+
+/// LOCAL_WORLD_SIZE that disagrees with LOCAL_RANK or WORLD_SIZE (a hand-written launcher
+/// environment) is named before the process group forms.
+#[test]
+fn an_inconsistent_local_world_size_is_named() {
+    for (local_world, want) in [
+        ("1", "LOCAL_RANK=1 is not below LOCAL_WORLD_SIZE=1"),
+        (
+            "four",
+            "LOCAL_WORLD_SIZE=\"four\" is not a positive integer",
+        ),
+        ("3", "LOCAL_WORLD_SIZE=3 is larger than WORLD_SIZE=2"),
+    ] {
+        let o = rank_command(1, 2, free_port())
+            .env("LOCAL_WORLD_SIZE", local_world)
+            .args(["dist-selftest", "--timeout-s", "5"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
+
 #[test]
 fn killing_one_rank_ends_the_other_with_an_error() {
     let port = free_port();

@@ -209,3 +209,87 @@ fn projections_from_8_gpus_match_the_published_larger_results() {
         mean(&err64)
     );
 }
+
+/// `plan` on mistaken input: exit 2 naming the flag or the log, nothing planned. A log of the
+/// other benchmark, a --measured-gpus its global batch does not split over, a text file that is
+/// no MLPerf log, a GPU count given twice, an --out that is a file.
+#[test]
+fn plan_refuses_mistaken_logs_and_flags_naming_them() {
+    let fixture = |set: &str, bench: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/plan")
+            .join(set)
+            .join(bench)
+            .join("result_0.txt")
+    };
+    let resnet_log = fixture("v4.0/NVIDIA/eos_ngc24.04_mxnet", "resnet");
+    let bert_log = fixture("v3.1/Dell/XE9680x8H100-SXM-80GB", "bert");
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "global batch 3200, 8 GPUs\n").unwrap();
+    let afile = dir.path().join("afile");
+    std::fs::write(&afile, "x").unwrap();
+    let out = dir.path().join("plan");
+    let plan = |args: &[&std::ffi::OsStr]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .arg("plan")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let s = |x: &str| std::ffi::OsString::from(x);
+    let cases: Vec<(Vec<std::ffi::OsString>, String)> = vec![
+        (
+            vec![
+                s("resnet"),
+                s("--from-log"),
+                bert_log.clone().into(),
+                s("--measured-gpus"),
+                s("8"),
+            ],
+            "a log of bert (its submission_benchmark), not of resnet".into(),
+        ),
+        (
+            vec![
+                s("resnet"),
+                s("--from-log"),
+                resnet_log.clone().into(),
+                s("--measured-gpus"),
+                s("7"),
+            ],
+            "global_batch_size 3200 does not split over 7 GPU(s)".into(),
+        ),
+        (
+            vec![s("resnet"), s("--from-log"), text.clone().into()],
+            format!("{}: no MLPerf log lines", text.display()),
+        ),
+        (
+            vec![s("resnet"), s("--gpus"), s("8,16,8")],
+            "--gpus: 8 is given twice (as count 1 and 3)".into(),
+        ),
+        (
+            vec![
+                s("resnet"),
+                s("--gpus"),
+                s("8"),
+                s("--out"),
+                afile.clone().into(),
+            ],
+            format!("--out {} is a file, not a folder", afile.display()),
+        ),
+    ];
+    for (mut args, want) in cases {
+        if !args.iter().any(|a| a == "--out") {
+            args.extend([s("--out"), out.clone().into()]);
+        }
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let (code, err) = plan(&refs);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(&want), "{args:?}: want `{want}` in {err}");
+        assert!(!out.exists(), "{args:?}: nothing planned");
+    }
+}

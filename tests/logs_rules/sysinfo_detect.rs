@@ -184,3 +184,57 @@ fn cli_prints_json_and_refuses_unknown_keys() {
         "{err}"
     );
 }
+
+/// `sysinfo --system-config` with a mistyped key says which key was meant, a run config's
+/// [system] table is told apart, and a count that is no whole number (the result summarizer
+/// reads it with int()) is refused naming the file and the key instead of printed as given.
+#[test]
+fn cli_suggests_keys_and_refuses_counts_that_are_not_whole_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("s.toml");
+    let sysinfo = |text: &str| {
+        std::fs::write(&toml, text).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .args(["sysinfo", "--system-config"])
+            .arg(&toml)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for (text, want) in [
+        (
+            "submiter = \"Org\"\n",
+            "'submiter' (did you mean 'submitter'?)",
+        ),
+        (
+            "[system]\nsubmitter = \"Org\"\n",
+            "without a [system] table",
+        ),
+        (
+            "number_of_nodes = \"two\"\n",
+            "number_of_nodes = \"two\": must be a whole number",
+        ),
+        (
+            "number_of_nodes = -1\n",
+            "number_of_nodes = \"-1\": must be a whole number",
+        ),
+        (
+            "accelerators_per_node = 1.5\n",
+            "accelerators_per_node = \"1.5\": must be a whole number",
+        ),
+    ] {
+        let (code, err) = sysinfo(text);
+        assert_eq!(code, Some(2), "{text}: {err}");
+        assert!(
+            err.contains(want) && err.contains("s.toml"),
+            "{text}: {err}"
+        );
+    }
+    assert_eq!(
+        sysinfo("number_of_nodes = 2\naccelerators_per_node = \"8\"\n").0,
+        Some(0)
+    );
+}

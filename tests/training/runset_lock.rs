@@ -231,6 +231,74 @@ fn the_lock_file_is_gone_after_a_set_that_succeeded_or_failed() {
     assert!(!lock.exists(), "gone after a set that failed");
 }
 
+/// Resumed with another --seeds list, a set would mix two lists (and could repeat a seed): the
+/// kept run's seed and the one --seeds gives are named, and nothing runs.
+#[test]
+fn resuming_with_other_seeds_is_refused_naming_the_file_and_both_seeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec(dir.path(), 3, false);
+    s.seeds = Some(vec![11, 12, 13]);
+    let first = run_set(&s, &mut |r: &RunRequest| fake_run(r), |_| {}).unwrap();
+    assert_eq!(first.runs.len(), 3);
+    std::fs::remove_file(s.result_path(2)).unwrap();
+    let mut again = spec(dir.path(), 3, true);
+    again.seeds = Some(vec![21, 22, 23]);
+    let mut ran = 0;
+    let err = run_set(
+        &again,
+        &mut |r: &RunRequest| {
+            ran += 1;
+            fake_run(r)
+        },
+        |_| {},
+    )
+    .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("result_0.txt ran seed 11, but --seeds gives 21 for run 0")
+            && msg.contains("original --seeds"),
+        "{msg}"
+    );
+    assert_eq!(ran, 0);
+    // the same list resumes
+    again.seeds = Some(vec![11, 12, 13]);
+    let out = run_set(&again, &mut |r: &RunRequest| fake_run(r), |_| {}).unwrap();
+    assert_eq!(out.runs.len(), 3);
+}
+
+/// A system name that is not one folder (empty, a path, '..') would put the results outside
+/// RESULTS/SYSTEM/BENCHMARK; a results folder in the place of a file is named as such.
+#[test]
+fn a_system_name_that_is_no_folder_name_and_a_results_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for system in ["", "../../elsewhere", "a/b", ".."] {
+        let mut s = spec(dir.path(), 1, false);
+        s.system = system.into();
+        let err = run_set(&s, &mut |r: &RunRequest| fake_run(r), |_| {}).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains(&format!("the system name {system:?}")) && msg.contains("--system NAME"),
+            "{msg}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing made"
+    );
+    let file = dir.path().join("results.txt");
+    std::fs::write(&file, "x").unwrap();
+    let s = spec(&file, 1, false);
+    let msg = format!(
+        "{:#}",
+        run_set(&s, &mut |r: &RunRequest| fake_run(r), |_| {}).unwrap_err()
+    );
+    assert!(
+        msg.contains(&format!("{} is a file", file.display())) && msg.contains("--results"),
+        "{msg}"
+    );
+}
+
 /// The tiny CPU ResNet set through the binary.
 #[cfg(feature = "torch")]
 mod binary {
@@ -346,5 +414,27 @@ mod binary {
         assert_eq!(out.status.code(), Some(130), "{stderr}");
         assert!(stderr.contains("interrupted twice"), "{stderr}");
         assert!(!set.join(LOCK_FILE).exists(), "gone after a second Ctrl-C");
+    }
+
+    /// Through the binary: a system name that is no folder name is refused with exit 2 and
+    /// the message, before anything is made.
+    #[test]
+    fn the_binary_refuses_a_system_name_that_is_no_folder_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .args(["resnet", "--division", "open", "--config"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"))
+            .arg("--results")
+            .arg(tmp.path())
+            .args(["--system", "../outside", "--runs", "1"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("the system name \"../outside\"") && stderr.contains("--system NAME"),
+            "{stderr}"
+        );
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     }
 }

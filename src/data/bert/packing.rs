@@ -217,7 +217,7 @@ impl PackStats {
 
 /// A sample's real tokens and predictions, checked for packing: the mask a run of ones then
 /// zeros, the tokens within a row, every prediction on a real token. Errors name the file.
-fn item_of(s: &Sample, spec: &PackSpec) -> Result<Item> {
+fn item_of(s: &Sample, spec: &PackSpec, too_long: &str) -> Result<Item> {
     let sh = &s.shard;
     let i = s.index;
     let mask = &sh.input_mask[i * sh.seq..(i + 1) * sh.seq];
@@ -233,9 +233,7 @@ fn item_of(s: &Sample, spec: &PackSpec) -> Result<Item> {
     }
     if tokens > spec.seq {
         bail!(
-            "{}: sample {i} has {tokens} tokens, more than a packed row holds ({} tokens: the \
-             eval set's sequence length); use training shards of the eval set's sequence length, \
-             or turn methods.packing off",
+            "{}: sample {i} has {tokens} tokens, more than a packed row holds ({} tokens{too_long}",
             sh.path.display(),
             spec.seq
         );
@@ -547,7 +545,13 @@ pub struct PackedLoader {
     /// The sequences per row the run's `global_batch_size` assumes (`train.packing_factor`):
     /// one warning when the first full window packs more than 5% off it.
     expected_factor: Option<f64>,
+    /// What a sample longer than a row is told to do (after the row's length).
+    too_long: String,
 }
+
+/// What the trainer says of a sample longer than its rows.
+const TRAINER_TOO_LONG: &str = ": the eval set's sequence length); use training shards of the \
+                                eval set's sequence length, or turn methods.packing off";
 
 impl PackedLoader {
     /// Rows of `spec` from the shards of `dir`, `rows_per_rank` per rank and micro-batch.
@@ -578,7 +582,15 @@ impl PackedLoader {
             next_window: (0, 0),
             stats: PackStats::default(),
             expected_factor: None,
+            too_long: TRAINER_TOO_LONG.to_string(),
         })
+    }
+
+    /// Say `hint` (after the row's length) of a sample longer than a row, instead of the
+    /// trainer's advice.
+    pub fn with_too_long_hint(mut self, hint: String) -> Self {
+        self.too_long = hint;
+        self
     }
 
     /// Pack `window` samples at a time instead of [`DEFAULT_WINDOW`].
@@ -600,7 +612,9 @@ impl PackedLoader {
 
     /// Pack the next window of the stream onto the row queue.
     fn fill(&mut self) -> Result<()> {
-        let mut samples: Vec<Sample> = Vec::with_capacity(self.window);
+        // a window never spans more than the epoch
+        let mut samples: Vec<Sample> =
+            Vec::with_capacity(self.window.min(self.total_samples.max(1)));
         let mut epoch = None;
         while samples.len() < self.window {
             let s = match self.carry.take() {
@@ -623,7 +637,7 @@ impl PackedLoader {
         }
         let items = samples
             .iter()
-            .map(|s| item_of(s, &self.spec))
+            .map(|s| item_of(s, &self.spec, &self.too_long))
             .collect::<Result<Vec<_>>>()?;
         let rows = pack(&items, &self.spec)?;
         self.stats.add(&items, rows.len(), &self.spec);
@@ -721,10 +735,25 @@ pub fn report(
     window: usize,
     seed: u64,
 ) -> Result<PackReport> {
+    for (flag, v) in [
+        ("--row-len", seq.unwrap_or(1)),
+        ("--max-per-row", max_per_row),
+        ("--window", window),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be at least 1 (got 0)");
+        }
+    }
     let files = shard_files(dir)?;
     let first = super::Shard::read(&files[0])?;
     let spec = PackSpec::new(seq.unwrap_or(first.seq), max_per_row, first.preds)?;
-    let mut l = PackedLoader::new(dir, seed, 0, 1, 1, spec)?.with_window(window);
+    let hint = format!(
+        ", --row-len); give --row-len {} (the shards' sequence length) or more",
+        first.seq
+    );
+    let mut l = PackedLoader::new(dir, seed, 0, 1, 1, spec)?
+        .with_window(window)
+        .with_too_long_hint(hint);
     let total = l.total_samples as u64;
     while l.stats.sequences < total {
         l.fill()?;

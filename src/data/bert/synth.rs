@@ -353,8 +353,19 @@ pub fn write_shard(path: &Path, items: &[Instance], seq_len: usize, max_pred: us
 /// Make the data set.
 pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
     check_args(a)?;
+    check_out(a)?;
     let (source, words) = read_sentences(a)?;
     let vocab = Vocab::build(&words, a.vocab_size.max(SPECIALS.len() + 2));
+    if vocab.len() > a.vocab_size {
+        bail!(
+            "--vocab-size {} is smaller than the {} special and character-piece tokens the text \
+             of {} needs: give --vocab-size {} or more",
+            a.vocab_size,
+            vocab.len(),
+            source.display(),
+            vocab.len()
+        );
+    }
     if vocab.len() > i16::MAX as usize {
         bail!(
             "--vocab-size {} is above what int16 shards hold",
@@ -374,7 +385,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
     let padding_fraction = 1.0 - tokens as f64 / (train.len() * a.seq_len) as f64;
     let per = a.train_samples.div_ceil(a.shards);
     for (k, chunk) in train.chunks(per).enumerate() {
-        let name = format!("part-{k:05}-of-{:05}.hdf5", a.shards);
+        let name = shard_name(k, a.shards);
         write_shard(
             &a.out.join("train").join(name),
             chunk,
@@ -406,19 +417,111 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
     })
 }
 
-/// Refuse sizes the data set cannot have.
+/// The most token slots ((train + eval samples) x seq_len) a data set may have: the samples are
+/// made in memory before they are written.
+pub const MAX_TOKEN_SLOTS: usize = 500_000_000;
+
+/// Refuse sizes the data set cannot have, naming the flag.
 fn check_args(a: &SynthBertArgs) -> Result<()> {
     if a.seq_len < 8 || a.seq_len > 512 {
         bail!("--seq-len must be in 8..=512 (got {})", a.seq_len);
     }
-    if a.max_predictions == 0 || a.shards == 0 || a.train_samples < a.shards || a.eval_samples == 0
-    {
-        bail!("--max-predictions, --shards and --eval-samples must be > 0 and --train-samples >= --shards");
+    for (flag, v) in [
+        ("--max-predictions", a.max_predictions),
+        ("--shards", a.shards),
+        ("--eval-samples", a.eval_samples),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be at least 1 (got 0)");
+        }
+    }
+    if a.train_samples < a.shards {
+        bail!(
+            "--train-samples {} is fewer than --shards {}: every shard needs a sample",
+            a.train_samples,
+            a.shards
+        );
+    }
+    let slots = a
+        .train_samples
+        .saturating_add(a.eval_samples)
+        .saturating_mul(a.seq_len);
+    if slots > MAX_TOKEN_SLOTS {
+        bail!(
+            "--train-samples {} + --eval-samples {} at --seq-len {} is {slots} token slots, more \
+             than {MAX_TOKEN_SLOTS} (the samples are made in memory): ask for fewer samples",
+            a.train_samples,
+            a.eval_samples,
+            a.seq_len
+        );
     }
     if a.sentences < 3 {
         bail!("--sentences must be at least 3 (got {})", a.sentences);
     }
     Ok(())
+}
+
+/// What synth-bert writes at the top of --out.
+const OUT_ENTRIES: [&str; 4] = ["train", "eval", "vocab.txt", "README.txt"];
+
+/// An --out that is a folder holding nothing but an earlier synth-bert data set whose shards
+/// this run replaces: a file, other files, or shards this run would not overwrite (the loader
+/// would read them with the new ones) are refused before anything is written.
+fn check_out(a: &SynthBertArgs) -> Result<()> {
+    let out = &a.out;
+    if !out.exists() {
+        return Ok(());
+    }
+    if !out.is_dir() {
+        bail!(
+            "--out {} exists and is not a folder: choose another --out",
+            out.display()
+        );
+    }
+    let names = |dir: &Path| -> Result<Vec<String>> {
+        let mut v = Vec::new();
+        for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+            v.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        v.sort();
+        Ok(v)
+    };
+    if let Some(other) = names(out)?
+        .into_iter()
+        .find(|n| !OUT_ENTRIES.contains(&n.as_str()))
+    {
+        bail!(
+            "--out {} holds {other}, which synth-bert does not write: give an empty or new \
+             folder (synth-bert writes train/, eval/, vocab.txt and README.txt)",
+            out.display()
+        );
+    }
+    let mine: Vec<String> = (0..a.shards).map(|k| shard_name(k, a.shards)).collect();
+    for (sub, written) in [("train", mine), ("eval", vec!["eval.hdf5".to_string()])] {
+        let dir = out.join(sub);
+        if !dir.is_dir() {
+            continue;
+        }
+        let stale: Vec<String> = names(&dir)?
+            .into_iter()
+            .filter(|n| (n.ends_with(".hdf5") || n.ends_with(".h5")) && !written.contains(n))
+            .collect();
+        if let Some(first) = stale.first() {
+            bail!(
+                "{} already holds {} shard(s) this run would not replace (e.g. {first}): the \
+                 trainer would read them with the new ones. Remove {} or give another --out",
+                dir.display(),
+                stale.len(),
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The name of training shard `k` of `shards`.
+fn shard_name(k: usize, shards: usize) -> String {
+    format!("part-{k:05}-of-{shards:05}.hdf5")
 }
 
 /// The source text's first `--sentences` sentences as words; returns the source's path too.
@@ -427,8 +530,15 @@ fn read_sentences(a: &SynthBertArgs) -> Result<(PathBuf, Vec<Vec<String>>)> {
         Some(p) => p.clone(),
         None => default_source()?,
     };
-    let text = std::fs::read_to_string(&source)
-        .with_context(|| format!("cannot read {}", source.display()))?;
+    let bytes =
+        std::fs::read(&source).with_context(|| format!("cannot read {}", source.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not UTF-8 text (byte {} is not): --source takes plain English text",
+            source.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
     let sentences = extract_sentences(&text);
     if sentences.len() < a.sentences {
         bail!(
