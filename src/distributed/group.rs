@@ -154,7 +154,8 @@ impl ProcessGroup {
                     "could not form the {} process group as rank {} of {} through {}:{} \
                      (rendezvous timeout {} s, collective timeout {} s): {msg}{}. Check that \
                      every rank was started with the same MASTER_ADDR, MASTER_PORT and \
-                     WORLD_SIZE, that the port is free on the master, and that rank 0 is running",
+                     WORLD_SIZE, that the port is free on the master, and that rank 0 is \
+                     running{}",
                     backend.name(),
                     rdv.rank,
                     rdv.world_size,
@@ -162,7 +163,8 @@ impl ProcessGroup {
                     rdv.master_port,
                     timeouts.rendezvous.as_secs_f64(),
                     timeouts.collective.as_secs_f64(),
-                    missing_nodes(&msg, super::local_processes())
+                    missing_nodes(&msg, super::local_processes()),
+                    slurm_hint(rdv)
                 ))
                 .into())
             }
@@ -371,9 +373,12 @@ fn probe_master(rdv: &Rendezvous) -> Result<()> {
     use std::net::{TcpStream, ToSocketAddrs};
     let fail = |why: String| -> anyhow::Error {
         GroupFailure::new(format!(
-            "rank {} of {}: MASTER_ADDR={} (port {}) {why}: set MASTER_ADDR to the address of \
-             the node that runs rank 0, one that every node reaches",
-            rdv.rank, rdv.world_size, rdv.master_addr, rdv.master_port
+            "rank {} of {}: {} (port {}) {why}: set MASTER_ADDR to the address of the node \
+             that runs rank 0, one that every node reaches",
+            rdv.rank,
+            rdv.world_size,
+            rdv.master_named(),
+            rdv.master_port
         ))
         .into()
     };
@@ -391,6 +396,19 @@ fn probe_master(rdv: &Rendezvous) -> Result<()> {
             Some(libc::ENETUNREACH) => Err(fail(format!("has no route from this host ({e})"))),
             _ => Ok(()),
         },
+    }
+}
+
+/// With Slurm's variables: the commonest way to lose all ranks but one, a worker started by
+/// the batch script itself (it sees SLURM_PROCID 0 and the job's SLURM_NTASKS) instead of by
+/// `srun`, which starts one per task.
+fn slurm_hint(rdv: &Rendezvous) -> &'static str {
+    match rdv.source {
+        super::rendezvous::Source::Slurm if rdv.world_size > 1 => {
+            ". With Slurm, start the workers with `srun` (scripts/slurm/run.sub): a command run \
+             by the batch script itself is one process, not one per task"
+        }
+        _ => "",
     }
 }
 
@@ -472,6 +490,46 @@ mod tests {
             "{msg}"
         );
         assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+
+        // a master taken from Slurm's node list is named as such, not as MASTER_ADDR
+        let slurm = Rendezvous {
+            source: super::super::rendezvous::Source::Slurm,
+            master_from: "SLURM_JOB_NODELIST",
+            ..rdv
+        };
+        let e = ProcessGroup::new(
+            &slurm,
+            Backend::Gloo,
+            Timeouts::both(Duration::from_secs(60)),
+        )
+        .err()
+        .expect("an address that does not resolve");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("no-such-host.invalid (the first host of SLURM_JOB_NODELIST)")
+                && !msg.contains("MASTER_ADDR=no-such-host"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_slurm_group_that_does_not_form_says_to_start_workers_with_srun() {
+        let rdv = Rendezvous {
+            world_size: 8,
+            source: super::super::rendezvous::Source::Slurm,
+            ..Rendezvous::single()
+        };
+        assert!(slurm_hint(&rdv).contains("start the workers with `srun`"));
+        let one = Rendezvous {
+            world_size: 1,
+            ..rdv.clone()
+        };
+        assert_eq!(slurm_hint(&one), "");
+        let torchrun = Rendezvous {
+            source: super::super::rendezvous::Source::Torchrun,
+            ..rdv
+        };
+        assert_eq!(slurm_hint(&torchrun), "");
     }
 
     fn one_rank_group() -> ProcessGroup {

@@ -30,6 +30,9 @@ pub struct Rendezvous {
     /// Rank on this node: the GPU index to use.
     pub local_rank: usize,
     pub source: Source,
+    /// Where `master_addr` came from: "MASTER_ADDR", or the Slurm variable whose first host it
+    /// is ("SLURM_JOB_NODELIST", "SLURM_NODELIST"), for errors that name what to change.
+    pub master_from: &'static str,
 }
 
 impl Rendezvous {
@@ -42,6 +45,20 @@ impl Rendezvous {
             world_size: 1,
             local_rank: 0,
             source: Source::Torchrun,
+            master_from: "MASTER_ADDR",
+        }
+    }
+
+    /// How errors name the master's address: `MASTER_ADDR=host`, or `host (the first host of
+    /// SLURM_JOB_NODELIST)`.
+    pub fn master_named(&self) -> String {
+        if self.master_from == "MASTER_ADDR" {
+            format!("MASTER_ADDR={}", self.master_addr)
+        } else {
+            format!(
+                "{} (the first host of {})",
+                self.master_addr, self.master_from
+            )
         }
     }
 
@@ -72,20 +89,24 @@ impl Rendezvous {
                 world_size: parse_num("WORLD_SIZE", &need("WORLD_SIZE", why)?)?,
                 local_rank: parse_num("LOCAL_RANK", &need("LOCAL_RANK", why)?)?,
                 source: Source::Torchrun,
+                master_from: "MASTER_ADDR",
             }
         } else if let Some(procid) = get("SLURM_PROCID") {
             let why = "Slurm launch: run the workers with srun (see scripts/slurm/run.sub)";
-            let master_addr = match get("MASTER_ADDR") {
-                Some(a) => a,
+            let (master_addr, master_from) = match get("MASTER_ADDR") {
+                Some(a) => (a, "MASTER_ADDR"),
                 None => {
-                    let list = get("SLURM_JOB_NODELIST")
-                        .or_else(|| get("SLURM_NODELIST"))
+                    let (list, var) = get("SLURM_JOB_NODELIST")
+                        .map(|l| (l, "SLURM_JOB_NODELIST"))
+                        .or_else(|| get("SLURM_NODELIST").map(|l| (l, "SLURM_NODELIST")))
                         .context(
                             "environment variables SLURM_JOB_NODELIST and SLURM_NODELIST are \
                              not set (Slurm launch: the first host is the master; or set \
                              MASTER_ADDR)",
                         )?;
-                    hostlist::first_host(&list).context("reading SLURM_JOB_NODELIST")?
+                    let host =
+                        hostlist::first_host(&list).with_context(|| format!("reading {var}"))?;
+                    (host, var)
                 }
             };
             let master_port = match (get("MASTER_PORT"), get("SLURM_JOB_ID")) {
@@ -103,6 +124,7 @@ impl Rendezvous {
                 world_size: parse_num("SLURM_NTASKS", &need("SLURM_NTASKS", why)?)?,
                 local_rank: parse_num("SLURM_LOCALID", &need("SLURM_LOCALID", why)?)?,
                 source: Source::Slurm,
+                master_from,
             }
         } else {
             for k in ["MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"] {
@@ -343,7 +365,8 @@ mod tests {
                 rank: 9,
                 world_size: 16,
                 local_rank: 1,
-                source: Source::Torchrun
+                source: Source::Torchrun,
+                master_from: "MASTER_ADDR",
             }
         );
     }
@@ -414,6 +437,10 @@ mod tests {
         assert_eq!(r.master_port, 23456);
         assert_eq!((r.rank, r.world_size, r.local_rank), (11, 16, 3));
         assert_eq!(r.source, Source::Slurm);
+        assert_eq!(
+            r.master_named(),
+            "dgx07 (the first host of SLURM_JOB_NODELIST)"
+        );
     }
 
     #[test]
@@ -429,6 +456,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!((r.master_addr.as_str(), r.master_port), ("ib0-host", 4000));
+        assert_eq!(r.master_named(), "MASTER_ADDR=ib0-host");
         let r = rdv(&[
             ("SLURM_PROCID", "1"),
             ("SLURM_LOCALID", "1"),
@@ -441,6 +469,7 @@ mod tests {
             (r.master_addr.as_str(), r.master_port),
             ("n5", DEFAULT_PORT)
         );
+        assert_eq!(r.master_from, "SLURM_NODELIST");
     }
 
     #[test]

@@ -184,6 +184,15 @@ fn measured(
     if !(rate.is_finite() && rate > 0.0 && batch.is_finite() && batch > 0.0) {
         bail!("--rate and --measured-batch must be > 0");
     }
+    if rate > MAX_RATE {
+        bail!(
+            "--rate {rate:e} samples/s per GPU is no measured rate (at most {MAX_RATE:e}): give \
+             samples per second per GPU"
+        );
+    }
+    if batch > MAX_BATCH {
+        bail!("--measured-batch {batch:e} is no per-GPU batch (at most {MAX_BATCH:e})");
+    }
     if !(args.startup_s.is_finite() && args.startup_s >= 0.0) {
         bail!("--startup-s must be >= 0");
     }
@@ -247,11 +256,29 @@ pub struct Planned {
     pub svg: PathBuf,
 }
 
+/// The largest per-GPU rate (samples/s) and batch `plan` takes: far above any GPU's, below
+/// figures that would print as hundreds of digits.
+const MAX_RATE: f64 = 1e6;
+const MAX_BATCH: f64 = 1e6;
+
 /// --gpus: counts of at least 1, each once (a count given twice would be planned and its config
-/// written twice).
-fn check_gpus(gpus: &[u64]) -> Result<()> {
+/// written twice); a count above one node fills whole nodes of `per_node` (a submission's
+/// system has nodes of one size).
+fn check_gpus(gpus: &[u64], per_node: u64) -> Result<()> {
     if gpus.is_empty() || gpus.contains(&0) {
         bail!("--gpus: give GPU counts of at least 1, e.g. --gpus 8,16,64");
+    }
+    if let Some(n) = gpus
+        .iter()
+        .find(|&&n| per_node > 0 && n > per_node && n % per_node != 0)
+    {
+        bail!(
+            "--gpus: {n} GPUs do not fill whole nodes of --gpus-per-node {per_node}: give \
+             multiples of {per_node} above one node ({} or {}), or the nodes' real \
+             --gpus-per-node",
+            n / per_node * per_node,
+            n.div_ceil(per_node) * per_node
+        );
     }
     if let Some((i, n)) = gpus
         .iter()
@@ -283,7 +310,7 @@ fn create_out(out: &Path) -> Result<()> {
 /// Plan `args` and write the configs, the plot and plan.json.
 pub fn plan(args: &PlanArgs) -> Result<Planned> {
     let bench = crate::benchmarks::get(&args.benchmark)?;
-    check_gpus(&args.gpus)?;
+    check_gpus(&args.gpus, args.gpus_per_node)?;
     let (gpu, memory, cluster) = hardware(args)?;
     let mut model = costs(args)?;
     if let Some(config) = &args.config {

@@ -186,7 +186,9 @@ impl SetLock {
                 continue;
             }
             let previous = read_holder(&mut file).with_context(|| cannot("read"))?;
-            let stale = (previous != Holder::default()).then(|| {
+            // a file with anything in it was left by someone, even if it names nobody readable
+            let left = file.metadata().map(|m| m.len() > 0).unwrap_or(false);
+            let stale = (previous != Holder::default() || left).then(|| {
                 let note = format!(
                     "took over the run set's lock {} from {}, which no longer runs (killed?)",
                     path.display(),
@@ -270,5 +272,15 @@ mod tests {
             text.contains(&format!("pid: {}", std::process::id())),
             "{text}"
         );
+        // the take-over is said, as for a lock a killed process left
+        let note = lock.took_over().expect("a take-over note");
+        assert!(
+            note.contains("whose pid the lock file does not name"),
+            "{note}"
+        );
+        drop(lock);
+        // an empty lock file (a holder killed before it wrote itself in) is no take-over to tell
+        std::fs::write(dir.path().join(LOCK_FILE), "").unwrap();
+        assert_eq!(SetLock::acquire(dir.path()).unwrap().took_over(), None);
     }
 }

@@ -272,6 +272,16 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
             "--gpus: 8 is given twice (as count 1 and 3)".into(),
         ),
         (
+            vec![s("resnet"), s("--gpus"), s("4,12")],
+            "--gpus: 12 GPUs do not fill whole nodes of --gpus-per-node 8: give multiples of 8 \
+             above one node (8 or 16)"
+                .into(),
+        ),
+        (
+            vec![s("resnet"), s("--gpus"), s("8"), s("--rate"), s("1e300")],
+            "--rate 1e300 samples/s per GPU is no measured rate (at most 1e6)".into(),
+        ),
+        (
             vec![
                 s("resnet"),
                 s("--gpus"),
