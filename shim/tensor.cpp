@@ -130,3 +130,17 @@ int mr_host_read_counter_install(char** err) {
 long long mr_host_reads() { return g_host_reads.load(); }
 
 }  // extern "C"
+
+// ---- libtorch's own log lines -----------------------------------------------------------------
+// c10's LOG/C10D_WARNING lines go to stderr when their severity is at least FLAGS_caffe2_log_level
+// (set from TORCH_CPP_LOG_LEVEL when libc10 loads: 0 info, 1 warning (the default), 2 error,
+// 3 fatal). mr_set_cpp_log_level sets it after that, for runs that chose a level themselves.
+#include <c10/util/Logging.h>
+
+extern "C" {
+
+void mr_set_cpp_log_level(int level) { FLAGS_caffe2_log_level = level; }
+
+int mr_cpp_log_level() { return FLAGS_caffe2_log_level; }
+
+}  // extern "C"

@@ -62,6 +62,8 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::util::logging::init(cli.verbose);
+    #[cfg(feature = "torch")]
+    crate::distributed::libtorch_logs(cli.verbose);
     // the benchmark definitions first: a bad MLPERF_RUN_BENCHMARKS_DIR is an error here
     let result = crate::benchmarks::ensure_loaded().and_then(|()| dispatch(cli.command));
     // what is still buffered goes out now, so that a closed stdout is seen here, not at exit

@@ -1,6 +1,7 @@
 //! A c10d process group (TCPStore rendezvous + Gloo or NCCL) behind a safe, Drop-safe handle.
 use super::rendezvous::{Rendezvous, Timeouts};
 use crate::shim::dist as ffi;
+use crate::shim::tensor::{cpp_log_level, set_cpp_log_level, CppLogLevel};
 use anyhow::{bail, Context, Result};
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
@@ -121,6 +122,7 @@ impl ProcessGroup {
         let (rank, size) = (to_c_int(rdv.rank)?, to_c_int(rdv.world_size)?);
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         let mut err: *mut c_char = std::ptr::null_mut();
+        let quiet = QuietStore::new();
         // SAFETY: addr outlives the call; err is a valid out-pointer.
         let raw = unsafe {
             ffi::mr_dist_new(
@@ -134,6 +136,7 @@ impl ProcessGroup {
                 &mut err,
             )
         };
+        drop(quiet);
         match NonNull::new(raw) {
             Some(raw) => Ok(ProcessGroup {
                 raw,
@@ -152,7 +155,7 @@ impl ProcessGroup {
                 let msg = unsafe { crate::shim::error::take(err) };
                 Err(GroupFailure::new(format!(
                     "could not form the {} process group as rank {} of {} through {}:{} \
-                     (rendezvous timeout {} s, collective timeout {} s): {msg}{}. Check that \
+                     (rendezvous timeout {} s, collective timeout {} s): {}{}. Check that \
                      every rank was started with the same MASTER_ADDR, MASTER_PORT and \
                      WORLD_SIZE, that the port is free on the master, and that rank 0 is \
                      running{}",
@@ -163,6 +166,7 @@ impl ProcessGroup {
                     rdv.master_port,
                     timeouts.rendezvous.as_secs_f64(),
                     timeouts.collective.as_secs_f64(),
+                    msg.trim_end_matches('.'),
                     missing_nodes(&msg, super::local_processes()),
                     slurm_hint(rdv)
                 ))
@@ -361,6 +365,30 @@ impl Drop for ProcessGroup {
         // SAFETY: raw came from mr_dist_new and is freed once. A failed group is leaked by the
         // shim (its threads may be stuck on a dead peer).
         unsafe { ffi::mr_dist_free(self.raw.as_ptr()) }
+    }
+}
+
+/// While the store connects, c10d logs each retry and the final timeout as errors, each with a
+/// whole C++ stack trace, all of which the group's failure says in one line: at the default
+/// verbosity (libtorch's level Error, [`super::libtorch_logs`]) they are not printed while
+/// `mr_dist_new` runs; with `-v` they are.
+struct QuietStore(Option<CppLogLevel>);
+
+impl QuietStore {
+    fn new() -> QuietStore {
+        if cpp_log_level() != CppLogLevel::Error as i32 {
+            return QuietStore(None);
+        }
+        set_cpp_log_level(CppLogLevel::Fatal);
+        QuietStore(Some(CppLogLevel::Error))
+    }
+}
+
+impl Drop for QuietStore {
+    fn drop(&mut self) {
+        if let Some(level) = self.0 {
+            set_cpp_log_level(level);
+        }
     }
 }
 

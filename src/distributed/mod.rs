@@ -36,3 +36,43 @@ pub use rendezvous::{
 };
 pub use sync::{GradSource, GradSync, NoSync};
 pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};
+
+/// libtorch's own log lines at the command's verbosity: without `-v`, only its errors (c10d's
+/// warnings, such as a connection retry printed with a whole C++ stack trace, say nothing our
+/// own error does not; while the store connects even its errors wait, see
+/// [`ProcessGroup::new`]); with `-v`, its warnings too, as libtorch's default; `-vv`, its info
+/// lines. A `TORCH_CPP_LOG_LEVEL` in the environment is the user's choice and is left as it is.
+pub fn libtorch_logs(verbose: u8) {
+    use crate::shim::tensor::{set_cpp_log_level, CppLogLevel};
+    if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_some() {
+        return;
+    }
+    set_cpp_log_level(match verbose {
+        0 => CppLogLevel::Error,
+        1 => CppLogLevel::Warning,
+        _ => CppLogLevel::Info,
+    });
+}
+
+#[cfg(test)]
+mod log_level_tests {
+    /// The level follows -v, and a TORCH_CPP_LOG_LEVEL the user set wins.
+    #[test]
+    fn libtorch_log_level_follows_the_verbosity_unless_the_user_set_one() {
+        use crate::shim::tensor::cpp_log_level;
+        let before = cpp_log_level();
+        if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_none() {
+            super::libtorch_logs(0);
+            assert_eq!(cpp_log_level(), 2);
+            super::libtorch_logs(1);
+            assert_eq!(cpp_log_level(), 1);
+            super::libtorch_logs(2);
+            assert_eq!(cpp_log_level(), 0);
+        }
+        crate::shim::tensor::set_cpp_log_level(match before {
+            0 => crate::shim::tensor::CppLogLevel::Info,
+            2 => crate::shim::tensor::CppLogLevel::Error,
+            _ => crate::shim::tensor::CppLogLevel::Warning,
+        });
+    }
+}

@@ -238,6 +238,39 @@ fn rendezvous_times_out_with_a_clear_error_when_a_rank_never_comes() {
     );
 }
 
+/// A rank whose master never answers ends with our one-line error, without the C++ stack traces
+/// c10d logs with each connection retry; with -v they are printed.
+#[test]
+fn a_rank_without_its_master_fails_without_cpp_stack_traces() {
+    let port = free_port();
+    let run = |verbose: bool| {
+        let mut cmd = rank_command(1, 2, port);
+        cmd.env_remove("TORCH_CPP_LOG_LEVEL");
+        if verbose {
+            cmd.arg("-v");
+        }
+        let child = cmd
+            .args(["dist-selftest", "--timeout-s", "2"])
+            .spawn()
+            .expect("start mlperf-run dist-selftest");
+        let out = finish(child, Duration::from_secs(60), "rank 1 alone");
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(false);
+    assert!(
+        err.contains("could not form the gloo process group as rank 1 of 2")
+            && !err.contains("frame #")
+            && !err.contains(")..")
+            && err.lines().count() <= 2,
+        "{err}"
+    );
+    assert!(
+        run(true).contains("frame #"),
+        "-v shows libtorch's own lines"
+    );
+}
+
 /// 2 processes x 1 micro-batch == 1 process accumulating the same 2 micro-batches (batch norm
 /// sees the same batches), after K steps of SGD with momentum, through the bucketed averaging.
 #[test]
