@@ -57,9 +57,11 @@ pub struct PlanArgs {
     /// Read the per-GPU rate, eval time and start-up from these MLPerf logs of a short run.
     #[arg(long, num_args = 1..)]
     pub from_log: Vec<PathBuf>,
-    /// GPUs the --from-log run used (its log's throughput is over all of them).
-    #[arg(long, default_value_t = 1)]
-    pub measured_gpus: u64,
+    /// GPUs the --from-log run used (its log's throughput is over all of them). Default: what
+    /// the run set's sysinfo.json beside the logs says (nodes x accelerators per node), else 1;
+    /// a count that disagrees with it is refused.
+    #[arg(long)]
+    pub measured_gpus: Option<u64>,
     /// Seconds from run_start to the first step, for --rate.
     #[arg(long, default_value_t = 15.0)]
     pub startup_s: f64,
@@ -145,15 +147,12 @@ fn measured(
 ) -> Result<(Measured, String)> {
     if !args.from_log.is_empty() {
         let logs = from_logs(args)?;
-        let meas = measure::from_logs(&logs, bench, args.measured_gpus)
+        let gpus = measured_gpus(args)?;
+        let meas = measure::from_logs(&logs, bench, gpus)
             .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
         return Ok((
             meas,
-            format!(
-                "measured: {} log(s), {} GPU(s)",
-                logs.len(),
-                args.measured_gpus
-            ),
+            format!("measured: {} log(s), {gpus} GPU(s)", logs.len()),
         ));
     }
     let (rate, batch, source) = match (args.rate, reference_rate_of(gpu, &bench.name)) {
@@ -226,7 +225,7 @@ fn measured_overhead(
         return Ok(None);
     }
     let logs = parse_logs(&args.batch_effect_log)?;
-    let other = measure::from_logs(&logs, bench, args.measured_gpus)
+    let other = measure::from_logs(&logs, bench, measured_gpus(args)?)
         .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
     let o = measure::step_overhead(meas, &other)
         .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
@@ -237,6 +236,35 @@ fn measured_overhead(
         other.micro_batch
     );
     Ok(Some((o, said)))
+}
+
+/// The GPUs the --from-log run used: --measured-gpus, checked against what the run set's
+/// sysinfo.json beside the logs says (nodes x accelerators per node, where it names
+/// accelerators); without the flag, that count, else 1.
+fn measured_gpus(args: &PlanArgs) -> Result<u64> {
+    let mut recorded = None;
+    for log in &args.from_log {
+        let dir = log.parent().unwrap_or(Path::new("."));
+        if let Some((path, desc)) = crate::submission::sysinfo::read_recorded(dir)? {
+            let count = |f: &str| desc.get(f).trim().parse::<u64>().ok();
+            let n = count("number_of_nodes").zip(count("accelerators_per_node"));
+            if let Some(n) = n.map(|(a, b)| a * b).filter(|&n| n > 0) {
+                recorded = Some((n, path));
+                break;
+            }
+        }
+    }
+    match (args.measured_gpus, recorded) {
+        (Some(0), _) => bail!("--measured-gpus must be at least 1"),
+        (Some(given), Some((n, desc))) if given != n => bail!(
+            "--measured-gpus {given}, but {} says the run used {n} GPU(s) (number_of_nodes x \
+             accelerators_per_node): give --measured-gpus {n}, or logs of a run on {given}",
+            desc.display()
+        ),
+        (Some(given), _) => Ok(given),
+        (None, Some((n, _))) => Ok(n),
+        (None, None) => Ok(1),
+    }
 }
 
 /// The logs of --from-log, parsed.
@@ -388,8 +416,9 @@ fn plan_given(
     let given = given::read(&bench.name, config)
         .with_context(|| format!("plan --config {}", config.display()))?;
     let logs = from_logs(args)?;
-    let meas = measure::from_logs(&logs, bench, args.measured_gpus)
-        .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
+    let gpus = measured_gpus(args)?;
+    let meas =
+        measure::from_logs(&logs, bench, gpus).map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
     let conv = measure::convergence_from_logs(&logs, bench)
         .map_err(|e| anyhow::anyhow!("--from-log: {e}"))?;
     let logged = meas.micro_batch * meas.accum as f64 * meas.gpus as f64;
@@ -443,9 +472,8 @@ fn plan_given(
         ));
     }
     let source = format!(
-        "measured: {} log(s), {} process(es); model {:.0} parameters, fp32 gradients{said}",
+        "measured: {} log(s), {gpus} process(es); model {:.0} parameters, fp32 gradients{said}",
         logs.len(),
-        args.measured_gpus,
         given.parameters
     );
     let title = format!("{} as {}", bench.name, config.display());

@@ -211,8 +211,10 @@ fn projections_from_8_gpus_match_the_published_larger_results() {
 }
 
 /// `plan` on mistaken input: exit 2 naming the flag or the log, nothing planned. A log of the
-/// other benchmark, a --measured-gpus its global batch does not split over, a text file that is
-/// no MLPerf log, a GPU count given twice, an --out that is a file.
+/// other benchmark, a --measured-gpus its global batch does not split over or its run set's
+/// sysinfo.json contradicts, a text file that is no MLPerf log, a GPU count given twice or not
+/// filling whole nodes, an --out that is a file, a rate past any GPU's. Without
+/// --measured-gpus the set's recorded GPU count is used.
 #[test]
 fn plan_refuses_mistaken_logs_and_flags_naming_them() {
     let fixture = |set: &str, bench: &str| {
@@ -229,6 +231,16 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
     std::fs::write(&text, "global batch 3200, 8 GPUs\n").unwrap();
     let afile = dir.path().join("afile");
     std::fs::write(&afile, "x").unwrap();
+    // a run set's folder: the log beside the sysinfo.json the set recorded (2 nodes x 8 GPUs)
+    let set = dir.path().join("set");
+    std::fs::create_dir(&set).unwrap();
+    let set_log = set.join("result_0.txt");
+    std::fs::copy(&resnet_log, &set_log).unwrap();
+    std::fs::write(
+        set.join("sysinfo.json"),
+        r#"{"number_of_nodes": "2", "accelerators_per_node": "8"}"#,
+    )
+    .unwrap();
     let out = dir.path().join("plan");
     let plan = |args: &[&std::ffi::OsStr]| {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
@@ -268,6 +280,19 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
             format!("{}: no MLPerf log lines", text.display()),
         ),
         (
+            vec![
+                s("resnet"),
+                s("--from-log"),
+                set_log.clone().into(),
+                s("--measured-gpus"),
+                s("8"),
+            ],
+            format!(
+                "--measured-gpus 8, but {} says the run used 16 GPU(s)",
+                set.join("sysinfo.json").display()
+            ),
+        ),
+        (
             vec![s("resnet"), s("--gpus"), s("8,16,8")],
             "--gpus: 8 is given twice (as count 1 and 3)".into(),
         ),
@@ -302,4 +327,26 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
         assert!(err.contains(&want), "{args:?}: want `{want}` in {err}");
         assert!(!out.exists(), "{args:?}: nothing planned");
     }
+    // without --measured-gpus the set's own count is taken (not 1)
+    let args = [
+        s("resnet"),
+        s("--from-log"),
+        set_log.into(),
+        s("--out"),
+        out.clone().into(),
+    ];
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .arg("plan")
+        .args(&refs)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(said.contains("measured: 1 log(s), 16 GPU(s)"), "{said}");
 }
