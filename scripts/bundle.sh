@@ -6,8 +6,8 @@
 #   scripts/bundle.sh DIR
 #
 # builds the release binaries (cargo build --release --bins --examples), then writes
-#   DIR/bin/      mlperf-run, resnet_bench_step, bert_bench_step, fused_bn_check,
-#                 fused_epilogue_check, fused_bias_gelu_check, varlen_attention_check (stripped)
+#   DIR/bin/      mlperf-run and every example of examples/ (resnet_bench_step,
+#                 bert_bench_step, fp8_check, the fused kernels' checks, ...), stripped
 #   DIR/lib/      their shared libraries that neither torch nor the C/C++ runtime provides
 #                 (HDF5 and its dependencies, from ldd); libtorch/libc10/CUDA come from the
 #                 target's own torch (python3 -c 'import torch' ...), glibc and libstdc++ from
@@ -46,9 +46,11 @@ fi
 
 rm -rf "$dest/bin" "$dest/lib" "$dest/scripts" "$dest/configs" "$dest/benchmarks" "$dest/data"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/scripts/bench" "$dest/data"
-bins=("$target/release/mlperf-run" "$target/release/examples/resnet_bench_step" "$target/release/examples/bert_bench_step"
-  "$target/release/examples/fused_bn_check" "$target/release/examples/fused_epilogue_check"
-  "$target/release/examples/fused_bias_gelu_check" "$target/release/examples/varlen_attention_check")
+# every example: bench_gpu.sh finds its binaries by name (a list here once left fp8_check out)
+bins=("$target/release/mlperf-run")
+for ex in "$root"/examples/*.rs; do
+  bins+=("$target/release/examples/$(basename "$ex" .rs)")
+done
 for b in "${bins[@]}"; do
   install -m 755 "$b" "$dest/bin/"
   strip "$dest/bin/$(basename "$b")"

@@ -2,7 +2,8 @@
 //! parses (PyYAML, through the venv's python: no YAML crate here), each file is included in
 //! docs/ci.md verbatim, the three run the same gate commands, and those commands work: the
 //! regress commands record and then pass on a short-run set, and fail on a baseline 1.5x
-//! faster; the training and data commands' flags exist (torch build).
+//! faster; the training and data commands' flags exist (torch build). Also the GPU bench's
+//! bundle (scripts/bundle.sh) carries every binary scripts/bench_gpu.sh runs.
 
 use crate::common;
 
@@ -315,4 +316,38 @@ fn the_ci_training_and_data_commands_use_flags_that_exist() {
             );
         }
     }
+}
+
+/// What scripts/bench_gpu.sh runs on a GPU machine comes from the bundle: every binary it looks
+/// up by name (`find_bin NAME`) is mlperf-run or an example, and scripts/bundle.sh takes every
+/// example (a list there once left out fp8_check, so part q could not run from a bundle).
+#[test]
+fn the_bundle_carries_every_binary_the_gpu_bench_runs() {
+    let bench = read("scripts/bench_gpu.sh");
+    let mut names: Vec<&str> = bench
+        .split("find_bin ")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+        })
+        .filter(|n| !n.is_empty() && *n != "mlperf" && !n.starts_with('"') && *n != "NAME")
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(
+        names.contains(&"fp8_check") && names.len() >= 5,
+        "{names:?}"
+    );
+    for n in &names {
+        assert!(
+            repo().join("examples").join(format!("{n}.rs")).is_file(),
+            "scripts/bench_gpu.sh runs {n}, which is no example in examples/"
+        );
+    }
+    let bundle = read("scripts/bundle.sh");
+    assert!(
+        bundle.contains("for ex in \"$root\"/examples/*.rs; do"),
+        "scripts/bundle.sh must bundle every example"
+    );
 }
