@@ -43,36 +43,44 @@ pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};
 /// [`ProcessGroup::new`]); with `-v`, its warnings too, as libtorch's default; `-vv`, its info
 /// lines. A `TORCH_CPP_LOG_LEVEL` in the environment is the user's choice and is left as it is.
 pub fn libtorch_logs(verbose: u8) {
-    use crate::shim::tensor::{set_cpp_log_level, CppLogLevel};
-    if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_some() {
-        return;
+    let user_set = std::env::var_os("TORCH_CPP_LOG_LEVEL").is_some();
+    if let Some(level) = libtorch_log_level(verbose, user_set) {
+        crate::shim::tensor::set_cpp_log_level(level);
     }
-    set_cpp_log_level(match verbose {
+}
+
+/// The level [`libtorch_logs`] sets; None: the user's `TORCH_CPP_LOG_LEVEL` stands.
+fn libtorch_log_level(verbose: u8, user_set: bool) -> Option<crate::shim::tensor::CppLogLevel> {
+    use crate::shim::tensor::CppLogLevel;
+    (!user_set).then_some(match verbose {
         0 => CppLogLevel::Error,
         1 => CppLogLevel::Warning,
         _ => CppLogLevel::Info,
-    });
+    })
 }
 
 #[cfg(test)]
 mod log_level_tests {
-    /// The level follows -v, and a TORCH_CPP_LOG_LEVEL the user set wins.
+    use crate::shim::tensor::{cpp_log_level, set_cpp_log_level, CppLogLevel};
+
+    /// The level follows -v, a TORCH_CPP_LOG_LEVEL the user set wins, and the level set is the
+    /// one c10 reads. (Error is not set here: a group formed meanwhile by another test would
+    /// then quiet the store, see `QuietStore`.)
     #[test]
     fn libtorch_log_level_follows_the_verbosity_unless_the_user_set_one() {
-        use crate::shim::tensor::cpp_log_level;
+        let level = super::libtorch_log_level;
+        assert_eq!(level(0, false), Some(CppLogLevel::Error));
+        assert_eq!(level(1, false), Some(CppLogLevel::Warning));
+        assert_eq!(level(3, false), Some(CppLogLevel::Info));
+        assert_eq!(level(0, true), None);
         let before = cpp_log_level();
-        if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_none() {
-            super::libtorch_logs(0);
-            assert_eq!(cpp_log_level(), 2);
-            super::libtorch_logs(1);
-            assert_eq!(cpp_log_level(), 1);
-            super::libtorch_logs(2);
-            assert_eq!(cpp_log_level(), 0);
-        }
-        crate::shim::tensor::set_cpp_log_level(match before {
-            0 => crate::shim::tensor::CppLogLevel::Info,
-            2 => crate::shim::tensor::CppLogLevel::Error,
-            _ => crate::shim::tensor::CppLogLevel::Warning,
-        });
+        set_cpp_log_level(CppLogLevel::Info);
+        assert_eq!(cpp_log_level(), 0);
+        set_cpp_log_level(CppLogLevel::Warning);
+        assert_eq!(cpp_log_level(), 1);
+        assert_eq!(
+            before, 1,
+            "libtorch's default level when TORCH_CPP_LOG_LEVEL is unset"
+        );
     }
 }
