@@ -507,10 +507,28 @@ pub fn plan_for_machine(
         gpus: vec![gpus],
         gpu: gpu_name.into(),
         gpu_memory_gib: memory_gib,
-        gpus_per_node: gpus.clamp(1, 8),
+        gpus_per_node: gpus.max(1), // this machine: one node with all of its GPUs
         out: out.to_path_buf(),
         ..PlanArgs::defaults(benchmark)?
     };
     let planned = plan(&args)?;
     Ok(PathBuf::from(&planned.rows[0].1))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The config for "this machine" plans one node holding all of its GPUs, however many: a
+    /// 12-GPU machine is not refused as 1.5 nodes of 8.
+    #[test]
+    fn this_machine_is_one_node_of_all_its_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        for gpus in [1, 8, 12] {
+            let config = super::plan_for_machine("resnet", gpus, "H100", None, dir.path())
+                .unwrap_or_else(|e| panic!("{gpus} GPUs: {e:#}"));
+            assert!(config.is_file(), "{}", config.display());
+        }
+        let err = super::check_gpus(&[12], 8).unwrap_err().to_string();
+        assert!(err.contains("12 GPUs do not fill whole nodes"), "{err}");
+        super::check_gpus(&[4, 8, 16], 8).unwrap();
+    }
 }

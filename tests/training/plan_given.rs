@@ -117,7 +117,9 @@ fn plan_projects_a_measured_tiny_set_to_one_and_two_processes() {
         "{err}"
     );
 
+    // 3 processes on one node of 4 (3 on nodes of 2 would not fill whole nodes, refused first)
     args[7] = "3";
+    args[9] = "4";
     let refused = mlperf_run(&args, dir.path());
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{err}");
