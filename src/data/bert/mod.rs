@@ -344,8 +344,17 @@ impl HostBatch {
     }
 }
 
-/// The shard files (`*.hdf5`, `*.h5`) of a directory, sorted by name.
+/// The shard files (`*.hdf5`, `*.h5`) of a directory, sorted by name; at least one.
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let files = shards_in(dir)?;
+    if files.is_empty() {
+        bail!("{}: no .hdf5 or .h5 shards", dir.display());
+    }
+    Ok(files)
+}
+
+/// The shard files (`*.hdf5`, `*.h5`) of a directory, sorted by name: what a loader of it reads.
+pub fn shards_in(dir: &Path) -> Result<Vec<PathBuf>> {
     let rd = std::fs::read_dir(dir).with_context(|| {
         format!("cannot read {} (a BERT data directory holds train/ and eval/ with HDF5 shards; `mlperf-run data synth-bert --out DIR` makes one)", dir.display())
     })?;
@@ -354,9 +363,6 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
         .filter(|p| p.extension().is_some_and(|x| x == "hdf5" || x == "h5"))
         .collect();
     files.sort();
-    if files.is_empty() {
-        bail!("{}: no .hdf5 or .h5 shards", dir.display());
-    }
     Ok(files)
 }
 

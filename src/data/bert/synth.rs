@@ -401,7 +401,7 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         a.eval_samples,
     );
     write_shard(
-        &a.out.join("eval").join("eval.hdf5"),
+        &a.out.join("eval").join(EVAL_SHARD),
         &eval,
         a.seq_len,
         a.max_predictions,
@@ -461,6 +461,9 @@ fn check_args(a: &SynthBertArgs) -> Result<()> {
     Ok(())
 }
 
+/// The evaluation shard synth-bert writes in `eval/`.
+const EVAL_SHARD: &str = "eval.hdf5";
+
 /// What synth-bert writes at the top of --out.
 const OUT_ENTRIES: [&str; 4] = ["train", "eval", "vocab.txt", "README.txt"];
 
@@ -478,15 +481,12 @@ fn check_out(a: &SynthBertArgs) -> Result<()> {
             out.display()
         );
     }
-    let names = |dir: &Path| -> Result<Vec<String>> {
-        let mut v = Vec::new();
-        for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
-            v.push(e?.file_name().to_string_lossy().into_owned());
-        }
-        v.sort();
-        Ok(v)
-    };
-    if let Some(other) = names(out)?
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))? {
+        names.push(e?.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    if let Some(other) = names
         .into_iter()
         .find(|n| !OUT_ENTRIES.contains(&n.as_str()))
     {
@@ -497,14 +497,16 @@ fn check_out(a: &SynthBertArgs) -> Result<()> {
         );
     }
     let mine: Vec<String> = (0..a.shards).map(|k| shard_name(k, a.shards)).collect();
-    for (sub, written) in [("train", mine), ("eval", vec!["eval.hdf5".to_string()])] {
+    for (sub, written) in [("train", mine), ("eval", vec![EVAL_SHARD.to_string()])] {
         let dir = out.join(sub);
         if !dir.is_dir() {
             continue;
         }
-        let stale: Vec<String> = names(&dir)?
-            .into_iter()
-            .filter(|n| (n.ends_with(".hdf5") || n.ends_with(".h5")) && !written.contains(n))
+        // the shards a loader of this folder reads that this run does not write
+        let stale: Vec<String> = super::shards_in(&dir)?
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| !written.contains(n))
             .collect();
         if let Some(first) = stale.first() {
             bail!(
