@@ -225,7 +225,8 @@ fn measured_overhead(
         return Ok(None);
     }
     let logs = parse_logs(&args.batch_effect_log)?;
-    let other = measure::from_logs(&logs, bench, measured_gpus(args)?)
+    // on as many GPUs as --from-log's run (resolved once, into `meas`)
+    let other = measure::from_logs(&logs, bench, meas.gpus)
         .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
     let o = measure::step_overhead(meas, &other)
         .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
