@@ -13,6 +13,7 @@ use crate::common::alone::run_alone;
 
 use super::bert_data::synth_realistic;
 use mlperf_run::data::bert::packing::{PackSpec, PackedLoader};
+use mlperf_run::data::bert::synth::{synth_bert, SynthBertArgs};
 use mlperf_run::data::bert::SampleId;
 use mlperf_run::data::rng::Rng;
 use std::collections::BTreeMap;
@@ -315,17 +316,14 @@ fn packing_bad_shards_are_clear_errors_naming_the_file() {
 fn bert_pack_names_bad_flags_and_takes_a_huge_window() {
     run_alone!();
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(common::dist::BIN)
-        .args(["data", "synth-bert", "--sentences", "16", "--seq-len", "32"])
-        .args(["--train-samples", "64", "--eval-samples", "8", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let a = SynthBertArgs {
+        sentences: 16,
+        seq_len: 32,
+        train_samples: 64,
+        eval_samples: 8,
+        ..SynthBertArgs::new(dir.path())
+    };
+    synth_bert(&a).unwrap();
     let pack = |extra: &[&str]| {
         let o = Command::new(common::dist::BIN)
             .args(["data", "bert-pack", "--dir"])
