@@ -341,13 +341,11 @@ impl ProcessGroup {
         what: &str,
         f: impl FnOnce(*mut c_void, *mut *mut c_char) -> c_int,
     ) -> Result<()> {
-        let mut err: *mut c_char = std::ptr::null_mut();
-        if f(self.raw.as_ptr(), &mut err) == 0 {
+        let raw = self.raw.as_ptr();
+        let Err(msg) = crate::shim::error::call("", |err| f(raw, err)) else {
             return Ok(());
-        }
+        };
         self.failed = true;
-        // SAFETY: the shim set err (or left it null) on failure.
-        let msg = unsafe { crate::shim::error::take(err) };
         Err(GroupFailure::new(format!(
             "{what} failed on rank {} of {} ({}, timeout {} s): {msg}. A peer probably died, \
              stopped, or failed; this run is aborted",

@@ -5,6 +5,7 @@
 use super::buckets::plan;
 use super::group::ProcessGroup;
 use super::sync::GradSource;
+use crate::shim::error::call;
 use crate::shim::reducer as ffi;
 use anyhow::{bail, Result};
 use std::os::raw::{c_char, c_int, c_void};
@@ -195,9 +196,8 @@ impl Reducer {
             Some(c) => c,
             None => 0.0,
         };
-        let mut err: *mut c_char = std::ptr::null_mut();
         // SAFETY: raw is live; accum's pointers are valid for the call (the shim keeps copies).
-        let rc = unsafe {
+        call("could not arm the gradient hooks", |err| unsafe {
             ffi::mr_reducer_arm(
                 self.raw.as_ptr(),
                 mode,
@@ -205,15 +205,9 @@ impl Reducer {
                 accum.len(),
                 clip,
                 timing as c_int,
-                &mut err,
+                err,
             )
-        };
-        if rc != 0 {
-            // SAFETY: the shim set err (or left it null) on failure.
-            let msg = unsafe { crate::shim::error::take(err) };
-            bail!("could not arm the gradient hooks: {msg}");
-        }
-        Ok(())
+        })
     }
 
     /// Waits for every bucket's all-reduce (launching those whose gradients no hook saw, from

@@ -6,11 +6,12 @@
 //! losses, ...) in fp32, exactly as `torch.autocast(device_type, dtype)` in Python. Parameters
 //! stay fp32; the backward pass runs through the recorded casts. The CPU supports bf16 autocast
 //! too, so GPU mixed-precision code has a CPU twin that tests can run.
+use crate::shim::error::call;
 use crate::shim::tensor::{
     mr_autocast_enabled, mr_autocast_enter, mr_autocast_exit, mr_grad_set_none,
 };
 use anyhow::{bail, Result};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use tch::Device;
 
 /// The lower precision of an autocast region.
@@ -37,12 +38,6 @@ fn device_code(device: Device) -> Result<c_int> {
     }
 }
 
-/// The shim's error message; frees the string.
-fn shim_error(err: *mut c_char) -> anyhow::Error {
-    // SAFETY: null or a message the shim handed back through `err`, not yet freed.
-    anyhow::anyhow!(unsafe { crate::shim::error::take(err) })
-}
-
 /// An autocast region on one device type; the previous state comes back when it is dropped.
 /// Autocast state is per thread: create, use and drop the guard on the same thread.
 #[must_use = "autocast ends when the guard is dropped"]
@@ -59,20 +54,16 @@ impl Autocast {
     pub fn enter(device: Device, precision: LowPrecision) -> Result<Autocast> {
         let dev = device_code(device)?;
         let (mut prev_enabled, mut prev_dtype) = (0, 0);
-        let mut err = std::ptr::null_mut();
         // SAFETY: plain values and out-pointers to locals.
-        let rc = unsafe {
+        call("", |err| unsafe {
             mr_autocast_enter(
                 dev,
                 precision.code(),
                 &mut prev_enabled,
                 &mut prev_dtype,
-                &mut err,
+                err,
             )
-        };
-        if rc != 0 {
-            return Err(shim_error(err));
-        }
+        })?;
         Ok(Autocast {
             device: dev,
             prev_enabled,
@@ -90,12 +81,12 @@ impl Autocast {
 
 impl Drop for Autocast {
     fn drop(&mut self) {
-        let mut err = std::ptr::null_mut();
-        // SAFETY: plain values and an out-pointer to a local.
-        let rc =
-            unsafe { mr_autocast_exit(self.device, self.prev_enabled, self.prev_dtype, &mut err) };
-        if rc != 0 {
-            tracing::error!("leaving autocast failed: {}", shim_error(err));
+        // SAFETY: plain values and the out-pointer `call` passes.
+        let left = call("leaving autocast failed", |err| unsafe {
+            mr_autocast_exit(self.device, self.prev_enabled, self.prev_dtype, err)
+        });
+        if let Err(e) = left {
+            tracing::error!("{e}");
         }
     }
 }
@@ -146,14 +137,9 @@ pub fn maybe_autocast<T>(
 /// its gradient over instead of adding it into a zeroed buffer, which saves two passes over
 /// every gradient per step.
 pub fn set_grad_none(t: &tch::Tensor) -> Result<()> {
-    let mut err = std::ptr::null_mut();
     // SAFETY: `as_ptr` is the live at::Tensor behind `t`; resetting its grad slot does not
     // invalidate the tensor itself.
-    let rc = unsafe { mr_grad_set_none(t.as_ptr(), &mut err) };
-    if rc != 0 {
-        return Err(shim_error(err));
-    }
-    Ok(())
+    call("", |err| unsafe { mr_grad_set_none(t.as_ptr(), err) })
 }
 
 #[cfg(test)]

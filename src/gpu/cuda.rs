@@ -120,15 +120,12 @@ pub struct StreamGuard {
 impl Drop for StreamGuard {
     fn drop(&mut self) {
         let mut back = std::ptr::null_mut();
-        let mut err = std::ptr::null_mut();
-        // SAFETY: a live stream handle and out-pointers to locals.
-        let rc = unsafe { mr_stream_exchange(self.prev.0, &mut back, &mut err) };
-        if rc != 0 {
-            // SAFETY: set by the failed call.
-            let msg = unsafe { crate::shim::error::take(err) };
-            tracing::error!("restoring the CUDA stream failed: {msg}");
-        } else {
-            drop(Stream(back));
+        // SAFETY: a live stream handle and out-pointers to a local and the one `call` passes.
+        match call("restoring the CUDA stream failed", |err| unsafe {
+            mr_stream_exchange(self.prev.0, &mut back, err)
+        }) {
+            Ok(()) => drop(Stream(back)),
+            Err(e) => tracing::error!("{e}"),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! on empty lists. Factors that change every step (learning rate, clip coefficient, trust
 //! ratios) are passed as 0-dim device tensors, so no value is read back to the host.
 
+use crate::shim::error::call;
 use crate::shim::foreach::{
     mr_amp_non_finite_check_and_unscale_, mr_foreach_add_list_, mr_foreach_add_scalar_,
     mr_foreach_div, mr_foreach_lerp_scalar_, mr_foreach_mul_list_, mr_foreach_mul_scalar_,
@@ -15,22 +16,13 @@ use crate::shim::foreach::{
     mr_foreach_zero_, mr_fused_adam_, mr_fused_sgd_, Err, Out,
 };
 use anyhow::{bail, Result};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use tch::Tensor;
 use torch_sys::C_tensor;
 
 /// The raw pointers of a list (valid while the tensors live).
 fn ptrs(xs: &[Tensor]) -> Vec<*mut C_tensor> {
     xs.iter().map(|t| t.as_ptr() as *mut C_tensor).collect()
-}
-
-fn check(rc: c_int, err: *mut c_char, op: &str) -> Result<()> {
-    if rc != 0 {
-        // SAFETY: the shim set `err` (or left it null) for this failed call.
-        let msg = unsafe { crate::shim::error::take(err) };
-        bail!("{op}: {msg}");
-    }
-    Ok(())
 }
 
 fn same_len(op: &str, a: &[Tensor], b: &[Tensor]) -> Result<()> {
@@ -46,9 +38,7 @@ fn new_list(op: &str, n: usize, f: impl FnOnce(Out, Err) -> c_int) -> Result<Vec
         return Ok(Vec::new());
     }
     let mut out: Vec<*mut C_tensor> = vec![std::ptr::null_mut(); n];
-    let mut err = std::ptr::null_mut();
-    let rc = f(out.as_mut_ptr(), &mut err);
-    check(rc, err, op)?;
+    call(op, |err| f(out.as_mut_ptr(), err))?;
     // SAFETY: on success the shim filled every slot with a new at::Tensor we now own.
     Ok(out
         .into_iter()
@@ -61,9 +51,7 @@ fn in_place(op: &str, n: usize, f: impl FnOnce(Err) -> c_int) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
-    let mut err = std::ptr::null_mut();
-    let rc = f(&mut err);
-    check(rc, err, op)
+    call(op, f)
 }
 
 /// `||x||_2` of every tensor (0-dim tensors on the tensors' device).

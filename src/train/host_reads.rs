@@ -3,18 +3,14 @@
 //! demand (a libtorch RecordFunction callback in `shim/tensor.cpp`); tests use it to check that
 //! a block of training steps reads at most once per `system.loss_check_steps` steps.
 
+use crate::shim::error::call;
 use crate::shim::tensor::{mr_host_read_counter_install, mr_host_reads};
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 /// Start counting (idempotent; the counter is process-wide).
 pub fn install() -> Result<()> {
-    let mut err = std::ptr::null_mut();
-    // SAFETY: an out-pointer to a local.
-    if unsafe { mr_host_read_counter_install(&mut err) } != 0 {
-        // SAFETY: set by the failed call.
-        bail!("{}", unsafe { crate::shim::error::take(err) });
-    }
-    Ok(())
+    // SAFETY: the out-pointer `call` passes.
+    call("", |err| unsafe { mr_host_read_counter_install(err) })
 }
 
 /// Host reads counted since [`install`] (all threads).
