@@ -75,8 +75,16 @@ fn detected_gpus() -> Option<(u64, String, Option<f64>)> {
     None
 }
 
-/// The tiny preset for `benchmark` written under runs/tiny, said as such.
-fn tiny(benchmark: &str, division: Division) -> Result<PathBuf> {
+/// The tiny preset for `benchmark` written under runs/tiny, said as such. It trains on the CPU:
+/// `--device cuda` on this GPU-less machine is refused before anything is written.
+fn tiny(benchmark: &str, division: Division, device: DeviceArg) -> Result<PathBuf> {
+    if device == DeviceArg::Cuda {
+        bail!(
+            "--device cuda: no CUDA device is available to libtorch. Without --config and \
+             without a GPU, {benchmark} trains the tiny CPU preset: drop --device cuda, or run \
+             on a machine with a GPU (or give --config)"
+        );
+    }
     let path = Path::new(TINY_DIR).join(format!("{benchmark}_tiny_cpu_{}.toml", division.as_str()));
     crate::util::fs::write_atomic(&path, tiny_config(benchmark, division).as_bytes())?;
     eprintln!(
@@ -190,7 +198,7 @@ pub fn resnet(mut a: ResnetArgs) -> Result<ExitStatus> {
             crate::train::run_resnet(a)
         }
         None => {
-            a.config = Some(tiny("resnet", division)?);
+            a.config = Some(tiny("resnet", division, a.run.device)?);
             crate::train::run_resnet(a)
         }
     }
@@ -211,7 +219,7 @@ pub fn bert(mut a: BertArgs) -> Result<ExitStatus> {
             crate::train::run_bert(a)
         }
         None => {
-            a.config = Some(tiny("bert", division)?);
+            a.config = Some(tiny("bert", division, a.run.device)?);
             if a.data.is_none() {
                 a.data = Some(tiny_bert_data()?);
             }

@@ -87,6 +87,30 @@ fn bert_closed_without_config_makes_its_tiny_corpus_and_trains() {
 }
 
 #[test]
+fn device_cuda_without_a_gpu_or_config_is_refused_before_anything_is_written() {
+    for bench in ["resnet", "bert"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = mlperf_run(
+            &[bench, "--division", "closed", "--device", "cuda"],
+            dir.path(),
+            None,
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{bench}: {err}");
+        assert!(
+            err.contains("--device cuda: no CUDA device") && err.contains("drop --device cuda"),
+            "{bench}: {err}"
+        );
+        // neither the tiny preset announced nor its config or corpus written
+        assert!(!err.contains("no GPU here: training"), "{bench}: {err}");
+        assert!(
+            !dir.path().join("runs").exists(),
+            "{bench}: nothing is written before the refusal"
+        );
+    }
+}
+
+#[test]
 fn with_gpus_and_no_data_the_command_says_what_it_needs() {
     let dir = tempfile::tempdir().unwrap();
     let gpus = Some("2,H100-SXM-80GB,80");
