@@ -81,7 +81,7 @@ def mllog_events(path):
 
 def mllog_throughput(path, bert):
     """Training samples / block seconds over the blocks after the first (the warm-up), as
-    src/progress.rs computes it: block_start to block_stop, evals excluded."""
+    src/runs/progress.rs computes it: block_start to block_stop, evals excluded."""
     ev = mllog_events(path)
     val = {}
     for e in ev:
