@@ -101,7 +101,8 @@ pub enum Lengths {
     /// `[CLS] A [SEP] B [SEP]` with A and B single sentences.
     #[default]
     Pairs,
-    /// Filled towards `seq_len` from documents ([`super::realistic`]).
+    /// Filled towards `seq_len` from documents, as the reference's create_pretraining_data.py
+    /// fills them (`data::bert::realistic`).
     Realistic,
 }
 

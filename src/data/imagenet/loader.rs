@@ -706,7 +706,7 @@ impl Iterator for EpochIter {
                 .collect();
             return Some(Err(anyhow::anyhow!(
                 "{}: {} unreadable images in epoch {} exceed the allowed {:.2}% of {} samples; \
-                 fix or remove them (or raise the bad-image limit). First ones: {}",
+                 fix or remove them. First ones: {}",
                 self.shared.root.display(),
                 self.bad.len(),
                 self.epoch,
