@@ -234,7 +234,8 @@ impl DeviceAugment {
 
     /// A ragged batch onto the device ([`ragged_arena`]) and through the op
     /// ([`DeviceAugment::apply_ragged`]), on the hand-off's thread and stream (`t`): the model's
-    /// input `[n, 3, size, size]`. Nothing waits for the device; the hand-off's event marks the
+    /// input `[n, 3, size, size]`. Only nvJPEG's decode (`engine`) waits for the device (see
+    /// [`super::nvjpeg::Nvjpeg::decode_into`]); the hand-off's event marks the
     /// end.
     pub fn ragged_batch(
         &self,
@@ -366,7 +367,8 @@ impl DeviceAugment {
 /// reused in stream order), nvJPEG decodes the `engine`'s images into its first places, the
 /// host-decoded regions (`host`, back to back) are copied in after them from pinned memory, and
 /// the decoded-image cache's hits (the last places) are cut from their stored images on the
-/// device; then the cache's fills are stored. Nothing waits for the device. When nvJPEG fails
+/// device; then the cache's fills are stored. Nothing but nvJPEG's decode waits for the device
+/// (its call returns once the decode has run, after the work queued before it). When nvJPEG fails
 /// on the batch (warned once), its images are decoded on the CPU here instead, into the same
 /// places.
 pub fn ragged_arena(

@@ -206,6 +206,12 @@ struct DecodeSlot {
     recorded: bool,
     /// The files of the decode in flight, kept alive until the event has passed.
     inputs: Vec<(Vec<u8>, RegionPlan)>,
+    /// The CUDA backend's whole images (it has no batched ROI): a device buffer, grown as needed.
+    /// One per slot, like the state: the 2-D copies that cut the regions out of it run on the
+    /// stream of the hand-off that queued them, and the next epoch's hand-off decodes on another
+    /// stream; reuse waits for the slot's event, which covers those copies.
+    scratch: *mut c_void,
+    scratch_bytes: usize,
 }
 
 /// What the batched decode keeps between batches.
@@ -213,10 +219,6 @@ struct BatchDecoder {
     slots: Vec<DecodeSlot>,
     /// The slot the next batch uses.
     next: usize,
-    /// The CUDA backend's whole images (it has no batched ROI): a device buffer, grown as needed
-    /// (used in stream order).
-    scratch: *mut c_void,
-    scratch_bytes: usize,
 }
 
 /// A batch nvJPEG could not decode: why, and its files back for the CPU decoder.
@@ -247,8 +249,6 @@ impl Nvjpeg {
             decoder: Mutex::new(BatchDecoder {
                 slots: Vec::new(),
                 next: 0,
-                scratch: std::ptr::null_mut(),
-                scratch_bytes: 0,
             }),
             gpu,
             gpu_name,
@@ -395,6 +395,8 @@ impl Nvjpeg {
             event: std::ptr::null_mut(),
             recorded: false,
             inputs: Vec::new(),
+            scratch: std::ptr::null_mut(),
+            scratch_bytes: 0,
         };
         // SAFETY: live handle; out-pointers valid; a failure frees what was made.
         unsafe {
@@ -555,11 +557,16 @@ impl Nvjpeg {
     /// Decode each file's `plan` region (full scale) into device memory: file `k`'s
     /// `plan.width * plan.height * 3` bytes of interleaved RGB at `arena + offsets[k]`, queued
     /// on the CUDA stream `stream` of the decoder's GPU (the caller's: the hand-off's copy
-    /// stream). Nothing is copied back and the host does not wait for this decode: the files are
-    /// kept until the device has finished with them (`DECODE_SLOTS` batches in flight; the
-    /// host waits only when a slot's decode of that many batches ago is still running). Every
-    /// file must have passed [`Nvjpeg::supports`]; on failure the batch as a whole comes back
-    /// with the reason (decode it on the CPU).
+    /// stream). Nothing is copied back. The hardware backend's `nvjpegDecodeBatchedEx` returns
+    /// only once its decode has (nearly) run on the device: measured on an H200 with nvJPEG
+    /// 13.0.1 (results/gpu-bench/h200-2026-11-28-nvjpeg.txt), 7 to 10 ms for 128 regions on an
+    /// idle GPU with the work on `stream` done under a millisecond after the return, and about
+    /// 70 ms when 70 ms of matmuls were queued before it on another stream (with `stream` of high
+    /// priority too): the calling thread waits for the work the GPU had queued before the decode.
+    /// The files are still kept until the slot's event has passed (`DECODE_SLOTS` batches in
+    /// flight; the host waits there only when a slot's decode of that many batches ago is still
+    /// running). Every file must have passed [`Nvjpeg::supports`]; on failure the batch as a
+    /// whole comes back with the reason (decode it on the CPU).
     ///
     /// # Safety
     /// `arena` is device memory of the decoder's GPU holding every `offsets[k]` plus its region's
@@ -618,11 +625,7 @@ impl Nvjpeg {
             Backend::Hardware => {
                 self.decode_regions_on_engine(slot, &items, arena, offsets, stream)
             }
-            Backend::Cuda => {
-                let (scratch, bytes) = (&mut d.scratch, &mut d.scratch_bytes);
-                let slot = &mut d.slots[k];
-                self.decode_whole_then_cut(slot, scratch, bytes, &items, arena, offsets, stream)
-            }
+            Backend::Cuda => self.decode_whole_then_cut(slot, &items, arena, offsets, stream),
         };
         drop(items);
         let slot = &mut d.slots[k];
@@ -697,14 +700,11 @@ impl Nvjpeg {
     }
 
     /// The CUDA decoder's path (no engine, no batched ROI): nvJPEG's batched decode of whole
-    /// images into the scratch buffer, then each plan's region copied to its arena place on the
-    /// device (a 2-D copy on the same stream).
-    #[allow(clippy::too_many_arguments)]
+    /// images into the slot's scratch buffer, then each plan's region copied to its arena place
+    /// on the device (a 2-D copy on the same stream).
     fn decode_whole_then_cut(
         &self,
         d: &mut DecodeSlot,
-        scratch: &mut *mut c_void,
-        scratch_bytes: &mut usize,
         items: &[(&[u8], RegionPlan)],
         arena: *mut u8,
         offsets: &[usize],
@@ -722,12 +722,13 @@ impl Nvjpeg {
             .iter()
             .map(|&(w, h)| w as usize * h as usize * 3)
             .collect();
-        self.ensure_scratch(scratch, scratch_bytes, sizes.iter().sum())?;
+        self.ensure_scratch(d, sizes.iter().sum())?;
+        let scratch = d.scratch as *mut u8;
         let mut wholes = Vec::with_capacity(items.len());
         let mut at = 0usize;
         for (&(w, _), &size) in dims.iter().zip(&sizes) {
             // SAFETY: at + size <= the sum of sizes <= scratch_bytes.
-            wholes.push(rgb_image(unsafe { (*scratch as *mut u8).add(at) }, w));
+            wholes.push(rgb_image(unsafe { scratch.add(at) }, w));
             at += size;
         }
         let (data, lengths): (Vec<*const u8>, Vec<usize>) =
@@ -783,31 +784,28 @@ impl Nvjpeg {
         Ok(())
     }
 
-    fn ensure_scratch(
-        &self,
-        scratch: &mut *mut c_void,
-        scratch_bytes: &mut usize,
-        bytes: usize,
-    ) -> Result<(), String> {
-        if bytes <= *scratch_bytes {
+    /// The slot's scratch buffer grown to at least `bytes` (its previous decode is over: the
+    /// caller waited for the slot's event).
+    fn ensure_scratch(&self, d: &mut DecodeSlot, bytes: usize) -> Result<(), String> {
+        if bytes <= d.scratch_bytes {
             return Ok(());
         }
-        if !scratch.is_null() {
+        if !d.scratch.is_null() {
             // SAFETY: allocated by cudaMalloc below (cudaFree waits for the device's work).
-            unsafe { (self.api.cuda_free)(*scratch) };
-            *scratch = std::ptr::null_mut();
-            *scratch_bytes = 0;
+            unsafe { (self.api.cuda_free)(d.scratch) };
+            d.scratch = std::ptr::null_mut();
+            d.scratch_bytes = 0;
         }
         let bytes = bytes.next_power_of_two();
         // SAFETY: out-pointer valid.
-        let rc = unsafe { (self.api.cuda_malloc)(scratch, bytes) };
+        let rc = unsafe { (self.api.cuda_malloc)(&mut d.scratch, bytes) };
         if rc != 0 {
             return Err(format!(
                 "cudaMalloc of {bytes} bytes: {}",
                 cuda_error(&self.api, rc)
             ));
         }
-        *scratch_bytes = bytes;
+        d.scratch_bytes = bytes;
         Ok(())
     }
 
@@ -882,9 +880,9 @@ impl Drop for Nvjpeg {
                         (self.api.params_destroy)(p);
                     }
                     (self.api.state_destroy)(slot.state);
-                }
-                if !d.scratch.is_null() {
-                    (self.api.cuda_free)(d.scratch);
+                    if !slot.scratch.is_null() {
+                        (self.api.cuda_free)(slot.scratch);
+                    }
                 }
             }
             (self.api.destroy)(self.handle);
