@@ -161,13 +161,16 @@ impl Fp8State {
 
 /// The scales an amax history `[len, ...]` sets: `(max * 2^-margin) / amax` in fp32 (as
 /// Transformer Engine's update kernel computes it) where `amax` (the history's maximum, NaN
-/// entries ignored) is finite and > 0, else `scale`.
+/// entries ignored) is finite and > 0, else `scale`; a quotient that overflows fp32 (an amax
+/// below `max / f32::MAX`, e.g. 448 / 3.4e38 = 1.3e-36) is `f32::MAX`, as that kernel sets it
+/// (an infinite scale would cast every zero to NaN, `0 * inf`, and dequantise with `1 / inf =
+/// 0`).
 pub fn scales_from(history: &Tensor, scale: &Tensor, max: &Tensor, margin: i64) -> Tensor {
     // NaN entries are ignored, as the fmaxf of Transformer Engine's kernel ignores them
     let amax = history
         .nan_to_num(0.0, f64::INFINITY, f64::NEG_INFINITY)
         .amax([0], false);
-    let sf = (max * 2f64.powi(-(margin as i32))) / &amax;
+    let sf = ((max * 2f64.powi(-(margin as i32))) / &amax).clamp_max(f32::MAX as f64);
     let ok = amax.gt(0.0).logical_and(&amax.isfinite());
     sf.where_self(&ok, scale)
 }

@@ -235,6 +235,30 @@ impl BertMethods {
         Ok(())
     }
 
+    /// With `fp8`: refuse a model whose encoder linears `_scaled_mm` cannot multiply. Its CUDA
+    /// kernel (ATen's `_scaled_mm_out_cuda`) wants mat1's inner dimension and both of mat2's a
+    /// multiple of 16, and each linear's three GEMMs (forward `x W^T`, `dx = g W`, `dW = g^T x`)
+    /// put the weight's two dimensions there: hidden x hidden, hidden x 3 hidden (fused QKV),
+    /// hidden x intermediate and back. (The token count the op pads itself.) Refused here for
+    /// every path, the emulated one too, so a CPU run of a config fails as its GPU run would,
+    /// before the run instead of at its first step.
+    pub fn check_fp8_shapes(&self, hidden_size: i64, intermediate_size: i64) -> Result<()> {
+        if !self.fp8 {
+            return Ok(());
+        }
+        for (name, v) in [
+            ("hidden_size", hidden_size),
+            ("intermediate_size", intermediate_size),
+        ] {
+            if v % 16 != 0 {
+                bail!(
+                    "methods.fp8 needs model.{name} to be a multiple of 16 (got {v}):                      _scaled_mm (cuBLASLt's FP8 GEMM) multiplies only matrices whose dimensions                      are multiples of 16; change the model's size or turn methods.fp8 off"
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The FP8 recipe's settings.
     #[cfg(feature = "torch")]
     pub fn fp8_recipe(&self) -> crate::fused::fp8::Recipe {
@@ -274,6 +298,34 @@ pub fn migrate_legacy_keys(methods: &mut toml::Table) -> Result<Vec<String>> {
         ));
     }
     Ok(warnings)
+}
+
+#[cfg(test)]
+mod fp8_shape_tests {
+    use super::BertMethods;
+
+    /// `_scaled_mm` multiplies only dimensions that are multiples of 16: a model whose hidden or
+    /// intermediate size is not is refused with methods.fp8 (and kept without it).
+    #[test]
+    fn fp8_refuses_linear_sizes_that_are_not_multiples_of_16() {
+        let fp8 = BertMethods {
+            fp8: true,
+            ..BertMethods::default()
+        };
+        // BERT-Large and the tiny presets
+        for (h, i) in [(1024, 4096), (32, 128), (32, 64), (128, 512)] {
+            fp8.check_fp8_shapes(h, i).unwrap();
+        }
+        for (h, i, field) in [
+            (24, 128, "model.hidden_size"),
+            (32, 100, "model.intermediate_size"),
+            (1000, 4096, "model.hidden_size"),
+        ] {
+            let e = fp8.check_fp8_shapes(h, i).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains("multiple of 16"), "{e}");
+        }
+        BertMethods::default().check_fp8_shapes(24, 100).unwrap();
+    }
 }
 
 #[cfg(all(test, feature = "torch"))]

@@ -140,7 +140,8 @@ impl RecipeRef {
             // fmaxf: NaN ignored
             let amax = self.history.iter().fold(0.0f32, |a, h| a.max(h[c]));
             if amax.is_finite() && amax > 0.0 {
-                self.scale[c] = (max[c] * 2f32.powi(-self.margin)) / amax;
+                // an amax so small the quotient overflows: fp32's largest value
+                self.scale[c] = ((max[c] * 2f32.powi(-self.margin)) / amax).min(f32::MAX);
             }
         }
         self.history.rotate_left(1);
@@ -166,7 +167,7 @@ fn the_amax_history_and_scales_follow_the_delayed_scaling_recipe() {
             margin: margin as i32,
         };
         // steps of amaxes (slot 1; slot 0 stays empty): growing, a spike, a zero, NaN, inf
-        let steps: [[f32; 3]; 9] = [
+        let steps: [[f32; 3]; 10] = [
             [1.0, 0.5, 1e-4],
             [2.0, 0.5, 2e-4],
             [300.0, 0.6, 1e-4],
@@ -176,6 +177,8 @@ fn the_amax_history_and_scales_follow_the_delayed_scaling_recipe() {
             [1.0, f32::INFINITY, 3e-5],
             [1.2, 0.7, 5e-5],
             [0.9, 0.7, 4e-5],
+            // amaxes so small that max / amax overflows fp32 (len 1: the scale from them alone)
+            [1e-37, 1e-38, 1e-35],
         ];
         for (i, a) in steps.iter().enumerate() {
             let mut row0 = state.slot(1).history.get(0);
@@ -198,6 +201,27 @@ fn the_amax_history_and_scales_follow_the_delayed_scaling_recipe() {
                 }
             }
         }
+    }
+}
+
+/// An amax so small that `max / amax` overflows fp32 sets the scale to fp32's largest value
+/// (Transformer Engine's update kernel), not infinity: with an infinite scale a zero casts to
+/// NaN (`0 * inf`) and the matmul dequantises with `1 / inf = 0`.
+#[test]
+fn a_tiny_amax_sets_the_largest_finite_scale_not_infinity() {
+    let state = Fp8State::new(1, Recipe::default(), Device::Cpu);
+    let slot = state.slot(0);
+    // 448 / 1e-37 and 57344 / 1e-35 overflow fp32; 448 / 0.5 does not
+    slot.history
+        .get(0)
+        .copy_(&Tensor::from_slice(&[1e-37f32, 0.5, 1e-35]));
+    state.update();
+    assert_eq!(values(&state.scale), [f32::MAX, 896.0, f32::MAX]);
+    // the cast with that scale: zero stays zero, the amax lands inside the format
+    for (v, f) in [(1e-37f32, Format::E4M3), (1e-35, Format::E5M2)] {
+        let q = qdq(&[0.0, v, -v], f32::MAX as f64, f);
+        assert!(q.iter().all(|x| x.is_finite()), "{f:?}: {q:?}");
+        assert_eq!(q[0], 0.0);
     }
 }
 

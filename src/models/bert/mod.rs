@@ -252,6 +252,7 @@ impl BertForPreTraining {
     /// Create the variables under `root` (use `vs.root()`) with the reference names.
     pub fn new(root: &VPath, config: &BertConfig, methods: &BertMethods) -> Result<Self> {
         config.validate()?;
+        methods.check_fp8_shapes(config.hidden_size, config.intermediate_size)?;
         let c = config;
         let emb_init = Init::Randn {
             mean: 0.0,

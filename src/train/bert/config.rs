@@ -159,6 +159,8 @@ impl BertRunConfig {
             bail!("data.eval_samples and data.eval_batch_size must be > 0");
         }
         self.methods.validate()?;
+        self.methods
+            .check_fp8_shapes(self.model.hidden_size, self.model.intermediate_size)?;
         if self.methods.packing {
             if t.packing_factor == 0 || !t.global_batch_size.is_multiple_of(t.packing_factor) {
                 bail!(
