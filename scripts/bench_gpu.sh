@@ -36,7 +36,10 @@
 #      block-diagonal mask with SDPA; checked against each sequence alone first); plus
 #      `data bert-pack`'s packing efficiency. Its targets, set for one H100: >= 700 seq/s, >= 2.5x
 #      Hugging Face padded, run / step >= 0.95, GPU busy >= 97%, padding <= 3%
-#   q) (only with --only q or --only ...,q; once) examples/fp8_check: methods.fp8's linears
+#   q) (only with --only q or --only ...,q; once) first scripts/bench/fp8_peer_probe.py (torch's own
+#      _scaled_mm at the probe's 16 x 32 shape in methods.fp8's dtype pairs, scales as tensors of
+#      their own and as views; its lines on stderr and in logs/q-fp8-peer-probe.log), then
+#      examples/fp8_check: methods.fp8's linears
 #      (_scaled_mm, delayed scaling, E4M3 x/W, E5M2 gradients) vs bf16 linear at BERT-Large shapes
 #      (16,384 tokens; QKV 1024->3072, attention out 1024->1024, FFN 1024->4096 and 4096->1024):
 #      relative error of the output and the x/W/bias gradients (pass: < 0.1), the emulated path vs
@@ -653,6 +656,12 @@ if want q; then
   QCHECK="$(find_bin fp8_check)" || die "no fp8_check binary next to $MR"
   if [ "$smoke" = 1 ]; then Q_ARGS=(--device cpu --tokens 64 --rounds 1)
   else Q_ARGS=(--device cuda --tokens 16384 --rounds 10); fi
+  if [ "$smoke" = 0 ]; then
+    # torch._scaled_mm alone at the probe's shape, in methods.fp8's dtype pairs, scales as
+    # tensors of their own and as views: whether this GPU and libtorch run them at all
+    "$PYTHON" "$here/bench/fp8_peer_probe.py" >"$raw/logs/q-fp8-peer-probe.log" 2>&1 || true
+    sed 's/^/   fp8 peer probe: /' "$raw/logs/q-fp8-peer-probe.log" >&2
+  fi
   if round_start q "$first_round" "$first_round"; then
     # one row per shape: the fp8 side's TFLOP/s (the errors, bf16's time and ok in the log's lines)
     split="fp8-qkv:shape=qkv fp8-attention-out:shape=attention_out fp8-ffn-in:shape=ffn_in fp8-ffn-out:shape=ffn_out" \

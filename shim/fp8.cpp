@@ -54,6 +54,14 @@ at::Tensor quantize(const at::Tensor& t, const at::Tensor& scale, int format) {
   return (t.to(at::kFloat) * scale).clamp(-max, max).to(kind);
 }
 
+// 1 / scale[role] as a tensor of its own: _scaled_mm hands each dequantisation scale's address
+// to cuBLASLt as is, so each gets its own (aligned) allocation, as torchao's scales do, not a
+// view at a 4-byte offset into one [3] tensor. With such views the first H200 run of the probe
+// (2026-11-28, a 16 x 32 forward GEMM) failed in cublasLtMatmul with CUBLAS_STATUS_NOT_SUPPORTED
+// after its heuristic had found an algorithm; a misaligned scale address is the suspect, not
+// yet confirmed on a GPU.
+at::Tensor inverse(const at::Tensor& s, int64_t role) { return s.select(0, role).reciprocal(); }
+
 // q dequantised in fp32: q * (1 / scale), as _scaled_mm applies its dequantisation scales.
 at::Tensor dequantize(const at::Tensor& q, const at::Tensor& inv) { return q.to(at::kFloat) * inv; }
 
@@ -93,20 +101,19 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     record_amax(w, history, kWeight);
     // this step's scales, kept for the backward (the update after the step rewrites `scale`)
     const at::Tensor s = scale.detach().clone();
-    const at::Tensor inv = s.reciprocal();
     const at::Tensor xq = pre_q ? *pre_q : quantize(x, s.select(0, kInput), 0);
     const at::Tensor wq = quantize(w, s.select(0, kWeight), 0);
+    const at::Tensor inv_x = inverse(s, kInput), inv_w = inverse(s, kWeight);
     const auto out = static_cast<at::ScalarType>(out_kind);
     at::Tensor y;
     if (emulate) {
-      y = dequantize(xq, inv.select(0, kInput))
-              .mm(dequantize(wq, inv.select(0, kWeight)).t());
+      y = dequantize(xq, inv_x).mm(dequantize(wq, inv_w).t());
       if (has_bias) y = y + b.to(at::kFloat);
       y = y.to(out);
     } else {
       c10::optional<at::Tensor> bias;
       if (has_bias) bias = b.to(out);
-      y = scaled_mm(xq, wq, inv.select(0, kInput), inv.select(0, kWeight), bias, out);
+      y = scaled_mm(xq, wq, inv_x, inv_w, bias, out);
     }
     ctx->save_for_backward({xq, wq});
     ctx->saved_data["scale"] = s;
@@ -134,13 +141,14 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
       at::NoGradGuard no_grad;
       record_amax(g, history, kGrad);
     }
-    const at::Tensor inv = s.reciprocal();
+    const at::Tensor inv_x = inverse(s, kInput), inv_w = inverse(s, kWeight),
+                     inv_g = inverse(s, kGrad);
     const at::Tensor gq = quantize(g, s.select(0, kGrad), 1);
     at::Tensor dx, dw, db;
     if (emulate) {
-      const at::Tensor gd = dequantize(gq, inv.select(0, kGrad));
-      if (ctx->needs_input_grad(0)) dx = gd.mm(dequantize(wq, inv.select(0, kWeight)));
-      if (ctx->needs_input_grad(1)) dw = gd.t().mm(dequantize(xq, inv.select(0, kInput)));
+      const at::Tensor gd = dequantize(gq, inv_g);
+      if (ctx->needs_input_grad(0)) dx = gd.mm(dequantize(wq, inv_w));
+      if (ctx->needs_input_grad(1)) dw = gd.t().mm(dequantize(xq, inv_x));
     } else {
       // the token dimension M is dW's reduction: zero rows up to a multiple of 16 add nothing
       const int64_t m = gq.size(0), pad = (16 - m % 16) % 16;
@@ -153,13 +161,10 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
       const at::Tensor gp = rows(gq), xp = rows(xq);
       // dx = g W: W^T [K, N] as the column-major second operand is W [N, K] row-major's t()
       if (ctx->needs_input_grad(0))
-        dx = scaled_mm(gp, wq.t(), inv.select(0, kGrad), inv.select(0, kWeight), c10::nullopt,
-                       at::kBFloat16)
-                 .narrow(0, 0, m);
+        dx = scaled_mm(gp, wq.t(), inv_g, inv_w, c10::nullopt, at::kBFloat16).narrow(0, 0, m);
       // dW = g^T x: [N, M] x [M, K]
       if (ctx->needs_input_grad(1))
-        dw = scaled_mm(gp.t(), xp.t(), inv.select(0, kGrad), inv.select(0, kInput),
-                       c10::nullopt, at::kFloat);
+        dw = scaled_mm(gp.t(), xp.t(), inv_g, inv_x, c10::nullopt, at::kFloat);
     }
     if (dx.defined()) dx = dx.to(x_kind);
     if (dw.defined()) dw = dw.to(w_kind);
