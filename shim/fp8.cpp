@@ -6,7 +6,8 @@
 // as ONE autograd op in Transformer Engine's HYBRID format: x and W cast to E4M3, the output's
 // gradient to E5M2, each with its per-tensor scale from an amax history (delayed scaling: this
 // step's cast uses the scale the previous steps' amaxes set; this step's amax is written into
-// row 0 of the history, on the device, for the update after the step). Accumulation in fp32.
+// row 0 of the history, on the device, for the update after the step: the largest over the
+// step's calls, one per micro-batch). Accumulation in fp32.
 //
 // `scale` is a [3] fp32 tensor (input, weight, gradient), `history` a [len, 3] fp32 view of the
 // model's history; both stay on the device and no value is read by the host (the op can be
@@ -65,9 +66,18 @@ at::Tensor inverse(const at::Tensor& s, int64_t role) { return s.select(0, role)
 // q dequantised in fp32: q * (1 / scale), as _scaled_mm applies its dequantisation scales.
 at::Tensor dequantize(const at::Tensor& q, const at::Tensor& inv) { return q.to(at::kFloat) * inv; }
 
-// |t|'s largest value (NaN if t has one) into history[0][role], on the device.
+// `amax` (one value) into history[0][role], on the device, as the max with what the step's
+// earlier calls wrote there: with gradient accumulation the layer runs once per micro-batch, and
+// the step's amax is the largest of them (row 0 starts each step at 0, Fp8State::update, so one
+// call per step writes its own amax; a NaN stays NaN).
+void record(const at::Tensor& amax, const at::Tensor& history, int64_t role) {
+  at::Tensor cell = history.select(0, 0).select(0, role);
+  cell.copy_(at::maximum(cell, amax.reshape({}).to(at::kFloat)));
+}
+
+// |t|'s largest value (NaN if t has one) recorded as above.
 void record_amax(const at::Tensor& t, const at::Tensor& history, int64_t role) {
-  history.select(0, 0).select(0, role).copy_(t.abs().max().to(at::kFloat));
+  record(t.abs().max(), history, role);
 }
 
 // _scaled_mm of a [M, K] row-major and b^T for b [N, K] (b made column-major as the kernel
@@ -94,7 +104,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::NoGradGuard no_grad;
     if (pre_q) {
-      history.select(0, 0).select(0, kInput).copy_(pre_amax->reshape({}));
+      record(*pre_amax, history, kInput);
     } else {
       record_amax(x, history, kInput);
     }

@@ -8,7 +8,8 @@
 //! history of `amax_history_len` steps for each (TE's default: 1024) with a margin (default 0):
 //! - a cast computes `q = saturate(t * scale)` in the format (largest finite: E4M3 448, E5M2
 //!   57344; NaN stays NaN; round to nearest even, subnormals kept) and writes `amax(|t|)` into
-//!   row 0 of its history; the matmul dequantises with `1 / scale`;
+//!   row 0 of its history (the max with what is there: with gradient accumulation, the largest
+//!   over the step's micro-batches); the matmul dequantises with `1 / scale`;
 //! - after the step ([`Fp8State::update`]): `amax = max(history)` over the rows; the new scale is
 //!   `(fp8_max * 2^-margin) / amax` where amax is finite and > 0, else the old scale stays; then the
 //!   history rolls by one (`roll(-1)`, TE's `_update_amax_history`) and row 0 is zeroed for the

@@ -269,6 +269,41 @@ fn the_fp8_linear_records_amaxes_and_computes_from_the_quantised_operands() {
     assert!(!gq.allclose(&g, 1e-6, 0.0, false));
 }
 
+/// With gradient accumulation a layer runs once per micro-batch in a step: row 0 of its history
+/// holds the largest amax of the step's calls, whichever came first (each call overwrote it
+/// before: the last micro-batch's amax alone set the next scale).
+#[test]
+fn the_step_amax_is_the_largest_over_the_steps_micro_batches() {
+    let _turn = rng_turn();
+    tch::manual_seed(5);
+    let opts = (Kind::Float, Device::Cpu);
+    let w = (Tensor::randn([16, 32], opts) * 0.05).set_requires_grad(true);
+    let small = Tensor::randn([16, 32], opts) * 0.5;
+    let large = Tensor::randn([16, 32], opts) * 8.0;
+    let amax = |t: &Tensor| f32::try_from(t.abs().max()).unwrap();
+    for (k, order) in [[&small, &large], [&large, &small]].into_iter().enumerate() {
+        let state = Fp8State::new(1, Recipe::default(), Device::Cpu);
+        let slot = state.slot(0);
+        let mut grad_amax = 0f32;
+        for (i, x) in order.into_iter().enumerate() {
+            let x = x.shallow_clone().set_requires_grad(true);
+            let y = linear(&x, &w, None, &slot, Path::Reference).unwrap();
+            let g = Tensor::randn([16, 16], opts) * (1e-3 * (1 + 9 * i) as f64);
+            grad_amax = grad_amax.max(amax(&g));
+            (&y * &g).sum(Kind::Float).backward();
+        }
+        let row0 = values(&slot.history.get(0));
+        assert_eq!(
+            row0,
+            [amax(&large), amax(&w.detach()), grad_amax],
+            "order {k}"
+        );
+        // the update starts the next step from 0
+        state.update();
+        assert_eq!(values(&slot.history.get(0)), [0.0, 0.0, 0.0]);
+    }
+}
+
 fn tiny() -> BertConfig {
     BertConfig {
         vocab_size: 61,
