@@ -19,7 +19,8 @@
 //
 // Two paths behind one torch::autograd::Function:
 // - kernel (mode 0): ATen's _scaled_mm (cuBLASLt's FP8 GEMM) with tensor-wise dequantisation
-//   scales (1 / scale), bf16 out for y and dx, fp32 out for dW; the bias in the epilogue. Rows
+//   scales (1 / scale), bf16 out for y and dx, fp32 out for dW; the bias in the epilogue; fast
+//   accumulation in the forward GEMM only (as Transformer Engine and torchao). Rows
 //   are padded to a multiple of 16 where needed (eval batches without padding).
 // - emulated (mode 1, any device): the same casts, then dequantised in fp32 (q * (1 / scale))
 //   and multiplied in fp32; y in x's dtype (the autocast dtype under autocast). The CPU twin of
@@ -81,15 +82,18 @@ void record_amax(const at::Tensor& t, const at::Tensor& history, int64_t role) {
 }
 
 // _scaled_mm of a [M, K] row-major and b^T for b [N, K] (b made column-major as the kernel
-// wants it), rows of a padded to a multiple of 16.
+// wants it), rows of a padded to a multiple of 16. `fast_accum`: cuBLASLt's fast FP8
+// accumulation (no split accumulator), which Transformer Engine (its forward GEMM's
+// use_split_accumulator is false, the gradients' true) and torchao (use_fast_accum for the
+// output, not for the gradients) both take for the forward GEMM only.
 at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a,
                      const at::Tensor& inv_b, const c10::optional<at::Tensor>& bias,
-                     at::ScalarType out) {
+                     at::ScalarType out, bool fast_accum) {
   const int64_t m = a.size(0), pad = (16 - m % 16) % 16;
   at::Tensor a2 = a.contiguous();
   if (pad != 0) a2 = at::cat({a2, at::zeros({pad, a.size(1)}, a2.options())}, 0);
-  at::Tensor y = at::_scaled_mm(a2, b.contiguous().t(), inv_a, inv_b, bias, c10::nullopt, out,
-                                /*use_fast_accum=*/false);
+  at::Tensor y =
+      at::_scaled_mm(a2, b.contiguous().t(), inv_a, inv_b, bias, c10::nullopt, out, fast_accum);
   return pad != 0 ? y.narrow(0, 0, m) : y;
 }
 
@@ -123,7 +127,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     } else {
       c10::optional<at::Tensor> bias;
       if (has_bias) bias = b.to(out);
-      y = scaled_mm(xq, wq, inv_x, inv_w, bias, out);
+      y = scaled_mm(xq, wq, inv_x, inv_w, bias, out, /*fast_accum=*/true);
     }
     ctx->save_for_backward({xq, wq});
     ctx->saved_data["scale"] = s;
@@ -171,10 +175,11 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
       const at::Tensor gp = rows(gq), xp = rows(xq);
       // dx = g W: W^T [K, N] as the column-major second operand is W [N, K] row-major's t()
       if (ctx->needs_input_grad(0))
-        dx = scaled_mm(gp, wq.t(), inv_g, inv_w, c10::nullopt, at::kBFloat16).narrow(0, 0, m);
+        dx = scaled_mm(gp, wq.t(), inv_g, inv_w, c10::nullopt, at::kBFloat16, false)
+                 .narrow(0, 0, m);
       // dW = g^T x: [N, M] x [M, K]
       if (ctx->needs_input_grad(1))
-        dw = scaled_mm(gp.t(), xp.t(), inv_g, inv_x, c10::nullopt, at::kFloat);
+        dw = scaled_mm(gp.t(), xp.t(), inv_g, inv_x, c10::nullopt, at::kFloat, false);
     }
     if (dx.defined()) dx = dx.to(x_kind);
     if (dw.defined()) dw = dw.to(w_kind);
