@@ -252,7 +252,9 @@ impl BertMethods {
         ] {
             if v % 16 != 0 {
                 bail!(
-                    "methods.fp8 needs model.{name} to be a multiple of 16 (got {v}):                      _scaled_mm (cuBLASLt's FP8 GEMM) multiplies only matrices whose dimensions                      are multiples of 16; change the model's size or turn methods.fp8 off"
+                    "methods.fp8 needs model.{name} to be a multiple of 16 (got {v}): \
+                     _scaled_mm (cuBLASLt's FP8 GEMM) multiplies only matrices whose dimensions \
+                     are multiples of 16; change the model's size or turn methods.fp8 off"
                 );
             }
         }
