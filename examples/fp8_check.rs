@@ -20,6 +20,12 @@
 //! `_scaled_mm` cannot run) the `fp8` side is the emulated one (MLPERF_RUN_TEST_EMULATE_FP8=1
 //! needed): the plumbing, not the kernel.
 //!
+//! Then, on a GPU, the one-pass cast kernels (`mr_fe_fp8_cast` + `mr_fe_amax_record`, the casts
+//! of the kernel path) against ATen's ops (the reference path's casts) on each shape's tensors
+//! (x bf16 and W fp32 to E4M3, the output gradient bf16 to E5M2): one JSON line per cast with
+//! `"cast"`, whether every byte and the amax are equal (they must be), and both sides' median
+//! time with the kernel's effective GB/s (bytes read plus written).
+//!
 //! Before that last line, on a GPU, a probe for `methods.fp8_attention` (not built; docs/gpu.md):
 //! each candidate attention op of libtorch ([`AttentionProbe`]) on FP8 (E4M3) q, k, v of BERT's
 //! shape ([2, 16, 512, 64]), one plain-text line each, `fp8 attention probe: <op>: runs (<ms>)`
@@ -30,7 +36,9 @@ mod common;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use mlperf_run::fused::fp8::{attention_probe, linear, path_for, AttentionProbe, Fp8State, Recipe};
+use mlperf_run::fused::fp8::{
+    attention_probe, cast, linear, path_for, AttentionProbe, Format, Fp8State, Recipe,
+};
 use mlperf_run::fused::Path;
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
 use tch::{Device, Kind, Tensor};
@@ -164,6 +172,55 @@ fn check(a: &Args, path: Path, name: &str, k: i64, n: i64) -> Result<bool> {
     Ok(pass)
 }
 
+/// The cast kernels against ATen's casts for one tensor (module docs): whether bytes and amax
+/// agree. A refusal of the kernels (NVRTC missing, say) prints its reason and fails.
+fn check_cast(a: &Args, what: &str, t: &Tensor, format: Format) -> Result<bool> {
+    let d = a.device;
+    // a scale a trained step would have: the format's largest value over the tensor's amax
+    let amax = t.abs().max().to_kind(Kind::Float).double_value(&[]);
+    let scale = Tensor::from((format.max() / amax.max(1e-30)) as f32).to_device(d);
+    let run = |path: Path| -> Result<(Tensor, Tensor)> {
+        let cell = Tensor::from(0f32).to_device(d);
+        let (q, _) = cast(t, &scale, format, &cell, path, 0)?;
+        Ok((q, cell))
+    };
+    let (want, want_amax) = run(Path::Reference)?;
+    let (got, got_amax) = match run(Path::Fast) {
+        Ok(r) => r,
+        Err(e) => {
+            println!(
+                "{}",
+                serde_json::json!({"cast": what, "ok": false, "refused": format!("{e:#}")})
+            );
+            return Ok(false);
+        }
+    };
+    let bytes = |q: &Tensor| q.view_dtype(Kind::Uint8);
+    let differing = bytes(&got)
+        .ne_tensor(&bytes(&want))
+        .sum(Kind::Int64)
+        .int64_value(&[]);
+    let amax_equal = got_amax.to_device(Device::Cpu).double_value(&[]).to_bits()
+        == want_amax.to_device(Device::Cpu).double_value(&[]).to_bits();
+    let time = |path: Path| -> Result<f64> {
+        let (t, _) = common::time_rounds(d, 2, a.rounds, || run(path).map(|_| ()))?;
+        Ok(common::median(&t))
+    };
+    let (t_kernel, t_aten) = (time(Path::Fast)?, time(Path::Reference)?);
+    let moved = t.numel() as f64 * (t.kind().elt_size_in_bytes() + 1) as f64;
+    let ok = differing == 0 && amax_equal;
+    println!(
+        "{}",
+        serde_json::json!({
+            "cast": what, "format": format!("{format:?}"), "elements": t.numel(), "ok": ok,
+            "bytes_differing": differing, "amax_equal": amax_equal,
+            "median_ms_kernel": t_kernel * 1e3, "median_ms_aten": t_aten * 1e3,
+            "speedup": t_aten / t_kernel, "kernel_gb_per_s": moved / t_kernel / 1e9,
+        })
+    );
+    Ok(ok)
+}
+
 /// The FP8 attention probe's median time of `f` in ms (after 2 warm-up rounds).
 fn probe_ms(a: &Args, f: impl Fn() -> Result<Tensor>) -> Result<f64> {
     let (t, _) = common::time_rounds(a.device, 2, a.rounds, f)?;
@@ -245,6 +302,19 @@ fn main() -> Result<()> {
         ("ffn_out", 4096, 1024),
     ] {
         ok &= check(&a, path, name, k, n)?;
+    }
+    if a.device.is_cuda() {
+        let opts = (Kind::Float, a.device);
+        for (name, k, n) in [("qkv", 1024, 3072), ("ffn_out", 4096, 1024)] {
+            let x = Tensor::randn([a.tokens, k], opts).to_kind(Kind::BFloat16);
+            let w = Tensor::randn([n, k], opts) * 0.02;
+            let g = (Tensor::randn([a.tokens, n], opts) * 1e-4).to_kind(Kind::BFloat16);
+            ok &= check_cast(&a, &format!("{name} x"), &x, Format::E4M3)?;
+            ok &= check_cast(&a, &format!("{name} W"), &w, Format::E4M3)?;
+            ok &= check_cast(&a, &format!("{name} grad"), &g, Format::E5M2)?;
+        }
+    } else {
+        println!("fp8 cast kernels: skipped: they run on a CUDA device (this run is on {:?}); the tests run them on the CPU emulator", a.device);
     }
     attention_probes(&a);
     println!(

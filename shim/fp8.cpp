@@ -25,7 +25,17 @@
 // - emulated (mode 1, any device): the same casts, then dequantised in fp32 (q * (1 / scale))
 //   and multiplied in fp32; y in x's dtype (the autocast dtype under autocast). The CPU twin of
 //   the kernel path for tests (MLPERF_RUN_TEST_EMULATE_FP8=1) and the GPU numerics check.
+// - emulated with the cast kernels (mode 2, CPU tensors, tests): mode 1 with every cast made by
+//   the kernel path's cast kernels run on the CPU emulator of CUDA (below), so the tests check
+//   that the kernel path's casts and amaxes are mode 1's, bit for bit, through the whole op.
 // Both compute the bias's gradient from the unquantised output gradient, in fp32.
+//
+// The casts: on the kernel path each cast, with its amax, is one pass over the tensor
+// (mr::fused_epilogue::fp8_cast, shim/fp8_cast.hpp: reads t once, writes the FP8 bytes and
+// per-warp amax partials, then one small kernel records their max into the history); where
+// those kernels do not take a tensor (not a multiple of 4 elements, fp64, NVRTC unavailable) and
+// on the emulated path, ATen's ops (quantize, record_amax below), which the kernels match bit
+// for bit.
 //
 // x may come already cast (`xq`, E4M3 with the input scale, and its amax `x_amax`): a fused
 // epilogue that wrote x also wrote those in the same kernel (methods.fp8 with fused epilogues,
@@ -36,6 +46,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.hpp"
+#include "fp8_cast.hpp"
 
 namespace {
 
@@ -81,6 +92,29 @@ void record_amax(const at::Tensor& t, const at::Tensor& history, int64_t role) {
   record(t.abs().max(), history, role);
 }
 
+// How the op's casts run: 0 the kernels where they take the tensor (CUDA), else ATen's ops;
+// 1 ATen's ops; 3 the kernels on the CPU emulator, or an error (fp8_cast.hpp's modes).
+enum CastMode : int64_t { kCastAuto = 0, kCastAten = 1, kCastEmulatedKernels = 3 };
+
+// t cast to `format` with scale s[role] and |t|'s amax recorded into history[0][role]: the
+// one-pass kernels (mode kCastAuto or kCastEmulatedKernels), else quantize and record_amax.
+at::Tensor cast_recording(const at::Tensor& t, const at::Tensor& s, int64_t role, int format,
+                          const at::Tensor& history, int64_t mode) {
+  const at::Tensor scale = s.select(0, role);
+  if (mode != kCastAten) {
+    const at::Tensor cell = history.select(0, 0).select(0, role);
+    const at::Tensor tc = t.is_contiguous() ? t : t.contiguous();
+    at::Tensor q = mr::fused_epilogue::fp8_cast(tc, scale, format, cell, static_cast<int>(mode));
+    if (q.defined()) return q;
+    TORCH_CHECK(mode == kCastAuto, "fp8 linear: the emulated cast kernels do not take ",
+                t.scalar_type(), " ", t.sizes(), " on ", t.device(),
+                " (they take fp32, bf16 or fp16 CPU tensors of a multiple of 4 elements, in a "
+                "test program)");
+  }
+  record_amax(t, history, role);
+  return quantize(t, scale, format);
+}
+
 // _scaled_mm of a [M, K] row-major and b^T for b [N, K] (b made column-major as the kernel
 // wants it), rows of a padded to a multiple of 16. `fast_accum`: cuBLASLt's fast FP8
 // accumulation (no split accumulator), which Transformer Engine (its forward GEMM's
@@ -103,20 +137,20 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   // tensors)
   static variable_list forward(AutogradContext* ctx, at::Tensor x, at::Tensor w, at::Tensor b,
                                bool has_bias, at::Tensor scale, at::Tensor history, bool emulate,
-                               int64_t out_kind, std::optional<at::Tensor> pre_q,
+                               int64_t cast_mode, int64_t out_kind, std::optional<at::Tensor> pre_q,
                                std::optional<at::Tensor> pre_amax) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::NoGradGuard no_grad;
-    if (pre_q) {
-      record(*pre_amax, history, kInput);
-    } else {
-      record_amax(x, history, kInput);
-    }
-    record_amax(w, history, kWeight);
     // this step's scales, kept for the backward (the update after the step rewrites `scale`)
     const at::Tensor s = scale.detach().clone();
-    const at::Tensor xq = pre_q ? *pre_q : quantize(x, s.select(0, kInput), 0);
-    const at::Tensor wq = quantize(w, s.select(0, kWeight), 0);
+    at::Tensor xq;
+    if (pre_q) {
+      record(*pre_amax, history, kInput);
+      xq = *pre_q;
+    } else {
+      xq = cast_recording(x, s, kInput, 0, history, cast_mode);
+    }
+    const at::Tensor wq = cast_recording(w, s, kWeight, 0, history, cast_mode);
     const at::Tensor inv_x = inverse(s, kInput), inv_w = inverse(s, kWeight);
     const auto out = static_cast<at::ScalarType>(out_kind);
     at::Tensor y;
@@ -133,6 +167,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     ctx->saved_data["scale"] = s;
     ctx->saved_data["history"] = history;
     ctx->saved_data["emulate"] = emulate;
+    ctx->saved_data["cast_mode"] = cast_mode;
     ctx->saved_data["x_kind"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_kind"] = static_cast<int64_t>(w.scalar_type());
     ctx->saved_data["has_bias"] = has_bias;
@@ -151,13 +186,13 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     const auto w_kind = static_cast<at::ScalarType>(ctx->saved_data["w_kind"].toInt());
     at::Tensor g = grads[0];
     if (!g.defined()) g = at::zeros({xq.size(0), wq.size(0)}, xq.options().dtype(at::kFloat));
+    at::Tensor gq;
     {
       at::NoGradGuard no_grad;
-      record_amax(g, history, kGrad);
+      gq = cast_recording(g, s, kGrad, 1, history, ctx->saved_data["cast_mode"].toInt());
     }
     const at::Tensor inv_x = inverse(s, kInput), inv_w = inverse(s, kWeight),
                      inv_g = inverse(s, kGrad);
-    const at::Tensor gq = quantize(g, s.select(0, kGrad), 1);
     at::Tensor dx, dw, db;
     if (emulate) {
       const at::Tensor gd = dequantize(gq, inv_g);
@@ -185,7 +220,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     if (dw.defined()) dw = dw.to(w_kind);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2))
       db = g.to(at::kFloat).sum(0);
-    return {dx,           dw,           db,           at::Tensor(), at::Tensor(),
+    return {dx,           dw,           db,           at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -198,7 +233,9 @@ const at::Tensor& need(const at::Tensor* t, const char* name) {
 at::Tensor run_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
                   const at::Tensor& scale, const at::Tensor& history, const at::Tensor* xq,
                   const at::Tensor* x_amax, int mode) {
-  TORCH_CHECK(mode == 0 || mode == 1, "fp8 linear: mode must be 0 (kernel) or 1 (emulated)");
+  TORCH_CHECK(mode >= 0 && mode <= 2,
+              "fp8 linear: mode must be 0 (kernel), 1 (emulated) or 2 (emulated, the casts on "
+              "the emulated cast kernels)");
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
               "fp8 linear: want x [M, K] and W [N, K]; got x ", x.sizes(), ", W ", w.sizes());
   TORCH_CHECK(scale.numel() == 3 && scale.scalar_type() == at::kFloat,
@@ -213,7 +250,8 @@ at::Tensor run_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
   TORCH_CHECK(!pre || (x_amax != nullptr && x_amax->defined() && x_amax->numel() == 1 &&
                        x_amax->scalar_type() == at::kFloat),
               "fp8 linear: a cast input needs its amax (one fp32 value)");
-  const bool emulate = mode == 1;
+  const bool emulate = mode != 0;
+  const int64_t cast_mode = mode == 0 ? kCastAuto : mode == 1 ? kCastAten : kCastEmulatedKernels;
   const auto dev = x.device().type();
   // the kernel path's output is bf16; the emulated one's as linear's would be
   at::ScalarType out = at::kBFloat16;
@@ -228,7 +266,7 @@ at::Tensor run_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor* b,
     pre_q = xq->contiguous();
     pre_amax = *x_amax;
   }
-  return Fp8Linear::apply(x, w, bias, has_bias, scale, history, emulate,
+  return Fp8Linear::apply(x, w, bias, has_bias, scale, history, emulate, cast_mode,
                           static_cast<int64_t>(out), pre_q, pre_amax)[0];
 }
 
@@ -238,13 +276,44 @@ extern "C" {
 
 // y = x W^T + b through FP8 with delayed scaling (see the top of this file); b may be null;
 // xq and x_amax: x already cast to E4M3 and its amax, or both null. mode: 0 the _scaled_mm
-// kernel, 1 emulated.
+// kernel, 1 emulated, 2 emulated with the casts on the emulated cast kernels (tests).
 int mr_fp8_linear(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
                   const at::Tensor* scale, const at::Tensor* history, const at::Tensor* xq,
                   const at::Tensor* x_amax, int mode, at::Tensor** out, char** err) {
   return mr::catching(err, kWhat, [&] {
     *out = new at::Tensor(run_op(need(x, "x"), need(w, "W"), b, need(scale, "scale"),
                                  need(history, "history"), xq, x_amax, mode));
+  });
+}
+
+// t cast to E4M3 (format 0) or E5M2 (format 1) with `scale` (one fp32 value) and max(|t|)
+// recorded into `amax` (one fp32 value, updated in place as the max with what it holds): the FP8
+// linear's casts alone, for tests. mode: 0 the kernels where they take t (CUDA), else ATen's
+// ops; 1 ATen's ops; 2 the CUDA kernels or an error; 3 the kernels on the CPU emulator or an
+// error. max_blocks > 0 caps the kernel's grid (0: the default). *used_kernel: whether the
+// kernels ran.
+int mr_fp8_cast(const at::Tensor* t, const at::Tensor* scale, int format, const at::Tensor* amax,
+                int mode, int64_t max_blocks, at::Tensor** out, int* used_kernel, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(format == 0 || format == 1, "fp8: format must be 0 (E4M3) or 1 (E5M2)");
+    TORCH_CHECK(mode >= 0 && mode <= 3, "fp8 cast: unknown path mode ", mode);
+    const at::Tensor& tt = need(t, "t");
+    const at::Tensor s = need(scale, "scale").reshape({});
+    const at::Tensor cell = need(amax, "amax").reshape({});
+    TORCH_CHECK(s.scalar_type() == at::kFloat && cell.scalar_type() == at::kFloat,
+                "fp8 cast: scale and amax must be fp32");
+    at::NoGradGuard no_grad;
+    at::Tensor q;
+    if (mode != 1) q = mr::fused_epilogue::fp8_cast(tt, s, format, cell, mode, max_blocks);
+    TORCH_CHECK(q.defined() || mode <= 1, "fp8 cast: the ",
+                mode == 3 ? "emulated" : "CUDA", " kernels do not take ", tt.scalar_type(), " ",
+                tt.sizes(), " on ", tt.device());
+    if (used_kernel) *used_kernel = q.defined() ? 1 : 0;
+    if (!q.defined()) {
+      cell.copy_(at::maximum(cell, tt.abs().max().to(at::kFloat)));
+      q = quantize(tt, s, format);
+    }
+    *out = new at::Tensor(std::move(q));
   });
 }
 

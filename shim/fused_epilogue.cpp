@@ -41,6 +41,7 @@
 #include "path_report.hpp"
 #include "cuda_emu_entry.hpp"
 #include "fused_epilogue_kernels.hpp"
+#include "fp8_cast.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -70,11 +71,12 @@ const char* kKernelSource =
     ;
 
 // The kernels' names in the source, indexed by fe::Kernel.
-constexpr int kKernelCount = 9;
+constexpr int kKernelCount = 11;
 constexpr const char* kKernelNames[kKernelCount] = {
     "mr_fe_forward",           "mr_fe_backward",           "mr_fe_colsum",
     "mr_fe_forward_v4",        "mr_fe_backward_v4",        "mr_fe_colsum_final",
-    "mr_fe_bias_gelu_forward", "mr_fe_bias_gelu_backward", "mr_fe_qkv_grad"};
+    "mr_fe_bias_gelu_forward", "mr_fe_bias_gelu_backward", "mr_fe_qkv_grad",
+    "mr_fe_fp8_cast",          "mr_fe_amax_record"};
 
 // dtype codes shared with Rust (src/fused/epilogue.rs): 0 fp32, 1 bf16, 2 fp16
 const char* type_name(int code) {
@@ -925,6 +927,64 @@ std::tuple<at::Tensor, at::Tensor> kernel_qkv_grad(const at::Tensor& dq, const a
   launch(dq.device(), ht, ht, ht, fe::kQkvGrad, gx, gy, args);
   return {dqkv, bias_grad_from_partials(part, ht)};
 }
+
+// ---- methods.fp8's one-pass casts (fp8_cast.hpp) --------------------------------------------
+// The cast's grid: groups of 4 elements per thread, at most kCastMaxBlocks blocks (a grid-stride
+// loop beyond: about 8 blocks per SM of an H100 / H200); one amax partial per warp, reduced by
+// one kAmaxRecordThreads-thread block.
+constexpr int64_t kCastMaxBlocks = 1024;
+constexpr unsigned kAmaxRecordThreads = 1024;
+
+// Whether the cast kernels take t, scale and cell in `mode` (mode_takes)
+bool fp8_cast_usable(const at::Tensor& t, const at::Tensor& scale, const at::Tensor& cell,
+                     int mode) {
+  const auto dev = t.device();
+  if (!mode_takes(dev, mode) || t.numel() == 0 || t.numel() % 4 != 0 || !t.is_contiguous() ||
+      !v4_aligned(t))
+    return false;
+  for (const at::Tensor* one : {&scale, &cell}) {
+    if (!one->defined() || one->device() != dev || one->scalar_type() != at::kFloat ||
+        one->numel() != 1)
+      return false;
+  }
+  const int ht = type_code(t.scalar_type());
+  return ht >= 0 && kernels_ready(dev, ht, ht, ht);
+}
+
+}  // namespace
+
+at::Tensor mr::fused_epilogue::fp8_cast(const at::Tensor& t, const at::Tensor& scale, int format,
+                                        const at::Tensor& amax_cell, int mode,
+                                        int64_t max_blocks) {
+  TORCH_CHECK(format == 0 || format == 1, "fp8 cast: format must be 0 (E4M3) or 1 (E5M2)");
+  if (mode == 1 || !fp8_cast_usable(t, scale, amax_cell, mode)) return at::Tensor();
+  const int ht = type_code(t.scalar_type());
+  const int64_t groups = t.numel() / 4;
+  const int64_t cap = max_blocks > 0 ? std::min(max_blocks, kCastMaxBlocks) : kCastMaxBlocks;
+  const int64_t blocks = std::min<int64_t>((groups + kThreads - 1) / kThreads, cap);
+  at::Tensor bytes = at::empty(t.sizes(), t.options().dtype(at::kByte));
+  at::Tensor part = at::empty({blocks * (kThreads / 32)}, t.options().dtype(at::kFloat));
+  {
+    const void* xp = t.data_ptr();
+    long long n4 = groups;
+    const void* sp = scale.data_ptr();
+    int f = format;
+    void* qp = bytes.data_ptr();
+    void* pp = part.data_ptr();
+    void* args[] = {&xp, &n4, &sp, &f, &qp, &pp};
+    launch(t.device(), ht, ht, ht, fe::kFp8Cast, static_cast<unsigned>(blocks), 1, args);
+  }
+  {
+    const void* pp = part.data_ptr();
+    int n = static_cast<int>(part.numel());
+    void* cp = amax_cell.data_ptr();
+    void* args[] = {&pp, &n, &cp};
+    launch(t.device(), ht, ht, ht, fe::kAmaxRecord, 1, 1, args, kAmaxRecordThreads);
+  }
+  return bytes.view(format == 0 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
+}
+
+namespace {
 
 // The query, key and value projections as one matmul, x [N, H] through w [3H, H] and b [3H] (the
 // three weights and biases concatenated), returning q, k, v as [N, heads, H / heads] views of

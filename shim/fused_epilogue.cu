@@ -250,6 +250,84 @@ __device__ __forceinline__ unsigned char mr_e4m3(float x) {
 // max(m, v) where a NaN wins (as ATen's max of a tensor with a NaN is NaN)
 __device__ __forceinline__ float mr_nanmax(float m, float v) { return (v != v || v > m) ? v : m; }
 
+// E5M2 (the output gradients' format): the cast ATen's (t * scale).clamp(-57344, 57344)
+// .to(Float8_e5m2) makes, bit for bit, as mr_e4m3 does for E4M3: round to nearest even,
+// subnormals kept (steps of 2^-16 below 2^-14), +-57344 for anything larger (also infinities:
+// the clamp comes first), NaN to 0x7f with its sign; integer operations only.
+__device__ __forceinline__ unsigned char mr_e5m2(float x) {
+  const unsigned u = __float_as_uint(x);
+  const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
+  const unsigned a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7f;  // NaN
+  if (a >= 0x47600000u) return sign | 0x7b;  // >= 57344: saturated to 57344
+  const unsigned e = a >> 23;                // the biased fp32 exponent
+  if (e >= 113u) {                           // >= 2^-14: normal in E5M2
+    const unsigned r = a + 0xfffffu + ((a >> 21) & 1u);  // round to 2 mantissa bits, even
+    return sign | (unsigned char)((r >> 21) - (112u << 2));
+  }
+  // below 2^-14: a multiple of 2^-16 (0 .. 4; 4 is 2^-14, E5M2's smallest normal)
+  const unsigned sig = e == 0 ? (a & 0x7fffffu) : ((a & 0x7fffffu) | 0x800000u);
+  const unsigned shift = 134u - (e == 0 ? 1u : e);  // value / 2^-16 = sig / 2^shift
+  if (shift >= 25u) return sign;
+  unsigned q = sig >> shift;
+  const unsigned rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return sign | (unsigned char)q;
+}
+
+// max over the warp with mr_nanmax (a NaN wins); every lane gets the result
+__device__ __forceinline__ float mr_warp_nanmax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = mr_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// ---- FP8 casts in one pass (methods.fp8's casts outside the fused epilogues) ----------------
+// q = the format's cast of saturate(x * *scale) (format 0 E4M3, 1 E5M2), x HT with 4 * n4
+// elements (aligned to 4 of them), and the amax of x (max |x|, a NaN wins) as one partial per
+// warp into part_amax[global warp index] (gridDim.x * blockDim.x / 32 of them; then
+// mr_fe_amax_record). Grid-stride over groups of 4 adjacent elements; every lane of a warp
+// takes part in the shuffles, so no thread returns early. One read of x and one write of q: the
+// separate path (a cast to fp32, a multiply, a clamp, a cast, then |x| and its max) makes about
+// nine passes.
+MR_KERNEL void mr_fe_fp8_cast(const HT::T* __restrict__ x, long long n4,
+                              const float* __restrict__ scale, int format,
+                              unsigned char* __restrict__ q, float* __restrict__ part_amax) {
+  const float sc = *scale;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  float amax = 0.f;
+  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n4; g += stride) {
+    float v[4];
+    load4<HT>(x + 4 * g, v);
+    U8x4 o;
+    for (int j = 0; j < 4; ++j) {
+      amax = mr_nanmax(amax, fabsf(v[j]));
+      const float t = v[j] * sc;
+      o.v[j] = format == 0 ? mr_e4m3(t) : mr_e5m2(t);
+    }
+    *reinterpret_cast<U8x4*>(q + 4 * g) = o;
+  }
+  amax = mr_warp_nanmax(amax);
+  if ((threadIdx.x & 31) == 0)
+    part_amax[((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5] = amax;
+}
+
+// *cell = max(*cell, max(part[0 .. n))), a NaN winning (ATen's maximum and max): the amax
+// history's cell of this step, which already holds the step's earlier micro-batches' amax (or
+// 0). One block (blockDim.x a multiple of 32, at most 1024).
+MR_KERNEL void mr_fe_amax_record(const float* __restrict__ part, int n, float* __restrict__ cell) {
+  __shared__ float buf[32];
+  float m = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) m = mr_nanmax(m, part[i]);
+  m = mr_warp_nanmax(m);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  if (lane == 0) buf[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    m = mr_warp_nanmax(lane < nwarps ? buf[lane] : 0.f);
+    if (lane == 0) *cell = mr_nanmax(*cell, m);
+  }
+}
+
 // ---- the vectorised row kernels ------------------------------------------------------------
 // mr_fe_forward and mr_fe_backward for rows whose length is a multiple of 4 and at most
 // 4 * 32 * MR_FE_GROUPS (1,024), with every pointer aligned to its 4-element vector (the host

@@ -24,7 +24,8 @@ inline unsigned short emu_float_to_half(float f) { return c10::detail::fp16_ieee
 namespace {
 
 template <auto Forward, auto Backward, auto Colsum, auto ForwardV4, auto BackwardV4,
-          auto ColsumFinal, auto BiasGeluForward, auto BiasGeluBackward, auto QkvGrad>
+          auto ColsumFinal, auto BiasGeluForward, auto BiasGeluBackward, auto QkvGrad,
+          auto Fp8Cast, auto AmaxRecord>
 void launch_variant(Kernel which, unsigned gx, unsigned gy, unsigned threads, void* const* args) {
   switch (which) {
     case fused_epilogue::kForward: return cuda_emu::launch_kernel(Forward, gx, gy, threads, args);
@@ -41,6 +42,9 @@ void launch_variant(Kernel which, unsigned gx, unsigned gy, unsigned threads, vo
     case fused_epilogue::kBiasGeluBackward:
       return cuda_emu::launch_kernel(BiasGeluBackward, gx, gy, threads, args);
     case fused_epilogue::kQkvGrad: return cuda_emu::launch_kernel(QkvGrad, gx, gy, threads, args);
+    case fused_epilogue::kFp8Cast: return cuda_emu::launch_kernel(Fp8Cast, gx, gy, threads, args);
+    case fused_epilogue::kAmaxRecord:
+      return cuda_emu::launch_kernel(AmaxRecord, gx, gy, threads, args);
   }
   TORCH_CHECK(false, "fused epilogue emulator: no kernel ", static_cast<int>(which));
 }
@@ -57,7 +61,8 @@ struct Variant {
                           &kernels::ns::mr_fe_backward_v4, &kernels::ns::mr_fe_colsum_final,   \
                           &kernels::ns::mr_fe_bias_gelu_forward,                               \
                           &kernels::ns::mr_fe_bias_gelu_backward,                              \
-                          &kernels::ns::mr_fe_qkv_grad>},
+                          &kernels::ns::mr_fe_qkv_grad, &kernels::ns::mr_fe_fp8_cast,           \
+                          &kernels::ns::mr_fe_amax_record>},
 const Variant kVariants[] = {MR_FE_EMU_VARIANTS(MR_FE_EMU_ROW)};
 #undef MR_FE_EMU_ROW
 

@@ -23,11 +23,15 @@
 //! - `Auto` / `Fast`: ATen's `_scaled_mm` (cuBLASLt's FP8 GEMM; Ada / Hopper and later) with
 //!   tensor-wise scales, through `shim/fp8.cpp`. [`path_for`] probes it on the run's device
 //!   before the run and refuses the method where it cannot run (the CPU, an A100, a libtorch
-//!   without the kernel), naming the reason.
+//!   without the kernel), naming the reason. Each cast no fused op wrote (weights, gradients,
+//!   some inputs) is one pass over its tensor with the amax in the same read (the one-pass cast
+//!   kernels, [`cast`]); ATen's ops where those kernels do not take the tensor.
 //! - `Reference`: the emulated path, any device: the same casts, scales, amax history and
 //!   rounding, dequantised and multiplied in fp32. A run takes it only in the test mode
 //!   `MLPERF_RUN_TEST_EMULATE_FP8=1` (refused without the variable); the GPU numerics check
 //!   compares the kernel against it.
+//! - `Emulated` (tests): `Reference` with every cast on the one-pass cast kernels run by the
+//!   CPU emulator of CUDA, so CI checks them against ATen's casts through the whole op.
 //!
 //! # FP8 attention: a probe only
 //! [`attention_probe`] runs one of libtorch's attention ops on FP8 q, k, v
@@ -36,7 +40,9 @@
 
 use super::Path;
 use crate::shim::error::call;
-use crate::shim::fp8::{mr_fp8_attention_probe, mr_fp8_linear, mr_fp8_quantize_dequantize};
+use crate::shim::fp8::{
+    mr_fp8_attention_probe, mr_fp8_cast, mr_fp8_linear, mr_fp8_quantize_dequantize,
+};
 use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
 
@@ -188,7 +194,9 @@ pub struct Quantized {
 }
 
 /// `x W^T + b` through FP8 with `slot`'s scales (2-d `x`), recording this call's amaxes;
-/// `path`: `Reference` emulates, anything else runs `_scaled_mm`.
+/// `path`: `Reference` emulates (ATen's casts, fp32 matmuls), `Emulated` the same with every
+/// cast made by the kernel path's one-pass cast kernels on the CPU emulator (tests, CPU
+/// tensors), anything else runs `_scaled_mm` with the cast kernels where they take the tensor.
 pub fn linear(
     x: &Tensor,
     w: &Tensor,
@@ -209,7 +217,11 @@ pub fn linear_cast(
     slot: &Fp8Slot,
     path: Path,
 ) -> Result<Tensor> {
-    let mode = i32::from(path == Path::Reference);
+    let mode = match path {
+        Path::Auto | Path::Fast => 0,
+        Path::Reference => 1,
+        Path::Emulated => 2,
+    };
     let null = std::ptr::null();
     let mut out = std::ptr::null_mut();
     // SAFETY: every pointer is a live tensor for the call (b and pre's may be null); the shim
@@ -230,6 +242,42 @@ pub fn linear_cast(
     })?;
     // SAFETY: on success the shim returned a new at::Tensor that we now own.
     Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// `t` cast to `format` with `scale` (one fp32 value on `t`'s device; saturating, round to
+/// nearest even) as the FP8 linear casts, with `max |t|` recorded into `amax` (one fp32 value,
+/// in place: the max with what it holds, a NaN winning), as the linear records into its amax
+/// history. `path`: `Reference` ATen's ops; `Emulated` the kernel path's one-pass cast kernels
+/// on the CPU emulator (or an error); `Fast` those kernels on the GPU (or an error); `Auto` the
+/// kernels where they take `t`. `max_blocks` > 0 caps the kernel's grid (tests: several turns
+/// of its grid-stride loop on a small tensor); 0 the default. Returns the FP8 tensor and whether
+/// the kernels ran.
+pub fn cast(
+    t: &Tensor,
+    scale: &Tensor,
+    format: Format,
+    amax: &Tensor,
+    path: Path,
+    max_blocks: i64,
+) -> Result<(Tensor, bool)> {
+    let mut out = std::ptr::null_mut();
+    let mut used = 0;
+    // SAFETY: t, scale and amax are live for the call; a new tensor comes back on success.
+    call("fp8", |err| unsafe {
+        mr_fp8_cast(
+            t.as_ptr(),
+            scale.as_ptr(),
+            format.code(),
+            amax.as_ptr(),
+            path.code(),
+            max_blocks,
+            &mut out,
+            &mut used,
+            err,
+        )
+    })?;
+    // SAFETY: on success the shim returned a new at::Tensor that we now own.
+    Ok((unsafe { Tensor::from_ptr(out) }, used != 0))
 }
 
 /// `t` cast to `format` with `scale` (saturating, round to nearest even) and back to fp32

@@ -18,6 +18,17 @@ extern "C" {
         out: *mut *mut C_tensor,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn mr_fp8_cast(
+        t: T,
+        scale: T,
+        format: c_int,
+        amax: T,
+        mode: c_int,
+        max_blocks: i64,
+        out: *mut *mut C_tensor,
+        used_kernel: *mut c_int,
+        err: *mut *mut c_char,
+    ) -> c_int;
     pub fn mr_fp8_quantize_dequantize(
         t: T,
         scale: T,

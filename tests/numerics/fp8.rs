@@ -9,7 +9,10 @@
 //! - the FP8 linear records this call's amaxes and computes its output and gradients from the
 //!   quantised operands with the scales it was given (against the reference casts);
 //! - a tiny BERT trains through every encoder linear in FP8 (plain and fused-epilogue parts),
-//!   every layer's scales move off 1, and the method is closed-legal.
+//!   every layer's scales move off 1, and the method is closed-legal;
+//! - the kernel path's one-pass cast kernels (cast and amax in one read of the tensor), run on
+//!   the CPU emulator of CUDA, give ATen's casts and amaxes bit for bit, alone and as every cast
+//!   of the FP8 linear and of a tiny BERT's training.
 //!
 //! The `_scaled_mm` path needs an H100 / H200: scripts/bench_gpu.sh part f checks it there.
 #![cfg(feature = "torch")]
@@ -17,7 +20,7 @@
 use crate::common::rng::rng_turn;
 use mlperf_run::fused::epilogue::vectorised_launches;
 use mlperf_run::fused::fp8::{
-    linear, path_for, quantize_dequantize, Format, Fp8State, Recipe, EMULATE_FP8,
+    cast, linear, path_for, quantize_dequantize, Format, Fp8State, Recipe, EMULATE_FP8,
 };
 use mlperf_run::fused::Path;
 use mlperf_run::methods::{BertMethods, MethodSet};
@@ -646,5 +649,249 @@ fn the_bias_gelu_ops_e4m3_output_is_atens_cast_bit_for_bit() {
                 }
             }
         }
+    }
+}
+
+/// Values for the E5M2 cast: every E5M2 value, the midpoints of neighbours and the floats either
+/// side of each, subnormals (steps of 2^-16), fp32 denormals, zeros, past 57344, infinities;
+/// both signs.
+fn e5m2_probe_values() -> Vec<f32> {
+    let value = |code: u8| {
+        let (e, m) = (i32::from(code >> 2), f32::from(code & 3));
+        if e == 0 {
+            m * 2f32.powi(-16)
+        } else {
+            (1.0 + m / 4.0) * 2f32.powi(e - 15)
+        }
+    };
+    let mut grid: Vec<f32> = (0u8..=0x7b).map(value).collect();
+    grid.push(65536.0); // the next step past 57344
+    let mut v = Vec::new();
+    for w in grid.windows(2) {
+        let mid = (w[0] + w[1]) / 2.0;
+        v.extend([
+            w[0],
+            mid,
+            f32::from_bits(mid.to_bits() - 1),
+            f32::from_bits(mid.to_bits() + 1),
+        ]);
+    }
+    v.extend([
+        57344.0,
+        57345.0,
+        61439.0,
+        61440.0,
+        1e30,
+        f32::INFINITY,
+        0.0,
+        1e-40,
+        1e-45,
+    ]);
+    v.extend([2f32.powi(-17), 3.0 * 2f32.powi(-18), 2f32.powi(-18)]);
+    let negative: Vec<f32> = v.iter().map(|x| -x).collect();
+    v.extend(negative);
+    v
+}
+
+/// `values` padded with zeros to a multiple of 4 (the kernels' groups), as `kind`.
+fn cast_input(values: &[f32], kind: Kind) -> Tensor {
+    let mut v = values.to_vec();
+    v.resize(v.len().div_ceil(4) * 4, 0.0);
+    Tensor::from_slice(&v).to_kind(kind)
+}
+
+/// `t` cast on `path` with `scale`, the amax recorded into a cell that held `prior`: the FP8
+/// bytes, the cell's value after, and whether the kernels ran.
+fn cast_bytes(
+    t: &Tensor,
+    scale: f32,
+    format: Format,
+    prior: f32,
+    path: Path,
+    max_blocks: i64,
+) -> (Vec<u8>, f32, bool) {
+    let cell = Tensor::from(prior);
+    let (q, used) = cast(t, &Tensor::from(scale), format, &cell, path, max_blocks).unwrap();
+    let want_kind = match format {
+        Format::E4M3 => Kind::Float8e4m3fn,
+        Format::E5M2 => Kind::Float8e5m2,
+    };
+    assert_eq!(q.kind(), want_kind);
+    assert_eq!(q.size(), t.size());
+    let bytes = Vec::<u8>::try_from(q.view_dtype(Kind::Uint8).reshape([-1])).unwrap();
+    (bytes, f32::try_from(&cell).unwrap(), used)
+}
+
+/// The one-pass cast kernels (`mr_fe_fp8_cast` and `mr_fe_amax_record`, on the CPU emulator)
+/// against ATen's ops (the reference path: `(t * scale).clamp(-max, max)` cast to the format,
+/// and `max(cell, max |t|)`), byte for byte: both formats over every value of each grid, the
+/// midpoints (ties to even) and the floats either side of them, subnormals, fp32 denormals,
+/// saturation, infinities; fp32, bf16 and fp16 inputs; four scales; a grid capped at 1 and 2
+/// blocks (the grid-stride loop turns several times) and the default grid; the cell holding 0
+/// (a step's first call) or a larger earlier amax (a later micro-batch).
+#[test]
+fn the_one_pass_fp8_cast_kernels_give_atens_casts_and_amax_bit_for_bit() {
+    for (format, values) in [
+        (Format::E4M3, e4m3_probe_values()),
+        (Format::E5M2, e5m2_probe_values()),
+    ] {
+        for kind in [Kind::Float, Kind::BFloat16, Kind::Half] {
+            let t = cast_input(&values, kind);
+            for scale in [1.0f32, 0.37, 1024.0, 3.0e-3] {
+                for prior in [0.0f32, 1.0e38] {
+                    let (want, want_amax, used) =
+                        cast_bytes(&t, scale, format, prior, Path::Reference, 0);
+                    assert!(!used, "the reference path ran the kernels");
+                    for max_blocks in [1, 2, 0] {
+                        let what = format!(
+                            "{format:?} {kind:?} scale {scale} prior {prior} grid cap {max_blocks}"
+                        );
+                        let (got, amax, used) =
+                            cast_bytes(&t, scale, format, prior, Path::Emulated, max_blocks);
+                        assert!(used, "{what}: the kernels did not run");
+                        let tv = values_of(&t);
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                g,
+                                w,
+                                "{what}: {} (bits {:#x}) cast to {g:#04x}, ATen {w:#04x}",
+                                tv[i],
+                                tv[i].to_bits()
+                            );
+                        }
+                        assert_eq!(amax.to_bits(), want_amax.to_bits(), "{what}: amax");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn values_of(t: &Tensor) -> Vec<f32> {
+    Vec::<f32>::try_from(t.to_kind(Kind::Float).reshape([-1])).unwrap()
+}
+
+/// A NaN: its byte is the format's NaN (0x7f with the sign) and the amax NaN, on both paths;
+/// a cell that holds a NaN keeps it. A larger tensor (many warps' partials, several blocks)
+/// gives its amax exactly, and a shifted scale (the control) changes the bytes. The kernels
+/// refuse what they cannot take (a length not a multiple of 4) on the emulated path, and the
+/// automatic path takes ATen's ops on the CPU.
+#[test]
+fn the_fp8_cast_kernels_handle_nan_large_tensors_and_refusals() {
+    let _turn = rng_turn();
+    for format in [Format::E4M3, Format::E5M2] {
+        let mut v = vec![1.5f32; 64];
+        v[9] = f32::NAN;
+        v[10] = -f32::NAN;
+        let t = Tensor::from_slice(&v);
+        for path in [Path::Reference, Path::Emulated] {
+            let (bytes, amax, _) = cast_bytes(&t, 1.0, format, 0.0, path, 0);
+            assert!(amax.is_nan(), "{format:?} {path:?}: amax {amax}");
+            assert_eq!(bytes[9], 0x7f, "{format:?} {path:?}");
+            assert_eq!(bytes[10], 0xff, "{format:?} {path:?}");
+            let (_, amax, _) = cast_bytes(
+                &Tensor::ones([8], (Kind::Float, Device::Cpu)),
+                1.0,
+                format,
+                f32::NAN,
+                path,
+                0,
+            );
+            assert!(
+                amax.is_nan(),
+                "{format:?} {path:?}: a NaN cell lost its NaN"
+            );
+        }
+    }
+    tch::manual_seed(9);
+    // 3 x 2,048 groups of 4: 24 blocks of 256 threads, 192 warps' partials; the largest value
+    // placed in the last warp's share
+    let t = Tensor::randn([24_576], (Kind::Float, Device::Cpu));
+    let _ = t.get(24_571).fill_(-9.75);
+    let t = t.to_kind(Kind::BFloat16);
+    let (want, want_amax, _) = cast_bytes(&t, 20.0, Format::E5M2, 0.0, Path::Reference, 0);
+    let (got, amax, used) = cast_bytes(&t, 20.0, Format::E5M2, 0.0, Path::Emulated, 0);
+    assert!(used);
+    assert_eq!(want_amax, 9.75);
+    assert_eq!(amax, 9.75);
+    assert!(got == want, "the large tensor's bytes differ");
+    // the control: a scale off by 16x gives other bytes (the comparison can fail)
+    let (shifted, _, _) = cast_bytes(&t, 20.0 * 16.0, Format::E5M2, 0.0, Path::Emulated, 0);
+    assert!(shifted != want, "a 16x scale changed no byte");
+    // refusals and the fallback
+    let odd = Tensor::ones([6], (Kind::Float, Device::Cpu));
+    let cell = Tensor::from(0f32);
+    let e = cast(
+        &odd,
+        &Tensor::from(1f32),
+        Format::E4M3,
+        &cell,
+        Path::Emulated,
+        0,
+    )
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("do not take"), "{e:#}");
+    let (_, used) = cast(
+        &odd,
+        &Tensor::from(1f32),
+        Format::E4M3,
+        &cell,
+        Path::Auto,
+        0,
+    )
+    .unwrap();
+    assert!(!used, "the automatic path ran kernels on the CPU");
+    assert_eq!(f32::try_from(&cell).unwrap(), 1.0);
+}
+
+/// The FP8 linear with every cast on the cast kernels (emulated) gives what it gives with
+/// ATen's casts, bit for bit: output, the three gradients, and the amax history; and a tiny BERT
+/// trained 6 steps that way (plain parts, and fused epilogues with fused QKV) has the same
+/// losses, scales and history.
+#[test]
+fn the_fp8_linear_and_a_tiny_bert_on_the_cast_kernels_match_atens_casts() {
+    let run = |path: Path| {
+        let _turn = rng_turn();
+        tch::manual_seed(4);
+        let state = Fp8State::new(1, Recipe::default(), Device::Cpu);
+        let slot = state.slot(0);
+        slot.scale
+            .shallow_clone()
+            .copy_(&Tensor::from_slice(&[2.0f32, 8.0, 1024.0]));
+        let opts = (Kind::Float, Device::Cpu);
+        let x = (Tensor::randn([24, 32], opts) * 3.0).set_requires_grad(true);
+        let w = (Tensor::randn([16, 32], opts) * 0.05).set_requires_grad(true);
+        let b = Tensor::randn([16], opts).set_requires_grad(true);
+        let y = linear(&x, &w, Some(&b), &slot, path).unwrap();
+        let g = Tensor::randn([24, 16], opts) * 1e-3;
+        (&y * &g).sum(Kind::Float).backward();
+        [
+            y.detach(),
+            x.grad(),
+            w.grad(),
+            b.grad(),
+            slot.history.get(0),
+        ]
+        .iter()
+        .map(values_of)
+        .collect::<Vec<_>>()
+    };
+    let (aten, kernels) = (run(Path::Reference), run(Path::Emulated));
+    for (i, (a, k)) in aten.iter().zip(&kernels).enumerate() {
+        assert!(
+            a.iter().zip(k).all(|(a, k)| same(*a, *k)),
+            "output {i} differs: {a:?} vs {k:?}"
+        );
+    }
+    for (fused_epilogues, fused_qkv) in [(false, false), (true, true)] {
+        let (l0, s0, h0) = train_fp8_with(fused_epilogues, fused_qkv, 6, |_| {});
+        let (l1, s1, h1) = train_fp8_with(fused_epilogues, fused_qkv, 6, |k| {
+            k.fp8_path = Path::Emulated
+        });
+        let what = format!("fused epilogues {fused_epilogues}, fused QKV {fused_qkv}");
+        assert_eq!(l0, l1, "{what}: losses");
+        assert_eq!(s0, s1, "{what}: scales");
+        assert_eq!(h0, h1, "{what}: amax history");
+        assert!(l1.last().unwrap() < &l1[0], "{what}: {l1:?}");
     }
 }
