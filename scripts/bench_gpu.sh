@@ -46,7 +46,12 @@
 #      the kernel (< 2e-2), a control with the amax history off by 16x that must fail, and the
 #      median fwd+bwd time of each (about a minute on an H100); then, in the log only, the FP8
 #      attention probe: one line per libtorch attention op on E4M3 q/k/v, runs or refused
-#      (docs/gpu.md, "FP8 attention"), and the bf16 SDPA's time
+#      (docs/gpu.md, "FP8 attention"), and the bf16 SDPA's time; the cast kernels against ATen's
+#      casts (bytes, amax, time); then examples/fp8_train_check: BERT-Large trained 300 steps
+#      (16 x 128 tokens, LAMB, bf16 autocast) in bf16, in fp8 and in fp8 with the amax history
+#      off by 16x, from one init and one data order: fp8's loss within 2% of bf16's at every
+#      step after 50 and its masked-LM accuracy within 0.005; the control must miss
+#      (logs/q-fp8-training.log; its verdict on stderr)
 #   c) also has `mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8` (the fast row
 #   with methods.fp8), in --sides all and targets, and (--sides all) the same with
 #   `casts-unfused` (each FP8 linear casting its own input instead of the fused ops:
@@ -668,6 +673,14 @@ if want q; then
       measure q "fp8-check" "$first_round" json "" -- ours "$QCHECK" "${Q_ARGS[@]}"
     round_end
   fi
+  # the training numerics: BERT-Large 300 steps bf16 vs fp8 vs the broken control from one init
+  # and one data order (examples/fp8_train_check; about a minute on an H100); its lines in
+  # logs/q-fp8-training.log, its verdict here
+  TCHECK="$(find_bin fp8_train_check)" || die "no fp8_train_check binary next to $MR"
+  if [ "$smoke" = 1 ]; then T_ARGS=(--device cpu --layers 2 --hidden 64 --heads 4 --inter 128 --vocab 1200 --states 64 --seq 32 --preds 4 --steps 21 --from 20)
+  else T_ARGS=(--device cuda); fi
+  "$TCHECK" "${T_ARGS[@]}" >"$raw/logs/q-fp8-training.log" 2>&1 || true
+  echo "== q: fp8 training check: $(grep '"check"' "$raw/logs/q-fp8-training.log" | tail -1 || echo 'no verdict: see logs/q-fp8-training.log')" >&2
 fi
 
 # ---- c) BERT step --------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     if (dx.defined()) dx = dx.to(x_kind);
     if (dw.defined()) dw = dw.to(w_kind);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2))
-      db = g.to(at::kFloat).sum(0);
+      db = at::sum(g, {0}, false, at::kFloat);  // fp32 accumulation, no fp32 copy of g
     return {dx,           dw,           db,           at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
