@@ -66,16 +66,8 @@ use tch::{nn, Device, Kind, Tensor};
 /// BERT training-step throughput (one fixed batch; prints one JSON line).
 #[derive(Parser)]
 struct Args {
-    #[arg(long, default_value_t = 24)]
-    layers: i64,
-    #[arg(long, default_value_t = 1024)]
-    hidden: i64,
-    #[arg(long, default_value_t = 16)]
-    heads: i64,
-    #[arg(long, default_value_t = 4096)]
-    inter: i64,
-    #[arg(long, default_value_t = 30528)]
-    vocab: i64,
+    #[command(flatten)]
+    shape: common::BertShapeArgs,
     #[arg(long, default_value_t = 32)]
     batch: i64,
     #[arg(long, default_value_t = 512)]
@@ -124,14 +116,7 @@ struct Args {
 /// The arguments, checked; the model shape they give.
 fn parse_args() -> Result<(Args, BertConfig)> {
     let mut a = Args::parse();
-    let mut cfg = BertConfig {
-        num_layers: a.layers,
-        hidden_size: a.hidden,
-        num_heads: a.heads,
-        intermediate_size: a.inter,
-        vocab_size: a.vocab,
-        ..BertConfig::large()
-    };
+    let mut cfg = a.shape.config();
     if let Some(dir) = &a.data {
         let first = shard_files(&dir.join("train"))?[0].clone();
         let shard = Shard::read(&first)?;

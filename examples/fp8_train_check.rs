@@ -64,16 +64,8 @@ struct Args {
     seq: i64,
     #[arg(long, default_value_t = 20)]
     preds: i64,
-    #[arg(long, default_value_t = 24)]
-    layers: i64,
-    #[arg(long, default_value_t = 1024)]
-    hidden: i64,
-    #[arg(long, default_value_t = 16)]
-    heads: i64,
-    #[arg(long, default_value_t = 4096)]
-    inter: i64,
-    #[arg(long, default_value_t = 30528)]
-    vocab: i64,
+    #[command(flatten)]
+    shape: common::BertShapeArgs,
     /// Tokens of the synthetic language (ids 1000 .. 1000 + states).
     #[arg(long, default_value_t = 1000)]
     states: i64,
@@ -277,18 +269,13 @@ fn main() -> Result<()> {
         bail!("need --steps > --from, --preds >= 1, --seq > --preds + 1 and --states >= 2");
     }
     let cfg = BertConfig {
-        num_layers: a.layers,
-        hidden_size: a.hidden,
-        num_heads: a.heads,
-        intermediate_size: a.inter,
-        vocab_size: a.vocab,
         max_position: a.seq.max(512),
         hidden_dropout: a.dropout,
         attention_dropout: a.dropout,
-        ..BertConfig::large()
+        ..a.shape.config()
     };
     cfg.validate()?;
-    if FIRST_STATE + a.states > a.vocab {
+    if FIRST_STATE + a.states > a.shape.vocab {
         bail!(
             "--states {} does not fit the vocabulary above id {FIRST_STATE}",
             a.states

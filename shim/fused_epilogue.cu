@@ -226,20 +226,28 @@ MR_KERNEL void mr_fe_colsum(const OT::T* __restrict__ dy, const float* __restric
 // nearest even, subnormals kept (steps of 2^-9 below 2^-6), +-448 for anything larger (also
 // infinities), NaN to E4M3's NaN (0x7f) with its sign; written with integer operations only, so
 // the GPU and the emulator give the same bits whatever the float rounding mode.
-__device__ __forceinline__ unsigned char mr_e4m3(float x) {
+//
+// mr_fp8<M, B, SAT, CODE>: x cast to the FP8 format with M mantissa bits and exponent bias B,
+// where |x| >= SAT (fp32 bits: the format's largest finite value) saturates to CODE (its bits),
+// as ATen's cast after the clamp to that value: round to nearest even, subnormals kept (steps of
+// 2^(1 - B - M) below 2^(1 - B)), NaN to 0x7f with its sign.
+template <unsigned M, unsigned B, unsigned SAT, unsigned CODE>
+__device__ __forceinline__ unsigned char mr_fp8(float x) {
   const unsigned u = __float_as_uint(x);
   const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
   const unsigned a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7f;  // NaN
-  if (a >= 0x43e00000u) return sign | 0x7e;  // >= 448: saturated to 448
-  const unsigned e = a >> 23;                // the biased fp32 exponent
-  if (e >= 121u) {                           // >= 2^-6: normal in E4M3
-    const unsigned r = a + 0x7ffffu + ((a >> 20) & 1u);  // round to 3 mantissa bits, even
-    return sign | (unsigned char)((r >> 20) - (120u << 3));
+  if (a > 0x7f800000u) return sign | 0x7f;          // NaN
+  if (a >= SAT) return sign | (unsigned char)CODE;  // saturated to the largest finite value
+  const unsigned e = a >> 23;                       // the biased fp32 exponent
+  const unsigned drop = 23u - M;                    // fp32 mantissa bits the format drops
+  if (e >= 128u - B) {                              // >= 2^(1 - B): normal in the format
+    const unsigned r = a + ((1u << (drop - 1u)) - 1u) + ((a >> drop) & 1u);  // to even
+    return sign | (unsigned char)((r >> drop) - ((127u - B) << M));
   }
-  // below 2^-6: a multiple of 2^-9 (0 .. 8; 8 is 2^-6, E4M3's smallest normal)
+  // below 2^(1 - B): a multiple of the smallest subnormal 2^(1 - B - M) (0 .. 2^M; 2^M is the
+  // smallest normal)
   const unsigned sig = e == 0 ? (a & 0x7fffffu) : ((a & 0x7fffffu) | 0x800000u);
-  const unsigned shift = 141u - (e == 0 ? 1u : e);  // value / 2^-9 = sig / 2^shift
+  const unsigned shift = (151u - B - M) - (e == 0 ? 1u : e);  // value / step = sig / 2^shift
   if (shift >= 25u) return sign;  // sig < 2^24 <= half of 2^shift: rounds to (signed) 0
   unsigned q = sig >> shift;
   const unsigned rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1u);
@@ -247,33 +255,19 @@ __device__ __forceinline__ unsigned char mr_e4m3(float x) {
   return sign | (unsigned char)q;
 }
 
+// E4M3 (activations, weights): largest finite 448 (0x43e00000 in fp32, code 0x7e)
+__device__ __forceinline__ unsigned char mr_e4m3(float x) {
+  return mr_fp8<3u, 7u, 0x43e00000u, 0x7eu>(x);
+}
+
+// E5M2 (the output gradients): largest finite 57344 (0x47600000, code 0x7b), steps of 2^-16
+// below 2^-14; ATen's (t * scale).clamp(-57344, 57344).to(Float8_e5m2), bit for bit.
+__device__ __forceinline__ unsigned char mr_e5m2(float x) {
+  return mr_fp8<2u, 15u, 0x47600000u, 0x7bu>(x);
+}
+
 // max(m, v) where a NaN wins (as ATen's max of a tensor with a NaN is NaN)
 __device__ __forceinline__ float mr_nanmax(float m, float v) { return (v != v || v > m) ? v : m; }
-
-// E5M2 (the output gradients' format): the cast ATen's (t * scale).clamp(-57344, 57344)
-// .to(Float8_e5m2) makes, bit for bit, as mr_e4m3 does for E4M3: round to nearest even,
-// subnormals kept (steps of 2^-16 below 2^-14), +-57344 for anything larger (also infinities:
-// the clamp comes first), NaN to 0x7f with its sign; integer operations only.
-__device__ __forceinline__ unsigned char mr_e5m2(float x) {
-  const unsigned u = __float_as_uint(x);
-  const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
-  const unsigned a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7f;  // NaN
-  if (a >= 0x47600000u) return sign | 0x7b;  // >= 57344: saturated to 57344
-  const unsigned e = a >> 23;                // the biased fp32 exponent
-  if (e >= 113u) {                           // >= 2^-14: normal in E5M2
-    const unsigned r = a + 0xfffffu + ((a >> 21) & 1u);  // round to 2 mantissa bits, even
-    return sign | (unsigned char)((r >> 21) - (112u << 2));
-  }
-  // below 2^-14: a multiple of 2^-16 (0 .. 4; 4 is 2^-14, E5M2's smallest normal)
-  const unsigned sig = e == 0 ? (a & 0x7fffffu) : ((a & 0x7fffffu) | 0x800000u);
-  const unsigned shift = 134u - (e == 0 ? 1u : e);  // value / 2^-16 = sig / 2^shift
-  if (shift >= 25u) return sign;
-  unsigned q = sig >> shift;
-  const unsigned rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (q & 1u))) ++q;
-  return sign | (unsigned char)q;
-}
 
 // max over the warp with mr_nanmax (a NaN wins); every lane gets the result
 __device__ __forceinline__ float mr_warp_nanmax(float v) {

@@ -1,7 +1,8 @@
 //! What the benchmark and check examples share: clap value parsers for `--device` and
 //! `--methods` (the benchmark's methods struct, as a config's `[methods]` table names them),
 //! timing helpers (device-synchronised rounds, their median, wall-clock seconds) and, for the
-//! fused-op checks, the flags they share ([`OpShapeArgs`]), zeroing gradients and the max
+//! fused-op checks, the flags they share ([`OpShapeArgs`]), the BERT examples' model shape
+//! ([`BertShapeArgs`]), zeroing gradients and the max
 //! differences of a set of tensors. Each example parses its own flags with clap.
 //!
 //! Each of those examples includes this file with `mod common;` and uses only part of it.
@@ -28,6 +29,36 @@ pub fn parse_device(v: &str) -> Result<Device> {
 /// ([`mlperf_run::methods::parse_list`]), checked as a config's `[methods]` table is.
 pub fn parse_methods<M: MethodSet + Clone + Send + Sync + 'static>(v: &str) -> Result<M> {
     mlperf_run::methods::parse_list(v)
+}
+
+/// The BERT model's shape as the BERT examples take it (BERT-Large by default); `config()`
+/// gives the model config, the rest of it BERT-Large's.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BertShapeArgs {
+    #[arg(long, default_value_t = 24)]
+    pub layers: i64,
+    #[arg(long, default_value_t = 1024)]
+    pub hidden: i64,
+    #[arg(long, default_value_t = 16)]
+    pub heads: i64,
+    #[arg(long, default_value_t = 4096)]
+    pub inter: i64,
+    #[arg(long, default_value_t = 30528)]
+    pub vocab: i64,
+}
+
+impl BertShapeArgs {
+    /// BERT-Large's config with this shape (not yet validated).
+    pub fn config(&self) -> mlperf_run::models::bert::BertConfig {
+        mlperf_run::models::bert::BertConfig {
+            num_layers: self.layers,
+            hidden_size: self.hidden,
+            num_heads: self.heads,
+            intermediate_size: self.inter,
+            vocab_size: self.vocab,
+            ..mlperf_run::models::bert::BertConfig::large()
+        }
+    }
 }
 
 /// The flags the fused-op checks share: a matrix of `tokens x hidden` through an `inner`-wide

@@ -491,11 +491,12 @@ fn the_fused_epilogues_e4m3_output_is_atens_cast_bit_for_bit() {
     assert_eq!(bytes[7] & 0x7f, 0x7f, "E4M3's NaN");
 }
 
-/// Values to cast: every E4M3 value, the midpoints of neighbours and the floats either side of
-/// each, subnormals, fp32 denormals, zeros, past 448, infinities; both signs.
-fn e4m3_probe_values() -> Vec<f32> {
-    let mut grid: Vec<f32> = (0u8..=0x7e).map(e4m3_value).collect();
-    grid.push(480.0); // the next step past 448
+/// Values to cast for a format: every value of its grid (`value` of the codes up to `top`, its
+/// largest finite one), the midpoints of neighbours and the floats either side of each (up to
+/// `past`, the next step past the largest), then `extra`; both signs.
+fn probe_values(top: u8, value: impl Fn(u8) -> f32, past: f32, extra: &[f32]) -> Vec<f32> {
+    let mut grid: Vec<f32> = (0u8..=top).map(value).collect();
+    grid.push(past);
     let mut v = Vec::new();
     for w in grid.windows(2) {
         let mid = (w[0] + w[1]) / 2.0;
@@ -506,7 +507,15 @@ fn e4m3_probe_values() -> Vec<f32> {
             f32::from_bits(mid.to_bits() + 1),
         ]);
     }
-    v.extend([
+    v.extend(extra);
+    let negative: Vec<f32> = v.iter().map(|x| -x).collect();
+    v.extend(negative);
+    v
+}
+
+/// E4M3's: its grid, past 448, infinities, zero, subnormals, fp32 denormals.
+fn e4m3_probe_values() -> Vec<f32> {
+    let extra = [
         448.0,
         449.0,
         463.9,
@@ -517,16 +526,12 @@ fn e4m3_probe_values() -> Vec<f32> {
         0.0,
         1e-40,
         1e-45,
-    ]);
-    v.extend([
         2f32.powi(-10),
         2f32.powi(-11),
         3.0 * 2f32.powi(-11),
         2f32.powi(-12),
-    ]);
-    let negative: Vec<f32> = v.iter().map(|x| -x).collect();
-    v.extend(negative);
-    v
+    ];
+    probe_values(0x7e, e4m3_value, 480.0, &extra)
 }
 
 /// The E4M3 value of `code` (sign bit clear): 4 exponent bits (bias 7), 3 mantissa bits.
@@ -652,9 +657,8 @@ fn the_bias_gelu_ops_e4m3_output_is_atens_cast_bit_for_bit() {
     }
 }
 
-/// Values for the E5M2 cast: every E5M2 value, the midpoints of neighbours and the floats either
-/// side of each, subnormals (steps of 2^-16), fp32 denormals, zeros, past 57344, infinities;
-/// both signs.
+/// E5M2's: its grid (subnormals in steps of 2^-16), past 57344, infinities, zero, fp32
+/// denormals, below its smallest subnormal.
 fn e5m2_probe_values() -> Vec<f32> {
     let value = |code: u8| {
         let (e, m) = (i32::from(code >> 2), f32::from(code & 3));
@@ -664,19 +668,7 @@ fn e5m2_probe_values() -> Vec<f32> {
             (1.0 + m / 4.0) * 2f32.powi(e - 15)
         }
     };
-    let mut grid: Vec<f32> = (0u8..=0x7b).map(value).collect();
-    grid.push(65536.0); // the next step past 57344
-    let mut v = Vec::new();
-    for w in grid.windows(2) {
-        let mid = (w[0] + w[1]) / 2.0;
-        v.extend([
-            w[0],
-            mid,
-            f32::from_bits(mid.to_bits() - 1),
-            f32::from_bits(mid.to_bits() + 1),
-        ]);
-    }
-    v.extend([
+    let extra = [
         57344.0,
         57345.0,
         61439.0,
@@ -686,11 +678,11 @@ fn e5m2_probe_values() -> Vec<f32> {
         0.0,
         1e-40,
         1e-45,
-    ]);
-    v.extend([2f32.powi(-17), 3.0 * 2f32.powi(-18), 2f32.powi(-18)]);
-    let negative: Vec<f32> = v.iter().map(|x| -x).collect();
-    v.extend(negative);
-    v
+        2f32.powi(-17),
+        3.0 * 2f32.powi(-18),
+        2f32.powi(-18),
+    ];
+    probe_values(0x7b, value, 65536.0, &extra)
 }
 
 /// `values` padded with zeros to a multiple of 4 (the kernels' groups), as `kind`.
