@@ -323,7 +323,7 @@ source = "synthetic-memory"
 train_image_size = {size}
 eval_image_size = {size}
 [data.synthetic]
-train_per_class = 1
+train_per_class = {batch}
 eval_per_class = 1
 noise = 0.0
 [train]

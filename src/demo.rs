@@ -60,6 +60,14 @@ fn s(p: &Path) -> String {
 /// binary.
 pub fn run_demo(args: DemoArgs) -> Result<ExitStatus> {
     let started = Instant::now();
+    if args.out.exists() && !args.out.is_dir() {
+        // it was "cannot create directory FILE/configs: Not a directory (os error 20)"
+        anyhow::bail!(
+            "--out {} exists and is not a folder: choose another --out (the demo writes \
+             configs/, data/, results/ and submission/ there)",
+            args.out.display()
+        );
+    }
     if args.fresh {
         remove_owned(&args.out)?;
     }

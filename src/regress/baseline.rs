@@ -98,8 +98,9 @@ pub struct Baseline {
 impl Baseline {
     /// Read a baseline CSV. Errors name the file and line.
     pub fn load(path: &Path) -> Result<Baseline> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read baseline {}", path.display()))?;
+        let text =
+            crate::util::tree::read_text_file(path, "baseline CSV (`regress --record` writes one)")
+                .with_context(|| format!("cannot read baseline {}", path.display()))?;
         Self::parse(&text, path)
     }
 

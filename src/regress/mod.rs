@@ -108,7 +108,10 @@ fn parse_tolerance(s: &str) -> std::result::Result<f64, String> {
 pub fn run_regress(args: RegressArgs) -> Result<ExitStatus> {
     crate::rules::check_ruleset_flag(args.ruleset.as_deref())?;
     // --record starts an empty (or blank) file afresh, as a missing one
-    let blank = || std::fs::read_to_string(&args.baseline).is_ok_and(|t| t.trim().is_empty());
+    let blank = || {
+        crate::util::tree::read_text_file(&args.baseline, "baseline CSV")
+            .is_ok_and(|t| t.trim().is_empty())
+    };
     let mut baseline = if args.baseline.exists() && !(args.record && blank()) {
         Baseline::load(&args.baseline)?
     } else if args.record {

@@ -9,7 +9,7 @@ use std::path::Path;
 /// Reads the run config at `path` and parses it with `parse` (which validates it); an error
 /// names the file.
 pub(crate) fn load_file<C>(path: &Path, parse: impl FnOnce(&str) -> Result<C>) -> Result<C> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::util::tree::read_text_file(path, "run config (TOML)")
         .with_context(|| format!("cannot read config {}", path.display()))?;
     parse(&text).with_context(|| format!("invalid config {}", path.display()))
 }
@@ -58,27 +58,157 @@ pub(crate) fn refuse_empty(text: &str, preset: &str) -> Result<()> {
 }
 
 /// A TOML error made clearer: an error that names no line (one found after the text was read
-/// into a table) gets the line of the key it is about, and an unknown key or value gets the
-/// nearest allowed one ("did you mean `base_lr`?").
+/// into a table, as BERT's config is for its legacy keys) gets the line of the key it is about
+/// (`in `train.global_batch_size``: that key; `in `train``: the table's header), and an unknown
+/// key or value gets the nearest allowed one ("did you mean `base_lr`?").
 pub(crate) fn toml_error(text: &str, message: &str) -> anyhow::Error {
     let message = message.trim_end();
-    let Some(unknown) = Unknown::of(message) else {
-        return anyhow::anyhow!("{message}");
-    };
-    let line = if message.contains("TOML parse error at line") {
+    let located = message.contains("TOML parse error at line");
+    let unknown = Unknown::of(message);
+    let line = if located {
         None
     } else {
-        unknown.line(text)
+        match &unknown {
+            Some(u) => u.line(text),
+            None => error_path(message).and_then(|p| key_line(text, p)),
+        }
     };
     let mut out = match line {
         Some(n) => format!("line {n}: {message}"),
         None => message.to_string(),
     };
-    let candidates = unknown.expected.iter().copied();
-    if let Some(near) = crate::util::suggest::closest(unknown.name, candidates) {
-        out.push_str(&format!("\ndid you mean `{near}`?"));
+    if let Some(unknown) = unknown {
+        let candidates = unknown.expected.iter().copied();
+        if let Some(near) = crate::util::suggest::closest(unknown.name, candidates) {
+            out.push_str(&format!("\ndid you mean `{near}`?"));
+        }
     }
     anyhow::anyhow!("{out}")
+}
+
+/// The key path serde's message ends with (`in `train.global_batch_size``), if any.
+fn error_path(message: &str) -> Option<&str> {
+    message
+        .lines()
+        .last()
+        .and_then(|l| l.trim().strip_prefix("in `"))
+        .and_then(|l| l.strip_suffix('`'))
+}
+
+/// The 1-based line of the key at dotted `path` in `text`: the `[path]` header when it is a
+/// table, else the `key = ...` line under its table's header (the top level for a path
+/// without a dot); None when it is not found.
+fn key_line(text: &str, path: &str) -> Option<usize> {
+    let (table, key) = path.rsplit_once('.').unwrap_or(("", path));
+    find_line(text, table, key, true)
+}
+
+/// The line of `key = ...` in `table` ("" for the top level), or with `header_ok` of the
+/// header `[table.key]`.
+fn find_line(text: &str, table: &str, key: &str, header_ok: bool) -> Option<usize> {
+    let subtable = match table {
+        "" => key.to_string(),
+        t => format!("{t}.{key}"),
+    };
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            current = header
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
+            if header_ok && current == subtable {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        let Some((k, _)) = line.split_once('=') else {
+            continue;
+        };
+        if current == table && k.trim().trim_matches('"') == key {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// An error of the run config with a recipe applied: `merged` is the text the recipe module
+/// wrote afresh, so a line the error names (toml's `TOML parse error at line N` with its
+/// snippet, or [`toml_error`]'s `line N:`) is no line of any file. It becomes the key's line in
+/// the user's config `base` where the value is the config's, else the key is said to be the
+/// recipe's; an error that names no line is returned as it is.
+pub(crate) fn recipe_error(message: &str, merged: &str, base: &str, recipe: &str) -> String {
+    let message = message.trim_end();
+    let (line, core) = if let Some(rest) = message.strip_prefix("TOML parse error at line ") {
+        let n = rest
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap_or("");
+        // the snippet: lines of `|` and `NN |` after the first; the message follows them
+        let snippet = |l: &str| {
+            let t = l.trim_start();
+            t.starts_with('|')
+                || t.split_once(" |")
+                    .is_some_and(|(d, _)| d.parse::<u64>().is_ok())
+        };
+        let core: Vec<&str> = message.lines().skip(1).skip_while(|l| snippet(l)).collect();
+        (n.parse::<usize>().ok(), core.join("\n"))
+    } else if let Some((n, rest)) = message
+        .strip_prefix("line ")
+        .and_then(|r| r.split_once(": "))
+    {
+        (n.parse::<usize>().ok(), rest.to_string())
+    } else {
+        (None, String::new())
+    };
+    let Some(path) = line.and_then(|n| path_at_line(merged, n)) else {
+        return message.to_string();
+    };
+    let value = |text: &str| -> Option<toml::Value> {
+        let table: toml::Table = toml::from_str(text).ok()?;
+        let mut v = toml::Value::Table(table);
+        for part in path.split('.') {
+            v = v.as_table()?.get(part)?.clone();
+        }
+        Some(v)
+    };
+    // a base with a syntax error cannot be read as a table: the line is then the base's own
+    let from_config = toml::from_str::<toml::Table>(base).is_err() || value(base) == value(merged);
+    match key_line(base, &path).filter(|_| from_config) {
+        Some(n) => format!("line {n}: {core}"),
+        None => format!("`{path}` as recipe {recipe} sets it: {core}"),
+    }
+}
+
+/// The dotted path of the key (or `[table]` header) on 1-based line `n` of `text`.
+fn path_at_line(text: &str, n: usize) -> Option<String> {
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate().take(n) {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            current = header
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
+            if i + 1 == n {
+                return Some(current);
+            }
+            continue;
+        }
+        if i + 1 == n {
+            let key = line.split_once('=')?.0.trim().trim_matches('"');
+            return Some(match current.as_str() {
+                "" => key.to_string(),
+                t => format!("{t}.{key}"),
+            });
+        }
+    }
+    None
 }
 
 /// An "unknown field `x`" or "unknown variant `x`" error of serde: the name, what was
@@ -99,16 +229,11 @@ impl<'a> Unknown<'a> {
         let (name, rest) = rest.split_once('`')?;
         let expected_text = rest.split_once("expected")?.1.lines().next().unwrap_or("");
         let expected = expected_text.split('`').skip(1).step_by(2).collect();
-        let path = message
-            .lines()
-            .last()
-            .and_then(|l| l.trim().strip_prefix("in `"))
-            .and_then(|l| l.strip_suffix('`'));
         Some(Unknown {
             variant,
             name,
             expected,
-            path,
+            path: error_path(message),
         })
     }
 
@@ -116,36 +241,11 @@ impl<'a> Unknown<'a> {
     /// table (none named: the top level) and key; None when it is not found.
     fn line(&self, text: &str) -> Option<usize> {
         let path = self.path.unwrap_or("");
-        let (table, key) = if self.variant {
-            path.rsplit_once('.').unwrap_or(("", path))
+        if self.variant {
+            key_line(text, path)
         } else {
-            (path, self.name)
-        };
-        let subtable = match table {
-            "" => key.to_string(),
-            t => format!("{t}.{key}"),
-        };
-        let mut current = String::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if let Some(header) = line.strip_prefix('[') {
-                current = header
-                    .trim_matches(|c| c == '[' || c == ']')
-                    .trim()
-                    .to_string();
-                if !self.variant && current == subtable {
-                    return Some(i + 1);
-                }
-                continue;
-            }
-            let Some((k, _)) = line.split_once('=') else {
-                continue;
-            };
-            if current == table && k.trim().trim_matches('"') == key {
-                return Some(i + 1);
-            }
+            find_line(text, path, self.name, true)
         }
-        None
     }
 }
 

@@ -86,15 +86,18 @@ fn config_text(
     config: &std::path::Path,
     recipe: &RecipeArgs,
     division: Division,
-) -> anyhow::Result<(String, Option<String>)> {
+) -> anyhow::Result<(String, Option<(String, String)>)> {
     use anyhow::Context;
     match &recipe.recipe {
         None => Ok((
-            std::fs::read_to_string(config)
+            crate::util::tree::read_text_file(config, "run config (TOML)")
                 .with_context(|| format!("cannot read config {}", config.display()))?,
             None,
         )),
         Some(spec) => {
+            // read here first: a missing, binary or folder --config is said as such
+            let base = crate::util::tree::read_text_file(config, "run config (TOML)")
+                .with_context(|| format!("cannot read config {}", config.display()))?;
             let (r, text) = crate::recipes::apply_to_config(
                 benchmark,
                 spec,
@@ -102,7 +105,7 @@ fn config_text(
                 division == Division::Closed,
             )?;
             eprintln!("recipe {}: {}", r.name, r.description);
-            Ok((text, Some(r.name)))
+            Ok((text, Some((r.name, base))))
         }
     }
 }
@@ -115,6 +118,8 @@ struct Command<'a> {
     config_path: PathBuf,
     text: String,
     recipe: Option<String>,
+    /// With a recipe: the --config file's own text (`text` is the recipe's merge of it).
+    base_text: Option<String>,
     device: tch::Device,
     run: &'a RunArgs,
 }
@@ -131,6 +136,7 @@ impl<'a> Command<'a> {
         let division = required(division, "--division")?;
         let config_path = required(config, "--config")?;
         let (text, recipe) = config_text(benchmark, &config_path, recipe, division)?;
+        let (recipe, base_text) = recipe.unzip();
         let device = match run.device {
             DeviceArg::Cpu => tch::Device::Cpu,
             DeviceArg::Cuda if tch::Cuda::is_available() => tch::Device::Cuda(0),
@@ -143,6 +149,7 @@ impl<'a> Command<'a> {
             config_path,
             text,
             recipe,
+            base_text,
             device,
             run,
         })
@@ -153,13 +160,14 @@ impl<'a> Command<'a> {
         &self,
         parse: impl FnOnce(&str, Division) -> anyhow::Result<C>,
     ) -> anyhow::Result<C> {
-        use anyhow::Context;
-        parse(&self.text, self.division).with_context(|| {
-            let file = self.config_path.display();
-            match &self.recipe {
-                Some(r) => format!("invalid config {file} with recipe {r}"),
-                None => format!("invalid config {file}"),
+        let file = self.config_path.display();
+        parse(&self.text, self.division).map_err(|e| match (&self.recipe, &self.base_text) {
+            (Some(r), Some(base)) => {
+                // the merged text's lines are no file's: the line in --config, or the recipe
+                let why = config::recipe_error(&format!("{e:#}"), &self.text, base, r);
+                anyhow::anyhow!("invalid config {file} with recipe {r}: {why}")
             }
+            _ => e.context(format!("invalid config {file}")),
         })
     }
 
@@ -382,7 +390,17 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     for split in ["train", "eval"] {
         anyhow::Context::context(crate::data::bert::shard_files(&data.join(split)), "--data")?;
     }
+    if let Some(ck) = &args.init_checkpoint {
+        // as --data: a checkpoint that cannot be read is refused before the first run's log
+        anyhow::Context::context(
+            crate::models::bert::BertForPreTraining::check_reference_file(ck),
+            "--init-checkpoint",
+        )?;
+    }
     let cfg = cmd.parse(bert::BertRunConfig::parse)?;
+    // the eval set against the model (samples, vocabulary, sequence length): a config that does
+    // not fit its data is refused here, not found by every run of a set
+    anyhow::Context::context(bert::load_eval(&cfg, &data), "--data")?;
     if cfg.methods.fp8 {
         // refused before the run where FP8 cannot run, naming why
         crate::fused::fp8::path_for(cmd.device)?;

@@ -137,10 +137,31 @@ pub fn read_limited(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// [`read_limited`] as UTF-8 text.
+/// [`read_limited`] as UTF-8 text; a file that is not (a binary, or another encoding) is
+/// named with the first byte that is not and `what` it should be.
 pub fn read_text_limited(path: &Path, max: u64, what: &str) -> Result<String> {
     let bytes = read_limited(path, max, what)?;
-    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not UTF-8 text (byte {} is not; is it a binary file?): give a {what}",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// The most bytes [`read_text_file`] reads: far more than any config, recipe or baseline.
+pub const MAX_TEXT_FILE_BYTES: u64 = 64 << 20;
+
+/// A text file a user gives (a run config, a recipe, a system config, a baseline CSV), read as
+/// [`read_text_limited`]: a missing path, a folder, a FIFO, a binary file are each said as
+/// such, with the file's name and `what` it should be (it was std's bare "stream did not
+/// contain valid UTF-8", and a FIFO was waited on).
+pub fn read_text_file(path: &Path, what: &str) -> Result<String> {
+    if path.is_dir() {
+        bail!("{} is a folder: give a {what}", path.display());
+    }
+    read_text_limited(path, MAX_TEXT_FILE_BYTES, what)
 }
 
 /// How a walk treats symbolic links to files inside the walked folder (see the module docs).

@@ -590,3 +590,45 @@ fn a_real_short_cpu_run_is_gated() {
     let csv = tmp.path().join("recorded.csv");
     short_run_gate_round_trip(&results, "cpu-2core", &csv, "1");
 }
+
+/// A baseline that is a binary file or a folder said std's bare "stream did not contain valid
+/// UTF-8" or "Is a directory (os error 21)"; each is named now with what to give, and
+/// `--record` leaves such a file as it was.
+#[test]
+fn a_binary_or_folder_baseline_is_named_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_set(
+        &tmp.path().join("r/sysA/resnet"),
+        [10.0, 11.0, 12.0, 13.0, 14.0],
+        1000.0,
+    );
+    let csv = tmp.path().join("baseline.csv");
+    let garbage: Vec<u8> = b"benchmark,config\n\xff\xfe\x00\x01".to_vec();
+    std::fs::write(&csv, &garbage).unwrap();
+    for extra in [&[][..], &["--record"][..]] {
+        let out = regress(&csv, &tmp.path().join("r"), extra);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {t}");
+        assert!(
+            t.contains(&format!(
+                "cannot read baseline {}: {} is not UTF-8 text (byte 17 is not",
+                csv.display(),
+                csv.display()
+            )) && t.contains("give a baseline CSV"),
+            "{extra:?}: {t}"
+        );
+        assert_eq!(std::fs::read(&csv).unwrap(), garbage, "{extra:?}: kept");
+    }
+    let folder = tmp.path().join("folder.csv");
+    std::fs::create_dir(&folder).unwrap();
+    let out = regress(&folder, &tmp.path().join("r"), &[]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains(&format!(
+            "{} is a folder: give a baseline CSV",
+            folder.display()
+        )),
+        "{t}"
+    );
+}

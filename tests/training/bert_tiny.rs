@@ -592,3 +592,138 @@ fn tiny_cpu_packed_fp8_runs_emulated_in_the_test_mode_and_is_refused_without_it(
     assert!(verdict.compliant(), "our checker: {:?}", verdict.findings);
     official_check("tiny_cpu_packed.toml + fp8 (emulated)", &log_path);
 }
+
+/// An --init-checkpoint that is missing, empty, a folder or not safetensors used to be found
+/// when each run built its model: every run of a set ended aborted (exit 1) with a log. It is
+/// refused before the first run (exit 2), naming the flag, the file and how to convert one.
+#[test]
+fn a_bad_init_checkpoint_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mlperf-run");
+    let data = dir.path().join("data");
+    let made = std::process::Command::new(bin)
+        .args([
+            "data",
+            "synth-bert",
+            "--seq-len",
+            "32",
+            "--sentences",
+            "16",
+            "--out",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let garbage = dir.path().join("garbage.safetensors");
+    std::fs::write(
+        &garbage,
+        b"\xff\xff\xff\xff\xff\xff\xff\x7fnot a checkpoint",
+    )
+    .unwrap();
+    let empty = dir.path().join("empty.safetensors");
+    std::fs::write(&empty, b"").unwrap();
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml");
+    for (ck, words) in [
+        (dir.path().join("missing.safetensors"), "does not exist"),
+        (empty, "too short for a safetensors file"),
+        (garbage, "is not a safetensors file"),
+        (data.clone(), "is a folder"),
+    ] {
+        let log = dir.path().join("run.txt");
+        let out = std::process::Command::new(bin)
+            .args(["bert", "--division", "open", "--seed", "1", "--config"])
+            .arg(&config)
+            .arg("--data")
+            .arg(&data)
+            .arg("--init-checkpoint")
+            .arg(&ck)
+            .arg("--log")
+            .arg(&log)
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", ck.display());
+        assert!(
+            err.contains(&format!("--init-checkpoint: {}", ck.display())) && err.contains(words),
+            "{err}"
+        );
+        if words != "does not exist" {
+            assert!(err.contains("scripts/convert_bert_checkpoint"), "{err}");
+        }
+        assert!(!log.exists(), "no run started: {err}");
+    }
+}
+
+/// A config that does not fit its data (more eval samples than the eval shards hold, a
+/// vocabulary smaller than the token ids, sequences longer than model.max_position) used to be
+/// found by each run's set-up: every run of a set ended aborted (exit 1) with a log. It is
+/// refused before the first run (exit 2), naming the data, the key and the value to set.
+#[test]
+fn a_config_that_does_not_fit_its_data_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mlperf-run");
+    let data = dir.path().join("data");
+    let made = std::process::Command::new(bin)
+        .args([
+            "data",
+            "synth-bert",
+            "--seq-len",
+            "32",
+            "--sentences",
+            "16",
+            "--out",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml"),
+    )
+    .unwrap();
+    for (from, to, words) in [
+        (
+            "eval_samples = 512",
+            "eval_samples = 100000",
+            "eval set has 512 samples, the config asks for 100000",
+        ),
+        (
+            "vocab_size = 256",
+            "vocab_size = 100",
+            "does not fit the model's vocab_size 100; set model.vocab_size to at least",
+        ),
+        (
+            "max_position = 32",
+            "max_position = 16",
+            "the data's seq_len 32 exceeds model.max_position 16: set model.max_position to at \
+             least 32",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, text.replace(from, to)).unwrap();
+        let results = dir.path().join("results");
+        let out = std::process::Command::new(bin)
+            .args(["bert", "--division", "open", "--config"])
+            .arg(&config)
+            .arg("--data")
+            .arg(&data)
+            .arg("--results")
+            .arg(&results)
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{to}: {err}");
+        assert!(
+            err.contains(&format!("--data: {}", data.join("eval").display()))
+                && err.contains(words),
+            "{to}: {err}"
+        );
+        assert!(!results.exists(), "{to}: no run set started: {err}");
+    }
+}

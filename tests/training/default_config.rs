@@ -229,3 +229,20 @@ fn bert_data_without_its_shards_is_refused_before_the_run() {
         assert!(!log.exists(), "a log was written");
     }
 }
+
+/// `demo --out FILE` said "cannot create directory FILE/configs: Not a directory (os error
+/// 20)"; it names the flag and what to do, and leaves the file as it was.
+#[test]
+fn demo_out_that_is_a_file_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "keep me").unwrap();
+    let out = mlperf_run(&["demo", "--out", "notes.txt"], dir.path(), None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--out notes.txt exists and is not a folder: choose another --out"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+}

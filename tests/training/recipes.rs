@@ -211,3 +211,67 @@ fn tiny_run_with_the_fast_recipe_reaches_target_and_passes_the_official_checker(
         "4.0.0",
     );
 }
+
+/// With --recipe, the config is parsed from the recipe's merge of it, which the recipe module
+/// writes afresh: an error used to name the merged text's line (`line 31: widht = 3` for a key
+/// on line 18 of the file). It names the line in --config, or says the key is the recipe's.
+#[test]
+fn recipe_errors_name_the_line_of_the_config_file_or_the_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("configs/resnet/tiny_cpu.toml")).unwrap();
+    let typo = text.replace("width = 8\n", "width = 8\nwidht = 3\n");
+    assert_ne!(typo, text, "tiny_cpu.toml changed: update this test's edit");
+    let line = typo.lines().position(|l| l.starts_with("widht")).unwrap() + 1;
+    let config = dir.path().join("typo.toml");
+    std::fs::write(&config, &typo).unwrap();
+    let run = |config: &Path, recipe: &str| {
+        let out = bin()
+            .args([
+                "resnet",
+                "--division",
+                "open",
+                "--seed",
+                "1",
+                "--recipe",
+                recipe,
+            ])
+            .arg("--config")
+            .arg(config)
+            .arg("--log")
+            .arg(dir.path().join("run.txt"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            !dir.path().join("run.txt").exists(),
+            "no run started: {err}"
+        );
+        err
+    };
+    let err = run(&config, "fast");
+    assert!(
+        err.contains(&format!(
+            "invalid config {} with recipe fast: line {line}: unknown field `widht`",
+            config.display()
+        )),
+        "{err}"
+    );
+    // the key comes from a recipe file: named as the recipe's, with no line of the config
+    let recipe = dir.path().join("typo_recipe.toml");
+    std::fs::write(
+        &recipe,
+        "description = \"d\"\n[config.optimizer]\ndecay = \"cosin\"\n",
+    )
+    .unwrap();
+    let err = run(
+        &root().join("configs/resnet/tiny_cpu.toml"),
+        recipe.to_str().unwrap(),
+    );
+    assert!(
+        err.contains("`optimizer.decay` as recipe typo_recipe sets it: unknown variant `cosin`")
+            && err.contains("did you mean `cosine`?")
+            && !err.contains("line "),
+        "{err}"
+    );
+}

@@ -513,3 +513,131 @@ fn the_cli_refuses_a_bad_time_limit_before_the_run() {
     );
     assert!(!log.exists(), "no run started");
 }
+
+/// BERT's config is read into a table first (for its legacy keys), so toml gives no position:
+/// a value of the wrong type or a missing key named no line (an unknown key did). Each names
+/// the line of its key (or of its table's header), and `train.max_samples = 0`, which used to
+/// start runs that ended aborted at once ("epoch limit reached"), is refused.
+#[test]
+fn bert_type_errors_and_missing_keys_name_the_line() {
+    let text = bert_preset();
+    let line_of = |t: &str, start: &str| t.lines().position(|l| l.starts_with(start)).unwrap() + 1;
+    let typed = text.replace("global_batch_size = 64", "global_batch_size = \"64\"");
+    assert_ne!(
+        typed, text,
+        "tiny_cpu.toml changed: update this test's edit"
+    );
+    let e = bert_err(&typed);
+    assert!(
+        e.contains(&format!(
+            "line {}: invalid type: string \"64\", expected u64",
+            line_of(&typed, "global_batch_size")
+        )) && e.contains("train.global_batch_size"),
+        "{e}"
+    );
+    let missing = text.replace("target = 0.720\n", "");
+    assert_ne!(missing, text);
+    let e = bert_err(&missing);
+    assert!(
+        e.contains(&format!(
+            "line {}: missing field `target`",
+            line_of(&missing, "[train]")
+        )),
+        "{e}"
+    );
+    let e = bert_err(&text.replace("max_samples = 300032", "max_samples = 0"));
+    assert!(e.contains("train.max_samples must be at least 1"), "{e}");
+}
+
+/// A synthetic-memory set whose sizes cannot feed a step or an eval is known from the config:
+/// it used to start every run of a set, each ending aborted ("the training set (0 images) is
+/// smaller than ...", "the evaluation set is empty"), five logs in the results folder and exit
+/// 1. It is a config error now (exit 2, the keys named, nothing written).
+#[test]
+fn synthetic_sets_too_small_for_a_batch_are_refused_before_any_run() {
+    let text = preset("tiny_cpu.toml");
+    for (from, to, words) in [
+        (
+            "train_per_class = 128",
+            "train_per_class = 0",
+            "data.synthetic.train_per_class and data.synthetic.eval_per_class must be at least 1",
+        ),
+        (
+            "eval_per_class = 50",
+            "eval_per_class = 0",
+            "data.synthetic.train_per_class and data.synthetic.eval_per_class must be at least 1",
+        ),
+        (
+            "train_per_class = 128",
+            "train_per_class = 6",
+            "(model.classes 10 x data.synthetic.train_per_class 6 = 60 images) is smaller than \
+             train.global_batch_size (64): raise data.synthetic.train_per_class to at least 7",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = err(&text.replace(from, to), Division::Open);
+        assert!(e.contains(words), "{to}: {e}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("empty_set.toml");
+    std::fs::write(
+        &cfg,
+        text.replace("train_per_class = 128", "train_per_class = 0"),
+    )
+    .unwrap();
+    let results = tmp.path().join("results");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args(["resnet", "--division", "open", "--results"])
+        .arg(&results)
+        .arg("--config")
+        .arg(&cfg)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("invalid config {}", cfg.display()))
+            && stderr.contains("data.synthetic.train_per_class"),
+        "{stderr}"
+    );
+    assert!(!results.exists(), "no run set started: {stderr}");
+}
+
+/// A binary --config said std's bare "stream did not contain valid UTF-8", a folder "Is a
+/// directory (os error 21)"; both name the file and what to give, with or without a recipe.
+#[test]
+fn a_binary_or_folder_config_is_named_with_what_to_give() {
+    let tmp = tempfile::tempdir().unwrap();
+    let binary = tmp.path().join("model.bin");
+    std::fs::write(&binary, b"\x89PNG\r\n\x1a\n\x00\x00").unwrap();
+    let folder = tmp.path().join("configs");
+    std::fs::create_dir(&folder).unwrap();
+    for (config, words) in [
+        (
+            &binary,
+            "is not UTF-8 text (byte 0 is not; is it a binary file?): give a run config (TOML)",
+        ),
+        (&folder, "is a folder: give a run config (TOML)"),
+    ] {
+        for recipe in [None, Some("fast")] {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"));
+            cmd.args(["resnet", "--division", "open", "--seed", "1", "--config"])
+                .arg(config)
+                .arg("--log")
+                .arg(tmp.path().join("run.txt"));
+            if let Some(r) = recipe {
+                cmd.args(["--recipe", r]);
+            }
+            let out = cmd.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{recipe:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("cannot read config {}", config.display()))
+                    && stderr.contains(words),
+                "{recipe:?}: {stderr}"
+            );
+        }
+    }
+}

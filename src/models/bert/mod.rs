@@ -556,6 +556,44 @@ impl BertForPreTraining {
             .to_kind(Kind::Float))
     }
 
+    /// Whether `path` can be a converted reference checkpoint: a regular file in the
+    /// safetensors layout (a little-endian u64 header length, then a JSON object of that many
+    /// bytes, then the tensors' bytes). Read before a run starts, so that a missing, truncated
+    /// or foreign file is bad input (exit 2) rather than every run of a set ending aborted in
+    /// [`BertForPreTraining::load_reference`].
+    pub fn check_reference_file(path: &Path) -> Result<()> {
+        use std::io::Read;
+        let convert = "convert the reference .pt checkpoint with scripts/convert_bert_checkpoint \
+                       IN.pt OUT.safetensors";
+        let p = path.display();
+        if path.is_dir() {
+            bail!("{p} is a folder: give the checkpoint file (.safetensors); {convert}");
+        }
+        let (mut file, len) = crate::util::tree::open_regular(path)?;
+        let mut head = [0u8; 8];
+        if len < 8 || file.read_exact(&mut head).is_err() {
+            bail!("{p}: {len} bytes, too short for a safetensors file: {convert}");
+        }
+        let n = u64::from_le_bytes(head);
+        if n < 2 || n > len - 8 || n > 100 << 20 {
+            bail!(
+                "{p} is not a safetensors file (its first 8 bytes give a header of {n} bytes in a \
+                 file of {len}): {convert}"
+            );
+        }
+        let mut header = vec![0u8; n as usize];
+        file.read_exact(&mut header)
+            .map_err(|e| crate::util::tree::io_error(path, &e))?;
+        let parsed: std::result::Result<serde_json::Map<String, serde_json::Value>, _> =
+            serde_json::from_slice(&header);
+        if let Err(e) = parsed {
+            bail!(
+                "{p} is not a safetensors file (its header is not a JSON object: {e}): {convert}"
+            );
+        }
+        Ok(())
+    }
+
     /// Load a converted reference checkpoint (safetensors) into the variables of `vs`.
     /// Names are mapped as the module docs describe; a missing, unexpected or mis-shaped tensor
     /// is an error naming it.

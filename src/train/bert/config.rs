@@ -151,6 +151,13 @@ impl BertRunConfig {
         let t = &self.train;
         let o = &self.optimizer;
         check_batch(t.global_batch_size, t.gradient_accumulation_steps)?;
+        if t.max_samples == 0 {
+            // no block to train: every run of a set ended aborted ("epoch limit reached")
+            bail!(
+                "train.max_samples must be at least 1 (the training samples after which a run \
+                 that has not reached train.target stops), got 0"
+            );
+        }
         if !(t.target > 0.0 && t.target < 1.0) {
             bail!("train.target must be in (0, 1) (got {})", t.target);
         }

@@ -5,4 +5,4 @@ pub mod config;
 mod workload;
 
 pub use config::BertRunConfig;
-pub use workload::{run_once, BertWorkload};
+pub use workload::{load_eval, run_once, BertWorkload};

@@ -266,12 +266,7 @@ impl Workload for BertWorkload {
             world,
             t.gradient_accumulation_steps,
         )? as usize;
-        let eval = EvalSet::load(&self.data_dir.join("eval"), cfg.data.eval_samples)?;
-        check_vocab(
-            eval.max_token(),
-            cfg.model.vocab_size,
-            &self.data_dir.join("eval"),
-        )?;
+        let eval = load_eval(cfg, &self.data_dir)?;
         let eval_batches = eval.batches(
             cfg.data.eval_batch_size,
             ctx.rank,
@@ -280,15 +275,8 @@ impl Workload for BertWorkload {
         )?;
         // from the shards: a rank may get no eval batch
         let (seq_len, preds) = eval.shape();
+        let (batches, train_samples) = self.training_batches(ctx, local, (seq_len, preds))?;
         let seq_len = seq_len as i64;
-        if seq_len > cfg.model.max_position {
-            bail!(
-                "the data's seq_len {seq_len} exceeds model.max_position {}",
-                cfg.model.max_position
-            );
-        }
-        let (batches, train_samples) =
-            self.training_batches(ctx, local, (seq_len as usize, preds))?;
         let (opt, schedule) = lamb(&cfg.optimizer)?;
         let graphs = ctx.step_graphs(cfg.methods.cuda_graph)?;
         // sorted by name: the same order on every rank (buckets, broadcast)
@@ -572,6 +560,26 @@ impl DeviceTensors for BertBatch {
 }
 
 /// One BERT run through the generic trainer.
+/// The eval set of `data_dir` for `cfg`, checked against the config: data.eval_samples
+/// samples there, every token id within model.vocab_size, sequences no longer than
+/// model.max_position. `mlperf-run bert` calls it before the first run, so that a config that
+/// does not fit its data is bad input (exit 2) rather than every run of a set ending aborted.
+pub fn load_eval(cfg: &BertRunConfig, data_dir: &Path) -> Result<EvalSet> {
+    let dir = data_dir.join("eval");
+    let eval = EvalSet::load(&dir, cfg.data.eval_samples)?;
+    check_vocab(eval.max_token(), cfg.model.vocab_size, &dir)?;
+    let seq_len = eval.shape().0 as i64;
+    if seq_len > cfg.model.max_position {
+        bail!(
+            "{}: the data's seq_len {seq_len} exceeds model.max_position {}: set \
+             model.max_position to at least {seq_len}",
+            dir.display(),
+            cfg.model.max_position
+        );
+    }
+    Ok(eval)
+}
+
 pub fn run_once(
     cfg: &BertRunConfig,
     division: Division,

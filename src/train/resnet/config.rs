@@ -296,6 +296,39 @@ impl ResnetRunConfig {
                 "at least 0",
             )?;
         }
+        if self.data.source == DataSource::SyntheticMemory {
+            self.validate_synthetic_sizes()?;
+        }
+        Ok(())
+    }
+
+    /// `[data.synthetic]` with `data.source = "synthetic-memory"`: a set its sizes make is known
+    /// before the run, so one that cannot feed a step or an eval is refused here (it used to
+    /// start every run of a set, each ending aborted with a log in the results folder).
+    fn validate_synthetic_sizes(&self) -> Result<()> {
+        let Some(s) = &self.data.synthetic else {
+            return Ok(());
+        };
+        if s.train_per_class == 0 || s.eval_per_class == 0 {
+            bail!(
+                "data.synthetic.train_per_class and data.synthetic.eval_per_class must be at \
+                 least 1 (images made per class for training and for the eval), got {} and {}",
+                s.train_per_class,
+                s.eval_per_class
+            );
+        }
+        let images = (self.model.classes as u64).saturating_mul(s.train_per_class as u64);
+        let gbs = self.train.global_batch_size;
+        if images < gbs {
+            bail!(
+                "the synthetic training set (model.classes {} x data.synthetic.train_per_class \
+                 {} = {images} images) is smaller than train.global_batch_size ({gbs}): raise \
+                 data.synthetic.train_per_class to at least {} or lower the batch",
+                self.model.classes,
+                s.train_per_class,
+                gbs.div_ceil(self.model.classes as u64)
+            );
+        }
         Ok(())
     }
 
