@@ -140,13 +140,16 @@ pub fn shipped(benchmark: &str) -> Result<Vec<Recipe>> {
         .collect()
 }
 
+/// Reads a recipe file's text; its errors name the file (the caller's text-file reader: a
+/// folder or a binary file is said as such).
+pub type ReadFile<'a> = &'a dyn Fn(&Path) -> Result<String>;
+
 /// The recipe `spec` for `benchmark`: a shipped name, or a path to a recipe TOML file (it
-/// contains '/' or ends in .toml).
-pub fn find(benchmark: &str, spec: &str) -> Result<Recipe> {
+/// contains '/' or ends in .toml), read with `read`.
+pub fn find(benchmark: &str, spec: &str, read: ReadFile<'_>) -> Result<Recipe> {
     if spec.contains('/') || spec.ends_with(".toml") {
         let path = Path::new(spec);
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read recipe {}", path.display()))?;
+        let text = read(path).context("--recipe")?;
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -175,22 +178,23 @@ pub fn render_list(benchmark: &str) -> Result<String> {
     Ok(out)
 }
 
-/// The --config text with recipe `spec` applied, refused in the closed division.
+/// The --config text `base` (read from `config`) with recipe `spec` applied (a recipe file
+/// read with `read`), refused in the closed division.
 pub fn apply_to_config(
     benchmark: &str,
     spec: &str,
+    base: &str,
     config: &Path,
     closed: bool,
+    read: ReadFile<'_>,
 ) -> Result<(Recipe, String)> {
     if closed {
         bail!(
             "--recipe {spec}: recipes bundle open-division methods and hyperparameters; the closed division allows none of them (use --division open)"
         );
     }
-    let recipe = find(benchmark, spec)?;
-    let base = std::fs::read_to_string(config)
-        .with_context(|| format!("cannot read config {}", config.display()))?;
-    let merged = recipe.apply(&base).with_context(|| {
+    let recipe = find(benchmark, spec, read)?;
+    let merged = recipe.apply(base).with_context(|| {
         format!(
             "applying recipe {} to config {}",
             recipe.name,
@@ -235,9 +239,10 @@ mod tests {
 
     #[test]
     fn unknown_names_and_closed_division_are_refused() {
-        let err = find("resnet", "slow").unwrap_err().to_string();
+        let read = |_: &Path| -> Result<String> { unreachable!("no file is read") };
+        let err = find("resnet", "slow", &read).unwrap_err().to_string();
         assert!(err.contains("'slow'") && err.contains("fast"), "{err}");
-        let err = apply_to_config("resnet", "fast", Path::new("x.toml"), true)
+        let err = apply_to_config("resnet", "fast", "", Path::new("x.toml"), true, &read)
             .unwrap_err()
             .to_string();
         assert!(err.contains("closed division"), "{err}");

@@ -224,7 +224,7 @@ fn measured_overhead(
     if args.batch_effect_log.is_empty() {
         return Ok(None);
     }
-    let logs = parse_logs(&args.batch_effect_log)?;
+    let logs = parse_logs(&args.batch_effect_log, "--batch-effect-log")?;
     // on as many GPUs as --from-log's run (resolved once, into `meas`)
     let other = measure::from_logs(&logs, bench, meas.gpus)
         .map_err(|e| anyhow::anyhow!("--batch-effect-log: {e}"))?;
@@ -270,12 +270,27 @@ fn measured_gpus(args: &PlanArgs) -> Result<u64> {
 
 /// The logs of --from-log, parsed.
 fn from_logs(args: &PlanArgs) -> Result<Vec<crate::mllog::LogFile>> {
-    parse_logs(&args.from_log)
+    parse_logs(&args.from_log, "--from-log")
 }
 
-/// `paths` parsed as MLPerf logs (errors name the file).
-fn parse_logs(paths: &[PathBuf]) -> Result<Vec<crate::mllog::LogFile>> {
-    paths.iter().map(|p| crate::mllog::parse_file(p)).collect()
+/// `paths` (of `flag`) parsed as MLPerf logs with the parser `check` uses: a log with a
+/// `:::MLLOG` line that cannot be read is refused naming the file and the line (a value the
+/// measure needs could be on it: it said only "no global_batch_size").
+fn parse_logs(paths: &[PathBuf], flag: &str) -> Result<Vec<crate::mllog::LogFile>> {
+    let parse = |path: &PathBuf| {
+        let log = crate::mllog::parse_file(path).with_context(|| flag.to_string())?;
+        if let Some(issue) = log.issues.first() {
+            bail!(
+                "{flag} {}: cannot read this :::MLLOG line: {} (`mlperf-run check {}` lists every \
+                 such line): fix or remove the line, or give the log as the run wrote it",
+                log.at(issue.line),
+                issue.message,
+                path.display()
+            );
+        }
+        Ok(log)
+    };
+    paths.iter().map(parse).collect()
 }
 
 /// A finished plan: the rows (choice, config path) and what the rate came from.
@@ -414,8 +429,8 @@ fn plan_given(
     cost: ModelCost,
     cluster: Cluster,
 ) -> Result<Planned> {
-    let given = given::read(&bench.name, config)
-        .with_context(|| format!("plan --config {}", config.display()))?;
+    // its errors name the file (and the line)
+    let given = given::read(&bench.name, config)?;
     let logs = from_logs(args)?;
     let gpus = measured_gpus(args)?;
     let meas =

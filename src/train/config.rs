@@ -9,9 +9,14 @@ use std::path::Path;
 /// Reads the run config at `path` and parses it with `parse` (which validates it); an error
 /// names the file.
 pub(crate) fn load_file<C>(path: &Path, parse: impl FnOnce(&str) -> Result<C>) -> Result<C> {
-    let text = crate::util::tree::read_text_file(path, "run config (TOML)")
-        .with_context(|| format!("cannot read config {}", path.display()))?;
+    let text = read_config_text(path)?;
     parse(&text).with_context(|| format!("invalid config {}", path.display()))
+}
+
+/// The text of the run config at `path` (`--config`); a missing, binary or folder path is said
+/// as such, naming it once.
+pub(crate) fn read_config_text(path: &Path) -> Result<String> {
+    crate::util::tree::read_text_file(path, "run config (TOML)").context("--config")
 }
 
 /// `train.global_batch_size` and `train.gradient_accumulation_steps`: both at least 1, the

@@ -87,22 +87,24 @@ fn config_text(
     recipe: &RecipeArgs,
     division: Division,
 ) -> anyhow::Result<(String, Option<(String, String)>)> {
-    use anyhow::Context;
+    // a missing, binary or folder --config (or recipe file) is said as such, naming it once
+    let base = config::read_config_text(config)?;
     match &recipe.recipe {
-        None => Ok((
-            crate::util::tree::read_text_file(config, "run config (TOML)")
-                .with_context(|| format!("cannot read config {}", config.display()))?,
-            None,
-        )),
+        None => Ok((base, None)),
         Some(spec) => {
-            // read here first: a missing, binary or folder --config is said as such
-            let base = crate::util::tree::read_text_file(config, "run config (TOML)")
-                .with_context(|| format!("cannot read config {}", config.display()))?;
+            let read = |path: &std::path::Path| {
+                crate::util::tree::read_text_file(
+                    path,
+                    "recipe (TOML; `--recipe list` shows the shipped ones)",
+                )
+            };
             let (r, text) = crate::recipes::apply_to_config(
                 benchmark,
                 spec,
+                &base,
                 config,
                 division == Division::Closed,
+                &read,
             )?;
             eprintln!("recipe {}: {}", r.name, r.description);
             Ok((text, Some((r.name, base))))
@@ -330,10 +332,14 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
             cmd.config_path.display()
         );
     }
+    // an ImageFolder set is listed once, here, and checked against the batch: a set that
+    // cannot feed a run is refused before the first run's log (and not listed again per run)
+    let listed = anyhow::Context::context(resnet::list_data(&cfg, args.data.as_deref()), "--data")?;
     let run = resnet::ResnetRun {
         config: &cfg,
         division: cmd.division,
         data_dir: args.data.clone(),
+        listed,
     };
     cmd.single_or_set("resnet", &cfg.system, ("eval accuracy", "epoch"), |opts| {
         if args.emulate_world > 1 {

@@ -73,6 +73,7 @@ pub fn resnet(
             config: cfg,
             division,
             data_dir: data.map(Path::to_path_buf),
+            listed: None,
         },
         cpu_run_options(&cfg.system, division, seed, log),
     )

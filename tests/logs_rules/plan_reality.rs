@@ -212,9 +212,10 @@ fn projections_from_8_gpus_match_the_published_larger_results() {
 
 /// `plan` on mistaken input: exit 2 naming the flag or the log, nothing planned. A log of the
 /// other benchmark, a --measured-gpus its global batch does not split over or its run set's
-/// sysinfo.json contradicts, a text file that is no MLPerf log, a GPU count given twice or not
-/// filling whole nodes, an --out that is a file, a rate past any GPU's. Without
-/// --measured-gpus the set's recorded GPU count is used.
+/// sysinfo.json contradicts, a text file that is no MLPerf log, a log with a line that cannot
+/// be read (named with its line), a GPU count given twice or not filling whole nodes, an --out
+/// that is a file, a rate past any GPU's. Without --measured-gpus the set's recorded GPU count
+/// is used.
 #[test]
 fn plan_refuses_mistaken_logs_and_flags_naming_them() {
     let fixture = |set: &str, bench: &str| {
@@ -231,6 +232,22 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
     std::fs::write(&text, "global batch 3200, 8 GPUs\n").unwrap();
     let afile = dir.path().join("afile");
     std::fs::write(&afile, "x").unwrap();
+    // the log with its global_batch_size line cut short (it said only "no global_batch_size")
+    let cut = dir.path().join("cut.txt");
+    let good = std::fs::read_to_string(&resnet_log).unwrap();
+    let line = good
+        .lines()
+        .position(|l| l.contains("global_batch_size"))
+        .unwrap()
+        + 1;
+    let bad: Vec<String> = good
+        .lines()
+        .map(|l| match l.find("\"value\"") {
+            Some(i) if l.contains("global_batch_size") => l[..i].to_string(),
+            _ => l.to_string(),
+        })
+        .collect();
+    std::fs::write(&cut, bad.join("\n") + "\n").unwrap();
     // a run set's folder: the log beside the sysinfo.json the set recorded (2 nodes x 8 GPUs)
     let set = dir.path().join("set");
     std::fs::create_dir(&set).unwrap();
@@ -278,6 +295,19 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
         (
             vec![s("resnet"), s("--from-log"), text.clone().into()],
             format!("{}: no MLPerf log lines", text.display()),
+        ),
+        (
+            vec![
+                s("resnet"),
+                s("--from-log"),
+                cut.clone().into(),
+                s("--measured-gpus"),
+                s("8"),
+            ],
+            format!(
+                "--from-log {}:{line}: cannot read this :::MLLOG line: ",
+                cut.display()
+            ),
         ),
         (
             vec![

@@ -39,13 +39,20 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
 }
 
+/// `recipes::apply_to_config` over the preset at `config`, reading files as `resnet` does.
+fn apply(benchmark: &str, spec: &str, config: &Path) -> anyhow::Result<(recipes::Recipe, String)> {
+    let read = |p: &Path| mlperf_run::util::tree::read_text_file(p, "recipe (TOML)");
+    let base = std::fs::read_to_string(config).unwrap();
+    recipes::apply_to_config(benchmark, spec, &base, config, false, &read)
+}
+
 #[test]
 fn every_resnet_recipe_applies_to_every_tiny_preset() {
     let shipped = recipes::shipped("resnet").unwrap();
     assert!(shipped.iter().any(|r| r.name == "fast"));
     for recipe in &shipped {
         for preset in tiny_presets("resnet") {
-            let (_, text) = recipes::apply_to_config("resnet", &recipe.name, &preset, false)
+            let (_, text) = apply("resnet", &recipe.name, &preset)
                 .unwrap_or_else(|e| panic!("{} on {}: {e:#}", recipe.name, preset.display()));
             let cfg = ResnetRunConfig::parse(&text, Division::Open)
                 .unwrap_or_else(|e| panic!("{} on {}: {e:#}", recipe.name, preset.display()));
@@ -81,7 +88,7 @@ fn every_bert_recipe_applies_to_every_tiny_preset() {
     assert!(shipped.iter().any(|r| r.name == "fast"));
     for recipe in &shipped {
         for preset in tiny_presets("bert") {
-            let (_, text) = recipes::apply_to_config("bert", &recipe.name, &preset, false)
+            let (_, text) = apply("bert", &recipe.name, &preset)
                 .unwrap_or_else(|e| panic!("{} on {}: {e:#}", recipe.name, preset.display()));
             let cfg = BertRunConfig::parse(&text, Division::Open)
                 .unwrap_or_else(|e| panic!("{} on {}: {e:#}", recipe.name, preset.display()));
@@ -148,8 +155,7 @@ fn recipe_list_and_refusals_on_the_command_line() {
         "description = \"x\"\n[config.methods]\nmixup = true\n",
     )
     .unwrap();
-    let (_, text) =
-        recipes::apply_to_config("resnet", bad.to_str().unwrap(), &config, false).unwrap();
+    let (_, text) = apply("resnet", bad.to_str().unwrap(), &config).unwrap();
     let err = format!(
         "{:#}",
         ResnetRunConfig::parse(&text, Division::Open).unwrap_err()
@@ -274,4 +280,53 @@ fn recipe_errors_name_the_line_of_the_config_file_or_the_recipe() {
             && !err.contains("line "),
         "{err}"
     );
+}
+
+/// `--recipe FILE.toml` that is a binary file, a folder or missing said std's bare "stream did
+/// not contain valid UTF-8" / "Is a directory (os error 21)": now the flag, the file once and
+/// what to give, refused before any run (exit 2).
+#[test]
+fn a_binary_folder_or_missing_recipe_file_is_named_with_what_to_give() {
+    let tmp = tempfile::tempdir().unwrap();
+    let binary = tmp.path().join("weights.toml");
+    std::fs::write(&binary, b"\x89PNG\r\n\x1a\n\x00\xff").unwrap();
+    let folder = tmp.path().join("recipes.toml");
+    std::fs::create_dir(&folder).unwrap();
+    let missing = tmp.path().join("missing.toml");
+    let config = root().join("configs/resnet/tiny_cpu_open.toml");
+    for (recipe, words) in [
+        (
+            &binary,
+            "is not UTF-8 text (byte 0 is not; is it a binary file?): give a recipe (TOML; \
+             `--recipe list` shows the shipped ones)",
+        ),
+        (
+            &folder,
+            "is a folder: give a recipe (TOML; `--recipe list` shows the shipped ones)",
+        ),
+        (&missing, "does not exist"),
+    ] {
+        let log = tmp.path().join("run.txt");
+        let out = bin()
+            .args(["resnet", "--division", "open", "--seed", "1", "--config"])
+            .arg(&config)
+            .arg("--recipe")
+            .arg(recipe)
+            .arg("--log")
+            .arg(&log)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("--recipe: {} {words}", recipe.display())),
+            "{err}"
+        );
+        assert_eq!(
+            err.matches(&recipe.display().to_string()).count(),
+            1,
+            "{err}"
+        );
+        assert!(!log.exists(), "no run started: {err}");
+    }
 }

@@ -48,6 +48,7 @@ fn a_libtorch_error_in_a_step_aborts_the_run_with_its_cause() {
             config: &cfg,
             division: Division::Closed,
             data_dir: None,
+            listed: None,
         },
         opts,
     )

@@ -605,8 +605,93 @@ fn synthetic_sets_too_small_for_a_batch_are_refused_before_any_run() {
     assert!(!results.exists(), "no run set started: {stderr}");
 }
 
+/// An ImageFolder --data set with fewer training images than train.global_batch_size, or with
+/// an empty val/, was found by each run's data load: a run set wrote an aborted log per run and
+/// exited 1. Now it is refused before the first run (exit 2), naming the folder, its count and
+/// the key; the set's listing is made once, before the runs.
+#[test]
+fn image_folders_too_small_for_a_batch_are_refused_before_any_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mlperf-run");
+    // 10 classes x 5 training images (and 1 val image each): 50 < the preset's batch of 64
+    let synth = |out: &std::path::Path| {
+        let o = std::process::Command::new(bin)
+            .args([
+                "data",
+                "synth-imagenet",
+                "--classes",
+                "10",
+                "--per-class",
+                "5",
+            ])
+            .args([
+                "--val-per-class",
+                "1",
+                "--min-size",
+                "40",
+                "--max-size",
+                "48",
+                "--out",
+            ])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+    };
+    let small = tmp.path().join("small");
+    synth(&small);
+    // the same with an empty val/
+    let no_val = tmp.path().join("no_val");
+    synth(&no_val);
+    std::fs::remove_dir_all(no_val.join("val")).unwrap();
+    std::fs::create_dir(no_val.join("val")).unwrap();
+    let config =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu_jpeg.toml");
+    for (data, words) in [
+        (
+            &small,
+            format!(
+                "--data: {} holds 50 training images, fewer than train.global_batch_size (64), \
+                 the images of one training step: lower train.global_batch_size in the config \
+                 to at most 50",
+                small.join("train").display()
+            ),
+        ),
+        (&no_val, format!("{}", no_val.join("val").display())),
+    ] {
+        let results = tmp.path().join("results");
+        let out = std::process::Command::new(bin)
+            .args(["resnet", "--division", "open", "--runs", "2", "--results"])
+            .arg(&results)
+            .arg("--config")
+            .arg(&config)
+            .arg("--data")
+            .arg(data)
+            .env_remove("RANK")
+            .env_remove("WORLD_SIZE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&words), "want `{words}` in {stderr}");
+        assert!(!results.exists(), "no run set started: {stderr}");
+    }
+    // val/ listed with no image (the listing refuses it first; the check says it too)
+    let cfg = ResnetRunConfig::parse(&preset("tiny_cpu_jpeg.toml"), Division::Open).unwrap();
+    let e = format!(
+        "{:#}",
+        cfg.check_folder_sizes(std::path::Path::new("/d"), 64, 0)
+            .unwrap_err()
+    );
+    assert!(e.contains("/d/val holds no images"), "{e}");
+    assert!(cfg
+        .check_folder_sizes(std::path::Path::new("/d"), 64, 1)
+        .is_ok());
+}
+
 /// A binary --config said std's bare "stream did not contain valid UTF-8", a folder "Is a
-/// directory (os error 21)"; both name the file and what to give, with or without a recipe.
+/// directory (os error 21)"; both name the file and what to give, with or without a recipe. A
+/// missing one is named once ("cannot read config X: X does not exist" named it twice).
 #[test]
 fn a_binary_or_folder_config_is_named_with_what_to_give() {
     let tmp = tempfile::tempdir().unwrap();
@@ -614,12 +699,14 @@ fn a_binary_or_folder_config_is_named_with_what_to_give() {
     std::fs::write(&binary, b"\x89PNG\r\n\x1a\n\x00\x00").unwrap();
     let folder = tmp.path().join("configs");
     std::fs::create_dir(&folder).unwrap();
+    let missing = tmp.path().join("missing.toml");
     for (config, words) in [
         (
             &binary,
             "is not UTF-8 text (byte 0 is not; is it a binary file?): give a run config (TOML)",
         ),
         (&folder, "is a folder: give a run config (TOML)"),
+        (&missing, "does not exist"),
     ] {
         for recipe in [None, Some("fast")] {
             let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"));
@@ -634,9 +721,13 @@ fn a_binary_or_folder_config_is_named_with_what_to_give() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{recipe:?}: {stderr}");
             assert!(
-                stderr.contains(&format!("cannot read config {}", config.display()))
-                    && stderr.contains(words),
+                stderr.contains(&format!("--config: {} {words}", config.display())),
                 "{recipe:?}: {stderr}"
+            );
+            assert_eq!(
+                stderr.matches(&config.display().to_string()).count(),
+                1,
+                "{recipe:?}: the path once: {stderr}"
             );
         }
     }

@@ -303,6 +303,7 @@ fn closed_gpu_presets_log_what_the_official_checker_accepts() {
                 config: &cfg,
                 division: Division::Closed,
                 data_dir: Some(data.clone()),
+                listed: None,
             },
             opts,
         )

@@ -302,6 +302,30 @@ impl ResnetRunConfig {
         Ok(())
     }
 
+    /// An ImageFolder set (`data.source = "imagefolder"`) as listed under `root`: `train` and
+    /// `val` images. One that cannot feed a training step or an eval is refused before the first
+    /// run, naming the folder, its count and the key (it was found by each run's data load, so a
+    /// run set wrote an aborted log per run and exited 1).
+    pub fn check_folder_sizes(&self, root: &Path, train: usize, val: usize) -> Result<()> {
+        let gbs = self.train.global_batch_size;
+        if (train as u64) < gbs {
+            bail!(
+                "{} holds {train} training images, fewer than train.global_batch_size ({gbs}), \
+                 the images of one training step: lower train.global_batch_size in the config to \
+                 at most {train}, or give --data a set with at least {gbs} training images",
+                root.join("train").display()
+            );
+        }
+        if val == 0 {
+            bail!(
+                "{} holds no images, so there is nothing to evaluate: add <class>/<image>.JPEG \
+                 files to it (the same classes as train/)",
+                root.join("val").display()
+            );
+        }
+        Ok(())
+    }
+
     /// `[data.synthetic]` with `data.source = "synthetic-memory"`: a set its sizes make is known
     /// before the run, so one that cannot feed a step or an eval is refused here (it used to
     /// start every run of a set, each ending aborted with a log in the results folder).

@@ -259,7 +259,8 @@ impl ImageData for SyntheticImages {
 /// skipped, warned about by the loader and counted per epoch; an epoch fails when they exceed
 /// the loader's limit (1%).
 pub struct FolderImages {
-    dir: crate::data::imagenet::ImagenetDir,
+    /// The listing, shared by every run of a set (listing ImageNet stats 1.3 M files).
+    dir: std::sync::Arc<crate::data::imagenet::ImagenetDir>,
     /// Decode workers; 0: [`default_decode_workers`], counted when a loader is built (after the
     /// run bound its CPUs, `system.cpu_bind`).
     threads: usize,
@@ -294,14 +295,23 @@ impl FolderImages {
     /// become crops.
     pub fn open(root: &std::path::Path, threads: usize, options: FolderOptions) -> Result<Self> {
         let dir = crate::data::imagenet::ImagenetDir::open(root)?;
-        Ok(FolderImages {
+        Ok(Self::listed(std::sync::Arc::new(dir), threads, options))
+    }
+
+    /// As [`FolderImages::open`], from a root listed before (once for a whole run set).
+    pub fn listed(
+        dir: std::sync::Arc<crate::data::imagenet::ImagenetDir>,
+        threads: usize,
+        options: FolderOptions,
+    ) -> Self {
+        FolderImages {
             dir,
             threads,
             options,
             gpu: None,
             train_loader: std::sync::Mutex::new(None),
             eval_loader: std::sync::Mutex::new(None),
-        })
+        }
     }
 
     fn loader(

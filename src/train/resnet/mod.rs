@@ -10,6 +10,6 @@ mod workload;
 pub use config::ResnetRunConfig;
 #[cfg(feature = "torch")]
 pub use workload::{
-    model_parameters, open_data, run_once, run_once_emulating, ResnetRun, ResnetWorkload,
-    StepTiming, WaitReport,
+    list_data, model_parameters, open_data, run_once, run_once_emulating, ResnetRun,
+    ResnetWorkload, StepTiming, WaitReport,
 };

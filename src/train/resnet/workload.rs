@@ -7,6 +7,7 @@ use super::data::{
 };
 use crate::data::handoff::{self, Prefetcher};
 use crate::data::imagenet::device_augment::DeviceAugment;
+use crate::data::imagenet::ImagenetDir;
 use crate::distributed::{GradSource, GradSync, Peers};
 use crate::gpu::amp::{self, maybe_autocast, LowPrecision};
 use crate::gpu::cuda_graph::{GraphStats, StepGraphs};
@@ -23,6 +24,7 @@ use crate::train::engine::{self, Block, BuildContext, RunOptions, RunOutcome, Wo
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 use tch::nn::{ModuleT, VarStore};
 use tch::{Device, Kind, Tensor};
@@ -33,10 +35,41 @@ pub struct ResnetRun<'a> {
     pub division: Division,
     /// ImageFolder root (train/, val/); unused for synthetic-memory data.
     pub data_dir: Option<PathBuf>,
+    /// `data_dir` as [`list_data`] listed it before the first run of a set; None: each run lists
+    /// it.
+    pub listed: Option<Arc<ImagenetDir>>,
+}
+
+/// What an ImageFolder config needs besides itself.
+const NEEDS_DATA: &str = "data.source = \"imagefolder\" needs --data DIR (with train/ and val/)";
+
+/// The ImageFolder set of `cfg` at `data_dir` listed once, before the first run, and checked
+/// against the batch ([`ResnetRunConfig::check_folder_sizes`]): a set that cannot feed a run is
+/// refused here, not by every run of a set. None for synthetic data.
+pub fn list_data(
+    cfg: &ResnetRunConfig,
+    data_dir: Option<&Path>,
+) -> Result<Option<Arc<ImagenetDir>>> {
+    if cfg.data.source != DataSource::Imagefolder {
+        return Ok(None);
+    }
+    let root = data_dir.context(NEEDS_DATA)?;
+    let listed = ImagenetDir::open(root)?;
+    cfg.check_folder_sizes(root, listed.train.len(), listed.val.len())?;
+    Ok(Some(Arc::new(listed)))
 }
 
 /// Open the configured data set.
 pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<dyn ImageData>> {
+    open_listed(cfg, data_dir, None)
+}
+
+/// [`open_data`], from the listing of [`list_data`] where there is one.
+fn open_listed(
+    cfg: &ResnetRunConfig,
+    data_dir: Option<&Path>,
+    listed: Option<&Arc<ImagenetDir>>,
+) -> Result<Box<dyn ImageData>> {
     match cfg.data.source {
         DataSource::SyntheticMemory => {
             let s = cfg
@@ -52,19 +85,26 @@ pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<d
             )))
         }
         DataSource::Imagefolder => {
-            let dir = data_dir
-                .context("data.source = \"imagefolder\" needs --data DIR (with train/ and val/)")?;
+            let options = FolderOptions {
+                decoder: cfg.data.decoder,
+                augment: cfg.data.augment,
+                hw_decoder_load: cfg.data.hw_decoder_load,
+                gpu_cache_mb: cfg.data.gpu_cache_mb.max(0) as u64,
+                // one batch beyond those staged on the device (the one being handed off)
+                prefetch_batches: cfg.data.prefetch() + 1,
+            };
+            if let Some(listed) = listed {
+                return Ok(Box::new(FolderImages::listed(
+                    listed.clone(),
+                    cfg.data.workers,
+                    options,
+                )));
+            }
+            let dir = data_dir.context(NEEDS_DATA)?;
             Ok(Box::new(FolderImages::open(
                 dir,
                 cfg.data.workers,
-                FolderOptions {
-                    decoder: cfg.data.decoder,
-                    augment: cfg.data.augment,
-                    hw_decoder_load: cfg.data.hw_decoder_load,
-                    gpu_cache_mb: cfg.data.gpu_cache_mb.max(0) as u64,
-                    // one batch beyond those staged on the device (the one being handed off)
-                    prefetch_batches: cfg.data.prefetch() + 1,
-                },
+                options,
             )?))
         }
     }
@@ -72,7 +112,7 @@ pub fn open_data(cfg: &ResnetRunConfig, data_dir: Option<&Path>) -> Result<Box<d
 
 /// Carry out one ResNet run (cache clear to run_stop) and return what happened.
 pub fn run_once(run: &ResnetRun<'_>, opts: RunOptions) -> Result<RunOutcome> {
-    let data = open_data(run.config, run.data_dir.as_deref())?;
+    let data = open_listed(run.config, run.data_dir.as_deref(), run.listed.as_ref())?;
     let mut w = ResnetWorkload::new(run.config.clone(), run.division, data);
     engine::run_once(&mut w, opts)
 }
@@ -84,7 +124,7 @@ pub fn run_once_emulating(
     mut opts: RunOptions,
     world: usize,
 ) -> Result<RunOutcome> {
-    let data = open_data(run.config, run.data_dir.as_deref())?;
+    let data = open_listed(run.config, run.data_dir.as_deref(), run.listed.as_ref())?;
     let mut w = ResnetWorkload::new(run.config.clone(), run.division, data).emulate_world(world);
     opts.distributed_from_env = false;
     engine::run_once(&mut w, opts)
