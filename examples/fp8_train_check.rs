@@ -12,7 +12,7 @@
 //! is within `--acc-tol` (0.005) of bf16's; the broken run must miss one of the two.
 //!
 //! Data: batches of a synthetic language the model can learn in a few hundred steps (tokens of a
-//! `--states`-token alphabet, each the previous one's fixed successor with probability 0.5, else
+//! `--states`-token alphabet, each the previous one's successor (the next in Zipf rank) with probability 0.5, else
 //! drawn by Zipf's law: first the unigram frequencies are learned, then the successors), `--preds` masked positions per sequence (the [MASK] id, 103), the NSP label a
 //! coin flip; batch i comes from seed i on the CPU, so every run sees the same batches in the
 //! same order. Dropout is off (`--dropout 0`) so the runs draw nothing that could differ; the
@@ -21,12 +21,12 @@
 //!
 //! cargo run --release --example fp8_train_check -- [--device cuda] [--steps 300] [--batch 16]
 //!     [--seq 128] [--preds 20] [--layers 24] [--hidden 1024] [--heads 16] [--inter 4096]
-//!     [--lr 1e-3] [--warmup-steps 30] [--methods fused_epilogues,fused_qkv]
+//!     [--lr 5e-4] [--warmup-steps 30] [--methods fused_epilogues,fused_qkv]
 //!
 //! Prints one JSON line per run (`run`, `final_loss`, `eval_mlm_accuracy`, `seconds`, the loss
 //! every step), then `{"check": "fp8_training", "ok": ..., ...}` with the worst relative loss
-//! difference after `--from` (and its step) and the accuracy difference for fp8 and for the
-//! control. Exit status 1 when the check fails. On a CPU: `MLPERF_RUN_TEST_EMULATE_FP8=1` and a
+//! difference after `--from` (and its step), the mean one, and the accuracy difference for fp8
+//! and for the control. Exit status 1 when the check fails. On a CPU: `MLPERF_RUN_TEST_EMULATE_FP8=1` and a
 //! small shape (e.g. `--layers 2 --hidden 64 --heads 4 --inter 128 --vocab 512 --states 64
 //! --seq 32 --preds 4 --steps 60 --from 20`): the plumbing on the emulated path, not the kernel.
 
@@ -71,8 +71,10 @@ struct Args {
     states: i64,
     #[arg(long, default_value_t = 0.0)]
     dropout: f64,
-    /// LAMB's peak learning rate, reached linearly over --warmup-steps.
-    #[arg(long, default_value_t = 1e-3)]
+    /// LAMB's peak learning rate, reached linearly over --warmup-steps (modest: where training
+    /// is at the edge of stability, any difference grows into a different loss curve, and the
+    /// check would compare chaos, not FP8).
+    #[arg(long, default_value_t = 5e-4)]
     lr: f64,
     #[arg(long, default_value_t = 30)]
     warmup_steps: usize,
@@ -107,7 +109,7 @@ type Batch = [Tensor; 7];
 
 const MASK_ID: i64 = 103;
 const FIRST_STATE: i64 = 1000;
-/// How often a token is its predecessor's fixed successor (else a fresh Zipf draw).
+/// How often a token is its predecessor's successor, the next in Zipf rank (else a fresh Zipf draw).
 const FOLLOW: f64 = 0.5;
 
 /// Batch `seed` of the synthetic language (module docs), on `dev`.
@@ -115,13 +117,11 @@ fn batch(a: &Args, seed: i64, dev: Device) -> Batch {
     tch::manual_seed(seed);
     let cpu = (Kind::Int64, Device::Cpu);
     let (b, s, p) = (a.batch, a.seq, a.preds);
-    // the successor of each state: a fixed permutation (seeded apart from the batches)
-    let succ = {
-        tch::manual_seed(-1);
-        let t = Tensor::randperm(a.states, cpu);
-        tch::manual_seed(seed);
-        t
-    };
+    // the successor of each state: the next one in Zipf rank (a permutation drawn at random
+    // could give two tokens nearly the same frequency, and a model that predicts the most
+    // frequent token would then flip between them on the last bits: an accuracy that jumps
+    // between runs for no reason; with t + 1 the most frequent token leads by a wide margin)
+    let succ = (Tensor::arange(a.states, cpu) + 1).remainder(a.states);
     // Zipf's law over the alphabet (exponent 1.1) for the tokens that do not follow
     let zipf = (Tensor::arange(a.states, (Kind::Float, Device::Cpu)) + 1.0).pow_tensor_scalar(-1.1);
     let draw = |n: i64| zipf.multinomial(n, true);
@@ -247,6 +247,19 @@ fn train(a: &Args, cfg: &BertConfig, run: Run, init: &nn::VarStore) -> Result<Ou
     Ok(outcome)
 }
 
+/// The mean relative loss difference after `from` (reported beside the check's criteria: how
+/// far apart the curves run, where the worst step can be one outlier).
+fn mean_rel(a: &Args, run: &Outcome, bf16: &Outcome) -> f64 {
+    let d: Vec<f64> = run
+        .losses
+        .iter()
+        .zip(&bf16.losses)
+        .skip(a.from)
+        .map(|(l, r)| (l - r).abs() / r.abs().max(1e-12))
+        .collect();
+    d.iter().sum::<f64>() / d.len().max(1) as f64
+}
+
 /// The worst relative loss difference after `from` and its step; the accuracy difference.
 fn compare(a: &Args, run: &Outcome, bf16: &Outcome) -> (f64, usize, f64) {
     let (mut worst, mut at) = (0.0f64, 0usize);
@@ -299,6 +312,8 @@ fn main() -> Result<()> {
             "loss_tol": a.loss_tol, "acc_tol": a.acc_tol,
             "fp8_worst_rel_loss": f_loss, "fp8_worst_step": f_at, "fp8_acc_diff": f_acc,
             "broken_worst_rel_loss": b_loss, "broken_worst_step": b_at, "broken_acc_diff": b_acc,
+            "fp8_mean_rel_loss": mean_rel(&a, &fp8, &bf16),
+            "broken_mean_rel_loss": mean_rel(&a, &broken, &bf16),
             "bf16_eval_mlm_accuracy": bf16.accuracy, "fp8_eval_mlm_accuracy": fp8.accuracy,
             "broken_eval_mlm_accuracy": broken.accuracy,
         })
