@@ -50,7 +50,8 @@
 #      casts (bytes, amax, time); then examples/fp8_train_check: BERT-Large trained 300 steps
 #      (16 x 128 tokens, LAMB, bf16 autocast) in bf16, in fp8 and in fp8 with the amax history
 #      off by 16x, from one init and one data order: fp8's loss within 2% of bf16's at every
-#      step after 50 and its masked-LM accuracy within 0.005; the control must miss
+#      step after 50 and its masked-LM accuracy within 0.005; the control must miss; beside
+#      them bf16 from weights perturbed by 1e-6 (how far bf16 drifts from itself)
 #      (logs/q-fp8-training.log; its verdict on stderr)
 #   c) also has `mlperf-run cuda-graph fused-epilogues fused-qkv bf16-residual fp8` (the fast row
 #   with methods.fp8), in --sides all and targets, and (--sides all) the same with
@@ -678,7 +679,7 @@ if want q; then
   # logs/q-fp8-training.log, its verdict here
   TCHECK="$(find_bin fp8_train_check)" || die "no fp8_train_check binary next to $MR"
   if [ "$smoke" = 1 ]; then T_ARGS=(--device cpu --layers 2 --hidden 64 --heads 4 --inter 128 --vocab 1200 --states 64 --seq 32 --preds 4 --steps 21 --from 20)
-  else T_ARGS=(--device cuda); fi
+  else T_ARGS=(--device cuda --perturbed 1e-6); fi
   "$TCHECK" "${T_ARGS[@]}" >"$raw/logs/q-fp8-training.log" 2>&1 || true
   echo "== q: fp8 training check: $(grep '"check"' "$raw/logs/q-fp8-training.log" | tail -1 || echo 'no verdict: see logs/q-fp8-training.log')" >&2
 fi
