@@ -34,7 +34,7 @@
 // (mr::fused_epilogue::fp8_cast, shim/fp8_cast.hpp: reads t once, writes the FP8 bytes and
 // per-warp amax partials, then one small kernel records their max into the history); where
 // those kernels do not take a tensor (not a multiple of 4 elements, fp64, NVRTC unavailable) and
-// on the emulated path, ATen's ops (quantize, record_amax below), which the kernels match bit
+// on the emulated path, ATen's ops (quantize, record_into below), which the kernels match bit
 // for bit.
 //
 // x may come already cast (`xq`, E4M3 with the input scale, and its amax `x_amax`): a fused
@@ -82,37 +82,49 @@ at::Tensor dequantize(const at::Tensor& q, const at::Tensor& inv) { return q.to(
 // earlier calls wrote there: with gradient accumulation the layer runs once per micro-batch, and
 // the step's amax is the largest of them (row 0 starts each step at 0, Fp8State::update, so one
 // call per step writes its own amax; a NaN stays NaN).
-void record(const at::Tensor& amax, const at::Tensor& history, int64_t role) {
-  at::Tensor cell = history.select(0, 0).select(0, role);
-  cell.copy_(at::maximum(cell, amax.reshape({}).to(at::kFloat)));
+at::Tensor cell_of(const at::Tensor& history, int64_t role) {
+  return history.select(0, 0).select(0, role);
 }
-
-// |t|'s largest value (NaN if t has one) recorded as above.
-void record_amax(const at::Tensor& t, const at::Tensor& history, int64_t role) {
-  record(t.abs().max(), history, role);
+void record_into(const at::Tensor& amax, const at::Tensor& cell) {
+  at::Tensor c = cell;
+  c.copy_(at::maximum(c, amax.reshape({}).to(at::kFloat)));
+}
+void record(const at::Tensor& amax, const at::Tensor& history, int64_t role) {
+  record_into(amax, cell_of(history, role));
 }
 
 // How the op's casts run: 0 the kernels where they take the tensor (CUDA), else ATen's ops;
 // 1 ATen's ops; 3 the kernels on the CPU emulator, or an error (fp8_cast.hpp's modes).
 enum CastMode : int64_t { kCastAuto = 0, kCastAten = 1, kCastEmulatedKernels = 3 };
 
-// t cast to `format` with scale s[role] and |t|'s amax recorded into history[0][role]: the
-// one-pass kernels (mode kCastAuto or kCastEmulatedKernels), else quantize and record_amax.
+// t cast to `format` with `scale` (one fp32 value) and |t|'s largest value (NaN if t has one)
+// recorded into `cell` as above: the one-pass kernels where `mode` (CastMode, or 2: the CUDA
+// kernels or an error) takes t, else ATen's ops (quantize, record_into), which the kernels match
+// bit for bit; a kernel mode that does not take t is an error. max_blocks: fp8_cast.hpp's.
+// *used_kernel: whether the kernels ran.
+at::Tensor cast_into(const at::Tensor& t, const at::Tensor& scale, int format,
+                     const at::Tensor& cell, int64_t mode, int64_t max_blocks = 0,
+                     bool* used_kernel = nullptr) {
+  at::Tensor q;
+  if (mode != kCastAten) {
+    const at::Tensor tc = t.is_contiguous() ? t : t.contiguous();
+    q = mr::fused_epilogue::fp8_cast(tc, scale, format, cell, static_cast<int>(mode), max_blocks);
+  }
+  if (used_kernel) *used_kernel = q.defined();
+  if (q.defined()) return q;
+  TORCH_CHECK(mode == kCastAuto || mode == kCastAten, "fp8 cast: the ",
+              mode == kCastEmulatedKernels ? "emulated" : "CUDA", " cast kernels do not take ",
+              t.scalar_type(), " ", t.sizes(), " on ", t.device(),
+              " (they take fp32, bf16 or fp16 tensors of a multiple of 4 elements; the emulated "
+              "ones CPU tensors in a test program)");
+  record_into(t.abs().max(), cell);
+  return quantize(t, scale, format);
+}
+
+// cast_into with scale s[role] into history[0][role]
 at::Tensor cast_recording(const at::Tensor& t, const at::Tensor& s, int64_t role, int format,
                           const at::Tensor& history, int64_t mode) {
-  const at::Tensor scale = s.select(0, role);
-  if (mode != kCastAten) {
-    const at::Tensor cell = history.select(0, 0).select(0, role);
-    const at::Tensor tc = t.is_contiguous() ? t : t.contiguous();
-    at::Tensor q = mr::fused_epilogue::fp8_cast(tc, scale, format, cell, static_cast<int>(mode));
-    if (q.defined()) return q;
-    TORCH_CHECK(mode == kCastAuto, "fp8 linear: the emulated cast kernels do not take ",
-                t.scalar_type(), " ", t.sizes(), " on ", t.device(),
-                " (they take fp32, bf16 or fp16 CPU tensors of a multiple of 4 elements, in a "
-                "test program)");
-  }
-  record_amax(t, history, role);
-  return quantize(t, scale, format);
+  return cast_into(t, s.select(0, role), format, cell_of(history, role), mode);
 }
 
 // _scaled_mm of a [M, K] row-major and b^T for b [N, K] (b made column-major as the kernel
@@ -303,16 +315,9 @@ int mr_fp8_cast(const at::Tensor* t, const at::Tensor* scale, int format, const 
     TORCH_CHECK(s.scalar_type() == at::kFloat && cell.scalar_type() == at::kFloat,
                 "fp8 cast: scale and amax must be fp32");
     at::NoGradGuard no_grad;
-    at::Tensor q;
-    if (mode != 1) q = mr::fused_epilogue::fp8_cast(tt, s, format, cell, mode, max_blocks);
-    TORCH_CHECK(q.defined() || mode <= 1, "fp8 cast: the ",
-                mode == 3 ? "emulated" : "CUDA", " kernels do not take ", tt.scalar_type(), " ",
-                tt.sizes(), " on ", tt.device());
-    if (used_kernel) *used_kernel = q.defined() ? 1 : 0;
-    if (!q.defined()) {
-      cell.copy_(at::maximum(cell, tt.abs().max().to(at::kFloat)));
-      q = quantize(tt, s, format);
-    }
+    bool used = false;
+    at::Tensor q = cast_into(tt, s, format, cell, mode, max_blocks, &used);
+    if (used_kernel) *used_kernel = used ? 1 : 0;
     *out = new at::Tensor(std::move(q));
   });
 }

@@ -593,15 +593,11 @@ fn tiny_cpu_packed_fp8_runs_emulated_in_the_test_mode_and_is_refused_without_it(
     official_check("tiny_cpu_packed.toml + fp8 (emulated)", &log_path);
 }
 
-/// An --init-checkpoint that is missing, empty, a folder or not safetensors used to be found
-/// when each run built its model: every run of a set ended aborted (exit 1) with a log. It is
-/// refused before the first run (exit 2), naming the flag, the file and how to convert one.
-#[test]
-fn a_bad_init_checkpoint_is_refused_before_the_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_mlperf-run");
-    let data = dir.path().join("data");
-    let made = std::process::Command::new(bin)
+/// A small BERT data folder made by `mlperf-run data synth-bert` under `dir` (the CLI's own
+/// path, as a user makes one): its path.
+fn cli_synth_bert(dir: &std::path::Path) -> PathBuf {
+    let data = dir.join("data");
+    let made = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
         .args([
             "data",
             "synth-bert",
@@ -615,6 +611,17 @@ fn a_bad_init_checkpoint_is_refused_before_the_run() {
         .output()
         .unwrap();
     assert!(made.status.success(), "{made:?}");
+    data
+}
+
+/// An --init-checkpoint that is missing, empty, a folder or not safetensors used to be found
+/// when each run built its model: every run of a set ended aborted (exit 1) with a log. It is
+/// refused before the first run (exit 2), naming the flag, the file and how to convert one.
+#[test]
+fn a_bad_init_checkpoint_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mlperf-run");
+    let data = cli_synth_bert(dir.path());
     let garbage = dir.path().join("garbage.safetensors");
     std::fs::write(
         &garbage,
@@ -665,21 +672,7 @@ fn a_bad_init_checkpoint_is_refused_before_the_run() {
 fn a_config_that_does_not_fit_its_data_is_refused_before_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_mlperf-run");
-    let data = dir.path().join("data");
-    let made = std::process::Command::new(bin)
-        .args([
-            "data",
-            "synth-bert",
-            "--seq-len",
-            "32",
-            "--sentences",
-            "16",
-            "--out",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
+    let data = cli_synth_bert(dir.path());
     let text = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml"),
     )
