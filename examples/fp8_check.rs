@@ -24,7 +24,11 @@
 //! of the kernel path) against ATen's ops (the reference path's casts) on each shape's tensors
 //! (x bf16 and W fp32 to E4M3, the output gradient bf16 to E5M2): one JSON line per cast with
 //! `"cast"`, whether every byte and the amax are equal (they must be), and both sides' median
-//! time with the kernel's effective GB/s (bytes read plus written).
+//! time with the kernel's effective GB/s (bytes read plus written). Then the cast-transpose
+//! kernel (`mr_fe_fp8_cast_transpose`: the cast in both layouts the backward's FP8 GEMMs read,
+//! the token rows padded to a multiple of 16) against ATen's cast and `.t().contiguous()` on the
+//! same tensors: one JSON line each with `"cast_transpose"`, bytes and amax equal (they must be),
+//! the times of both ways and of the transpose alone of an FP8 tensor (kernel vs ATen's copy).
 //!
 //! Before that last line, on a GPU, a probe for `methods.fp8_attention` (not built; docs/gpu.md):
 //! each candidate attention op of libtorch ([`AttentionProbe`]) on FP8 (E4M3) q, k, v of BERT's
@@ -34,10 +38,11 @@
 
 mod common;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use mlperf_run::fused::fp8::{
-    attention_probe, cast, linear, path_for, AttentionProbe, Format, Fp8State, Recipe,
+    attention_probe, cast, cast_transpose, linear, path_for, AttentionProbe, Format, Fp8State,
+    Recipe,
 };
 use mlperf_run::fused::Path;
 use mlperf_run::gpu::amp::{Autocast, LowPrecision};
@@ -221,6 +226,83 @@ fn check_cast(a: &Args, what: &str, t: &Tensor, format: Format) -> Result<bool> 
     Ok(ok)
 }
 
+/// The cast-transpose kernel against ATen's cast and transpose for one [rows, cols] tensor
+/// (module docs): both layouts byte for byte (rows padded to a multiple of 16 with zeros) and
+/// the amax; then the times of what the backward's GEMM operands cost each way: the kernel (one
+/// pass, both layouts) vs ATen's cast then `.t().contiguous()`, and the transpose alone of an
+/// FP8 tensor (the fused epilogues' casts): the kernel vs ATen's copy.
+fn check_cast_transpose(a: &Args, what: &str, t: &Tensor, format: Format) -> Result<bool> {
+    let d = a.device;
+    let rows = t.size()[0];
+    let rows_out = rows + (16 - rows % 16) % 16;
+    let amax = t.abs().max().to_kind(Kind::Float).double_value(&[]);
+    let scale = Tensor::from((format.max() / amax.max(1e-30)) as f32).to_device(d);
+    let kernel = || -> Result<(Tensor, Tensor, Tensor)> {
+        let cell = Tensor::from(0f32).to_device(d);
+        let (q, qt) = cast_transpose(t, &scale, format, &cell, Path::Fast, rows_out)?;
+        Ok((q.context("no q")?, qt, cell))
+    };
+    let aten = || -> Result<(Tensor, Tensor, Tensor)> {
+        let cell = Tensor::from(0f32).to_device(d);
+        let (q, _) = cast(t, &scale, format, &cell, Path::Reference, 0)?;
+        let q = q
+            .view_dtype(Kind::Uint8)
+            .constant_pad_nd([0, 0, 0, rows_out - rows]);
+        let qt = q.tr().contiguous();
+        Ok((q, qt, cell))
+    };
+    let (got_q, got_qt, got_amax) = match kernel() {
+        Ok(r) => r,
+        Err(e) => {
+            println!(
+                "{}",
+                serde_json::json!({"cast_transpose": what, "ok": false, "refused": format!("{e:#}")})
+            );
+            return Ok(false);
+        }
+    };
+    let (want_q, want_qt, want_amax) = aten()?;
+    let differ = |g: &Tensor, w: &Tensor| {
+        g.view_dtype(Kind::Uint8)
+            .ne_tensor(w)
+            .sum(Kind::Int64)
+            .int64_value(&[])
+    };
+    let differing = differ(&got_q, &want_q) + differ(&got_qt, &want_qt);
+    let amax_equal = got_amax.to_device(Device::Cpu).double_value(&[]).to_bits()
+        == want_amax.to_device(Device::Cpu).double_value(&[]).to_bits();
+    let median = |f: &dyn Fn() -> Result<()>| -> Result<f64> {
+        let (t, _) = common::time_rounds(d, 2, a.rounds, f)?;
+        Ok(common::median(&t))
+    };
+    let t_kernel = median(&|| kernel().map(|_| ()))?;
+    let t_aten = median(&|| aten().map(|_| ()))?;
+    let fp8 = got_q.narrow(0, 0, rows).contiguous();
+    let cell = Tensor::from(0f32).to_device(d);
+    let t_transpose_kernel =
+        median(&|| cast_transpose(&fp8, &scale, format, &cell, Path::Fast, rows_out).map(|_| ()))?;
+    let t_transpose_aten = median(&|| {
+        let _ = fp8.tr().f_contiguous()?;
+        Ok(())
+    })?;
+    // the kernel's traffic: the input once, the two FP8 layouts written
+    let moved = t.numel() as f64 * (t.kind().elt_size_in_bytes() + 2) as f64;
+    let ok = differing == 0 && amax_equal;
+    println!(
+        "{}",
+        serde_json::json!({
+            "cast_transpose": what, "format": format!("{format:?}"), "rows": rows,
+            "rows_out": rows_out, "cols": t.size()[1], "ok": ok, "bytes_differing": differing,
+            "amax_equal": amax_equal, "median_ms_kernel": t_kernel * 1e3,
+            "median_ms_aten_cast_then_transpose": t_aten * 1e3, "speedup": t_aten / t_kernel,
+            "kernel_gb_per_s": moved / t_kernel / 1e9,
+            "median_ms_transpose_only_kernel": t_transpose_kernel * 1e3,
+            "median_ms_transpose_only_aten": t_transpose_aten * 1e3,
+        })
+    );
+    Ok(ok)
+}
+
 /// The FP8 attention probe's median time of `f` in ms (after 2 warm-up rounds).
 fn probe_ms(a: &Args, f: impl Fn() -> Result<Tensor>) -> Result<f64> {
     let (t, _) = common::time_rounds(a.device, 2, a.rounds, f)?;
@@ -312,6 +394,9 @@ fn main() -> Result<()> {
             ok &= check_cast(&a, &format!("{name} x"), &x, Format::E4M3)?;
             ok &= check_cast(&a, &format!("{name} W"), &w, Format::E4M3)?;
             ok &= check_cast(&a, &format!("{name} grad"), &g, Format::E5M2)?;
+            ok &= check_cast_transpose(&a, &format!("{name} x"), &x, Format::E4M3)?;
+            ok &= check_cast_transpose(&a, &format!("{name} W"), &w, Format::E4M3)?;
+            ok &= check_cast_transpose(&a, &format!("{name} grad"), &g, Format::E5M2)?;
         }
     } else {
         println!("fp8 cast kernels: skipped: they run on a CUDA device (this run is on {:?}); the tests run them on the CPU emulator", a.device);

@@ -36,6 +36,11 @@
 // those kernels do not take a tensor (not a multiple of 4 elements, fp64, NVRTC unavailable) and
 // on the emulated path, ATen's ops (quantize, record_into below), which the kernels match bit
 // for bit.
+// The backward's GEMMs read g^T, x^T and W^T row-major (cuBLASLt's FP8 GEMM takes the second
+// operand column-major only): on the kernel path x, W and g are cast in both layouts in one pass
+// (mr::fused_epilogue::fp8_cast_transpose, the token rows padded to a multiple of 16 in both),
+// the forward keeps x^T and W^T for the backward, and a fused epilogue's cast of x is transposed
+// by the same kernel; elsewhere scaled_mm's `.contiguous()` makes the transposes.
 //
 // x may come already cast (`xq`, E4M3 with the input scale, and its amax `x_amax`): a fused
 // epilogue that wrote x also wrote those in the same kernel (methods.fp8 with fused epilogues,
@@ -47,6 +52,8 @@
 
 #include "error.hpp"
 #include "fp8_cast.hpp"
+
+#include <tuple>
 
 namespace {
 
@@ -143,6 +150,36 @@ at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   return pad != 0 ? y.narrow(0, 0, m) : y;
 }
 
+// rows rounded up to the FP8 GEMM's multiple of 16
+int64_t padded_rows(int64_t m) { return m + (16 - m % 16) % 16; }
+
+// One operand of the FP8 GEMMs as cast: `q` row-major as the forward GEMM reads it (x: maybe
+// with zero rows up to a multiple of 16), and where the cast-transpose kernels made it, its
+// transpose `qt` as the backward's GEMMs read it (x^T [K, Mp], W^T [K, N], g^T [N, Mp]).
+struct Cast {
+  at::Tensor q, qt;
+};
+
+// t [rows, cols] cast (format, scale s[role], amax into history[0][role]) in both layouts where
+// the kernels take it (rows_out rows: zero rows up to it), else one layout (cast_recording:
+// the one-pass kernels or ATen's ops; qt undefined, the GEMM wrapper transposes).
+Cast cast_both(const at::Tensor& t, const at::Tensor& s, int64_t role, int format,
+               const at::Tensor& history, int64_t mode, int64_t rows_out) {
+  if (mode != kCastAten) {
+    auto [q, qt] = mr::fused_epilogue::fp8_cast_transpose(
+        t, s.select(0, role), format, cell_of(history, role), static_cast<int>(mode), rows_out);
+    if (q.defined()) return {q, qt};
+  }
+  return {cast_recording(t, s, role, format, history, mode), at::Tensor()};
+}
+
+// The first `m` rows of an operand in its row-major layout, as a contiguous tensor: from qt
+// where there is one (so the emulated paths multiply what the kernel path's GEMMs read), else q.
+at::Tensor rows_of(const Cast& c, int64_t m) {
+  if (c.qt.defined()) return c.qt.narrow(1, 0, m).t().contiguous();
+  return c.q.narrow(0, 0, m);
+}
+
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   // b: the bias, or an empty tensor for none (autograd's Function wants defined inputs)
   // pre: x already cast {xq, its amax}, or nullopt (optional: custom Functions take no undefined
@@ -155,27 +192,34 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     at::NoGradGuard no_grad;
     // this step's scales, kept for the backward (the update after the step rewrites `scale`)
     const at::Tensor s = scale.detach().clone();
-    at::Tensor xq;
+    const int64_t m = x.size(0), mp = padded_rows(m);
+    Cast xc;
     if (pre_q) {
       record(*pre_amax, history, kInput);
-      xq = *pre_q;
+      xc.q = *pre_q;
+      if (cast_mode != kCastAten)
+        xc.qt = mr::fused_epilogue::fp8_transpose(xc.q, static_cast<int>(cast_mode), mp);
     } else {
-      xq = cast_recording(x, s, kInput, 0, history, cast_mode);
+      xc = cast_both(x, s, kInput, 0, history, cast_mode, mp);
     }
-    const at::Tensor wq = cast_recording(w, s, kWeight, 0, history, cast_mode);
+    const Cast wc = cast_both(w, s, kWeight, 0, history, cast_mode, w.size(0));
     const at::Tensor inv_x = inverse(s, kInput), inv_w = inverse(s, kWeight);
     const auto out = static_cast<at::ScalarType>(out_kind);
     at::Tensor y;
     if (emulate) {
-      y = dequantize(xq, inv_x).mm(dequantize(wq, inv_w).t());
+      y = dequantize(xc.q.narrow(0, 0, m), inv_x).mm(dequantize(rows_of(wc, w.size(0)), inv_w).t());
       if (has_bias) y = y + b.to(at::kFloat);
       y = y.to(out);
     } else {
       c10::optional<at::Tensor> bias;
       if (has_bias) bias = b.to(out);
-      y = scaled_mm(xq, wq, inv_x, inv_w, bias, out, /*fast_accum=*/true);
+      y = scaled_mm(xc.q, wc.q, inv_x, inv_w, bias, out, /*fast_accum=*/true).narrow(0, 0, m);
     }
-    ctx->save_for_backward({xq, wq});
+    // the backward reads each operand in the layout its GEMMs want, where the kernels made it
+    ctx->save_for_backward({xc.qt.defined() ? xc.qt : xc.q, wc.qt.defined() ? wc.qt : wc.q});
+    ctx->saved_data["x_transposed"] = xc.qt.defined();
+    ctx->saved_data["w_transposed"] = wc.qt.defined();
+    ctx->saved_data["rows"] = m;
     ctx->saved_data["scale"] = s;
     ctx->saved_data["history"] = history;
     ctx->saved_data["emulate"] = emulate;
@@ -189,44 +233,50 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     auto saved = ctx->get_saved_variables();
-    const at::Tensor& xq = saved[0];
-    const at::Tensor& wq = saved[1];
+    Cast xc, wc;
+    (ctx->saved_data["x_transposed"].toBool() ? xc.qt : xc.q) = saved[0];
+    (ctx->saved_data["w_transposed"].toBool() ? wc.qt : wc.q) = saved[1];
+    const int64_t m = ctx->saved_data["rows"].toInt(), mp = padded_rows(m);
+    const int64_t n = wc.q.defined() ? wc.q.size(0) : wc.qt.size(1);
     const at::Tensor s = ctx->saved_data["scale"].toTensor();
     const at::Tensor history = ctx->saved_data["history"].toTensor();
     const bool emulate = ctx->saved_data["emulate"].toBool();
     const auto x_kind = static_cast<at::ScalarType>(ctx->saved_data["x_kind"].toInt());
     const auto w_kind = static_cast<at::ScalarType>(ctx->saved_data["w_kind"].toInt());
     at::Tensor g = grads[0];
-    if (!g.defined()) g = at::zeros({xq.size(0), wq.size(0)}, xq.options().dtype(at::kFloat));
-    at::Tensor gq;
+    if (!g.defined()) g = at::zeros({m, n}, s.options());
+    Cast gc;
     {
       at::NoGradGuard no_grad;
-      gq = cast_recording(g, s, kGrad, 1, history, ctx->saved_data["cast_mode"].toInt());
+      gc = cast_both(g, s, kGrad, 1, history, ctx->saved_data["cast_mode"].toInt(), mp);
     }
     const at::Tensor inv_x = inverse(s, kInput), inv_w = inverse(s, kWeight),
                      inv_g = inverse(s, kGrad);
     at::Tensor dx, dw, db;
     if (emulate) {
-      const at::Tensor gd = dequantize(gq, inv_g);
-      if (ctx->needs_input_grad(0)) dx = gd.mm(dequantize(wq, inv_w));
-      if (ctx->needs_input_grad(1)) dw = gd.t().mm(dequantize(xq, inv_x));
+      if (ctx->needs_input_grad(0))
+        dx = dequantize(gc.q.narrow(0, 0, m), inv_g).mm(dequantize(rows_of(wc, n), inv_w));
+      if (ctx->needs_input_grad(1))
+        dw = dequantize(rows_of(gc, m), inv_g).t().mm(dequantize(rows_of(xc, m), inv_x));
     } else {
       // the token dimension M is dW's reduction: zero rows up to a multiple of 16 add nothing
-      const int64_t m = gq.size(0), pad = (16 - m % 16) % 16;
-      auto rows = [&](const at::Tensor& q) {
-        if (pad == 0) return q;
-        return at::cat({q, at::zeros({pad, q.size(1)}, q.options().dtype(at::kFloat))
+      auto padded = [&](const at::Tensor& q) {
+        if (q.size(0) == mp) return q;
+        return at::cat({q, at::zeros({mp - q.size(0), q.size(1)}, q.options().dtype(at::kFloat))
                                .to(q.scalar_type())},
                        0);
       };
-      const at::Tensor gp = rows(gq), xp = rows(xq);
-      // dx = g W: W^T [K, N] as the column-major second operand is W [N, K] row-major's t()
+      // dx = g W: the second operand column-major is W^T [K, N] row-major (scaled_mm
+      // transposes W [N, K] where no W^T was made)
       if (ctx->needs_input_grad(0))
-        dx = scaled_mm(gp, wq.t(), inv_g, inv_w, c10::nullopt, at::kBFloat16, false)
+        dx = scaled_mm(padded(gc.q), wc.qt.defined() ? wc.qt : wc.q.t(), inv_g, inv_w,
+                       c10::nullopt, at::kBFloat16, false)
                  .narrow(0, 0, m);
-      // dW = g^T x: [N, M] x [M, K]
+      // dW = g^T x: [N, Mp] x [Mp, K], the operands g^T and x^T row-major
       if (ctx->needs_input_grad(1))
-        dw = scaled_mm(gp.t(), xp.t(), inv_g, inv_x, c10::nullopt, at::kFloat, false);
+        dw = scaled_mm(gc.qt.defined() ? gc.qt : padded(gc.q).t(),
+                       xc.qt.defined() ? xc.qt : padded(xc.q).t(), inv_g, inv_x, c10::nullopt,
+                       at::kFloat, false);
     }
     if (dx.defined()) dx = dx.to(x_kind);
     if (dw.defined()) dw = dw.to(w_kind);
@@ -236,6 +286,8 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+const char* kernel_name(int mode) { return mode == kCastEmulatedKernels ? "emulated" : "CUDA"; }
 
 const at::Tensor& need(const at::Tensor* t, const char* name) {
   TORCH_CHECK(t != nullptr && t->defined(), "fp8 linear: ", name, " is undefined");
@@ -319,6 +371,37 @@ int mr_fp8_cast(const at::Tensor* t, const at::Tensor* scale, int format, const 
     at::Tensor q = cast_into(tt, s, format, cell, mode, max_blocks, &used);
     if (used_kernel) *used_kernel = used ? 1 : 0;
     *out = new at::Tensor(std::move(q));
+  });
+}
+
+// The cast-transpose kernel alone, for tests: t [rows, cols] (a float type) cast as mr_fp8_cast
+// casts it into *q [rows_out, cols] and *qt [cols, rows_out] (zero rows past `rows`), the amax
+// recorded into `amax`; or t an FP8 tensor (scale and amax may be null): only *qt, its
+// transpose (*q null). mode: 2 the CUDA kernel, 3 the kernel on the CPU emulator; an error where
+// the kernel does not take t.
+int mr_fp8_cast_transpose(const at::Tensor* t, const at::Tensor* scale, int format,
+                          const at::Tensor* amax, int mode, int64_t rows_out, at::Tensor** q,
+                          at::Tensor** qt, char** err) {
+  return mr::catching(err, kWhat, [&] {
+    TORCH_CHECK(mode == 2 || mode == 3, "fp8 cast-transpose: mode must be 2 (CUDA) or 3 "
+                                        "(emulated), got ", mode);
+    const at::Tensor& tt = need(t, "t");
+    at::NoGradGuard no_grad;
+    at::Tensor a, b;
+    if (tt.scalar_type() == at::kFloat8_e4m3fn || tt.scalar_type() == at::kFloat8_e5m2) {
+      b = mr::fused_epilogue::fp8_transpose(tt, mode, rows_out);
+    } else {
+      TORCH_CHECK(format == 0 || format == 1, "fp8: format must be 0 (E4M3) or 1 (E5M2)");
+      const at::Tensor s = need(scale, "scale").reshape({});
+      const at::Tensor cell = need(amax, "amax").reshape({});
+      std::tie(a, b) = mr::fused_epilogue::fp8_cast_transpose(tt, s, format, cell, mode, rows_out);
+    }
+    TORCH_CHECK(b.defined(), "fp8 cast-transpose: the ", kernel_name(mode), " kernel does not take ",
+                tt.scalar_type(), " ", tt.sizes(), " on ", tt.device(), " with ", rows_out,
+                " output rows (it takes a contiguous 2-d tensor whose columns and output rows are "
+                "multiples of 4, rows_out >= rows)");
+    *q = a.defined() ? new at::Tensor(std::move(a)) : nullptr;
+    *qt = new at::Tensor(std::move(b));
   });
 }
 

@@ -71,12 +71,12 @@ const char* kKernelSource =
     ;
 
 // The kernels' names in the source, indexed by fe::Kernel.
-constexpr int kKernelCount = 11;
+constexpr int kKernelCount = 12;
 constexpr const char* kKernelNames[kKernelCount] = {
     "mr_fe_forward",           "mr_fe_backward",           "mr_fe_colsum",
     "mr_fe_forward_v4",        "mr_fe_backward_v4",        "mr_fe_colsum_final",
     "mr_fe_bias_gelu_forward", "mr_fe_bias_gelu_backward", "mr_fe_qkv_grad",
-    "mr_fe_fp8_cast",          "mr_fe_amax_record"};
+    "mr_fe_fp8_cast",          "mr_fe_amax_record",        "mr_fe_fp8_cast_transpose"};
 
 // dtype codes shared with Rust (src/fused/epilogue.rs): 0 fp32, 1 bf16, 2 fp16
 const char* type_name(int code) {
@@ -982,6 +982,77 @@ at::Tensor mr::fused_epilogue::fp8_cast(const at::Tensor& t, const at::Tensor& s
     launch(t.device(), ht, ht, ht, fe::kAmaxRecord, 1, 1, args, kAmaxRecordThreads);
   }
   return bytes.view(format == 0 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
+}
+
+namespace {
+
+// mr_fe_fp8_cast_transpose's tile (MR_CT_ROWS x MR_CT_COLS in the source)
+constexpr int64_t kCtRows = 32, kCtCols = 64;
+
+// Whether mr_fe_fp8_cast_transpose takes a [rows, cols] matrix t (a float type to cast, or an
+// FP8 tensor to transpose) with rows_out output rows in `mode`
+bool cast_transpose_usable(const at::Tensor& t, int64_t rows_out, int mode) {
+  return mode_takes(t.device(), mode) && t.dim() == 2 && t.size(0) > 0 && t.size(1) > 0 &&
+         t.size(1) % 4 == 0 && rows_out >= t.size(0) && rows_out % 4 == 0 &&
+         rows_out <= INT32_MAX && t.size(1) <= INT32_MAX && t.is_contiguous() && v4_aligned(t);
+}
+
+// Launches mr_fe_fp8_cast_transpose for t (cast, with scale/format/part) or q_in (transposed)
+void launch_cast_transpose(const at::Tensor& src, bool cast, int ht, int64_t rows_out,
+                           const at::Tensor& scale, int format, const at::Tensor& q,
+                           const at::Tensor& qt, const at::Tensor& part) {
+  const void* xp = cast ? src.data_ptr() : nullptr;
+  const void* qin = cast ? nullptr : src.data_ptr();
+  int rows = static_cast<int>(src.size(0)), cols = static_cast<int>(src.size(1));
+  int ro = static_cast<int>(rows_out);
+  const void* sp = cast ? scale.data_ptr() : nullptr;
+  int f = format;
+  void* qp = q.defined() ? q.data_ptr() : nullptr;
+  void* qtp = qt.data_ptr();
+  void* pp = part.defined() ? part.data_ptr() : nullptr;
+  void* args[] = {&xp, &qin, &rows, &cols, &ro, &sp, &f, &qp, &qtp, &pp};
+  const auto gx = static_cast<unsigned>((rows_out + kCtRows - 1) / kCtRows);
+  const auto gy = static_cast<unsigned>((cols + kCtCols - 1) / kCtCols);
+  launch(src.device(), ht, ht, ht, fe::kFp8CastTranspose, gx, gy, args);
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> mr::fused_epilogue::fp8_cast_transpose(
+    const at::Tensor& t, const at::Tensor& scale, int format, const at::Tensor& amax_cell,
+    int mode, int64_t rows_out) {
+  TORCH_CHECK(format == 0 || format == 1, "fp8 cast: format must be 0 (E4M3) or 1 (E5M2)");
+  if (mode == 1 || !cast_transpose_usable(t, rows_out, mode) ||
+      !fp8_cast_usable(t, scale, amax_cell, mode))
+    return {};
+  const int ht = type_code(t.scalar_type());
+  const int64_t cols = t.size(1);
+  const auto bytes = t.options().dtype(at::kByte);
+  at::Tensor q = at::empty({rows_out, cols}, bytes), qt = at::empty({cols, rows_out}, bytes);
+  const int64_t blocks = ((rows_out + kCtRows - 1) / kCtRows) * ((cols + kCtCols - 1) / kCtCols);
+  at::Tensor part = at::empty({blocks}, t.options().dtype(at::kFloat));
+  launch_cast_transpose(t, true, ht, rows_out, scale, format, q, qt, part);
+  {
+    const void* pp = part.data_ptr();
+    int n = static_cast<int>(std::min<int64_t>(blocks, INT32_MAX));
+    void* cp = amax_cell.data_ptr();
+    void* args[] = {&pp, &n, &cp};
+    launch(t.device(), ht, ht, ht, fe::kAmaxRecord, 1, 1, args, kAmaxRecordThreads);
+  }
+  const auto kind = format == 0 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
+  return {q.view(kind), qt.view(kind)};
+}
+
+at::Tensor mr::fused_epilogue::fp8_transpose(const at::Tensor& q, int mode, int64_t rows_out) {
+  const auto kind = q.scalar_type();
+  if (mode == 1 || (kind != at::kFloat8_e4m3fn && kind != at::kFloat8_e5m2) ||
+      !cast_transpose_usable(q, rows_out, mode) || !kernels_ready(q.device(), 1, 1, 1))
+    return at::Tensor();
+  at::Tensor qt = at::empty({q.size(1), rows_out}, q.options().dtype(at::kByte));
+  // the kernels of the bf16 variant (any variant: nothing of HT is read)
+  launch_cast_transpose(q.view(at::kByte), false, 1, rows_out, at::Tensor(), 0, at::Tensor(), qt,
+                        at::Tensor());
+  return qt.view(kind);
 }
 
 namespace {

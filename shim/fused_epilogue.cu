@@ -322,6 +322,79 @@ MR_KERNEL void mr_fe_amax_record(const float* __restrict__ part, int n, float* _
   }
 }
 
+// ---- FP8 casts in both layouts (methods.fp8's backward GEMMs) ------------------------------
+// cuBLASLt's FP8 GEMM takes its first operand row-major and its second column-major only, so
+// dW = g^T x wants g^T and x^T as row-major matrices and dX = g W wants W^T: ATen would copy each
+// cast tensor into its transpose, a second pass over it (Transformer Engine casts and
+// transposes in one kernel for this reason). Here a block takes one tile of MR_CT_ROWS x
+// MR_CT_COLS elements of the [rows, cols] matrix: it reads the tile once (4 adjacent elements
+// per load), casts it as mr_fe_fp8_cast does into q [rows_out, cols] and, through shared memory,
+// writes the same bytes transposed into qt [cols, rows_out]; rows rows .. rows_out (the GEMM's
+// padding to a multiple of 16) are zero in both. One amax partial per block into
+// part_amax[blockIdx.y * gridDim.x + blockIdx.x] (then mr_fe_amax_record).
+// With x null, the tile comes from q_in (an FP8 tensor [rows, cols] already cast: the fused
+// epilogues' outputs) and only qt is written (q and part_amax are null).
+// cols and rows_out are multiples of 4, every pointer aligned to 4 of its elements (the host
+// checks). grid: (ceil(rows_out / MR_CT_ROWS), ceil(cols / MR_CT_COLS)); any 1-d block size
+// that is a multiple of 32, at most 1024.
+#define MR_CT_ROWS 32
+#define MR_CT_COLS 64
+MR_KERNEL void mr_fe_fp8_cast_transpose(const HT::T* __restrict__ x,
+                                        const unsigned char* __restrict__ q_in, int rows,
+                                        int cols, int rows_out, const float* __restrict__ scale,
+                                        int format, unsigned char* __restrict__ q,
+                                        unsigned char* __restrict__ qt,
+                                        float* __restrict__ part_amax) {
+  __shared__ unsigned char tile[MR_CT_ROWS][MR_CT_COLS + 4];
+  __shared__ float warp_amax[32];
+  const float sc = x ? *scale : 0.f;
+  const int r0 = (int)blockIdx.x * MR_CT_ROWS, c0 = (int)blockIdx.y * MR_CT_COLS;
+  float amax = 0.f;
+  // the tile's rows: MR_CT_COLS / 4 groups of 4 each
+  for (int k = threadIdx.x; k < MR_CT_ROWS * (MR_CT_COLS / 4); k += blockDim.x) {
+    const int tr = k / (MR_CT_COLS / 4), tc = (k % (MR_CT_COLS / 4)) * 4;
+    const int r = r0 + tr, c = c0 + tc;
+    U8x4 o;
+    for (int j = 0; j < 4; ++j) o.v[j] = 0;
+    if (c < cols && r < rows) {
+      const long long at = (long long)r * cols + c;
+      if (x) {
+        float v[4];
+        load4<HT>(x + at, v);
+        for (int j = 0; j < 4; ++j) {
+          amax = mr_nanmax(amax, fabsf(v[j]));
+          const float t = v[j] * sc;
+          o.v[j] = format == 0 ? mr_e4m3(t) : mr_e5m2(t);
+        }
+      } else {
+        o = *reinterpret_cast<const U8x4*>(q_in + at);
+      }
+    }
+    if (q && c < cols && r < rows_out) *reinterpret_cast<U8x4*>(q + (long long)r * cols + c) = o;
+    for (int j = 0; j < 4; ++j) tile[tr][tc + j] = o.v[j];
+  }
+  __syncthreads();
+  // the tile's columns as rows of qt: MR_CT_ROWS / 4 groups of 4 each
+  for (int k = threadIdx.x; k < MR_CT_COLS * (MR_CT_ROWS / 4); k += blockDim.x) {
+    const int tc = k / (MR_CT_ROWS / 4), tr = (k % (MR_CT_ROWS / 4)) * 4;
+    const int c = c0 + tc, r = r0 + tr;
+    if (c < cols && r < rows_out) {
+      U8x4 o;
+      for (int j = 0; j < 4; ++j) o.v[j] = tile[tr + j][tc];
+      *reinterpret_cast<U8x4*>(qt + (long long)c * rows_out + r) = o;
+    }
+  }
+  if (!part_amax) return;
+  amax = mr_warp_nanmax(amax);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  if (lane == 0) warp_amax[warp] = amax;
+  __syncthreads();
+  if (warp == 0) {
+    amax = mr_warp_nanmax(lane < nwarps ? warp_amax[lane] : 0.f);
+    if (lane == 0) part_amax[(long long)blockIdx.y * gridDim.x + blockIdx.x] = amax;
+  }
+}
+
 // ---- the vectorised row kernels ------------------------------------------------------------
 // mr_fe_forward and mr_fe_backward for rows whose length is a multiple of 4 and at most
 // 4 * 32 * MR_FE_GROUPS (1,024), with every pointer aligned to its 4-element vector (the host

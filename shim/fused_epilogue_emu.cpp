@@ -25,7 +25,7 @@ namespace {
 
 template <auto Forward, auto Backward, auto Colsum, auto ForwardV4, auto BackwardV4,
           auto ColsumFinal, auto BiasGeluForward, auto BiasGeluBackward, auto QkvGrad,
-          auto Fp8Cast, auto AmaxRecord>
+          auto Fp8Cast, auto AmaxRecord, auto Fp8CastTranspose>
 void launch_variant(Kernel which, unsigned gx, unsigned gy, unsigned threads, void* const* args) {
   switch (which) {
     case fused_epilogue::kForward: return cuda_emu::launch_kernel(Forward, gx, gy, threads, args);
@@ -45,6 +45,8 @@ void launch_variant(Kernel which, unsigned gx, unsigned gy, unsigned threads, vo
     case fused_epilogue::kFp8Cast: return cuda_emu::launch_kernel(Fp8Cast, gx, gy, threads, args);
     case fused_epilogue::kAmaxRecord:
       return cuda_emu::launch_kernel(AmaxRecord, gx, gy, threads, args);
+    case fused_epilogue::kFp8CastTranspose:
+      return cuda_emu::launch_kernel(Fp8CastTranspose, gx, gy, threads, args);
   }
   TORCH_CHECK(false, "fused epilogue emulator: no kernel ", static_cast<int>(which));
 }
@@ -62,7 +64,8 @@ struct Variant {
                           &kernels::ns::mr_fe_bias_gelu_forward,                               \
                           &kernels::ns::mr_fe_bias_gelu_backward,                              \
                           &kernels::ns::mr_fe_qkv_grad, &kernels::ns::mr_fe_fp8_cast,           \
-                          &kernels::ns::mr_fe_amax_record>},
+                          &kernels::ns::mr_fe_amax_record,                                     \
+                          &kernels::ns::mr_fe_fp8_cast_transpose>},
 const Variant kVariants[] = {MR_FE_EMU_VARIANTS(MR_FE_EMU_ROW)};
 #undef MR_FE_EMU_ROW
 

@@ -8,7 +8,8 @@ namespace mr::fused_epilogue {
 // _V4: the vectorised row kernels (rows of a multiple of 4 elements, aligned vectors);
 // kColsumFinal: the column sums' second stage; kBiasGelu*: the intermediate dense's bias + GELU;
 // kQkvGrad: fused QKV's backward (the gradients stacked, the bias's column sums); kFp8Cast and
-// kAmaxRecord: methods.fp8's one-pass cast and its amax (fp8_cast.hpp).
+// kAmaxRecord: methods.fp8's one-pass cast and its amax, kFp8CastTranspose the cast in both
+// layouts (or the transpose of a cast tensor) (fp8_cast.hpp).
 enum Kernel : int {
   kForward = 0,
   kBackward = 1,
@@ -20,7 +21,8 @@ enum Kernel : int {
   kBiasGeluBackward = 7,
   kQkvGrad = 8,
   kFp8Cast = 9,
-  kAmaxRecord = 10
+  kAmaxRecord = 10,
+  kFp8CastTranspose = 11
 };
 
 }  // namespace mr::fused_epilogue

@@ -41,7 +41,8 @@
 use super::Path;
 use crate::shim::error::call;
 use crate::shim::fp8::{
-    mr_fp8_attention_probe, mr_fp8_cast, mr_fp8_linear, mr_fp8_quantize_dequantize,
+    mr_fp8_attention_probe, mr_fp8_cast, mr_fp8_cast_transpose, mr_fp8_linear,
+    mr_fp8_quantize_dequantize,
 };
 use anyhow::{bail, Result};
 use tch::{Device, Kind, Tensor};
@@ -278,6 +279,43 @@ pub fn cast(
     })?;
     // SAFETY: on success the shim returned a new at::Tensor that we now own.
     Ok((unsafe { Tensor::from_ptr(out) }, used != 0))
+}
+
+/// The cast-transpose kernel the FP8 linear's backward GEMMs read from (tests): `t` [rows, cols]
+/// (a float type) cast as [`cast`] casts it, in both layouts: `q` [rows_out, cols] and its
+/// transpose `qt` [cols, rows_out], rows past `rows` zero in both (the GEMM's padding), with
+/// `max |t|` recorded into `amax`. For an FP8 `t`, only its transpose `qt` (`q` is `None`;
+/// `scale` and `amax` are not read). `path`: `Emulated` the kernel on the CPU emulator, `Fast`
+/// on the GPU; an error where the kernel does not take `t` (columns and `rows_out` a multiple of
+/// 4, `rows_out >= rows`, contiguous) or for another path.
+pub fn cast_transpose(
+    t: &Tensor,
+    scale: &Tensor,
+    format: Format,
+    amax: &Tensor,
+    path: Path,
+    rows_out: i64,
+) -> Result<(Option<Tensor>, Tensor)> {
+    let mut q = std::ptr::null_mut();
+    let mut qt = std::ptr::null_mut();
+    // SAFETY: t, scale and amax are live for the call; new tensors come back on success (q may
+    // be null).
+    call("fp8", |err| unsafe {
+        mr_fp8_cast_transpose(
+            t.as_ptr(),
+            scale.as_ptr(),
+            format.code(),
+            amax.as_ptr(),
+            path.code(),
+            rows_out,
+            &mut q,
+            &mut qt,
+            err,
+        )
+    })?;
+    // SAFETY: on success the shim returned new at::Tensors (q possibly null) that we now own.
+    let q = (!q.is_null()).then(|| unsafe { Tensor::from_ptr(q) });
+    Ok((q, unsafe { Tensor::from_ptr(qt) }))
 }
 
 /// `t` cast to `format` with `scale` (saturating, round to nearest even) and back to fp32

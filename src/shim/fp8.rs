@@ -29,6 +29,17 @@ extern "C" {
         used_kernel: *mut c_int,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn mr_fp8_cast_transpose(
+        t: T,
+        scale: T,
+        format: c_int,
+        amax: T,
+        mode: c_int,
+        rows_out: i64,
+        q: *mut *mut C_tensor,
+        qt: *mut *mut C_tensor,
+        err: *mut *mut c_char,
+    ) -> c_int;
     pub fn mr_fp8_quantize_dequantize(
         t: T,
         scale: T,

@@ -12,7 +12,8 @@
 //!   every layer's scales move off 1, and the method is closed-legal;
 //! - the kernel path's one-pass cast kernels (cast and amax in one read of the tensor), run on
 //!   the CPU emulator of CUDA, give ATen's casts and amaxes bit for bit, alone and as every cast
-//!   of the FP8 linear and of a tiny BERT's training.
+//!   of the FP8 linear and of a tiny BERT's training; so does the cast-transpose kernel that
+//!   gives the backward's GEMMs their operands in both layouts.
 //!
 //! The `_scaled_mm` path needs an H100 / H200: scripts/bench_gpu.sh part f checks it there.
 #![cfg(feature = "torch")]
@@ -20,7 +21,8 @@
 use crate::common::rng::rng_turn;
 use mlperf_run::fused::epilogue::vectorised_launches;
 use mlperf_run::fused::fp8::{
-    cast, linear, path_for, quantize_dequantize, Format, Fp8State, Recipe, EMULATE_FP8,
+    cast, cast_transpose, linear, path_for, quantize_dequantize, Format, Fp8State, Recipe,
+    EMULATE_FP8,
 };
 use mlperf_run::fused::Path;
 use mlperf_run::methods::{BertMethods, MethodSet};
@@ -834,6 +836,89 @@ fn the_fp8_cast_kernels_handle_nan_large_tensors_and_refusals() {
     .unwrap();
     assert!(!used, "the automatic path ran kernels on the CPU");
     assert_eq!(f32::try_from(&cell).unwrap(), 1.0);
+}
+
+/// The cast-transpose kernel (`mr_fe_fp8_cast_transpose`, on the CPU emulator), which feeds the
+/// FP8 GEMMs of the backward their operands row-major as cuBLASLt wants them: `q` and `qt` are
+/// ATen's cast (the reference path) and its transpose, byte for byte, rows past the input's zero
+/// in both (the GEMM's padding), the amax ATen's; for shapes of one partial tile, several whole
+/// and partial tiles in both directions, and no padding; fp32, bf16 and fp16 inputs, both
+/// formats, a NaN. The transpose-only mode (an FP8 input: the fused epilogues' casts) gives the
+/// transpose of its input. Shapes the kernel cannot take are refused with the reason.
+#[test]
+fn the_cast_transpose_kernel_gives_atens_cast_and_its_transpose_bit_for_bit() {
+    let _turn = rng_turn();
+    tch::manual_seed(12);
+    let bytes = |t: &Tensor| Vec::<u8>::try_from(t.view_dtype(Kind::Uint8).reshape([-1])).unwrap();
+    for (rows, cols, rows_out) in [(5, 4, 16), (37, 68, 48), (64, 128, 64), (70, 132, 80)] {
+        for kind in [Kind::Float, Kind::BFloat16, Kind::Half] {
+            for format in [Format::E4M3, Format::E5M2] {
+                let what = format!("[{rows}, {cols}] -> {rows_out} rows, {kind:?} {format:?}");
+                let t = Tensor::randn([rows, cols], (Kind::Float, Device::Cpu)) * 40.0;
+                if rows * cols > 100 {
+                    let _ = t.get(rows - 1).get(cols - 3).fill_(f64::NAN);
+                }
+                let t = t.to_kind(kind);
+                let scale = Tensor::from(3.5f32);
+                let want_cell = Tensor::from(0f32);
+                let (want, _) = cast(&t, &scale, format, &want_cell, Path::Reference, 0).unwrap();
+                let want_padded = Tensor::cat(
+                    &[
+                        want.view_dtype(Kind::Uint8),
+                        Tensor::zeros([rows_out - rows, cols], (Kind::Uint8, Device::Cpu)),
+                    ],
+                    0,
+                );
+                let cell = Tensor::from(0f32);
+                let (q, qt) =
+                    cast_transpose(&t, &scale, format, &cell, Path::Emulated, rows_out).unwrap();
+                let q = q.expect("a cast gives q");
+                assert_eq!(q.size(), [rows_out, cols], "{what}");
+                assert_eq!(qt.size(), [cols, rows_out], "{what}");
+                assert_eq!(q.kind(), want.kind(), "{what}");
+                assert!(
+                    bytes(&q) == bytes(&want_padded),
+                    "{what}: q differs from ATen's cast"
+                );
+                assert!(
+                    bytes(&qt) == bytes(&want_padded.tr().contiguous()),
+                    "{what}: qt is not the transpose of ATen's cast"
+                );
+                let (amax, want_amax) = (
+                    f32::try_from(&cell).unwrap(),
+                    f32::try_from(&want_cell).unwrap(),
+                );
+                assert!(
+                    amax.to_bits() == want_amax.to_bits() || amax.is_nan() && want_amax.is_nan(),
+                    "{what}: amax {amax} vs ATen's {want_amax}"
+                );
+                assert_eq!(rows * cols > 100, amax.is_nan(), "{what}: amax {amax}");
+                // the transpose of a cast tensor alone
+                let (none, wt) =
+                    cast_transpose(&want, &scale, format, &cell, Path::Emulated, rows_out).unwrap();
+                assert!(none.is_none(), "{what}: the transpose-only mode returned q");
+                assert_eq!(wt.kind(), want.kind(), "{what}");
+                assert!(
+                    bytes(&wt) == bytes(&qt),
+                    "{what}: the transpose-only mode differs"
+                );
+            }
+        }
+    }
+    // refusals: columns not a multiple of 4, fewer output rows than rows, the reference path
+    let t = Tensor::ones([8, 6], (Kind::Float, Device::Cpu));
+    let (s, c) = (Tensor::from(1f32), Tensor::from(0f32));
+    for (t, rows_out, path) in [
+        (&t, 8, Path::Emulated),
+        (&t.narrow(1, 0, 4).contiguous(), 4, Path::Emulated),
+        (&t.narrow(1, 0, 4).contiguous(), 8, Path::Reference),
+    ] {
+        let e = cast_transpose(t, &s, Format::E4M3, &c, path, rows_out).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("does not take") || format!("{e:#}").contains("mode"),
+            "{e:#}"
+        );
+    }
 }
 
 /// The FP8 linear with every cast on the cast kernels (emulated) gives what it gives with
