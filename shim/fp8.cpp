@@ -190,8 +190,9 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
                                std::optional<at::Tensor> pre_amax) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     at::NoGradGuard no_grad;
-    // this step's scales, kept for the backward (the update after the step rewrites `scale`)
-    const at::Tensor s = scale.detach().clone();
+    // this step's scales: the backward reads the same tensor (the recipe's update rewrites it
+    // after the step's optimizer, when every micro-batch's backward has run), so no copy
+    const at::Tensor s = scale.detach();
     const int64_t m = x.size(0), mp = padded_rows(m);
     Cast xc;
     if (pre_q) {
@@ -221,6 +222,9 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     ctx->saved_data["w_transposed"] = wc.qt.defined();
     ctx->saved_data["rows"] = m;
     ctx->saved_data["scale"] = s;
+    // the dequantisation scales the forward made, for the backward's GEMMs (fewer small kernels)
+    ctx->saved_data["inv_x"] = inv_x;
+    ctx->saved_data["inv_w"] = inv_w;
     ctx->saved_data["history"] = history;
     ctx->saved_data["emulate"] = emulate;
     ctx->saved_data["cast_mode"] = cast_mode;
@@ -250,8 +254,8 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
       at::NoGradGuard no_grad;
       gc = cast_both(g, s, kGrad, 1, history, ctx->saved_data["cast_mode"].toInt(), mp);
     }
-    const at::Tensor inv_x = inverse(s, kInput), inv_w = inverse(s, kWeight),
-                     inv_g = inverse(s, kGrad);
+    const at::Tensor inv_x = ctx->saved_data["inv_x"].toTensor(),
+                     inv_w = ctx->saved_data["inv_w"].toTensor(), inv_g = inverse(s, kGrad);
     at::Tensor dx, dw, db;
     if (emulate) {
       if (ctx->needs_input_grad(0))
