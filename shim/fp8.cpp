@@ -94,7 +94,7 @@ at::Tensor cell_of(const at::Tensor& history, int64_t role) {
 }
 void record_into(const at::Tensor& amax, const at::Tensor& cell) {
   at::Tensor c = cell;
-  c.copy_(at::maximum(c, amax.reshape({}).to(at::kFloat)));
+  at::maximum_out(c, c, amax.reshape({}).to(at::kFloat));  // in place: one kernel
 }
 void record(const at::Tensor& amax, const at::Tensor& history, int64_t role) {
   record_into(amax, cell_of(history, role));
