@@ -166,8 +166,10 @@ struct Cast {
 Cast cast_both(const at::Tensor& t, const at::Tensor& s, int64_t role, int format,
                const at::Tensor& history, int64_t mode, int64_t rows_out) {
   if (mode != kCastAten) {
+    // a strided t (a gradient from a view, say) is made contiguous first, as cast_into does
+    const at::Tensor tc = t.is_contiguous() ? t : t.contiguous();
     auto [q, qt] = mr::fused_epilogue::fp8_cast_transpose(
-        t, s.select(0, role), format, cell_of(history, role), static_cast<int>(mode), rows_out);
+        tc, s.select(0, role), format, cell_of(history, role), static_cast<int>(mode), rows_out);
     if (q.defined()) return {q, qt};
   }
   return {cast_recording(t, s, role, format, history, mode), at::Tensor()};

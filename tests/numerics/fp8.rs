@@ -15,7 +15,7 @@
 //!   of the FP8 linear and of a tiny BERT's training; so does the cast-transpose kernel that
 //!   gives the backward's GEMMs their operands in both layouts.
 //!
-//! The `_scaled_mm` path needs an H100 / H200: scripts/bench_gpu.sh part f checks it there.
+//! The `_scaled_mm` path needs an H100 / H200: scripts/bench_gpu.sh part q checks it there.
 #![cfg(feature = "torch")]
 
 use crate::common::rng::rng_turn;
