@@ -657,7 +657,16 @@ fn image_folders_too_small_for_a_batch_are_refused_before_any_run() {
                 small.join("train").display()
             ),
         ),
-        (&no_val, format!("{}", no_val.join("val").display())),
+        // the flag, the folder (once) and what to put there
+        (
+            &no_val,
+            format!(
+                "--data: image folder {} has no class subdirectories: put its images in it as \
+                 <class>/<image>.JPEG, one folder per class (train/ and val/ with the same \
+                 classes)",
+                no_val.join("val").display()
+            ),
+        ),
     ] {
         let results = tmp.path().join("results");
         let out = std::process::Command::new(bin)
