@@ -378,6 +378,18 @@ fn out_of_range_numbers_name_the_key_and_the_value() {
             "weight_decay = -1.0",
             "optimizer.weight_decay must be at least 0, got -1",
         ),
+        // an infinite half-life ran with an average that never moved (exit 1 at the epoch
+        // limit); an update interval of 0 ran as 1 and was logged as 0
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.1\nema = { half_life_steps = inf }",
+            "methods.ema.half_life_steps must be above 0, got inf",
+        ),
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.1\nema = { half_life_steps = 10.0, update_interval = 0 }",
+            "methods.ema.update_interval must be at least 1",
+        ),
     ] {
         assert!(text.contains(from), "{from}");
         let e = err(&text.replace(from, to), Division::Open);

@@ -437,8 +437,15 @@ impl ResnetRunConfig {
                 .map_err(|e| anyhow::anyhow!("methods.progressive_resizing: {e}"))?;
         }
         if let Some(e) = &m.ema {
-            if e.half_life_steps.is_nan() || e.half_life_steps <= 0.0 {
-                bail!("methods.ema.half_life_steps must be > 0");
+            // an infinite half-life was taken: the average never moved from the initial weights
+            let h = e.half_life_steps;
+            check_number("methods.ema.half_life_steps", h, h > 0.0, "above 0")?;
+            if e.update_interval == 0 {
+                // it ran as 1 and was logged as 0
+                bail!(
+                    "methods.ema.update_interval must be at least 1 (the steps between updates \
+                     of the average), got 0"
+                );
             }
         }
         if let Some(l) = &m.loss_scale {
