@@ -241,11 +241,10 @@ pub fn is_wnid(s: &str) -> bool {
     s.len() == 9 && s.starts_with('n') && s[1..].bytes().all(|b| b.is_ascii_digit())
 }
 
-fn read_text(path: &Path, what: &str) -> Result<String> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("cannot read {what} {}", path.display()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| anyhow!("{what} {} is not UTF-8 text", path.display()))?;
+/// The text of the labels or synsets file `path` (given by `flag`, holding `what`); a FIFO, a
+/// folder or a binary file is named as such (a FIFO was waited on for ever).
+fn read_text(path: &Path, flag: &str, what: &str) -> Result<String> {
+    let text = crate::util::tree::read_text_file(path, what).context(flag.to_string())?;
     Ok(text.strip_prefix('\u{feff}').unwrap_or(&text).to_string())
 }
 
@@ -272,7 +271,11 @@ fn numbered_lines<'a>(text: &'a str, path: &Path) -> Result<Vec<(usize, &'a str)
 /// Read the val labels: `labels` is told apart by its content (Kaggle's LOC_val_solution.csv,
 /// or the devkit's ILSVRC2012_validation_ground_truth.txt, which needs `synsets`).
 pub fn read_val_labels(labels: &Path, synsets: Option<&Path>) -> Result<ValLabels> {
-    let text = read_text(labels, "labels file")?;
+    let text = read_text(
+        labels,
+        "--val-labels",
+        "val labels file (LOC_val_solution.csv or ILSVRC2012_validation_ground_truth.txt)",
+    )?;
     let lines = numbered_lines(&text, labels)?;
     let Some(&(_, first)) = lines.first() else {
         bail!(
@@ -327,7 +330,11 @@ pub fn read_val_labels(labels: &Path, synsets: Option<&Path>) -> Result<ValLabel
                     labels.display()
                 );
             };
-            let map_text = read_text(synsets, "synset mapping")?;
+            let map_text = read_text(
+                synsets,
+                "--val-synsets",
+                "synset mapping (the devkit's ID-to-wnid list)",
+            )?;
             hasher.update([0u8]);
             hasher.update(map_text.as_bytes());
             let map = parse_synset_mapping(&map_text, synsets)?;

@@ -31,6 +31,9 @@ pub struct LogFile {
     pub total_lines: usize,
     /// True when the data looked binary (NUL bytes): a clear hint for the user.
     pub looks_binary: bool,
+    /// True when the file holds anything but whitespace (a file of one line of other text is
+    /// not empty).
+    pub has_text: bool,
 }
 
 impl LogFile {
@@ -143,6 +146,7 @@ fn read_span(
 pub fn parse_str(text: &str) -> LogFile {
     let mut log = LogFile {
         looks_binary: text.contains('\0'),
+        has_text: !text.trim().is_empty(),
         ..LogFile::default()
     };
     for (idx, raw) in text.split('\n').enumerate() {
@@ -186,6 +190,9 @@ impl Parser {
         if bytes.contains(&0) {
             self.log.looks_binary = true;
         }
+        if !self.log.has_text {
+            self.log.has_text = bytes.iter().any(|b| !b.is_ascii_whitespace());
+        }
         loop {
             let (part, end) = match memchr::memchr(b'\n', bytes) {
                 Some(i) => (&bytes[..i], true),
@@ -207,6 +214,7 @@ impl Parser {
             return;
         }
         self.log.looks_binary = true;
+        self.log.has_text = true;
         const ZEROS: [u8; 4096] = [0; 4096];
         while n > 0 && self.overlong == 0 {
             let k = n.min(ZEROS.len() as u64);

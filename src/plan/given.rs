@@ -53,7 +53,7 @@ pub fn read(benchmark: &str, path: &Path) -> Result<Given> {
                 global_batch: cfg.train.global_batch_size,
                 accum: cfg.train.gradient_accumulation_steps,
                 samples_per_row: 1,
-                parameters: crate::train::resnet::model_parameters(&cfg) as f64,
+                parameters: cfg.param_count(),
             })
         }
         "bert" => {

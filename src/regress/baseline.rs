@@ -100,7 +100,7 @@ impl Baseline {
     pub fn load(path: &Path) -> Result<Baseline> {
         let text =
             crate::util::tree::read_text_file(path, "baseline CSV (`regress --record` writes one)")
-                .with_context(|| format!("cannot read baseline {}", path.display()))?;
+                .context("--baseline")?;
         Self::parse(&text, path)
     }
 

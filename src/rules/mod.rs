@@ -173,7 +173,7 @@ pub fn check_log(log: &LogFile, opts: &CheckOptions) -> Verdict {
     if log.events.is_empty() {
         let message = if log.looks_binary {
             "no :::MLLOG lines: the file looks binary, not an MLPerf log".to_string()
-        } else if log.total_lines <= 1 && log.issues.is_empty() {
+        } else if !log.has_text {
             "no :::MLLOG lines: the file is empty".to_string()
         } else {
             format!("no readable :::MLLOG lines in {} lines", log.total_lines)

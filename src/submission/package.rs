@@ -436,7 +436,53 @@ fn check_out_dir(opts: &PackageOptions) -> Result<()> {
             out.display()
         );
     }
+    // a tree written into a results folder is read back as results by the next package, score
+    // or check of that folder (its copies of the logs, the source snapshot's files), which then
+    // all fail
+    let out_at = resolved(out);
+    if let Some(r) = opts
+        .results
+        .iter()
+        .find(|r| out_at.starts_with(resolved(r)))
+    {
+        bail!(
+            "--out {} is inside the results folder {}: the tree would be read as results by the \
+             next package, score or check of it; choose an --out outside the results",
+            out.display(),
+            r.display()
+        );
+    }
     Ok(())
+}
+
+/// `path` absolute, `..` taken away, with its links resolved as far as it exists (the rest
+/// joined as given).
+fn resolved(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut head = PathBuf::new();
+    for c in absolute.components() {
+        match c {
+            Component::ParentDir => {
+                head.pop();
+            }
+            Component::CurDir => {}
+            c => head.push(c),
+        }
+    }
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(&head) {
+            return rest.iter().rev().fold(c, |p, n| p.join(n));
+        }
+        match (head.file_name().map(|n| n.to_os_string()), head.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                head = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// The implementation templates, with their placeholders filled.

@@ -154,7 +154,7 @@ impl SystemDesc {
     /// Apply a user TOML file (see [`SystemDesc::apply_toml_str`]); errors name the file.
     pub fn apply_toml_file(&mut self, path: &Path) -> Result<()> {
         let text = crate::util::tree::read_text_file(path, "system config (TOML)")
-            .with_context(|| format!("cannot read system config {}", path.display()))?;
+            .context("--system-config")?;
         self.apply_toml_str(&text)
             .with_context(|| format!("in system config {}", path.display()))
     }

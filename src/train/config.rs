@@ -262,3 +262,36 @@ pub(crate) fn check_number(key: &str, value: f64, ok: bool, must_be: &str) -> Re
     }
     Ok(())
 }
+
+/// A part of the memory a run certainly needs in each process: what it is, naming the config
+/// keys that size it, and its bytes (f64: an absurd config must not overflow the sum).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPart {
+    pub what: String,
+    pub bytes: f64,
+}
+
+/// Refuses a config whose `parts` (the memory a process needs at the least: the model's
+/// parameters, their gradients and the optimizer's state, one input micro-batch; never the
+/// activations) alone exceed `available` bytes (MemAvailable on a CPU run), naming each part
+/// with its keys and what to lower. Such a run would allocate until the kernel's OOM killer
+/// ended it (exit 137, no message, the run's log cut short).
+pub fn check_memory(parts: &[MemoryPart], available: u64) -> Result<()> {
+    let need: f64 = parts.iter().map(|p| p.bytes).sum();
+    if need <= available as f64 {
+        return Ok(());
+    }
+    let size = |b: f64| crate::util::tree::human_size(b.min(u64::MAX as f64) as u64);
+    let list: Vec<String> = parts
+        .iter()
+        .map(|p| format!("{}: {}", p.what, size(p.bytes)))
+        .collect();
+    bail!(
+        "the config needs at least {} of memory in each process, more than the {} this machine \
+         has available (MemAvailable of /proc/meminfo), before counting any activation: {}. \
+         Lower the keys named, or raise train.gradient_accumulation_steps to split the batch",
+        size(need),
+        size(available as f64),
+        list.join("; ")
+    );
+}

@@ -173,6 +173,33 @@ impl<'a> Command<'a> {
         })
     }
 
+    /// On a CPU run, a config whose `floor` (the memory each process certainly needs, for a
+    /// world size) alone exceeds what this machine has available is refused before the first
+    /// run ([`config::check_memory`]): the kernel's OOM killer would end the run without a word.
+    /// On a GPU, libtorch's out-of-memory error says so ([`crate::util::libtorch_errors`]).
+    fn check_memory(
+        &self,
+        floor: impl FnOnce(u64) -> Vec<config::MemoryPart>,
+    ) -> anyhow::Result<()> {
+        if self.device != tch::Device::Cpu {
+            return Ok(());
+        }
+        let Some(available) = crate::util::memory::available_bytes() else {
+            return Ok(());
+        };
+        // the processes of the job share the batch; a launcher's world size not given as
+        // WORLD_SIZE leaves the split unknown, and then nothing is refused
+        let world = match std::env::var("WORLD_SIZE") {
+            Ok(v) => v.trim().parse::<u64>().ok(),
+            Err(_) if std::env::var_os("RANK").is_some() => None,
+            Err(_) if std::env::var_os("SLURM_PROCID").is_some() => None,
+            Err(_) => Some(1),
+        };
+        let Some(world) = world else { return Ok(()) };
+        config::check_memory(&floor(world), available)
+            .map_err(|e| e.context(format!("invalid config {}", self.config_path.display())))
+    }
+
     /// One run (`--seed`/`--log`, reported as `metric` at `unit`) or a run set; `one` trains
     /// a run with the options given.
     fn single_or_set(
@@ -322,6 +349,7 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
         &args.run,
     )?;
     let cfg = cmd.parse(resnet::ResnetRunConfig::parse)?;
+    cmd.check_memory(|world| cfg.memory_floor(world))?;
     if let (Some(dir), resnet::config::DataSource::SyntheticMemory) = (&args.data, cfg.data.source)
     {
         anyhow::bail!(
@@ -404,6 +432,7 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
         )?;
     }
     let cfg = cmd.parse(bert::BertRunConfig::parse)?;
+    cmd.check_memory(|_| cfg.memory_floor())?;
     // the eval set against the model (samples, vocabulary, sequence length): a config that does
     // not fit its data is refused here, not found by every run of a set
     anyhow::Context::context(bert::load_eval(&cfg, &data), "--data")?;

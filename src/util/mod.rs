@@ -3,7 +3,7 @@
 //! handling ([`interrupt`]), the tracing set-up ([`logging`]), a subcommand's result on stdout
 //! ([`output`]: a closed pipe is an error to return, not a panic), reading trees from
 //! other people ([`tree`]: no FIFO blocks, no link leads out of the tree), the nearest name to
-//! a mistyped one ([`suggest`]).
+//! a mistyped one ([`suggest`]), the memory this machine has free ([`memory`]).
 
 pub mod exit;
 pub mod fs;
@@ -11,6 +11,7 @@ pub mod interrupt;
 #[cfg(feature = "torch")]
 pub mod libtorch_errors;
 pub mod logging;
+pub mod memory;
 pub mod output;
 pub mod suggest;
 pub mod tree;

@@ -344,6 +344,27 @@ fn bert_pack_names_bad_flags_and_takes_a_huge_window() {
         assert_eq!(code, Some(2), "{text}");
         assert!(text.contains(want), "{text}");
     }
+    // a folder without shards: the flag, the folder and how to make one (it said only
+    // "D/train: no .hdf5 or .h5 shards")
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::create_dir(empty.path().join("train")).unwrap();
+    for sub in ["bert-pack", "bert-balance"] {
+        let o = Command::new(common::dist::BIN)
+            .args(["data", sub, "--dir"])
+            .arg(empty.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{sub}: {text}");
+        assert!(
+            text.contains(&format!(
+                "error: --dir: {} holds no .hdf5 or .h5 shards: a BERT data folder holds train/ \
+                 and eval/ with HDF5 shards (`mlperf-run data synth-bert --out DIR` makes one)",
+                empty.path().join("train").display()
+            )),
+            "{sub}: {text}"
+        );
+    }
     let (code, text) = pack(&["--window", "10000000000"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("64 sequences"), "{text}");

@@ -110,6 +110,20 @@ fn bad_input_is_a_verdict_or_a_usage_error() {
     let (code, out, _) = check(&[&bin.to_string_lossy()]);
     assert_eq!(code, 1);
     assert!(out.contains("looks binary"), "{out}");
+    // one line of other text is no MLPerf log, but not an empty file (it was called one)
+    for (name, text, words) in [
+        (
+            "one_line.txt",
+            "\u{fe}\u{ff} garbage",
+            "no readable :::MLLOG lines in 1 lines",
+        ),
+        ("blank.txt", " \n\n", "no :::MLLOG lines: the file is empty"),
+    ] {
+        let p = write(dir.path(), name, text);
+        let (code, out, _) = check(&[&p]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains(words), "{name}: {out}");
+    }
     let empty = tempfile::tempdir().unwrap();
     let (code, _, err) = check(&[&empty.path().to_string_lossy()]);
     assert_eq!(code, 2);

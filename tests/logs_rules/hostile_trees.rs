@@ -603,3 +603,57 @@ fn package_writes_nothing_outside_out_and_packages_no_link() {
     };
     assert!(text.contains("results is a symbolic link"), "{text}");
 }
+
+/// The text files of the data tools (`synth-bert --source`, `prepare-imagenet --val-labels` and
+/// `--val-synsets`): a FIFO was waited on for ever, a folder said "Is a directory (os error
+/// 21)". Each is refused naming the flag, the path once and what to give.
+#[test]
+fn data_tool_text_inputs_that_are_fifos_or_folders_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("text.fifo");
+    mkfifo(&fifo);
+    let labels = tmp.path().join("ILSVRC2012_validation_ground_truth.txt");
+    std::fs::write(&labels, "1\n2\n").unwrap();
+    let out = tmp.path().join("out");
+    let limit = Duration::from_secs(20);
+    for bad in [&fifo, &tmp.path().to_path_buf()] {
+        let kind = if bad == &fifo {
+            "is a named pipe (FIFO)"
+        } else {
+            "is a folder"
+        };
+        let synth = ["data", "synth-bert", "--out", s(&out), "--source", s(bad)];
+        let tars = [
+            "data",
+            "prepare-imagenet",
+            "--train-tar",
+            s(&labels),
+            "--val-tar",
+            s(&labels),
+            "--out",
+            s(&out),
+        ];
+        let prepare = |extra: &[&str]| -> Vec<String> {
+            tars.iter().chain(extra).map(|a| a.to_string()).collect()
+        };
+        for (args, flag) in [
+            (synth.iter().map(|a| a.to_string()).collect(), "--source"),
+            (prepare(&["--val-labels", s(bad)]), "--val-labels"),
+            (
+                prepare(&["--val-labels", s(&labels), "--val-synsets", s(bad)]),
+                "--val-synsets",
+            ),
+        ] {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let ran = run_cli(&args, limit);
+            assert_error(&ran, &format!("error: {flag}: {} {kind}", bad.display()));
+            assert_eq!(
+                ran.stderr.matches(&bad.display().to_string()).count(),
+                1,
+                "{}",
+                ran.stderr
+            );
+        }
+        assert!(!out.exists(), "nothing written");
+    }
+}

@@ -241,6 +241,29 @@ fn bad_input_errors_name_the_path() {
         .collect();
     assert_eq!(results.len(), 5);
 
+    // an --out inside a results folder: it packaged once, and then every package, score or
+    // check of that folder read the tree back as results and failed
+    let set = dir.path().join("c");
+    for inside in [set.join("pkg"), set.join("./deeper/../pkg")] {
+        let err = err_of(ps::options(
+            "Org",
+            "sys_a",
+            "closed",
+            vec![set.clone()],
+            &inside,
+            &toml,
+        ));
+        assert!(
+            err.contains(&format!(
+                "--out {} is inside the results folder {}",
+                inside.display(),
+                set.display()
+            )) && err.contains("choose an --out outside the results"),
+            "{err}"
+        );
+        assert!(!set.join("pkg").exists(), "nothing written: {err}");
+    }
+
     // unknown system TOML key
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "gpu_count = 8\n").unwrap();

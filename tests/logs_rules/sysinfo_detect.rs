@@ -183,6 +183,30 @@ fn cli_prints_json_and_refuses_unknown_keys() {
         err.contains("unknown system description key 'num_gpus'") && err.contains("s.toml"),
         "{err}"
     );
+    // a missing file or a folder is named once, with the flag ("cannot read system config X:
+    // X does not exist" named it twice)
+    for (path, words) in [
+        (dir.path().join("missing.toml"), "does not exist"),
+        (
+            dir.path().to_path_buf(),
+            "is a folder: give a system config (TOML)",
+        ),
+    ] {
+        let out = std::process::Command::new(exe)
+            .args(["sysinfo", "--system-config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!(
+                "error: --system-config: {} {words}",
+                path.display()
+            )) && err.matches(&path.display().to_string()).count() == 1,
+            "{err}"
+        );
+    }
 }
 
 /// `sysinfo --system-config` with a mistyped key says which key was meant, a run config's

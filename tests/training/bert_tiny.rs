@@ -720,3 +720,52 @@ fn a_config_that_does_not_fit_its_data_is_refused_before_the_run() {
         assert!(!results.exists(), "{to}: no run set started: {err}");
     }
 }
+
+/// A BERT with a hidden size of 2^20 (1.1e13 parameters, 1.8e14 bytes with their gradients and
+/// LAMB's moments) was built until the kernel's OOM killer ended the process (exit 137, no
+/// message). On a CPU run it is refused before the first run (exit 2), naming the model keys
+/// and the estimate; BERT-Large itself needs 5.4e9 bytes by the same count.
+#[test]
+fn a_model_that_cannot_fit_in_memory_is_refused_before_the_run() {
+    use mlperf_run::train::config::check_memory;
+    let dir = tempfile::tempdir().unwrap();
+    let data = cli_synth_bert(dir.path());
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml"),
+    )
+    .unwrap();
+    let huge = text.replace("hidden_size = 32", "hidden_size = 1048576");
+    let cfg = BertRunConfig::parse(&huge, Division::Open).unwrap();
+    let floor = cfg.memory_floor();
+    assert!(floor[0].bytes > 1.7e14, "{floor:?}");
+    let large = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/closed_8xH100.toml"),
+    )
+    .unwrap();
+    let large = BertRunConfig::parse(&large, Division::Closed).unwrap();
+    check_memory(&large.memory_floor(), 8 << 30).unwrap();
+    let config = dir.path().join("huge.toml");
+    std::fs::write(&config, &huge).unwrap();
+    let log = dir.path().join("run.txt");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args(["bert", "--division", "open", "--seed", "1", "--config"])
+        .arg(&config)
+        .arg("--data")
+        .arg(&data)
+        .arg("--log")
+        .arg(&log)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("invalid config {}", config.display()))
+            && err.contains("model.hidden_size 1048576")
+            && err.contains("MemAvailable"),
+        "{err}"
+    );
+    assert!(!log.exists(), "no run started: {err}");
+}

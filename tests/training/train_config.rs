@@ -378,6 +378,18 @@ fn out_of_range_numbers_name_the_key_and_the_value() {
             "weight_decay = -1.0",
             "optimizer.weight_decay must be at least 0, got -1",
         ),
+        // an infinite half-life ran with an average that never moved (exit 1 at the epoch
+        // limit); an update interval of 0 ran as 1 and was logged as 0
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.1\nema = { half_life_steps = inf }",
+            "methods.ema.half_life_steps must be above 0, got inf",
+        ),
+        (
+            "label_smoothing = 0.1",
+            "label_smoothing = 0.1\nema = { half_life_steps = 10.0, update_interval = 0 }",
+            "methods.ema.update_interval must be at least 1",
+        ),
     ] {
         assert!(text.contains(from), "{from}");
         let e = err(&text.replace(from, to), Division::Open);
@@ -657,7 +669,16 @@ fn image_folders_too_small_for_a_batch_are_refused_before_any_run() {
                 small.join("train").display()
             ),
         ),
-        (&no_val, format!("{}", no_val.join("val").display())),
+        // the flag, the folder (once) and what to put there
+        (
+            &no_val,
+            format!(
+                "--data: image folder {} has no class subdirectories: put its images in it as \
+                 <class>/<image>.JPEG, one folder per class (train/ and val/ with the same \
+                 classes)",
+                no_val.join("val").display()
+            ),
+        ),
     ] {
         let results = tmp.path().join("results");
         let out = std::process::Command::new(bin)
@@ -730,5 +751,99 @@ fn a_binary_or_folder_config_is_named_with_what_to_give() {
                 "{recipe:?}: the path once: {stderr}"
             );
         }
+    }
+}
+
+/// A config asking for more memory than any machine has (a 100,000-pixel image side: 7.7e12
+/// bytes for one batch of 64 images) allocated until the kernel's OOM killer ended the process
+/// (exit 137, no message; under a memory limit an abort, 134), its log cut after run_start. On
+/// a CPU run it is refused before the first run (exit 2), naming the keys, the estimate and
+/// what this machine has; the estimate counts only what a run certainly holds, so the shipped
+/// presets pass on any machine with a few GiB free.
+#[test]
+fn configs_that_cannot_fit_in_memory_are_refused_before_any_run() {
+    use mlperf_run::train::config::check_memory;
+    let text = preset("tiny_cpu.toml");
+    let big = text.replace("train_image_size = 32", "train_image_size = 100000");
+    let cfg = ResnetRunConfig::parse(&big, Division::Open).unwrap();
+    let floor = cfg.memory_floor(1);
+    assert!(
+        floor.iter().map(|p| p.bytes).sum::<f64>() > 7e12,
+        "{floor:?}"
+    );
+    let e = format!("{:#}", check_memory(&floor, 64 << 30).unwrap_err());
+    for words in [
+        "data.train_image_size 100000",
+        "train.global_batch_size 64",
+        "one micro-batch of 64 images of 3 x 100000 x 100000 as fp32",
+        "64.0 GiB this machine has available",
+    ] {
+        assert!(e.contains(words), "want `{words}` in {e}");
+    }
+    // the batch is split over the processes and micro-batches
+    let split = cfg.memory_floor(8);
+    assert!(
+        split[1].what.contains("one micro-batch of 8 images"),
+        "{split:?}"
+    );
+    // a million-wide model: its parameters alone
+    let wide = text.replace("width = 8", "width = 1000000");
+    let cfg = ResnetRunConfig::parse(&wide, Division::Open).unwrap();
+    let e = format!(
+        "{:#}",
+        check_memory(&cfg.memory_floor(1), 64 << 30).unwrap_err()
+    );
+    assert!(e.contains("model.width 1000000"), "{e}");
+    // every shipped preset fits in 8 GiB on one process (the 8-GPU ones: per GPU)
+    for name in [
+        "tiny_cpu.toml",
+        "tiny_cpu_jpeg.toml",
+        "bench_smoke_cpu.toml",
+    ] {
+        let cfg = ResnetRunConfig::parse(&preset(name), Division::Open).unwrap();
+        check_memory(&cfg.memory_floor(1), 8 << 30).unwrap();
+    }
+    for name in [
+        "closed_8xA100.toml",
+        "closed_8xH100.toml",
+        "open_8xA100.toml",
+    ] {
+        let cfg = ResnetRunConfig::parse(&preset(name), Division::Open).unwrap();
+        check_memory(&cfg.memory_floor(8), 8 << 30).unwrap();
+    }
+    // the command: exit 2 before any run, the keys named, nothing written
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("big.toml");
+    std::fs::write(&path, &big).unwrap();
+    let results = tmp.path().join("results");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args(["resnet", "--division", "open", "--results"])
+        .arg(&results)
+        .arg("--config")
+        .arg(&path)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("invalid config {}", path.display()))
+            && stderr.contains("data.train_image_size 100000")
+            && stderr.contains("MemAvailable"),
+        "{stderr}"
+    );
+    assert!(!results.exists(), "no run set started: {stderr}");
+}
+
+/// The parameters counted from `[model]` (for the memory estimate and `plan --config`, without
+/// building the model) are the built model's, with and without BlurPool.
+#[test]
+fn the_counted_parameters_are_the_built_models() {
+    for name in ["tiny_cpu.toml", "closed_8xA100.toml", "open_8xA100.toml"] {
+        let cfg = ResnetRunConfig::parse(&preset(name), Division::Open).unwrap();
+        let built = mlperf_run::train::resnet::model_parameters(&cfg);
+        assert_eq!(cfg.param_count(), built as f64, "{name}");
     }
 }

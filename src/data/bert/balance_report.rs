@@ -111,6 +111,8 @@ fn imbalance_json(i: &Imbalance) -> serde_json::Value {
 
 /// Entry point of `mlperf-run data bert-balance`.
 pub fn run_bert_balance(a: BertBalanceArgs) -> Result<crate::util::ExitStatus> {
+    // a folder without shards names the flag that gave it
+    anyhow::Context::context(shard_files(&a.dir.join("train")), "--dir")?;
     let r = measure(&a.dir, a.ranks, a.batch, a.seed)?;
     let mut out = crate::util::output::stdout();
     if a.json {

@@ -348,7 +348,11 @@ impl HostBatch {
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let files = shards_in(dir)?;
     if files.is_empty() {
-        bail!("{}: no .hdf5 or .h5 shards", dir.display());
+        bail!(
+            "{} holds no .hdf5 or .h5 shards: a BERT data folder holds train/ and eval/ with \
+             HDF5 shards (`mlperf-run data synth-bert --out DIR` makes one)",
+            dir.display()
+        );
     }
     Ok(files)
 }

@@ -818,6 +818,8 @@ pub struct BertPackArgs {
 
 /// `mlperf-run data bert-pack`.
 pub fn run_bert_pack(a: BertPackArgs) -> Result<crate::util::ExitStatus> {
+    // a folder without shards names the flag that gave it
+    anyhow::Context::context(shard_files(&a.dir.join("train")), "--dir")?;
     let r = report(
         &a.dir.join("train"),
         a.row_len,

@@ -533,15 +533,9 @@ fn read_sentences(a: &SynthBertArgs) -> Result<(PathBuf, Vec<Vec<String>>)> {
         Some(p) => p.clone(),
         None => default_source()?,
     };
-    let bytes =
-        std::fs::read(&source).with_context(|| format!("cannot read {}", source.display()))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not UTF-8 text (byte {} is not): --source takes plain English text",
-            source.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
+    // a FIFO was waited on for ever; a folder said "Is a directory (os error 21)"
+    let text = crate::util::tree::read_text_file(&source, "file of plain English text")
+        .context("--source")?;
     let sentences = extract_sentences(&text);
     if sentences.len() < a.sentences {
         bail!(

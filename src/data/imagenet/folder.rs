@@ -63,7 +63,9 @@ impl ImageFolder {
         }
         if classes.is_empty() {
             bail!(
-                "image folder {} has no class subdirectories (expected <class>/<image>.JPEG inside)",
+                "image folder {} has no class subdirectories: put its images in it as \
+                 <class>/<image>.JPEG, one folder per class (train/ and val/ with the same \
+                 classes), or make a set with `mlperf-run data synth-imagenet --out DIR`",
                 root.display()
             );
         }

@@ -172,22 +172,25 @@ impl BertConfig {
         Ok(())
     }
 
-    /// The exact number of trainable parameters (formula in the module docs).
+    /// The exact number of trainable parameters (formula in the module docs). Counted in f64,
+    /// exact while under 2^53 (every term is a positive integer); an absurd shape (a hidden size
+    /// of a million) saturates at `i64::MAX` instead of overflowing.
     pub fn param_count(&self) -> i64 {
+        let f = |x: i64| x as f64;
         let (v, h, l, i, p, t) = (
-            self.vocab_size,
-            self.hidden_size,
-            self.num_layers,
-            self.intermediate_size,
-            self.max_position,
-            self.type_vocab_size,
+            f(self.vocab_size),
+            f(self.hidden_size),
+            f(self.num_layers),
+            f(self.intermediate_size),
+            f(self.max_position),
+            f(self.type_vocab_size),
         );
-        let embeddings = v * h + p * h + t * h + 2 * h;
-        let layer = 4 * (h * h + h) + 2 * (h * i) + i + h + 4 * h;
+        let embeddings = v * h + p * h + t * h + 2.0 * h;
+        let layer = 4.0 * (h * h + h) + 2.0 * (h * i) + i + h + 4.0 * h;
         let pooler = h * h + h;
-        let mlm = h * h + h + 2 * h + v;
-        let nsp = 2 * h + 2;
-        embeddings + l * layer + pooler + mlm + nsp
+        let mlm = h * h + h + 2.0 * h + v;
+        let nsp = 2.0 * h + 2.0;
+        (embeddings + l * layer + pooler + mlm + nsp) as i64
     }
 }
 

@@ -7,7 +7,9 @@ use crate::methods::{BertMethods, MethodSet};
 use crate::models::bert::BertConfig;
 use crate::rules::Division;
 use crate::runs::system::SystemConfig;
-use crate::train::config::{check_batch, check_number, load_file, refuse_empty, toml_error};
+use crate::train::config::{
+    check_batch, check_number, load_file, refuse_empty, toml_error, MemoryPart,
+};
 use crate::train::engine::Block;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -283,6 +285,25 @@ impl BertRunConfig {
                 .eval_interval_samples(gbs)
                 .context("benchmarks/bert/benchmark.toml lacks the eval interval formula"),
         }
+    }
+
+    /// The memory each process certainly needs ([`check_memory`]): the model's fp32
+    /// parameters, their gradients and the optimizer's two moments of each (LAMB's and
+    /// AdamW's m and v). The input batches are left out: their sequence length is the data's.
+    ///
+    /// [`check_memory`]: crate::train::config::check_memory
+    pub fn memory_floor(&self) -> Vec<MemoryPart> {
+        let m = &self.model;
+        let params = m.param_count() as f64;
+        vec![MemoryPart {
+            what: format!(
+                "the model's {params:.3e} parameters with their gradients and optimizer state \
+                 (model.hidden_size {}, model.num_layers {}, model.intermediate_size {}, \
+                 model.vocab_size {}, model.max_position {})",
+                m.hidden_size, m.num_layers, m.intermediate_size, m.vocab_size, m.max_position
+            ),
+            bytes: params * 4.0 * 4.0,
+        }]
     }
 
     /// The blocks of a run: train until the next eval point (rounded up to whole steps), eval.

@@ -9,7 +9,7 @@ pub use crate::methods::{Amp, ResnetMethods};
 use crate::rules::Division;
 use crate::runs::system::SystemConfig;
 use crate::train::config::{
-    check_batch, check_number, load_file, local_batch, refuse_empty, toml_error,
+    check_batch, check_number, load_file, local_batch, refuse_empty, toml_error, MemoryPart,
 };
 use anyhow::{bail, Result};
 use serde::Deserialize;
@@ -437,8 +437,15 @@ impl ResnetRunConfig {
                 .map_err(|e| anyhow::anyhow!("methods.progressive_resizing: {e}"))?;
         }
         if let Some(e) = &m.ema {
-            if e.half_life_steps.is_nan() || e.half_life_steps <= 0.0 {
-                bail!("methods.ema.half_life_steps must be > 0");
+            // an infinite half-life was taken: the average never moved from the initial weights
+            let h = e.half_life_steps;
+            check_number("methods.ema.half_life_steps", h, h > 0.0, "above 0")?;
+            if e.update_interval == 0 {
+                // it ran as 1 and was logged as 0
+                bail!(
+                    "methods.ema.update_interval must be at least 1 (the steps between updates \
+                     of the average), got 0"
+                );
             }
         }
         if let Some(l) = &m.loss_scale {
@@ -509,6 +516,73 @@ impl ResnetRunConfig {
         }
         m.refuse_in_closed()?;
         Ok(())
+    }
+
+    /// The model's trainable parameters, counted from `[model]` as `models::resnet` builds
+    /// them (convolutions without biases, two per BatchNorm channel, the fc layer's weight and
+    /// bias), in f64 so that no size overflows and without building the model.
+    pub fn param_count(&self) -> f64 {
+        let m = &self.model;
+        let w = m.width as f64;
+        let bn = |c: f64| 2.0 * c;
+        let mut n = 49.0 * 3.0 * w + bn(w);
+        let mut c_in = w;
+        for (stage, &blocks) in m.blocks.iter().enumerate() {
+            let p = w * (1u64 << stage) as f64;
+            let out = 4.0 * p;
+            let block = |c_in: f64| c_in * p + bn(p) + 9.0 * p * p + bn(p) + p * out + bn(out);
+            // the first block of a stage projects (strided, or more channels); the rest do not
+            let project = stage > 0 || c_in != out;
+            n += block(c_in) + if project { c_in * out + bn(out) } else { 0.0 };
+            n += (blocks as f64 - 1.0) * block(out);
+            c_in = out;
+        }
+        n + c_in * m.classes as f64 + m.classes as f64
+    }
+
+    /// The memory each of `world_size` processes certainly needs ([`check_memory`]): the fp32
+    /// parameters, their gradients and the optimizer's one buffer each (LARS's velocity, SGD's
+    /// momentum), and one micro-batch of fp32 images at the larger of the eval size and the
+    /// full training size (without progressive resizing; with it, its first epochs train
+    /// smaller).
+    ///
+    /// [`check_memory`]: crate::train::config::check_memory
+    pub fn memory_floor(&self, world_size: u64) -> Vec<MemoryPart> {
+        let t = &self.train;
+        let micro = t.global_batch_size as f64
+            / (world_size.max(1) as f64 * t.gradient_accumulation_steps.max(1) as f64);
+        let d = &self.data;
+        let mut size = d.eval_image_size;
+        if self.methods.progressive_resizing.is_none() {
+            size = size.max(d.train_image_size);
+        }
+        let side = size as f64;
+        vec![
+            MemoryPart {
+                what: format!(
+                    "the model's {:.3e} parameters with their gradients and optimizer state \
+                     (model.width {}, model.blocks {:?}, model.classes {})",
+                    self.param_count(),
+                    self.model.width,
+                    self.model.blocks,
+                    self.model.classes
+                ),
+                bytes: self.param_count() * 4.0 * 3.0,
+            },
+            MemoryPart {
+                what: format!(
+                    "one micro-batch of {micro} images of 3 x {size} x {size} as fp32 \
+                     (train.global_batch_size {} over {world_size} process(es) and \
+                     train.gradient_accumulation_steps {}; data.train_image_size {}, \
+                     data.eval_image_size {})",
+                    t.global_batch_size,
+                    t.gradient_accumulation_steps,
+                    d.train_image_size,
+                    d.eval_image_size
+                ),
+                bytes: micro * 3.0 * side * side * 4.0,
+            },
+        ]
     }
 
     /// Local (per-process, per-micro-batch) batch size for `world_size` processes.
