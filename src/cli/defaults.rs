@@ -198,6 +198,17 @@ pub fn resnet(mut a: ResnetArgs) -> Result<ExitStatus> {
             crate::train::run_resnet(a)
         }
         None => {
+            if let Some(dir) = &a.data {
+                // refused before the tiny preset is written: its images are made in memory
+                bail!(
+                    "--data {}: without --config and without a GPU, resnet trains the tiny \
+                     preset, whose data.source = \"synthetic-memory\" (its images are made in \
+                     memory), so the folder would not be read; drop --data, or train on it with \
+                     a config whose data.source is \"imagefolder\" (--config FILE, e.g. \
+                     configs/resnet/tiny_cpu_jpeg.toml)",
+                    dir.display()
+                );
+            }
             a.config = Some(tiny("resnet", division, a.run.device)?);
             crate::train::run_resnet(a)
         }

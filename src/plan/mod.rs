@@ -180,8 +180,11 @@ fn measured(
             gpu.name
         ),
     };
-    if !(rate.is_finite() && rate > 0.0 && batch.is_finite() && batch > 0.0) {
-        bail!("--rate and --measured-batch must be > 0");
+    if !(rate.is_finite() && rate > 0.0) {
+        bail!("--rate {rate}: the samples per second per GPU must be a finite number above 0");
+    }
+    if !(batch.is_finite() && batch > 0.0) {
+        bail!("--measured-batch {batch}: the per-GPU batch must be a finite number above 0");
     }
     if rate > MAX_RATE {
         bail!(

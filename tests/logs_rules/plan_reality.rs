@@ -337,6 +337,22 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
             "--rate 1e300 samples/s per GPU is no measured rate (at most 1e6)".into(),
         ),
         (
+            vec![s("resnet"), s("--gpus"), s("8"), s("--rate"), s("nan")],
+            "--rate NaN: the samples per second per GPU must be a finite number above 0".into(),
+        ),
+        (
+            vec![
+                s("resnet"),
+                s("--gpus"),
+                s("8"),
+                s("--rate"),
+                s("1000"),
+                s("--measured-batch"),
+                s("inf"),
+            ],
+            "--measured-batch inf: the per-GPU batch must be a finite number above 0".into(),
+        ),
+        (
             vec![
                 s("resnet"),
                 s("--gpus"),

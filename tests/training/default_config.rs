@@ -110,6 +110,30 @@ fn device_cuda_without_a_gpu_or_config_is_refused_before_anything_is_written() {
     }
 }
 
+/// `resnet --data DIR` without --config on a GPU-less machine: the tiny preset makes its images
+/// in memory, so the folder would be ignored; refused before the preset is written.
+#[test]
+fn resnet_data_without_a_gpu_or_config_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("imagenet");
+    std::fs::create_dir(&data).unwrap();
+    let out = mlperf_run(
+        &["resnet", "--division", "open", "--data", "imagenet"],
+        dir.path(),
+        None,
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--data imagenet") && err.contains("data.source is \"imagefolder\""),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("runs").exists(),
+        "written before the refusal: {err}"
+    );
+}
+
 #[test]
 fn with_gpus_and_no_data_the_command_says_what_it_needs() {
     let dir = tempfile::tempdir().unwrap();
