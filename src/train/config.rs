@@ -146,7 +146,9 @@ fn find_line(text: &str, table: &str, key: &str, header_ok: bool) -> Option<usiz
 /// wrote afresh, so a line the error names (toml's `TOML parse error at line N` with its
 /// snippet, or [`toml_error`]'s `line N:`) is no line of any file. It becomes the key's line in
 /// the user's config `base` where the value is the config's, else the key is said to be the
-/// recipe's; an error that names no line is returned as it is.
+/// recipe's; an error that names no line is returned as it is. (The commands that apply recipes
+/// train, so the lite build without libtorch has no caller.)
+#[cfg(feature = "torch")]
 pub(crate) fn recipe_error(message: &str, merged: &str, base: &str, recipe: &str) -> String {
     let message = message.trim_end();
     let (line, core) = if let Some(rest) = message.strip_prefix("TOML parse error at line ") {
@@ -191,6 +193,7 @@ pub(crate) fn recipe_error(message: &str, merged: &str, base: &str, recipe: &str
 }
 
 /// The dotted path of the key (or `[table]` header) on 1-based line `n` of `text`.
+#[cfg(feature = "torch")]
 fn path_at_line(text: &str, n: usize) -> Option<String> {
     let mut current = String::new();
     for (i, line) in text.lines().enumerate().take(n) {

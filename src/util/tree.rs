@@ -43,8 +43,8 @@ pub fn kind_of(ft: &FileType) -> &'static str {
 
 fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
     anyhow::anyhow!(
-        "{} is {}, not a regular file: result logs and submission files must be regular files; \
-         remove it or put the file it stands for in its place",
+        "{} is {}, not a regular file: mlperf-run reads regular files only (nothing is waited \
+         on or read from a device); give a file, or put the file it stands for in its place",
         path.display(),
         kind_of(ft)
     )
