@@ -69,6 +69,7 @@ impl RunStatus {
 /// One run (`result_<i>.txt`) of a set.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunScore {
+    #[serde(serialize_with = "path_as_text")]
     pub file: PathBuf,
     pub status: RunStatus,
     /// Why the run is not a success (the first compliance finding, with its line).
@@ -87,6 +88,12 @@ pub struct RunScore {
     pub stop_reason: Option<String>,
     /// The run projected to a full run to target (see [`project`]).
     pub projection: Option<Projection>,
+}
+
+/// A path in `score --format json` as the other formats show it: a folder name that is not
+/// UTF-8 shows its bad bytes as U+FFFD (serde's own PathBuf refuses it, and the whole JSON with it).
+fn path_as_text<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&path.to_string_lossy())
 }
 
 /// The run_stop reasons of a run that ended at its epoch, sample or time limit: a short run
@@ -128,6 +135,7 @@ pub enum ScalingSource {
 /// A scored result set.
 #[derive(Debug, Clone, Serialize)]
 pub struct SetScore {
+    #[serde(serialize_with = "path_as_text")]
     pub dir: PathBuf,
     pub submitter: Option<String>,
     pub system: String,

@@ -341,3 +341,31 @@ fn a_log_cut_off_mid_event_says_so_with_its_line() {
     );
     assert_eq!(runs[1].reason.as_deref(), Some("run_stop not recorded"));
 }
+
+/// A results folder whose name is not UTF-8 (bytes a Linux file system takes) is scored in every
+/// format; JSON shows the bad byte as U+FFFD, as the others do, instead of an "error" object
+/// with exit status 0.
+#[test]
+fn a_folder_name_that_is_not_utf8_is_scored_in_json_too() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let top = tmp
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"r\xe9sults dir"));
+    write_set(&top.join("results/s/resnet"), &five_runs());
+    let out = bin()
+        .args(["score", "--format", "json"])
+        .arg(&top)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["score"], 12.0, "{stdout}");
+    let dir = v[0]["dir"].as_str().unwrap();
+    assert!(dir.contains("r\u{fffd}sults dir/results/s/resnet"), "{dir}");
+    assert!(v[0]["runs"][0]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("result_0.txt"));
+}
