@@ -187,20 +187,37 @@ pub fn write_tarball(out: &Path, org: &str, art: &Artifacts) -> Result<String> {
     Ok(hex)
 }
 
+/// What is wrong with a tarball's own bytes (not gzip, a damaged or cut-short entry, an entry
+/// that leaves the archive): a failed verification, where failing to write the unpacked copy is
+/// an error of this machine.
+#[derive(Debug)]
+pub struct Damaged(pub String);
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damaged {}
+
 /// Extract a tarball into `dest`, refusing entries that would leave it; returns the manifest
-/// of its regular files.
+/// of its regular files. A damaged archive is a [`Damaged`] error.
 pub fn unpack_tarball(tarball: &Path, dest: &Path) -> Result<Manifest> {
-    let file = std::fs::File::open(tarball)
-        .with_context(|| format!("cannot open {}", tarball.display()))?;
+    let shown = tarball.display();
+    let damaged = |what: String| anyhow::Error::new(Damaged(format!("{shown}: {what}")));
+    let file = std::fs::File::open(tarball).with_context(|| format!("cannot open {shown}"))?;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
     let mut m = Manifest::new();
     for entry in archive
         .entries()
-        .with_context(|| format!("{} is not a gzipped tar file", tarball.display()))?
+        .map_err(|e| damaged(format!("not a gzipped tar file: {e}")))?
     {
-        let mut entry =
-            entry.with_context(|| format!("{}: damaged tar entry", tarball.display()))?;
-        let path = entry.path()?.into_owned();
+        let mut entry = entry.map_err(|e| damaged(format!("damaged tar entry: {e}")))?;
+        let path = entry
+            .path()
+            .map_err(|e| damaged(format!("damaged tar entry name: {e}")))?
+            .into_owned();
         let key = path
             .components()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
@@ -210,10 +227,7 @@ pub fn unpack_tarball(tarball: &Path, dest: &Path) -> Result<Manifest> {
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)));
         if !safe {
-            bail!(
-                "{}: entry {key} points outside the archive",
-                tarball.display()
-            );
+            return Err(damaged(format!("entry {key} points outside the archive")));
         }
         let target = dest.join(&path);
         match entry.header().entry_type() {
@@ -221,7 +235,7 @@ pub fn unpack_tarball(tarball: &Path, dest: &Path) -> Result<Manifest> {
                 let mut bytes = Vec::new();
                 entry
                     .read_to_end(&mut bytes)
-                    .with_context(|| format!("{}: cannot read {key}", tarball.display()))?;
+                    .map_err(|e| damaged(format!("cannot read {key}: {e}")))?;
                 m.insert(key.clone(), sha256_hex(&bytes));
                 if let Some(dir) = target.parent() {
                     std::fs::create_dir_all(dir)
@@ -234,10 +248,11 @@ pub fn unpack_tarball(tarball: &Path, dest: &Path) -> Result<Manifest> {
                 std::fs::create_dir_all(&target)
                     .with_context(|| format!("cannot create {}", target.display()))?;
             }
-            _ => bail!(
-                "{}: entry {key} is neither a file nor a folder",
-                tarball.display()
-            ),
+            _ => {
+                return Err(damaged(format!(
+                    "entry {key} is neither a file nor a folder"
+                )))
+            }
         }
     }
     Ok(m)

@@ -68,7 +68,9 @@ fn verify_tarball(tarball: &Path) -> Result<VerifyReport> {
         .unwrap_or(Path::new("."));
     let art = Artifacts::new(dir, &org);
     let mut report = VerifyReport::default();
-    let sha_file = PathBuf::from(format!("{}.sha256", tarball.display()));
+    let mut sha_file = tarball.as_os_str().to_owned();
+    sha_file.push(".sha256");
+    let sha_file = PathBuf::from(sha_file);
     let bytes =
         std::fs::read(tarball).with_context(|| format!("cannot read {}", tarball.display()))?;
     match std::fs::read_to_string(&sha_file) {
@@ -100,7 +102,19 @@ fn verify_tarball(tarball: &Path) -> Result<VerifyReport> {
     let expected = read_manifest(&art.manifest)?;
     let tmp = tempdir_near(dir)?;
     let result = (|| -> Result<()> {
-        let actual = manifest::unpack_tarball(tarball, &tmp)?;
+        let actual = match manifest::unpack_tarball(tarball, &tmp) {
+            Ok(m) => m,
+            Err(e) => match e.downcast::<manifest::Damaged>() {
+                Ok(d) => {
+                    report.problems.push(format!(
+                        "{d}: the tarball is damaged or cut short; copy it again, or write it \
+                         again with `mlperf-run package --tarball`"
+                    ));
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            },
+        };
         report.problems.extend(
             manifest::compare(&expected, &actual)
                 .into_iter()

@@ -155,3 +155,51 @@ fn cli_package_then_verify_exit_codes() {
     );
     assert!(stderr.contains("status 'Available clouD'"), "{stderr}");
 }
+
+/// A tarball cut short (a copy that stopped half-way) is a failed verification (exit 1) that
+/// names the digest mismatch and says what to do, not an error (exit 2) that only says
+/// "incomplete deflate stream"; one in a folder whose name is not UTF-8 still has its own
+/// digest file checked.
+#[test]
+fn a_cut_short_tarball_fails_verify_naming_its_digest_and_a_non_utf8_folder_is_verified() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "rdi");
+    let logs = ps::write_set(
+        &dir.path().join("open"),
+        "open",
+        "sys_o",
+        &ps::distinct_seeds(5),
+    );
+    let out = dir.path().join(std::ffi::OsStr::from_bytes(b"out \xff"));
+    let mut opts = ps::options("Org", "sys_o", "open", logs, &out, &toml);
+    opts.tarball = true;
+    package::package(&opts).unwrap();
+    let tarball = out.join("Org.tar.gz");
+    let r = verify::verify(&tarball).unwrap();
+    assert!(r.ok(), "{:#?}", r.problems);
+    assert!(
+        r.warnings.iter().all(|w| !w.contains("not found")),
+        "{:#?}",
+        r.warnings
+    );
+    assert!(
+        r.checked.iter().any(|c| c.contains("Org.tar.gz.sha256")),
+        "{:#?}",
+        r.checked
+    );
+
+    let bytes = std::fs::read(&tarball).unwrap();
+    std::fs::write(&tarball, &bytes[..bytes.len() / 2]).unwrap();
+    let exe = env!("CARGO_BIN_EXE_mlperf-run");
+    let o = std::process::Command::new(exe)
+        .arg("verify")
+        .arg(&tarball)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Org.tar.gz: SHA-256"), "{stderr}");
+    assert!(stderr.contains("damaged or cut short"), "{stderr}");
+    assert!(stderr.contains("copy it again"), "{stderr}");
+}
