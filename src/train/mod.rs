@@ -419,10 +419,17 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
         &args.run,
     )?;
     let data = required(&args.data, "--data")?;
-    // a data directory without its train/ or eval/ shards is bad input: refused before the run
-    // (and its log), not a run aborted on its first read
+    // a data directory without its train/ or eval/ shards, or with a training shard that HDF5
+    // cannot open (cut short in a copy), is bad input: refused before the run (and its log), not
+    // a run aborted on its first read
     for split in ["train", "eval"] {
-        anyhow::Context::context(crate::data::bert::shard_files(&data.join(split)), "--data")?;
+        let files =
+            anyhow::Context::context(crate::data::bert::shard_files(&data.join(split)), "--data")?;
+        if split == "train" {
+            for f in &files {
+                anyhow::Context::context(crate::data::bert::Shard::count(f), "--data")?;
+            }
+        }
     }
     if let Some(ck) = &args.init_checkpoint {
         // as --data: a checkpoint that cannot be read is refused before the first run's log

@@ -721,6 +721,46 @@ fn a_config_that_does_not_fit_its_data_is_refused_before_the_run() {
     }
 }
 
+/// A training shard cut short (a copy that stopped half-way) was found when the run's loader
+/// opened it: every run of a set ended aborted (exit 1) with a log. It is refused before the
+/// first run (exit 2), naming --data, the shard and what to do.
+#[test]
+fn a_cut_short_training_shard_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mlperf-run");
+    let data = cli_synth_bert(dir.path());
+    let shard = data.join("train/part-00003-of-00004.hdf5");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/bert/tiny_cpu.toml");
+    let results = dir.path().join("results");
+    let out = std::process::Command::new(bin)
+        .args(["bert", "--division", "open", "--runs", "2", "--config"])
+        .arg(&config)
+        .arg("--data")
+        .arg(&data)
+        .arg("--results")
+        .arg(&results)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("--data: cannot open {}", shard.display()))
+            && err.contains("truncated file")
+            && err.contains("copy it again"),
+        "{err}"
+    );
+    assert!(!results.exists(), "no run set started: {err}");
+}
+
 /// A BERT with a hidden size of 2^20 (1.1e13 parameters, 1.8e14 bytes with their gradients and
 /// LAMB's moments) was built until the kernel's OOM killer ended the process (exit 137, no
 /// message). On a CPU run it is refused before the first run (exit 2), naming the model keys

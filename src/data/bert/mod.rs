@@ -101,11 +101,19 @@ fn read_ds(file: &hdf5::File, path: &Path, name: &str) -> Result<(Vec<usize>, Ve
     Ok((shape, data))
 }
 
+/// A shard HDF5 cannot open: what it is and what to do.
+fn not_hdf5(path: &Path) -> String {
+    format!(
+        "cannot open {} as HDF5 (a shard cut short or damaged, e.g. by a copy that stopped: \
+         copy it again, or write the data again, e.g. `mlperf-run data synth-bert`)",
+        path.display()
+    )
+}
+
 impl Shard {
     /// Read and validate one shard.
     pub fn read(path: &Path) -> Result<Shard> {
-        let file = hdf5::File::open(path)
-            .with_context(|| format!("cannot open {} as HDF5", path.display()))?;
+        let file = hdf5::File::open(path).with_context(|| not_hdf5(path))?;
         let (s_ids, input_ids) = read_ds(&file, path, "input_ids")?;
         if s_ids.len() != 2 || s_ids[1] == 0 {
             bail!(
@@ -164,8 +172,7 @@ impl Shard {
 
     /// Number of samples without reading the data.
     pub fn count(path: &Path) -> Result<usize> {
-        let file = hdf5::File::open(path)
-            .with_context(|| format!("cannot open {} as HDF5", path.display()))?;
+        let file = hdf5::File::open(path).with_context(|| not_hdf5(path))?;
         let ds = file
             .dataset("input_ids")
             .with_context(|| format!("{}: no dataset 'input_ids'", path.display()))?;
