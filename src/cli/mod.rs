@@ -94,10 +94,21 @@ fn check_worker_args(worker_args: &[String]) -> anyhow::Result<()> {
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => Ok(()),
         Err(e) => {
             let rendered = e.to_string();
-            let first = rendered.lines().next().unwrap_or_default();
+            let mut lines = rendered.lines();
+            let first = lines.next().unwrap_or_default();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            // the lines under the first up to the blank one: the missing arguments (it was
+            // "the following required arguments were not provided:" and nothing after)
+            let more: Vec<&str> = lines
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
             let why = match e.kind() {
-                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => "a subcommand is missing",
-                _ => first.strip_prefix("error: ").unwrap_or(first),
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    "a subcommand is missing".to_string()
+                }
+                _ if more.is_empty() => first.to_string(),
+                _ => format!("{first} {}", more.join(", ")),
             };
             anyhow::bail!(
                 "launch: the worker arguments after `--` (`{}`) are not an mlperf-run command \

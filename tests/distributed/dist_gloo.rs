@@ -129,6 +129,11 @@ fn launch_refuses_a_huge_count_and_bad_worker_arguments_before_starting_workers(
     for (worker, want) in [
         ("resnett", "unrecognized subcommand 'resnett'"),
         ("data", "a subcommand is missing"),
+        // the missing arguments are named (it once ended at "were not provided:")
+        (
+            "resnet",
+            "the following required arguments were not provided: --division <DIVISION>;",
+        ),
     ] {
         let (code, err) = run(&["launch", "--nproc-per-node", "2", "--", worker]);
         assert_eq!(code, Some(2), "{err}");
