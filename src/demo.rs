@@ -51,7 +51,7 @@ fn step(name: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// A path as an argument.
+/// A path as an argument (`run_demo` refuses an --out that is not UTF-8).
 fn s(p: &Path) -> String {
     p.display().to_string()
 }
@@ -60,6 +60,24 @@ fn s(p: &Path) -> String {
 /// binary.
 pub fn run_demo(args: DemoArgs) -> Result<ExitStatus> {
     let started = Instant::now();
+    for (flag, runs, needed) in [
+        ("--resnet-runs", args.resnet_runs, 5),
+        ("--bert-runs", args.bert_runs, 10),
+    ] {
+        // it was found by the training step, after the BERT data, as "--runs must be at least 1"
+        if runs == 0 {
+            bail!("{flag} must be at least 1 (MLPerf needs {needed})");
+        }
+    }
+    if args.out.to_str().is_none() {
+        // it reached the steps as text, its bad bytes as U+FFFD: the BERT corpus went into a
+        // second folder and the ResNet step found no config
+        bail!(
+            "--out {} is not a UTF-8 path: the demo's BERT corpus is HDF5, whose library takes \
+             only UTF-8 file names; choose another --out",
+            args.out.display()
+        );
+    }
     if args.out.exists() && !args.out.is_dir() {
         // it was "cannot create directory FILE/configs: Not a directory (os error 20)"
         anyhow::bail!(
