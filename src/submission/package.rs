@@ -423,7 +423,11 @@ fn score_staged(
 fn check_out_dir(opts: &PackageOptions) -> Result<()> {
     let out = &opts.out;
     if out.exists() && !out.is_dir() {
-        bail!("output {} exists and is not a folder", out.display());
+        bail!(
+            "--out {} exists and is not a folder: choose another --out (the tree goes to \
+             OUT/ORG, the manifest to OUT/ORG.sha256sums)",
+            out.display()
+        );
     }
     let non_empty = out.is_dir()
         && std::fs::read_dir(out)

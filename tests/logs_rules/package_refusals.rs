@@ -214,6 +214,27 @@ fn bad_input_errors_name_the_path() {
         "{err}"
     );
 
+    // an --out that is a file: named as the flag, with what to do (it was "output FILE exists
+    // and is not a folder"), the file kept
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, b"mine").unwrap();
+    let err = err_of(ps::options(
+        "Org",
+        "sys_a",
+        "closed",
+        closed.clone(),
+        &file,
+        &toml,
+    ));
+    assert!(
+        err.contains(&format!(
+            "--out {} exists and is not a folder: choose another --out",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"mine");
+
     // an existing output folder: refused without --force/--add, the user's file kept
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("notes.txt"), b"mine").unwrap();
