@@ -225,10 +225,27 @@ fn resnet_data_with_a_synthetic_memory_config_is_refused_not_ignored() {
 fn bert_data_without_its_shards_is_refused_before_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no_such_corpus");
+    // a real corpus whose eval shards are gone (its training shards are read before the run,
+    // so they must be good for the eval refusal to be the one said)
     let half = dir.path().join("half_corpus");
-    std::fs::create_dir_all(half.join("train")).unwrap();
-    std::fs::write(half.join("train/part-0.hdf5"), b"").unwrap();
-    std::fs::create_dir_all(half.join("eval")).unwrap();
+    let made = mlperf_run(
+        &[
+            "data",
+            "synth-bert",
+            "--out",
+            half.to_str().unwrap(),
+            "--sentences",
+            "16",
+            "--seq-len",
+            "32",
+        ],
+        dir.path(),
+        None,
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    for f in std::fs::read_dir(half.join("eval")).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
     let log = dir.path().join("b.log");
     for (data, named) in [
         (&missing, "no_such_corpus/train"),
