@@ -104,6 +104,11 @@ void record(const at::Tensor& amax, const at::Tensor& history, int64_t role) {
 // 1 ATen's ops; 3 the kernels on the CPU emulator, or an error (fp8_cast.hpp's modes).
 enum CastMode : int64_t { kCastAuto = 0, kCastAten = 1, kCastEmulatedKernels = 3 };
 
+// "emulated" or "CUDA": the kernel path a mode (2 or 3) asks for, for refusals
+const char* kernel_name(int64_t mode) {
+  return mode == kCastEmulatedKernels ? "emulated" : "CUDA";
+}
+
 // t cast to `format` with `scale` (one fp32 value) and |t|'s largest value (NaN if t has one)
 // recorded into `cell` as above: the one-pass kernels where `mode` (CastMode, or 2: the CUDA
 // kernels or an error) takes t, else ATen's ops (quantize, record_into), which the kernels match
@@ -119,8 +124,8 @@ at::Tensor cast_into(const at::Tensor& t, const at::Tensor& scale, int format,
   }
   if (used_kernel) *used_kernel = q.defined();
   if (q.defined()) return q;
-  TORCH_CHECK(mode == kCastAuto || mode == kCastAten, "fp8 cast: the ",
-              mode == kCastEmulatedKernels ? "emulated" : "CUDA", " cast kernels do not take ",
+  TORCH_CHECK(mode == kCastAuto || mode == kCastAten, "fp8 cast: the ", kernel_name(mode),
+              " cast kernels do not take ",
               t.scalar_type(), " ", t.sizes(), " on ", t.device(),
               " (they take fp32, bf16 or fp16 tensors of a multiple of 4 elements; the emulated "
               "ones CPU tensors in a test program)");
@@ -134,6 +139,9 @@ at::Tensor cast_recording(const at::Tensor& t, const at::Tensor& s, int64_t role
   return cast_into(t, s.select(0, role), format, cell_of(history, role), mode);
 }
 
+// rows rounded up to the FP8 GEMM's multiple of 16
+int64_t padded_rows(int64_t m) { return m + (16 - m % 16) % 16; }
+
 // _scaled_mm of a [M, K] row-major and b^T for b [N, K] (b made column-major as the kernel
 // wants it), rows of a padded to a multiple of 16. `fast_accum`: cuBLASLt's fast FP8
 // accumulation (no split accumulator), which Transformer Engine (its forward GEMM's
@@ -142,16 +150,13 @@ at::Tensor cast_recording(const at::Tensor& t, const at::Tensor& s, int64_t role
 at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a,
                      const at::Tensor& inv_b, const c10::optional<at::Tensor>& bias,
                      at::ScalarType out, bool fast_accum) {
-  const int64_t m = a.size(0), pad = (16 - m % 16) % 16;
+  const int64_t m = a.size(0), pad = padded_rows(m) - m;
   at::Tensor a2 = a.contiguous();
   if (pad != 0) a2 = at::cat({a2, at::zeros({pad, a.size(1)}, a2.options())}, 0);
   at::Tensor y =
       at::_scaled_mm(a2, b.contiguous().t(), inv_a, inv_b, bias, c10::nullopt, out, fast_accum);
   return pad != 0 ? y.narrow(0, 0, m) : y;
 }
-
-// rows rounded up to the FP8 GEMM's multiple of 16
-int64_t padded_rows(int64_t m) { return m + (16 - m % 16) % 16; }
 
 // One operand of the FP8 GEMMs as cast: `q` row-major as the forward GEMM reads it (x: maybe
 // with zero rows up to a multiple of 16), and where the cast-transpose kernels made it, its
@@ -165,14 +170,15 @@ struct Cast {
 // the one-pass kernels or ATen's ops; qt undefined, the GEMM wrapper transposes).
 Cast cast_both(const at::Tensor& t, const at::Tensor& s, int64_t role, int format,
                const at::Tensor& history, int64_t mode, int64_t rows_out) {
+  // a strided t (a gradient from a view, say) is made contiguous once, for the kernels (ATen's
+  // ops take it as it is)
+  const at::Tensor tc = mode == kCastAten || t.is_contiguous() ? t : t.contiguous();
   if (mode != kCastAten) {
-    // a strided t (a gradient from a view, say) is made contiguous first, as cast_into does
-    const at::Tensor tc = t.is_contiguous() ? t : t.contiguous();
     auto [q, qt] = mr::fused_epilogue::fp8_cast_transpose(
         tc, s.select(0, role), format, cell_of(history, role), static_cast<int>(mode), rows_out);
     if (q.defined()) return {q, qt};
   }
-  return {cast_recording(t, s, role, format, history, mode), at::Tensor()};
+  return {cast_recording(tc, s, role, format, history, mode), at::Tensor()};
 }
 
 // The first `m` rows of an operand in its row-major layout, as a contiguous tensor: from qt
@@ -292,8 +298,6 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
-
-const char* kernel_name(int mode) { return mode == kCastEmulatedKernels ? "emulated" : "CUDA"; }
 
 const at::Tensor& need(const at::Tensor* t, const char* name) {
   TORCH_CHECK(t != nullptr && t->defined(), "fp8 linear: ", name, " is undefined");

@@ -951,6 +951,16 @@ bool fp8_cast_usable(const at::Tensor& t, const at::Tensor& scale, const at::Ten
   return ht >= 0 && kernels_ready(dev, ht, ht, ht);
 }
 
+// *cell = max(*cell, max(part)): mr_fe_amax_record over a cast kernel's amax partials (one
+// block), on the kernels of dtype variant ht
+void record_partials(const at::Tensor& part, const at::Tensor& cell, int ht) {
+  const void* pp = part.data_ptr();
+  int n = static_cast<int>(std::min<int64_t>(part.numel(), INT32_MAX));
+  void* cp = cell.data_ptr();
+  void* args[] = {&pp, &n, &cp};
+  launch(part.device(), ht, ht, ht, fe::kAmaxRecord, 1, 1, args, kAmaxRecordThreads);
+}
+
 }  // namespace
 
 at::Tensor mr::fused_epilogue::fp8_cast(const at::Tensor& t, const at::Tensor& scale, int format,
@@ -974,13 +984,7 @@ at::Tensor mr::fused_epilogue::fp8_cast(const at::Tensor& t, const at::Tensor& s
     void* args[] = {&xp, &n4, &sp, &f, &qp, &pp};
     launch(t.device(), ht, ht, ht, fe::kFp8Cast, static_cast<unsigned>(blocks), 1, args);
   }
-  {
-    const void* pp = part.data_ptr();
-    int n = static_cast<int>(part.numel());
-    void* cp = amax_cell.data_ptr();
-    void* args[] = {&pp, &n, &cp};
-    launch(t.device(), ht, ht, ht, fe::kAmaxRecord, 1, 1, args, kAmaxRecordThreads);
-  }
+  record_partials(part, amax_cell, ht);
   return bytes.view(format == 0 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
 }
 
@@ -988,6 +992,12 @@ namespace {
 
 // mr_fe_fp8_cast_transpose's tile (MR_CT_ROWS x MR_CT_COLS in the source)
 constexpr int64_t kCtRows = 32, kCtCols = 64;
+
+// mr_fe_fp8_cast_transpose's grid for rows_out x cols: one block per tile (and one amax partial)
+std::pair<unsigned, unsigned> cast_transpose_grid(int64_t rows_out, int64_t cols) {
+  return {static_cast<unsigned>((rows_out + kCtRows - 1) / kCtRows),
+          static_cast<unsigned>((cols + kCtCols - 1) / kCtCols)};
+}
 
 // Whether mr_fe_fp8_cast_transpose takes a [rows, cols] matrix t (a float type to cast, or an
 // FP8 tensor to transpose) with rows_out output rows in `mode`
@@ -1011,8 +1021,7 @@ void launch_cast_transpose(const at::Tensor& src, bool cast, int ht, int64_t row
   void* qtp = qt.data_ptr();
   void* pp = part.defined() ? part.data_ptr() : nullptr;
   void* args[] = {&xp, &qin, &rows, &cols, &ro, &sp, &f, &qp, &qtp, &pp};
-  const auto gx = static_cast<unsigned>((rows_out + kCtRows - 1) / kCtRows);
-  const auto gy = static_cast<unsigned>((cols + kCtCols - 1) / kCtCols);
+  const auto [gx, gy] = cast_transpose_grid(rows_out, cols);
   launch(src.device(), ht, ht, ht, fe::kFp8CastTranspose, gx, gy, args);
 }
 
@@ -1029,16 +1038,10 @@ std::pair<at::Tensor, at::Tensor> mr::fused_epilogue::fp8_cast_transpose(
   const int64_t cols = t.size(1);
   const auto bytes = t.options().dtype(at::kByte);
   at::Tensor q = at::empty({rows_out, cols}, bytes), qt = at::empty({cols, rows_out}, bytes);
-  const int64_t blocks = ((rows_out + kCtRows - 1) / kCtRows) * ((cols + kCtCols - 1) / kCtCols);
-  at::Tensor part = at::empty({blocks}, t.options().dtype(at::kFloat));
+  const auto [gx, gy] = cast_transpose_grid(rows_out, cols);
+  at::Tensor part = at::empty({int64_t{gx} * gy}, t.options().dtype(at::kFloat));
   launch_cast_transpose(t, true, ht, rows_out, scale, format, q, qt, part);
-  {
-    const void* pp = part.data_ptr();
-    int n = static_cast<int>(std::min<int64_t>(blocks, INT32_MAX));
-    void* cp = amax_cell.data_ptr();
-    void* args[] = {&pp, &n, &cp};
-    launch(t.device(), ht, ht, ht, fe::kAmaxRecord, 1, 1, args, kAmaxRecordThreads);
-  }
+  record_partials(part, amax_cell, ht);
   const auto kind = format == 0 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
   return {q.view(kind), qt.view(kind)};
 }
