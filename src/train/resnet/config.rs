@@ -557,17 +557,15 @@ impl ResnetRunConfig {
             size = size.max(d.train_image_size);
         }
         let side = size as f64;
+        let params = self.param_count();
         vec![
             MemoryPart {
                 what: format!(
-                    "the model's {:.3e} parameters with their gradients and optimizer state \
-                     (model.width {}, model.blocks {:?}, model.classes {})",
-                    self.param_count(),
-                    self.model.width,
-                    self.model.blocks,
-                    self.model.classes
+                    "the model's {params:.3e} parameters with their gradients and optimizer \
+                     state (model.width {}, model.blocks {:?}, model.classes {})",
+                    self.model.width, self.model.blocks, self.model.classes
                 ),
-                bytes: self.param_count() * 4.0 * 3.0,
+                bytes: params * 4.0 * 3.0,
             },
             MemoryPart {
                 what: format!(
