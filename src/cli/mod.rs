@@ -90,7 +90,23 @@ fn check_worker_args(worker_args: &[String]) -> anyhow::Result<()> {
     use clap::error::ErrorKind;
     let argv = std::iter::once("mlperf-run").chain(worker_args.iter().map(String::as_str));
     match Cli::try_parse_from(argv) {
-        Ok(_) => Ok(()),
+        Ok(Cli {
+            command: Command::Resnet(_) | Command::Bert(_) | Command::DistSelftest(_),
+            ..
+        }) => Ok(()),
+        // N copies of `check`, `score`, `demo` (or `launch`) would each do the whole work and
+        // write over each other's output
+        Ok(_) => {
+            let command = worker_args
+                .iter()
+                .find(|a| !a.starts_with('-'))
+                .map_or("", String::as_str);
+            anyhow::bail!(
+                "launch: the workers would run `{command}`: launch starts the workers of one \
+                 data-parallel training run (`resnet` or `bert` after `--`); no worker was \
+                 started. Run `mlperf-run {command} ...` directly instead"
+            )
+        }
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => Ok(()),
         Err(e) => {
             let rendered = e.to_string();

@@ -228,9 +228,6 @@ pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
     if !(args.grace_s >= 0.0 && args.grace_s.is_finite()) {
         bail!("--grace-s must be a non-negative number of seconds");
     }
-    if args.worker_args.first().map(String::as_str) == Some("launch") {
-        bail!("the worker arguments start with `launch`: workers must run a training command");
-    }
     let port = if args.master_port == 0 {
         free_local_port()?
     } else {

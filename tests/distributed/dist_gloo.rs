@@ -103,7 +103,8 @@ fn launch_rejects_bad_arguments() {
 }
 
 /// A worker count beyond any node (once a capacity overflow: exit 101) and worker arguments
-/// that are no mlperf-run command line (once the same parse error from each of N workers) are
+/// that are no mlperf-run command line (once the same parse error from each of N workers) or no
+/// training command (N copies of `check` or `demo` over the same output) are
 /// refused once, with exit 2, before any worker starts.
 #[test]
 fn launch_refuses_a_huge_count_and_bad_worker_arguments_before_starting_workers() {
@@ -119,7 +120,7 @@ fn launch_refuses_a_huge_count_and_bad_worker_arguments_before_starting_workers(
         "--nproc-per-node",
         "18446744073709551615",
         "--",
-        "sysinfo",
+        "dist-selftest",
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
@@ -140,6 +141,25 @@ fn launch_refuses_a_huge_count_and_bad_worker_arguments_before_starting_workers(
         assert!(
             err.contains("are not an mlperf-run command line")
                 && err.contains(want)
+                && err.contains("no worker was started")
+                && !err.contains("[rank"),
+            "{err}"
+        );
+    }
+    // a command that is not a training run would run N times over the same output
+    for worker in [
+        &["check", "results"][..],
+        &["-v", "demo"],
+        &["launch", "--nproc-per-node", "1", "--", "bert"],
+    ] {
+        let mut args = vec!["launch", "--nproc-per-node", "2", "--"];
+        args.extend_from_slice(worker);
+        let (code, err) = run(&args);
+        let command = worker.iter().find(|a| !a.starts_with('-')).unwrap();
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains(&format!("the workers would run `{command}`"))
+                && err.contains(&format!("Run `mlperf-run {command} ...` directly"))
                 && err.contains("no worker was started")
                 && !err.contains("[rank"),
             "{err}"
