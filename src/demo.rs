@@ -89,6 +89,14 @@ pub fn run_demo(args: DemoArgs) -> Result<ExitStatus> {
     if args.fresh {
         remove_owned(&args.out)?;
     }
+    // it was "cannot create directory /proc/nope/configs: ..." from the first file written
+    std::fs::create_dir_all(&args.out).with_context(|| {
+        format!(
+            "--out {}: cannot create the folder; choose a writable --out (the demo writes \
+             configs/, data/, results/ and submission/ there)",
+            args.out.display()
+        )
+    })?;
     let paths = DemoPaths::new(&args.out);
     paths.write_configs()?;
     paths.synthesize_bert_data()?;

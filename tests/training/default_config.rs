@@ -288,6 +288,22 @@ fn demo_out_that_is_a_file_is_refused_naming_the_flag() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 }
 
+/// `demo --out` below a file (or anywhere it cannot create a folder) said "cannot create
+/// directory OUT/configs: ..." without naming the flag.
+#[test]
+fn demo_out_that_cannot_be_created_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "keep me").unwrap();
+    let out = mlperf_run(&["demo", "--out", "notes.txt/demo"], dir.path(), None);
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("--out notes.txt/demo: cannot create the folder; choose a writable --out"),
+        "{err}"
+    );
+    assert!(!err.contains("/configs"), "{err}");
+}
+
 /// `demo --resnet-runs 0` was found by the training step, after the BERT corpus was made, as
 /// "--runs must be at least 1" (a flag the user did not type). It is refused first, naming the
 /// demo's own flag.
@@ -313,26 +329,34 @@ fn demo_with_zero_runs_is_refused_naming_its_flag_before_anything_is_written() {
 }
 
 /// A demo --out whose name is not UTF-8 reached the steps as text, its bad byte as U+FFFD: the
-/// BERT corpus went into a second folder and the ResNet step found no config. HDF5 takes only
-/// UTF-8 file names, so it is refused first, naming the flag, and nothing is written.
+/// BERT corpus went into a second folder and the ResNet step found no config. `data synth-bert`
+/// wrote train/, eval/ and vocab.txt, then HDF5 refused the first shard with no word on what to
+/// do. HDF5 takes only UTF-8 file names, so both refuse it first, naming the flag, and nothing
+/// is written.
 #[test]
-fn demo_out_that_is_not_utf8_is_refused_before_anything_is_written() {
+fn an_out_that_is_not_utf8_is_refused_before_anything_is_written() {
     use std::os::unix::ffi::OsStrExt;
-    let dir = tempfile::tempdir().unwrap();
-    let name = std::ffi::OsStr::from_bytes(b"demo \xff");
-    let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
-        .arg("demo")
-        .arg("--out")
-        .arg(name)
-        .current_dir(dir.path())
-        .env("MLPERF_RUN_THREADS", "1")
-        .output()
-        .unwrap();
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("is not a UTF-8 path") && err.contains("choose another --out"),
-        "{err}"
-    );
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{err}");
+    for command in [&["demo"][..], &["data", "synth-bert"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"out \xff");
+        let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .args(command)
+            .arg("--out")
+            .arg(name)
+            .current_dir(dir.path())
+            .env("MLPERF_RUN_THREADS", "1")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {err}");
+        assert!(
+            err.contains("is not a UTF-8 path") && err.contains("choose another --out"),
+            "{command:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{command:?}: {err}"
+        );
+    }
 }

@@ -374,8 +374,12 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         );
     }
     let sents: Vec<Vec<i32>> = words.iter().map(|w| vocab.encode(w)).collect();
-    std::fs::create_dir_all(a.out.join("train"))
-        .with_context(|| format!("cannot create {}", a.out.display()))?;
+    std::fs::create_dir_all(a.out.join("train")).with_context(|| {
+        format!(
+            "--out {}: cannot create the folder; choose a writable --out",
+            a.out.display()
+        )
+    })?;
     std::fs::create_dir_all(a.out.join("eval"))?;
     crate::util::fs::write_atomic(
         &a.out.join("vocab.txt"),
@@ -473,6 +477,15 @@ const OUT_ENTRIES: [&str; 4] = ["train", "eval", "vocab.txt", "README.txt"];
 /// would read them with the new ones) are refused before anything is written.
 fn check_out(a: &SynthBertArgs) -> Result<()> {
     let out = &a.out;
+    if out.to_str().is_none() {
+        // it was refused by the HDF5 library at the first shard, after train/, eval/ and
+        // vocab.txt were written, with no word on what to do
+        bail!(
+            "--out {} is not a UTF-8 path: the shards are HDF5 files, whose library takes only \
+             UTF-8 file names; choose another --out",
+            out.display()
+        );
+    }
     if !out.exists() {
         return Ok(());
     }
