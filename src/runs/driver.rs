@@ -229,7 +229,7 @@ pub fn report(set_dir: &std::path::Path, target: f64) -> Result<()> {
         .with_context(|| format!("cannot write {}", plot_path.display()))?;
     crate::util::output::print(&format!(
         "{}\nplot: {}\n",
-        score::render(std::slice::from_ref(&set), score::Format::Table),
+        score::render(std::slice::from_ref(&set), score::Format::Table)?,
         plot_path.display()
     ))
 }

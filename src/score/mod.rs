@@ -695,7 +695,7 @@ pub fn run_score(args: ScoreArgs) -> Result<ExitStatus> {
             ruleset: args.ruleset,
         },
     )?;
-    crate::util::output::print(&render(&sets, args.format))?;
+    crate::util::output::print(&render(&sets, args.format)?)?;
     Ok(crate::util::ExitStatus::verdict(
         sets.iter().all(SetScore::valid),
     ))

@@ -14,18 +14,15 @@ pub enum Format {
 }
 
 /// Render scored sets. Scores print with 4 decimals, as the official tables are compared.
-pub fn render(sets: &[SetScore], format: Format) -> String {
-    match format {
+/// Only JSON can fail (serde's error is returned: it once became `{"error": ...}` with the
+/// message unescaped, which is not JSON either).
+pub fn render(sets: &[SetScore], format: Format) -> anyhow::Result<String> {
+    Ok(match format {
         Format::Table => text(sets, false),
         Format::Markdown => text(sets, true),
-        Format::Json => {
-            let mut s = serde_json::to_string_pretty(sets)
-                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-            s.push('\n');
-            s
-        }
+        Format::Json => serde_json::to_string_pretty(sets)? + "\n",
         Format::Csv => csv(sets),
-    }
+    })
 }
 
 const SET_HEADER: [&str; 15] = [

@@ -105,6 +105,7 @@ pub struct PackageArgs {
 
 pub fn run_package(args: PackageArgs) -> Result<ExitStatus> {
     crate::rules::check_ruleset_flag(args.ruleset.as_deref())?;
+    let args_ruleset = args.ruleset.clone();
     let opts = package::PackageOptions {
         submitter: args.submitter,
         system: args.system,
@@ -134,6 +135,14 @@ pub fn run_package(args: PackageArgs) -> Result<ExitStatus> {
     if let Some((path, hex)) = &report.tarball {
         writeln!(out, "tarball:  {} (SHA-256 {hex})", path.display())?;
     }
+    if let Some(r) = &args_ruleset {
+        // verify checks at the benchmark's own ruleset unless told: say how to check this one
+        writeln!(
+            out,
+            "verify:   mlperf-run verify {} --ruleset {r}",
+            report.org_dir.display()
+        )?;
+    }
     Ok(ExitStatus::Success)
 }
 
@@ -142,10 +151,16 @@ pub struct VerifyArgs {
     /// OUT/ORG.tar.gz, OUT or OUT/ORG as written by `mlperf-run package`.
     #[arg(value_name = "TARBALL|DIR")]
     pub path: PathBuf,
+    /// Training ruleset for the compliance and package checks: the one `package --ruleset`
+    /// was given (default: the benchmark's own, resnet 4.0.0, bert 5.0.0; 4.0.0 for a tree
+    /// holding both).
+    #[arg(long)]
+    pub ruleset: Option<String>,
 }
 
 pub fn run_verify(args: VerifyArgs) -> Result<ExitStatus> {
-    let report = verify::verify(&args.path)?;
+    crate::rules::check_ruleset_flag(args.ruleset.as_deref())?;
+    let report = verify::verify_at(&args.path, args.ruleset.as_deref())?;
     // the verdict comes after the list: a closed stdout must not hide a failed verification
     let checked: String = report
         .checked

@@ -410,7 +410,7 @@ fn score_staged(
     }
     let table = format!(
         "{}packaged from:\n{sources}",
-        score::render(&scored, score::Format::Table)
+        score::render(&scored, score::Format::Table)?
     );
     // the tree is written (or refused) whether or not anyone still reads stdout
     crate::util::output::print_beside_work(&table)?;

@@ -208,7 +208,9 @@ pub fn group(logs: Vec<ResultLog>, division: &str) -> Result<Vec<ResultSet>> {
         match l.division() {
             Some(d) if d == division => {}
             Some(d) => bail!(
-                "{} is a {d}-division log but --division is {division}: a set cannot mix divisions",
+                "{} is a log of the {d} division but --division is {division}: give --division \
+                 {d} for these runs (a set cannot mix divisions; closed and open sets are \
+                 packaged in two calls, the second with --add)",
                 l.path.display()
             ),
             None => bail!("{} logs no submission_division", l.path.display()),

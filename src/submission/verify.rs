@@ -29,15 +29,22 @@ fn is_tarball(p: &Path) -> bool {
 }
 
 /// Verify a tarball (`OUT/ORG.tar.gz`), an output folder (`OUT`, holding `ORG/` and
-/// `ORG.sha256sums`) or a submitter folder (`OUT/ORG`).
+/// `ORG.sha256sums`) or a submitter folder (`OUT/ORG`), at the ruleset of the tree's
+/// benchmarks ([`verify_at`] with none).
 pub fn verify(path: &Path) -> Result<VerifyReport> {
+    verify_at(path, None)
+}
+
+/// [`verify`] with the tree's contents checked at `ruleset` (`package --ruleset`), else at the
+/// one of the tree's benchmarks.
+pub fn verify_at(path: &Path, ruleset: Option<&str>) -> Result<VerifyReport> {
     if !path.exists() {
         bail!("{} does not exist", path.display());
     }
     if is_tarball(path) {
-        verify_tarball(path)
+        verify_tarball(path, ruleset)
     } else if path.is_dir() {
-        verify_dir(path)
+        verify_dir(path, ruleset)
     } else {
         bail!("{}: expected a .tar.gz written by `mlperf-run package --tarball`, or a packaged folder", path.display())
     }
@@ -53,7 +60,7 @@ fn read_manifest(path: &Path) -> Result<Manifest> {
     manifest::parse(&text, path)
 }
 
-fn verify_tarball(tarball: &Path) -> Result<VerifyReport> {
+fn verify_tarball(tarball: &Path, ruleset: Option<&str>) -> Result<VerifyReport> {
     let name = tarball
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -125,7 +132,7 @@ fn verify_tarball(tarball: &Path) -> Result<VerifyReport> {
             expected.len(),
             art.manifest.display()
         ));
-        let (errors, warnings) = tree_check::check_tree(&tmp.join(&org), None);
+        let (errors, warnings) = tree_check::check_tree(&tmp.join(&org), ruleset);
         report.problems.extend(
             errors
                 .into_iter()
@@ -160,7 +167,7 @@ fn tempdir_near(dir: &Path) -> Result<PathBuf> {
     Ok(base)
 }
 
-fn verify_dir(dir: &Path) -> Result<VerifyReport> {
+fn verify_dir(dir: &Path, ruleset: Option<&str>) -> Result<VerifyReport> {
     // OUT/ORG given (manifest beside it) or OUT given (one or more ORG.sha256sums inside).
     let name = dir
         .file_name()
@@ -219,7 +226,7 @@ fn verify_dir(dir: &Path) -> Result<VerifyReport> {
             expected.len(),
             art.manifest.display()
         ));
-        let (errors, warnings) = tree_check::check_tree(&org_dir, None);
+        let (errors, warnings) = tree_check::check_tree(&org_dir, ruleset);
         report.problems.extend(errors);
         report.warnings.extend(warnings);
         report.checked.push(format!(

@@ -203,3 +203,44 @@ fn a_cut_short_tarball_fails_verify_naming_its_digest_and_a_non_utf8_folder_is_v
     assert!(stderr.contains("damaged or cut short"), "{stderr}");
     assert!(stderr.contains("copy it again"), "{stderr}");
 }
+
+/// `verify` checked a tree at the benchmark's own ruleset even when `package --ruleset` had
+/// chosen another; `verify --ruleset` (as the official package checker's) checks it at that one.
+#[test]
+fn verify_checks_the_tree_at_the_ruleset_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "rdi");
+    let logs = ps::write_set(
+        &dir.path().join("open"),
+        "open",
+        "sys_o",
+        &ps::distinct_seeds(5),
+    );
+    let out = dir.path().join("out");
+    let mut opts = ps::options("Org", "sys_o", "open", logs, &out, &toml);
+    opts.ruleset = Some("3.0.0".into());
+    package::package(&opts).unwrap();
+    assert!(verify::verify_at(&out, Some("3.0.0")).unwrap().ok());
+    // two logs without their run_stop: more than olympic scoring forgives, at either ruleset
+    for i in [1, 2] {
+        let file = out.join(format!("Org/results/sys_o/resnet/result_{i}.txt"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.contains("\"run_stop\""))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_ne!(kept, text);
+        std::fs::write(&file, kept).unwrap();
+    }
+    for (given, at) in [(Some("3.0.0"), "3.0.0"), (None, "4.0.0")] {
+        let r = verify::verify_at(&out, given).unwrap();
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains(&format!("at ruleset {at}"))),
+            "{given:?}: {:#?}",
+            r.problems
+        );
+    }
+}
