@@ -663,18 +663,26 @@ fn write_marker(path: &Path, marker: &DoneMarker) -> Result<()> {
     fsutil::write_atomic(path, text.as_bytes())
 }
 
-/// JPEG files directly in `dir` (0 when it does not exist).
-fn count_jpegs(dir: &Path) -> Result<usize> {
+/// The paths of the entries of `dir` as the listing reads them (none when `dir` does not
+/// exist); a failed read names `dir`.
+fn dir_paths(dir: &Path) -> Result<impl Iterator<Item = Result<PathBuf>> + '_> {
     let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Ok(e) => Some(e),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
     };
-    let mut n = 0;
-    for entry in entries {
-        let path = entry
+    Ok(entries.into_iter().flatten().map(move |entry| {
+        Ok(entry
             .with_context(|| format!("cannot list {}", dir.display()))?
-            .path();
+            .path())
+    }))
+}
+
+/// JPEG files directly in `dir` (0 when it does not exist).
+fn count_jpegs(dir: &Path) -> Result<usize> {
+    let mut n = 0;
+    for path in dir_paths(dir)? {
+        let path = path?;
         if is_jpeg_name(&path) && path.is_file() {
             n += 1;
         }
@@ -684,19 +692,17 @@ fn count_jpegs(dir: &Path) -> Result<usize> {
 
 /// Remove the temporary files a killed run left in `dir` (not this process's own).
 fn remove_stale_temps(dir: &Path) -> Result<usize> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
-    };
     let own = format!(".tmp-{}", std::process::id());
     let mut n = 0;
-    for entry in entries {
-        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for path in dir_paths(dir)? {
+        let path = path?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if fsutil::is_temp_name(&name) && !name.ends_with(&own) {
-            std::fs::remove_file(entry.path())
-                .with_context(|| format!("cannot remove {}", entry.path().display()))?;
+            std::fs::remove_file(&path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
             n += 1;
         }
     }
@@ -1255,16 +1261,9 @@ fn extract_class(
 
 /// JPEG files in the class folders of `val_dir`.
 fn count_val_images(val_dir: &Path) -> Result<usize> {
-    let entries = match std::fs::read_dir(val_dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", val_dir.display())),
-    };
     let mut n = 0;
-    for entry in entries {
-        let path = entry
-            .with_context(|| format!("cannot list {}", val_dir.display()))?
-            .path();
+    for path in dir_paths(val_dir)? {
+        let path = path?;
         if path.is_dir() {
             n += count_jpegs(&path)?;
         }

@@ -50,23 +50,23 @@ impl Stream {
     /// A stream from libtorch's pool on `device` (not the default stream): for copies that
     /// should overlap the compute stream's work.
     pub fn from_pool(device: Device) -> Result<Stream> {
-        let i = cuda_index(device)?;
-        let mut s = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
-        call("CUDA stream", |e| unsafe {
-            mr_stream_from_pool(i, &mut s, e)
-        })?;
-        Ok(Stream(s))
+        Stream::get(device, mr_stream_from_pool)
     }
 
     /// This thread's current stream on `device` (where its kernels go).
     pub fn current(device: Device) -> Result<Stream> {
+        Stream::get(device, mr_stream_current)
+    }
+
+    /// A stream on `device` from `getter`, one of the shim's stream queries.
+    fn get(
+        device: Device,
+        getter: unsafe extern "C" fn(c_int, *mut *mut MrStream, crate::shim::cuda::Err) -> c_int,
+    ) -> Result<Stream> {
         let i = cuda_index(device)?;
         let mut s = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        call("CUDA stream", |e| unsafe {
-            mr_stream_current(i, &mut s, e)
-        })?;
+        call("CUDA stream", |e| unsafe { getter(i, &mut s, e) })?;
         Ok(Stream(s))
     }
 

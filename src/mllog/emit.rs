@@ -145,16 +145,22 @@ impl Emitter {
         Ok(())
     }
 
+    /// One event of `event_type` at the caller of the `#[track_caller]` method that calls this.
+    #[track_caller]
+    fn log_here(
+        &mut self,
+        event_type: EventType,
+        key: &str,
+        value: impl Into<Value>,
+        meta: Map<String, Value>,
+    ) -> io::Result<()> {
+        self.log_at(Location::caller(), event_type, key, value.into(), meta)
+    }
+
     /// POINT_IN_TIME event.
     #[track_caller]
     pub fn event(&mut self, key: &str, value: impl Into<Value>) -> io::Result<()> {
-        self.log_at(
-            Location::caller(),
-            EventType::PointInTime,
-            key,
-            value.into(),
-            Map::new(),
-        )
+        self.log_here(EventType::PointInTime, key, value, Map::new())
     }
 
     /// POINT_IN_TIME event with metadata.
@@ -165,13 +171,7 @@ impl Emitter {
         value: impl Into<Value>,
         meta: Map<String, Value>,
     ) -> io::Result<()> {
-        self.log_at(
-            Location::caller(),
-            EventType::PointInTime,
-            key,
-            value.into(),
-            meta,
-        )
+        self.log_here(EventType::PointInTime, key, value, meta)
     }
 
     /// INTERVAL_START event.
@@ -182,13 +182,7 @@ impl Emitter {
         value: impl Into<Value>,
         meta: Map<String, Value>,
     ) -> io::Result<()> {
-        self.log_at(
-            Location::caller(),
-            EventType::IntervalStart,
-            key,
-            value.into(),
-            meta,
-        )
+        self.log_here(EventType::IntervalStart, key, value, meta)
     }
 
     /// INTERVAL_END event.
@@ -199,13 +193,7 @@ impl Emitter {
         value: impl Into<Value>,
         meta: Map<String, Value>,
     ) -> io::Result<()> {
-        self.log_at(
-            Location::caller(),
-            EventType::IntervalEnd,
-            key,
-            value.into(),
-            meta,
-        )
+        self.log_here(EventType::IntervalEnd, key, value, meta)
     }
 }
 
@@ -275,5 +263,23 @@ mod tests {
         assert!(lines[0].contains(&format!("\"file\": \"{file}\", \"lineno\": ")));
         assert!(lines[1].ends_with(", \"epoch_num\": 4}}"), "{}", lines[1]);
         assert!(lines[1].contains("\"value\": 0.7625,"));
+    }
+
+    /// `file`/`lineno` name the line that called `event`, `start` or `end` (each passes its
+    /// caller's location on), not a line inside the emitter.
+    #[test]
+    fn lineno_is_the_callers_line() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut e = Emitter::new(vec![Sink::Memory(lines.clone())]).with_clock(|| 1);
+        let called = [
+            (line!(), e.event("seed", 7)),
+            (line!(), e.start("run_start", Value::Null, Map::new())),
+            (line!(), e.end("run_stop", Value::Null, Map::new())),
+        ];
+        let lines = lines.lock().unwrap();
+        for ((line, result), text) in called.into_iter().zip(lines.iter()) {
+            result.unwrap();
+            assert!(text.ends_with(&format!("\"lineno\": {line}}}}}")), "{text}");
+        }
     }
 }

@@ -69,10 +69,7 @@ fn verify_tarball(tarball: &Path, ruleset: Option<&str>) -> Result<VerifyReport>
         .trim_end_matches(".tar.gz")
         .trim_end_matches(".tgz")
         .to_string();
-    let dir = tarball
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = crate::util::fs::parent_dir(tarball);
     let art = Artifacts::new(dir, &org);
     let mut report = VerifyReport::default();
     let mut sha_file = tarball.as_os_str().to_owned();
@@ -173,10 +170,7 @@ fn verify_dir(dir: &Path, ruleset: Option<&str>) -> Result<VerifyReport> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let parent = dir
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let parent = crate::util::fs::parent_dir(dir);
     let mut pairs: Vec<(PathBuf, String)> = Vec::new();
     if Artifacts::new(parent, &name).manifest.is_file() {
         pairs.push((parent.to_path_buf(), name));

@@ -29,11 +29,15 @@ pub fn is_temp_name(name: &str) -> bool {
             .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
-fn write_atomic_with(path: &Path, contents: &[u8], sync: bool) -> Result<()> {
-    let dir = path
-        .parent()
+/// The folder `path` lies in (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> &Path {
+    path.parent()
         .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+        .unwrap_or(Path::new("."))
+}
+
+fn write_atomic_with(path: &Path, contents: &[u8], sync: bool) -> Result<()> {
+    let dir = parent_dir(path);
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory {}", dir.display()))?;
     let name = path
@@ -78,10 +82,7 @@ pub fn with_staging_dir<T>(
 }
 
 fn staging_dir(dest: &Path, tag: &str) -> Result<PathBuf> {
-    let parent = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let parent = parent_dir(dest);
     std::fs::create_dir_all(parent)
         .with_context(|| format!("cannot create {}", parent.display()))?;
     let name = dest

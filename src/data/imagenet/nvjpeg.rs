@@ -346,45 +346,39 @@ impl Nvjpeg {
     /// An nvJPEG handle on the current device: the hardware backend, else (with a warning,
     /// once per process) the CUDA decoder.
     fn create_handle(api: &Api, gpu: c_int, gpu_name: &str) -> Result<(Handle, Backend), String> {
-        let mut handle: Handle = std::ptr::null_mut();
-        let mut backend = Backend::Hardware;
-        // SAFETY: default allocators (null), flags 0; out-pointer valid.
-        let rc = unsafe {
-            (api.create_ex)(
-                NVJPEG_BACKEND_HARDWARE,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-                &mut handle,
-            )
-        };
-        if rc != 0 {
-            backend = Backend::Cuda;
-            handle = std::ptr::null_mut();
-            // SAFETY: as above, nvJPEG's default backend (the CUDA decoder).
-            let rc2 = unsafe {
+        let create = |backend| {
+            let mut handle: Handle = std::ptr::null_mut();
+            // SAFETY: default allocators (null), flags 0; out-pointer valid.
+            let rc = unsafe {
                 (api.create_ex)(
-                    NVJPEG_BACKEND_DEFAULT,
+                    backend,
                     std::ptr::null_mut(),
                     std::ptr::null_mut(),
                     0,
                     &mut handle,
                 )
             };
-            if rc2 != 0 {
-                return Err(format!(
-                    "nvJPEG cannot start on GPU {gpu} ({gpu_name}): no hardware JPEG decoder \
-                     (nvjpegCreateEx status {rc}) and the CUDA decoder failed too (status {rc2})"
-                ));
-            }
-            // one warning per process (each loader loads a decoder)
-            crate::util::logging::warn_once(&format!(
-                "GPU {gpu} ({gpu_name}) has no hardware JPEG decoder nvJPEG can use \
-                 (nvjpegCreateEx with the hardware backend returned status {rc}): decoding \
-                 with nvJPEG's CUDA decoder (Huffman on the CPU, the rest on the GPU) instead"
+            (rc, handle)
+        };
+        let (rc, handle) = create(NVJPEG_BACKEND_HARDWARE);
+        if rc == 0 {
+            return Ok((handle, Backend::Hardware));
+        }
+        // nvJPEG's default backend (the CUDA decoder)
+        let (rc2, handle) = create(NVJPEG_BACKEND_DEFAULT);
+        if rc2 != 0 {
+            return Err(format!(
+                "nvJPEG cannot start on GPU {gpu} ({gpu_name}): no hardware JPEG decoder \
+                 (nvjpegCreateEx status {rc}) and the CUDA decoder failed too (status {rc2})"
             ));
         }
-        Ok((handle, backend))
+        // one warning per process (each loader loads a decoder)
+        crate::util::logging::warn_once(&format!(
+            "GPU {gpu} ({gpu_name}) has no hardware JPEG decoder nvJPEG can use \
+             (nvjpegCreateEx with the hardware backend returned status {rc}): decoding \
+             with nvJPEG's CUDA decoder (Huffman on the CPU, the rest on the GPU) instead"
+        ));
+        Ok((handle, Backend::Cuda))
     }
 
     /// A fresh decode slot: a JPEG state and an event.
