@@ -440,6 +440,55 @@ fn out_of_range_numbers_name_the_key_and_the_value() {
     }
 }
 
+/// A number beyond fp32's range (`base_lr = 1e300`) passed the checks and reached libtorch as
+/// an fp32 scalar: every run of a set started, wrote its log and ended aborted ("value cannot
+/// be converted to type float without overflow", exit 1). Each is refused with the key named.
+#[test]
+fn numbers_beyond_fp32_name_the_key() {
+    let text = preset("tiny_cpu.toml");
+    for (from, to, key) in [
+        ("base_lr = 4.0", "base_lr = 1e300", "optimizer.base_lr"),
+        (
+            "weight_decay = 0.00005",
+            "weight_decay = 1e39",
+            "optimizer.weight_decay",
+        ),
+        ("lars_eta = 0.001", "lars_eta = 1e300", "optimizer.lars_eta"),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = err(&text.replace(from, to), Division::Open);
+        assert!(
+            e.contains(key) && e.contains("fp32") && e.contains("got 1e"),
+            "{to}: {e}"
+        );
+    }
+    let text = bert_preset();
+    for (from, to, key) in [
+        (
+            "base_learning_rate = 0.02",
+            "base_learning_rate = 1e300",
+            "optimizer.base_learning_rate",
+        ),
+        (
+            "max_grad_norm = 1.0",
+            "max_grad_norm = 1e300",
+            "optimizer.max_grad_norm",
+        ),
+        (
+            "weight_decay = 0.01",
+            "weight_decay = 1e300",
+            "optimizer.weight_decay",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = bert_err(&text.replace(from, to));
+        assert!(
+            e.contains(key) && e.contains("fp32") && e.contains("got 1e300"),
+            "{to}: {e}"
+        );
+    }
+}
+
 /// A misspelt key or value gets the nearest allowed one; BERT's errors (found after the
 /// legacy keys are migrated, so toml gives no position) get the key's line; an empty file
 /// says so and names a preset.
