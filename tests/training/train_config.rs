@@ -489,6 +489,26 @@ fn numbers_beyond_fp32_name_the_key() {
     }
 }
 
+/// `system.threads = 100000` was handed to libtorch, which started that many threads: the
+/// process grew by gigabytes and ignored SIGTERM for minutes. A count beyond any machine's
+/// CPUs is refused with the key named.
+#[test]
+fn absurd_thread_counts_are_refused() {
+    let text = preset("tiny_cpu.toml");
+    let e = err(
+        &text.replace("threads = 1", "threads = 100000"),
+        Division::Open,
+    );
+    assert!(
+        e.contains("system.threads must be at most 1024") && e.contains("got 100000"),
+        "{e}"
+    );
+    assert!(
+        ResnetRunConfig::parse(&text.replace("threads = 1", "threads = 64"), Division::Open)
+            .is_ok()
+    );
+}
+
 /// A misspelt key or value gets the nearest allowed one; BERT's errors (found after the
 /// legacy keys are migrated, so toml gives no position) get the key's line; an empty file
 /// says so and names a preset.
