@@ -211,6 +211,10 @@ impl<'a> Command<'a> {
     ) -> anyhow::Result<ExitStatus> {
         // read before the first run, so that a malformed value stops a set before it starts
         let fault = injected_fault(std::env::var("MLPERF_RUN_INJECT_FAULT").ok())?;
+        anyhow::Context::context(
+            crate::distributed::check_environment(),
+            "the launcher's environment (no run was started)",
+        )?;
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
             let mut opts = run_options(self.device, sys, self.division, seed, log, fault);
             opts.test_hooks.dump_params = self.run.dump_params.clone();

@@ -595,6 +595,73 @@ fn the_cli_refuses_a_bad_time_limit_before_the_run() {
     assert!(!log.exists(), "no run started");
 }
 
+/// A malformed launcher environment (MASTER_PORT=0, RANK not below WORLD_SIZE, a SLURM_JOB_ID
+/// that is no number) was found inside the first run: it was logged as crashed, the set went
+/// on as "aborted" runs and ended with exit 1, each run leaving a log in the results folder.
+/// It is refused before the set starts (exit 2), naming the variable, and nothing is written.
+#[test]
+fn a_malformed_launcher_environment_is_refused_before_any_run() {
+    let torchrun = [
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("LOCAL_RANK", "0"),
+    ];
+    let with = |k: &str, v: &str| -> Vec<(String, String)> {
+        torchrun
+            .iter()
+            .map(|&(a, b)| (a.to_string(), if a == k { v } else { b }.to_string()))
+            .collect()
+    };
+    let slurm: Vec<(String, String)> = [
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "1"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_JOB_NODELIST", "localhost"),
+        ("SLURM_JOB_ID", "abc"),
+    ]
+    .iter()
+    .map(|&(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    for (vars, words) in [
+        (
+            with("MASTER_PORT", "0"),
+            "MASTER_PORT=\"0\" is not a TCP port",
+        ),
+        (with("LOCAL_RANK", "5"), "LOCAL_RANK=5"),
+        (slurm, "SLURM_JOB_ID=\"abc\""),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let results = tmp.path().join("results");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"));
+        cmd.args(["resnet", "--division", "open", "--runs", "1", "--config"])
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"))
+            .arg("--results")
+            .arg(&results);
+        for k in [
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "SLURM_PROCID",
+            "SLURM_JOB_ID",
+        ] {
+            cmd.env_remove(k);
+        }
+        let out = cmd.envs(vars).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{words}: {stderr}");
+        assert!(
+            stderr.contains(words) && !stderr.contains("crashed"),
+            "{stderr}"
+        );
+        assert!(!results.exists(), "{words}: nothing is written: {stderr}");
+    }
+}
+
 /// BERT's config is read into a table first (for its legacy keys), so toml gives no position:
 /// a value of the wrong type or a missing key named no line (an unknown key did). Each names
 /// the line of its key (or of its table's header), and `train.max_samples = 0`, which used to
