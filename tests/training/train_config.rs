@@ -662,6 +662,48 @@ fn a_malformed_launcher_environment_is_refused_before_any_run() {
     }
 }
 
+/// `methods.cuda_graph = true` with `--device cpu` was found by each run: every run of a set
+/// wrote a log that ended aborted, and the set ended with exit 1. It is refused before the
+/// first run (exit 2), naming the file and the key, and nothing is written.
+#[test]
+fn cuda_graphs_on_the_cpu_are_refused_before_any_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("graphs.toml");
+    let text = preset("tiny_cpu.toml").replace(
+        "label_smoothing = 0.1",
+        "label_smoothing = 0.1\ncuda_graph = true",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let results = tmp.path().join("results");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args([
+            "resnet",
+            "--division",
+            "open",
+            "--runs",
+            "2",
+            "--device",
+            "cpu",
+        ])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--results")
+        .arg(&results)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("invalid config {}", cfg.display()))
+            && stderr.contains("methods.cuda_graph = true needs a CUDA device"),
+        "{stderr}"
+    );
+    assert!(!results.exists(), "nothing is written: {stderr}");
+}
+
 /// BERT's config is read into a table first (for its legacy keys), so toml gives no position:
 /// a value of the wrong type or a missing key named no line (an unknown key did). Each names
 /// the line of its key (or of its table's header), and `train.max_samples = 0`, which used to
