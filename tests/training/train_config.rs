@@ -489,6 +489,29 @@ fn numbers_beyond_fp32_name_the_key() {
     }
 }
 
+/// A synthetic set of 10^11 training images (`train_per_class = 10000000000`) passed the
+/// checks: its first epoch's shuffled order (8 bytes an image) failed to allocate and the
+/// process aborted (exit 134, a backtrace, the run's log cut short). A set beyond 2^27 images
+/// (about 100 ImageNets, made in memory for tests) is refused naming the keys.
+#[test]
+fn synthetic_sets_beyond_2_pow_27_images_are_refused() {
+    let text = preset("tiny_cpu.toml");
+    for (from, to) in [
+        ("train_per_class = 128", "train_per_class = 10000000000"),
+        (
+            "eval_per_class = 50",
+            "eval_per_class = 9223372036854775807",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = err(&text.replace(from, to), Division::Open);
+        assert!(
+            e.contains("data.synthetic.") && e.contains("at most 134217728"),
+            "{to}: {e}"
+        );
+    }
+}
+
 /// `system.threads = 100000` was handed to libtorch, which started that many threads: the
 /// process grew by gigabytes and ignored SIGTERM for minutes. A count beyond any machine's
 /// CPUs is refused with the key named.
