@@ -129,6 +129,13 @@ impl SystemConfig {
                 "system.threads must be 0 or more (0 or absent: libtorch's default), got {n}"
             );
         }
+        if self.loss_check_steps == 0 {
+            // it ran as 1 without a word
+            anyhow::bail!(
+                "system.loss_check_steps must be at least 1 (the steps between reads of the \
+                 losses for the divergence check; absent: 8), got 0"
+            );
+        }
         if let Some(n) = self.threads.filter(|&n| n > Self::MAX_THREADS) {
             // libtorch starts them all: 100000 grew the process by gigabytes, deaf to SIGTERM
             anyhow::bail!(

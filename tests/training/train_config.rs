@@ -532,6 +532,23 @@ fn absurd_thread_counts_are_refused() {
     );
 }
 
+/// `system.loss_check_steps = 0` ran as 1 without a word (the docs say: every this many
+/// steps). It is refused with the key named, in both benchmarks' configs.
+#[test]
+fn a_loss_check_interval_of_zero_is_refused() {
+    let with_zero = |t: String| t.replace("[system]", "[system]\nloss_check_steps = 0");
+    let e = err(&with_zero(preset("tiny_cpu.toml")), Division::Open);
+    assert!(
+        e.contains("system.loss_check_steps must be at least 1"),
+        "{e}"
+    );
+    let e = bert_err(&with_zero(bert_preset()));
+    assert!(
+        e.contains("system.loss_check_steps must be at least 1"),
+        "{e}"
+    );
+}
+
 /// A misspelt key or value gets the nearest allowed one; BERT's errors (found after the
 /// legacy keys are migrated, so toml gives no position) get the key's line; an empty file
 /// says so and names a preset.
