@@ -37,6 +37,20 @@ pub use rendezvous::{
 pub use sync::{GradSource, GradSync, NoSync};
 pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};
 
+/// The launcher's environment, read once before a training command's first run: the test
+/// modes, the rendezvous variables (torchrun's or Slurm's) and, for a multi-process job, the
+/// timeouts and MLPERF_RUN_GRAD_OVERLAP. A malformed or inconsistent one is refused here,
+/// naming the variable; found by each run instead, it was logged as that run's crash and the
+/// set went on, every run ending aborted.
+pub fn check_environment() -> anyhow::Result<()> {
+    TestMode::from_env()?;
+    if Rendezvous::from_env()?.is_some() {
+        Timeouts::from_env()?;
+        overlap_from_env()?;
+    }
+    Ok(())
+}
+
 /// libtorch's own log lines at the command's verbosity: without `-v`, only its errors (c10d's
 /// warnings, such as a connection retry printed with a whole C++ stack trace, say nothing our
 /// own error does not; while the store connects even its errors wait, see

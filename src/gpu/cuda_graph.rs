@@ -306,6 +306,13 @@ impl StepGraphs {
     /// Graphs on `device`. Refused on a CPU and in a build without the feature `cuda`, with
     /// what to do.
     pub fn new(device: Device, warmup_steps: u32) -> Result<StepGraphs> {
+        let index = Self::usable_on(device)?;
+        Ok(Self::with_backend(Backend::Cuda(index), warmup_steps))
+    }
+
+    /// Whether graphs can be captured on `device` in this process (its CUDA index), else why
+    /// not and what to do: what [`StepGraphs::new`] refuses, for a check before the first run.
+    pub fn usable_on(device: Device) -> Result<usize> {
         let index = match device {
             Device::Cuda(i) => i,
             Device::Cpu => bail!(
@@ -334,7 +341,7 @@ impl StepGraphs {
                  scripts/setup.sh`; docs/gpu.md), or set methods.cuda_graph = false"
             );
         }
-        Ok(Self::with_backend(Backend::Cuda(index), warmup_steps))
+        Ok(index)
     }
 
     /// A run's step graphs: with `methods.cuda_graph` on, real graphs on `device`; else the

@@ -222,11 +222,19 @@ fn node_layout(args: &LaunchArgs) -> Result<(String, usize, usize)> {
     Ok((addr, args.node_rank * n, world))
 }
 
+/// The longest `--grace-s`: a day.
+const MAX_GRACE_S: f64 = 86_400.0;
+
 pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
     let n = args.nproc_per_node;
     let (addr, first_rank, world) = node_layout(&args)?;
-    if !(args.grace_s >= 0.0 && args.grace_s.is_finite()) {
-        bail!("--grace-s must be a non-negative number of seconds");
+    // bounded: a Duration cannot hold 1e300 s (launch panicked after starting its workers)
+    if !(args.grace_s >= 0.0 && args.grace_s <= MAX_GRACE_S) {
+        bail!(
+            "--grace-s must be a number of seconds within 0..={MAX_GRACE_S} (the time the \
+             other workers get to stop after one fails), got {}",
+            args.grace_s
+        );
     }
     let port = if args.master_port == 0 {
         free_local_port()?

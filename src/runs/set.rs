@@ -221,6 +221,7 @@ fn keep_finished_runs(
         let log = mllog::parse_file(&path)?;
         match status_of(&log) {
             Some(status) => {
+                check_kept_benchmark(spec, &path, &log)?;
                 check_kept_seed(spec, index, &path, seed_of(&log))?;
                 let record = RunRecord {
                     index,
@@ -253,6 +254,25 @@ fn keep_finished_runs(
         }
     }
     Ok(todo)
+}
+
+/// A finished run kept on `--resume` is a run of this set's benchmark: a log of another one
+/// (copied in, or a set folder reused) would be kept and scored as one of its runs.
+fn check_kept_benchmark(spec: &SetSpec, path: &std::path::Path, log: &LogFile) -> Result<()> {
+    let logged = log
+        .first(keys::SUBMISSION_BENCHMARK)
+        .and_then(|e| e.value.as_str());
+    match logged {
+        Some(b) if b != spec.benchmark => bail!(
+            "{} is a finished {b} run (its submission_benchmark), not a {} run of this set: \
+             move it out of {}, or resume the set it belongs to (another --results or \
+             --system)",
+            path.display(),
+            spec.benchmark,
+            spec.set_dir().display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// A finished run kept on `--resume` ran the seed `--seeds` gives it: resumed with other
@@ -582,6 +602,49 @@ mod tests {
         let seeds: BTreeSet<_> = out.runs.iter().map(|r| r.seed.unwrap()).collect();
         assert_eq!(seeds.len(), 5);
         assert!(!seeds.contains(&102), "the killed run's seed is not reused");
+    }
+
+    /// A finished log of another benchmark in the set's folder (copied in by hand, or a set
+    /// folder reused) was kept on `--resume` as one of this set's runs, and scored with them.
+    /// It is refused, naming the file, both benchmarks and what to do; it stays where it is.
+    #[test]
+    fn resume_refuses_a_finished_log_of_another_benchmark() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = spec(dir.path(), true);
+        std::fs::create_dir_all(s.set_dir()).unwrap();
+        let path = s.result_path(0);
+        let mut e = Emitter::new(vec![Sink::file(&path, false).unwrap()]);
+        e.event(keys::SUBMISSION_BENCHMARK, "bert").unwrap();
+        e.event(keys::SEED, 7u64).unwrap();
+        e.start(keys::RUN_START, Value::Null, meta!()).unwrap();
+        e.end(keys::RUN_STOP, Value::Null, meta! {"status" => "success"})
+            .unwrap();
+        drop(e);
+        let before = std::fs::read(&path).unwrap();
+        let mut ran = Vec::new();
+        let err = run_set(
+            &s,
+            &mut |r: &RunRequest| {
+                ran.push(r.index);
+                fake_run(r, false)
+            },
+            |_| {},
+        )
+        .unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains(&path.display().to_string())
+                && err.contains("bert")
+                && err.contains("resnet")
+                && err.contains("--results"),
+            "{err}"
+        );
+        assert!(ran.is_empty(), "no run starts");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "the log is untouched"
+        );
     }
 
     #[test]

@@ -107,6 +107,9 @@ fn default_true() -> bool {
 }
 
 impl SystemConfig {
+    /// The most `system.threads`: more CPUs than any one machine's.
+    pub const MAX_THREADS: i32 = 1024;
+
     /// The longest `system.time_limit_minutes`: a year, far beyond any run.
     pub const MAX_TIME_LIMIT_MINUTES: f64 = 525_600.0;
 
@@ -124,6 +127,21 @@ impl SystemConfig {
         if let Some(n) = self.threads.filter(|&n| n < 0) {
             anyhow::bail!(
                 "system.threads must be 0 or more (0 or absent: libtorch's default), got {n}"
+            );
+        }
+        if self.loss_check_steps == 0 {
+            // it ran as 1 without a word
+            anyhow::bail!(
+                "system.loss_check_steps must be at least 1 (the steps between reads of the \
+                 losses for the divergence check; absent: 8), got 0"
+            );
+        }
+        if let Some(n) = self.threads.filter(|&n| n > Self::MAX_THREADS) {
+            // libtorch starts them all: 100000 grew the process by gigabytes, deaf to SIGTERM
+            anyhow::bail!(
+                "system.threads must be at most {} (libtorch's intra-op threads per process; 0 \
+                 or absent: libtorch's default), got {n}",
+                Self::MAX_THREADS
             );
         }
         Ok(())

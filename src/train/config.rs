@@ -257,11 +257,20 @@ impl<'a> Unknown<'a> {
     }
 }
 
-/// A number of the config: finite and `ok` (its range, tested by the caller), else an error
-/// naming the key, what it must be and what it is.
+/// A number of the config: finite, within fp32's range (libtorch takes it as an fp32 scalar:
+/// `base_lr = 1e300` started every run of a set, each ending aborted at its first step) and
+/// `ok` (its range, tested by the caller), else an error naming the key, what it must be and
+/// what it is.
 pub(crate) fn check_number(key: &str, value: f64, ok: bool, must_be: &str) -> Result<()> {
     if !(value.is_finite() && ok) {
         bail!("{key} must be {must_be}, got {value}");
+    }
+    if value.abs() > f64::from(f32::MAX) {
+        bail!(
+            "{key} must be {must_be} and within fp32's range (at most {:e}, as libtorch takes \
+             it), got {value:e}",
+            f32::MAX
+        );
     }
     Ok(())
 }

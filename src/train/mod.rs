@@ -200,6 +200,18 @@ impl<'a> Command<'a> {
             .map_err(|e| e.context(format!("invalid config {}", self.config_path.display())))
     }
 
+    /// `methods.cuda_graph` on a device that cannot capture (the CPU, a build without CUDA
+    /// graphs) is refused before the first run, naming the file: each run refused it, a set
+    /// writing a log per run that ended aborted (exit 1).
+    fn check_cuda_graph(&self, cuda_graph: bool) -> anyhow::Result<()> {
+        if !cuda_graph {
+            return Ok(());
+        }
+        crate::gpu::cuda_graph::StepGraphs::usable_on(self.device)
+            .map(drop)
+            .map_err(|e| e.context(format!("invalid config {}", self.config_path.display())))
+    }
+
     /// One run (`--seed`/`--log`, reported as `metric` at `unit`) or a run set; `one` trains
     /// a run with the options given.
     fn single_or_set(
@@ -211,6 +223,10 @@ impl<'a> Command<'a> {
     ) -> anyhow::Result<ExitStatus> {
         // read before the first run, so that a malformed value stops a set before it starts
         let fault = injected_fault(std::env::var("MLPERF_RUN_INJECT_FAULT").ok())?;
+        anyhow::Context::context(
+            crate::distributed::check_environment(),
+            "the launcher's environment (no run was started)",
+        )?;
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
             let mut opts = run_options(self.device, sys, self.division, seed, log, fault);
             opts.test_hooks.dump_params = self.run.dump_params.clone();
@@ -350,6 +366,7 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
     )?;
     let cfg = cmd.parse(resnet::ResnetRunConfig::parse)?;
     cmd.check_memory(|world| cfg.memory_floor(world))?;
+    cmd.check_cuda_graph(cfg.methods.cuda_graph)?;
     if let (Some(dir), resnet::config::DataSource::SyntheticMemory) = (&args.data, cfg.data.source)
     {
         anyhow::bail!(
@@ -440,6 +457,7 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     }
     let cfg = cmd.parse(bert::BertRunConfig::parse)?;
     cmd.check_memory(|_| cfg.memory_floor())?;
+    cmd.check_cuda_graph(cfg.methods.cuda_graph)?;
     // the eval set against the model (samples, vocabulary, sequence length): a config that does
     // not fit its data is refused here, not found by every run of a set
     anyhow::Context::context(bert::load_eval(&cfg, &data), "--data")?;

@@ -102,6 +102,28 @@ fn launch_rejects_bad_arguments() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--nproc-per-node must be at least 1"));
 }
 
+/// A `--grace-s` too large for a Duration (1e300) passed the check, the workers started, and
+/// launch panicked (exit 101, a backtrace) turning it into one, leaving its workers behind.
+/// It is refused with exit 2 before any worker starts.
+#[test]
+fn launch_refuses_a_grace_period_beyond_a_day_before_starting_workers() {
+    for grace in ["1e300", "86401"] {
+        let out = Command::new(BIN)
+            .args(["launch", "--nproc-per-node", "1", "--grace-s", grace])
+            .args(["--", "dist-selftest"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{grace}: {err}");
+        assert!(
+            err.contains("--grace-s must be a number of seconds within 0..=86400")
+                && !err.contains("starting ranks")
+                && !err.contains("panicked"),
+            "{grace}: {err}"
+        );
+    }
+}
+
 /// A worker count beyond any node (once a capacity overflow: exit 101) and worker arguments
 /// that are no mlperf-run command line (once the same parse error from each of N workers) or no
 /// training command (N copies of `check` or `demo` over the same output) are

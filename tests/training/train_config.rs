@@ -440,6 +440,115 @@ fn out_of_range_numbers_name_the_key_and_the_value() {
     }
 }
 
+/// A number beyond fp32's range (`base_lr = 1e300`) passed the checks and reached libtorch as
+/// an fp32 scalar: every run of a set started, wrote its log and ended aborted ("value cannot
+/// be converted to type float without overflow", exit 1). Each is refused with the key named.
+#[test]
+fn numbers_beyond_fp32_name_the_key() {
+    let text = preset("tiny_cpu.toml");
+    for (from, to, key) in [
+        ("base_lr = 4.0", "base_lr = 1e300", "optimizer.base_lr"),
+        (
+            "weight_decay = 0.00005",
+            "weight_decay = 1e39",
+            "optimizer.weight_decay",
+        ),
+        ("lars_eta = 0.001", "lars_eta = 1e300", "optimizer.lars_eta"),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = err(&text.replace(from, to), Division::Open);
+        assert!(
+            e.contains(key) && e.contains("fp32") && e.contains("got 1e"),
+            "{to}: {e}"
+        );
+    }
+    let text = bert_preset();
+    for (from, to, key) in [
+        (
+            "base_learning_rate = 0.02",
+            "base_learning_rate = 1e300",
+            "optimizer.base_learning_rate",
+        ),
+        (
+            "max_grad_norm = 1.0",
+            "max_grad_norm = 1e300",
+            "optimizer.max_grad_norm",
+        ),
+        (
+            "weight_decay = 0.01",
+            "weight_decay = 1e300",
+            "optimizer.weight_decay",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = bert_err(&text.replace(from, to));
+        assert!(
+            e.contains(key) && e.contains("fp32") && e.contains("got 1e300"),
+            "{to}: {e}"
+        );
+    }
+}
+
+/// A synthetic set of 10^11 training images (`train_per_class = 10000000000`) passed the
+/// checks: its first epoch's shuffled order (8 bytes an image) failed to allocate and the
+/// process aborted (exit 134, a backtrace, the run's log cut short). A set beyond 2^27 images
+/// (about 100 ImageNets, made in memory for tests) is refused naming the keys.
+#[test]
+fn synthetic_sets_beyond_2_pow_27_images_are_refused() {
+    let text = preset("tiny_cpu.toml");
+    for (from, to) in [
+        ("train_per_class = 128", "train_per_class = 10000000000"),
+        (
+            "eval_per_class = 50",
+            "eval_per_class = 9223372036854775807",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = err(&text.replace(from, to), Division::Open);
+        assert!(
+            e.contains("data.synthetic.") && e.contains("at most 134217728"),
+            "{to}: {e}"
+        );
+    }
+}
+
+/// `system.threads = 100000` was handed to libtorch, which started that many threads: the
+/// process grew by gigabytes and ignored SIGTERM for minutes. A count beyond any machine's
+/// CPUs is refused with the key named.
+#[test]
+fn absurd_thread_counts_are_refused() {
+    let text = preset("tiny_cpu.toml");
+    let e = err(
+        &text.replace("threads = 1", "threads = 100000"),
+        Division::Open,
+    );
+    assert!(
+        e.contains("system.threads must be at most 1024") && e.contains("got 100000"),
+        "{e}"
+    );
+    assert!(
+        ResnetRunConfig::parse(&text.replace("threads = 1", "threads = 64"), Division::Open)
+            .is_ok()
+    );
+}
+
+/// `system.loss_check_steps = 0` ran as 1 without a word (the docs say: every this many
+/// steps). It is refused with the key named, in both benchmarks' configs.
+#[test]
+fn a_loss_check_interval_of_zero_is_refused() {
+    let with_zero = |t: String| t.replace("[system]", "[system]\nloss_check_steps = 0");
+    let e = err(&with_zero(preset("tiny_cpu.toml")), Division::Open);
+    assert!(
+        e.contains("system.loss_check_steps must be at least 1"),
+        "{e}"
+    );
+    let e = bert_err(&with_zero(bert_preset()));
+    assert!(
+        e.contains("system.loss_check_steps must be at least 1"),
+        "{e}"
+    );
+}
+
 /// A misspelt key or value gets the nearest allowed one; BERT's errors (found after the
 /// legacy keys are migrated, so toml gives no position) get the key's line; an empty file
 /// says so and names a preset.
@@ -524,6 +633,115 @@ fn the_cli_refuses_a_bad_time_limit_before_the_run() {
         "{stderr}"
     );
     assert!(!log.exists(), "no run started");
+}
+
+/// A malformed launcher environment (MASTER_PORT=0, RANK not below WORLD_SIZE, a SLURM_JOB_ID
+/// that is no number) was found inside the first run: it was logged as crashed, the set went
+/// on as "aborted" runs and ended with exit 1, each run leaving a log in the results folder.
+/// It is refused before the set starts (exit 2), naming the variable, and nothing is written.
+#[test]
+fn a_malformed_launcher_environment_is_refused_before_any_run() {
+    let torchrun = [
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("LOCAL_RANK", "0"),
+    ];
+    let with = |k: &str, v: &str| -> Vec<(String, String)> {
+        torchrun
+            .iter()
+            .map(|&(a, b)| (a.to_string(), if a == k { v } else { b }.to_string()))
+            .collect()
+    };
+    let slurm: Vec<(String, String)> = [
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "1"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_JOB_NODELIST", "localhost"),
+        ("SLURM_JOB_ID", "abc"),
+    ]
+    .iter()
+    .map(|&(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    for (vars, words) in [
+        (
+            with("MASTER_PORT", "0"),
+            "MASTER_PORT=\"0\" is not a TCP port",
+        ),
+        (with("LOCAL_RANK", "5"), "LOCAL_RANK=5"),
+        (slurm, "SLURM_JOB_ID=\"abc\""),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let results = tmp.path().join("results");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"));
+        cmd.args(["resnet", "--division", "open", "--runs", "1", "--config"])
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu.toml"))
+            .arg("--results")
+            .arg(&results);
+        for k in [
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "SLURM_PROCID",
+            "SLURM_JOB_ID",
+        ] {
+            cmd.env_remove(k);
+        }
+        let out = cmd.envs(vars).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{words}: {stderr}");
+        assert!(
+            stderr.contains(words) && !stderr.contains("crashed"),
+            "{stderr}"
+        );
+        assert!(!results.exists(), "{words}: nothing is written: {stderr}");
+    }
+}
+
+/// `methods.cuda_graph = true` with `--device cpu` was found by each run: every run of a set
+/// wrote a log that ended aborted, and the set ended with exit 1. It is refused before the
+/// first run (exit 2), naming the file and the key, and nothing is written.
+#[test]
+fn cuda_graphs_on_the_cpu_are_refused_before_any_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("graphs.toml");
+    let text = preset("tiny_cpu.toml").replace(
+        "label_smoothing = 0.1",
+        "label_smoothing = 0.1\ncuda_graph = true",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let results = tmp.path().join("results");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args([
+            "resnet",
+            "--division",
+            "open",
+            "--runs",
+            "2",
+            "--device",
+            "cpu",
+        ])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--results")
+        .arg(&results)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("invalid config {}", cfg.display()))
+            && stderr.contains("methods.cuda_graph = true needs a CUDA device"),
+        "{stderr}"
+    );
+    assert!(!results.exists(), "nothing is written: {stderr}");
 }
 
 /// BERT's config is read into a table first (for its legacy keys), so toml gives no position:

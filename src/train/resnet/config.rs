@@ -341,7 +341,24 @@ impl ResnetRunConfig {
                 s.eval_per_class
             );
         }
-        let images = (self.model.classes as u64).saturating_mul(s.train_per_class as u64);
+        let classes = self.model.classes as u64;
+        for (key, per_class) in [
+            ("train_per_class", s.train_per_class),
+            ("eval_per_class", s.eval_per_class),
+        ] {
+            // 10^11 images: the first epoch's shuffled order failed to allocate (an abort)
+            let n = classes.saturating_mul(per_class as u64);
+            if n > Self::MAX_SYNTHETIC_IMAGES {
+                bail!(
+                    "the synthetic set (model.classes {classes} x data.synthetic.{key} \
+                     {per_class} = {n} images) must be at most {} images (about 100 ImageNets, \
+                     made in memory for tests): lower data.synthetic.{key} to at most {}",
+                    Self::MAX_SYNTHETIC_IMAGES,
+                    Self::MAX_SYNTHETIC_IMAGES / classes
+                );
+            }
+        }
+        let images = classes.saturating_mul(s.train_per_class as u64);
         let gbs = self.train.global_batch_size;
         if images < gbs {
             bail!(
@@ -380,6 +397,10 @@ impl ResnetRunConfig {
         }
         Ok(())
     }
+
+    /// The most images of a synthetic set (`data.synthetic`), for training and for the eval
+    /// each: 2^27, about 100 times ImageNet's training set.
+    pub const MAX_SYNTHETIC_IMAGES: u64 = 1 << 27;
 
     /// The largest `data.gpu_cache_mb`: 1 TiB, more than any GPU's memory.
     pub const MAX_GPU_CACHE_MB: i64 = 1 << 20;
