@@ -127,7 +127,20 @@ impl Baseline {
         for record in reader.records() {
             let record = record.map_err(|e| {
                 let line = e.position().map(|p| p.line()).unwrap_or(0);
-                anyhow::anyhow!("{}: malformed CSV record: {e}", at(line))
+                match e.kind() {
+                    // it was the csv crate's "found record with 6 fields, but the previous
+                    // record has 7 fields"
+                    csv::ErrorKind::UnequalLengths {
+                        expected_len, len, ..
+                    } => anyhow::anyhow!(
+                        "{}: the row has {len} fields but the header has {expected_len} ({}): \
+                         give every row one field per header column (an empty field, as in \
+                         `,,`, leaves a value out)",
+                        at(line),
+                        header.iter().collect::<Vec<_>>().join(",")
+                    ),
+                    _ => anyhow::anyhow!("{}: malformed CSV record: {e}", at(line)),
+                }
             })?;
             let line = record.position().map(|p| p.line()).unwrap_or(0);
             let fields = Fields {
@@ -295,6 +308,21 @@ impl Fields<'_> {
         }
     }
 
+    /// An optional date: RFC 3339 (as `--record` writes it) or a plain YYYY-MM-DD.
+    fn date(&self, c: Option<usize>, name: &str) -> Result<String> {
+        let v = self.get(c);
+        let plain_date = || chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d").is_ok();
+        if v.is_empty() || chrono::DateTime::parse_from_rfc3339(v).is_ok() || plain_date() {
+            return Ok(v.to_string());
+        }
+        bail!(
+            "{}: column '{name}' is not a date: {v:?}; write it as RFC 3339 \
+             (2026-12-07T16:00:00Z, as `regress --record` writes it), as 2026-12-07, or leave \
+             it empty",
+            self.at
+        )
+    }
+
     /// An optional positive run count.
     fn count(&self, c: Option<usize>, name: &str) -> Result<Option<usize>> {
         let v = self.get(c);
@@ -345,7 +373,7 @@ impl Fields<'_> {
                 (c.projected_runs, "projected_runs"),
             )?,
             tolerance_pct: self.number(c.tolerance, "tolerance_pct")?,
-            recorded_at: self.get(c.recorded_at).to_string(),
+            recorded_at: self.date(c.recorded_at, "recorded_at")?,
             line,
         })
     }

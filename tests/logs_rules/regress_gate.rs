@@ -185,9 +185,17 @@ fn malformed_baselines_name_file_and_line() {
             "score_min",
         ),
         (
+            // it was the csv crate's "found record with 2 fields, but the previous record..."
             format!("{HEADER}resnet,default,sysA,12,,,\nresnet,default\n"),
             ":3:",
-            "malformed",
+            "the row has 2 fields but the header has 7 (benchmark,config,system,score_min,\
+             throughput,tolerance_pct,recorded_at): give every row one field per header column",
+        ),
+        // any text was accepted as the recording date
+        (
+            format!("{HEADER}resnet,default,sysA,12,,,yesterday\n"),
+            ":2:",
+            "column 'recorded_at' is not a date: \"yesterday\"; write it as RFC 3339",
         ),
         (
             "benchmark,system,score_min\nresnet,sysA,12\n".to_string(),
@@ -218,6 +226,17 @@ fn malformed_baselines_name_file_and_line() {
             "column 'score_min' must be above 0",
         ),
     ];
+    // the dates --record writes and plain dates are read
+    for at in [
+        "2026-12-07T16:00:00Z",
+        "2026-12-07T16:00:00+01:00",
+        "2026-12-07",
+        "",
+    ] {
+        std::fs::write(&csv, format!("{HEADER}resnet,default,sysA,12,,,{at}\n")).unwrap();
+        let out = regress(&csv, &tmp.path().join("r"), &[]);
+        assert_eq!(out.status.code(), Some(0), "{at}: {}", text(&out));
+    }
     for (content, line, words) in cases {
         std::fs::write(&csv, &content).unwrap();
         let out = regress(&csv, &tmp.path().join("r"), &[]);
