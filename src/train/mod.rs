@@ -462,8 +462,9 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     // not fit its data is refused here, not found by every run of a set
     anyhow::Context::context(bert::load_eval(&cfg, &data), "--data")?;
     if cfg.methods.fp8 {
-        // refused before the run where FP8 cannot run, naming why
-        crate::fused::fp8::path_for(cmd.device)?;
+        // refused before the run where FP8 cannot run, naming why and the file
+        crate::fused::fp8::path_for(cmd.device)
+            .map_err(|e| e.context(format!("invalid config {}", cmd.config_path.display())))?;
     }
     let init = args.init_checkpoint.as_deref();
     cmd.single_or_set("bert", &cfg.system, ("MLM accuracy", "samples"), |opts| {

@@ -545,6 +545,12 @@ fn tiny_cpu_packed_fp8_runs_emulated_in_the_test_mode_and_is_refused_without_it(
         err.contains("methods.fp8 cannot run") && err.contains("CPU") && err.contains(EMULATE_FP8),
         "{err}"
     );
+    // the file is named, as for every other config refusal
+    assert!(
+        err.contains(&format!("invalid config {}", cfg.display())),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(!refused.exists(), "refused before the run: no log");
     let log_path = dir.path().join("result_0.txt");
     let out = cmd(&log_path).env(EMULATE_FP8, "1").output().unwrap();
