@@ -230,7 +230,10 @@ fn open_log(opts: &mut RunOptions, rank: usize) -> Result<Emitter> {
     Ok(Emitter::new(sinks))
 }
 
-fn clear_caches(cmd: Option<&str>) -> Result<bool> {
+/// Runs `system.cache_clear_command` (none or blank: nothing, `false`); an error names the
+/// command and the fix. Each run calls it at its start; the run set once more before the
+/// first run, so a failing command is refused before any log is written.
+pub fn clear_caches(cmd: Option<&str>) -> Result<bool> {
     let Some(cmd) = cmd.filter(|c| !c.trim().is_empty()) else {
         return Ok(false);
     };

@@ -227,6 +227,14 @@ impl<'a> Command<'a> {
             crate::distributed::check_environment(),
             "the launcher's environment (no run was started)",
         )?;
+        // a command that fails (a drop of the page cache without the rights) ended every run
+        // of a set as aborted, each writing its log
+        engine::clear_caches(sys.cache_clear_command.as_deref()).map_err(|e| {
+            e.context(format!(
+                "invalid config {}: system.cache_clear_command (no run was started)",
+                self.config_path.display()
+            ))
+        })?;
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
             let mut opts = run_options(self.device, sys, self.division, seed, log, fault);
             opts.test_hooks.dump_params = self.run.dump_params.clone();

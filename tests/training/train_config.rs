@@ -707,12 +707,35 @@ fn a_malformed_launcher_environment_is_refused_before_any_run() {
 /// first run (exit 2), naming the file and the key, and nothing is written.
 #[test]
 fn cuda_graphs_on_the_cpu_are_refused_before_any_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("graphs.toml");
     let text = preset("tiny_cpu.toml").replace(
         "label_smoothing = 0.1",
         "label_smoothing = 0.1\ncuda_graph = true",
     );
+    assert_refused_before_any_run(&text, "methods.cuda_graph = true needs a CUDA device");
+}
+
+/// A cache clear command that fails (a page-cache drop without the rights) ended every run of a
+/// set as aborted, each writing its log (5 aborted logs, exit 1). It is run once before the
+/// first run, and a failure is refused naming the key, with nothing written.
+#[test]
+fn a_failing_cache_clear_command_is_refused_before_any_run() {
+    let text = preset("tiny_cpu.toml");
+    assert!(text.contains("cache_clear_command = \"\""));
+    let text = text.replace(
+        "cache_clear_command = \"\"",
+        "cache_clear_command = \"false\"",
+    );
+    assert_refused_before_any_run(
+        &text,
+        "system.cache_clear_command (no run was started): the cache clear command `false` failed",
+    );
+}
+
+/// `resnet --runs 2` on the CPU with the config `text` exits 2 naming the config file and
+/// `want`, and writes no results.
+fn assert_refused_before_any_run(text: &str, want: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("refused.toml");
     std::fs::write(&cfg, text).unwrap();
     let results = tmp.path().join("results");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
@@ -737,8 +760,7 @@ fn cuda_graphs_on_the_cpu_are_refused_before_any_run() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains(&format!("invalid config {}", cfg.display()))
-            && stderr.contains("methods.cuda_graph = true needs a CUDA device"),
+        stderr.contains(&format!("invalid config {}", cfg.display())) && stderr.contains(want),
         "{stderr}"
     );
     assert!(!results.exists(), "nothing is written: {stderr}");
