@@ -76,9 +76,9 @@ impl LossScaleConfig {
                 "init_scale must be a power of two from 1 to 16777216 (2^24), growth_factor > 1, \
                  0 < backoff_factor < 1 and growth_interval >= 1, got init_scale {}, \
                  growth_factor {}, backoff_factor {}, growth_interval {}",
-                self.init_scale,
-                self.growth_factor,
-                self.backoff_factor,
+                crate::util::output::number(self.init_scale),
+                crate::util::output::number(self.growth_factor),
+                crate::util::output::number(self.backoff_factor),
                 self.growth_interval
             );
         }

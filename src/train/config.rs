@@ -263,6 +263,7 @@ impl<'a> Unknown<'a> {
 /// what it is.
 pub(crate) fn check_number(key: &str, value: f64, ok: bool, must_be: &str) -> Result<()> {
     if !(value.is_finite() && ok) {
+        let value = crate::util::output::number(value);
         bail!("{key} must be {must_be}, got {value}");
     }
     if value.abs() > f64::from(f32::MAX) {

@@ -72,6 +72,17 @@ pub fn is_stdout_closed(err: &anyhow::Error) -> bool {
     })
 }
 
+/// A number for a message: as Rust prints it where that is short (`-1`, `0.5`, `NaN`, `inf`),
+/// in scientific notation from 1e15 up and below 1e-4 (`1e300`, not its 301 digits).
+pub fn number(x: f64) -> String {
+    let a = x.abs();
+    if x.is_finite() && a != 0.0 && !(1e-4..1e15).contains(&a) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +103,23 @@ mod tests {
         assert!(!is_stdout_closed(&child));
         let other: anyhow::Error = tag(io::ErrorKind::PermissionDenied.into()).into();
         assert!(!is_stdout_closed(&other));
+    }
+
+    #[test]
+    fn numbers_in_messages_are_short() {
+        for (x, want) in [
+            (-1.0, "-1"),
+            (0.5, "0.5"),
+            (0.0, "0"),
+            (65536.0, "65536"),
+            (1e300, "1e300"),
+            (-1e300, "-1e300"),
+            (1e15, "1e15"),
+            (1e-9, "1e-9"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "inf"),
+        ] {
+            assert_eq!(number(x), want);
+        }
     }
 }

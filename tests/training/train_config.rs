@@ -366,6 +366,12 @@ fn out_of_range_numbers_name_the_key_and_the_value() {
             "noise = -3.0",
             "data.synthetic.noise must be at least 0, got -3",
         ),
+        // it printed the value's 301 digits
+        (
+            "noise = 60.0",
+            "noise = -1e300",
+            "data.synthetic.noise must be at least 0, got -1e300",
+        ),
         ("base_lr = 4.0", "base_lr = inf", "optimizer.base_lr must be above 0, got inf"),
         ("end_lr = 0.0001", "end_lr = nan", "optimizer.end_lr must be at least 0, got NaN"),
         (
