@@ -126,6 +126,13 @@ fn remove_owned(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// True when `dir` holds a finished `data synth-bert` data set: its README.txt, which
+/// synth-bert removes first and writes last. (It was vocab.txt, written before the shards: a
+/// demo killed while the shards were written then trained on the shards that were there.)
+fn bert_data_finished(dir: &Path) -> bool {
+    dir.join("README.txt").is_file()
+}
+
 /// Where the demo's files go under `--out`.
 struct DemoPaths {
     resnet_cfg: PathBuf,
@@ -159,7 +166,7 @@ impl DemoPaths {
 
     /// Synthesize the tiny BERT corpus unless an earlier demo did.
     fn synthesize_bert_data(&self) -> Result<()> {
-        if !self.bert_data.join("vocab.txt").exists() {
+        if !bert_data_finished(&self.bert_data) {
             step(
                 "synthesize the tiny BERT corpus (HDF5 shards in the reference layout)",
                 &[
@@ -273,5 +280,21 @@ impl DemoPaths {
         eprintln!(
             "Tiny results prove the pipeline (logs, rules, scoring, packaging), not the model."
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A BERT folder that a killed `data synth-bert` left (vocab.txt and some shards, no
+    /// README.txt) is made again, not trained on.
+    #[test]
+    fn an_unfinished_bert_data_set_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("train")).unwrap();
+        std::fs::write(dir.path().join("vocab.txt"), "[PAD]\n").unwrap();
+        std::fs::write(dir.path().join("train/part-00000-of-00004.hdf5"), b"").unwrap();
+        assert!(!super::bert_data_finished(dir.path()));
+        std::fs::write(dir.path().join("README.txt"), "done\n").unwrap();
+        assert!(super::bert_data_finished(dir.path()));
     }
 }
