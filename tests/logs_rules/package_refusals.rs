@@ -357,3 +357,33 @@ fn closed_set_failing_the_rcp_check_is_refused_by_both() {
     }
     official_fails_with(&org, "RCP Test Failed", test);
 }
+
+/// A package killed (or failing) while it moved files into OUT left them there unrecorded in
+/// OUT/mlperf-run-package.json, which was written only after the last move: the same command
+/// with --force then refused "OUT/Org/benchmarks/.../README.md exists and was not written by
+/// mlperf-run", naming files mlperf-run wrote. The record now lists them before the first
+/// move. (The failure is injected: a file where the systems/ folder goes, so the moves stop
+/// after benchmarks/ and results/, as a kill there would.)
+#[test]
+fn a_package_stopped_while_moving_files_into_out_is_rerun_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    let logs = ps::write_set(
+        &dir.path().join("closed"),
+        "closed",
+        "sys_a",
+        &ps::distinct_seeds(5),
+    );
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join("Org")).unwrap();
+    std::fs::write(out.join("Org/systems"), "in the way").unwrap();
+    let mut opts = ps::options("Org", "sys_a", "closed", logs, &out, &toml);
+    opts.force = true;
+    let err = format!("{:#}", package::package(&opts).unwrap_err());
+    assert!(err.contains("systems"), "{err}");
+    assert!(out.join("Org/results/sys_a/resnet/result_0.txt").exists());
+    std::fs::remove_file(out.join("Org/systems")).unwrap();
+    let report = package::package(&opts).unwrap_or_else(|e| panic!("{e:#}"));
+    let v = mlperf_run::submission::verify::verify(&report.org_dir).unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+}
