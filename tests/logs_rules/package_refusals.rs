@@ -387,3 +387,34 @@ fn a_package_stopped_while_moving_files_into_out_is_rerun_with_force() {
     let v = mlperf_run::submission::verify::verify(&report.org_dir).unwrap();
     assert!(v.ok(), "{:?}", v.problems);
 }
+
+/// A package stopped by Ctrl-C or a kill left its staging folder `.OUT.mlperf-run-staging-PID`
+/// beside OUT (megabytes: the logs and the source snapshot), and no later package removed it,
+/// as every run stages under its own PID. A staging folder whose process is gone is now
+/// removed by the next package there; another live process's is left alone.
+#[test]
+fn a_staging_folder_left_by_a_killed_package_is_removed_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    let logs = ps::write_set(
+        &dir.path().join("closed"),
+        "closed",
+        "sys_a",
+        &ps::distinct_seeds(5),
+    );
+    let out = dir.path().join("out");
+    // no process has a PID above the kernel's pid_max (at most 2^22)
+    let stale = dir.path().join(".out.mlperf-run-staging-999999999");
+    std::fs::create_dir_all(stale.join("Org/results")).unwrap();
+    std::fs::write(stale.join("Org/results/result_0.txt"), "half").unwrap();
+    // PID 1 is alive
+    let live = dir.path().join(".out.mlperf-run-staging-1");
+    std::fs::create_dir_all(&live).unwrap();
+    package::package(&ps::options("Org", "sys_a", "closed", logs, &out, &toml))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(
+        !stale.exists(),
+        "the killed package's staging folder is still there"
+    );
+    assert!(live.exists(), "a live process's staging folder was removed");
+}
