@@ -41,14 +41,38 @@ pub struct DemoArgs {
 fn step(name: &str, args: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the mlperf-run executable")?;
     eprintln!("\n==> {name}\n    mlperf-run {}", args.join(" "));
-    let status = Command::new(&exe)
-        .args(args)
+    let mut cmd = Command::new(&exe);
+    cmd.args(args);
+    stop_with_parent(&mut cmd);
+    let status = cmd
         .status()
         .with_context(|| format!("cannot start {}", exe.display()))?;
     if !status.success() {
         bail!("demo step '{name}' failed ({status}); its output is above");
     }
     Ok(())
+}
+
+/// Have the step get SIGTERM when the demo dies. A demo stopped by SIGTERM or SIGKILL (or a
+/// Ctrl-C sent to it alone) left its step running on its own: a training set then went on
+/// writing results with nobody to report them, and a rerun of the demo was refused while its
+/// lock was held. A run set ends its current run as aborted on SIGTERM, so the rerun
+/// continues it.
+fn stop_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl,
+    // getppid and raise, which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            // the demo died before the prctl: nothing would send the signal
+            if libc::getppid() as u32 != parent {
+                libc::raise(libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
 }
 
 /// A path as an argument (`run_demo` refuses an --out that is not UTF-8).
