@@ -418,3 +418,43 @@ fn a_staging_folder_left_by_a_killed_package_is_removed_by_the_next() {
     );
     assert!(live.exists(), "a live process's staging folder was removed");
 }
+
+/// A run set that was cut and resumed keeps the cut run's log in its `interrupted/` folder;
+/// `package` of the set's folder walked into it and counted that log as a run, refusing the
+/// set ("a resnet result set needs exactly 5 result_*.txt runs, found 6"), as `demo` did after
+/// an interrupted training step. `interrupted/` holds no results and is skipped.
+#[test]
+fn a_resumed_set_packages_without_its_interrupted_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    let set = dir.path().join("results/sys_a/resnet");
+    let seeds = ps::distinct_seeds(6);
+    ps::write_set(&set, "closed", "sys_a", &seeds[..5]);
+    // the cut run's log, as the run set moves it aside (any log: it must not be read)
+    let cut = dir.path().join("cut");
+    ps::write_set(&cut, "closed", "sys_a", &seeds[5..]);
+    std::fs::create_dir_all(set.join("interrupted")).unwrap();
+    std::fs::rename(
+        cut.join("result_0.txt"),
+        set.join("interrupted/result_0-20261207T171941.txt"),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let report = package::package(&ps::options(
+        "Org",
+        "sys_a",
+        "closed",
+        vec![set],
+        &out,
+        &toml,
+    ))
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let packaged = std::fs::read_dir(report.org_dir.join("results/sys_a/resnet"))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("result_")
+        })
+        .count();
+    assert_eq!(packaged, 5);
+}
