@@ -41,14 +41,38 @@ pub struct DemoArgs {
 fn step(name: &str, args: &[String]) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the mlperf-run executable")?;
     eprintln!("\n==> {name}\n    mlperf-run {}", args.join(" "));
-    let status = Command::new(&exe)
-        .args(args)
+    let mut cmd = Command::new(&exe);
+    cmd.args(args);
+    stop_with_parent(&mut cmd);
+    let status = cmd
         .status()
         .with_context(|| format!("cannot start {}", exe.display()))?;
     if !status.success() {
         bail!("demo step '{name}' failed ({status}); its output is above");
     }
     Ok(())
+}
+
+/// Have the step get SIGTERM when the demo dies. A demo stopped by SIGTERM or SIGKILL (or a
+/// Ctrl-C sent to it alone) left its step running on its own: a training set then went on
+/// writing results with nobody to report them, and a rerun of the demo was refused while its
+/// lock was held. A run set ends its current run as aborted on SIGTERM, so the rerun
+/// continues it.
+fn stop_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl,
+    // getppid and raise, which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            // the demo died before the prctl: nothing would send the signal
+            if libc::getppid() as u32 != parent {
+                libc::raise(libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
 }
 
 /// A path as an argument (`run_demo` refuses an --out that is not UTF-8).
@@ -126,6 +150,13 @@ fn remove_owned(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// True when `dir` holds a finished `data synth-bert` data set: its README.txt, which
+/// synth-bert removes first and writes last. (It was vocab.txt, written before the shards: a
+/// demo killed while the shards were written then trained on the shards that were there.)
+fn bert_data_finished(dir: &Path) -> bool {
+    dir.join("README.txt").is_file()
+}
+
 /// Where the demo's files go under `--out`.
 struct DemoPaths {
     resnet_cfg: PathBuf,
@@ -159,7 +190,7 @@ impl DemoPaths {
 
     /// Synthesize the tiny BERT corpus unless an earlier demo did.
     fn synthesize_bert_data(&self) -> Result<()> {
-        if !self.bert_data.join("vocab.txt").exists() {
+        if !bert_data_finished(&self.bert_data) {
             step(
                 "synthesize the tiny BERT corpus (HDF5 shards in the reference layout)",
                 &[
@@ -273,5 +304,21 @@ impl DemoPaths {
         eprintln!(
             "Tiny results prove the pipeline (logs, rules, scoring, packaging), not the model."
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A BERT folder that a killed `data synth-bert` left (vocab.txt and some shards, no
+    /// README.txt) is made again, not trained on.
+    #[test]
+    fn an_unfinished_bert_data_set_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("train")).unwrap();
+        std::fs::write(dir.path().join("vocab.txt"), "[PAD]\n").unwrap();
+        std::fs::write(dir.path().join("train/part-00000-of-00004.hdf5"), b"").unwrap();
+        assert!(!super::bert_data_finished(dir.path()));
+        std::fs::write(dir.path().join("README.txt"), "done\n").unwrap();
+        assert!(super::bert_data_finished(dir.path()));
     }
 }

@@ -609,12 +609,59 @@ fn install(
     staged: &BTreeMap<String, String>,
     staging: &Path,
 ) -> Result<usize> {
-    let org = &opts.submitter;
-    let sys_owner = format!("system:{}", opts.system);
-    // Decide what may be replaced in OUT.
     let out = &opts.out;
     let record_path = out.join(RECORD_NAME);
-    let mut record: Record = match std::fs::read_to_string(&record_path) {
+    let (mut record, replaced) = plan_install(opts, sets, staged, &record_path)?;
+    // Nothing refused. Record first what OUT may hold from here on (the old files and the new):
+    // a package killed (or failing) while it moves files leaves no file of its own that the
+    // record does not list, which a rerun with --force would refuse as not written by
+    // mlperf-run.
+    let mut ahead = record.clone();
+    ahead.submitter = opts.submitter.clone();
+    ahead.files.extend(staged.clone());
+    write_atomic(
+        &record_path,
+        serde_json::to_string_pretty(&ahead)?.as_bytes(),
+    )?;
+    for rel in &replaced {
+        let p = out.join(rel);
+        if p.symlink_metadata().is_ok() {
+            std::fs::remove_file(&p).with_context(|| format!("cannot remove {}", p.display()))?;
+        }
+        record.files.remove(rel);
+        remove_empty_parents(&p, out);
+    }
+    for (rel, owner) in staged {
+        let target = out.join(rel);
+        if let Some(dir) = target.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        std::fs::rename(staging.join(rel), &target)
+            .with_context(|| format!("cannot move {} into place", target.display()))?;
+        record.files.insert(rel.clone(), owner.clone());
+    }
+    record.submitter = opts.submitter.clone();
+    write_atomic(
+        &record_path,
+        serde_json::to_string_pretty(&record)?.as_bytes(),
+    )?;
+    Ok(staged.len())
+}
+
+/// Read OUT's record and decide what may be replaced in OUT: refuse another submitter's tree,
+/// a system already there (`--add` without `--force`), a link on the way, and any file in
+/// the way that mlperf-run did not write. Returns the record and the files to remove.
+fn plan_install(
+    opts: &PackageOptions,
+    sets: &[ResultSet],
+    staged: &BTreeMap<String, String>,
+    record_path: &Path,
+) -> Result<(Record, Vec<String>)> {
+    let org = &opts.submitter;
+    let sys_owner = format!("system:{}", opts.system);
+    let out = &opts.out;
+    let record: Record = match std::fs::read_to_string(record_path) {
         Ok(text) => serde_json::from_str(&text).with_context(|| {
             format!(
                 "{} is damaged: remove it or choose another --out",
@@ -668,31 +715,7 @@ fn install(
             );
         }
     }
-    // Nothing refused: replace.
-    for rel in &replaced {
-        let p = out.join(rel);
-        if p.symlink_metadata().is_ok() {
-            std::fs::remove_file(&p).with_context(|| format!("cannot remove {}", p.display()))?;
-        }
-        record.files.remove(rel);
-        remove_empty_parents(&p, out);
-    }
-    for (rel, owner) in staged {
-        let target = out.join(rel);
-        if let Some(dir) = target.parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        std::fs::rename(staging.join(rel), &target)
-            .with_context(|| format!("cannot move {} into place", target.display()))?;
-        record.files.insert(rel.clone(), owner.clone());
-    }
-    record.submitter = org.clone();
-    write_atomic(
-        &record_path,
-        serde_json::to_string_pretty(&record)?.as_bytes(),
-    )?;
-    Ok(staged.len())
+    Ok((record, replaced))
 }
 
 /// Refuse to write `out/rel` when a folder on the way below `out` is a symbolic link: package

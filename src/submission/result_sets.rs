@@ -171,6 +171,11 @@ fn is_log_name(name: &str) -> bool {
     name.ends_with(".txt") || name.ends_with(".log")
 }
 
+/// The folder of a set where a run set moves the logs of runs that were cut or killed (and are
+/// run again on `--resume`): `RESULTS/SYSTEM/BENCHMARK/interrupted/` (`runs::set`). They are
+/// not results, so a folder walked for logs skips it.
+pub const INTERRUPTED_DIR: &str = "interrupted";
+
 fn collect_dir(walk: &tree::Walk, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let listing = walk.list(dir, &is_log_name)?;
     out.extend(listing.files);
@@ -179,6 +184,15 @@ fn collect_dir(walk: &tree::Walk, dir: &Path, out: &mut Vec<PathBuf>) -> Result<
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if name == INTERRUPTED_DIR {
+            // it was walked: a resumed set's cut run counted as a sixth ResNet log, and the
+            // set was refused ("needs exactly 5 result_*.txt runs, found 6")
+            tracing::info!(
+                "skipping {}: the logs of runs that were cut or killed and run again, not results",
+                path.display()
+            );
+            continue;
+        }
         if !benchmarks::all().iter().any(|b| b.name == name)
             && MLPERF_BENCHMARK_NAMES.contains(&name.as_str())
         {

@@ -89,7 +89,9 @@ fn staging_dir(dest: &Path, tag: &str) -> Result<PathBuf> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let dir = parent.join(format!(".{name}.{tag}-{}", std::process::id()));
+    let prefix = format!(".{name}.{tag}-");
+    remove_stale_staging(parent, &prefix);
+    let dir = parent.join(format!("{prefix}{}", std::process::id()));
     if dir.symlink_metadata().is_ok() {
         std::fs::remove_dir_all(&dir)
             .with_context(|| format!("cannot remove stale {}", dir.display()))?;
@@ -97,6 +99,48 @@ fn staging_dir(dest: &Path, tag: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create staging folder {}", dir.display()))?;
     Ok(dir)
+}
+
+/// Remove the folders `PREFIX<PID>` in `parent` whose process is gone: staging folders of a
+/// run that was killed or stopped by Ctrl-C (no destructor ran), which no later run removes
+/// otherwise, as each stages under its own PID. A live process's folder is left alone.
+fn remove_stale_staging(parent: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if pid <= 0 || !is_dir || process_alive(pid) {
+            continue;
+        }
+        let path = e.path();
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => tracing::info!(
+                "removed {}, left by a run that was stopped (pid {pid})",
+                path.display()
+            ),
+            Err(err) => tracing::warn!(
+                "cannot remove {}, left by a run that was stopped (pid {pid}): {err}; remove it \
+                 by hand",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// True when process `pid` exists on this machine (or may: only "no such process" is no).
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; kill only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Put the folder `from` in place of `dest`, removing the old `dest` first (same file system:
@@ -135,6 +179,25 @@ mod tests {
         for name in ["x.JPEG", ".x.JPEG", ".x.tmp-", ".x.tmp-12a", "x.tmp-12"] {
             assert!(!super::is_temp_name(name), "{name}");
         }
+    }
+
+    /// A staging folder of a killed run (its PID gone) is removed by the next run there; a
+    /// live process's (PID 1), or a file of that name, is left alone.
+    #[test]
+    fn a_dead_process_staging_folder_is_removed_by_the_next_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out");
+        let stale = dir.path().join(".out.tmp-999999999");
+        std::fs::create_dir_all(stale.join("train")).unwrap();
+        std::fs::write(stale.join("train/a.JPEG"), b"half").unwrap();
+        let live = dir.path().join(".out.tmp-1");
+        std::fs::create_dir(&live).unwrap();
+        let file = dir.path().join(".out.tmp-999999998");
+        std::fs::write(&file, b"not a staging folder").unwrap();
+        super::with_staging_dir(&dest, "tmp", |_| Ok(())).unwrap();
+        assert!(!stale.exists());
+        assert!(live.exists());
+        assert!(file.exists());
     }
 
     #[test]

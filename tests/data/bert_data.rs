@@ -393,3 +393,72 @@ fn synth_bert_cli_refuses_bad_input_naming_flag_or_file() {
     assert!(out.join("train/part-00001-of-00002.hdf5").exists());
     assert!(!out.join("train/part-00000-of-00001.hdf5").exists());
 }
+
+/// An interrupted `data synth-bert` (killed, or failed part-way) wrote its shards under their
+/// final names, HDF5 straight into `part-K-of-N.hdf5`, and left the README.txt of the set it
+/// was replacing: a shard cut short, or a set missing shards (which the trainer silently trained
+/// on: 2 of 4 shards gave half the train_samples) looked finished, and `demo`, which took
+/// vocab.txt (written before the shards) as the mark of a finished set, trained on it. Shards
+/// are now written to `.NAME.tmp-PID` and renamed, README.txt (the mark) is removed first and
+/// written last, and a rerun removes the temporary shards a killed run left.
+#[test]
+fn an_interrupted_synth_bert_leaves_no_finished_mark_and_a_rerun_cleans_up() {
+    run_alone!();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bert");
+    let synth = || {
+        let o = Command::new(common::dist::BIN)
+            .args(["data", "synth-bert", "--out"])
+            .arg(&out)
+            .args([
+                "--sentences",
+                "16",
+                "--seq-len",
+                "32",
+                "--eval-samples",
+                "8",
+            ])
+            .args(["--train-samples", "64", "--shards", "2"])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = synth();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.join("README.txt").is_file());
+    // what a killed run leaves: a temporary shard
+    let leftover = out.join("train/.part-00000-of-00002.hdf5.tmp-999999999");
+    std::fs::write(&leftover, b"cut short").unwrap();
+    // a run that fails after the training shards (eval.hdf5 cannot be replaced)
+    std::fs::remove_file(out.join("eval/eval.hdf5")).unwrap();
+    std::fs::create_dir(out.join("eval/eval.hdf5")).unwrap();
+    let (code, err) = synth();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("eval.hdf5"), "{err}");
+    assert!(
+        !out.join("README.txt").exists(),
+        "an unfinished set keeps the mark of a finished one"
+    );
+    let names = |sub: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(out.join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names("train"),
+        ["part-00000-of-00002.hdf5", "part-00001-of-00002.hdf5"],
+        "temporary shards left behind"
+    );
+    assert_eq!(names("eval"), ["eval.hdf5"], "temporary shard left behind");
+    std::fs::remove_dir(out.join("eval/eval.hdf5")).unwrap();
+    let (code, err) = synth();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.join("README.txt").is_file());
+    assert!(out.join("eval/eval.hdf5").is_file());
+}

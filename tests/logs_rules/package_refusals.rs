@@ -357,3 +357,104 @@ fn closed_set_failing_the_rcp_check_is_refused_by_both() {
     }
     official_fails_with(&org, "RCP Test Failed", test);
 }
+
+/// A package killed (or failing) while it moved files into OUT left them there unrecorded in
+/// OUT/mlperf-run-package.json, which was written only after the last move: the same command
+/// with --force then refused "OUT/Org/benchmarks/.../README.md exists and was not written by
+/// mlperf-run", naming files mlperf-run wrote. The record now lists them before the first
+/// move. (The failure is injected: a file where the systems/ folder goes, so the moves stop
+/// after benchmarks/ and results/, as a kill there would.)
+#[test]
+fn a_package_stopped_while_moving_files_into_out_is_rerun_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    let logs = ps::write_set(
+        &dir.path().join("closed"),
+        "closed",
+        "sys_a",
+        &ps::distinct_seeds(5),
+    );
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join("Org")).unwrap();
+    std::fs::write(out.join("Org/systems"), "in the way").unwrap();
+    let mut opts = ps::options("Org", "sys_a", "closed", logs, &out, &toml);
+    opts.force = true;
+    let err = format!("{:#}", package::package(&opts).unwrap_err());
+    assert!(err.contains("systems"), "{err}");
+    assert!(out.join("Org/results/sys_a/resnet/result_0.txt").exists());
+    std::fs::remove_file(out.join("Org/systems")).unwrap();
+    let report = package::package(&opts).unwrap_or_else(|e| panic!("{e:#}"));
+    let v = mlperf_run::submission::verify::verify(&report.org_dir).unwrap();
+    assert!(v.ok(), "{:?}", v.problems);
+}
+
+/// A package stopped by Ctrl-C or a kill left its staging folder `.OUT.mlperf-run-staging-PID`
+/// beside OUT (megabytes: the logs and the source snapshot), and no later package removed it,
+/// as every run stages under its own PID. A staging folder whose process is gone is now
+/// removed by the next package there; another live process's is left alone.
+#[test]
+fn a_staging_folder_left_by_a_killed_package_is_removed_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    let logs = ps::write_set(
+        &dir.path().join("closed"),
+        "closed",
+        "sys_a",
+        &ps::distinct_seeds(5),
+    );
+    let out = dir.path().join("out");
+    // no process has a PID above the kernel's pid_max (at most 2^22)
+    let stale = dir.path().join(".out.mlperf-run-staging-999999999");
+    std::fs::create_dir_all(stale.join("Org/results")).unwrap();
+    std::fs::write(stale.join("Org/results/result_0.txt"), "half").unwrap();
+    // PID 1 is alive
+    let live = dir.path().join(".out.mlperf-run-staging-1");
+    std::fs::create_dir_all(&live).unwrap();
+    package::package(&ps::options("Org", "sys_a", "closed", logs, &out, &toml))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(
+        !stale.exists(),
+        "the killed package's staging folder is still there"
+    );
+    assert!(live.exists(), "a live process's staging folder was removed");
+}
+
+/// A run set that was cut and resumed keeps the cut run's log in its `interrupted/` folder;
+/// `package` of the set's folder walked into it and counted that log as a run, refusing the
+/// set ("a resnet result set needs exactly 5 result_*.txt runs, found 6"), as `demo` did after
+/// an interrupted training step. `interrupted/` holds no results and is skipped.
+#[test]
+fn a_resumed_set_packages_without_its_interrupted_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = ps::write_system_toml(dir.path(), "onprem");
+    let set = dir.path().join("results/sys_a/resnet");
+    let seeds = ps::distinct_seeds(6);
+    ps::write_set(&set, "closed", "sys_a", &seeds[..5]);
+    // the cut run's log, as the run set moves it aside (any log: it must not be read)
+    let cut = dir.path().join("cut");
+    ps::write_set(&cut, "closed", "sys_a", &seeds[5..]);
+    std::fs::create_dir_all(set.join("interrupted")).unwrap();
+    std::fs::rename(
+        cut.join("result_0.txt"),
+        set.join("interrupted/result_0-20261207T171941.txt"),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let report = package::package(&ps::options(
+        "Org",
+        "sys_a",
+        "closed",
+        vec![set],
+        &out,
+        &toml,
+    ))
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let packaged = std::fs::read_dir(report.org_dir.join("results/sys_a/resnet"))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("result_")
+        })
+        .count();
+    assert_eq!(packaged, 5);
+}

@@ -360,3 +360,70 @@ fn an_out_that_is_not_utf8_is_refused_before_anything_is_written() {
         );
     }
 }
+
+/// Whether process `pid` has ended (gone, or a zombie nobody has reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
+/// A demo killed (SIGKILL, or a SIGTERM or Ctrl-C sent to it alone) while it trained left its
+/// training step running on its own: the set went on writing its runs with nobody to report
+/// them, and a rerun of the demo was refused while that step held the set's lock. The step now
+/// gets SIGTERM when the demo dies, so it ends its current run as aborted and stops at once.
+#[test]
+fn a_killed_demo_stops_its_training_step() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args([
+            "demo",
+            "--out",
+            "d",
+            "--resnet-runs",
+            "2",
+            "--bert-runs",
+            "1",
+        ])
+        .current_dir(dir.path())
+        .env("MLPERF_RUN_THREADS", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let set = dir.path().join("d/results/tiny-cpu-resnet/resnet");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    // the lock names the set's process once the set has started
+    let step = loop {
+        let pid = std::fs::read_to_string(set.join("run_set.lock"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("pid: ")?.trim().parse().ok())
+            });
+        if let Some(pid) = pid {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo's ResNet set never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    demo.kill().unwrap();
+    demo.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ended(step) {
+        assert!(Instant::now() < deadline, "the training step runs on");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !set.join("result_1.txt").exists(),
+        "the training step went on with the set after the demo was killed"
+    );
+    assert!(!set.join("run_set.lock").exists(), "the step left its lock");
+}

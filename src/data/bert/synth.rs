@@ -297,8 +297,26 @@ impl Vocab {
     }
 }
 
-/// Write instances as one reference-layout shard (int16 ids/positions, int8 masks/labels).
+/// Write instances as one reference-layout shard (int16 ids/positions, int8 masks/labels),
+/// atomically: HDF5 writes `.NAME.tmp-PID` beside `path`, which is renamed to `path` when it is
+/// complete, so a killed writer never leaves a cut-short shard under a name the loader reads.
 pub fn write_shard(path: &Path, items: &[Instance], seq_len: usize, max_pred: usize) -> Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = crate::util::fs::parent_dir(path).join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = write_shard_at(&tmp, items, seq_len, max_pred).and_then(|()| {
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// [`write_shard`]'s HDF5 writing, straight to `path`.
+fn write_shard_at(path: &Path, items: &[Instance], seq_len: usize, max_pred: usize) -> Result<()> {
     let n = items.len();
     let mut ids = vec![0i16; n * seq_len];
     let mut mask = vec![0i8; n * seq_len];
@@ -381,6 +399,9 @@ pub fn synth_bert(a: &SynthBertArgs) -> Result<SynthSummary> {
         )
     })?;
     std::fs::create_dir_all(a.out.join("eval"))?;
+    // README.txt is written last: without it the folder is an interrupted (or failed) run,
+    // which `demo` makes again
+    remove_unfinished(a)?;
     crate::util::fs::write_atomic(
         &a.out.join("vocab.txt"),
         (vocab.tokens.join("\n") + "\n").as_bytes(),
@@ -530,6 +551,30 @@ fn check_out(a: &SynthBertArgs) -> Result<()> {
                 stale.len(),
                 out.display()
             );
+        }
+    }
+    Ok(())
+}
+
+/// Before writing: remove README.txt (the mark of a finished data set, written last) and the
+/// temporary shards a killed synth-bert left in train/ and eval/.
+fn remove_unfinished(a: &SynthBertArgs) -> Result<()> {
+    let readme = a.out.join("README.txt");
+    if readme.symlink_metadata().is_ok() {
+        std::fs::remove_file(&readme)
+            .with_context(|| format!("cannot remove {}", readme.display()))?;
+    }
+    for sub in ["train", "eval"] {
+        let dir = a.out.join(sub);
+        for e in
+            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
+        {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if crate::util::fs::is_temp_name(&name) && name.contains(".hdf5.tmp-") {
+                std::fs::remove_file(e.path())
+                    .with_context(|| format!("cannot remove {}", e.path().display()))?;
+            }
         }
     }
     Ok(())
