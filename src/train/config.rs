@@ -97,7 +97,7 @@ pub(crate) fn toml_error(text: &str, message: &str) -> anyhow::Error {
 }
 
 /// A key that a run config does not take (serde's "unknown field"), by its dotted path
-/// (`data.hw_decoder_load`; `data.synthetic` for a table): the error [`toml_error`] gives for
+/// (`data.hw_decoder_load`; `data.synthetic` for a table): the error `toml_error` gives for
 /// it, which a caller that knows the other benchmarks' configs reads through
 /// [`other_benchmark_hint`].
 #[derive(Debug)]
