@@ -48,7 +48,8 @@ pub fn read(benchmark: &str, path: &Path) -> Result<Given> {
     use crate::rules::Division;
     match benchmark {
         "resnet" => {
-            let cfg = crate::train::resnet::ResnetRunConfig::load(path, Division::Open)?;
+            let cfg = crate::train::resnet::ResnetRunConfig::load(path, Division::Open)
+                .map_err(|e| crate::train::with_config_hint("resnet", e))?;
             Ok(Given {
                 global_batch: cfg.train.global_batch_size,
                 accum: cfg.train.gradient_accumulation_steps,
@@ -57,7 +58,8 @@ pub fn read(benchmark: &str, path: &Path) -> Result<Given> {
             })
         }
         "bert" => {
-            let cfg = crate::train::bert::BertRunConfig::load(path, Division::Open)?;
+            let cfg = crate::train::bert::BertRunConfig::load(path, Division::Open)
+                .map_err(|e| crate::train::with_config_hint("bert", e))?;
             let t = &cfg.train;
             Ok(Given {
                 global_batch: t.global_batch_size,

@@ -106,12 +106,6 @@ impl PlanArgs {
 fn hardware(args: &PlanArgs) -> Result<(Gpu, f64, Cluster)> {
     let gpu = hardware::gpu(&args.gpu)?;
     let memory = args.gpu_memory_gib.unwrap_or(gpu.memory_gib);
-    if !(memory.is_finite() && memory > 0.0) {
-        bail!("--gpu-memory-gib must be > 0, got {memory}");
-    }
-    if args.gpus_per_node == 0 {
-        bail!("--gpus-per-node must be at least 1");
-    }
     let cluster = Cluster {
         gpus_per_node: args.gpus_per_node,
         intra: hardware::link(args.intra.as_deref().unwrap_or(gpu.intra), "--intra")?,
@@ -124,15 +118,9 @@ fn hardware(args: &PlanArgs) -> Result<(Gpu, f64, Cluster)> {
 fn costs(args: &PlanArgs) -> Result<ModelCost> {
     let mut m = ModelCost::of(&args.benchmark)?;
     if let Some(ms) = args.step_overhead_ms {
-        if !(ms.is_finite() && ms >= 0.0) {
-            bail!("--step-overhead-ms must be >= 0, got {ms}");
-        }
         m.step_overhead_s = ms / 1e3;
     }
     if let Some(o) = args.overlap {
-        if !(0.0..=1.0).contains(&o) {
-            bail!("--overlap must be within 0..1, got {o}");
-        }
         m.overlap = o;
     }
     Ok(m)
@@ -180,24 +168,6 @@ fn measured(
             gpu.name
         ),
     };
-    if !(rate.is_finite() && rate > 0.0) {
-        bail!("--rate {rate}: the samples per second per GPU must be a finite number above 0");
-    }
-    if !(batch.is_finite() && batch > 0.0) {
-        bail!("--measured-batch {batch}: the per-GPU batch must be a finite number above 0");
-    }
-    if rate > MAX_RATE {
-        bail!(
-            "--rate {rate:e} samples/s per GPU is no measured rate (at most {MAX_RATE:e}): give \
-             samples per second per GPU"
-        );
-    }
-    if batch > MAX_BATCH {
-        bail!("--measured-batch {batch:e} is no per-GPU batch (at most {MAX_BATCH:e})");
-    }
-    if !(args.startup_s.is_finite() && args.startup_s >= 0.0) {
-        bail!("--startup-s must be >= 0");
-    }
     let eval_s = bench.eval_samples as f64 / (3.0 * rate * 8.0);
     Ok((
         Measured {
@@ -303,16 +273,161 @@ pub struct Planned {
     pub svg: PathBuf,
 }
 
-/// The largest per-GPU rate (samples/s) and batch `plan` takes: far above any GPU's, below
-/// figures that would print as hundreds of digits.
-const MAX_RATE: f64 = 1e6;
-const MAX_BATCH: f64 = 1e6;
+/// A numeric flag of `plan` and the values it takes (docs/planning.md, "Inputs", lists them):
+/// wide of anything a machine or a measurement gives, narrow enough that no figure `plan`
+/// prints runs to hundreds of digits (`--rate 1e-300` printed step times of 300 digits).
+struct Range {
+    flag: &'static str,
+    /// What the value is, with its unit.
+    what: &'static str,
+    min: f64,
+    max: f64,
+    /// The maximum in words, if any (" (a week)").
+    max_is: &'static str,
+}
+
+impl Range {
+    /// Refuses `value` (`shown` as given) outside the range, NaN and infinities included,
+    /// naming the flag, the value and the range.
+    fn check(&self, value: f64, shown: &dyn std::fmt::Display) -> Result<()> {
+        if value >= self.min && value <= self.max {
+            return Ok(());
+        }
+        bail!(
+            "{} {shown}: {} must be from {} to {}{}; docs/planning.md (Inputs) gives each flag's \
+             range",
+            self.flag,
+            self.what,
+            self.min,
+            self.max,
+            self.max_is
+        );
+    }
+}
+
+/// Each numeric flag's range (the order of `plan --help`).
+const RANGES: [Range; 11] = [
+    range("--gpus", "a GPU count", 1.0, 1e6, ""),
+    range("--gpu-memory-gib", "the memory per GPU (GiB)", 1.0, 1e4, ""),
+    range("--gpus-per-node", "the GPUs per node", 1.0, 4096.0, ""),
+    range(
+        "--intra",
+        "the bandwidth between a node's GPUs (GB/s per GPU)",
+        0.01,
+        1e5,
+        "",
+    ),
+    range(
+        "--inter",
+        "the bandwidth between nodes (GB/s per GPU)",
+        0.01,
+        1e5,
+        "",
+    ),
+    range(
+        "--rate",
+        "the training samples per second per GPU",
+        1e-3,
+        1e6,
+        "",
+    ),
+    range(
+        "--measured-batch",
+        "the per-GPU batch (samples)",
+        1.0,
+        1e6,
+        "",
+    ),
+    range(
+        "--measured-gpus",
+        "the GPUs of the measured run",
+        1.0,
+        1e6,
+        "",
+    ),
+    range(
+        "--startup-s",
+        "the seconds from run_start to the first step",
+        0.0,
+        604800.0,
+        " (a week)",
+    ),
+    range(
+        "--step-overhead-ms",
+        "the per-step overhead (milliseconds)",
+        0.0,
+        60000.0,
+        " (a minute)",
+    ),
+    range(
+        "--overlap",
+        "the share of compute that hides the all-reduce",
+        0.0,
+        1.0,
+        "",
+    ),
+];
+
+const fn range(
+    flag: &'static str,
+    what: &'static str,
+    min: f64,
+    max: f64,
+    max_is: &'static str,
+) -> Range {
+    Range {
+        flag,
+        what,
+        min,
+        max,
+        max_is,
+    }
+}
+
+/// The range of `flag`, one of [`RANGES`].
+fn range_of(flag: &str) -> &'static Range {
+    RANGES
+        .iter()
+        .find(|r| r.flag == flag)
+        .unwrap_or_else(|| panic!("no range for {flag}"))
+}
+
+/// Every number of the command line in its flag's range ([`RANGES`]), checked here, in one
+/// place, before anything is read or planned.
+fn check_numbers(args: &PlanArgs) -> Result<()> {
+    let float = |flag: &str, v: Option<f64>| match v {
+        Some(v) => range_of(flag).check(v, &format!("{v:?}")),
+        None => Ok(()),
+    };
+    let count = |flag: &str, n: u64| range_of(flag).check(n as f64, &n);
+    for &n in &args.gpus {
+        count("--gpus", n)?;
+    }
+    count("--gpus-per-node", args.gpus_per_node)?;
+    args.measured_gpus
+        .map_or(Ok(()), |n| count("--measured-gpus", n))?;
+    float("--gpu-memory-gib", args.gpu_memory_gib)?;
+    for (flag, spec) in [("--intra", &args.intra), ("--inter", &args.inter)] {
+        // a bandwidth in GB/s (a link's name, or anything else, is for hardware::link)
+        if let Some((v, spec)) = spec
+            .as_deref()
+            .and_then(|s| Some((s.parse::<f64>().ok()?, s)))
+        {
+            range_of(flag).check(v, &spec)?;
+        }
+    }
+    float("--rate", args.rate)?;
+    float("--measured-batch", args.measured_batch)?;
+    float("--startup-s", Some(args.startup_s))?;
+    float("--step-overhead-ms", args.step_overhead_ms)?;
+    float("--overlap", args.overlap)
+}
 
 /// --gpus: counts of at least 1, each once (a count given twice would be planned and its config
 /// written twice); a count above one node fills whole nodes of `per_node` (a submission's
 /// system has nodes of one size).
 fn check_gpus(gpus: &[u64], per_node: u64) -> Result<()> {
-    if gpus.is_empty() || gpus.contains(&0) {
+    if gpus.is_empty() {
         bail!("--gpus: give GPU counts of at least 1, e.g. --gpus 8,16,64");
     }
     if let Some(n) = gpus
@@ -357,6 +472,7 @@ fn create_out(out: &Path) -> Result<()> {
 /// Plan `args` and write the configs, the plot and plan.json.
 pub fn plan(args: &PlanArgs) -> Result<Planned> {
     let bench = crate::benchmarks::get(&args.benchmark)?;
+    check_numbers(args)?;
     check_gpus(&args.gpus, args.gpus_per_node)?;
     let (gpu, memory, cluster) = hardware(args)?;
     let mut model = costs(args)?;
@@ -549,5 +665,28 @@ mod tests {
         let err = super::check_gpus(&[12], 8).unwrap_err().to_string();
         assert!(err.contains("12 GPUs do not fill whole nodes"), "{err}");
         super::check_gpus(&[4, 8, 16], 8).unwrap();
+    }
+
+    /// docs/planning.md gives each numeric flag's range as `check_numbers` takes it.
+    #[test]
+    fn the_documented_ranges_are_the_checked_ones() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/planning.md"),
+        )
+        .unwrap();
+        for r in &super::RANGES {
+            // the flag itself, not one it begins (`--gpus` of `--gpus-per-node`)
+            let names = |l: &str| {
+                l.match_indices(r.flag).any(|(i, _)| {
+                    !l[i + r.flag.len()..].starts_with(|c: char| c == '-' || c.is_alphanumeric())
+                })
+            };
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with("| `") && names(l))
+                .unwrap_or_else(|| panic!("docs/planning.md has no row for {}", r.flag));
+            let said = format!("{} to {}", r.min, r.max);
+            assert!(row.contains(&said), "{}: want `{said}` in {row}", r.flag);
+        }
     }
 }

@@ -65,7 +65,8 @@ pub(crate) fn refuse_empty(text: &str, preset: &str) -> Result<()> {
 /// A TOML error made clearer: an error that names no line (one found after the text was read
 /// into a table, as BERT's config is for its legacy keys) gets the line of the key it is about
 /// (`in `train.global_batch_size``: that key; `in `train``: the table's header), and an unknown
-/// key or value gets the nearest allowed one ("did you mean `base_lr`?").
+/// key or value gets the nearest allowed one ("did you mean `base_lr`?"). An unknown key is an
+/// [`UnknownKey`] error, which says its dotted path to [`other_benchmark_hint`].
 pub(crate) fn toml_error(text: &str, message: &str) -> anyhow::Error {
     let message = message.trim_end();
     let located = message.contains("TOML parse error at line");
@@ -82,13 +83,87 @@ pub(crate) fn toml_error(text: &str, message: &str) -> anyhow::Error {
         Some(n) => format!("line {n}: {message}"),
         None => message.to_string(),
     };
-    if let Some(unknown) = unknown {
-        let candidates = unknown.expected.iter().copied();
-        if let Some(near) = crate::util::suggest::closest(unknown.name, candidates) {
-            out.push_str(&format!("\ndid you mean `{near}`?"));
-        }
+    let Some(unknown) = unknown else {
+        return anyhow::anyhow!("{out}");
+    };
+    let candidates = unknown.expected.iter().copied();
+    if let Some(near) = crate::util::suggest::closest(unknown.name, candidates) {
+        out.push_str(&format!("\ndid you mean `{near}`?"));
     }
-    anyhow::anyhow!("{out}")
+    match unknown.key_path(text, message) {
+        Some(path) => anyhow::Error::new(UnknownKey { path, message: out }),
+        None => anyhow::anyhow!("{out}"),
+    }
+}
+
+/// A key that a run config does not take (serde's "unknown field"), by its dotted path
+/// (`data.hw_decoder_load`; `data.synthetic` for a table): the error `toml_error` gives for
+/// it, which a caller that knows the other benchmarks' configs reads through
+/// [`other_benchmark_hint`].
+#[derive(Debug)]
+pub struct UnknownKey {
+    pub path: String,
+    message: String,
+}
+
+impl std::fmt::Display for UnknownKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for UnknownKey {}
+
+/// A benchmark's run config as the note on a key of another benchmark's names it: the
+/// benchmark, a preset to start from, and whether its config type takes a dotted key path
+/// ([`takes_key`] of the type).
+pub struct ConfigKind {
+    pub benchmark: &'static str,
+    pub preset: &'static str,
+    pub takes: fn(&str) -> bool,
+}
+
+/// Whether the config type `C` takes the key at dotted `path`, asked of the type itself (so
+/// no list of keys can drift from it): `C` is read from a table holding only that key, an
+/// empty table as its value. serde's derive refuses an unknown key as it meets it, before it
+/// counts the missing ones, so an "unknown field" error means `C` has no such key (or no
+/// such table on the way to it), and anything else (a missing key, a wrong type) means it has.
+pub fn takes_key<C: serde::de::DeserializeOwned>(path: &str) -> bool {
+    let mut value = toml::Value::Table(toml::Table::new());
+    for part in path.rsplit('.') {
+        value = toml::Value::Table(toml::Table::from_iter([(part.to_string(), value)]));
+    }
+    match value.try_into::<C>() {
+        Ok(_) => true,
+        Err(e) => !e.to_string().contains("unknown field `"),
+    }
+}
+
+/// `e`, an error of the `this` benchmark's run config, with a note where it refuses a key
+/// ([`UnknownKey`]) that another benchmark's config of `kinds` takes: the key is refused all
+/// the same, and the note says whose it is and what trains such a config. Other errors are
+/// returned as they are. (The caller knows every benchmark's config; this module, below them
+/// all, names none.)
+pub fn other_benchmark_hint(e: anyhow::Error, this: &str, kinds: &[&ConfigKind]) -> anyhow::Error {
+    let Some(path) = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<UnknownKey>())
+        .map(|u| u.path.clone())
+    else {
+        return e;
+    };
+    let Some(other) = kinds
+        .iter()
+        .find(|k| k.benchmark != this && (k.takes)(&path))
+    else {
+        return e;
+    };
+    anyhow::anyhow!(
+        "{e:#}\n`{path}` is a {o} key, and this is a {this} config: remove it here, or train a {o} \
+         config (such as {preset}) with `mlperf-run {o}`",
+        o = other.benchmark,
+        preset = other.preset
+    )
 }
 
 /// The key path serde's message ends with (`in `train.global_batch_size``), if any.
@@ -193,7 +268,6 @@ pub(crate) fn recipe_error(message: &str, merged: &str, base: &str, recipe: &str
 }
 
 /// The dotted path of the key (or `[table]` header) on 1-based line `n` of `text`.
-#[cfg(feature = "torch")]
 fn path_at_line(text: &str, n: usize) -> Option<String> {
     let mut current = String::new();
     for (i, line) in text.lines().enumerate().take(n) {
@@ -242,6 +316,29 @@ impl<'a> Unknown<'a> {
             name,
             expected,
             path: error_path(message),
+        })
+    }
+
+    /// The dotted path of the unknown key (not of a variant): its table and name as `message`
+    /// says them, or for toml's own error (`TOML parse error at line N`, no table named) the
+    /// path of the key on that line, where it is this key.
+    fn key_path(&self, text: &str, message: &str) -> Option<String> {
+        if self.variant {
+            return None;
+        }
+        if let Some(rest) = message.strip_prefix("TOML parse error at line ") {
+            let n = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()?;
+            let path = path_at_line(text, n)?;
+            let last = path.rsplit('.').next().unwrap_or("").trim_matches('"');
+            return (last == self.name).then_some(path);
+        }
+        Some(match self.path {
+            Some(table) if !table.is_empty() => format!("{table}.{}", self.name),
+            _ => self.name.to_string(),
         })
     }
 

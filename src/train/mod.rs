@@ -71,6 +71,15 @@ pub fn print_recipes(benchmark: &str) -> anyhow::Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
+/// `e`, an error of `benchmark`'s run config, with a note where it refuses a key that the
+/// other benchmark's config takes (`data.hw_decoder_load` in a BERT config is ResNet's):
+/// [`config::other_benchmark_hint`], given each benchmark's [`config::ConfigKind`]. Here, in
+/// the parent of both configs, so that neither names the other.
+#[cfg(feature = "torch")]
+pub fn with_config_hint(benchmark: &str, e: anyhow::Error) -> anyhow::Error {
+    config::other_benchmark_hint(e, benchmark, &[&resnet::config::KIND, &bert::config::KIND])
+}
+
 /// Division and config of a training command (clap lets them out only for `--recipe list`).
 #[cfg(feature = "torch")]
 fn required<T: Clone>(value: &Option<T>, flag: &str) -> anyhow::Result<T> {
@@ -116,6 +125,7 @@ fn config_text(
 /// applied), device and the per-run flags.
 #[cfg(feature = "torch")]
 struct Command<'a> {
+    benchmark: &'static str,
     division: Division,
     config_path: PathBuf,
     text: String,
@@ -129,7 +139,7 @@ struct Command<'a> {
 #[cfg(feature = "torch")]
 impl<'a> Command<'a> {
     fn prepare(
-        benchmark: &str,
+        benchmark: &'static str,
         division: &Option<Division>,
         config: &Option<PathBuf>,
         recipe: &RecipeArgs,
@@ -147,6 +157,7 @@ impl<'a> Command<'a> {
             }
         };
         Ok(Command {
+            benchmark,
             division,
             config_path,
             text,
@@ -163,7 +174,9 @@ impl<'a> Command<'a> {
         parse: impl FnOnce(&str, Division) -> anyhow::Result<C>,
     ) -> anyhow::Result<C> {
         let file = self.config_path.display();
-        parse(&self.text, self.division).map_err(|e| match (&self.recipe, &self.base_text) {
+        let parsed = parse(&self.text, self.division);
+        let parsed = parsed.map_err(|e| with_config_hint(self.benchmark, e));
+        parsed.map_err(|e| match (&self.recipe, &self.base_text) {
             (Some(r), Some(base)) => {
                 // the merged text's lines are no file's: the line in --config, or the recipe
                 let why = config::recipe_error(&format!("{e:#}"), &self.text, base, r);

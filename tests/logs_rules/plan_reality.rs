@@ -214,7 +214,7 @@ fn projections_from_8_gpus_match_the_published_larger_results() {
 /// other benchmark, a --measured-gpus its global batch does not split over or its run set's
 /// sysinfo.json contradicts, a text file that is no MLPerf log, a log with a line that cannot
 /// be read (named with its line), a GPU count given twice or not filling whole nodes, an --out
-/// that is a file, a rate past any GPU's. Without --measured-gpus the set's recorded GPU count
+/// that is a file. Without --measured-gpus the set's recorded GPU count
 /// is used.
 #[test]
 fn plan_refuses_mistaken_logs_and_flags_naming_them() {
@@ -333,26 +333,6 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
                 .into(),
         ),
         (
-            vec![s("resnet"), s("--gpus"), s("8"), s("--rate"), s("1e300")],
-            "--rate 1e300 samples/s per GPU is no measured rate (at most 1e6)".into(),
-        ),
-        (
-            vec![s("resnet"), s("--gpus"), s("8"), s("--rate"), s("nan")],
-            "--rate NaN: the samples per second per GPU must be a finite number above 0".into(),
-        ),
-        (
-            vec![
-                s("resnet"),
-                s("--gpus"),
-                s("8"),
-                s("--rate"),
-                s("1000"),
-                s("--measured-batch"),
-                s("inf"),
-            ],
-            "--measured-batch inf: the per-GPU batch must be a finite number above 0".into(),
-        ),
-        (
             vec![
                 s("resnet"),
                 s("--gpus"),
@@ -395,4 +375,157 @@ fn plan_refuses_mistaken_logs_and_flags_naming_them() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(said.contains("measured: 1 log(s), 16 GPU(s)"), "{said}");
+}
+
+/// `plan`'s numbers on the command line (each flag's range, docs/planning.md): a value outside
+/// its flag's range, NaN and infinities included, is refused naming the flag, the value and
+/// the range (exit 2, nothing planned). `--rate 1e-300`, `--startup-s 1e300`,
+/// `--gpu-memory-gib 1e300` and `--inter 1e308` printed tables of 300-digit numbers.
+#[test]
+fn plan_refuses_numbers_outside_each_flags_range_naming_it() {
+    let resnet_log = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/plan/v4.0/NVIDIA/eos_ngc24.04_mxnet/resnet/result_0.txt");
+    let log = resnet_log.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan");
+    let rate = "the training samples per second per GPU must be from 0.001 to 1000000";
+    let batch = "the per-GPU batch (samples) must be from 1 to 1000000";
+    let link = "(GB/s per GPU) must be from 0.01 to 100000";
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (vec!["--rate", "1e-300"], format!("--rate 1e-300: {rate}")),
+        (vec!["--rate", "1e300"], format!("--rate 1e300: {rate}")),
+        (vec!["--rate", "nan"], format!("--rate NaN: {rate}")),
+        (vec!["--rate=-5"], format!("--rate -5.0: {rate}")),
+        (
+            vec!["--rate", "1000", "--measured-batch", "inf"],
+            format!("--measured-batch inf: {batch}"),
+        ),
+        (
+            vec!["--rate", "1000", "--measured-batch", "1e-300"],
+            format!("--measured-batch 1e-300: {batch}"),
+        ),
+        (
+            vec!["--startup-s", "1e300"],
+            "--startup-s 1e300: the seconds from run_start to the first step must be from 0 to \
+             604800 (a week)"
+                .into(),
+        ),
+        (
+            vec!["--startup-s=-1"],
+            "--startup-s -1.0: the seconds from run_start".into(),
+        ),
+        (
+            vec!["--gpu-memory-gib", "1e300"],
+            "--gpu-memory-gib 1e300: the memory per GPU (GiB) must be from 1 to 10000".into(),
+        ),
+        (
+            vec!["--gpu-memory-gib", "1e-300"],
+            "--gpu-memory-gib 1e-300: the memory per GPU (GiB) must be from 1 to 10000".into(),
+        ),
+        (
+            vec!["--inter", "1e308"],
+            format!("--inter 1e308: the bandwidth between nodes {link}"),
+        ),
+        (
+            vec!["--intra", "1e-300"],
+            format!("--intra 1e-300: the bandwidth between a node's GPUs {link}"),
+        ),
+        (
+            vec!["--step-overhead-ms", "1e300"],
+            "--step-overhead-ms 1e300: the per-step overhead (milliseconds) must be from 0 to \
+             60000 (a minute)"
+                .into(),
+        ),
+        (
+            vec!["--overlap", "2"],
+            "--overlap 2.0: the share of compute that hides the all-reduce must be from 0 to 1"
+                .into(),
+        ),
+        (
+            vec!["--gpus-per-node", "100000", "--gpus", "100000"],
+            "--gpus-per-node 100000: the GPUs per node must be from 1 to 4096".into(),
+        ),
+        (
+            vec!["--gpus", "8,2000000"],
+            "--gpus 2000000: a GPU count must be from 1 to 1000000".into(),
+        ),
+        (
+            vec!["--from-log", log, "--measured-gpus", "2000000"],
+            "--measured-gpus 2000000: the GPUs of the measured run must be from 1 to 1000000"
+                .into(),
+        ),
+    ];
+    for (args, want) in cases {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+            .args(["plan", "resnet"])
+            .args(&args)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&want), "{args:?}: want `{want}` in {err}");
+        assert!(
+            err.contains("docs/planning.md"),
+            "{args:?}: the ranges' page: {err}"
+        );
+        assert!(!out.exists(), "{args:?}: nothing planned");
+    }
+}
+
+/// The ends of each range are taken, and what plan prints of them stays readable: every run
+/// either plans or refuses with a message (exit 0 or 2), and no number it prints runs to more
+/// than 12 digits (a rate of 1e-300 printed 300).
+#[test]
+fn plan_prints_the_ends_of_each_range_readably() {
+    let dir = tempfile::tempdir().unwrap();
+    let ends: &[&[&str]] = &[
+        &["--rate", "0.001"],
+        &["--rate", "1000000"],
+        &["--rate", "0.001", "--measured-batch", "1000000"],
+        &["--rate", "1000000", "--measured-batch", "1"],
+        &["--startup-s", "604800"],
+        &["--step-overhead-ms", "60000"],
+        &["--intra", "0.01", "--inter", "0.01"],
+        &["--intra", "100000", "--inter", "100000"],
+        &["--gpu-memory-gib", "1"],
+        &["--gpu-memory-gib", "10000"],
+        &["--gpus", "4096", "--gpus-per-node", "4096"],
+        &["--gpus", "1000000"],
+        &[
+            "--overlap",
+            "0",
+            "--step-overhead-ms",
+            "0",
+            "--startup-s",
+            "0",
+        ],
+    ];
+    for (i, args) in ends.iter().enumerate() {
+        for bench in ["resnet", "bert"] {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+                .args(["plan", bench])
+                .args(args.iter())
+                .arg("--out")
+                .arg(dir.path().join(format!("{bench}{i}")))
+                .output()
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(
+                matches!(o.status.code(), Some(0 | 2)),
+                "{bench} {args:?}: {said}"
+            );
+            let longest = said
+                .split(|c: char| !c.is_ascii_digit())
+                .map(str::len)
+                .max()
+                .unwrap_or(0);
+            assert!(longest <= 12, "{bench} {args:?}: {said}");
+        }
+    }
 }

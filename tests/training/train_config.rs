@@ -1093,3 +1093,99 @@ fn the_counted_parameters_are_the_built_models() {
         assert_eq!(cfg.param_count(), built as f64, "{name}");
     }
 }
+
+/// A key of the other benchmark's config (resnet's `data.hw_decoder_load` or
+/// `optimizer.lars_eta` in a bert config, bert's `data.max_sequences_per_row` or
+/// `methods.packing` in a resnet one, a whole `[data.synthetic]` table) is refused as an
+/// unknown key, as before, and now also named as that benchmark's, with the command that
+/// trains it; a key neither takes gets no such note. Through each command that reads a
+/// config: `resnet`, `bert` and `plan --config`.
+#[test]
+fn a_key_of_the_other_benchmark_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    mlperf_run::data::bert::synth::synth_bert(&mlperf_run::data::bert::synth::SynthBertArgs {
+        sentences: 16,
+        seq_len: 32,
+        ..mlperf_run::data::bert::synth::SynthBertArgs::new(&data)
+    })
+    .unwrap();
+    let with = |text: &str, header: &str, line: &str| {
+        text.replacen(&format!("{header}\n"), &format!("{header}\n{line}\n"), 1)
+    };
+    let resnet = preset("tiny_cpu.toml");
+    let bert = bert_preset();
+    let to_resnet = "this is a bert config: remove it here, or train a resnet config (such as \
+                     configs/resnet/tiny_cpu.toml) with `mlperf-run resnet`";
+    let to_bert = "this is a resnet config: remove it here, or train a bert config (such as \
+                   configs/bert/tiny_cpu.toml) with `mlperf-run bert`";
+    let cases = [
+        (
+            "bert",
+            with(&bert, "[data]", "hw_decoder_load = 0.5"),
+            Some(("data.hw_decoder_load", "resnet", to_resnet)),
+        ),
+        (
+            "bert",
+            with(&bert, "[optimizer]", "lars_eta = 0.001"),
+            Some(("optimizer.lars_eta", "resnet", to_resnet)),
+        ),
+        (
+            "bert",
+            format!("{bert}\n[data.synthetic]\nnoise = 1.0\n"),
+            Some(("data.synthetic", "resnet", to_resnet)),
+        ),
+        (
+            "resnet",
+            with(&resnet, "[data]", "max_sequences_per_row = 3"),
+            Some(("data.max_sequences_per_row", "bert", to_bert)),
+        ),
+        (
+            "resnet",
+            with(&resnet, "[methods]", "packing = true"),
+            Some(("methods.packing", "bert", to_bert)),
+        ),
+        ("resnet", with(&resnet, "[optimizer]", "colour = 1"), None),
+        ("bert", with(&bert, "[optimizer]", "colour = 1"), None),
+    ];
+    for (i, (bench, text, hint)) in cases.iter().enumerate() {
+        let cfg = dir.path().join(format!("c{i}.toml"));
+        std::fs::write(&cfg, text).unwrap();
+        let log = dir.path().join(format!("l{i}.txt"));
+        let mut train = vec![*bench, "--division", "open", "--seed", "1", "--log"];
+        train.extend([log.to_str().unwrap(), "--config", cfg.to_str().unwrap()]);
+        if *bench == "bert" {
+            train.extend(["--data", data.to_str().unwrap()]);
+        }
+        let out = dir.path().join(format!("plan{i}"));
+        let plan = [
+            "plan",
+            bench,
+            "--config",
+            cfg.to_str().unwrap(),
+            "--from-log",
+            log.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        for args in [&train[..], &plan[..]] {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+                .args(args)
+                .env_remove("RANK")
+                .env_remove("WORLD_SIZE")
+                .output()
+                .unwrap();
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+            assert!(e.contains("unknown field"), "{args:?}: {e}");
+            match hint {
+                Some((key, other, what)) => {
+                    let want = format!("`{key}` is a {other} key, and {what}");
+                    assert!(e.contains(&want), "{args:?}: want `{want}` in {e}");
+                }
+                None => assert!(!e.contains(" key, and this is a "), "{args:?}: {e}"),
+            }
+            assert!(!log.exists() && !out.exists(), "{args:?}: nothing ran");
+        }
+    }
+}

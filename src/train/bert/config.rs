@@ -8,7 +8,8 @@ use crate::models::bert::BertConfig;
 use crate::rules::Division;
 use crate::runs::system::SystemConfig;
 use crate::train::config::{
-    check_batch, check_number, load_file, refuse_empty, toml_error, MemoryPart,
+    check_batch, check_number, load_file, refuse_empty, takes_key, toml_error, ConfigKind,
+    MemoryPart,
 };
 use crate::train::engine::Block;
 use anyhow::{bail, Context, Result};
@@ -126,13 +127,21 @@ pub struct BertRunConfig {
     pub methods: BertMethods,
 }
 
+/// A BERT config as a note on a key of another benchmark's config names it: which keys it
+/// takes is asked of [`BertRunConfig`] itself.
+pub const KIND: ConfigKind = ConfigKind {
+    benchmark: "bert",
+    preset: "configs/bert/tiny_cpu.toml",
+    takes: takes_key::<BertRunConfig>,
+};
+
 impl BertRunConfig {
     pub fn load(path: &Path, division: Division) -> Result<BertRunConfig> {
         load_file(path, |text| Self::parse(text, division))
     }
 
     pub fn parse(text: &str, division: Division) -> Result<BertRunConfig> {
-        refuse_empty(text, "configs/bert/tiny_cpu.toml")?;
+        refuse_empty(text, KIND.preset)?;
         let mut table: toml::Table = toml::from_str(text)?;
         if let Some(toml::Value::Table(methods)) = table.get_mut("methods") {
             for w in crate::methods::bert::migrate_legacy_keys(methods)? {

@@ -9,7 +9,8 @@ pub use crate::methods::{Amp, ResnetMethods};
 use crate::rules::Division;
 use crate::runs::system::SystemConfig;
 use crate::train::config::{
-    check_batch, check_number, load_file, local_batch, refuse_empty, toml_error, MemoryPart,
+    check_batch, check_number, load_file, local_batch, refuse_empty, takes_key, toml_error,
+    ConfigKind, MemoryPart,
 };
 use anyhow::{bail, Result};
 use serde::Deserialize;
@@ -185,6 +186,14 @@ pub struct ResnetRunConfig {
     pub methods: ResnetMethods,
 }
 
+/// A ResNet config as a note on a key of another benchmark's config names it: which keys it
+/// takes is asked of [`ResnetRunConfig`] itself.
+pub const KIND: ConfigKind = ConfigKind {
+    benchmark: "resnet",
+    preset: "configs/resnet/tiny_cpu.toml",
+    takes: takes_key::<ResnetRunConfig>,
+};
+
 /// Samples of the full ImageNet training set (defined with the data pipeline, which also
 /// holds the validation count and the class count).
 pub use crate::data::imagenet::IMAGENET_TRAIN_SAMPLES;
@@ -196,7 +205,7 @@ impl ResnetRunConfig {
     }
 
     pub fn parse(text: &str, division: Division) -> Result<ResnetRunConfig> {
-        refuse_empty(text, "configs/resnet/tiny_cpu.toml")?;
+        refuse_empty(text, KIND.preset)?;
         let cfg: ResnetRunConfig =
             toml::from_str(text).map_err(|e| toml_error(text, &e.to_string()))?;
         cfg.validate(division)?;
