@@ -48,7 +48,12 @@ fn step(name: &str, args: &[String]) -> Result<()> {
         .status()
         .with_context(|| format!("cannot start {}", exe.display()))?;
     if !status.success() {
-        bail!("demo step '{name}' failed ({status}); its output is above");
+        // the step's own advice ("the same command with --resume") names the step's command;
+        // the demo resumes its sets itself
+        bail!(
+            "demo step '{name}' failed ({status}); its output is above. Run the same `mlperf-run \
+             demo` (the same --out) again to continue where it stopped"
+        );
     }
     Ok(())
 }

@@ -143,15 +143,46 @@ fn process_alive(pid: i32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// Put the folder `from` in place of `dest`, removing the old `dest` first (same file system:
-/// `from` is a staging folder from [`with_staging_dir`]).
+/// Put the folder `from` in place of `dest` (same file system: `from` is a staging folder
+/// from [`with_staging_dir`]). The old `dest` is renamed aside (`.NAME.old-PID`) before the new
+/// one is renamed in, and only then deleted: a run killed on the way leaves `dest` whole, or
+/// absent, never half deleted (it was deleted in place, and a kill during that left a partial
+/// data set that training would have used). An aside folder of a killed run is removed by the
+/// next run here.
 pub fn replace_dir(from: &Path, dest: &Path) -> Result<()> {
-    if dest.exists() {
-        std::fs::remove_dir_all(dest)
-            .with_context(|| format!("cannot replace {}", dest.display()))?;
+    let rename_in = || {
+        std::fs::rename(from, dest)
+            .with_context(|| format!("cannot rename {} to {}", from.display(), dest.display()))
+    };
+    if dest.symlink_metadata().is_err() {
+        return rename_in();
     }
-    std::fs::rename(from, dest)
-        .with_context(|| format!("cannot rename {} to {}", from.display(), dest.display()))
+    let parent = parent_dir(dest);
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let prefix = format!(".{name}.old-");
+    remove_stale_staging(parent, &prefix);
+    let aside = parent.join(format!("{prefix}{}", std::process::id()));
+    if aside.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&aside)
+            .with_context(|| format!("cannot remove stale {}", aside.display()))?;
+    }
+    std::fs::rename(dest, &aside).with_context(|| format!("cannot replace {}", dest.display()))?;
+    if let Err(e) = rename_in() {
+        // put the old one back: nothing lost
+        let _ = std::fs::rename(&aside, dest);
+        return Err(e);
+    }
+    if let Err(e) = std::fs::remove_dir_all(&aside) {
+        tracing::warn!(
+            "cannot remove {} (the folder {} replaced): {e}; remove it by hand",
+            aside.display(),
+            dest.display()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -200,6 +231,29 @@ mod tests {
         assert!(file.exists());
     }
 
+    /// The old folder set aside by a run killed between its two renames is removed by the
+    /// next replacement; a live process's is kept.
+    #[test]
+    fn an_old_folder_set_aside_by_a_killed_run_is_removed_by_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out");
+        std::fs::create_dir(&dest).unwrap();
+        let stale = dir.path().join(".out.old-999999999");
+        std::fs::create_dir_all(stale.join("train")).unwrap();
+        let live = dir.path().join(".out.old-1");
+        std::fs::create_dir(&live).unwrap();
+        let new = dir.path().join("new");
+        std::fs::create_dir(&new).unwrap();
+        std::fs::write(new.join("a.txt"), b"a").unwrap();
+        super::replace_dir(&new, &dest).unwrap();
+        assert_eq!(std::fs::read(dest.join("a.txt")).unwrap(), b"a");
+        assert!(!stale.exists() && live.exists() && !new.exists());
+        assert!(!dir
+            .path()
+            .join(format!(".out.old-{}", std::process::id()))
+            .exists());
+    }
+
     #[test]
     fn staging_folder_replaces_dest_and_leaves_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
@@ -215,6 +269,12 @@ mod tests {
         .unwrap();
         assert!(!dest.join("old.txt").exists());
         assert_eq!(std::fs::read(dest.join("new.txt")).unwrap(), b"new");
+        // nothing beside it: no staging folder, no old folder set aside
+        let names: Vec<_> = std::fs::read_dir(dest.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["out"]);
         // A failing fill leaves dest alone and removes the staging folder.
         let err = super::with_staging_dir(&dest, "tmp", |staging| -> anyhow::Result<()> {
             std::fs::write(staging.join("half.txt"), b"half")?;

@@ -304,6 +304,24 @@ fn demo_out_that_cannot_be_created_is_refused_naming_the_flag() {
     assert!(!err.contains("/configs"), "{err}");
 }
 
+/// A failed step said only "its output is above", under the step's own advice to rerun the
+/// step's command with --resume; it says to rerun the demo, which resumes its sets itself.
+#[test]
+fn a_failed_demo_step_says_to_rerun_the_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    // the BERT corpus's folder is a file: the synth-bert step fails
+    std::fs::create_dir_all(dir.path().join("d/data")).unwrap();
+    std::fs::write(dir.path().join("d/data/bert"), "in the way").unwrap();
+    let out = mlperf_run(&["demo", "--out", "d"], dir.path(), None);
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("demo step 'synthesize the tiny BERT corpus")
+            && err.contains("Run the same `mlperf-run demo` (the same --out) again to continue"),
+        "{err}"
+    );
+}
+
 /// `demo --resnet-runs 0` was found by the training step, after the BERT corpus was made, as
 /// "--runs must be at least 1" (a flag the user did not type). It is refused first, naming the
 /// demo's own flag.
