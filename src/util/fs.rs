@@ -85,20 +85,29 @@ fn staging_dir(dest: &Path, tag: &str) -> Result<PathBuf> {
     let parent = parent_dir(dest);
     std::fs::create_dir_all(parent)
         .with_context(|| format!("cannot create {}", parent.display()))?;
+    let dir = free_sibling(dest, tag)?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create staging folder {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The path `.NAME.TAG-PID` beside `dest` (NAME: `dest`'s name, PID: this process's), free:
+/// what stood there is removed, and so are the `.NAME.TAG-*` folders of processes that are
+/// gone ([`remove_stale_staging`]).
+fn free_sibling(dest: &Path, tag: &str) -> Result<PathBuf> {
+    let parent = parent_dir(dest);
     let name = dest
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
     let prefix = format!(".{name}.{tag}-");
     remove_stale_staging(parent, &prefix);
-    let dir = parent.join(format!("{prefix}{}", std::process::id()));
-    if dir.symlink_metadata().is_ok() {
-        std::fs::remove_dir_all(&dir)
-            .with_context(|| format!("cannot remove stale {}", dir.display()))?;
+    let path = parent.join(format!("{prefix}{}", std::process::id()));
+    if path.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&path)
+            .with_context(|| format!("cannot remove stale {}", path.display()))?;
     }
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create staging folder {}", dir.display()))?;
-    Ok(dir)
+    Ok(path)
 }
 
 /// Remove the folders `PREFIX<PID>` in `parent` whose process is gone: staging folders of a
@@ -157,18 +166,7 @@ pub fn replace_dir(from: &Path, dest: &Path) -> Result<()> {
     if dest.symlink_metadata().is_err() {
         return rename_in();
     }
-    let parent = parent_dir(dest);
-    let name = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let prefix = format!(".{name}.old-");
-    remove_stale_staging(parent, &prefix);
-    let aside = parent.join(format!("{prefix}{}", std::process::id()));
-    if aside.symlink_metadata().is_ok() {
-        std::fs::remove_dir_all(&aside)
-            .with_context(|| format!("cannot remove stale {}", aside.display()))?;
-    }
+    let aside = free_sibling(dest, "old")?;
     std::fs::rename(dest, &aside).with_context(|| format!("cannot replace {}", dest.display()))?;
     if let Err(e) = rename_in() {
         // put the old one back: nothing lost
