@@ -690,25 +690,6 @@ fn count_jpegs(dir: &Path) -> Result<usize> {
     Ok(n)
 }
 
-/// Remove the temporary files a killed run left in `dir` (not this process's own).
-fn remove_stale_temps(dir: &Path) -> Result<usize> {
-    let own = format!(".tmp-{}", std::process::id());
-    let mut n = 0;
-    for path in dir_paths(dir)? {
-        let path = path?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if fsutil::is_temp_name(&name) && !name.ends_with(&own) {
-            std::fs::remove_file(&path)
-                .with_context(|| format!("cannot remove {}", path.display()))?;
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
 /// Flush what this run wrote to the file system holding `dir`, before a done marker says so.
 fn sync_filesystem(dir: &Path) -> Result<()> {
     let f = File::open(dir).with_context(|| format!("cannot open {}", dir.display()))?;
@@ -924,7 +905,7 @@ fn make_state_dir(out: &Path, summary: &mut PrepareSummary) -> Result<PathBuf> {
     std::fs::create_dir_all(state.join("train"))
         .with_context(|| format!("cannot create {}", state.display()))?;
     summary.temps_removed +=
-        remove_stale_temps(&state)? + remove_stale_temps(&state.join("train"))?;
+        fsutil::remove_stale_temps(&state)? + fsutil::remove_stale_temps(&state.join("train"))?;
     Ok(state)
 }
 
@@ -957,7 +938,7 @@ fn extract_train_classes(
         {
             return Ok(None);
         }
-        summary.temps_removed += remove_stale_temps(&dir)?;
+        summary.temps_removed += fsutil::remove_stale_temps(&dir)?;
         let images = extract_class(
             &spec.train_tar,
             &mut train_file,
@@ -1013,7 +994,7 @@ fn extract_val_set(
         return Ok(());
     }
     for class in &val_classes(val_plan) {
-        summary.temps_removed += remove_stale_temps(&val_dir.join(class))?;
+        summary.temps_removed += fsutil::remove_stale_temps(&val_dir.join(class))?;
     }
     write_val_images(spec, val_plan, &val_dir, summary, progress)?;
     std::fs::create_dir_all(&val_dir)

@@ -37,6 +37,30 @@ pub fn parent_dir(path: &Path) -> &Path {
 }
 
 fn write_atomic_with(path: &Path, contents: &[u8], sync: bool) -> Result<()> {
+    write_atomic_by(path, |tmp| {
+        (|| -> std::io::Result<()> {
+            let mut f = std::fs::File::create(tmp)?;
+            f.write_all(contents)?;
+            if sync {
+                f.sync_all()?;
+            }
+            Ok(())
+        })()
+        .with_context(|| format!("cannot write {}", path.display()))
+    })?;
+    if sync {
+        if let Ok(d) = std::fs::File::open(parent_dir(path)) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Have `write` write the file at a temporary path beside `path` (`.NAME.tmp-PID`, see
+/// [`is_temp_name`]), then rename it to `path`; on failure the temporary file is removed. For
+/// writers that need a path rather than bytes (HDF5 shards); no fsync ([`write_atomic_unsynced`]
+/// says what that leaves after a power loss).
+pub fn write_atomic_by(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let dir = parent_dir(path);
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory {}", dir.display()))?;
@@ -45,25 +69,40 @@ fn write_atomic_with(path: &Path, contents: &[u8], sync: bool) -> Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(contents)?;
-        if sync {
-            f.sync_all()?;
-        }
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        if sync {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
-    })();
+    let result = write(&tmp).and_then(|()| {
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.with_context(|| format!("cannot write {}", path.display()))
+    result
+}
+
+/// Remove the temporary files ([`is_temp_name`]) that killed writers left directly in `dir`,
+/// not this process's own; nothing when `dir` does not exist. Returns how many.
+pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    let own = format!(".tmp-{}", std::process::id());
+    let mut n = 0;
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if is_temp_name(&name) && !name.ends_with(&own) {
+            std::fs::remove_file(&path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 /// Run `fill` on a fresh, empty staging folder next to `dest` (`.NAME.TAG-PID` in the same

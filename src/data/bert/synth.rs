@@ -301,18 +301,7 @@ impl Vocab {
 /// atomically: HDF5 writes `.NAME.tmp-PID` beside `path`, which is renamed to `path` when it is
 /// complete, so a killed writer never leaves a cut-short shard under a name the loader reads.
 pub fn write_shard(path: &Path, items: &[Instance], seq_len: usize, max_pred: usize) -> Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = crate::util::fs::parent_dir(path).join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = write_shard_at(&tmp, items, seq_len, max_pred).and_then(|()| {
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::util::fs::write_atomic_by(path, |tmp| write_shard_at(tmp, items, seq_len, max_pred))
 }
 
 /// [`write_shard`]'s HDF5 writing, straight to `path`.
@@ -565,17 +554,7 @@ fn remove_unfinished(a: &SynthBertArgs) -> Result<()> {
             .with_context(|| format!("cannot remove {}", readme.display()))?;
     }
     for sub in ["train", "eval"] {
-        let dir = a.out.join(sub);
-        for e in
-            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
-        {
-            let e = e?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if crate::util::fs::is_temp_name(&name) && name.contains(".hdf5.tmp-") {
-                std::fs::remove_file(e.path())
-                    .with_context(|| format!("cannot remove {}", e.path().display()))?;
-            }
-        }
+        crate::util::fs::remove_stale_temps(&a.out.join(sub))?;
     }
     Ok(())
 }
