@@ -173,17 +173,17 @@ impl<'a> Command<'a> {
         &self,
         parse: impl FnOnce(&str, Division) -> anyhow::Result<C>,
     ) -> anyhow::Result<C> {
-        let file = self.config_path.display();
-        let parsed = parse(&self.text, self.division);
-        let parsed = parsed.map_err(|e| with_config_hint(self.benchmark, e));
-        parsed.map_err(|e| match (&self.recipe, &self.base_text) {
-            (Some(r), Some(base)) => {
-                // the merged text's lines are no file's: the line in --config, or the recipe
-                let why = config::recipe_error(&format!("{e:#}"), &self.text, base, r);
-                anyhow::anyhow!("invalid config {file} with recipe {r}: {why}")
-            }
-            _ => e.context(format!("invalid config {file}")),
-        })
+        parse(&self.text, self.division)
+            .map_err(|e| with_config_hint(self.benchmark, e))
+            .map_err(|e| match (&self.recipe, &self.base_text) {
+                (Some(r), Some(base)) => {
+                    // the merged text's lines are no file's: the line in --config, or the recipe
+                    let why = config::recipe_error(&format!("{e:#}"), &self.text, base, r);
+                    let file = self.config_path.display();
+                    anyhow::anyhow!("invalid config {file} with recipe {r}: {why}")
+                }
+                _ => self.in_config(e),
+            })
     }
 
     /// On a CPU run, a config whose `floor` (the memory each process certainly needs, for a
@@ -209,8 +209,7 @@ impl<'a> Command<'a> {
             Err(_) => Some(1),
         };
         let Some(world) = world else { return Ok(()) };
-        config::check_memory(&floor(world), available)
-            .map_err(|e| e.context(format!("invalid config {}", self.config_path.display())))
+        config::check_memory(&floor(world), available).map_err(|e| self.in_config(e))
     }
 
     /// `methods.cuda_graph` on a device that cannot capture (the CPU, a build without CUDA
@@ -222,7 +221,13 @@ impl<'a> Command<'a> {
         }
         crate::gpu::cuda_graph::StepGraphs::usable_on(self.device)
             .map(drop)
-            .map_err(|e| e.context(format!("invalid config {}", self.config_path.display())))
+            .map_err(|e| self.in_config(e))
+    }
+
+    /// `e`, a refusal of something the config asks for, as one of the config file: "invalid
+    /// config FILE: ...".
+    fn in_config(&self, e: anyhow::Error) -> anyhow::Error {
+        e.context(format!("invalid config {}", self.config_path.display()))
     }
 
     /// One run (`--seed`/`--log`, reported as `metric` at `unit`) or a run set; `one` trains
@@ -243,10 +248,7 @@ impl<'a> Command<'a> {
         // a command that fails (a drop of the page cache without the rights) ended every run
         // of a set as aborted, each writing its log
         engine::clear_caches(sys.cache_clear_command.as_deref()).map_err(|e| {
-            e.context(format!(
-                "invalid config {}: system.cache_clear_command (no run was started)",
-                self.config_path.display()
-            ))
+            self.in_config(e.context("system.cache_clear_command (no run was started)"))
         })?;
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
             let mut opts = run_options(self.device, sys, self.division, seed, log, fault);
@@ -484,8 +486,7 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     anyhow::Context::context(bert::load_eval(&cfg, &data), "--data")?;
     if cfg.methods.fp8 {
         // refused before the run where FP8 cannot run, naming why and the file
-        crate::fused::fp8::path_for(cmd.device)
-            .map_err(|e| e.context(format!("invalid config {}", cmd.config_path.display())))?;
+        crate::fused::fp8::path_for(cmd.device).map_err(|e| cmd.in_config(e))?;
     }
     let init = args.init_checkpoint.as_deref();
     cmd.single_or_set("bert", &cfg.system, ("MLM accuracy", "samples"), |opts| {
