@@ -84,6 +84,28 @@ pub fn write_system_toml(dir: &Path, status: &str) -> PathBuf {
     p
 }
 
+/// 5 runs of `division` of system `system` and its system TOML (status `status`) in a new
+/// temporary folder (kept while the first value lives), and `package`'s options for submitter
+/// `Org` writing to `out_name` there.
+pub fn set_to_package(
+    division: &'static str,
+    system: &str,
+    status: &str,
+    out_name: &std::ffi::OsStr,
+) -> (tempfile::TempDir, PathBuf, PackageOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = write_system_toml(dir.path(), status);
+    let logs = write_set(
+        &dir.path().join(division),
+        division,
+        system,
+        &distinct_seeds(5),
+    );
+    let out = dir.path().join(out_name);
+    let opts = options("Org", system, division, logs, &out, &toml);
+    (dir, out, opts)
+}
+
 /// Package options for tests (the snapshot is of this checkout).
 pub fn options(
     submitter: &str,

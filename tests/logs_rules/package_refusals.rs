@@ -366,18 +366,9 @@ fn closed_set_failing_the_rcp_check_is_refused_by_both() {
 /// after benchmarks/ and results/, as a kill there would.)
 #[test]
 fn a_package_stopped_while_moving_files_into_out_is_rerun_with_force() {
-    let dir = tempfile::tempdir().unwrap();
-    let toml = ps::write_system_toml(dir.path(), "onprem");
-    let logs = ps::write_set(
-        &dir.path().join("closed"),
-        "closed",
-        "sys_a",
-        &ps::distinct_seeds(5),
-    );
-    let out = dir.path().join("out");
+    let (_dir, out, mut opts) = ps::set_to_package("closed", "sys_a", "onprem", "out".as_ref());
     std::fs::create_dir_all(out.join("Org")).unwrap();
     std::fs::write(out.join("Org/systems"), "in the way").unwrap();
-    let mut opts = ps::options("Org", "sys_a", "closed", logs, &out, &toml);
     opts.force = true;
     let err = format!("{:#}", package::package(&opts).unwrap_err());
     assert!(err.contains("systems"), "{err}");
@@ -394,15 +385,7 @@ fn a_package_stopped_while_moving_files_into_out_is_rerun_with_force() {
 /// removed by the next package there; another live process's is left alone.
 #[test]
 fn a_staging_folder_left_by_a_killed_package_is_removed_by_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let toml = ps::write_system_toml(dir.path(), "onprem");
-    let logs = ps::write_set(
-        &dir.path().join("closed"),
-        "closed",
-        "sys_a",
-        &ps::distinct_seeds(5),
-    );
-    let out = dir.path().join("out");
+    let (dir, _out, opts) = ps::set_to_package("closed", "sys_a", "onprem", "out".as_ref());
     // no process has a PID above the kernel's pid_max (at most 2^22)
     let stale = dir.path().join(".out.mlperf-run-staging-999999999");
     std::fs::create_dir_all(stale.join("Org/results")).unwrap();
@@ -410,8 +393,7 @@ fn a_staging_folder_left_by_a_killed_package_is_removed_by_the_next() {
     // PID 1 is alive
     let live = dir.path().join(".out.mlperf-run-staging-1");
     std::fs::create_dir_all(&live).unwrap();
-    package::package(&ps::options("Org", "sys_a", "closed", logs, &out, &toml))
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    package::package(&opts).unwrap_or_else(|e| panic!("{e:#}"));
     assert!(
         !stale.exists(),
         "the killed package's staging folder is still there"

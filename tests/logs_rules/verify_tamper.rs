@@ -5,31 +5,9 @@ use crate::common::package as ps;
 use mlperf_run::submission::{manifest, package, verify};
 use std::io::Read;
 
-/// 5 open runs of system `sys_o` and its system TOML in a new temporary folder (kept while the
-/// first value lives), and `package`'s options for submitter `Org` writing to `out_name` there.
-fn open_set(
-    out_name: &std::ffi::OsStr,
-) -> (
-    tempfile::TempDir,
-    std::path::PathBuf,
-    package::PackageOptions,
-) {
-    let dir = tempfile::tempdir().unwrap();
-    let toml = ps::write_system_toml(dir.path(), "rdi");
-    let logs = ps::write_set(
-        &dir.path().join("open"),
-        "open",
-        "sys_o",
-        &ps::distinct_seeds(5),
-    );
-    let out = dir.path().join(out_name);
-    let opts = ps::options("Org", "sys_o", "open", logs, &out, &toml);
-    (dir, out, opts)
-}
-
 #[test]
 fn one_changed_byte_fails_verify_and_names_the_file() {
-    let (_dir, out, mut opts) = open_set("out".as_ref());
+    let (_dir, out, mut opts) = ps::set_to_package("open", "sys_o", "rdi", "out".as_ref());
     opts.tarball = true;
     package::package(&opts).unwrap();
     let tarball = out.join("Org.tar.gz");
@@ -176,7 +154,12 @@ fn cli_package_then_verify_exit_codes() {
 #[test]
 fn a_cut_short_tarball_fails_verify_naming_its_digest_and_a_non_utf8_folder_is_verified() {
     use std::os::unix::ffi::OsStrExt;
-    let (_dir, out, mut opts) = open_set(std::ffi::OsStr::from_bytes(b"out \xff"));
+    let (_dir, out, mut opts) = ps::set_to_package(
+        "open",
+        "sys_o",
+        "rdi",
+        std::ffi::OsStr::from_bytes(b"out \xff"),
+    );
     opts.tarball = true;
     package::package(&opts).unwrap();
     let tarball = out.join("Org.tar.gz");
@@ -212,7 +195,7 @@ fn a_cut_short_tarball_fails_verify_naming_its_digest_and_a_non_utf8_folder_is_v
 /// chosen another; `verify --ruleset` (as the official package checker's) checks it at that one.
 #[test]
 fn verify_checks_the_tree_at_the_ruleset_it_is_given() {
-    let (_dir, out, mut opts) = open_set("out".as_ref());
+    let (_dir, out, mut opts) = ps::set_to_package("open", "sys_o", "rdi", "out".as_ref());
     opts.ruleset = Some("3.0.0".into());
     package::package(&opts).unwrap();
     assert!(verify::verify_at(&out, Some("3.0.0")).unwrap().ok());
