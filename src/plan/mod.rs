@@ -667,6 +667,104 @@ mod tests {
         super::check_gpus(&[4, 8, 16], 8).unwrap();
     }
 
+    /// The words of `line` with the char positions where each starts and ends.
+    fn words(line: &str) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut start = None;
+        for (i, c) in line.char_indices().chain([(line.len(), ' ')]) {
+            match (c.is_whitespace(), start) {
+                (false, None) => start = Some(i),
+                (true, Some(s)) => {
+                    out.push((s, i));
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The table's columns are in line: every row has the same words, the numbers' columns
+    /// (GPUs to eff, the band one word) end at the same place in every row and under the end
+    /// of their header, the convergence point and the config start under theirs.
+    fn assert_aligned(table: &str, case: &str) {
+        let mut lines = table.lines();
+        let header = lines.next().unwrap();
+        let rows: Vec<Vec<(usize, usize)>> = lines.map(words).collect();
+        assert!(rows.len() >= 2, "{case}: {table}");
+        assert!(
+            rows.iter().all(|r| r.len() == 13),
+            "{case}: 13 words a row\n{table}"
+        );
+        let ends = |i: usize| rows.iter().map(|r| r[i].1).collect::<Vec<_>>();
+        let starts = |i: usize| rows.iter().map(|r| r[i].0).collect::<Vec<_>>();
+        let end_of = |label: &str| header.find(label).unwrap() + label.len();
+        let right = [
+            "GPUs",
+            "GBS",
+            "per GPU",
+            "accum",
+            "step ms",
+            "allred ms",
+            "exposed",
+            "evals",
+        ];
+        for (i, label) in right.iter().enumerate() {
+            assert!(
+                ends(i).iter().all(|&e| e == end_of(label)),
+                "{case}: column {label} out of line\n{table}"
+            );
+        }
+        // the minutes end at one place, the band under the end of "minutes (band)"
+        assert!(
+            ends(8).windows(2).all(|w| w[0] == w[1]),
+            "{case}: minutes\n{table}"
+        );
+        for (i, label) in [(9, "minutes (band)"), (10, "eff")] {
+            assert!(
+                ends(i).iter().all(|&e| e == end_of(label)),
+                "{case}: column {label} out of line\n{table}"
+            );
+        }
+        for (i, label) in [(11, "convergence"), (12, "config")] {
+            assert!(
+                starts(i).iter().all(|&s| s == header.find(label).unwrap()),
+                "{case}: column {label} out of line\n{table}"
+            );
+        }
+    }
+
+    /// `plan` at the ends of the flags' ranges (docs/planning.md) prints a table whose columns
+    /// are in line: at `--rate 0.001` the step times of 9 digits before the point pushed
+    /// their rows' columns out of line under the fixed widths.
+    #[test]
+    fn the_table_is_in_line_at_the_ends_of_the_ranges() {
+        #[derive(clap::Parser)]
+        struct Plan {
+            #[command(flatten)]
+            args: super::PlanArgs,
+        }
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        for case in [
+            "resnet --gpus 8,16,64,256 --rate 0.001",
+            "resnet --gpus 8,32768 --rate 0.001 --measured-batch 1 --startup-s 604800 \
+             --step-overhead-ms 60000 --intra 0.01 --inter 0.01 --overlap 0",
+            "resnet --gpus 8,64 --gpu-memory-gib 10000 --rate 1000000 --measured-batch 1000000 \
+             --startup-s 0 --step-overhead-ms 0 --intra 100000 --inter 100000 --overlap 1",
+            "bert --gpus 1,8,4096 --gpus-per-node 4096 --rate 1000 --intra 100000",
+            "bert --gpus 8,1024 --rate 0.001 --measured-batch 1000000 --startup-s 604800 \
+             --step-overhead-ms 60000",
+            "bert --gpus 8,64,512 --rate 0.001 --gpu-memory-gib 10000",
+        ] {
+            let argv = std::iter::once("plan").chain(case.split_whitespace());
+            let mut args = Plan::try_parse_from(argv).unwrap().args;
+            args.out = dir.path().to_path_buf();
+            let planned = super::plan(&args).unwrap_or_else(|e| panic!("{case}: {e:#}"));
+            assert_aligned(&super::render::table(&planned.rows), case);
+        }
+    }
+
     /// docs/planning.md gives each numeric flag's range as `check_numbers` takes it.
     #[test]
     fn the_documented_ranges_are_the_checked_ones() {

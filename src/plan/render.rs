@@ -4,46 +4,98 @@
 use super::choose::Choice;
 use anyhow::{Context, Result};
 use plotters::prelude::*;
-use std::fmt::Write;
 
-/// One row per count.
+/// One row per count. Each column is as wide as its widest cell (and at least as wide as it
+/// is for the usual figures), so the columns stay in line for every value the flags' ranges
+/// allow: under fixed widths, `--rate 0.001` gave step times of 9 digits before the point,
+/// which pushed the rest of their row out of line.
 pub fn table(rows: &[(Choice, String)]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:>6} {:>7} {:>9} {:>5} {:>9} {:>9} {:>9} {:>8} {:>21} {:>6}  {:<18} config",
-        "GPUs",
-        "GBS",
-        "per GPU",
-        "accum",
-        "step ms",
-        "allred ms",
-        "exposed",
-        "evals",
-        "minutes (band)",
-        "eff",
-        "convergence"
-    );
-    for (c, path) in rows {
-        let p = &c.projection;
-        let _ = writeln!(
-            s,
-            "{:>6} {:>7} {:>9.1} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>8.1} {:>7.2} ({:>5.2}-{:>5.2}) {:>5.0}%  {:<18} {}",
-            p.gpus,
-            p.global_batch,
-            p.micro_batch * p.accum as f64,
-            p.accum,
-            p.step.total_s * 1e3,
-            p.step.allreduce_s * 1e3,
-            p.step.exposed_s * 1e3,
-            p.evals,
-            p.minutes,
-            p.minutes_low,
-            p.minutes_high,
-            p.efficiency * 100.0,
-            c.point.name,
-            path
-        );
+    // the header, its column's least width, right-aligned or not; "minutes (band)" heads the
+    // minutes and the band, each right-aligned in its part of the column
+    const COLUMNS: [(&str, usize, bool); 11] = [
+        ("GPUs", 6, true),
+        ("GBS", 7, true),
+        ("per GPU", 9, true),
+        ("accum", 5, true),
+        ("step ms", 9, true),
+        ("allred ms", 9, true),
+        ("exposed", 9, true),
+        ("evals", 8, true),
+        ("minutes (band)", 21, true),
+        ("eff", 6, true),
+        ("convergence", 18, false),
+    ];
+    const MINUTES: usize = 8;
+    let cells: Vec<(Vec<String>, &str)> = rows
+        .iter()
+        .map(|(c, path)| {
+            let p = &c.projection;
+            let cells = vec![
+                p.gpus.to_string(),
+                p.global_batch.to_string(),
+                format!("{:.1}", p.micro_batch * p.accum as f64),
+                p.accum.to_string(),
+                format!("{:.2}", p.step.total_s * 1e3),
+                format!("{:.2}", p.step.allreduce_s * 1e3),
+                format!("{:.2}", p.step.exposed_s * 1e3),
+                format!("{:.1}", p.evals),
+                // the minutes and the band, one column
+                format!("{:.2}", p.minutes),
+                format!("({:.2}-{:.2})", p.minutes_low, p.minutes_high),
+                format!("{:.0}%", p.efficiency * 100.0),
+                c.point.name.clone(),
+            ];
+            (cells, path.as_str())
+        })
+        .collect();
+    let widest = |i: usize| cells.iter().map(|(c, _)| c[i].len()).max().unwrap_or(0);
+    let minutes_w = widest(MINUTES).max(7);
+    let band_w = widest(MINUTES + 1).max(13);
+    // the width of each column: its least, its header's, its widest cell's
+    let widths: Vec<usize> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(j, (header, least, _))| {
+            let cell = match j {
+                MINUTES => minutes_w + 1 + band_w,
+                j if j > MINUTES => widest(j + 1),
+                j => widest(j),
+            };
+            cell.max(*least).max(header.len())
+        })
+        .collect();
+    // one space between columns, two before the convergence point (left-aligned, as the
+    // config's path after it)
+    let line = |cols: &[String], last: &str| {
+        let mut l = String::new();
+        for (j, ((_, _, right), (text, w))) in
+            COLUMNS.iter().zip(cols.iter().zip(&widths)).enumerate()
+        {
+            let sep = match j {
+                0 => "",
+                10 => "  ",
+                _ => " ",
+            };
+            l.push_str(sep);
+            if *right {
+                l.push_str(&format!("{text:>w$}"));
+            } else {
+                l.push_str(&format!("{text:<w$}"));
+            }
+        }
+        format!("{l} {last}\n")
+    };
+    let header: Vec<String> = COLUMNS.iter().map(|(h, _, _)| h.to_string()).collect();
+    let mut s = line(&header, "config");
+    for (c, path) in &cells {
+        let mut cols: Vec<String> = c[..MINUTES].to_vec();
+        cols.push(format!(
+            "{:>minutes_w$} {:>band_w$}",
+            c[MINUTES],
+            c[MINUTES + 1]
+        ));
+        cols.extend(c[MINUTES + 2..].iter().cloned());
+        s.push_str(&line(&cols, path));
     }
     s
 }
