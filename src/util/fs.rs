@@ -105,8 +105,9 @@ pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
     Ok(n)
 }
 
-/// Run `fill` on a fresh, empty staging folder next to `dest` (`.NAME.TAG-PID` in the same
-/// parent, which is created, so a rename into place never crosses file systems), then remove the
+/// Run `fill` on a fresh, empty staging folder next to `dest` (`.NAME.TAG-HOST-PID` in the
+/// same parent, which is created, so a rename into place never crosses file systems; HOST:
+/// [`this_host`]), then remove the
 /// staging folder whether `fill` succeeded or not. `fill` moves what it wants to keep into place:
 /// the whole folder with [`replace_dir`], or file by file (keeping the rest of `dest`).
 pub fn with_staging_dir<T>(
@@ -130,9 +131,9 @@ fn staging_dir(dest: &Path, tag: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// The path `.NAME.TAG-PID` beside `dest` (NAME: `dest`'s name, PID: this process's), free:
-/// what stood there is removed, and so are the `.NAME.TAG-*` folders of processes that are
-/// gone ([`remove_stale_staging`]).
+/// The path `.NAME.TAG-HOST-PID` beside `dest` (NAME: `dest`'s name, HOST: [`this_host`],
+/// PID: this process's), free: what stood there is removed, and so are the `.NAME.TAG-*`
+/// folders of this host's processes that are gone ([`remove_stale_staging`]).
 fn free_sibling(dest: &Path, tag: &str) -> Result<PathBuf> {
     let parent = parent_dir(dest);
     let name = dest
@@ -141,7 +142,7 @@ fn free_sibling(dest: &Path, tag: &str) -> Result<PathBuf> {
         .unwrap_or_else(|| "out".into());
     let prefix = format!(".{name}.{tag}-");
     remove_stale_staging(parent, &prefix);
-    let path = parent.join(format!("{prefix}{}", std::process::id()));
+    let path = parent.join(format!("{prefix}{}-{}", this_host(), std::process::id()));
     if path.symlink_metadata().is_ok() {
         std::fs::remove_dir_all(&path)
             .with_context(|| format!("cannot remove stale {}", path.display()))?;
@@ -149,27 +150,106 @@ fn free_sibling(dest: &Path, tag: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Remove the folders `PREFIX<PID>` in `parent` whose process is gone: staging folders of a
-/// run that was killed or stopped by Ctrl-C (no destructor ran), which no later run removes
-/// otherwise, as each stages under its own PID. A live process's folder is left alone.
+/// This host's name as a staging folder records it ([`with_staging_dir`]): the kernel's host
+/// name, each character other than a letter, digit, '.', '_' or '-' made '_' ("localhost"
+/// when there is none). Staging folders beside a folder on a shared file system may come from
+/// several hosts, and only this host's processes can be seen from here.
+pub fn this_host() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        host_component(raw.trim())
+    })
+}
+
+/// `host` as a file name component (see [`this_host`]).
+fn host_component(host: &str) -> String {
+    let clean: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean.is_empty() {
+        "localhost".into()
+    } else {
+        clean
+    }
+}
+
+/// What a folder `PREFIX<rest>` beside a staging folder's destination is to this process.
+#[derive(Debug, PartialEq, Eq)]
+enum Leftover<'a> {
+    /// Not a staging folder's name (no PID after the prefix).
+    Unknown,
+    /// Made on this host by process `pid`, which is gone: remove it.
+    Stale { pid: i32 },
+    /// Made on this host by process `pid`, which runs (or may): leave it.
+    Live { pid: i32 },
+    /// Made on host `host` by its process `pid`, which cannot be seen from here: leave it.
+    OtherHost { host: &'a str, pid: i32 },
+}
+
+/// Classify the `rest` of a name `PREFIX<rest>`: `HOST-PID` (this naming) or `PID` (the
+/// naming before the host was recorded, taken as this host's, as it was then). `alive` says
+/// whether a PID of this host runs.
+fn leftover<'a>(rest: &'a str, this_host: &str, alive: impl Fn(i32) -> bool) -> Leftover<'a> {
+    let (host, pid) = match rest.rsplit_once('-') {
+        Some((host, pid)) if !host.is_empty() => (Some(host), pid),
+        Some(_) => return Leftover::Unknown,
+        None => (None, rest),
+    };
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return Leftover::Unknown;
+    }
+    let Ok(pid) = pid.parse::<i32>() else {
+        return Leftover::Unknown;
+    };
+    if pid <= 0 {
+        return Leftover::Unknown;
+    }
+    match host {
+        Some(host) if host != this_host => Leftover::OtherHost { host, pid },
+        _ if alive(pid) => Leftover::Live { pid },
+        _ => Leftover::Stale { pid },
+    }
+}
+
+/// Remove the folders `PREFIX<HOST>-<PID>` (or `PREFIX<PID>`, as they were named before) in
+/// `parent` that this host made and whose process is gone: staging folders of a run that was
+/// killed or stopped by Ctrl-C (no destructor ran), which no later run removes otherwise, as
+/// each stages under its own PID. A live process's folder is left alone, and so is another
+/// host's (on a shared file system its live process would look gone from here), said at -v.
 fn remove_stale_staging(parent: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
+    let host = this_host();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
             continue;
         };
-        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        if pid <= 0 || !is_dir || process_alive(pid) {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let path = e.path();
+        let pid = match leftover(rest, host, process_alive) {
+            Leftover::Stale { pid } => pid,
+            Leftover::OtherHost { host: other, pid } => {
+                tracing::info!(
+                    "left {} alone: made by process {pid} on host {other}, whose processes \
+                     cannot be seen from {host}; remove it by hand once that run is over",
+                    path.display()
+                );
+                continue;
+            }
+            Leftover::Live { .. } | Leftover::Unknown => continue,
+        };
         match std::fs::remove_dir_all(&path) {
             Ok(()) => tracing::info!(
                 "removed {}, left by a run that was stopped (pid {pid})",
@@ -192,7 +272,7 @@ fn process_alive(pid: i32) -> bool {
 }
 
 /// Put the folder `from` in place of `dest` (same file system: `from` is a staging folder
-/// from [`with_staging_dir`]). The old `dest` is renamed aside (`.NAME.old-PID`) before the new
+/// from [`with_staging_dir`]). The old `dest` is renamed aside (`.NAME.old-HOST-PID`) before the new
 /// one is renamed in, and only then deleted: a run killed on the way leaves `dest` whole, or
 /// absent, never half deleted (it was deleted in place, and a kill during that left a partial
 /// data set that training would have used). An aside folder of a killed run is removed by the
@@ -268,6 +348,99 @@ mod tests {
         assert!(file.exists());
     }
 
+    /// Staging folders name their host; one is removed only when this host made it and its
+    /// process is gone. Another host's is left alone whatever its PID (on a shared file
+    /// system its live process looks gone from here); names of the old form (`PREFIX<PID>`)
+    /// are this host's, as they were.
+    #[test]
+    fn only_this_hosts_staging_folders_of_gone_processes_are_removed() {
+        use super::{leftover, Leftover};
+        let alive = |pid: i32| pid == 7;
+        assert_eq!(
+            leftover("node1-123", "node1", alive),
+            Leftover::Stale { pid: 123 }
+        );
+        assert_eq!(
+            leftover("node1-7", "node1", alive),
+            Leftover::Live { pid: 7 }
+        );
+        assert_eq!(
+            leftover("node2-123", "node1", alive),
+            Leftover::OtherHost {
+                host: "node2",
+                pid: 123
+            }
+        );
+        assert_eq!(
+            leftover("node2-7", "node1", alive),
+            Leftover::OtherHost {
+                host: "node2",
+                pid: 7
+            }
+        );
+        // host names hold '-' and '.': the PID is after the last '-'
+        assert_eq!(
+            leftover("gpu-node-3.cluster-99", "gpu-node-3.cluster", alive),
+            Leftover::Stale { pid: 99 }
+        );
+        assert_eq!(
+            leftover("gpu-node-4.cluster-99", "gpu-node-3.cluster", alive),
+            Leftover::OtherHost {
+                host: "gpu-node-4.cluster",
+                pid: 99
+            }
+        );
+        // the old naming: this host's
+        assert_eq!(
+            leftover("123", "node1", alive),
+            Leftover::Stale { pid: 123 }
+        );
+        assert_eq!(leftover("7", "node1", alive), Leftover::Live { pid: 7 });
+        for rest in [
+            "",
+            "-12",
+            "node1-",
+            "node1-12a",
+            "node1-0",
+            "0",
+            "x",
+            "node1-99999999999",
+        ] {
+            assert_eq!(leftover(rest, "node1", alive), Leftover::Unknown, "{rest}");
+        }
+        assert_eq!(super::host_component("a b/c-d.e_f"), "a_b_c-d.e_f");
+        assert_eq!(super::host_component(""), "localhost");
+    }
+
+    /// The staging folder's name records this host and PID; another host's folder beside it,
+    /// of a PID no process here has, is left alone, and this host's is removed.
+    #[test]
+    fn a_staging_folder_names_its_host_and_another_hosts_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out");
+        let host = super::this_host();
+        assert!(!host.is_empty() && !host.contains('/'), "{host}");
+        let other = dir.path().join(format!(".out.tmp-not-{host}-999999999"));
+        std::fs::create_dir(&other).unwrap();
+        let stale = dir.path().join(format!(".out.tmp-{host}-999999999"));
+        std::fs::create_dir(&stale).unwrap();
+        let mut seen = None;
+        super::with_staging_dir(&dest, "tmp", |staging| {
+            seen = Some(staging.to_path_buf());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            seen.unwrap().file_name().unwrap().to_string_lossy(),
+            format!(".out.tmp-{host}-{}", std::process::id())
+        );
+        assert!(other.exists(), "another host's staging folder was removed");
+        assert!(
+            !stale.exists(),
+            "this host's stale staging folder is still there"
+        );
+    }
+
     /// The old folder set aside by a run killed between its two renames is removed by the
     /// next replacement; a live process's is kept.
     #[test]
@@ -287,7 +460,11 @@ mod tests {
         assert!(!stale.exists() && live.exists() && !new.exists());
         assert!(!dir
             .path()
-            .join(format!(".out.old-{}", std::process::id()))
+            .join(format!(
+                ".out.old-{}-{}",
+                super::this_host(),
+                std::process::id()
+            ))
             .exists());
     }
 
