@@ -58,7 +58,8 @@ enum Command {
 
 /// Parse the command line, run the subcommand, and turn its result into the exit status: an
 /// error is printed, unless it is stdout closed under the subcommand (`| head`), which ends
-/// quietly with 0 ([`ExitStatus::of_error`]).
+/// quietly with 0 ([`ExitStatus::of_error`]); a stop on Ctrl-C prints its one line and ends
+/// with 130.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::util::logging::init(cli.verbose);
@@ -75,9 +76,12 @@ pub fn main() -> ExitCode {
         Ok(status) => status.into(),
         Err(err) => {
             let status = ExitStatus::of_error(&err);
+            // not eprintln!: a closed stderr must not turn the error into a panic
             if status == ExitStatus::Error {
-                // not eprintln!: a closed stderr must not turn the error into a panic
                 let _ = writeln!(std::io::stderr(), "error: {err:#}");
+            } else if let Some(stop) = crate::util::exit::Interrupted::of(&err) {
+                // a stop at a safe point: its one line, as it is
+                let _ = writeln!(std::io::stderr(), "{stop}");
             }
             status.into()
         }

@@ -8,7 +8,9 @@
 //! separates them (with many classes, hues are also shared between textures); the textures are mirror-symmetric so horizontal flips keep the label, and they survive
 //! random-resized crops. Images have random sizes between --min-size and --max-size.
 //!
-//! The set is written into a temporary directory next to --out and renamed at the end.
+//! The set is written into a temporary directory next to --out and renamed at the end. Ctrl-C
+//! (or SIGTERM) stops it before the rename: the temporary directory is removed and --out is
+//! left as it was (exit 130).
 
 use crate::data::imagenet::RgbImage;
 use crate::data::rng::Rng;
@@ -425,14 +427,31 @@ pub fn write_synth_imagenet(out: &Path, spec: &SynthSpec, force: bool) -> Result
             );
         }
     }
+    let stop = || {
+        crate::util::interrupt::stop_if_requested(|| {
+            format!(
+                "interrupted: data synth-imagenet stopped before it wrote {out}: nothing \
+                 already written was lost ({out} is as it was; the unfinished set beside it is \
+                 removed); rerun the same command to write the data set",
+                out = out.display()
+            )
+        })
+    };
     crate::util::fs::with_staging_dir(out, "tmp", |tmp| {
-        let summary = write_into(tmp, spec)?;
+        let summary = write_into(tmp, spec, &stop)?;
+        // the last safe point: the rename below replaces --out at once
+        stop()?;
         crate::util::fs::replace_dir(tmp, out)?;
         Ok(summary)
     })
 }
 
-fn write_into(dir: &Path, spec: &SynthSpec) -> Result<SynthSummary> {
+/// Write the set into `dir`; `stop` is a safe point, asked before each image.
+fn write_into(
+    dir: &Path,
+    spec: &SynthSpec,
+    stop: &(dyn Fn() -> Result<()> + Sync),
+) -> Result<SynthSummary> {
     let mut jobs = Vec::new();
     for (split, per_class) in [
         (Split::Train, spec.per_class),
@@ -448,6 +467,7 @@ fn write_into(dir: &Path, spec: &SynthSpec) -> Result<SynthSummary> {
     let bytes: u64 = jobs
         .par_iter()
         .map(|&(split, class, i)| -> Result<u64> {
+            stop()?;
             let image = render_image(spec, split, class, i);
             let jpeg = encode_jpeg(&image, spec.quality)?;
             let class_name = class_dir_name(class);
@@ -478,6 +498,8 @@ fn write_into(dir: &Path, spec: &SynthSpec) -> Result<SynthSummary> {
 
 pub fn run_synth_imagenet(args: SynthImagenetArgs) -> Result<crate::util::ExitStatus> {
     let spec = SynthSpec::from_args(&args);
+    // Ctrl-C stops it at a safe point, before --out changes (exit 130)
+    crate::util::interrupt::install_with_notice(None);
     let start = std::time::Instant::now();
     let summary = write_synth_imagenet(&args.out, &spec, args.force)?;
     let mut out = crate::util::output::stdout();

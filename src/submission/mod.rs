@@ -6,6 +6,7 @@
 //! - [`sysinfo`]: the two combined; the description a run set records beside its results
 //! - [`result_sets`], [`repo_rules`], [`tree_check`]: the checks run before writing and by verify
 //! - [`package`], [`snapshot`], [`manifest`]: the tree, the source snapshot, manifest and tarball
+//! - [`record`]: what `package` wrote in OUT, and whether it finished
 //! - [`verify`]: re-checking a packaged tree or tarball
 
 pub mod detect;
@@ -13,6 +14,7 @@ pub mod framework;
 pub mod gpu;
 pub mod manifest;
 pub mod package;
+pub mod record;
 pub mod repo_rules;
 pub mod result_sets;
 pub mod snapshot;
@@ -123,8 +125,17 @@ pub fn run_package(args: PackageArgs) -> Result<ExitStatus> {
             ..Default::default()
         },
     };
+    // Ctrl-C stops it at a safe point, before anything in OUT changes (exit 130)
+    crate::util::interrupt::install_with_notice(None);
     // package() prints the score table itself, before it writes anything.
     let report = package::package(&opts)?;
+    if crate::util::interrupt::requested() {
+        eprintln!(
+            "interrupt: it came while the package was put in place, which was finished: {} \
+             holds the whole new package",
+            opts.out.display()
+        );
+    }
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }

@@ -1,10 +1,15 @@
 //! `mlperf-run package`: checks result logs, then writes the submitter tree
 //! `OUT/ORG/{systems,results,benchmarks}`, a SHA-256 manifest beside it and, on request, the
 //! tarball. Files are staged next to OUT and moved into place only after every check passed;
-//! a record (OUT/mlperf-run-package.json) lists what mlperf-run wrote, so `--force` replaces
-//! exactly that and never touches the user's other files.
+//! a record (OUT/mlperf-run-package.json, [`super::record`]) lists what mlperf-run wrote, so
+//! `--force` replaces exactly that and never touches the user's other files. Ctrl-C stops it
+//! at a safe point before anything in OUT changes; from the first change to OUT's tree until
+//! the new manifest and tarball are written, the record says the package is unfinished and the
+//! old manifest and tarball are gone, so a package killed in between leaves nothing that
+//! verifies as the old package beside a changed tree.
 
 use super::manifest::{self, Artifacts};
+use super::record::{self, Record};
 use super::repo_rules;
 use super::result_sets::{self, ResultSet};
 use super::snapshot::{self, Origin};
@@ -14,7 +19,6 @@ use super::tree_check;
 use crate::score;
 use crate::util::fs::{with_staging_dir, write_atomic};
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -52,16 +56,6 @@ pub struct PackageReport {
     pub warnings: Vec<String>,
     pub score_table: String,
 }
-
-/// OUT/mlperf-run-package.json: the files mlperf-run wrote, by owner.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Record {
-    submitter: String,
-    /// Path relative to OUT -> owner ("system:NAME" or "implementation:BENCHMARK/IMPL").
-    files: BTreeMap<String, String>,
-}
-
-const RECORD_NAME: &str = "mlperf-run-package.json";
 
 fn check_name(what: &str, name: &str) -> Result<()> {
     if name.is_empty() || name.contains('/') || name.contains('\\') || name == ".." {
@@ -255,6 +249,8 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         bail!("{}", refusal(&errors));
     }
 
+    let stop = || stop_if_requested(opts);
+    stop()?;
     let (origin, snap) = snapshot::take(&opts.source)?;
     if !snap.skipped.is_empty() {
         warnings.push(format!(
@@ -262,13 +258,19 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
             snap.skipped.join(", ")
         ));
     }
-    let (score_table, written) = with_staging_dir(&opts.out, "mlperf-run-staging", |staging| {
-        let mut staged = stage(opts, &desc, &sets, &origin, &snap, staging)?;
-        let (table, score_warnings) = score_staged(opts, &sets, &ruleset, staging, &mut staged)?;
-        warnings.extend(score_warnings);
-        let written = install(opts, &sets, &staged, staging)?;
-        Ok((table, written))
-    })?;
+    stop()?;
+    let (score_table, (written, mut record)) =
+        with_staging_dir(&opts.out, "mlperf-run-staging", |staging| {
+            let mut staged = stage(opts, &desc, &sets, &origin, &snap, staging)?;
+            let (table, score_warnings) =
+                score_staged(opts, &sets, &ruleset, staging, &mut staged)?;
+            warnings.extend(score_warnings);
+            // the last safe point: from here on OUT changes, and the package is finished
+            // whatever comes (a second Ctrl-C exits at once, as a kill)
+            stop()?;
+            let installed = install(opts, &sets, &staged, staging)?;
+            Ok((table, installed))
+        })?;
 
     let (tree_errors, _) = tree_check::check_tree(&org_dir, Some(&ruleset));
     if !tree_errors.is_empty() {
@@ -287,6 +289,9 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
     } else {
         None
     };
+    // the manifest and tarball are those of the tree: finished
+    record.unfinished = false;
+    record::write(&opts.out, &record)?;
     tracing::info!("wrote {} files under {}", written, org_dir.display());
     Ok(PackageReport {
         org_dir,
@@ -295,6 +300,19 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
         origin,
         warnings,
         score_table,
+    })
+}
+
+/// A safe point of `package` ([`crate::util::interrupt::stop_if_requested`]): nothing in OUT
+/// has changed yet.
+fn stop_if_requested(opts: &PackageOptions) -> Result<()> {
+    crate::util::interrupt::stop_if_requested(|| {
+        format!(
+            "interrupted: package stopped before it changed anything in {out}: nothing already \
+             written was lost ({out} is as it was; the staging folder beside it is removed); \
+             rerun the same command to write the package",
+            out = opts.out.display()
+        )
     })
 }
 
@@ -359,6 +377,7 @@ fn score_staged(
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     for set in sets {
+        stop_if_requested(opts)?;
         let b = &set.benchmark.name;
         let rel_dir = format!("{org}/results/{}/{b}", opts.system);
         let mut s = score::score_set(&staging.join(&rel_dir), &score_opts)?;
@@ -555,6 +574,11 @@ fn stage(
     let org = &opts.submitter;
     let sys_owner = format!("system:{}", opts.system);
     let mut staged: BTreeMap<String, String> = BTreeMap::new();
+    // a safe point before each file
+    let write_file = |path: &Path, bytes: &[u8], exec: bool| {
+        stop_if_requested(opts)?;
+        write_file(path, bytes, exec)
+    };
     let rel_sys = format!("{org}/systems/{}.json", opts.system);
     write_file(
         &staging.join(&rel_sys),
@@ -565,6 +589,7 @@ fn stage(
     for set in sets {
         let b = &set.benchmark.name;
         for (i, l) in set.logs.iter().enumerate() {
+            stop_if_requested(opts)?;
             let rel = format!("{org}/results/{}/{b}/result_{i}.txt", opts.system);
             let bytes =
                 crate::util::tree::read_limited(&l.path, repo_rules::MAX_FILE_BYTES, "result log")?;
@@ -602,27 +627,37 @@ fn stage(
 }
 
 /// Move what `stage` (and the scoring) wrote into OUT, replacing only what mlperf-run wrote
-/// there before. Returns the number of files written.
+/// there before. Returns the number of files written and the record of OUT as it is now, still
+/// marked unfinished (the caller clears that once the manifest and tarball are written).
 fn install(
     opts: &PackageOptions,
     sets: &[ResultSet],
     staged: &BTreeMap<String, String>,
     staging: &Path,
-) -> Result<usize> {
+) -> Result<(usize, Record)> {
     let out = &opts.out;
-    let record_path = out.join(RECORD_NAME);
-    let (mut record, replaced) = plan_install(opts, sets, staged, &record_path)?;
+    let (mut record, replaced) = plan_install(opts, sets, staged, &record::path(out))?;
     // Nothing refused. Record first what OUT may hold from here on (the old files and the new):
     // a package killed (or failing) while it moves files leaves no file of its own that the
     // record does not list, which a rerun with --force would refuse as not written by
-    // mlperf-run.
+    // mlperf-run. The record also says, until the end, that the package is unfinished.
+    record.unfinished = true;
     let mut ahead = record.clone();
     ahead.submitter = opts.submitter.clone();
     ahead.files.extend(staged.clone());
-    write_atomic(
-        &record_path,
-        serde_json::to_string_pretty(&ahead)?.as_bytes(),
-    )?;
+    record::write(out, &ahead)?;
+    // Then the old manifest and tarball go, before the first change to the tree: a package
+    // killed after that change left them beside a tree they no longer described, and `verify
+    // OUT/ORG.tar.gz` called the old tarball valid. The tarball first: it is what gets
+    // uploaded.
+    let art = Artifacts::new(out, &opts.submitter);
+    for old in [&art.tarball, &art.tarball_sha, &art.manifest] {
+        match std::fs::remove_file(old) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", old.display())),
+        }
+    }
     for rel in &replaced {
         let p = out.join(rel);
         if p.symlink_metadata().is_ok() {
@@ -642,11 +677,8 @@ fn install(
         record.files.insert(rel.clone(), owner.clone());
     }
     record.submitter = opts.submitter.clone();
-    write_atomic(
-        &record_path,
-        serde_json::to_string_pretty(&record)?.as_bytes(),
-    )?;
-    Ok(staged.len())
+    record::write(out, &record)?;
+    Ok((staged.len(), record))
 }
 
 /// Read OUT's record and decide what may be replaced in OUT: refuse another submitter's tree,
@@ -661,18 +693,18 @@ fn plan_install(
     let org = &opts.submitter;
     let sys_owner = format!("system:{}", opts.system);
     let out = &opts.out;
-    let record: Record = match std::fs::read_to_string(record_path) {
-        Ok(text) => serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{} is damaged: remove it or choose another --out",
-                record_path.display()
-            )
-        })?,
-        Err(_) => Record {
-            submitter: org.clone(),
-            ..Record::default()
-        },
-    };
+    let record = record::read(out)?.unwrap_or_else(|| Record {
+        submitter: org.clone(),
+        ..Record::default()
+    });
+    if record.unfinished && !opts.force {
+        bail!(
+            "{} says that a package into {} did not finish (killed or failed half-way): rerun \
+             the command that was stopped, with --force",
+            record_path.display(),
+            out.display()
+        );
+    }
     if !record.files.is_empty() && record.submitter != *org {
         bail!(
             "{} holds a tree of submitter '{}' (see {}): one submitter per output folder",

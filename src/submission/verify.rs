@@ -1,8 +1,10 @@
 //! `mlperf-run verify TARBALL|DIR`: the tarball's own SHA-256, every file against the
 //! manifest (naming each changed, missing or extra file), then the tree's contents against
-//! our checks.
+//! our checks. A package into OUT that did not finish ([`super::record`]) fails verification
+//! of OUT, OUT/ORG and OUT/ORG.tar.gz, whatever is left there.
 
 use super::manifest::{self, Artifacts, Manifest};
+use super::record;
 use super::tree_check;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -39,6 +41,19 @@ pub fn verify(path: &Path) -> Result<VerifyReport> {
 /// one of the tree's benchmarks.
 pub fn verify_at(path: &Path, ruleset: Option<&str>) -> Result<VerifyReport> {
     if !path.exists() {
+        // OUT/ORG.tar.gz or OUT/ORG.sha256sums, removed by a package that did not finish
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let org = [".tar.gz", ".tgz", ".sha256sums"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix));
+        if let Some(unfinished) =
+            org.and_then(|org| record::unfinished_problem(crate::util::fs::parent_dir(path), org))
+        {
+            bail!("{} does not exist: {unfinished}", path.display());
+        }
         bail!("{} does not exist", path.display());
     }
     if is_tarball(path) {
@@ -72,6 +87,11 @@ fn verify_tarball(tarball: &Path, ruleset: Option<&str>) -> Result<VerifyReport>
     let dir = crate::util::fs::parent_dir(tarball);
     let art = Artifacts::new(dir, &org);
     let mut report = VerifyReport::default();
+    if let Some(unfinished) = record::unfinished_problem(dir, &org) {
+        // a tarball left by a package killed before it removed it: it is not of the tree
+        report.problems.push(unfinished);
+        return Ok(report);
+    }
     let mut sha_file = tarball.as_os_str().to_owned();
     sha_file.push(".sha256");
     let sha_file = PathBuf::from(sha_file);
@@ -171,6 +191,18 @@ fn verify_dir(dir: &Path, ruleset: Option<&str>) -> Result<VerifyReport> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let parent = crate::util::fs::parent_dir(dir);
+    // OUT given (its record names the submitter) or OUT/ORG given
+    let unfinished = record::read(dir)
+        .ok()
+        .flatten()
+        .and_then(|r| record::unfinished_problem(dir, &r.submitter))
+        .or_else(|| record::unfinished_problem(parent, &name));
+    if let Some(unfinished) = unfinished {
+        return Ok(VerifyReport {
+            problems: vec![unfinished],
+            ..VerifyReport::default()
+        });
+    }
     let mut pairs: Vec<(PathBuf, String)> = Vec::new();
     if Artifacts::new(parent, &name).manifest.is_file() {
         pairs.push((parent.to_path_buf(), name));

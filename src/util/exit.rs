@@ -16,7 +16,9 @@ pub enum ExitStatus {
     /// run.
     Error,
     /// 130 (128 + SIGINT): a run set stopped by Ctrl-C / SIGTERM (its current log ends with
-    /// run_stop aborted; `--resume` continues it), or a second Ctrl-C that exits at once.
+    /// run_stop aborted; `--resume` continues it), a `package` or `data synth-imagenet`
+    /// stopped by one at a safe point (an [`Interrupted`] error), or a second Ctrl-C that exits
+    /// at once.
     Interrupted,
     /// `launch`: the status of the first worker that failed, passed through (1 if it was
     /// killed by a signal).
@@ -36,10 +38,13 @@ impl ExitStatus {
     }
 
     /// The status of a subcommand that returned `err`: Success when stdout was closed under it
-    /// (`| head`: the reader has what it wanted, see [`crate::util::output`]), Error otherwise.
+    /// (`| head`: the reader has what it wanted, see [`crate::util::output`]), Interrupted
+    /// when it stopped on Ctrl-C ([`Interrupted`]), Error otherwise.
     pub fn of_error(err: &anyhow::Error) -> ExitStatus {
         if crate::util::output::is_stdout_closed(err) {
             ExitStatus::Success
+        } else if Interrupted::of(err).is_some() {
+            ExitStatus::Interrupted
         } else {
             ExitStatus::Error
         }
@@ -55,6 +60,27 @@ impl ExitStatus {
     }
 }
 
+/// The error of a command that Ctrl-C (or SIGTERM) stopped at a safe point: its one line says
+/// what was interrupted, that nothing already written was lost, and how to rerun. `cli::main`
+/// prints it as it is (no "error:") and exits with [`ExitStatus::Interrupted`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+impl Interrupted {
+    /// The [`Interrupted`] in `err`'s chain, if any (under whatever context was added).
+    pub fn of(err: &anyhow::Error) -> Option<&Interrupted> {
+        err.chain().find_map(|e| e.downcast_ref::<Interrupted>())
+    }
+}
+
 impl From<ExitStatus> for ExitCode {
     fn from(s: ExitStatus) -> ExitCode {
         ExitCode::from(s.code())
@@ -63,7 +89,17 @@ impl From<ExitStatus> for ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::ExitStatus;
+    use super::{ExitStatus, Interrupted};
+
+    /// A Ctrl-C stop is status 130 under any context; other errors are 2.
+    #[test]
+    fn an_interrupted_error_is_status_130_under_context() {
+        let err = anyhow::Error::new(Interrupted("stopped".into())).context("packaging");
+        assert_eq!(ExitStatus::of_error(&err), ExitStatus::Interrupted);
+        assert_eq!(Interrupted::of(&err).unwrap().0, "stopped");
+        let other = anyhow::anyhow!("bad input");
+        assert_eq!(ExitStatus::of_error(&other), ExitStatus::Error);
+    }
 
     /// The README lists exactly these codes.
     #[test]

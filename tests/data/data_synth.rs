@@ -309,3 +309,86 @@ fn cli_refuses_counts_it_cannot_write_naming_the_flag() {
         assert!(!err.contains("panicked") && !out.exists(), "{err}");
     }
 }
+
+/// `data synth-imagenet` had no Ctrl-C handler: SIGINT ended it at once (status 130 in the
+/// shell, not a word), its unfinished set left beside --out. Ctrl-C now stops it at a safe
+/// point before --out changes: the unfinished set is removed, one line says what was stopped,
+/// that nothing already written was lost and how to rerun, the status is 130, and the set
+/// already in --out (a `--force` over it was stopped) is as it was.
+#[test]
+fn ctrl_c_stops_synth_imagenet_and_keeps_the_set_already_there() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let synth = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mlperf-run"));
+        cmd.args(["data", "synth-imagenet", "--out"])
+            .arg(&out)
+            .args(["--min-size", "32", "--max-size", "40"])
+            .args(extra)
+            .env("RUST_LOG", "error");
+        cmd
+    };
+    let first = synth(&["--classes", "2", "--per-class", "2"])
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{first:?}");
+    let before = files(&out);
+    // 100,000 images: minutes of work, stopped after a moment
+    let mut child = synth(&["--classes", "100", "--per-class", "1000", "--force"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let staging = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(".out.tmp-")
+            })
+    };
+    // once it writes images (its class folders are there), Ctrl-C
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !staging().is_some_and(|s| s.join("val/n00000099").is_dir()) {
+        assert!(Instant::now() < deadline, "synth-imagenet never started");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "it ended before Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: kill on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("synth-imagenet did not stop within a minute of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert_eq!(
+        ended.status.code(),
+        Some(130),
+        "{:?}: {stderr}",
+        ended.status
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("interrupted: data synth-imagenet stopped")
+            && stderr.contains("nothing already written was lost")
+            && stderr.contains("rerun the same command"),
+        "{stderr}"
+    );
+    assert_eq!(staging(), None, "the unfinished set is still beside --out");
+    assert!(files(&out) == before, "the set in --out changed");
+}

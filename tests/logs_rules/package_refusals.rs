@@ -401,6 +401,187 @@ fn a_staging_folder_left_by_a_killed_package_is_removed_by_the_next() {
     assert!(live.exists(), "a live process's staging folder was removed");
 }
 
+/// Every file under `root`, path relative to it -> bytes.
+fn files_of(root: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut all = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().display().to_string();
+                all.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    all
+}
+
+/// `package` had no Ctrl-C handler: SIGINT ended it at once (status 130 in the shell, not a
+/// word), its staging folder left beside OUT. Ctrl-C now stops it at a safe point before
+/// anything in OUT changes: the staging folder is removed, one line says what was stopped,
+/// that nothing already written was lost and how to rerun, the status is 130, and the package
+/// already in OUT (a `--force` over it was stopped) is as it was and still verifies.
+#[test]
+fn ctrl_c_stops_a_package_before_out_changes_and_says_so() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let (dir, out, mut opts) = ps::set_to_package("closed", "sys_a", "onprem", "out".as_ref());
+    opts.tarball = true;
+    package::package(&opts).unwrap_or_else(|e| panic!("{e:#}"));
+    let before = files_of(&out);
+    // a source folder of 20,000 files: staging its snapshot takes seconds
+    let source = dir.path().join("source");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::write(source.join("Cargo.toml"), "[package]\nname = \"big\"\n").unwrap();
+    for d in 0..100 {
+        let sub = source.join(format!("src/m{d}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..200 {
+            std::fs::write(sub.join(format!("f{f}.rs")), format!("// {d} {f}\n")).unwrap();
+        }
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args(["package", "--submitter", "Org", "--system", "sys_a"])
+        .args([
+            "--division",
+            "closed",
+            "--force",
+            "--tarball",
+            "--system-config",
+        ])
+        .arg(dir.path().join("test_system.toml"))
+        .arg("--source")
+        .arg(&source)
+        .arg("--out")
+        .arg(&out)
+        .args(&opts.results)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let staging = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(".out.mlperf-run-staging-")
+            })
+    };
+    // once it stages (the staging folder holds the tree's first files), Ctrl-C
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !staging().is_some_and(|s| s.join("Org").is_dir()) {
+        assert!(Instant::now() < deadline, "package never started staging");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "it ended before Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("package did not stop within a minute of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert_eq!(
+        ended.status.code(),
+        Some(130),
+        "{:?}: {stderr}",
+        ended.status
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("interrupted: package stopped")
+            && stderr.contains("nothing already written was lost")
+            && stderr.contains("rerun the same command"),
+        "{stderr}"
+    );
+    assert_eq!(staging(), None, "the staging folder is still beside OUT");
+    assert!(files_of(&out) == before, "OUT changed");
+    for verified in [out.join("Org.tar.gz"), out.clone()] {
+        let v = mlperf_run::submission::verify::verify(&verified).unwrap();
+        assert!(v.ok(), "{}: {:?}", verified.display(), v.problems);
+    }
+}
+
+/// A `package --force` over an earlier package, stopped after it had changed the tree and
+/// before it wrote the new manifest and tarball, left the earlier tarball and manifest beside
+/// the changed tree, and `verify OUT/Org.tar.gz` called that tarball valid. The old manifest
+/// and tarball now go before the first change, and OUT's record says the package is
+/// unfinished until the new ones are written: verify of the tarball, of OUT and of OUT/Org
+/// says so, and the same command rerun with --force finishes. (The stop is injected as in
+/// a_package_stopped_while_moving_files_into_out_is_rerun_with_force: a file where
+/// results/sys_b goes, so the moves stop after benchmarks/, as a kill there would; the tree
+/// is then as a kill leaves it.)
+#[test]
+fn a_package_stopped_after_it_changed_the_tree_leaves_no_tarball_that_verifies() {
+    use mlperf_run::submission::verify::verify;
+    let (_dir, out, mut opts) = ps::set_to_package("closed", "sys_a", "onprem", "out".as_ref());
+    opts.tarball = true;
+    package::package(&opts).unwrap_or_else(|e| panic!("{e:#}"));
+    let tarball = out.join("Org.tar.gz");
+    assert!(verify(&tarball).unwrap().ok());
+    opts.force = true;
+    opts.system = "sys_b".into();
+    std::fs::write(out.join("Org/results/sys_b"), "in the way").unwrap();
+    let err = format!("{:#}", package::package(&opts).unwrap_err());
+    assert!(err.contains("sys_b"), "{err}");
+    assert!(
+        !out.join("Org/results/sys_a").exists() && !out.join("Org/systems").exists(),
+        "the tree did not change as a kill half-way leaves it"
+    );
+    // the tarball is not called valid for the changed tree
+    match verify(&tarball) {
+        Ok(v) => assert!(!v.ok(), "the old tarball verifies beside the changed tree"),
+        Err(e) => {
+            let e = format!("{e:#}");
+            assert!(e.contains("did not finish") && e.contains("--force"), "{e}");
+        }
+    }
+    for path in [out.clone(), out.join("Org")] {
+        let v = verify(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        assert!(!v.ok(), "{} verifies", path.display());
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.contains("did not finish") && p.contains("--force")),
+            "{:?}",
+            v.problems
+        );
+    }
+    // without --force the rest is refused, saying why
+    opts.force = false;
+    opts.add = true;
+    let err = format!("{:#}", package::package(&opts).unwrap_err());
+    assert!(
+        err.contains("did not finish") && err.contains("--force"),
+        "{err}"
+    );
+    // the same command again, with --force: finished
+    opts.add = false;
+    opts.force = true;
+    std::fs::remove_file(out.join("Org/results/sys_b")).unwrap();
+    package::package(&opts).unwrap_or_else(|e| panic!("{e:#}"));
+    for path in [tarball, out.clone(), out.join("Org")] {
+        let v = verify(&path).unwrap();
+        assert!(v.ok(), "{}: {:?}", path.display(), v.problems);
+    }
+}
+
 /// A run set that was cut and resumed keeps the cut run's log in its `interrupted/` folder;
 /// `package` of the set's folder walked into it and counted that log as a run, refusing the
 /// set ("a resnet result set needs exactly 5 result_*.txt runs, found 6"), as `demo` did after
