@@ -272,7 +272,27 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
             Ok((table, installed))
         })?;
 
-    let (tree_errors, _) = tree_check::check_tree(&org_dir, Some(&ruleset));
+    let (manifest, tarball) = finish(opts, &org_dir, &ruleset, &mut record)?;
+    tracing::info!("wrote {} files under {}", written, org_dir.display());
+    Ok(PackageReport {
+        org_dir,
+        manifest,
+        tarball,
+        origin,
+        warnings,
+        score_table,
+    })
+}
+
+/// Check the tree now in OUT, write its manifest (and tarball), and only then mark the record
+/// finished. Returns the manifest's path and the tarball's with its digest.
+fn finish(
+    opts: &PackageOptions,
+    org_dir: &Path,
+    ruleset: &str,
+    record: &mut Record,
+) -> Result<(PathBuf, Option<(PathBuf, String)>)> {
+    let (tree_errors, _) = tree_check::check_tree(org_dir, Some(ruleset));
     if !tree_errors.is_empty() {
         bail!(
             "the packaged tree {} fails its checks:\n  - {}",
@@ -291,16 +311,8 @@ pub fn package(opts: &PackageOptions) -> Result<PackageReport> {
     };
     // the manifest and tarball are those of the tree: finished
     record.unfinished = false;
-    record::write(&opts.out, &record)?;
-    tracing::info!("wrote {} files under {}", written, org_dir.display());
-    Ok(PackageReport {
-        org_dir,
-        manifest: art.manifest,
-        tarball,
-        origin,
-        warnings,
-        score_table,
-    })
+    record::write(&opts.out, record)?;
+    Ok((art.manifest, tarball))
 }
 
 /// A safe point of `package` ([`crate::util::interrupt::stop_if_requested`]): nothing in OUT
