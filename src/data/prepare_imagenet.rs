@@ -24,7 +24,7 @@
 //! its folder holds the marker's number of JPEG files; the val set likewise (same val tar size,
 //! same labels, same file count). Anything else is redone, and a file whose final name already
 //! exists with the size of its tar entry is kept rather than rewritten: files only reach their
-//! final names complete (rename of a temporary `.NAME.tmp-PID`, which a resumed run removes).
+//! final names complete (rename of a temporary `.NAME.tmp-HOST-PID`, which a resumed run removes).
 
 use crate::data::imagenet::folder::is_jpeg_name;
 use crate::data::imagenet::{
@@ -70,7 +70,7 @@ ImageFolder layout `mlperf-run resnet --data OUT` reads); done markers in OUT/.p
 Resume: rerun the same command. A class is skipped when its marker exists, records the same
 class-tar size and its folder holds the marker's number of images (the val set likewise); other
 classes are redone, keeping each file that already exists with its tar entry's size. Files only
-appear under their final names complete (written to .NAME.tmp-PID, then renamed).
+appear under their final names complete (written to .NAME.tmp-HOST-PID, then renamed).
 
 Checks: every val image has a label, every label's synset has a class tar, no class is empty,
 train/ and val/ have the same classes, each class folder holds its tar's images; and, unless

@@ -15,18 +15,22 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
 /// a killed process still leaves the old file or the new one under `path`, never a torn one,
 /// but after a power loss the new file may be incomplete, so such a writer syncs the file
 /// system itself before it records the files as done. The temporary name is
-/// `.NAME.tmp-PID` (see [`is_temp_name`]).
+/// `.NAME.tmp-HOST-PID` (see [`is_temp_name`]).
 pub fn write_atomic_unsynced(path: &Path, contents: &[u8]) -> Result<()> {
     write_atomic_with(path, contents, false)
 }
 
 /// True for the temporary names [`write_atomic`] and [`write_atomic_unsynced`] use
-/// (`.NAME.tmp-PID`): what a killed writer leaves behind.
+/// (`.NAME.tmp-HOST-PID`, or `.NAME.tmp-PID` as they were named before the host was recorded):
+/// what a killed writer leaves behind.
 pub fn is_temp_name(name: &str) -> bool {
-    name.starts_with('.')
-        && name
-            .rsplit_once(".tmp-")
-            .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    temp_owner(name).is_some()
+}
+
+/// The `HOST-PID` (or `PID`) part of a temporary name ([`is_temp_name`]).
+fn temp_owner(name: &str) -> Option<&str> {
+    let (_, rest) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    (leftover(rest, "", |_| true) != Leftover::Unknown).then_some(rest)
 }
 
 /// The folder `path` lies in (`.` for a bare file name).
@@ -56,7 +60,7 @@ fn write_atomic_with(path: &Path, contents: &[u8], sync: bool) -> Result<()> {
     Ok(())
 }
 
-/// Have `write` write the file at a temporary path beside `path` (`.NAME.tmp-PID`, see
+/// Have `write` write the file at a temporary path beside `path` (`.NAME.tmp-HOST-PID`, see
 /// [`is_temp_name`]), then rename it to `path`; on failure the temporary file is removed. For
 /// writers that need a path rather than bytes (HDF5 shards); no fsync ([`write_atomic_unsynced`]
 /// says what that leaves after a power loss).
@@ -68,7 +72,11 @@ pub fn write_atomic_by(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> 
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        this_host(),
+        std::process::id()
+    ));
     let result = write(&tmp).and_then(|()| {
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
     });
@@ -78,15 +86,18 @@ pub fn write_atomic_by(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> 
     result
 }
 
-/// Remove the temporary files ([`is_temp_name`]) that killed writers left directly in `dir`,
-/// not this process's own; nothing when `dir` does not exist. Returns how many.
+/// Remove the temporary files ([`is_temp_name`]) that killed writers left directly in `dir`:
+/// those this host's processes made and whose process is gone. A live writer's (this
+/// process's own included) is left alone, and so is another host's (on a shared file system
+/// its live writer would look gone from here), said at -v. Nothing when `dir` does not exist.
+/// Returns how many were removed.
 pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
     };
-    let own = format!(".tmp-{}", std::process::id());
+    let host = this_host();
     let mut n = 0;
     for entry in entries {
         let path = entry
@@ -96,10 +107,21 @@ pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if is_temp_name(&name) && !name.ends_with(&own) {
-            std::fs::remove_file(&path)
-                .with_context(|| format!("cannot remove {}", path.display()))?;
-            n += 1;
+        let Some(owner) = temp_owner(&name) else {
+            continue;
+        };
+        match leftover(owner, host, process_alive) {
+            Leftover::Stale { .. } => {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("cannot remove {}", path.display()))?;
+                n += 1;
+            }
+            Leftover::OtherHost { host: other, pid } => tracing::info!(
+                "left {} alone: written by process {pid} on host {other}, whose processes \
+                 cannot be seen from {host}; remove it by hand once that run is over",
+                path.display()
+            ),
+            Leftover::Live { .. } | Leftover::Unknown => {}
         }
     }
     Ok(n)
@@ -322,10 +344,50 @@ mod tests {
         super::write_atomic_unsynced(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
-        let tmp = format!(".x.JPEG.tmp-{}", std::process::id());
+        let tmp = format!(".x.JPEG.tmp-{}-{}", super::this_host(), std::process::id());
         assert!(super::is_temp_name(&tmp));
-        for name in ["x.JPEG", ".x.JPEG", ".x.tmp-", ".x.tmp-12a", "x.tmp-12"] {
+        assert!(
+            super::is_temp_name(".x.JPEG.tmp-12"),
+            "the naming before the host"
+        );
+        for name in [
+            "x.JPEG",
+            ".x.JPEG",
+            ".x.tmp-",
+            ".x.tmp-12a",
+            "x.tmp-12",
+            ".x.tmp--12",
+        ] {
             assert!(!super::is_temp_name(name), "{name}");
+        }
+    }
+
+    /// Only the temporary files of this host's gone writers are removed: a live writer's
+    /// (this process, PID 1) and another host's are left alone, a file of another name too.
+    #[test]
+    fn only_this_hosts_temporary_files_of_gone_writers_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = super::this_host();
+        let gone = [
+            format!(".a.tmp-{host}-999999999"),
+            ".b.tmp-999999998".to_string(),
+        ];
+        let kept = [
+            format!(".c.tmp-{host}-{}", std::process::id()),
+            format!(".d.tmp-{}", std::process::id()),
+            format!(".e.tmp-{host}-1"),
+            format!(".f.tmp-not-{host}-999999999"),
+            "g.txt".to_string(),
+        ];
+        for name in gone.iter().chain(&kept) {
+            std::fs::write(dir.path().join(name), b"half").unwrap();
+        }
+        assert_eq!(super::remove_stale_temps(dir.path()).unwrap(), gone.len());
+        for name in &gone {
+            assert!(!dir.path().join(name).exists(), "{name} was left");
+        }
+        for name in &kept {
+            assert!(dir.path().join(name).exists(), "{name} was removed");
         }
     }
 

@@ -399,7 +399,7 @@ fn synth_bert_cli_refuses_bad_input_naming_flag_or_file() {
 /// was replacing: a shard cut short, or a set missing shards (which the trainer silently trained
 /// on: 2 of 4 shards gave half the train_samples) looked finished, and `demo`, which took
 /// vocab.txt (written before the shards) as the mark of a finished set, trained on it. Shards
-/// are now written to `.NAME.tmp-PID` and renamed, README.txt (the mark) is removed first and
+/// are now written to `.NAME.tmp-HOST-PID` and renamed, README.txt (the mark) is removed first and
 /// written last, and a rerun removes the temporary shards a killed run left.
 #[test]
 fn an_interrupted_synth_bert_leaves_no_finished_mark_and_a_rerun_cleans_up() {

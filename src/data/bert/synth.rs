@@ -298,7 +298,7 @@ impl Vocab {
 }
 
 /// Write instances as one reference-layout shard (int16 ids/positions, int8 masks/labels),
-/// atomically: HDF5 writes `.NAME.tmp-PID` beside `path`, which is renamed to `path` when it is
+/// atomically: HDF5 writes `.NAME.tmp-HOST-PID` beside `path`, which is renamed to `path` when it is
 /// complete, so a killed writer never leaves a cut-short shard under a name the loader reads.
 pub fn write_shard(path: &Path, items: &[Instance], seq_len: usize, max_pred: usize) -> Result<()> {
     crate::util::fs::write_atomic_by(path, |tmp| write_shard_at(tmp, items, seq_len, max_pred))
