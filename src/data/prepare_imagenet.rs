@@ -162,6 +162,8 @@ pub struct PrepareSummary {
 
 pub fn run_prepare_imagenet(args: PrepareImagenetArgs) -> Result<crate::util::ExitStatus> {
     let spec = PrepareSpec::from_args(&args);
+    // Ctrl-C stops it between two images (exit 130); a rerun continues where it stopped
+    crate::util::interrupt::install_with_notice(None);
     let s = prepare_imagenet(&spec)?;
     let mut out = crate::util::output::stdout();
     writeln!(out, "prepared {}", spec.out.display())?;
@@ -541,6 +543,19 @@ pub struct TarMember {
 
 fn padded(size: u64) -> u64 {
     size.div_ceil(BLOCK) * BLOCK
+}
+
+/// A safe point between two images ([`crate::util::interrupt::stop_if_requested`]): every
+/// image already under its final name is complete, and so is every class with its done marker.
+fn stop_point(out: &Path, at: &str) -> Result<()> {
+    crate::util::interrupt::stop_if_requested(|| {
+        format!(
+            "interrupted: data prepare-imagenet stopped at {at}: nothing already written was lost \
+             (each image in {} is complete, and each class marked done); rerun the same command \
+             to continue where it stopped",
+            out.display()
+        )
+    })
 }
 
 fn redo_hint() -> &'static str {
@@ -1028,6 +1043,10 @@ fn write_val_images(
             summary.files_kept += 1;
             continue;
         }
+        stop_point(
+            &spec.out,
+            &format!("val image {} of {}", k + 1, val_plan.len()),
+        )?;
         buf.resize(m.size as usize, 0);
         file.seek(SeekFrom::Start(m.pos))
             .and_then(|_| file.read_exact(&mut buf))
@@ -1206,6 +1225,10 @@ fn extract_class(
                 summary.files_kept += 1;
                 continue;
             }
+            stop_point(
+                dir.ancestors().nth(2).unwrap_or(dir),
+                &format!("train class {wnid}"),
+            )?;
             buf.clear();
             entry
                 .read_to_end(&mut buf)

@@ -786,3 +786,105 @@ fn the_packaged_init_datasets_script_points_at_prepare_imagenet() {
         "{stdout}"
     );
 }
+
+/// Ctrl-C stops prepare-imagenet between two images with one line that says nothing written
+/// was lost and to rerun (exit 130, not a silent death by signal); the rerun continues and
+/// finishes the same tree.
+#[test]
+fn ctrl_c_stops_prepare_imagenet_between_images_and_a_rerun_finishes() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let f = Fixture::new();
+    // 3,000 small train images: a moment of writing, stopped after the first
+    const PER_CLASS: usize = 1_000;
+    let shared: Vec<Vec<u8>> = (0..7).map(jpeg).collect();
+    let inner: Vec<_> = CLASSES
+        .iter()
+        .map(|(w, _)| {
+            let files: Vec<_> = (0..PER_CLASS)
+                .map(|k| (train_name(w, k), shared[k % shared.len()].clone()))
+                .collect();
+            (format!("{w}.tar"), tar_of(&files))
+        })
+        .collect();
+    std::fs::write(&f.train_tar, tar_of(&inner)).unwrap();
+    let out = f.path("out");
+    let run = || {
+        let mut cmd = bin();
+        cmd.args(["data", "prepare-imagenet", "--subset", "--train-tar"])
+            .arg(&f.train_tar)
+            .arg("--val-tar")
+            .arg(&f.val_tar)
+            .arg("--val-labels")
+            .arg(&f.csv)
+            .arg("--out")
+            .arg(&out)
+            .env("RUST_LOG", "error");
+        cmd
+    };
+    let mut child = run()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_class = out.join("train").join(CLASSES[0].0);
+    let started = || std::fs::read_dir(&first_class).is_ok_and(|mut d| d.next().is_some());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !started() {
+        assert!(Instant::now() < deadline, "prepare-imagenet never started");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "it ended before Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: kill on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("prepare-imagenet did not stop within a minute of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert_eq!(
+        ended.status.code(),
+        Some(130),
+        "{:?}: {stderr}",
+        ended.status
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("interrupted: data prepare-imagenet stopped at train class")
+            && stderr.contains("nothing already written was lost")
+            && stderr.contains("rerun the same command to continue"),
+        "{stderr}"
+    );
+    let written: usize = CLASSES
+        .iter()
+        .map(|(w, _)| std::fs::read_dir(out.join("train").join(w)).map_or(0, |d| d.count()))
+        .sum();
+    assert!(
+        written < CLASSES.len() * PER_CLASS,
+        "every train image was written ({written}) before the stop"
+    );
+    let o = run().output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for want in [
+        "classes        3".to_string(),
+        format!("train images   {}", 3 * PER_CLASS),
+        format!("val images     {}", VAL.len()),
+    ] {
+        assert!(stdout.contains(&want), "want `{want}` in:\n{stdout}");
+    }
+    for (w, _) in CLASSES {
+        let n = std::fs::read_dir(out.join("train").join(w))
+            .unwrap()
+            .count();
+        assert_eq!(n, PER_CLASS, "{w}");
+    }
+}
