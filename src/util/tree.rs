@@ -60,7 +60,15 @@ pub fn io_error(path: &Path, e: &io::Error) -> anyhow::Error {
         );
     }
     match e.kind() {
-        io::ErrorKind::NotFound => anyhow::anyhow!("{p} does not exist"),
+        io::ErrorKind::NotFound => match std::fs::read_link(path) {
+            // the path itself is there: a link whose target is not
+            Ok(target) => anyhow::anyhow!(
+                "{p} is a symbolic link to {}, which does not exist: point the link at the \
+                 file it stands for, or remove it",
+                target.display()
+            ),
+            Err(_) => anyhow::anyhow!("{p} does not exist"),
+        },
         io::ErrorKind::PermissionDenied => anyhow::anyhow!(
             "cannot read {p}: permission denied: make it readable (chmod a+r {p}) or move it \
              out of the tree"

@@ -462,3 +462,304 @@ fn an_interrupted_synth_bert_leaves_no_finished_mark_and_a_rerun_cleans_up() {
     assert!(out.join("README.txt").is_file());
     assert!(out.join("eval/eval.hdf5").is_file());
 }
+
+/// A data set that `configs/bert/tiny_cpu.toml`'s model takes (seq_len 32, under 256 token ids)
+/// in `dir`, with 2 training shards of 128 samples, and a copy of that config for it in
+/// `dir/tiny.toml`: 64 eval samples, an eval every 256 samples, 512 samples in all (both
+/// shards read), open division.
+fn tiny_bert_set(dir: &Path) -> std::path::PathBuf {
+    let a = SynthBertArgs {
+        sentences: 16,
+        train_samples: 256,
+        eval_samples: 64,
+        shards: 2,
+        seq_len: 32,
+        ..SynthBertArgs::new(&dir.join("data"))
+    };
+    synth_bert(&a).unwrap();
+    let config = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/bert/tiny_cpu.toml"
+    ))
+    .unwrap()
+    .replace("eval_samples = 512", "eval_samples = 64")
+    .replace("eval_batch_size = 128", "eval_batch_size = 64")
+    .replace(
+        "max_samples = 300032",
+        "max_samples = 512\neval_interval_samples = 256",
+    );
+    let path = dir.join("tiny.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+/// Replace dataset `name` of the shard at `path` by `values` of `shape`, as type `T`.
+fn rewrite<T: hdf5::H5Type>(path: &Path, name: &str, shape: &[usize], values: &[T]) {
+    let file = hdf5::File::open_rw(path).unwrap();
+    file.unlink(name).unwrap();
+    file.new_dataset::<T>()
+        .shape(shape)
+        .create(name)
+        .unwrap()
+        .write_raw(values)
+        .unwrap();
+}
+
+/// Dataset `name` of the shard at `path`, with its shape.
+fn values(path: &Path, name: &str) -> (Vec<usize>, Vec<i64>) {
+    let ds = hdf5::File::open(path).unwrap().dataset(name).unwrap();
+    (ds.shape(), ds.read_raw().unwrap())
+}
+
+/// `mlperf-run bert` on `data` with `config`, one run logged into `dir/run.log`: its exit status
+/// and standard error.
+fn run_bert(dir: &Path, config: &Path, data: &Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args(["bert", "--division", "open", "--seed", "1"])
+        .arg("--config")
+        .arg(config)
+        .arg("--data")
+        .arg(data)
+        .arg("--log")
+        .arg(dir.join("run.log"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn training_shard_values_the_model_cannot_take_name_the_shard() {
+    run_alone!();
+    // A training shard is read during the run; a token id beyond model.vocab_size, a segment id
+    // beyond type_vocab_size or a next-sentence label other than 0/1 stopped the run with
+    // libtorch's "index out of range in self" / "Target 2 is out of bounds", naming nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_bert_set(dir.path());
+    let base = dir.path().join("data");
+    for (name, bad, want) in [
+        (
+            "input_ids",
+            300,
+            "token id 300 does not fit the model's vocab_size 256",
+        ),
+        (
+            "masked_lm_ids",
+            300,
+            "token id 300 does not fit the model's vocab_size 256",
+        ),
+        (
+            "segment_ids",
+            2,
+            "segment id 2 does not fit the model's type_vocab_size 2",
+        ),
+        ("next_sentence_labels", 2, "next_sentence_labels holds 2"),
+    ] {
+        let data = dir.path().join(name);
+        let copy = Command::new("cp")
+            .arg("-a")
+            .arg(&base)
+            .arg(&data)
+            .status()
+            .unwrap();
+        assert!(copy.success());
+        let shard = shard_files(&data.join("train")).unwrap().remove(1);
+        let (shape, mut v) = values(&shard, name);
+        v[0] = bad;
+        rewrite(&shard, name, &shape, &v);
+        let (code, err) = run_bert(dir.path(), &config, &data);
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert!(
+            err.contains(&shard.display().to_string()) && err.contains(want),
+            "{name}: {err}"
+        );
+        assert!(!err.contains("libtorch"), "{name}: {err}");
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+}
+
+#[test]
+fn training_shard_layouts_are_checked_before_the_first_run() {
+    run_alone!();
+    // The training shards were only counted before the run: a shard of floats, without a
+    // dataset, of another shape than the others, or longer than model.max_position, was found
+    // by each run (exit 1, an aborted log per run of a set; the last with libtorch's "index
+    // out of range in self"). Now their headers are read first: exit 2, the shard named, no log.
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_bert_set(dir.path());
+    let base = dir.path().join("data");
+    type Break = fn(&Path);
+    let cases: [(&str, Break, &str); 5] = [
+        (
+            "floats",
+            |shard| {
+                let (shape, v) = values(shard, "input_ids");
+                let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+                rewrite(shard, "input_ids", &shape, &f);
+            },
+            "dataset 'input_ids' holds float32 values",
+        ),
+        (
+            "no_nsp",
+            |shard| {
+                let file = hdf5::File::open_rw(shard).unwrap();
+                file.unlink("next_sentence_labels").unwrap();
+            },
+            "no dataset 'next_sentence_labels'",
+        ),
+        (
+            "fewer_predictions",
+            |shard| {
+                for name in ["masked_lm_positions", "masked_lm_ids"] {
+                    let (shape, v) = values(shard, name);
+                    let p = shape[1];
+                    let cut: Vec<i64> = v.chunks(p).flat_map(|r| r[..10].to_vec()).collect();
+                    rewrite(shard, name, &[shape[0], 10], &cut);
+                }
+            },
+            "the shards of a data set share one shape",
+        ),
+        (
+            "longer",
+            |shard| {
+                for name in ["input_ids", "input_mask", "segment_ids"] {
+                    let (shape, v) = values(shard, name);
+                    let wide: Vec<i64> = v
+                        .chunks(shape[1])
+                        .flat_map(|r| r.iter().copied().chain(std::iter::repeat_n(0, 96)))
+                        .collect();
+                    rewrite(shard, name, &[shape[0], shape[1] + 96], &wide);
+                }
+            },
+            "seq_len 128 with 76 prediction slots",
+        ),
+        (
+            "empty",
+            |shard| {
+                for name in mlperf_run::data::bert::DATASETS {
+                    let (mut shape, _) = values(shard, name);
+                    shape[0] = 0;
+                    rewrite::<i16>(shard, name, &shape, &[]);
+                }
+            },
+            "",
+        ),
+    ];
+    for (case, break_it, want) in cases {
+        let data = dir.path().join(case);
+        let copy = Command::new("cp")
+            .arg("-a")
+            .arg(&base)
+            .arg(&data)
+            .status()
+            .unwrap();
+        assert!(copy.success());
+        let shards = shard_files(&data.join("train")).unwrap();
+        if case == "empty" {
+            // every training shard empty
+            shards.iter().for_each(|s| break_it(s));
+        } else {
+            break_it(&shards[1]);
+        }
+        let (code, err) = run_bert(dir.path(), &config, &data);
+        assert_eq!(code, Some(2), "{case}: {err}");
+        if case == "empty" {
+            assert!(
+                err.contains("its 2 shard(s) hold no samples")
+                    && err.contains(&data.join("train").display().to_string()),
+                "{case}: {err}"
+            );
+        } else {
+            assert!(
+                err.contains(&shards[1].display().to_string()) && err.contains(want),
+                "{case}: {err}"
+            );
+        }
+        assert!(
+            !dir.path().join("run.log").exists(),
+            "{case}: a run started"
+        );
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+    // every training shard longer than model.max_position (32)
+    let data = dir.path().join("all_longer");
+    let copy = Command::new("cp")
+        .arg("-a")
+        .arg(&base)
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    for shard in shard_files(&data.join("train")).unwrap() {
+        (cases[3].1)(&shard);
+    }
+    let (code, err) = run_bert(dir.path(), &config, &data);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("the training shards' seq_len 128 exceeds model.max_position 32"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shard_names_that_are_not_shard_files_are_named_and_never_waited_on() {
+    run_alone!();
+    let dir = tempfile::tempdir().unwrap();
+    // a FIFO named like a shard: HDF5 waited on it for ever
+    let fifo = dir.path().join("part-9.hdf5");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(Shard::count(&f).map_err(|e| format!("{e:#}")));
+    });
+    let err = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("reading a FIFO named like a shard hangs")
+        .unwrap_err();
+    assert!(
+        err.contains(&fifo.display().to_string()) && err.contains("named pipe (FIFO)"),
+        "{err}"
+    );
+    std::fs::remove_file(&fifo).unwrap();
+    // a link to a shard that is gone: it was called a shard "cut short or damaged"
+    let link = dir.path().join("part-8.hdf5");
+    std::os::unix::fs::symlink("/nonexistent/part-8.hdf5", &link).unwrap();
+    let err = format!("{:#}", Shard::read(&link).unwrap_err());
+    assert!(
+        err.contains("is a symbolic link to /nonexistent/part-8.hdf5, which does not exist")
+            && !err.contains("cut short"),
+        "{err}"
+    );
+    std::fs::remove_file(&link).unwrap();
+    let folder = dir.path().join("part-7.hdf5");
+    std::fs::create_dir(&folder).unwrap();
+    let err = format!("{:#}", Shard::count(&folder).unwrap_err());
+    assert!(
+        err.contains("is a folder") && !err.contains("cut short"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shards_named_in_upper_case_are_read() {
+    run_alone!();
+    // `.HDF5` shards were passed over: the run trained on the others without a word
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 3);
+    let train = dir.path().join("train");
+    let first = shard_files(&train).unwrap().remove(0);
+    let upper = first.with_extension("HDF5");
+    std::fs::rename(&first, &upper).unwrap();
+    // and a hidden file (`._NAME`, a macOS copy) is not a shard
+    std::fs::write(train.join("._part.hdf5"), b"\0\x05\x16\x07").unwrap();
+    let files = shard_files(&train).unwrap();
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(files.contains(&upper), "{files:?}");
+    let l = TrainLoader::new(&train, 1, 0, 1, 4, Device::Cpu).unwrap();
+    assert_eq!(l.total_samples, 203);
+}

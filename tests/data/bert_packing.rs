@@ -291,7 +291,8 @@ fn packing_bad_shards_are_clear_errors_naming_the_file() {
         err.contains("part-hole.hdf5") && err.contains("input_mask"),
         "{err}"
     );
-    // data packed already (no input_mask dataset): the missing dataset, named with the file
+    // data packed already (no input_mask dataset): the missing dataset, named with the file,
+    // when the loader is made (the shards' headers are read then)
     let packed = dir.path().join("packed");
     std::fs::create_dir_all(&packed).unwrap();
     let f = hdf5::File::create(packed.join("part-packed.hdf5")).unwrap();
@@ -302,8 +303,10 @@ fn packing_bad_shards_are_clear_errors_naming_the_file() {
         .write_raw(&[1i16; 16][..])
         .unwrap();
     drop(f);
-    let mut l = PackedLoader::new(&packed, 1, 0, 1, 1, spec).unwrap();
-    let err = format!("{:#}", l.next_host_batch().err().unwrap());
+    let err = format!(
+        "{:#}",
+        PackedLoader::new(&packed, 1, 0, 1, 1, spec).err().unwrap()
+    );
     assert!(
         err.contains("part-packed.hdf5") && err.contains("input_mask"),
         "{err}"

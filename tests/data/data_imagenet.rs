@@ -723,3 +723,230 @@ fn nvjpeg_without_a_gpu_falls_back_to_the_cpu_decoder_with_a_clear_message() {
     assert_eq!(parse("decoder = \"cpu-full\"").unwrap(), Decoder::CpuFull);
     assert!(parse("decoder = \"turbo\"").is_err());
 }
+
+/// `bytes` of a JPEG with the width and height of its frame header (SOF) set to `w` x `h`,
+/// its data unchanged (a damaged header, or a decompression bomb).
+fn with_declared_size(bytes: &[u8], w: u16, h: u16) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    let mut i = 2;
+    while i + 9 < b.len() {
+        assert_eq!(b[i], 0xFF, "a marker at {i}");
+        let (marker, len) = (b[i + 1], u16::from_be_bytes([b[i + 2], b[i + 3]]) as usize);
+        if matches!(marker, 0xC0..=0xC2) {
+            b[i + 5..i + 7].copy_from_slice(&h.to_be_bytes());
+            b[i + 7..i + 9].copy_from_slice(&w.to_be_bytes());
+            return b;
+        }
+        i += 2 + len;
+    }
+    panic!("no frame header");
+}
+
+#[test]
+fn entries_named_like_images_that_are_not_image_files_are_refused_by_name() {
+    // they used to be passed over without a word: the class trained on fewer images than its
+    // folder shows (a link to an unmounted disk dropped them all but named none)
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("train");
+    write_jpeg(&root.join("n01/a.JPEG"), 8, 8);
+    write_jpeg(&root.join("n02/a.JPEG"), 8, 8);
+    let open_err = |what: &str| {
+        let err = ImageFolder::open(&root).err().map(|e| format!("{e:#}"));
+        err.unwrap_or_else(|| panic!("{what} was passed over"))
+    };
+    let dangling = root.join("n01/b.JPEG");
+    std::os::unix::fs::symlink("/nonexistent/b.JPEG", &dangling).unwrap();
+    let err = open_err("a dangling link");
+    assert!(
+        err.contains(&dangling.display().to_string())
+            && err.contains("symbolic link to /nonexistent/b.JPEG, which does not exist"),
+        "{err}"
+    );
+    std::fs::remove_file(&dangling).unwrap();
+
+    let (l1, l2) = (root.join("n01/l1.JPEG"), root.join("n01/l2.JPEG"));
+    std::os::unix::fs::symlink(&l2, &l1).unwrap();
+    std::os::unix::fs::symlink(&l1, &l2).unwrap();
+    let err = open_err("a link loop");
+    assert!(err.contains("link loop") && err.contains("n01/l"), "{err}");
+    std::fs::remove_file(&l1).unwrap();
+    std::fs::remove_file(&l2).unwrap();
+
+    let fifo = root.join("n02/f.JPEG");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let err = open_err("a FIFO");
+    assert!(
+        err.contains(&fifo.display().to_string()) && err.contains("named pipe"),
+        "{err}"
+    );
+    std::fs::remove_file(&fifo).unwrap();
+
+    let folder = root.join("n02/d.JPEG");
+    std::fs::create_dir(&folder).unwrap();
+    let err = open_err("a folder");
+    assert!(
+        err.contains(&folder.display().to_string()) && err.contains("is a folder"),
+        "{err}"
+    );
+    std::fs::remove_dir(&folder).unwrap();
+
+    // a class that is a link to a folder that is gone: the class would be dropped
+    let class = root.join("n03");
+    std::os::unix::fs::symlink("/nonexistent/n03", &class).unwrap();
+    let err = open_err("a dangling class link");
+    assert!(
+        err.contains(&class.display().to_string()) && err.contains("class folder"),
+        "{err}"
+    );
+    std::fs::remove_file(&class).unwrap();
+    // what is left is a set again, and a link to a real image is an image
+    std::os::unix::fs::symlink(root.join("n02/a.JPEG"), root.join("n01/c.JPEG")).unwrap();
+    assert_eq!(ImageFolder::open(&root).unwrap().len(), 3);
+}
+
+#[test]
+fn hidden_files_in_a_class_folder_are_not_images() {
+    // macOS copies `._NAME.JPEG` (AppleDouble) beside each image: not an image, and not one
+    // the loader should warn about and count as unreadable each epoch
+    let dir = tempfile::tempdir().unwrap();
+    write_jpeg(&dir.path().join("n01/a.JPEG"), 8, 8);
+    std::fs::write(dir.path().join("n01/._a.JPEG"), b"\0\x05\x16\x07").unwrap();
+    std::fs::write(dir.path().join("n01/.DS_Store"), b"x").unwrap();
+    let folder = ImageFolder::open(dir.path()).unwrap();
+    let names: Vec<_> = folder.samples.iter().map(|s| s.path.clone()).collect();
+    assert_eq!(names, [dir.path().join("n01/a.JPEG")]);
+}
+
+#[test]
+fn images_in_the_wrong_place_are_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    // a class tar extracted into a folder of its name: train/n01/n01/*.JPEG
+    let nested = dir.path().join("nested");
+    write_jpeg(&nested.join("n01/n01/a.JPEG"), 8, 8);
+    let err = format!("{:#}", ImageFolder::open(&nested).unwrap_err());
+    assert!(
+        err.contains(&nested.join("n01/n01").display().to_string()) && err.contains("move them up"),
+        "{err}"
+    );
+    // val as extracted from ILSVRC2012_img_val.tar: flat, no class folders
+    let flat = dir.path().join("flat");
+    write_jpeg(&flat.join("ILSVRC2012_val_00000001.JPEG"), 8, 8);
+    write_jpeg(&flat.join("ILSVRC2012_val_00000002.JPEG"), 8, 8);
+    let err = format!("{:#}", ImageFolder::open(&flat).unwrap_err());
+    assert!(
+        err.contains("holds 2 .JPEG files but no class subdirectories")
+            && err.contains("prepare-imagenet"),
+        "{err}"
+    );
+    // --data DIR/train instead of DIR
+    let set = dir.path().join("set");
+    write_jpeg(&set.join("train/n01/a.JPEG"), 8, 8);
+    write_jpeg(&set.join("val/n01/a.JPEG"), 8, 8);
+    let err = format!("{:#}", ImagenetDir::open(&set.join("train")).unwrap_err());
+    assert!(
+        err.contains("is a folder of classes itself") && err.contains(&set.display().to_string()),
+        "{err}"
+    );
+    // --data a file
+    let err = format!(
+        "{:#}",
+        ImagenetDir::open(&set.join("train/n01/a.JPEG")).unwrap_err()
+    );
+    assert!(err.contains("is not a directory"), "{err}");
+    assert_eq!(ImagenetDir::open(&set).unwrap().num_classes(), 1);
+}
+
+#[test]
+fn headers_over_the_pixel_limit_are_refused_before_decoding() {
+    // 14,000 x 13,000 (182 megapixels, just over PIL's decompression-bomb limit) declared over
+    // a few hundred bytes: the whole-image decoder allocated and filled every pixel of it (a
+    // 32,000 x 32,000 header took 6 GB and 90 s per image); both decoders now refuse the header
+    let image = RgbImage {
+        width: 16,
+        height: 16,
+        pixels: vec![128; 16 * 16 * 3],
+    };
+    let jpeg = encode_jpeg(&image, 90).unwrap();
+    let bomb = with_declared_size(&jpeg, 14_000, 13_000);
+    let started = std::time::Instant::now();
+    let err = decode_jpeg(&bomb).unwrap_err();
+    assert!(
+        err.contains("14000x13000") && err.contains("megapixel"),
+        "{err}"
+    );
+    let err = JpegHeader::read(&bomb).err().unwrap();
+    assert!(
+        err.contains("14000x13000") && err.contains("megapixel"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed().as_secs_f64() < 2.0,
+        "{:?}",
+        started.elapsed()
+    );
+    // within the limit the same data decodes as before (libjpeg fills what is missing)
+    let ok = with_declared_size(&jpeg, 64, 48);
+    assert!(JpegHeader::read(&ok).is_ok());
+}
+
+#[test]
+fn files_of_other_image_formats_are_named_as_such() {
+    // ImageNet's train set holds a PNG named .JPEG; other sets hold GIFs, BMPs and WebPs
+    for (bytes, format) in [
+        (&b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"[..], "PNG"),
+        (b"GIF89a\x10\0\x10\0", "GIF"),
+        (b"BM\x36\x03\0\0\0\0", "BMP"),
+        (b"RIFF\x24\0\0\0WEBPVP8 ", "WebP"),
+    ] {
+        let want = format!("a {format} image named like a JPEG");
+        let err = decode_jpeg(bytes).unwrap_err();
+        assert!(err.contains(&want) && err.contains("convert it"), "{err}");
+        let err = JpegHeader::read(bytes).err().unwrap();
+        assert!(err.contains(&want), "{err}");
+    }
+    let err = JpegHeader::read(b"<html>404</html>").err().unwrap();
+    assert!(err.contains("not a decodable JPEG"), "{err}");
+}
+
+#[test]
+fn a_set_whose_classes_differ_from_model_classes_is_refused_before_the_run() {
+    // it was found by each run's build: exit 1 (a run aborted, an aborted log per run of a
+    // set), naming neither the folder nor where the count comes from
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("set");
+    let spec = SynthSpec {
+        val_per_class: 1,
+        ..small_spec(11, 8)
+    };
+    write_synth_imagenet(&root, &spec, false).unwrap();
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/resnet/tiny_cpu_jpeg.toml"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+        .args([
+            "resnet",
+            "--division",
+            "open",
+            "--config",
+            config,
+            "--seed",
+            "1",
+        ])
+        .arg("--data")
+        .arg(&root)
+        .arg("--log")
+        .arg(dir.path().join("run.log"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&root.join("train").display().to_string())
+            && err.contains("11 class folders but model.classes is 10"),
+        "{err}"
+    );
+    assert!(!dir.path().join("run.log").exists());
+}

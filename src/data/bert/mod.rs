@@ -63,7 +63,9 @@ pub struct Shard {
     nsp: Vec<i32>,
 }
 
-fn read_ds(file: &hdf5::File, path: &Path, name: &str) -> Result<(Vec<usize>, Vec<i32>)> {
+/// Dataset `name` of a shard: present, and of an integer type (HDF5 would convert floats and
+/// bools to integers silently, truncating); with its shape. Reads no data.
+fn dataset(file: &hdf5::File, path: &Path, name: &str) -> Result<(hdf5::Dataset, Vec<usize>)> {
     let ds = file.dataset(name).map_err(|e| {
         anyhow::anyhow!(
             "{}: no dataset '{name}' ({e}); a BERT shard needs {}",
@@ -71,9 +73,8 @@ fn read_ds(file: &hdf5::File, path: &Path, name: &str) -> Result<(Vec<usize>, Ve
             DATASETS.join(", ")
         )
     })?;
-    let shape = ds.shape();
-    // HDF5 converts floats (and bools) to integers silently, truncating: refuse any dtype but
-    // integers, as the reference shards hold (int8/int16/int32/int64 token ids and masks).
+    // refuse any dtype but integers, as the reference shards hold (int8/int16/int32/int64 token
+    // ids and masks)
     let dtype = ds
         .dtype()
         .and_then(|t| t.to_descriptor())
@@ -92,13 +93,20 @@ fn read_ds(file: &hdf5::File, path: &Path, name: &str) -> Result<(Vec<usize>, Ve
             path.display()
         );
     }
-    let data = ds.read_raw::<i32>().with_context(|| {
+    let shape = ds.shape();
+    Ok((ds, shape))
+}
+
+/// The values of a dataset that [`dataset`] checked, widened to i32.
+fn read_values(ds: &hdf5::Dataset, path: &Path, name: &str) -> Result<Vec<i32>> {
+    ds.read_raw::<i32>().with_context(|| {
         format!(
-            "{}: cannot read dataset '{name}' as integers",
+            "{}: cannot read dataset '{name}' as integers (a shard cut short, or compressed \
+             with a filter this HDF5 library lacks: write it again without it, e.g. \
+             `h5repack -f NONE IN OUT`)",
             path.display()
         )
-    })?;
-    Ok((shape, data))
+    })
 }
 
 /// A shard HDF5 cannot open: what it is and what to do.
@@ -110,40 +118,82 @@ fn not_hdf5(path: &Path) -> String {
     )
 }
 
+/// Open a shard file with HDF5. A FIFO, socket, device or folder named like a shard, a link that
+/// leads nowhere and a file this process may not read are refused by name first (HDF5 would wait
+/// on a FIFO for ever, and call the others damaged).
+fn open_shard(path: &Path) -> Result<hdf5::File> {
+    crate::util::tree::open_regular(path)?;
+    hdf5::File::open(path).with_context(|| not_hdf5(path))
+}
+
+/// A shard's shape, from its headers alone (no data read): every dataset present, of an integer
+/// type and of the shape `input_ids [samples, seq_len]` and `masked_lm_positions [samples,
+/// predictions]` give it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardShape {
+    pub samples: usize,
+    pub seq: usize,
+    pub preds: usize,
+}
+
+/// The six datasets of a shard, in [`DATASETS`] order, with the shape they were checked to have.
+fn open_datasets(file: &hdf5::File, path: &Path) -> Result<(ShardShape, [hdf5::Dataset; 6])> {
+    let (ids, s_ids) = dataset(file, path, "input_ids")?;
+    if s_ids.len() != 2 || s_ids[1] == 0 {
+        bail!(
+            "{}: input_ids must be [samples, seq_len], got {s_ids:?}",
+            path.display()
+        );
+    }
+    let (n, seq) = (s_ids[0], s_ids[1]);
+    let get = |name: &str, want: &[usize]| -> Result<hdf5::Dataset> {
+        let (ds, shape) = dataset(file, path, name)?;
+        if shape != want {
+            bail!(
+                "{}: dataset '{name}' has shape {shape:?}, expected {want:?} (from input_ids)",
+                path.display()
+            );
+        }
+        Ok(ds)
+    };
+    let mask = get("input_mask", &[n, seq])?;
+    let seg = get("segment_ids", &[n, seq])?;
+    let (pos, s_pos) = dataset(file, path, "masked_lm_positions")?;
+    if s_pos.len() != 2 || s_pos[0] != n {
+        bail!(
+            "{}: masked_lm_positions must be [{n}, predictions], got {s_pos:?}",
+            path.display()
+        );
+    }
+    let preds = s_pos[1];
+    let mids = get("masked_lm_ids", &[n, preds])?;
+    let nsp = get("next_sentence_labels", &[n])?;
+    let shape = ShardShape {
+        samples: n,
+        seq,
+        preds,
+    };
+    Ok((shape, [ids, mask, seg, pos, mids, nsp]))
+}
+
 impl Shard {
-    /// Read and validate one shard.
+    /// Read and validate one shard: its layout ([`Shard::shape`]), and values any BERT takes:
+    /// no negative token or segment id, masked positions inside the sequence, next-sentence
+    /// labels 0 or 1. What depends on the model (the vocabulary) is [`Shard::check_fits`].
     pub fn read(path: &Path) -> Result<Shard> {
-        let file = hdf5::File::open(path).with_context(|| not_hdf5(path))?;
-        let (s_ids, input_ids) = read_ds(&file, path, "input_ids")?;
-        if s_ids.len() != 2 || s_ids[1] == 0 {
-            bail!(
-                "{}: input_ids must be [samples, seq_len], got {s_ids:?}",
-                path.display()
-            );
-        }
-        let (n, seq) = (s_ids[0], s_ids[1]);
-        let get = |name: &str, want: &[usize]| -> Result<Vec<i32>> {
-            let (shape, data) = read_ds(&file, path, name)?;
-            if shape != want {
-                bail!(
-                    "{}: dataset '{name}' has shape {shape:?}, expected {want:?} (from input_ids)",
-                    path.display()
-                );
-            }
-            Ok(data)
-        };
-        let input_mask = get("input_mask", &[n, seq])?;
-        let segment_ids = get("segment_ids", &[n, seq])?;
-        let (s_pos, masked_positions) = read_ds(&file, path, "masked_lm_positions")?;
-        if s_pos.len() != 2 || s_pos[0] != n {
-            bail!(
-                "{}: masked_lm_positions must be [{n}, predictions], got {s_pos:?}",
-                path.display()
-            );
-        }
-        let preds = s_pos[1];
-        let masked_ids = get("masked_lm_ids", &[n, preds])?;
-        let nsp = get("next_sentence_labels", &[n])?;
+        let file = open_shard(path)?;
+        let (shape, [ids, mask, seg, pos, mids, nsp]) = open_datasets(&file, path)?;
+        let input_ids = read_values(&ids, path, "input_ids")?;
+        let input_mask = read_values(&mask, path, "input_mask")?;
+        let segment_ids = read_values(&seg, path, "segment_ids")?;
+        let masked_positions = read_values(&pos, path, "masked_lm_positions")?;
+        let masked_ids = read_values(&mids, path, "masked_lm_ids")?;
+        let nsp = read_values(&nsp, path, "next_sentence_labels")?;
+        let ShardShape {
+            samples: n,
+            seq,
+            preds,
+        } = shape;
         if let Some(p) = masked_positions
             .iter()
             .find(|&&p| p < 0 || p as usize >= seq)
@@ -155,6 +205,19 @@ impl Shard {
         }
         if let Some(v) = input_ids.iter().chain(&masked_ids).find(|&&v| v < 0) {
             bail!("{}: negative token id {v}", path.display());
+        }
+        if let Some(v) = segment_ids.iter().find(|&&v| v < 0) {
+            bail!(
+                "{}: segment_ids holds {v}; segment ids are 0 (first segment) or 1",
+                path.display()
+            );
+        }
+        if let Some(v) = nsp.iter().find(|&&v| v != 0 && v != 1) {
+            bail!(
+                "{}: next_sentence_labels holds {v}; the labels are 0 (next sentence) or 1 \
+                 (random sentence)",
+                path.display()
+            );
         }
         Ok(Shard {
             path: path.to_path_buf(),
@@ -170,13 +233,34 @@ impl Shard {
         })
     }
 
-    /// Number of samples without reading the data.
+    /// A shard's layout without reading its data: every dataset there, of an integer type and
+    /// of a consistent shape (what [`Shard::read`] checks before it reads).
+    pub fn shape(path: &Path) -> Result<ShardShape> {
+        let file = open_shard(path)?;
+        Ok(open_datasets(&file, path)?.0)
+    }
+
+    /// Number of samples without reading the data (the layout checked as [`Shard::shape`]).
     pub fn count(path: &Path) -> Result<usize> {
-        let file = hdf5::File::open(path).with_context(|| not_hdf5(path))?;
-        let ds = file
-            .dataset("input_ids")
-            .with_context(|| format!("{}: no dataset 'input_ids'", path.display()))?;
-        Ok(ds.shape().first().copied().unwrap_or(0))
+        Ok(Self::shape(path)?.samples)
+    }
+
+    /// Whether the model can take every sample: token ids (inputs and masked targets) below
+    /// its vocabulary, segment ids below its token types. A shard that does not fit is named
+    /// with the value and the key to change (libtorch would stop the run with "index out of
+    /// range", naming nothing).
+    pub fn check_fits(&self, fit: &ModelFit) -> Result<()> {
+        check_vocab(self.max_token(), fit.vocab_size, &self.path)?;
+        let seg = self.segment_ids.iter().copied().max().unwrap_or(0);
+        if seg as i64 >= fit.type_vocab_size {
+            bail!(
+                "{}: segment id {seg} does not fit the model's type_vocab_size {}; BERT shards \
+                 hold segment ids 0 and 1",
+                self.path.display(),
+                fit.type_vocab_size
+            );
+        }
+        Ok(())
     }
 
     /// Non-padding tokens of sample `i` (its `input_mask` ones).
@@ -364,6 +448,20 @@ pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Whether `path` is named like a shard: `.hdf5` or `.h5`, in any case (as `.JPEG` and `.jpg`
+/// are images to the ImageNet reader); hidden names (`.NAME`, e.g. a temporary file) are not.
+pub fn is_shard_name(path: &Path) -> bool {
+    let hidden = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'));
+    !hidden
+        && path
+            .extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| x.eq_ignore_ascii_case("hdf5") || x.eq_ignore_ascii_case("h5"))
+}
+
 /// The shard files (`*.hdf5`, `*.h5`) of a directory, sorted by name: what a loader of it reads.
 pub fn shards_in(dir: &Path) -> Result<Vec<PathBuf>> {
     let rd = std::fs::read_dir(dir).with_context(|| {
@@ -371,10 +469,40 @@ pub fn shards_in(dir: &Path) -> Result<Vec<PathBuf>> {
     })?;
     let mut files: Vec<PathBuf> = rd
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "hdf5" || x == "h5"))
+        .filter(|p| is_shard_name(p))
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// The one shape of the shards `files`, read by their headers ([`Shard::shape`]): the sequence
+/// length and prediction slots that all of them have, with their samples in all. Shards of two
+/// shapes cannot share a batch (one sequence per row), so the first that differs from the first
+/// shard is named with both shapes.
+pub fn common_shape(files: &[PathBuf]) -> Result<ShardShape> {
+    let mut common: Option<(&PathBuf, ShardShape)> = None;
+    let mut samples = 0;
+    for f in files {
+        let shape = Shard::shape(f)?;
+        samples += shape.samples;
+        match common {
+            None => common = Some((f, shape)),
+            Some((first, c)) if (c.seq, c.preds) != (shape.seq, shape.preds) => bail!(
+                "{}: seq_len {} with {} prediction slots, but {} has seq_len {} with {}: the \
+                 shards of a data set share one shape; write them again with one --seq-len and \
+                 --max-predictions (or keep the shards of one shape only)",
+                f.display(),
+                shape.seq,
+                shape.preds,
+                first.display(),
+                c.seq,
+                c.preds
+            ),
+            Some(_) => {}
+        }
+    }
+    let (_, c) = common.context("no shards given")?;
+    Ok(ShardShape { samples, ..c })
 }
 
 /// How the samples of the training stream are split among the ranks.
@@ -433,6 +561,8 @@ pub struct TrainLoader {
     pending: VecDeque<Sample>,
     /// Samples in the whole training set (all ranks).
     pub total_samples: usize,
+    /// What the model takes: each shard is checked against it when it is read.
+    fit: Option<ModelFit>,
 }
 
 impl TrainLoader {
@@ -451,6 +581,14 @@ impl TrainLoader {
         let mut total = 0;
         for f in &files {
             total += Shard::count(f)?;
+        }
+        if total == 0 {
+            bail!(
+                "{}: its {} shard(s) hold no samples (input_ids has 0 rows in each); write the \
+                 training shards again (e.g. `mlperf-run data synth-bert`)",
+                dir.display(),
+                files.len()
+            );
         }
         if total < world {
             bail!(
@@ -472,9 +610,17 @@ impl TrainLoader {
             current: None,
             pending: VecDeque::new(),
             total_samples: total,
+            fit: None,
         };
         l.start_epoch(0);
         Ok(l)
+    }
+
+    /// Check each shard against what the model takes ([`Shard::check_fits`]) when it is read,
+    /// so that a shard with a token id beyond the vocabulary stops the run naming the shard.
+    pub fn with_fit(mut self, fit: ModelFit) -> Self {
+        self.fit = Some(fit);
+        self
     }
 
     /// The loader with samples split among ranks by `assignment`, restarted at epoch 0.
@@ -519,7 +665,11 @@ impl TrainLoader {
             }
             let fi = self.file_order[self.next_file];
             self.next_file += 1;
-            let shard = Arc::new(Shard::read(&self.files[fi])?);
+            let shard = Shard::read(&self.files[fi])?;
+            if let Some(fit) = &self.fit {
+                shard.check_fits(fit)?;
+            }
+            let shard = Arc::new(shard);
             let mut order: Vec<usize> = (0..shard.n).collect();
             Rng::derive(self.seed, &[self.epoch, fi as u64 + 1]).shuffle(&mut order);
             if self.assignment == Assignment::Strided {
@@ -680,6 +830,20 @@ impl EvalSet {
     pub fn max_token(&self) -> i32 {
         self.shards.iter().map(|s| s.max_token()).max().unwrap_or(0)
     }
+
+    /// Whether the model takes every eval shard ([`Shard::check_fits`]), naming the first that
+    /// it does not.
+    pub fn check_fits(&self, fit: &ModelFit) -> Result<()> {
+        self.shards.iter().try_for_each(|s| s.check_fits(fit))
+    }
+}
+
+/// What a model takes from a shard ([`Shard::check_fits`]): token ids below `vocab_size`,
+/// segment ids below `type_vocab_size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelFit {
+    pub vocab_size: i64,
+    pub type_vocab_size: i64,
 }
 
 /// Every token id of a data set must index the model's embedding table.

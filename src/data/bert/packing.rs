@@ -593,6 +593,13 @@ impl PackedLoader {
         self
     }
 
+    /// Check each shard against what the model takes when it is read
+    /// ([`TrainLoader::with_fit`]).
+    pub fn with_fit(mut self, fit: super::ModelFit) -> Self {
+        self.stream = self.stream.with_fit(fit);
+        self
+    }
+
     /// Pack `window` samples at a time instead of [`DEFAULT_WINDOW`].
     pub fn with_window(mut self, window: usize) -> Self {
         self.window = window.max(1);

@@ -765,7 +765,14 @@ fn load_region(shared: &Shared, epoch: u64, size: u32, index: usize) -> Result<R
 
 /// The file of sample `index`.
 fn read_sample(shared: &Shared, index: usize) -> Result<Vec<u8>, String> {
-    std::fs::read(&shared.samples[index].path).map_err(|e| format!("cannot read: {e}"))
+    let path = &shared.samples[index].path;
+    std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => format!(
+            "cannot read: permission denied (make it readable: chmod a+r {})",
+            path.display()
+        ),
+        _ => format!("cannot read: {e}"),
+    })
 }
 
 /// [`load_region`] of the file's `bytes`, already read.

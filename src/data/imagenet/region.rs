@@ -135,7 +135,7 @@ impl<'a> JpegHeader<'a> {
             )
         };
         if rc != 0 || handle.is_null() {
-            return Err(format!("not a decodable JPEG: {}", message(&msg)));
+            return Err(super::decode::not_decodable(bytes, &message(&msg)));
         }
         let header = JpegHeader {
             handle,
@@ -143,8 +143,8 @@ impl<'a> JpegHeader<'a> {
             width,
             height,
         };
-        if width == 0 || height == 0 || width > 1 << 15 || height > 1 << 15 {
-            return Err(format!("JPEG of {width}x{height} pixels is out of range"));
+        if let Some(refusal) = super::decode::check_dimensions(width, height) {
+            return Err(refusal);
         }
         if !matches!(components, 1 | 3 | 4) {
             return Err(format!(

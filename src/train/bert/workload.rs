@@ -16,7 +16,8 @@
 use super::config::*;
 use crate::data::bert::packing::{self, PackSpec, PackedBatch, PackedHostBatch, PackedLoader};
 use crate::data::bert::{
-    check_vocab, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch, TrainLoader,
+    common_shape, shard_files, step_attention_mask, Assignment, BertBatch, EvalSet, HostBatch,
+    ModelFit, TrainLoader,
 };
 use crate::data::handoff::{DeviceTensors, Prefetcher};
 use crate::distributed::{GradSource, GradSync, Peers};
@@ -199,7 +200,8 @@ impl BertWorkload {
                 per_rank as usize,
                 spec,
             )?
-            .with_expected_factor(t.packing_factor as f64);
+            .with_expected_factor(t.packing_factor as f64)
+            .with_fit(model_fit(cfg));
             let n = loader.total_samples as u64;
             Ok((Batches::Packed(prefetch_packed(loader, ctx.device)?), n))
         } else {
@@ -215,7 +217,8 @@ impl BertWorkload {
                 Assignment::TokenBalanced
             } else {
                 Assignment::Strided
-            });
+            })
+            .with_fit(model_fit(cfg));
             let n = loader.total_samples as u64;
             Ok((Batches::Padded(prefetch(loader, ctx.device)?), n))
         }
@@ -559,15 +562,27 @@ impl DeviceTensors for BertBatch {
     }
 }
 
+/// What the model of `cfg` takes from a shard: its vocabulary and token types.
+fn model_fit(cfg: &BertRunConfig) -> ModelFit {
+    ModelFit {
+        vocab_size: cfg.model.vocab_size,
+        type_vocab_size: cfg.model.type_vocab_size,
+    }
+}
+
 /// One BERT run through the generic trainer.
 /// The eval set of `data_dir` for `cfg`, checked against the config: data.eval_samples
-/// samples there, every token id within model.vocab_size, sequences no longer than
-/// model.max_position. `mlperf-run bert` calls it before the first run, so that a config that
-/// does not fit its data is bad input (exit 2) rather than every run of a set ending aborted.
+/// samples there, every token id within model.vocab_size and segment id within
+/// model.type_vocab_size, sequences no longer than model.max_position. The training shards are
+/// checked by their headers (their data is read shard by shard during the run, and each shard
+/// checked then): every dataset there with an integer type and a consistent shape, and without
+/// methods.packing, one shape for all (they share batches) no longer than model.max_position.
+/// `mlperf-run bert` calls it before the first run, so that a config that does not fit its data
+/// is bad input (exit 2) rather than every run of a set ending aborted.
 pub fn load_eval(cfg: &BertRunConfig, data_dir: &Path) -> Result<EvalSet> {
     let dir = data_dir.join("eval");
     let eval = EvalSet::load(&dir, cfg.data.eval_samples)?;
-    check_vocab(eval.max_token(), cfg.model.vocab_size, &dir)?;
+    eval.check_fits(&model_fit(cfg))?;
     let seq_len = eval.shape().0 as i64;
     if seq_len > cfg.model.max_position {
         bail!(
@@ -575,6 +590,39 @@ pub fn load_eval(cfg: &BertRunConfig, data_dir: &Path) -> Result<EvalSet> {
              model.max_position to at least {seq_len}",
             dir.display(),
             cfg.model.max_position
+        );
+    }
+    let train_dir = data_dir.join("train");
+    let train_files = shard_files(&train_dir)?;
+    let samples = if cfg.methods.packing {
+        // packed rows take each sequence's tokens, whatever its shard's padded length; the
+        // packer names a sequence longer than a row
+        let mut samples = 0;
+        for f in &train_files {
+            samples += crate::data::bert::Shard::shape(f)?.samples;
+        }
+        samples
+    } else {
+        let train = common_shape(&train_files)?;
+        if train.seq as i64 > cfg.model.max_position {
+            bail!(
+                "{}: the training shards' seq_len {} exceeds model.max_position {}: set \
+                 model.max_position to at least {}, or give shards of seq_len {} or less",
+                train_dir.display(),
+                train.seq,
+                cfg.model.max_position,
+                train.seq,
+                cfg.model.max_position
+            );
+        }
+        train.samples
+    };
+    if samples == 0 {
+        bail!(
+            "{}: its {} shard(s) hold no samples (input_ids has 0 rows in each); write the \
+             training shards again (e.g. `mlperf-run data synth-bert`)",
+            train_dir.display(),
+            train_files.len()
         );
     }
     Ok(eval)

@@ -335,6 +335,24 @@ impl ResnetRunConfig {
         Ok(())
     }
 
+    /// An ImageFolder set as listed under `root` with `classes` class folders: the model's
+    /// `model.classes` outputs must be as many (one per class folder). Refused before the first
+    /// run, naming the folder, both counts and the key (each run's build found it, so a run set
+    /// wrote an aborted log per run, exited 1 and named neither the folder nor the key's file).
+    pub fn check_folder_classes(&self, root: &Path, classes: usize) -> Result<()> {
+        if classes as i64 != self.model.classes {
+            bail!(
+                "{} holds {classes} class folders but model.classes is {}: set model.classes = \
+                 {classes} in the config, or give --data a set with {} classes (a class folder \
+                 too many or too few in train/ and val/?)",
+                root.join("train").display(),
+                self.model.classes,
+                self.model.classes
+            );
+        }
+        Ok(())
+    }
+
     /// `[data.synthetic]` with `data.source = "synthetic-memory"`: a set its sizes make is known
     /// before the run, so one that cannot feed a step or an eval is refused here (it used to
     /// start every run of a set, each ending aborted with a log in the results folder).

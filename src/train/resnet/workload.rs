@@ -44,7 +44,8 @@ pub struct ResnetRun<'a> {
 const NEEDS_DATA: &str = "data.source = \"imagefolder\" needs --data DIR (with train/ and val/)";
 
 /// The ImageFolder set of `cfg` at `data_dir` listed once, before the first run, and checked
-/// against the batch ([`ResnetRunConfig::check_folder_sizes`]): a set that cannot feed a run is
+/// against the batch and the model ([`ResnetRunConfig::check_folder_sizes`],
+/// [`ResnetRunConfig::check_folder_classes`]): a set that cannot feed a run is
 /// refused here, not by every run of a set. None for synthetic data.
 pub fn list_data(
     cfg: &ResnetRunConfig,
@@ -56,6 +57,7 @@ pub fn list_data(
     let root = data_dir.context(NEEDS_DATA)?;
     let listed = ImagenetDir::open(root)?;
     cfg.check_folder_sizes(root, listed.train.len(), listed.val.len())?;
+    cfg.check_folder_classes(root, listed.num_classes())?;
     Ok(Some(Arc::new(listed)))
 }
 
