@@ -9,6 +9,7 @@ pub mod alone;
 pub mod dist;
 pub mod emitter_logs;
 pub mod fuzz_replay;
+pub mod interrupt;
 pub mod official;
 pub mod package;
 #[cfg(feature = "torch")]

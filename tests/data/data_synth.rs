@@ -318,7 +318,6 @@ fn cli_refuses_counts_it_cannot_write_naming_the_flag() {
 #[test]
 fn ctrl_c_stops_synth_imagenet_and_keeps_the_set_already_there() {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let synth = |extra: &[&str]| {
@@ -336,7 +335,7 @@ fn ctrl_c_stops_synth_imagenet_and_keeps_the_set_already_there() {
     assert!(first.status.success(), "{first:?}");
     let before = files(&out);
     // 100,000 images: minutes of work, stopped after a moment
-    let mut child = synth(&["--classes", "100", "--per-class", "1000", "--force"])
+    let child = synth(&["--classes", "100", "--per-class", "1000", "--force"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -354,41 +353,10 @@ fn ctrl_c_stops_synth_imagenet_and_keeps_the_set_already_there() {
             })
     };
     // once it writes images (its class folders are there), Ctrl-C
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !staging().is_some_and(|s| s.join("val/n00000099").is_dir()) {
-        assert!(Instant::now() < deadline, "synth-imagenet never started");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "it ended before Ctrl-C"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    // SAFETY: kill on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("synth-imagenet did not stop within a minute of Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let ended = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&ended.stderr);
-    assert_eq!(
-        ended.status.code(),
-        Some(130),
-        "{:?}: {stderr}",
-        ended.status
-    );
-    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.contains("interrupted: data synth-imagenet stopped")
-            && stderr.contains("nothing already written was lost")
-            && stderr.contains("rerun the same command"),
-        "{stderr}"
-    );
+    let ended = crate::common::interrupt::ctrl_c_once(child, "synth-imagenet", || {
+        staging().is_some_and(|s| s.join("val/n00000099").is_dir())
+    });
+    crate::common::interrupt::assert_stopped_in_one_line(&ended, "data synth-imagenet stopped");
     assert_eq!(staging(), None, "the unfinished set is still beside --out");
     assert!(files(&out) == before, "the set in --out changed");
 }

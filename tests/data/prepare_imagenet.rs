@@ -793,7 +793,6 @@ fn the_packaged_init_datasets_script_points_at_prepare_imagenet() {
 #[test]
 fn ctrl_c_stops_prepare_imagenet_between_images_and_a_rerun_finishes() {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
     let f = Fixture::new();
     // 3,000 small train images: a moment of writing, stopped after the first
     const PER_CLASS: usize = 1_000;
@@ -822,46 +821,17 @@ fn ctrl_c_stops_prepare_imagenet_between_images_and_a_rerun_finishes() {
             .env("RUST_LOG", "error");
         cmd
     };
-    let mut child = run()
+    let child = run()
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let first_class = out.join("train").join(CLASSES[0].0);
     let started = || std::fs::read_dir(&first_class).is_ok_and(|mut d| d.next().is_some());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !started() {
-        assert!(Instant::now() < deadline, "prepare-imagenet never started");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "it ended before Ctrl-C"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    // SAFETY: kill on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("prepare-imagenet did not stop within a minute of Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let ended = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&ended.stderr);
-    assert_eq!(
-        ended.status.code(),
-        Some(130),
-        "{:?}: {stderr}",
-        ended.status
-    );
-    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.contains("interrupted: data prepare-imagenet stopped at train class")
-            && stderr.contains("nothing already written was lost")
-            && stderr.contains("rerun the same command to continue"),
-        "{stderr}"
+    let ended = crate::common::interrupt::ctrl_c_once(child, "prepare-imagenet", started);
+    crate::common::interrupt::assert_stopped_in_one_line(
+        &ended,
+        "data prepare-imagenet stopped at train class",
     );
     let written: usize = CLASSES
         .iter()

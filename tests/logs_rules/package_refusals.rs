@@ -427,7 +427,6 @@ fn files_of(root: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 #[test]
 fn ctrl_c_stops_a_package_before_out_changes_and_says_so() {
     use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
     let (dir, out, mut opts) = ps::set_to_package("closed", "sys_a", "onprem", "out".as_ref());
     opts.tarball = true;
     package::package(&opts).unwrap_or_else(|e| panic!("{e:#}"));
@@ -443,7 +442,7 @@ fn ctrl_c_stops_a_package_before_out_changes_and_says_so() {
             std::fs::write(sub.join(format!("f{f}.rs")), format!("// {d} {f}\n")).unwrap();
         }
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
+    let child = Command::new(env!("CARGO_BIN_EXE_mlperf-run"))
         .args(["package", "--submitter", "Org", "--system", "sys_a"])
         .args([
             "--division",
@@ -476,40 +475,10 @@ fn ctrl_c_stops_a_package_before_out_changes_and_says_so() {
             })
     };
     // once it stages (the staging folder holds the tree's first files), Ctrl-C
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !staging().is_some_and(|s| s.join("Org").is_dir()) {
-        assert!(Instant::now() < deadline, "package never started staging");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "it ended before Ctrl-C"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // SAFETY: kill on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("package did not stop within a minute of Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let ended = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&ended.stderr);
-    assert_eq!(
-        ended.status.code(),
-        Some(130),
-        "{:?}: {stderr}",
-        ended.status
-    );
-    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.contains("interrupted: package stopped")
-            && stderr.contains("nothing already written was lost")
-            && stderr.contains("rerun the same command"),
-        "{stderr}"
-    );
+    let ended = crate::common::interrupt::ctrl_c_once(child, "package", || {
+        staging().is_some_and(|s| s.join("Org").is_dir())
+    });
+    crate::common::interrupt::assert_stopped_in_one_line(&ended, "package stopped");
     assert_eq!(staging(), None, "the staging folder is still beside OUT");
     assert!(files_of(&out) == before, "OUT changed");
     for verified in [out.join("Org.tar.gz"), out.clone()] {
