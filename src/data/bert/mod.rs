@@ -435,6 +435,15 @@ impl HostBatch {
     }
 }
 
+/// The error for a training folder `dir` whose `shards` shard files hold no samples.
+pub fn no_training_samples(dir: &Path, shards: usize) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{}: its {shards} shard(s) hold no samples (input_ids has 0 rows in each); write the \
+         training shards again (e.g. `mlperf-run data synth-bert`)",
+        dir.display()
+    )
+}
+
 /// The shard files (`*.hdf5`, `*.h5`) of a directory, sorted by name; at least one.
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let files = shards_in(dir)?;
@@ -583,12 +592,7 @@ impl TrainLoader {
             total += Shard::count(f)?;
         }
         if total == 0 {
-            bail!(
-                "{}: its {} shard(s) hold no samples (input_ids has 0 rows in each); write the \
-                 training shards again (e.g. `mlperf-run data synth-bert`)",
-                dir.display(),
-                files.len()
-            );
+            return Err(no_training_samples(dir, files.len()));
         }
         if total < world {
             bail!(

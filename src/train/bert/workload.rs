@@ -618,12 +618,10 @@ pub fn load_eval(cfg: &BertRunConfig, data_dir: &Path) -> Result<EvalSet> {
         train.samples
     };
     if samples == 0 {
-        bail!(
-            "{}: its {} shard(s) hold no samples (input_ids has 0 rows in each); write the \
-             training shards again (e.g. `mlperf-run data synth-bert`)",
-            train_dir.display(),
-            train_files.len()
-        );
+        return Err(crate::data::bert::no_training_samples(
+            &train_dir,
+            train_files.len(),
+        ));
     }
     Ok(eval)
 }
