@@ -119,6 +119,50 @@ std::string joined_key(unsigned long long generation, int rank) {
   return "mlperf-run/" + std::to_string(generation) + "/joined/" + std::to_string(rank);
 }
 
+// What a rank writes under its joined key: "<world size> <host name>".
+std::vector<uint8_t> joined_value(int size) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string v = std::to_string(size) + " " + host;
+  return std::vector<uint8_t>(v.begin(), v.end());
+}
+
+// The world size and host a joined key names; size -1 where it names none (an older build's).
+std::pair<long, std::string> parse_joined(const std::vector<uint8_t>& value) {
+  const std::string v(value.begin(), value.end());
+  const auto space = v.find(' ');
+  if (v.empty() || space == std::string::npos || v.find_first_not_of("0123456789") != space) {
+    return {-1, ""};
+  }
+  try {
+    return {std::stol(v.substr(0, space)), v.substr(space + 1)};
+  } catch (const std::exception&) {
+    return {-1, ""};
+  }
+}
+
+const char* const kSameWorld =
+    ": start every rank with the same world size (WORLD_SIZE, or Slurm's SLURM_NTASKS; with "
+    "`mlperf-run launch`, the same --nnodes and --nproc-per-node on every node)";
+
+// Rank 0: the ranks among `ranks` (all joined) that were started with another world size than
+// `size`, as "rank 3 (host h, 16 ranks)", comma-separated; "" when none.
+std::string other_worlds(c10d::Store& store, const std::vector<int>& ranks, int size,
+                         unsigned long long generation) {
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(joined_key(generation, r));
+  if (keys.empty()) return {};
+  const auto values = store.multiGet(keys);
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const auto [world, host] = parse_joined(values[i]);
+    if (world < 0 || world == size) continue;
+    out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(ranks[i]) +
+           " (host " + host + ", " + std::to_string(world) + " ranks)";
+  }
+  return out;
+}
+
 // Rank 0's store of the last group without a backend (the ranks' check of their job before the
 // first run), when it ended well: kept serving, so that the next group on its port (the first
 // run's) takes it over, and the other ranks, which left the check at once, find a store that
@@ -130,7 +174,7 @@ uint16_t kept_port = 0;
 // rank 0's key of this generation is the previous group's, still being torn down; it is left
 // and the connection tried again until `deadline`.
 c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master, c10d::TCPStoreOptions so,
-                                              int rank, unsigned long long generation,
+                                              int rank, int size, unsigned long long generation,
                                               std::chrono::steady_clock::time_point deadline) {
   using namespace std::chrono;
   const std::string rank0 = joined_key(generation, 0);
@@ -146,7 +190,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master, c10d::T
         store = c10::make_intrusive<c10d::TCPStore>(master, so);
       }
       kept_store.reset();
-      store->set(rank0, std::vector<uint8_t>{1});
+      store->set(rank0, joined_value(size));
       return store;
     }
     try {
@@ -171,27 +215,44 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master, c10d::T
 }
 
 // Rank 0 waits until every rank has written its "joined" key into the store, at most `timeout`;
-// then throws naming the ranks that never came.
+// then throws naming the ranks that never came. A rank that joined with another world size
+// than rank 0's (a node started with another WORLD_SIZE) is named at once, or with the missing
+// ranks at the timeout (a smaller world: its ranks above it never come).
 void wait_for_every_rank(c10d::Store& store, int size, unsigned long long generation,
                          std::chrono::milliseconds timeout) {
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(joined_key(generation, r));
+  std::vector<int> all;
+  for (int r = 0; r < size; ++r) {
+    keys.push_back(joined_key(generation, r));
+    all.push_back(r);
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!store.check(keys)) {
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
-      int n = 0;
+      std::vector<int> joined;
       for (int r = 0; r < size; ++r) {
-        if (!store.check({keys[r]})) {
-          missing += (n++ ? ", " : "") + std::to_string(r);
+        if (store.check({keys[r]})) {
+          joined.push_back(r);
+        } else {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         }
       }
-      throw std::runtime_error("rendezvous timed out after " +
-                               std::to_string(timeout.count() / 1000) + " s: " +
-                               std::to_string(size - n) + " of " + std::to_string(size) +
-                               " ranks joined; missing ranks: " + missing);
+      const std::string others = other_worlds(store, joined, size, generation);
+      throw std::runtime_error(
+          "rendezvous timed out after " + std::to_string(timeout.count() / 1000) + " s: " +
+          std::to_string(joined.size()) + " of " + std::to_string(size) +
+          " ranks joined; missing ranks: " + missing +
+          (others.empty() ? std::string()
+                          : "; joined with another world size than rank 0's " +
+                                std::to_string(size) + ": " + others + kSameWorld));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string others = other_worlds(store, all, size, generation);
+  if (!others.empty()) {
+    throw std::runtime_error("ranks joined with another world size than rank 0's " +
+                             std::to_string(size) + ": " + others + kSameWorld);
   }
 }
 
@@ -233,15 +294,19 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
     // rank 0 waits below, where it can name the ranks that never came
     so.waitWorkers = false;
     const unsigned long long generation = ++groups_formed;
-    auto store = connect_store(master_addr, so, rank, generation,
+    auto store = connect_store(master_addr, so, rank, size, generation,
                                std::chrono::steady_clock::now() + rendezvous);
     if (rank == 0) {
       wait_for_every_rank(*store, size, generation, rendezvous);
     } else {
-      char host[256] = {};
-      gethostname(host, sizeof(host) - 1);
-      store->set(joined_key(generation, rank),
-                 std::vector<uint8_t>(host, host + std::strlen(host)));
+      store->set(joined_key(generation, rank), joined_value(size));
+      // joined first, so that rank 0 names this rank too
+      const auto [world, host] = parse_joined(store->get(joined_key(generation, 0)));
+      if (world >= 0 && world != size) {
+        throw std::runtime_error("rank 0 (host " + host + ") was started with a world of " +
+                                 std::to_string(world) + " ranks, this rank with " +
+                                 std::to_string(size) + kSameWorld);
+      }
     }
     c10::intrusive_ptr<c10d::Backend> be;
     if (backend == 0) {

@@ -6,7 +6,8 @@
 //! - a config value that differs, a data folder with an image fewer, a rank that refuses its
 //!   job (its config missing), rank 0 refusing a set (results there without --resume), and
 //!   results folders that are not one shared folder: both ranks stop at once with exit status
-//!   2, naming the rank, the item and both values, and nothing is written.
+//!   2, naming the rank, the item and both values, and nothing is written;
+//! - ranks started with other world sizes: both name them at once (the rendezvous, exit 130).
 //!
 //! The collective and rendezvous timeouts are short, so that on code without the check these
 //! tests fail quickly (a rank waiting for the other, or training) rather than hang.
@@ -296,6 +297,58 @@ fn results_folders_that_are_not_shared_stop_a_resumed_set() {
         ],
     );
     assert!(!results1.exists());
+}
+
+/// A node started with another world size (rank 1 thinks the job has 3 ranks, rank 0 2): before,
+/// both passed the rendezvous and waited on each other until a timeout, saying only that a
+/// peer probably died. Each now names the world sizes at once.
+#[test]
+fn ranks_started_with_other_world_sizes_are_named_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path(), 32, 2);
+    let port = mlperf_run::launch::free_local_port().unwrap();
+    let t0 = Instant::now();
+    let kids: Vec<_> = [(0, 2), (1, 3)]
+        .iter()
+        .map(|&(rank, world)| {
+            rank_command(rank, world, port)
+                .args(single_run(
+                    &cfg,
+                    &dir.path().join(format!("r{rank}.txt")),
+                    &[],
+                ))
+                .env("MLPERF_RUN_DIST_TIMEOUT_S", "10")
+                .env("MLPERF_RUN_RENDEZVOUS_TIMEOUT_S", "30")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = kids
+        .into_iter()
+        .enumerate()
+        .map(|(r, k)| finish(k, Duration::from_secs(120), &format!("rank {r}")))
+        .collect();
+    let secs = t0.elapsed().as_secs_f64();
+    let wants = [
+        "ranks joined with another world size than rank 0's 2: rank 1 (host ",
+        "rank 0 (host ",
+    ];
+    for (r, o) in outs.iter().enumerate() {
+        // the ranks could not meet: as a group that does not form, for the same command again
+        assert_eq!(o.status.code(), Some(130), "rank {r}: {}", text(o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(wants[r]) && err.contains("start every rank with the same world size"),
+            "rank {r}: {err}"
+        );
+    }
+    let err1 = String::from_utf8_lossy(&outs[1].stderr);
+    assert!(
+        err1.contains("was started with a world of 2 ranks, this rank with 3"),
+        "{err1}"
+    );
+    assert!(secs < 25.0, "{secs:.1} s");
+    assert!(!dir.path().join("r0.txt").exists());
 }
 
 /// A finished ResNet run's log (submission_benchmark, seed, run_start, run_stop success).
