@@ -119,20 +119,78 @@ std::string joined_key(unsigned long long generation, int rank) {
   return "mlperf-run/" + std::to_string(generation) + "/joined/" + std::to_string(rank);
 }
 
+// What a rank writes under its joined key: "<world size> <host name>".
+std::vector<uint8_t> joined_value(int size) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string v = std::to_string(size) + " " + host;
+  return std::vector<uint8_t>(v.begin(), v.end());
+}
+
+// The world size and host a joined key names; size -1 where it names none (an older build's).
+std::pair<long, std::string> parse_joined(const std::vector<uint8_t>& value) {
+  const std::string v(value.begin(), value.end());
+  const auto space = v.find(' ');
+  if (v.empty() || space == std::string::npos || v.find_first_not_of("0123456789") != space) {
+    return {-1, ""};
+  }
+  try {
+    return {std::stol(v.substr(0, space)), v.substr(space + 1)};
+  } catch (const std::exception&) {
+    return {-1, ""};
+  }
+}
+
+const char* const kSameWorld =
+    ": start every rank with the same world size (WORLD_SIZE, or Slurm's SLURM_NTASKS; with "
+    "`mlperf-run launch`, the same --nnodes and --nproc-per-node on every node)";
+
+// Rank 0: the ranks among `ranks` (all joined) that were started with another world size than
+// `size`, as "rank 3 (host h, 16 ranks)", comma-separated; "" when none.
+std::string other_worlds(c10d::Store& store, const std::vector<int>& ranks, int size,
+                         unsigned long long generation) {
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(joined_key(generation, r));
+  if (keys.empty()) return {};
+  const auto values = store.multiGet(keys);
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const auto [world, host] = parse_joined(values[i]);
+    if (world < 0 || world == size) continue;
+    out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(ranks[i]) +
+           " (host " + host + ", " + std::to_string(world) + " ranks)";
+  }
+  return out;
+}
+
+// Rank 0's store of the last group without a backend (the ranks' check of their job before the
+// first run), when it ended well: kept serving, so that the next group on its port (the first
+// run's) takes it over, and the other ranks, which left the check at once, find a store that
+// answers rather than a closed port and the connection's back-off (half a second or more).
+c10::intrusive_ptr<c10d::Store> kept_store;
+uint16_t kept_port = 0;
+
 // Rank 0's store for group `generation`, or (other ranks) a connection to it: a store without
 // rank 0's key of this generation is the previous group's, still being torn down; it is left
 // and the connection tried again until `deadline`.
-c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& master, c10d::TCPStoreOptions so,
-                                                 int rank, unsigned long long generation,
-                                                 std::chrono::steady_clock::time_point deadline) {
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master, c10d::TCPStoreOptions so,
+                                              int rank, int size, unsigned long long generation,
+                                              std::chrono::steady_clock::time_point deadline) {
   using namespace std::chrono;
   const std::string rank0 = joined_key(generation, 0);
   for (;;) {
     auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
     so.timeout = std::max(left, milliseconds(1000));
     if (rank == 0) {
-      auto store = c10::make_intrusive<c10d::TCPStore>(master, so);
-      store->set(rank0, std::vector<uint8_t>{1});
+      c10::intrusive_ptr<c10d::Store> store;
+      if (kept_store && kept_port == so.port) {
+        store = std::move(kept_store);
+        store->setTimeout(so.timeout);
+      } else {
+        store = c10::make_intrusive<c10d::TCPStore>(master, so);
+      }
+      kept_store.reset();
+      store->set(rank0, joined_value(size));
       return store;
     }
     try {
@@ -157,27 +215,44 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const std::string& master, c10d
 }
 
 // Rank 0 waits until every rank has written its "joined" key into the store, at most `timeout`;
-// then throws naming the ranks that never came.
+// then throws naming the ranks that never came. A rank that joined with another world size
+// than rank 0's (a node started with another WORLD_SIZE) is named at once, or with the missing
+// ranks at the timeout (a smaller world: its ranks above it never come).
 void wait_for_every_rank(c10d::Store& store, int size, unsigned long long generation,
                          std::chrono::milliseconds timeout) {
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(joined_key(generation, r));
+  std::vector<int> all;
+  for (int r = 0; r < size; ++r) {
+    keys.push_back(joined_key(generation, r));
+    all.push_back(r);
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!store.check(keys)) {
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
-      int n = 0;
+      std::vector<int> joined;
       for (int r = 0; r < size; ++r) {
-        if (!store.check({keys[r]})) {
-          missing += (n++ ? ", " : "") + std::to_string(r);
+        if (store.check({keys[r]})) {
+          joined.push_back(r);
+        } else {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         }
       }
-      throw std::runtime_error("rendezvous timed out after " +
-                               std::to_string(timeout.count() / 1000) + " s: " +
-                               std::to_string(size - n) + " of " + std::to_string(size) +
-                               " ranks joined; missing ranks: " + missing);
+      const std::string others = other_worlds(store, joined, size, generation);
+      throw std::runtime_error(
+          "rendezvous timed out after " + std::to_string(timeout.count() / 1000) + " s: " +
+          std::to_string(joined.size()) + " of " + std::to_string(size) +
+          " ranks joined; missing ranks: " + missing +
+          (others.empty() ? std::string()
+                          : "; joined with another world size than rank 0's " +
+                                std::to_string(size) + ": " + others + kSameWorld));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string others = other_worlds(store, all, size, generation);
+  if (!others.empty()) {
+    throw std::runtime_error("ranks joined with another world size than rank 0's " +
+                             std::to_string(size) + ": " + others + kSameWorld);
   }
 }
 
@@ -197,7 +272,9 @@ std::vector<at::Tensor> collect(at::Tensor** tensors, size_t n) {
 
 extern "C" {
 
-// backend: 0 = gloo (CPU tensors), 1 = nccl (CUDA tensors; needs the `nccl` build).
+// backend: 0 = gloo (CPU tensors), 1 = nccl (CUDA tensors; needs the `nccl` build), 2 = none:
+// the rendezvous and the store only, no collective (the store calls below work), for the
+// ranks' agreement on their job before the first run.
 // timeout_ms bounds every collective (and NCCL's watchdog); rendezvous_ms bounds forming the
 // group: the store's connection and rank 0's wait for every rank to join.
 void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, int backend,
@@ -217,15 +294,19 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
     // rank 0 waits below, where it can name the ranks that never came
     so.waitWorkers = false;
     const unsigned long long generation = ++groups_formed;
-    auto store = connect_store(master_addr, so, rank, generation,
+    auto store = connect_store(master_addr, so, rank, size, generation,
                                std::chrono::steady_clock::now() + rendezvous);
     if (rank == 0) {
       wait_for_every_rank(*store, size, generation, rendezvous);
     } else {
-      char host[256] = {};
-      gethostname(host, sizeof(host) - 1);
-      store->set(joined_key(generation, rank),
-                 std::vector<uint8_t>(host, host + std::strlen(host)));
+      store->set(joined_key(generation, rank), joined_value(size));
+      // joined first, so that rank 0 names this rank too
+      const auto [world, host] = parse_joined(store->get(joined_key(generation, 0)));
+      if (world >= 0 && world != size) {
+        throw std::runtime_error("rank 0 (host " + host + ") was started with a world of " +
+                                 std::to_string(world) + " ranks, this rank with " +
+                                 std::to_string(size) + kSameWorld);
+      }
     }
     c10::intrusive_ptr<c10d::Backend> be;
     if (backend == 0) {
@@ -242,12 +323,13 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
           "this mlperf-run was built without NCCL (`--no-default-features`): rebuild it with the "
           "default features (scripts/mlperf-run), or use the gloo backend");
 #endif
-    } else {
+    } else if (backend != 2) {
       throw std::runtime_error("unknown backend id " + std::to_string(backend));
     }
     // the group formed: from now on a store call waits no longer than a collective
     store->setTimeout(timeout);
     g = new Group{store, be, timeout, rank, size};
+    g->port = port;
     g->stream_ordered_waits = backend == 1;
   });
   return rc == 0 ? g : nullptr;
@@ -264,7 +346,7 @@ void mr_dist_free(void* handle) {
   if (g == nullptr) return;
   if (g->failed) {
     try {
-      g->backend->abort();
+      if (g->backend) g->backend->abort();
     } catch (...) {
     }
     g->backend.release();
@@ -272,8 +354,12 @@ void mr_dist_free(void* handle) {
     return;
   }
   try {
-    g->backend->shutdown();
+    if (g->backend) g->backend->shutdown();
   } catch (...) {
+  }
+  if (!g->backend && g->rank == 0 && g->size > 1) {
+    kept_store = g->store;
+    kept_port = g->port;
   }
   try {
     delete g;
@@ -297,6 +383,7 @@ int mr_dist_is_failed(const void* handle) {
 int mr_dist_allreduce(void* handle, at::Tensor** tensors, size_t n, int op, char** err) {
   auto* g = static_cast<Group*>(handle);
   return guarded(g, err, [&] {
+    mr::require_backend(g);
     auto ts = collect(tensors, n);
     c10d::AllreduceOptions o;
     o.timeout = g->timeout;
@@ -322,6 +409,7 @@ int mr_dist_allreduce(void* handle, at::Tensor** tensors, size_t n, int op, char
 int mr_dist_broadcast(void* handle, at::Tensor** tensors, size_t n, int root, char** err) {
   auto* g = static_cast<Group*>(handle);
   return guarded(g, err, [&] {
+    mr::require_backend(g);
     auto ts = collect(tensors, n);
     c10d::BroadcastOptions o;
     o.rootRank = root;
@@ -338,6 +426,7 @@ int mr_dist_broadcast(void* handle, at::Tensor** tensors, size_t n, int root, ch
 int mr_dist_barrier(void* handle, char** err) {
   auto* g = static_cast<Group*>(handle);
   return guarded(g, err, [&] {
+    mr::require_backend(g);
     c10d::BarrierOptions o;
     o.timeout = g->timeout;
     std::vector<c10::intrusive_ptr<c10d::Work>> works{g->backend->barrier(o)};
@@ -371,6 +460,79 @@ int mr_dist_agree(void* handle, const char* failure, char** report, char** err) 
       out += std::to_string(r) + '\x1f' + std::string(v.begin() + 1, v.end());
     }
     if (!out.empty()) mr::set_err(report, out);
+  });
+}
+
+// Sets `key` in the group's store to `value` (a C string).
+int mr_dist_store_set(void* handle, const char* key, const char* value, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  return guarded(g, err, [&] {
+    const std::string v(value);
+    g->store->set(key, std::vector<uint8_t>(v.begin(), v.end()));
+  });
+}
+
+// The value of `key` in the group's store, once some rank has set it (waiting at most the
+// group's timeout), in *out (malloc'd; free with mr_free_str).
+int mr_dist_store_get(void* handle, const char* key, char** out, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  *out = nullptr;
+  return guarded(g, err, [&] {
+    g->store->wait({key}, g->timeout);
+    const std::vector<uint8_t> v = g->store->get(key);
+    mr::set_err(out, std::string(v.begin(), v.end()));
+  });
+}
+
+// The notes of the ranks that have one at this point, on every rank: `note` is this rank's (null:
+// none). Unlike mr_dist_agree, each rank makes a constant number of store calls plus one per
+// note (counters, not a key per rank), so a world of thousands of ranks that all agree costs
+// each rank a few round trips. Waits at most the group's timeout for every rank. On return
+// *report is null when no rank has a note, else "<rank>\x1f<note>" records separated by
+// "\x1e" (malloc'd; free with mr_free_str), in no particular order. The ranks must call this at
+// the same points: a counter numbers the rounds.
+int mr_dist_gather_notes(void* handle, const char* note, char** report, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  *report = nullptr;
+  return guarded(g, err, [&] {
+    const std::string round = "mlperf-run/notes/" + std::to_string(g->gathers++) + "/";
+    if (note != nullptr) {
+      const int64_t slot = g->store->add(round + "noted", 1);
+      const std::string rec = std::to_string(g->rank) + '\x1f' + note;
+      g->store->set(round + "note/" + std::to_string(slot),
+                    std::vector<uint8_t>(rec.begin(), rec.end()));
+    }
+    // counted in after its note is set: once every rank is, every note is there
+    if (g->store->add(round + "counted", 1) == g->size) {
+      g->store->set(round + "all", std::vector<uint8_t>{1});
+    }
+    g->store->wait({round + "all"}, g->timeout);
+    const int64_t notes = g->store->add(round + "noted", 0);
+    std::string out;
+    for (int64_t i = 1; i <= notes; ++i) {
+      const std::vector<uint8_t> v = g->store->get(round + "note/" + std::to_string(i));
+      if (!out.empty()) out += '\x1e';
+      out += std::string(v.begin(), v.end());
+    }
+    if (!out.empty()) mr::set_err(report, out);
+  });
+}
+
+// The end of a group used only through its store: rank 0 hosts the store, so it must not close
+// it while another rank still reads its last answers. Every other rank counts itself out and
+// returns; rank 0 waits (at most the group's timeout) until every rank has.
+int mr_dist_leave(void* handle, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  return guarded(g, err, [&] {
+    if (g->size == 1) return;
+    const std::string left = "mlperf-run/left";
+    if (g->rank != 0) {
+      if (g->store->add(left, 1) == g->size - 1) {
+        g->store->set(left + "/all", std::vector<uint8_t>{1});
+      }
+      return;
+    }
+    g->store->wait({left + "/all"}, g->timeout);
   });
 }
 

@@ -9,6 +9,7 @@
 #include "error.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -25,9 +26,20 @@ struct Group {
   bool failed = false;
   // NCCL: waits are stream-ordered (see wait_one)
   bool stream_ordered_waits = false;
+  // the rendezvous port (rank 0 serves the store there)
+  uint16_t port = 0;
   // rounds of mr_dist_agree so far (the same on every rank)
   unsigned long long agreements = 0;
+  // rounds of mr_dist_gather_notes so far (the same on every rank)
+  unsigned long long gathers = 0;
 };
+
+// A group formed without a backend (the store only) takes no collective.
+inline void require_backend(const Group* g) {
+  if (!g->backend) {
+    throw std::runtime_error("this process group has no communication backend (store only)");
+  }
+}
 
 // Runs f; on an exception stores its message in *err, marks the group failed, returns -1.
 template <typename F>

@@ -112,67 +112,20 @@ impl ProcessGroup {
     /// later call waits at most `timeouts.collective`. A master address that cannot be resolved
     /// or reached (no route, no host answering) fails at once, naming it.
     pub fn new(rdv: &Rendezvous, backend: Backend, timeouts: Timeouts) -> Result<ProcessGroup> {
-        if timeouts.collective.is_zero() || timeouts.rendezvous.is_zero() {
-            bail!("the distributed timeouts must be positive");
-        }
-        probe_master(rdv)?;
-        let timeout = timeouts.collective;
-        let addr = CString::new(rdv.master_addr.as_str())
-            .map_err(|_| anyhow::anyhow!("MASTER_ADDR contains a NUL byte"))?;
-        let (rank, size) = (to_c_int(rdv.rank)?, to_c_int(rdv.world_size)?);
-        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        let mut err: *mut c_char = std::ptr::null_mut();
-        let quiet = QuietStore::new();
-        // SAFETY: addr outlives the call; err is a valid out-pointer.
-        let raw = unsafe {
-            ffi::mr_dist_new(
-                addr.as_ptr(),
-                rdv.master_port,
-                rank,
-                size,
-                backend.id(),
-                ms(timeouts.collective),
-                ms(timeouts.rendezvous),
-                &mut err,
-            )
-        };
-        drop(quiet);
-        match NonNull::new(raw) {
-            Some(raw) => Ok(ProcessGroup {
-                raw,
-                rank: rdv.rank,
-                size: rdv.world_size,
-                backend,
-                timeout,
-                control_device: match backend {
-                    Backend::Gloo => Device::Cpu,
-                    Backend::Nccl => Device::Cuda(rdv.local_rank),
-                },
-                failed: false,
-            }),
-            None => {
-                // SAFETY: on failure the shim set err (or left it null).
-                let msg = unsafe { crate::shim::error::take(err) };
-                Err(GroupFailure::new(format!(
-                    "could not form the {} process group as rank {} of {} through {}:{} \
-                     (rendezvous timeout {} s, collective timeout {} s): {}{}. Check that \
-                     every rank was started with the same MASTER_ADDR, MASTER_PORT and \
-                     WORLD_SIZE, that the port is free on the master, and that rank 0 is \
-                     running{}",
-                    backend.name(),
-                    rdv.rank,
-                    rdv.world_size,
-                    rdv.master_addr,
-                    rdv.master_port,
-                    timeouts.rendezvous.as_secs_f64(),
-                    timeouts.collective.as_secs_f64(),
-                    msg.trim_end_matches('.'),
-                    missing_nodes(&msg, super::local_processes()),
-                    slurm_hint(rdv)
-                ))
-                .into())
-            }
-        }
+        let what = format!("the {} process group", backend.name());
+        let raw = form(rdv, backend.id(), &what, timeouts)?;
+        Ok(ProcessGroup {
+            raw,
+            rank: rdv.rank,
+            size: rdv.world_size,
+            backend,
+            timeout: timeouts.collective,
+            control_device: match backend {
+                Backend::Gloo => Device::Cpu,
+                Backend::Nccl => Device::Cuda(rdv.local_rank),
+            },
+            failed: false,
+        })
     }
 
     pub fn rank(&self) -> usize {
@@ -362,6 +315,176 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         // SAFETY: raw came from mr_dist_new and is freed once. A failed group is leaked by the
         // shim (its threads may be stuck on a dead peer).
+        unsafe { ffi::mr_dist_free(self.raw.as_ptr()) }
+    }
+}
+
+/// The shim's group `rdv` describes with backend `backend_id` ([`Backend::id`], or
+/// [`STORE_ONLY`]): see [`ProcessGroup::new`]. A failure is a [`GroupFailure`] naming `what`
+/// ("the gloo process group"), the rendezvous and what to check.
+fn form(
+    rdv: &Rendezvous,
+    backend_id: c_int,
+    what: &str,
+    timeouts: Timeouts,
+) -> Result<NonNull<c_void>> {
+    if timeouts.collective.is_zero() || timeouts.rendezvous.is_zero() {
+        bail!("the distributed timeouts must be positive");
+    }
+    probe_master(rdv)?;
+    let addr = CString::new(rdv.master_addr.as_str())
+        .map_err(|_| anyhow::anyhow!("MASTER_ADDR contains a NUL byte"))?;
+    let (rank, size) = (to_c_int(rdv.rank)?, to_c_int(rdv.world_size)?);
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let mut err: *mut c_char = std::ptr::null_mut();
+    let quiet = QuietStore::new();
+    // SAFETY: addr outlives the call; err is a valid out-pointer.
+    let raw = unsafe {
+        ffi::mr_dist_new(
+            addr.as_ptr(),
+            rdv.master_port,
+            rank,
+            size,
+            backend_id,
+            ms(timeouts.collective),
+            ms(timeouts.rendezvous),
+            &mut err,
+        )
+    };
+    drop(quiet);
+    if let Some(raw) = NonNull::new(raw) {
+        return Ok(raw);
+    }
+    // SAFETY: on failure the shim set err (or left it null).
+    let msg = unsafe { crate::shim::error::take(err) };
+    Err(GroupFailure::new(format!(
+        "could not form {what} as rank {} of {} through {}:{} (rendezvous timeout {} s, \
+         collective timeout {} s): {}{}. Check that every rank was started with the same \
+         MASTER_ADDR, MASTER_PORT and WORLD_SIZE, that the port is free on the master, and \
+         that rank 0 is running{}",
+        rdv.rank,
+        rdv.world_size,
+        rdv.master_addr,
+        rdv.master_port,
+        timeouts.rendezvous.as_secs_f64(),
+        timeouts.collective.as_secs_f64(),
+        msg.trim_end_matches('.'),
+        missing_nodes(&msg, super::local_processes()),
+        slurm_hint(rdv)
+    ))
+    .into())
+}
+
+/// The shim's backend id of a group without one: the rendezvous and rank 0's store only.
+const STORE_ONLY: c_int = 2;
+
+/// The rendezvous and rank 0's store without a communication backend: what the ranks need to
+/// compare notes before their first run ([`super::agree`]), without a Gloo mesh or an NCCL
+/// communicator. Every call waits at most the collective timeout; after an error the group is
+/// unusable.
+pub(super) struct StoreGroup {
+    raw: NonNull<c_void>,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+}
+
+impl StoreGroup {
+    /// Joins the store of the group `rdv` describes (rank 0 hosts it), as [`ProcessGroup::new`]
+    /// does: waits for every rank at most `timeouts.rendezvous`.
+    pub(super) fn new(rdv: &Rendezvous, timeouts: Timeouts) -> Result<StoreGroup> {
+        let raw = form(rdv, STORE_ONLY, "the process group", timeouts)?;
+        Ok(StoreGroup {
+            raw,
+            rank: rdv.rank,
+            size: rdv.world_size,
+            timeout: timeouts.collective,
+        })
+    }
+
+    pub(super) fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Sets `key` in the store (any rank may read it with [`StoreGroup::get`]).
+    pub(super) fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let (key, value) = (CString::new(key)?, CString::new(value)?);
+        self.call("writing to rank 0's store", |raw, err| unsafe {
+            // SAFETY: key and value outlive the call; err is a valid out-pointer.
+            ffi::mr_dist_store_set(raw, key.as_ptr(), value.as_ptr(), err)
+        })
+    }
+
+    /// The value of `key`, once a rank has set it (waiting at most the timeout).
+    pub(super) fn get(&mut self, key: &str) -> Result<String> {
+        let key = CString::new(key)?;
+        let mut out: *mut c_char = std::ptr::null_mut();
+        self.call("reading rank 0's store", |raw, err| unsafe {
+            // SAFETY: key outlives the call; out and err are valid out-pointers.
+            ffi::mr_dist_store_get(raw, key.as_ptr(), &mut out, err)
+        })?;
+        // SAFETY: set (malloc'd) by the shim on success.
+        Ok(unsafe { crate::shim::error::take(out) })
+    }
+
+    /// The notes of the ranks that have one at this point (`note` is this rank's), by rank, on
+    /// every rank; empty when none has. Every rank must call it at the same points; each makes
+    /// a few store calls plus one per note, however many ranks there are.
+    pub(super) fn gather_notes(&mut self, note: Option<&str>) -> Result<Vec<(usize, String)>> {
+        // the records' separators cannot be part of a note
+        let note = note
+            .map(|m| CString::new(m.replace(['\x1e', '\x1f', '\0'], " ")))
+            .transpose()?;
+        let mut report: *mut c_char = std::ptr::null_mut();
+        self.call("gathering the ranks' notes", |raw, err| unsafe {
+            // SAFETY: `note` outlives the call; report and err are valid out-pointers.
+            ffi::mr_dist_gather_notes(
+                raw,
+                note.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+                &mut report,
+                err,
+            )
+        })?;
+        if report.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: set (malloc'd) by the shim when a rank had a note.
+        let report = unsafe { crate::shim::error::take(report) };
+        let mut notes = parse_failures(&report)?;
+        notes.sort_by_key(|(rank, _)| *rank);
+        Ok(notes)
+    }
+
+    /// The last call: rank 0 waits until every other rank has read what it needed from its
+    /// store before it closes it (when the group is dropped).
+    pub(super) fn leave(&mut self) -> Result<()> {
+        self.call("leaving the group", |raw, err| unsafe {
+            ffi::mr_dist_leave(raw, err)
+        })
+    }
+
+    fn call(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(*mut c_void, *mut *mut c_char) -> c_int,
+    ) -> Result<()> {
+        let raw = self.raw.as_ptr();
+        crate::shim::error::call("", |err| f(raw, err)).map_err(|msg| {
+            GroupFailure::new(format!(
+                "{what} failed on rank {} of {} (timeout {} s): {msg:#}. A peer probably \
+                 died or stopped",
+                self.rank,
+                self.size,
+                self.timeout.as_secs_f64()
+            ))
+            .into()
+        })
+    }
+}
+
+impl Drop for StoreGroup {
+    fn drop(&mut self) {
+        // SAFETY: raw came from mr_dist_new and is freed once (a failed one is leaked).
         unsafe { ffi::mr_dist_free(self.raw.as_ptr()) }
     }
 }

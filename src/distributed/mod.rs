@@ -11,10 +11,13 @@
 //!   [`GradSync`] (the trainer's contract); each bucket's all-reduce overlaps the
 //!   backward (autograd hooks in the shim, `reducer`), with optional bucket-wise clipping
 //! - [`broadcast_from_root`]: rank 0's initial parameters to every rank
+//! - [`compare_jobs`]: before the first run, every rank's job against rank 0's (through the
+//!   rendezvous and rank 0's store only); what a job is, the caller says
 //!
 //! Failure contract: any error from a collective means this run is aborted on this rank;
 //! the peers see their next collective fail (closed connection) or time out, so every rank
 //! ends within the timeout. Only rank 0 writes the MLPerf log.
+mod agree;
 mod buckets;
 mod gradsync;
 mod group;
@@ -25,6 +28,7 @@ mod rendezvous;
 mod sync;
 mod test_mode;
 
+pub use agree::{compare_jobs, Difference, ItemDifference, JobView, MAX_ITEMS};
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
 pub use gradsync::{overlap_from_env, BucketedGradSync};
 pub use group::{Backend, GroupFailure, ProcessGroup, ReduceOp};

@@ -5,10 +5,10 @@
 use super::declare::{Closed, Method, MethodSet};
 use super::{Amp, NUMBER_FORMAT, SAME_MATH};
 use anyhow::{bail, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BertMethods {
     /// Dense layers on non-padding tokens only.

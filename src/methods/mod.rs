@@ -23,11 +23,11 @@ pub use bert::BertMethods;
 pub use declare::{parse_list, Closed, Method, MethodSet};
 pub use resnet::{EmaConfig, LossScaleSettings, ResnetMethods};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Mixed precision, for both benchmarks (`methods.amp`): a choice of number format, which the
 /// closed division allows (fp16 and bf16 are pre-approved formats).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Amp {
     /// fp32.

@@ -5,13 +5,13 @@ use super::declare::{Closed, Method, MethodSet};
 use super::progressive_resizing::ProgressiveResizing;
 use super::{Amp, NUMBER_FORMAT, SAME_MATH};
 use crate::optim::loss_scale::LossScaleConfig;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 /// `methods.loss_scale` (with `amp = "fp16"`): the dynamic loss scale's start and how many
 /// clean steps in a row double it (torch.amp.GradScaler's `init_scale`, `growth_interval`; an
 /// overflow halves it and skips the step).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LossScaleSettings {
     pub init_scale: f64,
@@ -40,7 +40,7 @@ impl Default for LossScaleSettings {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmaConfig {
     pub half_life_steps: f64,
@@ -53,7 +53,7 @@ fn one() -> u64 {
 }
 
 /// Every key may be left out: its default is the type's (off, none, 0; `amp` none).
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResnetMethods {
     pub blurpool: bool,

@@ -85,6 +85,44 @@ fn set_spec(benchmark: &str, args: &SetArgs, sys: &SystemConfig, runs: usize) ->
     })
 }
 
+/// What a set is, as the ranks of a data-parallel set compare it before the first run: its
+/// runs, seeds, `--resume`, system folder and the finished runs this rank finds in the results
+/// folder ([`set::preview`], which also refuses what [`set::run_set`] would: a rank that
+/// cannot start the set says so to the others). Not the results path: each host may mount the
+/// shared folder elsewhere.
+pub fn set_items(
+    benchmark: &str,
+    args: &SetArgs,
+    sys: &SystemConfig,
+) -> Result<Vec<(String, String)>> {
+    let runs = args.runs.unwrap_or(benchmarks::get(benchmark)?.runs);
+    let spec = set_spec(benchmark, args, sys, runs)?;
+    let kept = set::preview(&spec)?;
+    let seeds = match &spec.seeds {
+        Some(s) => s.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+        None => "none (drawn by rank 0)".into(),
+    };
+    let kept = if kept.is_empty() {
+        "none".to_string()
+    } else {
+        let runs: Vec<String> = kept
+            .iter()
+            .map(|(i, seed)| match seed {
+                Some(s) => format!("result_{i}.txt (seed {s})"),
+                None => format!("result_{i}.txt"),
+            })
+            .collect();
+        runs.join(", ")
+    };
+    Ok(vec![
+        ("runs.count".into(), runs.to_string()),
+        ("runs.seeds".into(), seeds),
+        ("runs.resume".into(), spec.resume.to_string()),
+        ("runs.system".into(), spec.system.clone()),
+        ("runs.kept".into(), kept),
+    ])
+}
+
 /// The end of a set on the rank that writes: where it is and how long it took, then the
 /// report and the verdict (Interrupted when stopped: `--resume` continues it).
 fn finish(

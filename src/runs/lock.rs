@@ -11,7 +11,7 @@
 //! path), and the Ctrl-C handler itself when a second Ctrl-C exits at once
 //! ([`crate::util::interrupt::remove_on_exit_now`]).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -161,15 +161,7 @@ impl SetLock {
                 .with_context(|| cannot("create"))?;
             match file.try_lock() {
                 Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
-                    bail!(
-                        "another run set is writing {}: {} holds its lock {}. Wait for it to end, \
-                         or give this set another --results or --system",
-                        set_dir.display(),
-                        held_by(&mut file).describe(),
-                        path.display()
-                    );
-                }
+                Err(TryLockError::WouldBlock) => return Err(held(set_dir, &mut file, &path)),
                 Err(TryLockError::Error(e)) => {
                     return Err(e).with_context(|| {
                         format!(
@@ -207,6 +199,21 @@ impl SetLock {
         }
     }
 
+    /// Refuse, as [`SetLock::acquire`] would, when another set holds the lock of `set_dir`;
+    /// read only (nothing is created or written; a free lock is taken and let go at once). For
+    /// the ranks of a data-parallel set, which compare what they would refuse before the first
+    /// run.
+    pub fn check_free(set_dir: &Path) -> Result<()> {
+        let path = set_dir.join(LOCK_FILE);
+        let Ok(mut file) = File::open(&path) else {
+            return Ok(());
+        };
+        match file.try_lock_shared() {
+            Err(TryLockError::WouldBlock) => Err(held(set_dir, &mut file, &path)),
+            Ok(()) | Err(TryLockError::Error(_)) => Ok(()),
+        }
+    }
+
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -216,6 +223,17 @@ impl SetLock {
     pub fn took_over(&self) -> Option<&str> {
         self.stale.as_deref()
     }
+}
+
+/// The refusal of a set whose folder's lock another set holds.
+fn held(set_dir: &Path, file: &mut File, path: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "another run set is writing {}: {} holds its lock {}. Wait for it to end, or give this \
+         set another --results or --system",
+        set_dir.display(),
+        held_by(file).describe(),
+        path.display()
+    )
 }
 
 /// Who holds the lock open as `file`: its holder writes itself in just after it locks, so an

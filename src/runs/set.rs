@@ -202,6 +202,29 @@ fn check_existing(spec: &SetSpec, set_dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// What the set's folder holds for run `index`.
+enum Found {
+    Missing,
+    /// A log with run_stop, checked against the set (its benchmark, its seed).
+    Finished(LogFile),
+    /// A log without run_stop: the run was killed.
+    Unfinished(LogFile),
+}
+
+fn found(spec: &SetSpec, index: usize) -> Result<Found> {
+    let path = spec.result_path(index);
+    if !path.exists() {
+        return Ok(Found::Missing);
+    }
+    let log = mllog::parse_file(&path)?;
+    if status_of(&log).is_none() {
+        return Ok(Found::Unfinished(log));
+    }
+    check_kept_benchmark(spec, &path, &log)?;
+    check_kept_seed(spec, index, &path, seed_of(&log))?;
+    Ok(Found::Finished(log))
+}
+
 /// The runs already in the folder: a finished log is kept (its seed used), an unfinished one
 /// (killed mid-run) is moved aside into `interrupted/` and its run redone. Returns the indices
 /// left to run, in order.
@@ -214,19 +237,13 @@ fn keep_finished_runs(
     let mut todo = Vec::new();
     for index in 0..spec.runs {
         let path = spec.result_path(index);
-        if !path.exists() {
-            todo.push(index);
-            continue;
-        }
-        let log = mllog::parse_file(&path)?;
-        match status_of(&log) {
-            Some(status) => {
-                check_kept_benchmark(spec, &path, &log)?;
-                check_kept_seed(spec, index, &path, seed_of(&log))?;
+        match found(spec, index)? {
+            Found::Missing => todo.push(index),
+            Found::Finished(log) => {
                 let record = RunRecord {
                     index,
                     seed: seed_of(&log),
-                    status: Some(status),
+                    status: status_of(&log),
                     ran_now: false,
                     error: None,
                 };
@@ -236,8 +253,8 @@ fn keep_finished_runs(
                 on_event(SetEvent::Kept(&record));
                 outcome.runs.push(record);
             }
-            None if !spec.writer => todo.push(index),
-            None => {
+            Found::Unfinished(_) if !spec.writer => todo.push(index),
+            Found::Unfinished(log) => {
                 // Killed mid-run: keep the partial log for the user, outside the set.
                 let aside = move_to_interrupted(&outcome.set_dir, index, &path)?;
                 tracing::warn!(
@@ -254,6 +271,55 @@ fn keep_finished_runs(
         }
     }
     Ok(todo)
+}
+
+/// The set as [`run_set`] will start it, read only (nothing is locked, created, moved or
+/// written): its checks of the flags and of the folder, then the finished runs it will keep,
+/// as (index, seed). For the ranks of a data-parallel set to compare before the first run: a
+/// rank that would refuse the set says so to the others, and a results folder that is not one
+/// all ranks share shows as other finished runs. [`run_set`] checks again, under the lock.
+pub fn preview(spec: &SetSpec) -> Result<Vec<(usize, Option<u64>)>> {
+    check_runs_and_seeds(spec)?;
+    let set_dir = spec.set_dir();
+    if spec.writer {
+        check_not_a_file(&set_dir)?;
+        SetLock::check_free(&set_dir)?;
+    } else {
+        check_seeds_given(spec)?;
+    }
+    check_existing(spec, &set_dir)?;
+    let mut kept = Vec::new();
+    for index in 0..spec.runs {
+        if let Found::Finished(log) = found(spec, index)? {
+            kept.push((index, seed_of(&log)));
+        }
+    }
+    Ok(kept)
+}
+
+/// The set's folder can be made: nothing on its path is a file (or a broken link).
+fn check_not_a_file(set_dir: &std::path::Path) -> Result<()> {
+    if let Some(file) = set_dir
+        .ancestors()
+        .find(|p| p.is_file() || (p.is_symlink() && !p.exists()))
+    {
+        bail!(
+            "cannot make the set's folder {}: {} is a file (or a broken link), not a folder; \
+             move it away or choose another --results or --system",
+            set_dir.display(),
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+/// A rank that does not write (rank 1 and up) runs the set's runs in step with rank 0: with
+/// their seeds, which it cannot draw itself.
+fn check_seeds_given(spec: &SetSpec) -> Result<()> {
+    if spec.seeds.is_none() {
+        bail!("a data-parallel run set needs --seeds so that every rank runs the same seeds");
+    }
+    Ok(())
 }
 
 /// A finished run kept on `--resume` is a run of this set's benchmark: a log of another one
@@ -348,23 +414,12 @@ pub fn run_set(
     // The writer holds the folder's lock until the set returns (on every path): a second set
     // into the same folder is refused before it looks at, moves or writes any result file.
     let lock = if spec.writer {
-        if let Some(file) = set_dir
-            .ancestors()
-            .find(|p| p.is_file() || (p.is_symlink() && !p.exists()))
-        {
-            bail!(
-                "cannot make the set's folder {}: {} is a file (or a broken link), not a \
-                 folder; move it away or choose another --results or --system",
-                set_dir.display(),
-                file.display()
-            );
-        }
+        check_not_a_file(&set_dir)?;
         std::fs::create_dir_all(&set_dir)
             .with_context(|| format!("cannot create {}", set_dir.display()))?;
         Some(SetLock::acquire(&set_dir)?)
-    } else if spec.seeds.is_none() {
-        bail!("a data-parallel run set needs --seeds so that every rank runs the same seeds");
     } else {
+        check_seeds_given(spec)?;
         None
     };
 
@@ -645,6 +700,44 @@ mod tests {
             before,
             "the log is untouched"
         );
+    }
+
+    /// What the ranks of a data-parallel set compare: the refusals run_set would give, and
+    /// the finished runs it would keep, read without writing, moving or locking anything.
+    #[test]
+    fn preview_refuses_as_run_set_would_and_lists_the_kept_runs_touching_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = spec(dir.path(), false);
+        assert_eq!(preview(&s).unwrap(), vec![]);
+        assert!(!s.set_dir().exists(), "the set's folder was made");
+        let req = |index: usize| RunRequest {
+            index,
+            runs: 5,
+            seed: 100 + index as u64,
+            log_path: s.result_path(index),
+        };
+        std::fs::create_dir_all(s.set_dir()).unwrap();
+        fake_run(&req(0), false).unwrap();
+        let _ = fake_run(&req(1), true);
+        let err = format!("{:#}", preview(&s).unwrap_err());
+        assert!(err.contains("pass --resume"), "{err}");
+        let resumed = spec(dir.path(), true);
+        assert_eq!(preview(&resumed).unwrap(), vec![(0, Some(100))]);
+        assert!(s.result_path(1).exists(), "the unfinished log was moved");
+        assert!(!s.set_dir().join("interrupted").exists());
+        assert!(!s.set_dir().join(super::super::lock::LOCK_FILE).exists());
+        let other_rank = SetSpec {
+            writer: false,
+            ..resumed.clone()
+        };
+        let err = format!("{:#}", preview(&other_rank).unwrap_err());
+        assert!(err.contains("needs --seeds"), "{err}");
+        let wrong_seeds = SetSpec {
+            seeds: Some(vec![7, 8, 9, 10, 11]),
+            ..resumed
+        };
+        let err = format!("{:#}", preview(&wrong_seeds).unwrap_err());
+        assert!(err.contains("ran seed 100, but --seeds gives 7"), "{err}");
     }
 
     #[test]

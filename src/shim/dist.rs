@@ -41,4 +41,23 @@ extern "C" {
         report: *mut *mut c_char,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn mr_dist_store_set(
+        group: *mut c_void,
+        key: *const c_char,
+        value: *const c_char,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn mr_dist_store_get(
+        group: *mut c_void,
+        key: *const c_char,
+        out: *mut *mut c_char,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn mr_dist_gather_notes(
+        group: *mut c_void,
+        note: *const c_char,
+        report: *mut *mut c_char,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn mr_dist_leave(group: *mut c_void, err: *mut *mut c_char) -> c_int;
 }

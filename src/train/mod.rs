@@ -11,6 +11,8 @@ pub mod config;
 pub mod engine;
 #[cfg(feature = "torch")]
 pub mod host_reads;
+#[cfg(feature = "torch")]
+pub mod job;
 pub mod resnet;
 
 use crate::rules::Division;
@@ -134,6 +136,8 @@ struct Command<'a> {
     base_text: Option<String>,
     device: tch::Device,
     run: &'a RunArgs,
+    /// `MLPERF_RUN_INJECT_FAULT`, read by [`Command::check_start`].
+    fault: (Option<u64>, Option<u64>),
 }
 
 #[cfg(feature = "torch")]
@@ -165,6 +169,7 @@ impl<'a> Command<'a> {
             base_text,
             device,
             run,
+            fault: (None, None),
         })
     }
 
@@ -230,6 +235,73 @@ impl<'a> Command<'a> {
         e.context(format!("invalid config {}", self.config_path.display()))
     }
 
+    /// What is checked once before the first run, so that a malformed value or a failing
+    /// command stops a set before it starts: MLPERF_RUN_INJECT_FAULT, the launcher's
+    /// environment, and `system.cache_clear_command` (a command that fails, such as a drop of
+    /// the page cache without the rights, ended every run of a set as aborted, each writing its
+    /// log).
+    fn check_start(&mut self, sys: &SystemConfig) -> anyhow::Result<()> {
+        self.fault = injected_fault(std::env::var("MLPERF_RUN_INJECT_FAULT").ok())?;
+        anyhow::Context::context(
+            crate::distributed::check_environment(),
+            "the launcher's environment (no run was started)",
+        )?;
+        engine::clear_caches(sys.cache_clear_command.as_deref()).map_err(|e| {
+            self.in_config(e.context("system.cache_clear_command (no run was started)"))
+        })?;
+        Ok(())
+    }
+
+    /// This command's job as the ranks of a data-parallel job compare it ([`job`]; the binary
+    /// and the data's shape are added by the caller): the benchmark, division, device kind,
+    /// recipe, the resolved `config`, the run or the set, and the environment that changes the
+    /// collectives.
+    fn job_items(
+        &self,
+        config: &impl serde::Serialize,
+        sys: &SystemConfig,
+    ) -> anyhow::Result<job::Items> {
+        let device = if self.device.is_cuda() { "cuda" } else { "cpu" };
+        let mut items = vec![
+            job::item("benchmark", self.benchmark),
+            job::item("division", self.division.as_str()),
+            job::item("device", device),
+            job::item("recipe", self.recipe.as_deref().unwrap_or("none")),
+        ];
+        items.extend(job::config_items(config)?);
+        let one = self.run.log.is_some() || self.run.seed.is_some();
+        items.push(job::item(
+            "run",
+            match (one, self.run.seed) {
+                (true, Some(s)) => format!("one run, seed {s}"),
+                (true, None) => "one run, seed drawn by rank 0".into(),
+                (false, _) => "a set".into(),
+            },
+        ));
+        if !one {
+            items.extend(crate::runs::driver::set_items(
+                self.benchmark,
+                &self.run.set,
+                sys,
+            )?);
+        }
+        items.extend([
+            job::item(
+                "MLPERF_RUN_GRAD_OVERLAP",
+                crate::distributed::overlap_from_env()?.to_string(),
+            ),
+            job::item(
+                "test modes",
+                format!("{:?}", crate::distributed::TestMode::from_env()?),
+            ),
+            job::item(
+                "--emulate-cuda-graph",
+                format!("{:?}", self.run.emulate_cuda_graph),
+            ),
+        ]);
+        Ok(items)
+    }
+
     /// One run (`--seed`/`--log`, reported as `metric` at `unit`) or a run set; `one` trains
     /// a run with the options given.
     fn single_or_set(
@@ -239,17 +311,7 @@ impl<'a> Command<'a> {
         (metric, unit): (&str, &str),
         one: impl Fn(engine::RunOptions) -> anyhow::Result<engine::RunOutcome>,
     ) -> anyhow::Result<ExitStatus> {
-        // read before the first run, so that a malformed value stops a set before it starts
-        let fault = injected_fault(std::env::var("MLPERF_RUN_INJECT_FAULT").ok())?;
-        anyhow::Context::context(
-            crate::distributed::check_environment(),
-            "the launcher's environment (no run was started)",
-        )?;
-        // a command that fails (a drop of the page cache without the rights) ended every run
-        // of a set as aborted, each writing its log
-        engine::clear_caches(sys.cache_clear_command.as_deref()).map_err(|e| {
-            self.in_config(e.context("system.cache_clear_command (no run was started)"))
-        })?;
+        let fault = self.fault;
         let run = |seed: Option<u64>, log: Option<PathBuf>| {
             let mut opts = run_options(self.device, sys, self.division, seed, log, fault);
             opts.test_hooks.dump_params = self.run.dump_params.clone();
@@ -380,7 +442,39 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
     if args.recipe.is_list() {
         return print_recipes("resnet");
     }
-    let cmd = Command::prepare(
+    // every rank of a data-parallel job prepares its job, then the ranks compare them: one
+    // that differs, or refuses, stops them all here
+    let (cmd, cfg, listed) = match job::agree(prepare_resnet(&args))? {
+        job::Start::Go(prepared) => prepared,
+        job::Start::Stop(status) => return Ok(status),
+    };
+    let run = resnet::ResnetRun {
+        config: &cfg,
+        division: cmd.division,
+        data_dir: args.data.clone(),
+        listed,
+    };
+    cmd.single_or_set("resnet", &cfg.system, ("eval accuracy", "epoch"), |opts| {
+        if args.emulate_world > 1 {
+            resnet::run_once_emulating(&run, opts, args.emulate_world)
+        } else {
+            resnet::run_once(&run, opts)
+        }
+    })
+}
+
+/// What a ResNet command was asked to do, read and checked before its first run, with its job
+/// ([`job`]).
+#[cfg(feature = "torch")]
+type PreparedResnet<'a> = (
+    Command<'a>,
+    resnet::ResnetRunConfig,
+    Option<std::sync::Arc<crate::data::imagenet::ImagenetDir>>,
+);
+
+#[cfg(feature = "torch")]
+fn prepare_resnet(args: &ResnetArgs) -> anyhow::Result<(PreparedResnet<'_>, job::Items)> {
+    let mut cmd = Command::prepare(
         "resnet",
         &args.division,
         &args.config,
@@ -403,19 +497,13 @@ pub fn run_resnet(args: ResnetArgs) -> anyhow::Result<ExitStatus> {
     // an ImageFolder set is listed once, here, and checked against the batch: a set that
     // cannot feed a run is refused before the first run's log (and not listed again per run)
     let listed = anyhow::Context::context(resnet::list_data(&cfg, args.data.as_deref()), "--data")?;
-    let run = resnet::ResnetRun {
-        config: &cfg,
-        division: cmd.division,
-        data_dir: args.data.clone(),
-        listed,
-    };
-    cmd.single_or_set("resnet", &cfg.system, ("eval accuracy", "epoch"), |opts| {
-        if args.emulate_world > 1 {
-            resnet::run_once_emulating(&run, opts, args.emulate_world)
-        } else {
-            resnet::run_once(&run, opts)
-        }
-    })
+    cmd.check_start(&cfg.system)?;
+    let mut items = cmd.job_items(&cfg, &cfg.system)?;
+    items.push(job::item("--emulate-world", args.emulate_world.to_string()));
+    if let Some(listed) = &listed {
+        items.extend(job::imagenet_items(listed));
+    }
+    Ok(((cmd, cfg, listed), items))
 }
 
 #[derive(clap::Args, Debug)]
@@ -451,7 +539,24 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     if args.recipe.is_list() {
         return print_recipes("bert");
     }
-    let cmd = Command::prepare(
+    // as run_resnet: the ranks compare their jobs before the first run
+    let (cmd, cfg, data) = match job::agree(prepare_bert(&args))? {
+        job::Start::Go(prepared) => prepared,
+        job::Start::Stop(status) => return Ok(status),
+    };
+    let init = args.init_checkpoint.as_deref();
+    cmd.single_or_set("bert", &cfg.system, ("MLM accuracy", "samples"), |opts| {
+        bert::run_once(&cfg, cmd.division, &data, init, opts)
+    })
+}
+
+/// What a BERT command was asked to do, read and checked before its first run, with its job.
+#[cfg(feature = "torch")]
+type PreparedBert<'a> = (Command<'a>, bert::BertRunConfig, PathBuf);
+
+#[cfg(feature = "torch")]
+fn prepare_bert(args: &BertArgs) -> anyhow::Result<(PreparedBert<'_>, job::Items)> {
+    let mut cmd = Command::prepare(
         "bert",
         &args.division,
         &args.config,
@@ -462,12 +567,22 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     // a data directory without its train/ or eval/ shards, or with a training shard that HDF5
     // cannot open (cut short in a copy), is bad input: refused before the run (and its log), not
     // a run aborted on its first read
+    let mut train = Vec::new();
+    let mut eval_files = Vec::new();
     for split in ["train", "eval"] {
         let files =
             anyhow::Context::context(crate::data::bert::shard_files(&data.join(split)), "--data")?;
-        if split == "train" {
-            for f in &files {
-                anyhow::Context::context(crate::data::bert::Shard::count(f), "--data")?;
+        for f in &files {
+            let name = f
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            if split == "train" {
+                let n = anyhow::Context::context(crate::data::bert::Shard::count(f), "--data")?;
+                train.push((name, n));
+            } else {
+                eval_files.push(name);
             }
         }
     }
@@ -483,13 +598,21 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
     cmd.check_cuda_graph(cfg.methods.cuda_graph)?;
     // the eval set against the model (samples, vocabulary, sequence length): a config that does
     // not fit its data is refused here, not found by every run of a set
-    anyhow::Context::context(bert::load_eval(&cfg, &data), "--data")?;
+    let eval = anyhow::Context::context(bert::load_eval(&cfg, &data), "--data")?;
     if cfg.methods.fp8 {
         // refused before the run where FP8 cannot run, naming why and the file
         crate::fused::fp8::path_for(cmd.device).map_err(|e| cmd.in_config(e))?;
     }
-    let init = args.init_checkpoint.as_deref();
-    cmd.single_or_set("bert", &cfg.system, ("MLM accuracy", "samples"), |opts| {
-        bert::run_once(&cfg, cmd.division, &data, init, opts)
-    })
+    cmd.check_start(&cfg.system)?;
+    let mut items = cmd.job_items(&cfg, &cfg.system)?;
+    items.extend(job::bert_items(&train, eval.samples, &eval_files));
+    let checkpoint = match &args.init_checkpoint {
+        Some(ck) => format!(
+            "given ({} bytes)",
+            std::fs::metadata(ck).map_or(0, |m| m.len())
+        ),
+        None => "none".into(),
+    };
+    items.push(job::item("--init-checkpoint", checkpoint));
+    Ok(((cmd, cfg, data), items))
 }

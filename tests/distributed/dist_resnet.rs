@@ -233,7 +233,7 @@ fn eager_and_twin_agree(dir: &Path, args: &[&std::ffi::OsStr], seed: u64) -> Vec
 }
 
 /// configs/resnet/tiny_cpu_jpeg.toml for `epochs` epochs, one eval per epoch.
-fn tiny_jpeg_config(dir: &Path, epochs: usize) -> PathBuf {
+pub(crate) fn tiny_jpeg_config(dir: &Path, epochs: usize) -> PathBuf {
     let base = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/resnet/tiny_cpu_jpeg.toml"),
     )

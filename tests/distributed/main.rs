@@ -13,6 +13,7 @@ mod dist_bert_packing;
 mod dist_gloo;
 mod dist_resnet;
 mod dist_slurm_script;
+mod rank_agree;
 mod test_modes;
 mod two_node_runs;
 mod two_nodes;

@@ -89,7 +89,7 @@ impl PartialEq for EngineJob {
 }
 
 /// Where crops are resized: `data.augment`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Augment {
     /// On the host, in the decode workers, into u8 crops (fast_image_resize; the reference).
@@ -156,7 +156,7 @@ impl Batch {
 }
 
 /// How JPEG files become crops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Decoder {
     /// libjpeg-turbo, decoding only the crop's region at the coarsest DCT scale that keeps the

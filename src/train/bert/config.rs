@@ -13,11 +13,11 @@ use crate::train::config::{
 };
 use crate::train::engine::Block;
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::path::Path;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BertDataConfig {
     /// Eval samples (the reference: 10,000); the first ones of DIR/eval in file order.
@@ -37,7 +37,7 @@ fn default_eval_batch() -> usize {
     64
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BertTrainConfig {
     /// eval_accuracy (MLM accuracy) at which the run succeeds; closed: at least the target in
@@ -63,14 +63,14 @@ fn default_packing_factor() -> u64 {
     2
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BertOpt {
     Lamb,
     Adamw,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BertOptimizerConfig {
     /// "lamb" (the reference; required in the closed division) or "adamw".
@@ -101,7 +101,7 @@ pub struct BertOptimizerConfig {
 }
 
 /// See [`BertOptimizerConfig::gradient_clipping`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GradientClipping {
     #[default]
@@ -113,7 +113,7 @@ fn one() -> f64 {
     1.0
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BertRunConfig {
     #[serde(default)]

@@ -13,11 +13,11 @@ use crate::train::config::{
     ConfigKind, MemoryPart,
 };
 use anyhow::{bail, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::path::Path;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub classes: i64,
@@ -29,7 +29,7 @@ pub struct ModelConfig {
     pub zero_init_last_bn: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DataSource {
     /// `train/<class>/*.JPEG` and `val/<class>/*.JPEG` under --data.
@@ -38,7 +38,7 @@ pub enum DataSource {
     SyntheticMemory,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SyntheticConfig {
     pub train_per_class: usize,
@@ -47,7 +47,7 @@ pub struct SyntheticConfig {
     pub noise: f64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
     pub source: DataSource,
@@ -101,7 +101,7 @@ impl DataConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     /// The eval_accuracy at which the run stops with status success.
@@ -115,7 +115,7 @@ pub struct TrainConfig {
     pub eval_period: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OptName {
     Lars,
@@ -131,14 +131,14 @@ impl OptName {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DecayKind {
     Poly,
     Cosine,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizerConfig {
     pub name: OptName,
@@ -172,7 +172,7 @@ fn default_eta() -> f64 {
     0.001
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResnetRunConfig {
     /// What this preset is (shown in errors and logs).
