@@ -46,7 +46,8 @@ pub fn agree<T>(prepared: Result<(T, Items)>) -> Result<Start<T>> {
     let t0 = std::time::Instant::now();
     let refusal = prepared.as_ref().err().map(|e| format!("{e:#}"));
     let mine: Items = match &prepared {
-        Ok((_, items)) => std::iter::once(binary_item()?)
+        Ok((_, items)) => [binary_item()?, libtorch_item()]
+            .into_iter()
             .chain(items.iter().cloned())
             .collect(),
         Err(_) => Vec::new(),
@@ -117,6 +118,14 @@ fn binary_item() -> Result<(String, String)> {
             &sha[..16]
         ),
     ))
+}
+
+/// The libtorch this rank runs with, as its logs record it (the binary links it dynamically, so
+/// one binary on a shared file system can still meet another torch on each node's venv).
+fn libtorch_item() -> (String, String) {
+    let version = crate::submission::framework::find_libtorch()
+        .map_or_else(|| "not found".to_string(), |lt| lt.version);
+    ("libtorch".into(), version)
 }
 
 /// The resolved config, key by key (`config.train.global_batch_size`), values as JSON; the
@@ -281,6 +290,12 @@ fn item_line(who: &Who<'_>, d: &ItemDifference) -> String {
             "{who} {} another mlperf-run binary than rank 0 ({this} vs {root}): run the same \
              build on every node (one binary on a shared file system, or one container image)",
             who.verb("run")
+        )
+    } else if name == "libtorch" {
+        format!(
+            "{who} {} libtorch {this}, rank 0 {root}: install the same torch on every node (the \
+             venv MLPERF_RUN_VENV names, or LIBTORCH)",
+            who.verb("find")
         )
     } else if name == "runs.kept" {
         format!(

@@ -21,6 +21,11 @@ use std::time::{Duration, Instant};
 
 /// Both ranks' outputs and how long the slower took.
 fn two_ranks(args: [Vec<OsString>; 2]) -> ([Output; 2], f64) {
+    two_ranks_with_env(args, [&[], &[]])
+}
+
+/// [`two_ranks`] with each rank's own extra environment.
+fn two_ranks_with_env(args: [Vec<OsString>; 2], envs: [&[(&str, &str)]; 2]) -> ([Output; 2], f64) {
     let port = mlperf_run::launch::free_local_port().unwrap();
     let t0 = Instant::now();
     let kids: Vec<_> = args
@@ -32,6 +37,7 @@ fn two_ranks(args: [Vec<OsString>; 2]) -> ([Output; 2], f64) {
                 .args(a)
                 .env("MLPERF_RUN_DIST_TIMEOUT_S", "10")
                 .env("MLPERF_RUN_RENDEZVOUS_TIMEOUT_S", "30")
+                .envs(envs[rank].iter().copied())
                 .spawn()
                 .expect("start an mlperf-run worker")
         })
@@ -176,6 +182,28 @@ fn a_config_value_that_differs_stops_both_ranks_naming_the_key_both_values_and_t
         &outs,
         secs,
         &["rank 1's config differs from rank 0's at train.global_batch_size: 32 vs 64"],
+    );
+    assert!(!log0.exists(), "rank 0 wrote a log");
+}
+
+/// Rank 1 finds another libtorch than rank 0 (the binary links it dynamically: one binary on a
+/// shared file system meets each node's own torch): refused, naming both versions.
+#[test]
+fn ranks_that_find_other_libtorch_versions_stop_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path(), 32, 2);
+    let (log0, log1) = (dir.path().join("r0.txt"), dir.path().join("r1.txt"));
+    let (outs, secs) = two_ranks_with_env(
+        [single_run(&cfg, &log0, &[]), single_run(&cfg, &log1, &[])],
+        [
+            &[("MLPERF_RUN_LIBTORCH_VERSION", "2.11.0+cu130")],
+            &[("MLPERF_RUN_LIBTORCH_VERSION", "2.10.0+cu128")],
+        ],
+    );
+    assert_both_refused(
+        &outs,
+        secs,
+        &["rank 1 finds libtorch 2.10.0+cu128, rank 0 2.11.0+cu130: install the same torch"],
     );
     assert!(!log0.exists(), "rank 0 wrote a log");
 }
