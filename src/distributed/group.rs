@@ -205,26 +205,12 @@ impl ProcessGroup {
     /// Every rank must call it at the same points of a run.
     pub fn share_failures(&mut self, failure: Option<&str>) -> Result<Vec<(usize, String)>> {
         self.ensure_usable()?;
-        // the records' separators cannot be part of a message
-        let failure = failure
-            .map(|m| CString::new(m.replace(['\x1e', '\x1f', '\0'], " ")))
-            .transpose()?;
-        let mut report: *mut c_char = std::ptr::null_mut();
-        self.call("sharing the ranks' outcomes", |raw, err| unsafe {
-            // SAFETY: `failure` outlives the call; report and err are valid out-pointers.
-            ffi::mr_dist_agree(
-                raw,
-                failure.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
-                &mut report,
-                err,
-            )
-        })?;
-        if report.is_null() {
-            return Ok(Vec::new());
-        }
-        // SAFETY: set (malloc'd) by the shim when a rank failed.
-        let report = unsafe { crate::shim::error::take(report) };
-        parse_failures(&report)
+        gather_records(failure, |note, report| {
+            self.call("sharing the ranks' outcomes", |raw, err| unsafe {
+                // SAFETY: `note` outlives the call; report and err are valid out-pointers.
+                ffi::mr_dist_agree(raw, note, report, err)
+            })
+        })
     }
 
     /// Sums (correct, total) eval counts over all ranks: the global accuracy is
@@ -431,28 +417,12 @@ impl StoreGroup {
     /// every rank; empty when none has. Every rank must call it at the same points; each makes
     /// a few store calls plus one per note, however many ranks there are.
     pub(super) fn gather_notes(&mut self, note: Option<&str>) -> Result<Vec<(usize, String)>> {
-        // the records' separators cannot be part of a note
-        let note = note
-            .map(|m| CString::new(m.replace(['\x1e', '\x1f', '\0'], " ")))
-            .transpose()?;
-        let mut report: *mut c_char = std::ptr::null_mut();
-        self.call("gathering the ranks' notes", |raw, err| unsafe {
-            // SAFETY: `note` outlives the call; report and err are valid out-pointers.
-            ffi::mr_dist_gather_notes(
-                raw,
-                note.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
-                &mut report,
-                err,
-            )
-        })?;
-        if report.is_null() {
-            return Ok(Vec::new());
-        }
-        // SAFETY: set (malloc'd) by the shim when a rank had a note.
-        let report = unsafe { crate::shim::error::take(report) };
-        let mut notes = parse_failures(&report)?;
-        notes.sort_by_key(|(rank, _)| *rank);
-        Ok(notes)
+        gather_records(note, |note, report| {
+            self.call("gathering the ranks' notes", |raw, err| unsafe {
+                // SAFETY: `note` outlives the call; report and err are valid out-pointers.
+                ffi::mr_dist_gather_notes(raw, note, report, err)
+            })
+        })
     }
 
     /// The last call: rank 0 waits until every other rank has read what it needed from its
@@ -582,6 +552,32 @@ fn missing_nodes(msg: &str, per_node: Option<usize>) -> String {
          MASTER_ADDR and MASTER_PORT)",
         nodes.join(", ")
     )
+}
+
+/// One exchange of the ranks' notes through the shim (`exchange(note, report)`: this rank's
+/// note or null, and the out-pointer the shim sets to the records when some rank has one):
+/// the notes by rank, empty when no rank has one. The records' separators cannot be part of a
+/// note, so they are blanked in it first.
+fn gather_records(
+    note: Option<&str>,
+    exchange: impl FnOnce(*const c_char, *mut *mut c_char) -> Result<()>,
+) -> Result<Vec<(usize, String)>> {
+    let note = note
+        .map(|m| CString::new(m.replace(['\x1e', '\x1f', '\0'], " ")))
+        .transpose()?;
+    let mut report: *mut c_char = std::ptr::null_mut();
+    exchange(
+        note.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        &mut report,
+    )?;
+    if report.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: set (malloc'd) by the shim when a rank had a note.
+    let report = unsafe { crate::shim::error::take(report) };
+    let mut notes = parse_failures(&report)?;
+    notes.sort_by_key(|(rank, _)| *rank);
+    Ok(notes)
 }
 
 /// The shim's failure report: `<rank>\x1f<message>` records separated by `\x1e`.
