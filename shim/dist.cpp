@@ -20,9 +20,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <cstring>
 #include <string>
@@ -109,11 +110,19 @@ void wait_all(Group* g, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
   for (auto& w : works) mr::wait_one(g, w);
 }
 
-// Groups this process has formed: every rank of a run set forms one per run, in step, so the
-// n-th group of each rank is the same group. Its keys carry n: a rank that finished run n-1
-// early and connects while rank 0 still serves run n-1's store (the port is the same) sees no
-// key of group n there, drops that connection and connects again.
-std::atomic<unsigned long long> groups_formed{0};
+// Groups this process has formed, per rendezvous port and rank: every rank of a run set forms
+// one per run, in step, so the n-th group of each rank is the same group. Its keys carry n: a
+// rank that finished run n-1 early and connects while rank 0 still serves run n-1's store (the
+// port is the same) sees no key of group n there, drops that connection and connects again.
+// Counted per (port, rank), not per process, so that two ranks in one process (a unit test's
+// threads) each count their own groups.
+std::mutex formed_mutex;
+std::map<std::pair<uint16_t, int>, unsigned long long> groups_formed;
+
+unsigned long long next_generation(uint16_t port, int rank) {
+  std::lock_guard<std::mutex> lock(formed_mutex);
+  return ++groups_formed[{port, rank}];
+}
 
 std::string joined_key(unsigned long long generation, int rank) {
   return "mlperf-run/" + std::to_string(generation) + "/joined/" + std::to_string(rank);
@@ -169,6 +178,18 @@ std::string other_worlds(c10d::Store& store, const std::vector<int>& ranks, int 
 // answers rather than a closed port and the connection's back-off (half a second or more).
 c10::intrusive_ptr<c10d::Store> kept_store;
 uint16_t kept_port = 0;
+// guards kept_store and kept_port (groups may form and end in several threads: tests)
+std::mutex kept_mutex;
+
+// Rank 0's kept store on `port`, taken (null when none is kept there); any other kept store is
+// dropped.
+c10::intrusive_ptr<c10d::Store> take_kept_store(uint16_t port) {
+  std::lock_guard<std::mutex> lock(kept_mutex);
+  c10::intrusive_ptr<c10d::Store> store;
+  if (kept_store && kept_port == port) store = std::move(kept_store);
+  kept_store.reset();
+  return store;
+}
 
 // Rank 0's store for group `generation`, or (other ranks) a connection to it: a store without
 // rank 0's key of this generation is the previous group's, still being torn down; it is left
@@ -182,14 +203,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master, c10d::T
     auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
     so.timeout = std::max(left, milliseconds(1000));
     if (rank == 0) {
-      c10::intrusive_ptr<c10d::Store> store;
-      if (kept_store && kept_port == so.port) {
-        store = std::move(kept_store);
+      c10::intrusive_ptr<c10d::Store> store = take_kept_store(so.port);
+      if (store) {
         store->setTimeout(so.timeout);
       } else {
         store = c10::make_intrusive<c10d::TCPStore>(master, so);
       }
-      kept_store.reset();
       store->set(rank0, joined_value(size));
       return store;
     }
@@ -293,7 +312,7 @@ void* mr_dist_new(const char* master_addr, uint16_t port, int rank, int size, in
     so.numWorkers = static_cast<size_t>(size);
     // rank 0 waits below, where it can name the ranks that never came
     so.waitWorkers = false;
-    const unsigned long long generation = ++groups_formed;
+    const unsigned long long generation = next_generation(port, rank);
     auto store = connect_store(master_addr, so, rank, size, generation,
                                std::chrono::steady_clock::now() + rendezvous);
     if (rank == 0) {
@@ -358,6 +377,7 @@ void mr_dist_free(void* handle) {
   } catch (...) {
   }
   if (!g->backend && g->rank == 0 && g->size > 1) {
+    std::lock_guard<std::mutex> lock(kept_mutex);
     kept_store = g->store;
     kept_port = g->port;
   }
@@ -470,6 +490,15 @@ int mr_dist_store_set(void* handle, const char* key, const char* value, char** e
     const std::string v(value);
     g->store->set(key, std::vector<uint8_t>(v.begin(), v.end()));
   });
+}
+
+// Adds `delta` to the counter `key` in the group's store (created at 0) and sets *out to its
+// new value: one round trip, atomic across the ranks (a rank that finds 1 after adding 1 was
+// the first).
+int mr_dist_store_add(void* handle, const char* key, int64_t delta, int64_t* out, char** err) {
+  auto* g = static_cast<Group*>(handle);
+  *out = 0;
+  return guarded(g, err, [&] { *out = g->store->add(key, delta); });
 }
 
 // The value of `key` in the group's store, once some rank has set it (waiting at most the

@@ -7,8 +7,10 @@
 //!   of the job on this node (LOCAL_WORLD_SIZE, or Slurm's tasks per node); local rank r takes
 //!   slice r;
 //! - `gpu`: the CPUs NVML names as close to the rank's GPU (nvmlDeviceGetCpuAffinity: its NUMA
-//!   node's), shared out as whole cores among the local ranks whose GPUs have the same ones.
-//!   Without NVML (no NVIDIA driver) it is `slices`, with a warning.
+//!   node's), shared out as whole cores among the local ranks whose GPUs have the same ones. A
+//!   process that sees one GPU (its launcher bound it to one: Slurm's `--gpus-per-task=1`) takes
+//!   that GPU's CPUs whole, since it cannot see the other ranks' GPUs ([`LocalGpus`]). Without
+//!   NVML (no NVIDIA driver) it is `slices`, with a warning.
 //!
 //! A process that something else already bound to fewer CPUs than its cgroup makes available
 //! (Slurm's `--cpu-bind`, `numactl`, `taskset`) is left as it is; a container's or a Slurm job
@@ -331,35 +333,86 @@ fn narrower_than_cgroup(mine: &[usize]) -> bool {
     !available.is_empty() && mine.len() < available.len()
 }
 
-/// Each local GPU's CPUs as NVML names them, for local ranks 0..`local` (rank r uses the r-th
-/// visible GPU: CUDA_VISIBLE_DEVICES' r-th entry, an index or a UUID, else GPU r).
-fn gpu_cpus(local: usize) -> std::result::Result<Vec<Vec<usize>>, String> {
-    use nvml_wrapper::Nvml;
-    let nvml = Nvml::init().map_err(|e| format!("NVML is not available ({e})"))?;
-    let visible: Option<Vec<String>> = std::env::var("CUDA_VISIBLE_DEVICES")
-        .ok()
-        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
-    let words = (libc::CPU_SETSIZE as usize).div_ceil(8 * std::mem::size_of::<libc::c_ulong>());
-    (0..local)
-        .map(|r| {
-            let name = visible
-                .as_ref()
-                .map(|v| v.get(r).cloned().unwrap_or_default())
-                .unwrap_or_else(|| r.to_string());
-            let dev = match name.parse::<u32>() {
-                Ok(i) => nvml.device_by_index(i),
-                Err(_) => nvml.device_by_uuid(name.as_str()),
-            }
-            .map_err(|e| format!("NVML has no GPU {name:?} for local rank {r} ({e})"))?;
-            let mask = dev
-                .cpu_affinity(words)
-                .map_err(|e| format!("NVML gives no CPU affinity for GPU {name:?} ({e})"))?;
-            let bits = 8 * std::mem::size_of::<libc::c_ulong>();
-            Ok((0..words * bits)
-                .filter(|&c| (mask[c / bits] >> (c % bits)) & 1 == 1)
-                .collect())
+/// The GPUs whose CPUs `gpu` mode follows, as far as this process can tell, by the names NVML
+/// finds a GPU by: an index, a UUID (as CUDA_VISIBLE_DEVICES lists them) or a PCI bus id. The
+/// caller says which GPU each local rank uses (the trainer's rule,
+/// `crate::distributed::choose_gpu`); this module only reads their CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalGpus {
+    /// This process sees one GPU, the one its launcher bound it to (Slurm's
+    /// `--gpus-per-task=1`, a container's devices): the other local ranks' GPUs are not visible
+    /// from here, so the rank takes its GPU's CPUs whole, without sharing them out.
+    Own(String),
+    /// Every local process sees the node's GPUs: local rank r uses the r-th name (None: a rank
+    /// without a GPU; a rank past the list has none either).
+    Each(Vec<Option<String>>),
+}
+
+impl Default for LocalGpus {
+    /// No GPU known: `gpu` mode is taken as `slices`, with a warning.
+    fn default() -> Self {
+        LocalGpus::Each(Vec::new())
+    }
+}
+
+/// For `gpu` mode: the candidate CPUs of the local ranks this one shares out CPUs with (each
+/// GPU's CPUs, `near`, within `allowed`: all of `allowed` where none of them is) and this rank's
+/// place among them. A rank bound to its one GPU ([`LocalGpus::Own`]) is alone with its GPU's
+/// CPUs; otherwise local rank r's GPU is the r-th, and a rank without one shares nothing.
+pub fn gpu_candidates(
+    gpus: &LocalGpus,
+    rank: usize,
+    local: usize,
+    allowed: &[usize],
+    near: impl Fn(&str) -> std::result::Result<Vec<usize>, String>,
+) -> std::result::Result<(Vec<Vec<usize>>, usize), String> {
+    let within = |name: &str| -> std::result::Result<Vec<usize>, String> {
+        let near: Vec<usize> = near(name)?
+            .into_iter()
+            .filter(|c| allowed.contains(c))
+            .collect();
+        Ok(if near.is_empty() {
+            allowed.to_vec()
+        } else {
+            near
         })
-        .collect()
+    };
+    match gpus {
+        LocalGpus::Own(name) => Ok((vec![within(name)?], 0)),
+        LocalGpus::Each(names) => {
+            let name = |r: usize| names.get(r).cloned().flatten();
+            if name(rank).is_none() {
+                return Err(format!("local rank {rank} has no GPU"));
+            }
+            let candidates = (0..local.max(rank + 1))
+                .map(|r| match name(r) {
+                    Some(n) => within(&n),
+                    None => Ok(allowed.to_vec()),
+                })
+                .collect::<std::result::Result<Vec<_>, String>>()?;
+            Ok((candidates, rank))
+        }
+    }
+}
+
+/// The CPUs NVML names as near GPU `name` (an index, a UUID or a PCI bus id: see [`LocalGpus`]).
+fn nvml_gpu_cpus(nvml: &nvml_wrapper::Nvml, name: &str) -> std::result::Result<Vec<usize>, String> {
+    let words = (libc::CPU_SETSIZE as usize).div_ceil(8 * std::mem::size_of::<libc::c_ulong>());
+    let dev = if let Ok(i) = name.parse::<u32>() {
+        nvml.device_by_index(i)
+    } else if name.contains(':') {
+        nvml.device_by_pci_bus_id(name)
+    } else {
+        nvml.device_by_uuid(name)
+    }
+    .map_err(|e| format!("NVML has no GPU {name:?} ({e})"))?;
+    let mask = dev
+        .cpu_affinity(words)
+        .map_err(|e| format!("NVML gives no CPU affinity for GPU {name:?} ({e})"))?;
+    let bits = 8 * std::mem::size_of::<libc::c_ulong>();
+    Ok((0..words * bits)
+        .filter(|&c| (mask[c / bits] >> (c % bits)) & 1 == 1)
+        .collect())
 }
 
 /// What [`apply`] did, for the log.
@@ -371,13 +424,14 @@ pub struct Outcome {
 }
 
 /// Applies `mode` for local rank `rank` of `local` processes on this node and says what it did
-/// (`None` for `none`). It never fails a run: where the CPUs cannot be read or set, the process
-/// runs as started and the outcome is a warning that says why.
-pub fn apply(mode: CpuBind, rank: usize, local: usize) -> Option<Outcome> {
+/// (`None` for `none`); `gpus` are the local ranks' GPUs, for `gpu`. It never fails a run: where
+/// the CPUs cannot be read or set, the process runs as started and the outcome is a warning
+/// that says why.
+pub fn apply(mode: CpuBind, rank: usize, local: usize, gpus: &LocalGpus) -> Option<Outcome> {
     if mode == CpuBind::None {
         return None;
     }
-    Some(match bind(mode, rank, local) {
+    Some(match bind(mode, rank, local, gpus) {
         Ok((message, warning)) => Outcome { message, warning },
         Err(e) => Outcome {
             message: format!("cpu_bind: running as started: {e:#}"),
@@ -387,7 +441,7 @@ pub fn apply(mode: CpuBind, rank: usize, local: usize) -> Option<Outcome> {
 }
 
 /// The message, and whether it is a warning.
-fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<(String, bool)> {
+fn bind(mode: CpuBind, rank: usize, local: usize, gpus: &LocalGpus) -> Result<(String, bool)> {
     let allowed = current_affinity()?;
     if narrower_than_cgroup(&allowed) {
         let message = format!(
@@ -398,28 +452,34 @@ fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<(String, bool)> {
     }
     let local = local.max(rank + 1);
     let mut note = String::new();
-    let candidates = match mode {
-        CpuBind::Gpu => match gpu_cpus(local) {
-            Ok(per_gpu) => per_gpu
-                .into_iter()
-                .map(|g| {
-                    let near: Vec<usize> = g.into_iter().filter(|c| allowed.contains(c)).collect();
-                    if near.is_empty() {
-                        allowed.clone()
-                    } else {
-                        near
+    let slices = || (vec![allowed.clone(); local], rank);
+    let (candidates, place) = match mode {
+        CpuBind::Gpu => {
+            let found = nvml_wrapper::Nvml::init()
+                .map_err(|e| format!("NVML is not available ({e})"))
+                .and_then(|nvml| {
+                    gpu_candidates(gpus, rank, local, &allowed, |g| nvml_gpu_cpus(&nvml, g))
+                });
+            match found {
+                Ok(found) => {
+                    if let LocalGpus::Own(g) = gpus {
+                        note = format!(
+                            " (its one GPU {g}'s CPUs: the other ranks' GPUs are not visible \
+                             to it)"
+                        );
                     }
-                })
-                .collect(),
-            Err(why) => {
-                note = format!(" (`gpu` taken as `slices`: {why})");
-                vec![allowed.clone(); local]
+                    found
+                }
+                Err(why) => {
+                    note = format!(" (`gpu` taken as `slices`: {why})");
+                    slices()
+                }
             }
-        },
-        _ => vec![allowed.clone(); local],
+        }
+        _ => slices(),
     };
     let sysfs = Path::new("/sys/devices/system/cpu");
-    let cpus = plan(&candidates, rank, |c| cores(c, sysfs));
+    let cpus = plan(&candidates, place, |c| cores(c, sysfs));
     if cpus.is_empty() {
         bail!("no CPUs to bind to{note}");
     }
@@ -437,7 +497,8 @@ fn bind(mode: CpuBind, rank: usize, local: usize) -> Result<(String, bool)> {
         format_cpu_list(&cpus),
         others.bound
     );
-    Ok((message, !note.is_empty() || !unbound.is_empty()))
+    let fell_back = note.contains("taken as `slices`");
+    Ok((message, fell_back || !unbound.is_empty()))
 }
 
 #[cfg(test)]
@@ -519,6 +580,60 @@ mod tests {
         let all: Vec<usize> = (0..8).collect();
         let same = vec![all.clone(), all];
         assert_eq!(plan(&same, 1, topo), [2, 6, 3, 7]);
+    }
+
+    /// NVML's answer on a node of 4 GPUs, 2 per package (package 0: CPUs 0,1,4,5), by index
+    /// or by PCI bus id.
+    fn fake_near(name: &str) -> std::result::Result<Vec<usize>, String> {
+        match name {
+            "0" | "1" | "0000:1B:00.0" => Ok(vec![0, 1, 4, 5]),
+            "2" | "3" | "0000:9A:00.0" => Ok(vec![2, 3, 6, 7]),
+            other => Err(format!("NVML has no GPU {other:?}")),
+        }
+    }
+
+    #[test]
+    fn a_rank_bound_to_one_gpu_takes_that_gpus_cpus_whole() {
+        let d = fake_sysfs();
+        let topo = |c: &[usize]| cores(c, d.path());
+        let all: Vec<usize> = (0..8).collect();
+        // local rank 3 of 4, bound by its launcher to the GPU at 0000:9A:00.0 (it sees only
+        // that one, as cuda:0): its GPU's CPUs, not GPU 3's of an index list it does not have,
+        // and not a quarter of them (the other ranks' GPUs are not known here)
+        let own = LocalGpus::Own("0000:9A:00.0".into());
+        let (cands, place) = gpu_candidates(&own, 3, 4, &all, fake_near).unwrap();
+        assert_eq!((cands.clone(), place), (vec![vec![2, 3, 6, 7]], 0));
+        assert_eq!(plan(&cands, place, topo), [2, 6, 3, 7], "both of its cores");
+        // the same on local rank 0 bound to the package-0 GPU
+        let own = LocalGpus::Own("0".into());
+        let (cands, place) = gpu_candidates(&own, 0, 4, &all, fake_near).unwrap();
+        assert_eq!(plan(&cands, place, topo), [0, 4, 1, 5]);
+        // its GPU's CPUs outside what the process may use: all that it may use
+        let (cands, _) = gpu_candidates(&own, 0, 4, &[2, 6], fake_near).unwrap();
+        assert_eq!(cands, vec![vec![2, 6]]);
+    }
+
+    #[test]
+    fn ranks_that_see_every_gpu_share_out_their_gpus_cpus() {
+        let d = fake_sysfs();
+        let topo = |c: &[usize]| cores(c, d.path());
+        let all: Vec<usize> = (0..8).collect();
+        let each = LocalGpus::Each((0..4).map(|g| Some(g.to_string())).collect());
+        let got: Vec<Vec<usize>> = (0..4)
+            .map(|r| {
+                let (cands, place) = gpu_candidates(&each, r, 4, &all, fake_near).unwrap();
+                assert_eq!(place, r);
+                plan(&cands, place, topo)
+            })
+            .collect();
+        assert_eq!(got, [vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
+        // a rank without a GPU (past the list) is refused, and `gpu` falls back to `slices`
+        let e = gpu_candidates(&each, 5, 6, &all, fake_near).unwrap_err();
+        assert!(e.contains("local rank 5 has no GPU"), "{e}");
+        assert!(gpu_candidates(&LocalGpus::default(), 0, 1, &all, fake_near).is_err());
+        // a GPU NVML does not know is an error, not a guess
+        let unknown = LocalGpus::Own("GPU-nope".into());
+        assert!(gpu_candidates(&unknown, 0, 1, &all, fake_near).is_err());
     }
 
     #[test]
@@ -656,14 +771,16 @@ mod tests {
     fn binding_a_thread_takes_effect_and_none_does_nothing() {
         let got = std::thread::spawn(|| {
             let before = current_affinity().unwrap();
-            assert!(apply(CpuBind::None, 0, 1).is_none());
+            assert!(apply(CpuBind::None, 0, 1, &LocalGpus::default()).is_none());
             assert_eq!(current_affinity().unwrap(), before);
             let bound_before = launcher_bound().unwrap();
             set_affinity(&before[..1]).unwrap();
             let after = current_affinity().unwrap();
             let bound_after = launcher_bound().unwrap();
             // already bound by "the launcher": slices leaves it
-            let said = apply(CpuBind::Slices, 0, 2).unwrap().message;
+            let said = apply(CpuBind::Slices, 0, 2, &LocalGpus::default())
+                .unwrap()
+                .message;
             (
                 before,
                 bound_before,

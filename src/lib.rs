@@ -10,7 +10,8 @@
 //! - [`submission`]: system description, submitter tree, tarball, verify
 //! - [`train`], [`models`], [`optim`], [`distributed`]: training on libtorch (feature `torch`)
 //! - [`data`]: data pipelines and synthetic data sets
-//! - [`gpu`]: autocast regions, CUDA streams and events, whole-step CUDA graphs
+//! - [`gpu`]: autocast regions, CUDA streams and events, whole-step CUDA graphs, which GPU a
+//!   CUDA device is
 //! - [`fused`]: the fused ops (fused BN+ReLU, the encoder epilogues, bias+GELU, varlen
 //!   attention), each a fast kernel with a reference path
 //! - `shim`: the C++ shim's FFI declarations (one file per `shim/*.cpp`) and its error call

@@ -21,8 +21,9 @@ Checks (each one record in --append, part "m"; exit 1 if any fails):
                            captured in a group of one equals the step with no group, within --tol
   graph-refused-sharing    (GPU only) methods.cuda_graph with ranks sharing a GPU is refused,
                            naming the key
-  second-rank-refused      (GPU only, one GPU) without the test mode, a second rank on a one-GPU
-                           node is refused, naming LOCAL_RANK and the way out
+  second-rank-refused      (GPU only, one GPU) without the test mode, two ranks on a one-GPU
+                           node are refused before the first run (each sees the one GPU, so
+                           both would use it), naming both ranks and the GPU
   clean-shutdown           no process printed a panic or a destroy_process_group warning
 """
 import argparse
@@ -250,8 +251,11 @@ class Checks:
     def second_rank_refused(self):
         cfg = os.path.join(self.a.work, "tiny_dp.toml")
         rc, t = self.run("no_test_mode", self.launch(2) + self.resnet(cfg, "no_test_mode"))
-        self.record("second-rank-refused", rc != 0 and "LOCAL_RANK 1 has no GPU" in t,
-                    f"exit {rc}; " + (next((l.strip() for l in t.splitlines() if "has no GPU" in l), "no refusal in the output")[:240]))
+        # "rank 1 uses GPU <bus id> on host <host>, as rank 0 does: ..." (or 0 and 1 the other
+        # way round: whichever claimed the GPU second)
+        said = re.search(r"rank [01] uses GPU \S+ on host \S+, as rank [01] does: each rank needs a GPU of its own", t)
+        self.record("second-rank-refused", rc != 0 and said is not None,
+                    f"exit {rc}; " + (next((l.strip() for l in t.splitlines() if "GPU of its own" in l), "no refusal in the output")[:240]))
 
     def clean_shutdown(self):
         bad = [(w, l.strip()) for w, t in self.outputs for l in t.splitlines()

@@ -13,6 +13,12 @@
 //! per rank, not one per rank). The group is left before the first run forms its own, so the
 //! rendezvous timeout covers the ranks' start (nodes starting minutes apart) and the first run's
 //! group forms at once.
+//!
+//! In the same exchange each rank claims what it must use alone ([`Claim`]: its GPU, which NCCL
+//! refuses to share between ranks, failing late with "invalid usage"): a counter per claim in
+//! the store, and a key naming its first claimant, so a claim costs a rank two store calls
+//! however many ranks there are. A rank that finds its claim already taken notes the clash
+//! ([`Difference::Clash`], naming both ranks), and every rank stops as for another difference.
 use super::group::StoreGroup;
 use super::rendezvous::{Rendezvous, Timeouts};
 use anyhow::{Context, Result};
@@ -37,7 +43,16 @@ pub struct ItemDifference {
     pub this: Option<String>,
 }
 
-/// How a rank's job differs from rank 0's.
+/// Something a rank uses alone (its GPU), which no other rank of the job may claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// What identifies it across the job (a GPU's UUID; the same on every rank that claims it).
+    pub key: String,
+    /// How a message names it ("GPU 0000:1B:00.0 on host n1").
+    pub what: String,
+}
+
+/// How a rank's job differs from rank 0's, or clashes with another rank's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Difference {
@@ -48,20 +63,30 @@ pub enum Difference {
         items: Vec<ItemDifference>,
         more: usize,
     },
+    /// The rank claims what rank `with` claimed first (the same key): `what` as this rank
+    /// names it, `theirs` as rank `with` does.
+    Clash {
+        what: String,
+        with: usize,
+        theirs: String,
+    },
 }
 
 /// Differences a rank reports item by item; the count of the rest follows.
 pub const MAX_ITEMS: usize = 16;
 
 /// What every rank finds when the ranks compare their jobs: each rank whose job is not rank
-/// 0's, by rank, with how it differs (rank 0 itself when it refused); empty when every rank
-/// runs rank 0's job. The same on every rank. Joins the store of the group `rdv` describes
-/// (waiting for every rank at most the rendezvous timeout; every later call at most the
-/// collective timeout) and leaves it; a failure is a [`super::GroupFailure`].
+/// 0's, by rank, with how it differs (rank 0 itself when it refused), and each rank whose
+/// `claims` clash with a rank that claimed the same first; empty when every rank runs rank 0's
+/// job and no claim clashes. A rank may be listed twice (a difference and a clash). The same on
+/// every rank. Joins the store of the group `rdv` describes (waiting for every rank at most the
+/// rendezvous timeout; every later call at most the collective timeout) and leaves it; a
+/// failure is a [`super::GroupFailure`].
 pub fn compare_jobs(
     rdv: &Rendezvous,
     timeouts: Timeouts,
     mine: JobView<'_>,
+    claims: &[Claim],
 ) -> Result<Vec<(usize, Difference)>> {
     let mut group = StoreGroup::new(rdv, timeouts)?;
     let posted = Posted::of(mine);
@@ -81,21 +106,49 @@ pub fn compare_jobs(
             serde_json::from_str(&group.get(VIEW_KEY)?).context("rank 0's job, as it posted it")?;
         difference(&root, mine)
     };
-    let note = note.map(|n| serde_json::to_string(&n)).transpose()?;
+    let mut noted: Vec<Difference> = note.into_iter().collect();
+    noted.extend(claim_all(&mut group, claims)?);
+    let note = (!noted.is_empty())
+        .then(|| serde_json::to_string(&noted))
+        .transpose()?;
     let notes = group.gather_notes(note.as_deref())?;
     group.leave()?;
-    notes
-        .into_iter()
-        .map(|(rank, note)| {
-            let d = serde_json::from_str(&note)
-                .with_context(|| format!("rank {rank}'s note on its job: {note:?}"))?;
-            Ok((rank, d))
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (rank, note) in notes {
+        let ds: Vec<Difference> = serde_json::from_str(&note)
+            .with_context(|| format!("rank {rank}'s note on its job: {note:?}"))?;
+        out.extend(ds.into_iter().map(|d| (rank, d)));
+    }
+    Ok(out)
 }
 
 const VIEW_KEY: &str = "mlperf-run/job/view";
 const DIGEST_KEY: &str = "mlperf-run/job/digest";
+const CLAIMS_KEY: &str = "mlperf-run/claims";
+
+/// This rank's claims, each once: a clash for each that another rank claimed first. Per claim
+/// two store calls: the claim's counter, then (the first) the key naming the first claimant, or
+/// (any later one) reading it.
+fn claim_all(group: &mut StoreGroup, claims: &[Claim]) -> Result<Vec<Difference>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut clashes = Vec::new();
+    for c in claims.iter().filter(|c| seen.insert(c.key.as_str())) {
+        let key = format!("{CLAIMS_KEY}/{}", &digest(&c.key)[..32]);
+        let first = format!("{key}/first");
+        if group.add(&format!("{key}/count"), 1)? == 1 {
+            group.set(&first, &serde_json::to_string(&(group.rank(), &c.what))?)?;
+            continue;
+        }
+        let (with, theirs): (usize, String) = serde_json::from_str(&group.get(&first)?)
+            .context("the first claimant's note, as it posted it")?;
+        clashes.push(Difference::Clash {
+            what: c.what.clone(),
+            with,
+            theirs,
+        });
+    }
+    Ok(clashes)
+}
 
 /// A job as rank 0 posts it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -240,6 +293,96 @@ mod tests {
         assert_eq!((items.len(), more), (MAX_ITEMS, 40 - MAX_ITEMS));
     }
 
+    fn gpu(uuid: &str, what: &str) -> Claim {
+        Claim {
+            key: format!("gpu {uuid}"),
+            what: what.into(),
+        }
+    }
+
+    /// Two ranks, each a thread of this process in a 2-rank group on a free local port, compare
+    /// the same job with `claims[rank]`: what each found.
+    fn two_ranks_claiming(claims: [Vec<Claim>; 2]) -> Vec<Vec<(usize, Difference)>> {
+        let port = crate::launch::free_local_port().unwrap();
+        let t = Timeouts::both(std::time::Duration::from_secs(30));
+        let ranks: Vec<_> = claims
+            .into_iter()
+            .enumerate()
+            .map(|(rank, claims)| {
+                std::thread::spawn(move || {
+                    let rdv = Rendezvous {
+                        master_port: port,
+                        rank,
+                        local_rank: rank,
+                        world_size: 2,
+                        ..Rendezvous::single()
+                    };
+                    let job = items(&[("a", "1")]);
+                    compare_jobs(&rdv, t, JobView::Items(&job), &claims).unwrap()
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn two_ranks_on_one_gpu_clash_on_both_and_name_both() {
+        let a = gpu("GPU-aa", "GPU 0000:1B:00.0 on host n1");
+        let found = two_ranks_claiming([vec![a.clone()], vec![a]]);
+        assert_eq!(found[0], found[1], "every rank finds the same");
+        // whichever rank claimed it first, the other notes the clash naming it
+        let [(rank, Difference::Clash { what, with, theirs })] = found[0].as_slice() else {
+            panic!("one clash, not {:?}", found[0])
+        };
+        assert_eq!(
+            (*rank + *with, what.as_str(), theirs.as_str()),
+            (
+                1,
+                "GPU 0000:1B:00.0 on host n1",
+                "GPU 0000:1B:00.0 on host n1"
+            ),
+            "ranks 0 and 1 named"
+        );
+    }
+
+    #[test]
+    fn ranks_on_their_own_gpus_pass_and_only_the_shared_one_clashes() {
+        let (a, b) = (
+            gpu("GPU-aa", "GPU 0000:1B:00.0 on host n1"),
+            gpu("GPU-bb", "GPU 0000:9A:00.0 on host n1"),
+        );
+        let found = two_ranks_claiming([vec![a.clone()], vec![b.clone()]]);
+        assert_eq!(found, vec![vec![], vec![]]);
+        // no claims (a CPU run, or the ranks share GPUs on purpose): nothing to clash
+        assert_eq!(two_ranks_claiming([vec![], vec![]]), vec![vec![], vec![]]);
+        // one GPU in common, named by each as it sees it (one host's container named it
+        // otherwise); a claim made twice by one rank is one claim
+        let b_elsewhere = gpu("GPU-bb", "GPU 0000:9A:00.0 on host c2");
+        let found = two_ranks_claiming([vec![a.clone(), b.clone(), b], vec![b_elsewhere, a]]);
+        assert_eq!(found[0], found[1]);
+        let mut clashes: Vec<(String, String)> = found[0]
+            .iter()
+            .map(|(rank, d)| match d {
+                Difference::Clash { what, with, theirs } => {
+                    assert_ne!(rank, with, "{d:?}");
+                    let mut pair = [what.clone(), theirs.clone()];
+                    pair.sort();
+                    (pair[0].clone(), pair[1].clone())
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        clashes.sort();
+        let both = |x: &str, y: &str| (x.to_string(), y.to_string());
+        assert_eq!(
+            clashes,
+            [
+                both("GPU 0000:1B:00.0 on host n1", "GPU 0000:1B:00.0 on host n1"),
+                both("GPU 0000:9A:00.0 on host c2", "GPU 0000:9A:00.0 on host n1"),
+            ]
+        );
+    }
+
     /// A group of this process alone: the exchange runs (rank 0 posts, gathers, leaves) and
     /// finds nothing, or its own refusal.
     #[test]
@@ -250,9 +393,12 @@ mod tests {
         };
         let t = Timeouts::both(std::time::Duration::from_secs(30));
         let job = items(&[("a", "1")]);
-        assert_eq!(compare_jobs(&rdv, t, JobView::Items(&job)).unwrap(), vec![]);
         assert_eq!(
-            compare_jobs(&rdv, t, JobView::Refused("x\x1fy")).unwrap(),
+            compare_jobs(&rdv, t, JobView::Items(&job), &[]).unwrap(),
+            vec![]
+        );
+        assert_eq!(
+            compare_jobs(&rdv, t, JobView::Refused("x\x1fy"), &[]).unwrap(),
             vec![(0, Difference::Refused("x\x1fy".into()))],
             "a note's JSON escapes the store's separators"
         );

@@ -97,8 +97,8 @@ pub struct ProcessGroup {
     size: usize,
     backend: Backend,
     timeout: Duration,
-    /// Where small control tensors (eval counts, flags) live: CPU for Gloo, the local GPU
-    /// (`cuda:LOCAL_RANK`) for NCCL.
+    /// Where small control tensors (eval counts, flags) live: CPU for Gloo, the rank's GPU for
+    /// NCCL.
     control_device: Device,
     failed: bool,
 }
@@ -107,11 +107,25 @@ pub struct ProcessGroup {
 unsafe impl Send for ProcessGroup {}
 
 impl ProcessGroup {
-    /// Joins the group described by `rdv` (rank 0 hosts the TCPStore). Blocks until every rank
-    /// has joined or `timeouts.rendezvous` passes (then names the ranks that never came); every
-    /// later call waits at most `timeouts.collective`. A master address that cannot be resolved
-    /// or reached (no route, no host answering) fails at once, naming it.
-    pub fn new(rdv: &Rendezvous, backend: Backend, timeouts: Timeouts) -> Result<ProcessGroup> {
+    /// Joins the group described by `rdv` (rank 0 hosts the TCPStore) from `device`, this
+    /// rank's (for NCCL its GPU, which [`super::choose_gpu`] picked: `cuda:LOCAL_RANK`, or
+    /// `cuda:0` for a process bound to one GPU). Blocks until every rank has joined or
+    /// `timeouts.rendezvous` passes (then names the ranks that never came); every later call
+    /// waits at most `timeouts.collective`. A master address that cannot be resolved or reached
+    /// (no route, no host answering) fails at once, naming it.
+    pub fn new(
+        rdv: &Rendezvous,
+        backend: Backend,
+        device: Device,
+        timeouts: Timeouts,
+    ) -> Result<ProcessGroup> {
+        let control_device = match (backend, device) {
+            (Backend::Gloo, _) => Device::Cpu,
+            (Backend::Nccl, Device::Cuda(_)) => device,
+            (Backend::Nccl, other) => {
+                bail!("the nccl backend needs the rank's GPU, not {other:?}")
+            }
+        };
         let what = format!("the {} process group", backend.name());
         let raw = form(rdv, backend.id(), &what, timeouts)?;
         Ok(ProcessGroup {
@@ -120,10 +134,7 @@ impl ProcessGroup {
             size: rdv.world_size,
             backend,
             timeout: timeouts.collective,
-            control_device: match backend {
-                Backend::Gloo => Device::Cpu,
-                Backend::Nccl => Device::Cuda(rdv.local_rank),
-            },
+            control_device,
             failed: false,
         })
     }
@@ -401,6 +412,18 @@ impl StoreGroup {
         })
     }
 
+    /// Adds `delta` to the counter `key` (0 until a rank adds to it) and returns its new value,
+    /// atomically across the ranks: the rank that gets 1 for adding 1 was the first.
+    pub(super) fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
+        let key = CString::new(key)?;
+        let mut out: i64 = 0;
+        self.call("counting in rank 0's store", |raw, err| unsafe {
+            // SAFETY: key outlives the call; out and err are valid out-pointers.
+            ffi::mr_dist_store_add(raw, key.as_ptr(), delta, &mut out, err)
+        })?;
+        Ok(out)
+    }
+
     /// The value of `key`, once a rank has set it (waiting at most the timeout).
     pub(super) fn get(&mut self, key: &str) -> Result<String> {
         let key = CString::new(key)?;
@@ -625,9 +648,14 @@ mod tests {
             ..Rendezvous::single()
         };
         let t0 = std::time::Instant::now();
-        let e = ProcessGroup::new(&rdv, Backend::Gloo, Timeouts::both(Duration::from_secs(60)))
-            .err()
-            .expect("an address that does not resolve");
+        let e = ProcessGroup::new(
+            &rdv,
+            Backend::Gloo,
+            Device::Cpu,
+            Timeouts::both(Duration::from_secs(60)),
+        )
+        .err()
+        .expect("an address that does not resolve");
         assert!(e.downcast_ref::<GroupFailure>().is_some());
         let msg = format!("{e:#}");
         assert!(
@@ -645,6 +673,7 @@ mod tests {
         let e = ProcessGroup::new(
             &slurm,
             Backend::Gloo,
+            Device::Cpu,
             Timeouts::both(Duration::from_secs(60)),
         )
         .err()
@@ -682,7 +711,13 @@ mod tests {
             master_port: crate::launch::free_local_port().unwrap(),
             ..Rendezvous::single()
         };
-        ProcessGroup::new(&rdv, Backend::Gloo, Timeouts::both(Duration::from_secs(30))).unwrap()
+        ProcessGroup::new(
+            &rdv,
+            Backend::Gloo,
+            Device::Cpu,
+            Timeouts::both(Duration::from_secs(30)),
+        )
+        .unwrap()
     }
 
     #[test]

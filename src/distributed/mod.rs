@@ -11,14 +11,18 @@
 //!   [`GradSync`] (the trainer's contract); each bucket's all-reduce overlaps the
 //!   backward (autograd hooks in the shim, `reducer`), with optional bucket-wise clipping
 //! - [`broadcast_from_root`]: rank 0's initial parameters to every rank
-//! - [`compare_jobs`]: before the first run, every rank's job against rank 0's (through the
+//! - [`compare_jobs`]: before the first run, every rank's job against rank 0's, and the
+//!   resources each rank claims for itself (its GPU) against every other rank's (through the
 //!   rendezvous and rank 0's store only); what a job is, the caller says
+//! - [`choose_gpu`]: which visible CUDA device a rank uses (one per process either way: every
+//!   process sees the node's GPUs and takes its local rank's, or sees the one it is bound to)
 //!
 //! Failure contract: any error from a collective means this run is aborted on this rank;
 //! the peers see their next collective fail (closed connection) or time out, so every rank
 //! ends within the timeout. Only rank 0 writes the MLPerf log.
 mod agree;
 mod buckets;
+mod device;
 mod gradsync;
 mod group;
 pub mod hostlist;
@@ -28,8 +32,9 @@ mod rendezvous;
 mod sync;
 mod test_mode;
 
-pub use agree::{compare_jobs, Difference, ItemDifference, JobView, MAX_ITEMS};
+pub use agree::{compare_jobs, Claim, Difference, ItemDifference, JobView, MAX_ITEMS};
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
+pub use device::{choose_gpu, local_gpus, nvml_name, GpuChoice, Why};
 pub use gradsync::{overlap_from_env, BucketedGradSync};
 pub use group::{Backend, GroupFailure, ProcessGroup, ReduceOp};
 pub use peers::Peers;

@@ -27,7 +27,8 @@ pub struct Rendezvous {
     pub master_port: u16,
     pub rank: usize,
     pub world_size: usize,
-    /// Rank on this node: the GPU index to use.
+    /// Rank on this node: which of the node's GPUs it uses where it sees them all
+    /// ([`super::choose_gpu`]).
     pub local_rank: usize,
     pub source: Source,
     /// Where `master_addr` came from: "MASTER_ADDR", or the Slurm variable whose first host it

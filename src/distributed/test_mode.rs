@@ -3,7 +3,7 @@
 //!
 //! - `MLPERF_RUN_TEST_SHARE_GPU=1`: the ranks of a CUDA run share the node's GPUs (rank r on
 //!   `cuda:(LOCAL_RANK mod visible)`) and talk through Gloo over CUDA tensors, since NCCL refuses
-//!   two ranks on one device. The overlapped all-reduce, the per-rank batch hand-off, stop
+//!   two ranks on one device; their GPUs are not claimed when the ranks compare their jobs. The overlapped all-reduce, the per-rank batch hand-off, stop
 //!   agreement, shutdown and rank-failure abort then run on a GPU. `methods.cuda_graph` is
 //!   refused in this mode: the graph captures the step's all-reduces, which only NCCL can do.
 //! - `MLPERF_RUN_TEST_GROUP_OF_ONE=1`: a world of one process (`mlperf-run launch
@@ -36,30 +36,27 @@ impl TestMode {
         })
     }
 
-    /// The device of the process with `local_rank` on a node with `visible` CUDA devices, for a
-    /// run on `device`: its own GPU, or (sharing) `cuda:(local_rank mod visible)`.
+    /// The device of the process with `local_rank` when it sees `visible` CUDA devices, for a
+    /// run on `device`: the GPU [`super::choose_gpu`] picks (its only one, its local rank's,
+    /// or, sharing, `cuda:(local_rank mod visible)`), or its refusal with the test mode's way
+    /// out.
     pub fn rank_device(self, device: Device, local_rank: usize, visible: i64) -> Result<Device> {
         if !device.is_cuda() {
             return Ok(device);
         }
-        if visible < 1 {
-            bail!("no CUDA device is visible on this node: run with --device cpu");
+        let cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        match super::choose_gpu(
+            local_rank,
+            visible.max(0) as usize,
+            self.share_gpu,
+            cvd.as_deref(),
+        ) {
+            Ok(choice) => Ok(Device::Cuda(choice.ordinal)),
+            Err(why) if visible < 1 => bail!("{why}"),
+            Err(why) => {
+                bail!("{why}. (Tests only: {SHARE_GPU}=1 lets ranks share a GPU through Gloo.)")
+            }
         }
-        if (local_rank as i64) < visible {
-            return Ok(Device::Cuda(local_rank));
-        }
-        if self.share_gpu {
-            return Ok(Device::Cuda(local_rank % visible as usize));
-        }
-        let cvd = std::env::var("CUDA_VISIBLE_DEVICES")
-            .map(|v| format!(" (CUDA_VISIBLE_DEVICES={v})"))
-            .unwrap_or_default();
-        bail!(
-            "LOCAL_RANK {local_rank} has no GPU: {visible} CUDA device(s) visible on this \
-             node{cvd}; start at most {visible} process(es) per node (`mlperf-run launch \
-             --nproc-per-node {visible}`). (Tests only: {SHARE_GPU}=1 lets ranks share a GPU \
-             through Gloo.)"
-        )
     }
 
     /// The backend of a group on `device` (which [`Self::rank_device`] chose): NCCL on CUDA,
@@ -136,19 +133,25 @@ mod tests {
     };
 
     #[test]
-    fn a_second_rank_on_a_one_gpu_node_is_refused_unless_sharing() {
+    fn a_rank_without_a_gpu_is_refused_unless_sharing() {
         let off = TestMode::default();
         assert_eq!(
-            off.rank_device(Device::Cuda(0), 0, 1).unwrap(),
+            off.rank_device(Device::Cuda(0), 0, 2).unwrap(),
             Device::Cuda(0)
         );
         let e = off
-            .rank_device(Device::Cuda(0), 1, 1)
+            .rank_device(Device::Cuda(0), 2, 2)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("LOCAL_RANK 1 has no GPU") && e.contains(SHARE_GPU),
+            e.contains("LOCAL_RANK 2 has no GPU") && e.contains(SHARE_GPU),
             "{e}"
+        );
+        // a process that sees one GPU uses it whatever its local rank (its launcher bound it
+        // there); two such processes on one GPU are found when the ranks compare their jobs
+        assert_eq!(
+            off.rank_device(Device::Cuda(0), 5, 1).unwrap(),
+            Device::Cuda(0)
         );
         assert_eq!(
             SHARE.rank_device(Device::Cuda(0), 1, 1).unwrap(),
@@ -163,7 +166,14 @@ mod tests {
             SHARE.rank_device(Device::Cuda(0), 1, 8).unwrap(),
             Device::Cuda(1)
         );
-        assert!(SHARE.rank_device(Device::Cuda(0), 0, 0).is_err());
+        let e = SHARE
+            .rank_device(Device::Cuda(0), 0, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no CUDA device") && !e.contains(SHARE_GPU),
+            "{e}"
+        );
         assert_eq!(SHARE.rank_device(Device::Cpu, 5, 0).unwrap(), Device::Cpu);
     }
 

@@ -36,16 +36,22 @@ pub fn run(args: &SelftestArgs) -> Result<ExitStatus> {
     } else {
         Backend::Gloo
     };
+    // NCCL: the rank's GPU by the trainer's rule (its local rank's, or the one it is bound to)
+    let device = match backend {
+        Backend::Gloo => Device::Cpu,
+        Backend::Nccl => crate::distributed::TestMode::default().rank_device(
+            Device::Cuda(0),
+            rdv.local_rank,
+            tch::Cuda::device_count(),
+        )?,
+    };
     let mut pg = ProcessGroup::new(
         &rdv,
         backend,
+        device,
         Timeouts::both(Duration::from_secs_f64(args.timeout_s)),
     )?;
     let who = format!("rank {} of {} ({})", pg.rank(), pg.size(), backend.name());
-    let device = match backend {
-        Backend::Gloo => Device::Cpu,
-        Backend::Nccl => Device::Cuda(rdv.local_rank),
-    };
     match args.mode {
         SelftestMode::Collectives => collectives(&mut pg, device)?,
         SelftestMode::Equiv => equiv(pg, device, args)?,

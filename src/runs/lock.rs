@@ -112,7 +112,8 @@ impl Holder {
     }
 }
 
-fn hostname() -> Option<String> {
+/// This host's name (gethostname); None where it has none.
+pub fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes into buf.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -75,10 +75,15 @@ impl SystemConfig {
         static CPU_BIND: std::sync::Once = std::sync::Once::new();
         if !CPU_BIND.is_completed() {
             let rendezvous = crate::distributed::Rendezvous::from_env()?;
+            let share = crate::distributed::TestMode::from_env()?.share_gpu;
             CPU_BIND.call_once(|| {
                 let local_rank = rendezvous.map_or(0, |r| r.local_rank);
                 let local = crate::distributed::local_processes().unwrap_or(1);
-                match crate::cpu_bind::apply(self.cpu_bind, local_rank, local) {
+                let gpus = match self.cpu_bind {
+                    crate::cpu_bind::CpuBind::Gpu => local_gpus(device, local, share),
+                    _ => crate::cpu_bind::LocalGpus::default(),
+                };
+                match crate::cpu_bind::apply(self.cpu_bind, local_rank, local, &gpus) {
                     Some(o) if o.warning => tracing::warn!("{}", o.message),
                     Some(o) => tracing::info!("{}", o.message),
                     None => {}
@@ -96,6 +101,30 @@ impl SystemConfig {
             },
         )
     }
+}
+
+/// The local ranks' GPUs for `cpu_bind = "gpu"`, by the trainer's rule
+/// ([`crate::distributed::choose_gpu`]): a process that sees one GPU has that one (named by its
+/// PCI bus id where the CUDA runtime gives it, which NVML finds whatever the process's
+/// CUDA_VISIBLE_DEVICES says), else local rank r has the r-th visible. A CPU run (`device`) sees
+/// the node's GPUs, as before: CUDA is not asked.
+#[cfg(feature = "torch")]
+fn local_gpus(device: tch::Device, local: usize, share: bool) -> crate::cpu_bind::LocalGpus {
+    let cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let cvd = cvd.as_deref();
+    let tch::Device::Cuda(ordinal) = device else {
+        return crate::cpu_bind::LocalGpus::Each(
+            (0..local)
+                .map(|r| Some(crate::distributed::nvml_name(r, cvd)))
+                .collect(),
+        );
+    };
+    let visible = tch::Cuda::device_count().max(0) as usize;
+    let own = (visible == 1)
+        .then(|| crate::gpu::identity::identify(ordinal).ok())
+        .flatten()
+        .map(|id| id.pci_bus_id);
+    crate::distributed::local_gpus(visible, local, share, cvd, own)
 }
 
 fn default_loss_check_steps() -> u64 {

@@ -47,6 +47,13 @@ extern "C" {
         value: *const c_char,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn mr_dist_store_add(
+        group: *mut c_void,
+        key: *const c_char,
+        delta: i64,
+        out: *mut i64,
+        err: *mut *mut c_char,
+    ) -> c_int;
     pub fn mr_dist_store_get(
         group: *mut c_void,
         key: *const c_char,

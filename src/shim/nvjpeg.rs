@@ -1,7 +1,9 @@
 //! nvJPEG's and the CUDA runtime's entry points that the GPU JPEG decoder
 //! (`data::imagenet::nvjpeg`) calls: declared here after NVIDIA's nvJPEG and CUDA runtime
-//! documentation (nvjpeg.h is not needed to build) and loaded at run time from the libraries that
-//! module finds (no link-time dependency; not one of our shim/*.cpp files, but FFI all the same).
+//! documentation (nvjpeg.h is not needed to build) and loaded at run time from the libraries
+//! [`super::cuda_libs`] finds (no link-time dependency; not one of our shim/*.cpp files, but FFI
+//! all the same).
+use super::cuda_libs::symbol;
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::path::Path;
@@ -20,8 +22,7 @@ pub(crate) const NVJPEG_BACKEND_DEFAULT: c_int = 0;
 pub(crate) const NVJPEG_BACKEND_HARDWARE: c_int = 3;
 pub(crate) const NVJPEG_OUTPUT_RGBI: c_int = 5;
 pub(crate) const CUDA_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
-/// cudaDeviceProp is about 1 KB (CUDA 12/13); its first field is `char name[256]`.
-pub(crate) const DEVICE_PROP_BYTES: usize = 4096;
+pub(crate) use super::cudart::DEVICE_PROP_BYTES;
 
 /// nvjpegImage_t: up to four planes; interleaved RGB uses channel[0] only.
 #[repr(C)]
@@ -123,16 +124,6 @@ pub(crate) struct Api {
     // Kept loaded while the function pointers above are in use.
     pub(crate) _nvjpeg: Library,
     pub(crate) _cudart: Library,
-}
-
-/// Copy function pointer `name` out of `lib`.
-fn symbol<T: Copy>(lib: &Library, file: &Path, name: &str) -> Result<T, String> {
-    // SAFETY: the type T is the documented C signature of `name`.
-    unsafe {
-        lib.get::<T>(name.as_bytes())
-            .map(|s| *s)
-            .map_err(|e| format!("{} lacks {name}: {e}", file.display()))
-    }
 }
 
 impl Api {

@@ -59,6 +59,13 @@ pub fn query() -> Result<GpuInfo, String> {
     Ok(info)
 }
 
+/// The NVIDIA driver's version ("550.54.15"), from NVML; Err(reason) without it.
+pub fn driver_version() -> Result<String, String> {
+    let nvml = Nvml::init().map_err(|e| format!("NVML not available ({e})"))?;
+    nvml.sys_driver_version()
+        .map_err(|e| format!("NVML gives no driver version ({e})"))
+}
+
 /// Fill the accelerator fields that are still empty from `info`; returns the fields that stay
 /// empty.
 pub fn apply(info: &GpuInfo, desc: &mut SystemDesc) -> Vec<&'static str> {

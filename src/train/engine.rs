@@ -485,7 +485,7 @@ fn join_group(
         timeouts.rendezvous.as_secs_f64(),
         timeouts.collective.as_secs_f64()
     );
-    let pg = ProcessGroup::new(rdv, backend, timeouts)?;
+    let pg = ProcessGroup::new(rdv, backend, device, timeouts)?;
     tracing::info!(
         "rank {} of {}: joined the {} process group",
         pg.rank(),

@@ -8,11 +8,17 @@
 //! and a default counts as if written); the data's shape, what decides the steps and the
 //! samples (image and sequence counts, class names, a digest of the file names); the run or the
 //! set (seeds, count, `--resume`, the finished runs found in the results folder); the
-//! environment that changes the collectives (MLPERF_RUN_GRAD_OVERLAP, the test modes). Not what
-//! is each rank's own: its rank, local rank and device index, its log path, where the data and
-//! the results are mounted, a fault injected on purpose.
+//! environment that changes the collectives (MLPERF_RUN_GRAD_OVERLAP, the test modes); on a GPU,
+//! the GPU's model (name and memory) and the NVIDIA driver's version (the MLPerf system
+//! description names one accelerator and one software stack). Not what is each rank's own: its
+//! rank, local rank and device index, its log path, where the data and the results are mounted,
+//! a fault injected on purpose.
+//!
+//! On a GPU each rank also claims its GPU (its UUID, said as its PCI bus id and host): two ranks
+//! on one GPU (CUDA_VISIBLE_DEVICES=0 exported to every process of a node) stop there, naming
+//! both, not at NCCL's first collective with "invalid usage".
 
-use crate::distributed::{Difference, ItemDifference, JobView};
+use crate::distributed::{Claim, Difference, ItemDifference, JobView};
 use crate::util::ExitStatus;
 use anyhow::Result;
 use serde::Serialize;
@@ -20,6 +26,14 @@ use serde_json::Value;
 
 /// A job's items: (item, value), the same items in the same order on every rank.
 pub type Items = Vec<(String, String)>;
+
+/// A command's job as a rank prepared it: its items (the binary and, on a GPU, the GPU's are
+/// added by [`agree`]) and whether it trains on a GPU.
+pub struct Job {
+    pub items: Items,
+    /// A CUDA run: the rank's GPU (the one the trainer will use) is compared and claimed.
+    pub cuda: bool,
+}
 
 /// How a training command goes on once its ranks have compared their jobs.
 pub enum Start<T> {
@@ -32,35 +46,39 @@ pub enum Start<T> {
 
 /// The ranks of a data-parallel job (the launcher's variables, a world of more than one)
 /// compare their jobs before the first run: `prepared` is this rank's job (what it prepared and
-/// its items) or its refusal (its own error: a config it cannot read, data it cannot list).
-/// When every rank has rank 0's job: [`Start::Go`]. Otherwise an error on every rank naming
-/// the ranks that differ from rank 0 and in what, or that refused and why (exit status 2, as a
-/// refused config; nothing was written: no log, no lock, no set folder). One process: `prepared`
-/// as it is.
-pub fn agree<T>(prepared: Result<(T, Items)>) -> Result<Start<T>> {
+/// its job) or its refusal (its own error: a config it cannot read, data it cannot list). On a
+/// GPU each rank adds its GPU's model and driver to its items and claims its GPU; a rank that
+/// cannot tell which GPU it would use refuses. When every rank has rank 0's job and no two
+/// claim one GPU: [`Start::Go`]. Otherwise an error on every rank naming the ranks that differ
+/// from rank 0 and in what, that clash and on what, or that refused and why (exit status 2, as
+/// a refused config; nothing was written: no log, no lock, no set folder). One process:
+/// `prepared` as it is.
+pub fn agree<T>(prepared: Result<(T, Job)>) -> Result<Start<T>> {
     use crate::distributed::{compare_jobs, GroupFailure, Rendezvous, Timeouts};
     let Some(rdv) = Rendezvous::from_env()?.filter(|r| r.world_size > 1) else {
         return prepared.map(|(t, _)| Start::Go(t));
     };
     let timeouts = Timeouts::from_env()?;
     let t0 = std::time::Instant::now();
-    let refusal = prepared.as_ref().err().map(|e| format!("{e:#}"));
-    let mine: Items = match &prepared {
-        Ok((_, items)) => [binary_item()?, libtorch_item()]
-            .into_iter()
-            .chain(items.iter().cloned())
-            .collect(),
-        Err(_) => Vec::new(),
+    let mine = match &prepared {
+        Ok((_, job)) => own_job(job, rdv.local_rank),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    let refusal = mine.as_ref().err().map(|e| format!("{e:#}"));
+    let (items, claims) = match &mine {
+        Ok((items, claims)) => (items.as_slice(), claims.as_slice()),
+        Err(_) => (&[][..], &[][..]),
     };
     let view = match &refusal {
         Some(why) => JobView::Refused(why),
-        None => JobView::Items(&mine),
+        None => JobView::Items(items),
     };
-    let differences = match compare_jobs(&rdv, timeouts, view) {
+    let differences = match compare_jobs(&rdv, timeouts, view, claims) {
         Ok(d) => d,
         Err(e) if e.downcast_ref::<GroupFailure>().is_some() => {
             // this rank's own refusal says more than the group that could not meet
             prepared?;
+            mine?;
             use std::io::Write;
             let _ = writeln!(
                 std::io::stderr(),
@@ -72,11 +90,12 @@ pub fn agree<T>(prepared: Result<(T, Items)>) -> Result<Start<T>> {
         Err(e) => return Err(e.context("comparing the ranks' jobs before the first run")),
     };
     tracing::info!(
-        "rank {} of {}: the ranks' jobs compared in {:.0} ms ({} item(s)): {}",
+        "rank {} of {}: the ranks' jobs compared in {:.0} ms ({} item(s), {} claim(s)): {}",
         rdv.rank,
         rdv.world_size,
         t0.elapsed().as_secs_f64() * 1e3,
-        mine.len(),
+        items.len(),
+        claims.len(),
         if differences.is_empty() {
             "the same"
         } else {
@@ -87,6 +106,69 @@ pub fn agree<T>(prepared: Result<(T, Items)>) -> Result<Start<T>> {
         return prepared.map(|(t, _)| Start::Go(t));
     }
     Err(anyhow::anyhow!(render(&differences, rdv.world_size)))
+}
+
+/// This rank's items (the binary, the libtorch, the command's, and on a GPU its GPU's) and
+/// claims (its GPU), or why it cannot run the job.
+fn own_job(job: &Job, local_rank: usize) -> Result<(Items, Vec<Claim>)> {
+    let mut items: Items = [binary_item()?, libtorch_item()]
+        .into_iter()
+        .chain(job.items.iter().cloned())
+        .collect();
+    let mut claims = Vec::new();
+    if job.cuda {
+        let (gpu_items, claim) = gpu_job(local_rank)?;
+        items.extend(gpu_items);
+        claims.extend(claim);
+    }
+    Ok((items, claims))
+}
+
+/// The GPU this rank's runs will use (the trainer's rule, `crate::distributed::choose_gpu`): its
+/// model and the NVIDIA driver as items, and the GPU itself as a claim (none where the ranks
+/// share GPUs on purpose, `MLPERF_RUN_TEST_SHARE_GPU`). An error where the rule gives this rank
+/// no GPU, or the CUDA runtime cannot say which GPU it is.
+fn gpu_job(local_rank: usize) -> Result<(Items, Option<Claim>)> {
+    let test_mode = crate::distributed::TestMode::from_env()?;
+    let visible = tch::Cuda::device_count();
+    let device = test_mode.rank_device(tch::Device::Cuda(0), local_rank, visible)?;
+    let tch::Device::Cuda(ordinal) = device else {
+        anyhow::bail!("LOCAL_RANK {local_rank}: no CUDA device chosen ({device:?})");
+    };
+    let id = crate::gpu::identity::identify(ordinal).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot tell which GPU this rank's cuda:{ordinal} is (LOCAL_RANK {local_rank}), so \
+             it cannot check that no other rank uses it: {e}"
+        )
+    })?;
+    let host = crate::runs::lock::hostname().unwrap_or_else(|| "(unnamed)".into());
+    let items = vec![item("gpu", id.model()), driver_item()];
+    Ok((items, (!test_mode.share_gpu).then(|| gpu_claim(&id, &host))))
+}
+
+/// A GPU as a rank claims it: its UUID (one physical GPU, or MIG instance, whatever host or
+/// container names it), said as its PCI bus id on `host`. Without a UUID, the bus id on the host.
+pub fn gpu_claim(id: &crate::gpu::identity::GpuIdentity, host: &str) -> Claim {
+    let what = format!("GPU {} on host {host}", id.pci_bus_id);
+    Claim {
+        key: match &id.uuid {
+            Some(uuid) => format!("gpu {uuid}"),
+            None => format!("gpu {} on {host}", id.pci_bus_id),
+        },
+        what,
+    }
+}
+
+/// The NVIDIA driver's version (NVML), or where NVML cannot say, the CUDA version the driver
+/// supports.
+fn driver_item() -> (String, String) {
+    let version = crate::submission::gpu::driver_version().unwrap_or_else(|_| {
+        match crate::gpu::identity::driver_cuda_version() {
+            Ok(cuda) => format!("unknown (no NVML), supports {cuda}"),
+            Err(_) => "unknown (no NVML)".into(),
+        }
+    });
+    item("NVIDIA driver", version)
 }
 
 /// The binary: its version, and the sha256 of its file (the same source built twice may differ
@@ -239,6 +321,9 @@ fn render(differences: &[(usize, Difference)], world: usize) -> String {
         let who = Who(ranks);
         match d {
             Difference::Refused(why) => lines.push(format!("{who} refused the job: {why}")),
+            Difference::Clash { what, with, theirs } => {
+                lines.push(clash_line(&who, what, *with, theirs))
+            }
             Difference::Items { items, more } => {
                 lines.extend(items.iter().map(|i| item_line(&who, i)));
                 if *more > 0 {
@@ -257,6 +342,23 @@ fn render(differences: &[(usize, Difference)], world: usize) -> String {
         "the {world} ranks of this job were not given the same job, so none starts it (no run \
          was started, nothing was written):\n  - {}",
         lines.join("\n  - ")
+    )
+}
+
+/// Ranks that use the GPU another rank claimed first, said with what to do about it.
+fn clash_line(who: &Who<'_>, what: &str, with: usize, theirs: &str) -> String {
+    let same = if what == theirs {
+        format!("{what}, as rank {with} does")
+    } else {
+        format!("{what}, which rank {with} uses as {theirs}")
+    };
+    format!(
+        "{who} {} {same}: each rank needs a GPU of its own (NCCL cannot run two ranks on one \
+         GPU). Start one process per GPU: either every process sees all of the node's GPUs \
+         (leave CUDA_VISIBLE_DEVICES alone, or set it alike for all) and local rank r takes the \
+         r-th, or each task is bound to a different GPU (srun --gpus-per-task=1; \
+         CUDA_VISIBLE_DEVICES set per process); check CUDA_VISIBLE_DEVICES on that host",
+        who.verb("use")
     )
 }
 
@@ -295,6 +397,18 @@ fn item_line(who: &Who<'_>, d: &ItemDifference) -> String {
         format!(
             "{who} {} libtorch {this}, rank 0 {root}: install the same torch on every node (the \
              venv MLPERF_RUN_VENV names, or LIBTORCH)",
+            who.verb("find")
+        )
+    } else if name == "gpu" {
+        format!(
+            "{who} {} on {this}, rank 0 on {root}: one job runs on one GPU model (the MLPerf \
+             system description names one accelerator): run every rank on the same GPU model",
+            who.verb("train")
+        )
+    } else if name == "NVIDIA driver" {
+        format!(
+            "{who} {} NVIDIA driver {this}, rank 0 {root}: install the same driver on every \
+             node (the MLPerf system description records one software stack)",
             who.verb("find")
         )
     } else if name == "runs.kept" {
@@ -404,6 +518,87 @@ mod tests {
         ] {
             assert!(msg.contains(want), "{want:?} not in:\n{msg}");
         }
+    }
+
+    #[test]
+    fn ranks_on_one_gpu_are_named_with_the_gpu_the_host_and_what_to_do() {
+        let on = |with: usize| Difference::Clash {
+            what: "GPU 0000:1B:00.0 on host n1".into(),
+            with,
+            theirs: "GPU 0000:1B:00.0 on host n1".into(),
+        };
+        // CUDA_VISIBLE_DEVICES=0 exported to 8 processes of node n1
+        let differences: Vec<_> = (1..8).map(|r| (r, on(0))).collect();
+        let msg = render(&differences, 16);
+        for want in [
+            "ranks 1-7 use GPU 0000:1B:00.0 on host n1, as rank 0 does",
+            "each rank needs a GPU of its own",
+            "CUDA_VISIBLE_DEVICES",
+            "--gpus-per-task=1",
+            "nothing was written",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in:\n{msg}");
+        }
+        assert_eq!(msg.matches("as rank 0 does").count(), 1, "{msg}");
+        // one GPU that two hosts name otherwise (containers of one node)
+        let d = Difference::Clash {
+            what: "GPU 0000:1B:00.0 on host c2".into(),
+            with: 3,
+            theirs: "GPU 0000:1B:00.0 on host c1".into(),
+        };
+        let msg = render(&[(9, d)], 16);
+        assert!(
+            msg.contains(
+                "rank 9 uses GPU 0000:1B:00.0 on host c2, which rank 3 uses as GPU 0000:1B:00.0 \
+                 on host c1"
+            ),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn another_gpu_model_or_driver_is_named_with_both_values() {
+        let differences = vec![(
+            8,
+            Difference::Items {
+                items: vec![
+                    diff(
+                        "gpu",
+                        "NVIDIA A100-SXM4-80GB, 79.2 GiB",
+                        "NVIDIA H100 80GB HBM3, 79.1 GiB",
+                    ),
+                    diff("NVIDIA driver", "535.104.05", "550.54.15"),
+                ],
+                more: 0,
+            },
+        )];
+        let msg = render(&differences, 16);
+        for want in [
+            "rank 8 trains on NVIDIA A100-SXM4-80GB, 79.2 GiB, rank 0 on NVIDIA H100 80GB HBM3, \
+             79.1 GiB",
+            "run every rank on the same GPU model",
+            "rank 8 finds NVIDIA driver 535.104.05, rank 0 550.54.15",
+            "install the same driver on every node",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in:\n{msg}");
+        }
+    }
+
+    #[test]
+    fn a_gpu_is_claimed_by_its_uuid_and_said_by_its_bus_id_and_host() {
+        let id = crate::gpu::identity::GpuIdentity {
+            ordinal: 0,
+            pci_bus_id: "0000:1B:00.0".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_bytes: Some(1 << 30),
+            uuid: Some("GPU-aa".into()),
+        };
+        let c = gpu_claim(&id, "n1");
+        assert_eq!(c.what, "GPU 0000:1B:00.0 on host n1");
+        // the same GPU, whatever its host is called (two containers of one node)
+        assert_eq!(gpu_claim(&id, "c2").key, c.key);
+        let no_uuid = crate::gpu::identity::GpuIdentity { uuid: None, ..id };
+        assert_ne!(gpu_claim(&no_uuid, "n1").key, gpu_claim(&no_uuid, "n2").key);
     }
 
     #[test]

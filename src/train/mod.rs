@@ -252,15 +252,11 @@ impl<'a> Command<'a> {
         Ok(())
     }
 
-    /// This command's job as the ranks of a data-parallel job compare it ([`job`]; the binary
-    /// and the data's shape are added by the caller): the benchmark, division, device kind,
-    /// recipe, the resolved `config`, the run or the set, and the environment that changes the
-    /// collectives.
-    fn job_items(
-        &self,
-        config: &impl serde::Serialize,
-        sys: &SystemConfig,
-    ) -> anyhow::Result<job::Items> {
+    /// This command's job as the ranks of a data-parallel job compare it ([`job`]; the data's
+    /// shape is added by the caller, the binary and the GPU by [`job::agree`]): the benchmark,
+    /// division, device kind, recipe, the resolved `config`, the run or the set, and the
+    /// environment that changes the collectives.
+    fn job(&self, config: &impl serde::Serialize, sys: &SystemConfig) -> anyhow::Result<job::Job> {
         let device = if self.device.is_cuda() { "cuda" } else { "cpu" };
         let mut items = vec![
             job::item("benchmark", self.benchmark),
@@ -299,7 +295,10 @@ impl<'a> Command<'a> {
                 format!("{:?}", self.run.emulate_cuda_graph),
             ),
         ]);
-        Ok(items)
+        Ok(job::Job {
+            items,
+            cuda: self.device.is_cuda(),
+        })
     }
 
     /// One run (`--seed`/`--log`, reported as `metric` at `unit`) or a run set; `one` trains
@@ -473,7 +472,7 @@ type PreparedResnet<'a> = (
 );
 
 #[cfg(feature = "torch")]
-fn prepare_resnet(args: &ResnetArgs) -> anyhow::Result<(PreparedResnet<'_>, job::Items)> {
+fn prepare_resnet(args: &ResnetArgs) -> anyhow::Result<(PreparedResnet<'_>, job::Job)> {
     let mut cmd = Command::prepare(
         "resnet",
         &args.division,
@@ -498,12 +497,13 @@ fn prepare_resnet(args: &ResnetArgs) -> anyhow::Result<(PreparedResnet<'_>, job:
     // cannot feed a run is refused before the first run's log (and not listed again per run)
     let listed = anyhow::Context::context(resnet::list_data(&cfg, args.data.as_deref()), "--data")?;
     cmd.check_start(&cfg.system)?;
-    let mut items = cmd.job_items(&cfg, &cfg.system)?;
-    items.push(job::item("--emulate-world", args.emulate_world.to_string()));
+    let mut mine = cmd.job(&cfg, &cfg.system)?;
+    mine.items
+        .push(job::item("--emulate-world", args.emulate_world.to_string()));
     if let Some(listed) = &listed {
-        items.extend(job::imagenet_items(listed));
+        mine.items.extend(job::imagenet_items(listed));
     }
-    Ok(((cmd, cfg, listed), items))
+    Ok(((cmd, cfg, listed), mine))
 }
 
 #[derive(clap::Args, Debug)]
@@ -555,7 +555,7 @@ pub fn run_bert(args: BertArgs) -> anyhow::Result<ExitStatus> {
 type PreparedBert<'a> = (Command<'a>, bert::BertRunConfig, PathBuf);
 
 #[cfg(feature = "torch")]
-fn prepare_bert(args: &BertArgs) -> anyhow::Result<(PreparedBert<'_>, job::Items)> {
+fn prepare_bert(args: &BertArgs) -> anyhow::Result<(PreparedBert<'_>, job::Job)> {
     let mut cmd = Command::prepare(
         "bert",
         &args.division,
@@ -604,8 +604,9 @@ fn prepare_bert(args: &BertArgs) -> anyhow::Result<(PreparedBert<'_>, job::Items
         crate::fused::fp8::path_for(cmd.device).map_err(|e| cmd.in_config(e))?;
     }
     cmd.check_start(&cfg.system)?;
-    let mut items = cmd.job_items(&cfg, &cfg.system)?;
-    items.extend(job::bert_items(&train, eval.samples, &eval_files));
+    let mut mine = cmd.job(&cfg, &cfg.system)?;
+    mine.items
+        .extend(job::bert_items(&train, eval.samples, &eval_files));
     let checkpoint = match &args.init_checkpoint {
         Some(ck) => format!(
             "given ({} bytes)",
@@ -613,6 +614,6 @@ fn prepare_bert(args: &BertArgs) -> anyhow::Result<(PreparedBert<'_>, job::Items
         ),
         None => "none".into(),
     };
-    items.push(job::item("--init-checkpoint", checkpoint));
-    Ok(((cmd, cfg, data), items))
+    mine.items.push(job::item("--init-checkpoint", checkpoint));
+    Ok(((cmd, cfg, data), mine))
 }

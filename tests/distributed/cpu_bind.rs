@@ -7,7 +7,7 @@ use crate::common::alone::run_alone;
 
 use mlperf_run::cpu_bind::{
     apply, cores, current_affinity, format_cpu_list, launcher_bound, plan, set_process_affinity,
-    CpuBind,
+    CpuBind, LocalGpus,
 };
 use std::path::Path;
 use std::sync::mpsc;
@@ -58,8 +58,11 @@ fn slices_bind_every_thread_of_the_process_to_its_share() {
     run_alone!();
     let allowed = current_affinity().unwrap();
     let bound_before = launcher_bound().unwrap();
-    let (said, earlier_now) =
-        with_a_thread_started_before(|| apply(CpuBind::Slices, 1, 2).unwrap().message);
+    let (said, earlier_now) = with_a_thread_started_before(|| {
+        apply(CpuBind::Slices, 1, 2, &LocalGpus::default())
+            .unwrap()
+            .message
+    });
     let now = current_affinity().unwrap();
     let later_now = std::thread::spawn(|| current_affinity().unwrap())
         .join()
