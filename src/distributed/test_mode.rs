@@ -3,9 +3,10 @@
 //!
 //! - `MLPERF_RUN_TEST_SHARE_GPU=1`: the ranks of a CUDA run share the node's GPUs (rank r on
 //!   `cuda:(LOCAL_RANK mod visible)`) and talk through Gloo over CUDA tensors, since NCCL refuses
-//!   two ranks on one device; their GPUs are not claimed when the ranks compare their jobs. The overlapped all-reduce, the per-rank batch hand-off, stop
-//!   agreement, shutdown and rank-failure abort then run on a GPU. `methods.cuda_graph` is
-//!   refused in this mode: the graph captures the step's all-reduces, which only NCCL can do.
+//!   two ranks on one device; their GPUs are not claimed when the ranks compare their jobs. The
+//!   overlapped all-reduce, the per-rank batch hand-off, stop agreement, shutdown and rank-failure
+//!   abort then run on a GPU. `methods.cuda_graph` is refused in this mode: the graph captures
+//!   the step's all-reduces, which only NCCL can do.
 //! - `MLPERF_RUN_TEST_GROUP_OF_ONE=1`: a world of one process (`mlperf-run launch
 //!   --nproc-per-node 1`) still forms a process group (NCCL on CUDA, Gloo on a CPU) and sends its
 //!   gradients through it, so on a GPU the all-reduce is captured inside the CUDA graph as it is

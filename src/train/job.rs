@@ -126,8 +126,8 @@ fn own_job(job: &Job, local_rank: usize) -> Result<(Items, Vec<Claim>)> {
 
 /// The GPU this rank's runs will use (the trainer's rule, `crate::distributed::choose_gpu`): its
 /// model and the NVIDIA driver as items, and the GPU itself as a claim (none where the ranks
-/// share GPUs on purpose, `MLPERF_RUN_TEST_SHARE_GPU`). An error where the rule gives this rank
-/// no GPU, or the CUDA runtime cannot say which GPU it is.
+/// share GPUs on purpose, `MLPERF_RUN_TEST_SHARE_GPU`, or where the CUDA runtime cannot say which
+/// GPU it is: a warning says why). An error where the rule gives this rank no GPU.
 fn gpu_job(local_rank: usize) -> Result<(Items, Option<Claim>)> {
     let test_mode = crate::distributed::TestMode::from_env()?;
     let visible = tch::Cuda::device_count();
@@ -135,12 +135,18 @@ fn gpu_job(local_rank: usize) -> Result<(Items, Option<Claim>)> {
     let tch::Device::Cuda(ordinal) = device else {
         anyhow::bail!("LOCAL_RANK {local_rank}: no CUDA device chosen ({device:?})");
     };
-    let id = crate::gpu::identity::identify(ordinal).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot tell which GPU this rank's cuda:{ordinal} is (LOCAL_RANK {local_rank}), so \
-             it cannot check that no other rank uses it: {e}"
-        )
-    })?;
+    let id = match crate::gpu::identity::identify(ordinal) {
+        Ok(id) => id,
+        Err(e) => {
+            // a diagnostic that cannot run does not stop a job libtorch can train: the GPU goes
+            // unclaimed (two ranks on it would meet NCCL's own refusal at the first collective)
+            tracing::warn!(
+                "cannot tell which GPU this rank's cuda:{ordinal} is (LOCAL_RANK {local_rank}), \
+                 so no check that no other rank uses it: {e}"
+            );
+            return Ok((vec![item("gpu", "unidentified"), driver_item()], None));
+        }
+    };
     let host = crate::runs::lock::hostname().unwrap_or_else(|| "(unnamed)".into());
     let items = vec![item("gpu", id.model()), driver_item()];
     Ok((items, (!test_mode.share_gpu).then(|| gpu_claim(&id, &host))))
