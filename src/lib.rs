@@ -8,7 +8,8 @@
 //! - [`regress`]: the CI regression gate (`regress`)
 //! - [`runs`]: run sets (N seeded runs, resume), their outcome, progress line, plot and report
 //! - [`submission`]: system description, submitter tree, tarball, verify
-//! - [`train`], [`models`], [`optim`], [`distributed`]: training on libtorch (feature `torch`)
+//! - [`train`], [`models`], [`optim`], [`distributed`]: training on libtorch (feature `torch`;
+//!   the launcher's environment, `distributed::Rendezvous`, is read in every build)
 //! - [`data`]: data pipelines and synthetic data sets
 //! - [`gpu`]: autocast regions, CUDA streams and events, whole-step CUDA graphs, which GPU a
 //!   CUDA device is
@@ -27,7 +28,6 @@ pub mod cli;
 pub mod cpu_bind;
 pub mod data;
 pub mod demo;
-#[cfg(feature = "torch")]
 pub mod distributed;
 #[cfg(feature = "torch")]
 pub mod fused;

@@ -175,12 +175,10 @@ fn launch_all(count: u64, config: &Path) -> Result<ExitStatus> {
     })
 }
 
-/// True in a worker that a launcher started (torchrun, `launch`, Slurm): it trains its own
-/// rank, it does not start workers of its own.
+/// True in a worker that a launcher started (torchrun, `launch`, Slurm, mpirun): it trains its
+/// own rank, it does not start workers of its own.
 fn under_a_launcher() -> bool {
-    ["RANK", "WORLD_SIZE", "SLURM_PROCID"]
-        .iter()
-        .any(|k| std::env::var_os(k).is_some())
+    crate::distributed::under_a_launcher()
 }
 
 /// `resnet` as typed: the defaults filled in when --config (and --recipe) is absent.

@@ -510,7 +510,9 @@ impl Drop for QuietStore {
 /// no route to it, or no host answering at it (EHOSTUNREACH, ENETUNREACH) will not get better
 /// by waiting: a [`GroupFailure`] naming MASTER_ADDR at once, not a wait for the whole
 /// rendezvous timeout. A refused connection (the host is up, rank 0 not yet listening) or no
-/// answer within 5 s passes: the store's own connect retries until the rendezvous timeout.
+/// answer within 5 s passes: the store's own connect retries until the rendezvous timeout. A
+/// name with several addresses (IPv6 and IPv4) fails only when none of them can be reached, as
+/// the store tries each.
 fn probe_master(rdv: &Rendezvous) -> Result<()> {
     use std::net::{TcpStream, ToSocketAddrs};
     let fail = |why: String| -> anyhow::Error {
@@ -528,17 +530,34 @@ fn probe_master(rdv: &Rendezvous) -> Result<()> {
         Ok(a) => a.collect(),
         Err(e) => return Err(fail(format!("does not resolve ({e})"))),
     };
-    let Some(addr) = addrs.first() else {
+    if addrs.is_empty() {
         return Err(fail("resolves to no address".into()));
-    };
-    match TcpStream::connect_timeout(addr, Duration::from_secs(5)) {
-        Ok(_) => Ok(()),
-        Err(e) => match e.raw_os_error() {
-            Some(libc::EHOSTUNREACH) => Err(fail(format!("has no host answering at {addr} ({e})"))),
-            Some(libc::ENETUNREACH) => Err(fail(format!("has no route from this host ({e})"))),
-            _ => Ok(()),
-        },
     }
+    unreachable_everywhere(&addrs, |addr| {
+        TcpStream::connect_timeout(addr, Duration::from_secs(5)).map(drop)
+    })
+    .map_or(Ok(()), |why| Err(fail(why)))
+}
+
+/// Why no address of `addrs` can be reached (every `connect` failed with no route or no host
+/// answering), or None when one may answer: it connected, refused, or did not answer in time.
+fn unreachable_everywhere(
+    addrs: &[std::net::SocketAddr],
+    connect: impl Fn(&std::net::SocketAddr) -> std::io::Result<()>,
+) -> Option<String> {
+    let mut why = Vec::new();
+    for addr in addrs {
+        match connect(addr) {
+            Err(e) if e.raw_os_error() == Some(libc::EHOSTUNREACH) => {
+                why.push(format!("has no host answering at {addr} ({e})"))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENETUNREACH) => {
+                why.push(format!("has no route from this host to {addr} ({e})"))
+            }
+            _ => return None,
+        }
+    }
+    Some(why.join("; it "))
 }
 
 /// With Slurm's variables: the commonest way to lose all ranks but one, a worker started by
@@ -683,6 +702,40 @@ mod tests {
             msg.contains("no-such-host.invalid (the first host of SLURM_JOB_NODELIST)")
                 && !msg.contains("MASTER_ADDR=no-such-host"),
             "{msg}"
+        );
+    }
+
+    /// A name with an IPv6 address this host cannot reach and an IPv4 one it can (common
+    /// without IPv6 routes): the probe tried the first address alone and failed at once,
+    /// where the store, which tries each address, would have connected.
+    #[test]
+    fn the_master_probe_fails_only_when_no_address_can_be_reached() {
+        let v6: std::net::SocketAddr = "[2001:db8::1]:29500".parse().unwrap();
+        let v4: std::net::SocketAddr = "192.0.2.9:29500".parse().unwrap();
+        let os = |code| std::io::Error::from_raw_os_error(code);
+        let connect = |a: &std::net::SocketAddr| match a.is_ipv6() {
+            true => Err(os(libc::ENETUNREACH)),
+            false => Ok(()),
+        };
+        assert_eq!(unreachable_everywhere(&[v6, v4], connect), None);
+        let refused = |a: &std::net::SocketAddr| match a.is_ipv6() {
+            true => Err(os(libc::EHOSTUNREACH)),
+            false => Err(os(libc::ECONNREFUSED)),
+        };
+        assert_eq!(
+            unreachable_everywhere(&[v6, v4], refused),
+            None,
+            "rank 0 not up yet"
+        );
+        let why = unreachable_everywhere(&[v6, v4], |a| match a.is_ipv6() {
+            true => Err(os(libc::ENETUNREACH)),
+            false => Err(os(libc::EHOSTUNREACH)),
+        })
+        .unwrap();
+        assert!(
+            why.starts_with("has no route from this host to [2001:db8::1]:29500")
+                && why.contains("; it has no host answering at 192.0.2.9:29500"),
+            "{why}"
         );
     }
 

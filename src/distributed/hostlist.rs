@@ -1,5 +1,6 @@
 //! Slurm's compressed host lists (`node[01-04,07],gpu5`, `rack[1-2]-n[1-3]`), as found in
-//! SLURM_JOB_NODELIST.
+//! SLURM_STEP_NODELIST and SLURM_JOB_NODELIST, and its task counts per node (`8(x2),4`), as
+//! found in SLURM_STEP_TASKS_PER_NODE.
 use anyhow::{bail, Result};
 
 /// Hosts beyond this many are refused by [`expand`] (a typo such as `n[1-999999999]`).
@@ -139,9 +140,48 @@ pub fn expand(list: &str) -> Result<Vec<String>> {
     Ok(hosts)
 }
 
+/// Slurm's tasks per node, one count per node of the step in order: `8(x2),4` is 8 tasks on
+/// each of the first two nodes and 4 on the third. At most [`MAX_HOSTS`] nodes.
+pub fn tasks_per_node(list: &str) -> Result<Vec<usize>> {
+    let bad = || anyhow::anyhow!("{list:?} is not a Slurm task count per node, such as 8(x2),4");
+    let mut counts = Vec::new();
+    for item in list.trim().split(',') {
+        let (count, reps) = match item.split_once("(x") {
+            Some((c, rest)) => (c, rest.strip_suffix(')').ok_or_else(bad)?),
+            None => (item, "1"),
+        };
+        let num = |s: &str| -> Result<usize> {
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            s.parse().map_err(|_| bad())
+        };
+        let (count, reps) = (num(count)?, num(reps)?);
+        if reps == 0 || counts.len().saturating_add(reps) > MAX_HOSTS {
+            return Err(bad());
+        }
+        counts.extend(std::iter::repeat_n(count, reps));
+    }
+    Ok(counts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_counts_per_node_expand() {
+        assert_eq!(tasks_per_node("8(x2),4").unwrap(), [8, 8, 4]);
+        assert_eq!(tasks_per_node("2").unwrap(), [2]);
+        assert_eq!(tasks_per_node("1,3(x2),1").unwrap(), [1, 3, 3, 1]);
+        for bad in ["", "8(x2", "x", "8(x0)", "8,,4", "-1", "8(x99999999)"] {
+            let e = tasks_per_node(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("is not a Slurm task count per node"),
+                "{bad:?}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn expands_ranges_padding_and_plain_hosts() {

@@ -2,7 +2,8 @@
 //! (`shim/dist.cpp`): one process per device, rendezvous through a TCPStore that rank 0
 //! hosts, Gloo on CPUs and NCCL on GPUs (feature `nccl`).
 //!
-//! - [`Rendezvous`]: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK, or Slurm's variables
+//! - [`Rendezvous`]: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK, or Slurm's or an MPI
+//!   launcher's variables
 //! - [`Peers`]: what the trainer needs of the other ranks (rank, sums, agreement, rank 0's
 //!   state, failure sharing), apart from the gradient reducer; [`ProcessGroup`] implements it
 //! - [`ProcessGroup`]: allreduce, broadcast, barrier, eval-count reduction, stop agreement;
@@ -20,42 +21,74 @@
 //! Failure contract: any error from a collective means this run is aborted on this rank;
 //! the peers see their next collective fail (closed connection) or time out, so every rank
 //! ends within the timeout. Only rank 0 writes the MLPerf log.
+//!
+//! Without the `torch` feature only the launcher's environment is here ([`Rendezvous`],
+//! [`Timeouts`], [`hostlist`]): the lite build's commands ask it which rank they are.
+#[cfg(feature = "torch")]
 mod agree;
+#[cfg(feature = "torch")]
 mod buckets;
 mod device;
+#[cfg(feature = "torch")]
 mod gradsync;
+#[cfg(feature = "torch")]
 mod group;
 pub mod hostlist;
+#[cfg(feature = "torch")]
 mod peers;
+#[cfg(feature = "torch")]
 mod reducer;
 mod rendezvous;
+#[cfg(feature = "torch")]
 mod sync;
+#[cfg(feature = "torch")]
 mod test_mode;
 
+#[cfg(feature = "torch")]
 pub use agree::{compare_jobs, Claim, Difference, ItemDifference, JobView, MAX_ITEMS};
+#[cfg(feature = "torch")]
 pub use buckets::{broadcast_from_root, Buckets, DEFAULT_BUCKET_BYTES};
 pub use device::{choose_gpu, local_gpus, nvml_name, GpuChoice, Why};
+#[cfg(feature = "torch")]
 pub use gradsync::{overlap_from_env, BucketedGradSync};
+#[cfg(feature = "torch")]
 pub use group::{Backend, GroupFailure, ProcessGroup, ReduceOp};
+#[cfg(feature = "torch")]
 pub use peers::Peers;
+#[cfg(feature = "torch")]
 pub use reducer::{BucketTimes, OverlapTimings};
 pub use rendezvous::{
-    local_processes, local_processes_from_lookup, Rendezvous, Source, Timeouts, DEFAULT_PORT,
-    DEFAULT_RENDEZVOUS_TIMEOUT, DEFAULT_TIMEOUT,
+    launcher, launcher_task, local_processes, local_processes_from_lookup, nodes_from_lookup,
+    under_a_launcher, LauncherTask, Rendezvous, Source, Timeouts, DEFAULT_PORT,
+    DEFAULT_RENDEZVOUS_TIMEOUT, DEFAULT_TIMEOUT, MAX_TIMEOUT_S, MIN_TIMEOUT_S, ONE_NODE,
 };
+#[cfg(feature = "torch")]
 pub use sync::{GradSource, GradSync, NoSync};
+#[cfg(feature = "torch")]
 pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};
 
 /// The launcher's environment, read once before a training command's first run: the test
 /// modes, the rendezvous variables (torchrun's or Slurm's) and, for a multi-process job, the
 /// timeouts and MLPERF_RUN_GRAD_OVERLAP. A malformed or inconsistent one is refused here,
 /// naming the variable; found by each run instead, it was logged as that run's crash and the
-/// set went on, every run ending aborted.
+/// set went on, every run ending aborted. With `-v` it says which launcher's variables it
+/// read, and which others it found but did not read.
+#[cfg(feature = "torch")]
 pub fn check_environment() -> anyhow::Result<()> {
     TestMode::from_env()?;
-    if Rendezvous::from_env()?.is_some() {
+    if let Some(rdv) = Rendezvous::from_env()? {
         Timeouts::from_env()?;
         overlap_from_env()?;
+        tracing::info!(
+            "rank {} of {} (local rank {}), from the variables of {}{}",
+            rdv.rank,
+            rdv.world_size,
+            rdv.local_rank,
+            rdv.source.launcher(),
+            rdv.not_read
+                .map(|o| format!("; also set, not read: {o}"))
+                .unwrap_or_default()
+        );
     }
     Ok(())
 }
@@ -65,6 +98,7 @@ pub fn check_environment() -> anyhow::Result<()> {
 /// own error does not; while the store connects even its errors wait, see
 /// [`ProcessGroup::new`]); with `-v`, its warnings too, as libtorch's default; `-vv`, its info
 /// lines. A `TORCH_CPP_LOG_LEVEL` in the environment is the user's choice and is left as it is.
+#[cfg(feature = "torch")]
 pub fn libtorch_logs(verbose: u8) {
     let user_set = std::env::var_os("TORCH_CPP_LOG_LEVEL").is_some();
     if let Some(level) = libtorch_log_level(verbose, user_set) {
@@ -73,6 +107,7 @@ pub fn libtorch_logs(verbose: u8) {
 }
 
 /// The level [`libtorch_logs`] sets; None: the user's `TORCH_CPP_LOG_LEVEL` stands.
+#[cfg(feature = "torch")]
 fn libtorch_log_level(verbose: u8, user_set: bool) -> Option<crate::shim::tensor::CppLogLevel> {
     use crate::shim::tensor::CppLogLevel;
     (!user_set).then_some(match verbose {
@@ -82,7 +117,7 @@ fn libtorch_log_level(verbose: u8, user_set: bool) -> Option<crate::shim::tensor
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "torch"))]
 mod log_level_tests {
     use crate::shim::tensor::{cpp_log_level, set_cpp_log_level, CppLogLevel};
 

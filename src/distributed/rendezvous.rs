@@ -1,5 +1,7 @@
 //! Where and who: the rendezvous address, this process's rank, the world size and the local
-//! rank (which GPU), from torchrun-style variables or from Slurm's.
+//! rank (which GPU), from the variables of the launcher that started this process: torchrun's
+//! (also `mlperf-run launch`'s), Slurm's (`srun`), Open MPI's `mpirun` or MPICH's and Intel
+//! MPI's `mpiexec` (Hydra). docs/distributed.md ("Starting the processes") lists what is read.
 use super::hostlist;
 use anyhow::{bail, Context, Result};
 use std::time::Duration;
@@ -11,13 +13,54 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default rendezvous timeout; MLPERF_RUN_RENDEZVOUS_TIMEOUT_S overrides it.
 pub const DEFAULT_RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Which convention the rendezvous came from.
+/// Which launcher's variables the rendezvous came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     /// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK (torchrun, `mlperf-run launch`).
     Torchrun,
-    /// SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, first host of SLURM_JOB_NODELIST.
+    /// SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS), first host of
+    /// SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST).
     Slurm,
+    /// OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's
+    /// `mpirun`), with MASTER_ADDR.
+    OpenMpi,
+    /// PMI_RANK, PMI_SIZE, MPI_LOCALRANKID (MPICH's and Intel MPI's `mpiexec`, Hydra), with
+    /// MASTER_ADDR.
+    Hydra,
+}
+
+impl Source {
+    /// The variables of this launcher's rank, world size, local rank and processes on this
+    /// node (Slurm's world size is SLURM_STEP_NUM_TASKS in a step: see
+    /// [`Rendezvous::world_from`]).
+    fn vars(self) -> [&'static str; 4] {
+        match self {
+            Source::Torchrun => ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"],
+            Source::Slurm => [
+                "SLURM_PROCID",
+                "SLURM_NTASKS",
+                "SLURM_LOCALID",
+                "SLURM_STEP_TASKS_PER_NODE",
+            ],
+            Source::OpenMpi => [
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+            ],
+            Source::Hydra => ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"],
+        }
+    }
+
+    /// The launcher, as messages name it.
+    pub fn launcher(self) -> &'static str {
+        match self {
+            Source::Torchrun => "torchrun (or `mlperf-run launch`)",
+            Source::Slurm => "srun",
+            Source::OpenMpi => "Open MPI's mpirun",
+            Source::Hydra => "mpiexec (MPICH or Intel MPI)",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,10 +74,22 @@ pub struct Rendezvous {
     /// ([`super::choose_gpu`]).
     pub local_rank: usize,
     pub source: Source,
-    /// Where `master_addr` came from: "MASTER_ADDR", or the Slurm variable whose first host it
-    /// is ("SLURM_JOB_NODELIST", "SLURM_NODELIST"), for errors that name what to change.
+    /// Where `master_addr` came from: "MASTER_ADDR", [`ONE_NODE`], or the Slurm variable whose
+    /// first host it is ("SLURM_STEP_NODELIST", ...), for errors that name what to change.
     pub master_from: &'static str,
+    /// The variable the world size came from (WORLD_SIZE, SLURM_STEP_NUM_TASKS, ...).
+    pub world_from: &'static str,
+    /// This job's processes on this node, as the launcher says (None: it does not say).
+    pub local_world_size: Option<usize>,
+    /// This job's nodes, as the launcher says.
+    pub nodes: Option<usize>,
+    /// Another launcher's variables also set but not read (torchrun's win over Slurm's, an
+    /// MPI launcher's over the Slurm step it runs in), as `-v` says it.
+    pub not_read: Option<String>,
 }
+
+/// `master_from` of a master that is this host: an MPI launcher whose ranks all run here.
+pub const ONE_NODE: &str = "every rank on this node";
 
 impl Rendezvous {
     /// A single local process (what a run without any launcher is).
@@ -47,19 +102,20 @@ impl Rendezvous {
             local_rank: 0,
             source: Source::Torchrun,
             master_from: "MASTER_ADDR",
+            world_from: "WORLD_SIZE",
+            local_world_size: Some(1),
+            nodes: Some(1),
+            not_read: None,
         }
     }
 
     /// How errors name the master's address: `MASTER_ADDR=host`, or `host (the first host of
-    /// SLURM_JOB_NODELIST)`.
+    /// SLURM_STEP_NODELIST)`.
     pub fn master_named(&self) -> String {
-        if self.master_from == "MASTER_ADDR" {
-            format!("MASTER_ADDR={}", self.master_addr)
-        } else {
-            format!(
-                "{} (the first host of {})",
-                self.master_addr, self.master_from
-            )
+        match self.master_from {
+            "MASTER_ADDR" => format!("MASTER_ADDR={}", self.master_addr),
+            ONE_NODE => format!("{} ({ONE_NODE})", self.master_addr),
+            var => format!("{} (the first host of {var})", self.master_addr),
         }
     }
 
@@ -68,123 +124,43 @@ impl Rendezvous {
         Self::from_lookup(launcher_var)
     }
 
-    /// `Ok(None)`: no launcher variables at all (a plain single-process run).
-    ///
-    /// torchrun style when RANK or WORLD_SIZE is set: MASTER_ADDR, MASTER_PORT, RANK,
-    /// WORLD_SIZE and LOCAL_RANK are then all required. Otherwise Slurm style when
-    /// SLURM_PROCID is set: SLURM_LOCALID and SLURM_NTASKS are required; the master is
-    /// MASTER_ADDR if set, else the first host of SLURM_JOB_NODELIST (or SLURM_NODELIST); the
-    /// port is MASTER_PORT if set, else 20000 + SLURM_JOB_ID % 10000 (all tasks of a job agree;
-    /// concurrent jobs on a node rarely collide), else 29500.
+    /// `Ok(None)`: no launcher variables at all (a plain single-process run; also the batch
+    /// script's own process in a Slurm job of one task). A blank value counts as unset. Which
+    /// launcher ([`launcher`]): torchrun's variables when RANK or WORLD_SIZE is set (then
+    /// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK are all required); else an MPI
+    /// launcher's (Open MPI's OMPI_COMM_WORLD_*, Hydra's PMI_RANK and
+    /// PMI_SIZE) unless they are the Slurm step's own; else Slurm's when SLURM_PROCID is set.
+    /// PMIX_RANK alone, which says no world size, is an error. Every value is checked against
+    /// the others; an error names the variable, its value and what to do.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Rendezvous>> {
-        let need = |k: &str, why: &str| -> Result<String> {
-            get(k).with_context(|| format!("environment variable {k} is not set ({why})"))
-        };
-        let rdv = if get("RANK").is_some() || get("WORLD_SIZE").is_some() {
-            let why = "torchrun-style launch: set MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and \
-                       LOCAL_RANK, or start the workers with `mlperf-run launch`";
-            Rendezvous {
-                master_addr: need("MASTER_ADDR", why)?,
-                master_port: parse_port("MASTER_PORT", &need("MASTER_PORT", why)?)?,
-                rank: parse_num("RANK", &need("RANK", why)?)?,
-                world_size: parse_num("WORLD_SIZE", &need("WORLD_SIZE", why)?)?,
-                local_rank: parse_num("LOCAL_RANK", &need("LOCAL_RANK", why)?)?,
-                source: Source::Torchrun,
-                master_from: "MASTER_ADDR",
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let mut rdv = match launcher(&get) {
+            Some(Source::Torchrun) => torchrun(&get)?,
+            Some(Source::Slurm) => slurm(&get)?,
+            Some(mpi) => mpi_launcher(&get, mpi)?,
+            None => {
+                no_launcher(&get)?;
+                return Ok(None);
             }
-        } else if let Some(procid) = get("SLURM_PROCID") {
-            let why = "Slurm launch: run the workers with srun (see scripts/slurm/run.sub)";
-            let (master_addr, master_from) = match get("MASTER_ADDR") {
-                Some(a) => (a, "MASTER_ADDR"),
-                None => {
-                    let (list, var) = get("SLURM_JOB_NODELIST")
-                        .map(|l| (l, "SLURM_JOB_NODELIST"))
-                        .or_else(|| get("SLURM_NODELIST").map(|l| (l, "SLURM_NODELIST")))
-                        .context(
-                            "environment variables SLURM_JOB_NODELIST and SLURM_NODELIST are \
-                             not set (Slurm launch: the first host is the master; or set \
-                             MASTER_ADDR)",
-                        )?;
-                    let host =
-                        hostlist::first_host(&list).with_context(|| format!("reading {var}"))?;
-                    (host, var)
-                }
-            };
-            let master_port = match (get("MASTER_PORT"), get("SLURM_JOB_ID")) {
-                (Some(p), _) => parse_port("MASTER_PORT", &p)?,
-                (None, Some(job)) => {
-                    let job: u64 = parse_num("SLURM_JOB_ID", &job)? as u64;
-                    20000 + (job % 10000) as u16
-                }
-                (None, None) => DEFAULT_PORT,
-            };
-            Rendezvous {
-                master_addr,
-                master_port,
-                rank: parse_num("SLURM_PROCID", &procid)?,
-                world_size: parse_num("SLURM_NTASKS", &need("SLURM_NTASKS", why)?)?,
-                local_rank: parse_num("SLURM_LOCALID", &need("SLURM_LOCALID", why)?)?,
-                source: Source::Slurm,
-                master_from,
-            }
-        } else {
-            for k in ["MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"] {
-                if get(k).is_some() {
-                    bail!(
-                        "{k} is set but RANK and WORLD_SIZE are not: set all of MASTER_ADDR, \
-                         MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK (or none, for one process)"
-                    );
-                }
-            }
-            return Ok(None);
         };
         rdv.validate()?;
-        if rdv.source == Source::Torchrun {
-            rdv.check_local_world_size(get("LOCAL_WORLD_SIZE").as_deref())?;
-        }
+        rdv.not_read = not_read(&get, rdv.source);
         Ok(Some(rdv))
     }
 
-    /// torchrun's LOCAL_WORLD_SIZE, when set, agrees with LOCAL_RANK and WORLD_SIZE (the CPU
-    /// binding, the decode threads and the node count in sysinfo read it).
-    fn check_local_world_size(&self, value: Option<&str>) -> Result<()> {
-        let Some(v) = value else {
-            return Ok(());
-        };
-        let local: usize = match v.trim().parse() {
-            Ok(n) if n > 0 => n,
-            _ => bail!(
-                "LOCAL_WORLD_SIZE={v:?} is not a positive integer (the processes on this node)"
-            ),
-        };
-        if self.local_rank >= local {
-            bail!(
-                "LOCAL_RANK={} is not below LOCAL_WORLD_SIZE={local}: the ranks are inconsistent",
-                self.local_rank
-            );
-        }
-        if local > self.world_size {
-            bail!(
-                "LOCAL_WORLD_SIZE={local} is larger than WORLD_SIZE={}: the ranks are inconsistent",
-                self.world_size
-            );
-        }
-        Ok(())
-    }
-
     fn validate(&self) -> Result<()> {
-        let (rank_var, world_var, local_var) = match self.source {
-            Source::Torchrun => ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-            Source::Slurm => ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-        };
+        let [rank_var, _, local_var, local_world_var] = self.source.vars();
+        let world_var = self.world_from;
         if self.world_size == 0 {
             bail!("{world_var} is 0; it must be at least 1");
         }
         if self.rank >= self.world_size {
             bail!(
-                "{rank_var}={} is not below {world_var}={}",
+                "{rank_var}={} is not below {world_var}={}: the ranks are numbered 0 to {} \
+                 (the launcher's variables are inconsistent)",
                 self.rank,
-                self.world_size
+                self.world_size,
+                self.world_size - 1
             );
         }
         if self.local_rank > self.rank {
@@ -194,11 +170,397 @@ impl Rendezvous {
                 self.rank
             );
         }
-        if self.master_addr.is_empty() {
-            bail!("the master address is empty");
+        if let Some(local) = self.local_world_size {
+            if self.local_rank >= local {
+                bail!(
+                    "{local_var}={} is not below {local_world_var}={local}: the ranks are \
+                     inconsistent",
+                    self.local_rank
+                );
+            }
+            if local > self.world_size {
+                bail!(
+                    "{local_world_var}={local} is larger than {world_var}={}: the ranks are \
+                     inconsistent",
+                    self.world_size
+                );
+            }
         }
-        Ok(())
+        check_master_addr(&self.master_named(), &self.master_addr)
     }
+}
+
+/// Which launcher's variables describe this process, `None` without any: torchrun's (RANK or
+/// WORLD_SIZE set), else an MPI launcher's (OMPI_COMM_WORLD_RANK or _SIZE; PMI_RANK or
+/// PMI_SIZE) unless a Slurm task's SLURM_PROCID is set and agrees with them (`srun --mpi=pmi2`
+/// sets both: Slurm's also name the master), else Slurm's (SLURM_PROCID). An MPI launcher run
+/// inside a Slurm job starts its ranks through one srun task per node, whose Slurm variables
+/// describe that task (rank = node), not the rank.
+pub fn launcher(get: &impl Fn(&str) -> Option<String>) -> Option<Source> {
+    if get("RANK").is_some() || get("WORLD_SIZE").is_some() {
+        return Some(Source::Torchrun);
+    }
+    let mpi = [Source::OpenMpi, Source::Hydra].into_iter().find(|s| {
+        let [rank, world, ..] = s.vars();
+        get(rank).is_some() || get(world).is_some()
+    });
+    let slurm = get("SLURM_PROCID").is_some() && !batch_process_of_one(get);
+    match mpi {
+        Some(m) if !(slurm && slurm_agrees_with(get, m)) => Some(m),
+        _ if slurm => Some(Source::Slurm),
+        _ => None,
+    }
+}
+
+/// True when a launcher started this process (or its variables are there but malformed, which
+/// the command then refuses): it runs its own rank and starts no workers of its own.
+pub fn under_a_launcher() -> bool {
+    launcher(&launcher_var).is_some() || launcher_var("PMIX_RANK").is_some()
+}
+
+/// The batch script's own process (or an salloc shell's: SLURM_PROCID without SLURM_STEP_ID,
+/// which only srun's tasks have) in a job of one task or of no task count: a process of its
+/// own, as without a launcher (`sbatch --gpus-per-node=8 --wrap 'mlperf-run resnet ...'` may
+/// start the node's workers itself). In a job of more tasks it is refused ([`slurm`]).
+fn batch_process_of_one(get: &impl Fn(&str) -> Option<String>) -> bool {
+    let in_step = get("SLURM_STEP_ID")
+        .or_else(|| get("SLURM_STEPID"))
+        .is_some();
+    !in_step && get("SLURM_NTASKS").is_none_or(|n| n.trim().parse::<usize>().is_ok_and(|n| n <= 1))
+}
+
+/// Whether the Slurm task's SLURM_PROCID (and world size) are the MPI launcher's rank (and
+/// size): then the MPI plugin of srun set both.
+fn slurm_agrees_with(get: &impl Fn(&str) -> Option<String>, mpi: Source) -> bool {
+    let [rank_var, world_var, ..] = mpi.vars();
+    let num = |k: &str| get(k).and_then(|v| v.trim().parse::<usize>().ok());
+    let slurm_world = num("SLURM_STEP_NUM_TASKS").or_else(|| num("SLURM_NTASKS"));
+    num(rank_var) == num("SLURM_PROCID")
+        && get(world_var).is_none_or(|_| num(world_var) == slurm_world)
+}
+
+/// No launcher: a variable of one set alone is an error, not a silent single process.
+fn no_launcher(get: &impl Fn(&str) -> Option<String>) -> Result<()> {
+    if let Some(v) = get("PMIX_RANK") {
+        bail!(
+            "PMIX_RANK={v} is set: a PMIx launcher started this process, but it gives no world \
+             size that mlperf-run reads, and alone each process would train a run of its own \
+             over the same results. Start the workers with srun, Open MPI's mpirun, torchrun or \
+             `mlperf-run launch`, or give each the torchrun variables (MASTER_ADDR, \
+             MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK)"
+        );
+    }
+    for k in ["MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"] {
+        if get(k).is_some() {
+            bail!(
+                "{k} is set but RANK and WORLD_SIZE are not: set all of MASTER_ADDR, \
+                 MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK (or none, for one process)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Launchers whose variables are set besides `used`'s, for `-v` to say they are not read.
+fn not_read(get: &impl Fn(&str) -> Option<String>, used: Source) -> Option<String> {
+    let others: Vec<String> = [
+        Source::Torchrun,
+        Source::OpenMpi,
+        Source::Hydra,
+        Source::Slurm,
+    ]
+    .into_iter()
+    .filter(|&s| s != used)
+    .filter_map(|s| {
+        let var = s.vars()[0];
+        get(var).map(|v| format!("{var}={v} ({})", s.launcher()))
+    })
+    .collect();
+    (!others.is_empty()).then(|| others.join(", "))
+}
+
+/// torchrun's variables, all required.
+fn torchrun(get: &impl Fn(&str) -> Option<String>) -> Result<Rendezvous> {
+    let why = "torchrun-style launch: set MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and \
+               LOCAL_RANK, or start the workers with `mlperf-run launch`";
+    let need =
+        |k: &str| get(k).with_context(|| format!("environment variable {k} is not set ({why})"));
+    let world_size = parse_num("WORLD_SIZE", &need("WORLD_SIZE")?)?;
+    let local_world_size = get("LOCAL_WORLD_SIZE")
+        .map(|v| parse_positive("LOCAL_WORLD_SIZE", &v, "the processes on this node"))
+        .transpose()?;
+    Ok(Rendezvous {
+        master_addr: master_addr(&need("MASTER_ADDR")?),
+        master_port: parse_port("MASTER_PORT", &need("MASTER_PORT")?)?,
+        rank: parse_num("RANK", &need("RANK")?)?,
+        world_size,
+        local_rank: parse_num("LOCAL_RANK", &need("LOCAL_RANK")?)?,
+        source: Source::Torchrun,
+        master_from: "MASTER_ADDR",
+        world_from: "WORLD_SIZE",
+        local_world_size,
+        nodes: local_world_size.map(|l| world_size.div_ceil(l).max(1)),
+        not_read: None,
+    })
+}
+
+/// Open MPI's or Hydra's variables: rank, size and local rank required; the master is
+/// MASTER_ADDR, or this host when every rank runs here; the port MASTER_PORT, else 29500.
+fn mpi_launcher(get: &impl Fn(&str) -> Option<String>, source: Source) -> Result<Rendezvous> {
+    let [rank_var, world_var, local_var, local_world_var] = source.vars();
+    let launcher = source.launcher();
+    let need = |k: &str| {
+        get(k).with_context(|| {
+            format!(
+                "{k} is not set: {launcher} started this process ({} is set) and gives every \
+                 rank {rank_var}, {world_var} and {local_var}",
+                [rank_var, world_var]
+                    .into_iter()
+                    .find(|v| get(v).is_some())
+                    .unwrap_or(rank_var)
+            )
+        })
+    };
+    let world_size = parse_num(world_var, &need(world_var)?)?;
+    let local_world_size = get(local_world_var)
+        .map(|v| parse_positive(local_world_var, &v, "the processes on this node"))
+        .transpose()?;
+    let pass = match source {
+        Source::Hydra => "mpiexec -genv MASTER_ADDR <host of rank 0> -genv MASTER_PORT 29500 ...",
+        _ => "mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=29500 ...",
+    };
+    let (master_addr, master_from) = match (get("MASTER_ADDR"), local_world_size) {
+        (Some(a), _) => (master_addr(&a), "MASTER_ADDR"),
+        (None, Some(l)) if l == world_size => ("127.0.0.1".to_string(), ONE_NODE),
+        (None, local) => bail!(
+            "{launcher} started this process as one of {world_var}={world_size} ranks, {} on \
+             this node, and names no host for the rendezvous: set MASTER_ADDR (and \
+             MASTER_PORT) for every rank to the host of rank 0, e.g. `{pass}`",
+            local.map_or_else(|| format!("{local_world_var} not set"), |l| l.to_string())
+        ),
+    };
+    Ok(Rendezvous {
+        master_addr,
+        master_port: match get("MASTER_PORT") {
+            Some(p) => parse_port("MASTER_PORT", &p)?,
+            None => DEFAULT_PORT,
+        },
+        rank: parse_num(rank_var, &need(rank_var)?)?,
+        world_size,
+        local_rank: parse_num(local_var, &need(local_var)?)?,
+        source,
+        master_from,
+        world_from: world_var,
+        local_world_size,
+        nodes: local_world_size.map(|l| world_size.div_ceil(l).max(1)),
+        not_read: None,
+    })
+}
+
+/// Slurm's variables, in a task that srun started: the rank SLURM_PROCID, the world size the
+/// step's SLURM_STEP_NUM_TASKS (SLURM_NTASKS, which `srun --export`/`-E` may leave at the
+/// job's, without it), the local rank SLURM_LOCALID; the master MASTER_ADDR, else the first
+/// host of the step's node list (SLURM_STEP_NODELIST: a step may run on part of the job's
+/// nodes), else of SLURM_JOB_NODELIST or SLURM_NODELIST; the port MASTER_PORT, else
+/// 20000 + SLURM_JOB_ID % 10000 (all tasks of a job agree; concurrent jobs on a node rarely
+/// collide), else 29500. The tasks on this node are SLURM_STEP_TASKS_PER_NODE's count for
+/// SLURM_NODEID (`8(x2),4`).
+fn slurm(get: &impl Fn(&str) -> Option<String>) -> Result<Rendezvous> {
+    let procid = get("SLURM_PROCID").unwrap_or_default();
+    let world = ["SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"]
+        .into_iter()
+        .find_map(|k| get(k).map(|v| (k, v)));
+    let nodelist = [
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+    ]
+    .iter()
+    .any(|k| get(k).is_some());
+    let missing: Vec<&str> = [
+        ("SLURM_NTASKS", world.is_some()),
+        ("SLURM_LOCALID", get("SLURM_LOCALID").is_some()),
+        (
+            "SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST, or MASTER_ADDR)",
+            nodelist || get("MASTER_ADDR").is_some(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, set)| (!set).then_some(k))
+    .collect();
+    let (Some((world_from, world)), true) = (world, missing.is_empty()) else {
+        bail!(
+            "SLURM_PROCID={procid} is set but {} not: a Slurm launch needs SLURM_PROCID, \
+             SLURM_NTASKS, SLURM_LOCALID and a node list, as srun gives every task (see \
+             scripts/slurm/run.sub); unset SLURM_PROCID for one process",
+            match missing.as_slice() {
+                [one] => format!("{one} is"),
+                many => format!("{} are", many.join(", ")),
+            }
+        );
+    };
+    let rank = parse_num("SLURM_PROCID", &procid)?;
+    let world_size = parse_num(world_from, &world)?;
+    let local_rank = parse_num("SLURM_LOCALID", &get("SLURM_LOCALID").unwrap_or_default())?;
+    let in_step = get("SLURM_STEP_ID")
+        .or_else(|| get("SLURM_STEPID"))
+        .is_some();
+    if !in_step && world_size > 1 {
+        bail!(
+            "SLURM_PROCID={procid} and {world_from}={world_size} are set but SLURM_STEP_ID is \
+             not: the batch script (or an salloc shell) started this process itself, not srun, \
+             so it is one process where the job has {world_size} tasks, and the others would \
+             never come. Start one process per task with srun (`srun --ntasks-per-node=8 \
+             mlperf-run ...`, scripts/slurm/run.sub), or this node's workers with `mlperf-run \
+             launch --nproc-per-node N -- ...`"
+        );
+    }
+    let (master_addr, master_from) = slurm_master(get)?;
+    if rank == 0 && world_size > 1 && master_from != "MASTER_ADDR" {
+        if let Some(node) = get("SLURMD_NODENAME").filter(|n| !n.eq_ignore_ascii_case(&master_addr))
+        {
+            bail!(
+                "rank 0 (SLURM_PROCID=0) runs on {node} (SLURMD_NODENAME), but the rendezvous \
+                 master is {master_addr}, the first host of {master_from}: every rank would wait \
+                 for a store that no process serves there. Set MASTER_ADDR to {node}'s address \
+                 for every task (export it before srun)"
+            );
+        }
+    }
+    let (local_world_size, nodes) = slurm_tasks_here(get, local_rank, (world_from, world_size))?;
+    let master_port = match (get("MASTER_PORT"), get("SLURM_JOB_ID")) {
+        (Some(p), _) => parse_port("MASTER_PORT", &p)?,
+        (None, Some(job)) => 20000 + (parse_num("SLURM_JOB_ID", &job)? % 10000) as u16,
+        (None, None) => DEFAULT_PORT,
+    };
+    Ok(Rendezvous {
+        master_addr,
+        master_port,
+        rank,
+        world_size,
+        local_rank,
+        source: Source::Slurm,
+        master_from,
+        world_from,
+        local_world_size,
+        nodes,
+        not_read: None,
+    })
+}
+
+/// The master of a Slurm launch: MASTER_ADDR, or the first host of the step's node list.
+fn slurm_master(get: &impl Fn(&str) -> Option<String>) -> Result<(String, &'static str)> {
+    if let Some(a) = get("MASTER_ADDR") {
+        return Ok((master_addr(&a), "MASTER_ADDR"));
+    }
+    for var in [
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+    ] {
+        if let Some(list) = get(var) {
+            let host = hostlist::first_host(&list).with_context(|| format!("reading {var}"))?;
+            return Ok((host, var));
+        }
+    }
+    bail!("no Slurm node list is set (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST): set MASTER_ADDR")
+}
+
+/// This node's tasks of the step and the step's nodes, from SLURM_STEP_TASKS_PER_NODE (else
+/// SLURM_TASKS_PER_NODE) and SLURM_NODEID, else SLURM_NTASKS_PER_NODE; the local rank must be
+/// below the tasks on this node, and the counts must add up to the world size.
+fn slurm_tasks_here(
+    get: &impl Fn(&str) -> Option<String>,
+    local_rank: usize,
+    (world_var, world): (&str, usize),
+) -> Result<(Option<usize>, Option<usize>)> {
+    let num = |k: &str| get(k).and_then(|v| v.trim().parse::<usize>().ok());
+    let nodes_said = num("SLURM_STEP_NUM_NODES").or_else(|| num("SLURM_JOB_NUM_NODES"));
+    let Some((var, list)) = ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"]
+        .into_iter()
+        .find_map(|k| get(k).map(|v| (k, v)))
+    else {
+        return Ok((num("SLURM_NTASKS_PER_NODE").filter(|&n| n > 0), nodes_said));
+    };
+    let counts = hostlist::tasks_per_node(&list).with_context(|| format!("reading {var}"))?;
+    let total: usize = counts.iter().sum();
+    if total != world {
+        bail!(
+            "{var}={list:?} adds up to {total} tasks but {world_var}={world}: the Slurm \
+             variables are inconsistent (was the environment of another step or job kept?)"
+        );
+    }
+    let here = match get("SLURM_NODEID") {
+        Some(id) => {
+            let id = parse_num("SLURM_NODEID", &id)?;
+            let Some(&n) = counts.get(id) else {
+                bail!(
+                    "SLURM_NODEID={id} is not a node of {var}={list:?} ({} nodes): the Slurm \
+                     variables are inconsistent",
+                    counts.len()
+                );
+            };
+            if local_rank >= n {
+                bail!(
+                    "SLURM_LOCALID={local_rank} is not below the {n} task(s) that {var}={list:?} \
+                     gives this node (SLURM_NODEID={id}): the Slurm variables are inconsistent"
+                );
+            }
+            Some(n)
+        }
+        None => counts.iter().all(|&n| n == counts[0]).then_some(counts[0]),
+    };
+    Ok((here, Some(counts.len())))
+}
+
+/// A task of another launcher that `mlperf-run launch` runs as ([`launcher_task`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LauncherTask {
+    pub rank: usize,
+    pub tasks: usize,
+    /// The launcher's tasks on this node, when it says.
+    pub on_this_node: Option<usize>,
+    /// The variables, as messages name them: `SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=2`.
+    pub vars: String,
+}
+
+/// The task of another launcher that `mlperf-run launch` runs as, when a Slurm step (SLURM_STEP_ID
+/// set) or an MPI launcher started it. torchrun's variables are not asked: `launch` gives its
+/// workers their own, and a shell may keep ones set by hand.
+pub fn launcher_task(get: &impl Fn(&str) -> Option<String>) -> Option<LauncherTask> {
+    let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let num = |k: &str| get(k)?.trim().parse::<usize>().ok();
+    let mpi = [Source::OpenMpi, Source::Hydra]
+        .into_iter()
+        .find(|s| get(s.vars()[0]).is_some());
+    let (rank_var, world_var, on_this_node) = match mpi {
+        Some(m) if !(get("SLURM_PROCID").is_some() && slurm_agrees_with(&get, m)) => {
+            let [r, w, _, l] = m.vars();
+            (r, w, num(l))
+        }
+        _ if get("SLURM_STEP_ID")
+            .or_else(|| get("SLURM_STEPID"))
+            .is_some() =>
+        {
+            let here = ["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"]
+                .into_iter()
+                .find_map(&get)
+                .and_then(|l| hostlist::tasks_per_node(&l).ok())
+                .and_then(|counts| counts.get(num("SLURM_NODEID")?).copied());
+            let world = ["SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"]
+                .into_iter()
+                .find(|k| get(k).is_some())?;
+            ("SLURM_PROCID", world, here)
+        }
+        _ => return None,
+    };
+    let (rank, tasks) = (num(rank_var)?, num(world_var)?);
+    Some(LauncherTask {
+        rank,
+        tasks,
+        on_this_node,
+        vars: format!("{rank_var}={rank}, {world_var}={tasks}"),
+    })
 }
 
 /// How long a data-parallel run waits for its peers, the two settings of
@@ -223,6 +585,12 @@ impl Default for Timeouts {
     }
 }
 
+/// The shortest timeout: c10d counts milliseconds, so anything shorter would be 0 ms (every
+/// call failing at once).
+pub const MIN_TIMEOUT_S: f64 = 0.001;
+/// The longest timeout, about 31 years (longer ones do not fit c10d's milliseconds).
+pub const MAX_TIMEOUT_S: f64 = 1e9;
+
 impl Timeouts {
     /// Both timeouts the same (tests, `dist-selftest --timeout-s`).
     pub fn both(t: Duration) -> Timeouts {
@@ -237,8 +605,9 @@ impl Timeouts {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// MLPERF_RUN_RENDEZVOUS_TIMEOUT_S and MLPERF_RUN_DIST_TIMEOUT_S (seconds), each
-    /// defaulting when unset or blank; anything but a positive number is an error naming it.
+    /// MLPERF_RUN_RENDEZVOUS_TIMEOUT_S and MLPERF_RUN_DIST_TIMEOUT_S (seconds, from
+    /// [`MIN_TIMEOUT_S`] to [`MAX_TIMEOUT_S`]), each defaulting when unset or blank; anything
+    /// else is an error naming it.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Timeouts> {
         let secs = |var: &str, default: Duration| -> Result<Duration> {
             match get(var).filter(|v| !v.trim().is_empty()) {
@@ -247,12 +616,12 @@ impl Timeouts {
                     .trim()
                     .parse::<f64>()
                     .ok()
-                    .filter(|s| *s > 0.0 && s.is_finite() && *s < 1e9)
+                    .filter(|s| (MIN_TIMEOUT_S..MAX_TIMEOUT_S).contains(s))
                     .map(Duration::from_secs_f64)
                     .with_context(|| {
                         format!(
-                            "{var}={v:?} is not a positive number of seconds (unset it for \
-                             the default of {} s)",
+                            "{var}={v:?} is not a number of seconds from {MIN_TIMEOUT_S} to \
+                             {MAX_TIMEOUT_S:e} (unset it for the default of {} s)",
                             default.as_secs()
                         )
                     }),
@@ -268,26 +637,35 @@ impl Timeouts {
     }
 }
 
-/// How many processes of this job run on this node, from the launcher's environment:
-/// LOCAL_WORLD_SIZE (torchrun, `mlperf-run launch`), else Slurm's SLURM_NTASKS_PER_NODE, else the
-/// first count of SLURM_TASKS_PER_NODE ("8(x2)" is 8 tasks on each of 2 nodes). `None` without
-/// a launcher, or when the values do not parse (the caller then assumes one process).
+/// How many processes of this job run on this node, as the launcher that started this process
+/// says ([`Rendezvous::local_world_size`]): LOCAL_WORLD_SIZE (torchrun, `mlperf-run launch`),
+/// this node's count in SLURM_STEP_TASKS_PER_NODE (`8(x2),4`: 4 on the third node), an MPI
+/// launcher's local size. `None` without a launcher, when it does not say, or when its
+/// variables are refused (the caller then assumes one process).
 pub fn local_processes_from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<usize> {
-    let num = |v: &str| v.trim().parse::<usize>().ok().filter(|&n| n > 0);
-    if let Some(v) = get("LOCAL_WORLD_SIZE") {
-        return num(&v);
-    }
-    if let Some(v) = get("SLURM_NTASKS_PER_NODE") {
-        return num(&v);
-    }
-    let v = get("SLURM_TASKS_PER_NODE")?;
-    let first = v.split(',').next()?;
-    num(first.split('(').next()?)
+    Rendezvous::from_lookup(get)
+        .ok()
+        .flatten()?
+        .local_world_size
 }
 
 /// [`local_processes_from_lookup`] on the process environment.
 pub fn local_processes() -> Option<usize> {
     local_processes_from_lookup(launcher_var)
+}
+
+/// The nodes of this job as its launcher says ([`Rendezvous::nodes`]: WORLD_SIZE /
+/// LOCAL_WORLD_SIZE, a Slurm step's nodes, an MPI launcher's size / local size); without a
+/// launcher, the Slurm allocation's SLURM_JOB_NUM_NODES (or SLURM_NNODES) when set.
+pub fn nodes_from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    let num = |k: &str| get(k).and_then(|v| v.trim().parse::<usize>().ok());
+    match Rendezvous::from_lookup(&get) {
+        Ok(Some(r)) => r.nodes,
+        Ok(None) => num("SLURM_JOB_NUM_NODES")
+            .or_else(|| num("SLURM_NNODES"))
+            .map(|n| n.max(1)),
+        Err(_) => None,
+    }
 }
 
 /// A launcher variable from the process environment; set but blank counts as unset.
@@ -301,11 +679,51 @@ fn parse_num(var: &str, v: &str) -> Result<usize> {
         .with_context(|| format!("{var}={v:?} is not a non-negative integer"))
 }
 
+fn parse_positive(var: &str, v: &str, what: &str) -> Result<usize> {
+    match v.trim().parse() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => bail!("{var}={v:?} is not a positive integer ({what})"),
+    }
+}
+
 fn parse_port(var: &str, v: &str) -> Result<u16> {
     match v.trim().parse::<u16>() {
         Ok(p) if p > 0 => Ok(p),
         _ => bail!("{var}={v:?} is not a TCP port (1-65535)"),
     }
+}
+
+/// A master address as given, trimmed, an IPv6 address without the brackets of a URL
+/// (`[::1]` is `::1`).
+fn master_addr(v: &str) -> String {
+    let v = v.trim();
+    match v.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+        Some(inner) if inner.parse::<std::net::Ipv6Addr>().is_ok() => inner.to_string(),
+        _ => v.to_string(),
+    }
+}
+
+/// A host name or an address: not a URL, not with a port (MASTER_PORT holds that), no spaces.
+fn check_master_addr(named: &str, addr: &str) -> Result<()> {
+    if addr.is_empty() {
+        bail!("the master address is empty");
+    }
+    if addr.contains("://") || addr.contains('/') {
+        bail!(
+            "{named} is not a host name or an address (give the host alone, without a scheme \
+             or path)"
+        );
+    }
+    if addr.chars().any(char::is_whitespace) {
+        bail!("{named} is not a host name or an address (it holds a space)");
+    }
+    if addr.contains(':') && addr.parse::<std::net::Ipv6Addr>().is_err() {
+        bail!(
+            "{named} is not a host name or an address: give the host alone and the port in \
+             MASTER_PORT (an IPv6 address is written without a port, e.g. fd00::1)"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -329,6 +747,23 @@ mod tests {
         ("LOCAL_RANK", "1"),
     ];
 
+    /// Task 9 of a 16-task srun step on 2 nodes (8 each), node 1, job 123456 on n[1-4], the
+    /// step on n[3-4].
+    const SLURM_STEP: &[(&str, &str)] = &[
+        ("SLURM_JOB_ID", "123456"),
+        ("SLURM_JOB_NODELIST", "n[1-4]"),
+        ("SLURM_NTASKS", "32"),
+        ("SLURM_TASKS_PER_NODE", "8(x4)"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_STEP_NODELIST", "n[3-4]"),
+        ("SLURM_STEP_NUM_TASKS", "16"),
+        ("SLURM_STEP_TASKS_PER_NODE", "8(x2)"),
+        ("SLURM_PROCID", "9"),
+        ("SLURM_LOCALID", "1"),
+        ("SLURM_NODEID", "1"),
+        ("SLURMD_NODENAME", "n4"),
+    ];
+
     fn local(vars: &[(&str, &str)]) -> Option<usize> {
         let m: HashMap<&str, &str> = vars.iter().copied().collect();
         local_processes_from_lookup(|k| m.get(k).map(|v| v.to_string()))
@@ -337,16 +772,77 @@ mod tests {
     #[test]
     fn processes_on_this_node_from_torchrun_or_slurm() {
         assert_eq!(local(&[]), None);
+        let mut torchrun = TORCHRUN.to_vec();
+        torchrun.push(("LOCAL_WORLD_SIZE", "8"));
+        assert_eq!(local(&torchrun), Some(8));
         assert_eq!(
-            local(&[("LOCAL_WORLD_SIZE", "8"), ("SLURM_NTASKS_PER_NODE", "4")]),
-            Some(8)
+            local(TORCHRUN),
+            None,
+            "torchrun without LOCAL_WORLD_SIZE does not say"
         );
-        assert_eq!(local(&[("SLURM_NTASKS_PER_NODE", "4")]), Some(4));
-        assert_eq!(local(&[("SLURM_TASKS_PER_NODE", "8(x2),4")]), Some(8));
-        assert_eq!(local(&[("SLURM_TASKS_PER_NODE", "2")]), Some(2));
-        // unparsable or zero: unknown, not a guess
-        assert_eq!(local(&[("LOCAL_WORLD_SIZE", "eight")]), None);
-        assert_eq!(local(&[("SLURM_NTASKS_PER_NODE", "0")]), None);
+        let mut slurm = SLURM_STEP.to_vec();
+        slurm.push(("SLURM_NTASKS_PER_NODE", "4"));
+        assert_eq!(
+            local(&slurm),
+            Some(8),
+            "the step's count for this node wins"
+        );
+        slurm.retain(|(k, _)| !["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"].contains(k));
+        assert_eq!(local(&slurm), Some(4), "else SLURM_NTASKS_PER_NODE");
+        // outside a launcher, Slurm's counts are the allocation's, not this process's
+        assert_eq!(local(&[("SLURM_TASKS_PER_NODE", "2")]), None);
+        // refused variables: unknown, not a guess
+        let mut bad = torchrun.clone();
+        bad.retain(|(k, _)| *k != "LOCAL_WORLD_SIZE");
+        bad.push(("LOCAL_WORLD_SIZE", "eight"));
+        assert_eq!(local(&bad), None);
+    }
+
+    /// SLURM_STEP_TASKS_PER_NODE `8(x2),4` is 8 tasks on nodes 0 and 1 and 4 on node 2: a
+    /// rank of node 2 shares its CPUs 4 ways (it took the first count, 8, for every node).
+    #[test]
+    fn the_tasks_on_this_node_are_its_own_count() {
+        let node = |id: &'static str, local: &'static str| {
+            let mut v = SLURM_STEP.to_vec();
+            v.retain(|(k, _)| !["SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID"].contains(k));
+            v.extend([
+                ("SLURM_NODEID", id),
+                ("SLURM_LOCALID", local),
+                ("SLURM_PROCID", "18"),
+            ]);
+            v.retain(|(k, _)| !["SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS"].contains(k));
+            v.extend([
+                ("SLURM_STEP_TASKS_PER_NODE", "8(x2),4"),
+                ("SLURM_STEP_NUM_TASKS", "20"),
+            ]);
+            v
+        };
+        let r = rdv(&node("2", "2")).unwrap().unwrap();
+        assert_eq!((r.local_world_size, r.nodes), (Some(4), Some(3)));
+        assert_eq!(local(&node("0", "2")), Some(8));
+        let err = |v: &[(&str, &str)]| format!("{:#}", rdv(v).unwrap_err());
+        let e = err(&node("2", "5"));
+        assert!(
+            e.contains("SLURM_LOCALID=5 is not below the 4 task(s)")
+                && e.contains("SLURM_STEP_TASKS_PER_NODE=\"8(x2),4\"")
+                && e.contains("SLURM_NODEID=2"),
+            "{e}"
+        );
+        let e = err(&node("3", "0"));
+        assert!(e.contains("SLURM_NODEID=3 is not a node of"), "{e}");
+        let mut wrong_sum = node("2", "0");
+        wrong_sum.push(("SLURM_STEP_NUM_TASKS", "24"));
+        wrong_sum.retain(|&(k, v)| !(k == "SLURM_STEP_NUM_TASKS" && v == "20"));
+        let e = err(&wrong_sum);
+        assert!(
+            e.contains("adds up to 20 tasks but SLURM_STEP_NUM_TASKS=24"),
+            "{e}"
+        );
+        let mut malformed = node("2", "0");
+        malformed.retain(|(k, _)| *k != "SLURM_STEP_TASKS_PER_NODE");
+        malformed.push(("SLURM_STEP_TASKS_PER_NODE", "8(x2"));
+        let e = err(&malformed);
+        assert!(e.contains("reading SLURM_STEP_TASKS_PER_NODE"), "{e}");
     }
 
     #[test]
@@ -368,6 +864,10 @@ mod tests {
                 local_rank: 1,
                 source: Source::Torchrun,
                 master_from: "MASTER_ADDR",
+                world_from: "WORLD_SIZE",
+                local_world_size: None,
+                nodes: None,
+                not_read: None,
             }
         );
     }
@@ -431,6 +931,7 @@ mod tests {
             ("SLURM_NTASKS", "16"),
             ("SLURM_JOB_NODELIST", "dgx[07-08],login2"),
             ("SLURM_JOB_ID", "123456"),
+            ("SLURM_STEP_ID", "0"),
         ])
         .unwrap()
         .unwrap();
@@ -450,6 +951,7 @@ mod tests {
             ("SLURM_PROCID", "0"),
             ("SLURM_LOCALID", "0"),
             ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
             ("SLURM_NODELIST", "n[5-6]"),
             ("MASTER_ADDR", "ib0-host"),
             ("MASTER_PORT", "4000"),
@@ -462,6 +964,7 @@ mod tests {
             ("SLURM_PROCID", "1"),
             ("SLURM_LOCALID", "1"),
             ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_ID", "0"),
             ("SLURM_NODELIST", "n[5-6]"),
         ])
         .unwrap()
@@ -480,6 +983,7 @@ mod tests {
             ("SLURM_LOCALID", "0"),
             ("SLURM_NTASKS", "2"),
             ("SLURM_JOB_NODELIST", "n1"),
+            ("SLURM_STEP_ID", "0"),
         ];
         for missing in ["SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NODELIST"] {
             let vars: Vec<_> = base
@@ -492,6 +996,16 @@ mod tests {
         }
         let mut bad = base.to_vec();
         bad[3] = ("SLURM_JOB_NODELIST", "n[1-");
+        // one message names every missing variable (it named the node list alone, then the
+        // next one on the next try)
+        let step = [("SLURM_PROCID", "0"), ("SLURM_STEP_ID", "0")];
+        let err = format!("{:#}", rdv(&step).unwrap_err());
+        assert!(
+            err.contains(
+                "SLURM_PROCID=0 is set but SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST"
+            ) && err.contains("are not"),
+            "{err}"
+        );
         let err = format!("{:#}", rdv(&bad).unwrap_err());
         assert!(
             err.contains("SLURM_JOB_NODELIST") && err.contains("unclosed"),
@@ -539,5 +1053,340 @@ mod tests {
         let mut vars = TORCHRUN.to_vec();
         vars.push(("SLURM_PROCID", "0"));
         assert_eq!(rdv(&vars).unwrap().unwrap().source, Source::Torchrun);
+    }
+
+    fn set(
+        base: &[(&'static str, &'static str)],
+        changes: &[(&'static str, &'static str)],
+    ) -> Vec<(&'static str, &'static str)> {
+        let mut v: Vec<_> = base
+            .iter()
+            .copied()
+            .filter(|(k, _)| !changes.iter().any(|(c, _)| c == k))
+            .collect();
+        v.extend(changes.iter().copied().filter(|(_, v)| !v.is_empty()));
+        v
+    }
+
+    fn err(vars: &[(&str, &str)]) -> String {
+        format!("{:#}", rdv(vars).unwrap_err())
+    }
+
+    /// A step on part of the job's nodes (`srun -N2` in a 4-node job) meets on the step's
+    /// first host with the step's task count: the job's first host (n1) runs no task of it,
+    /// and SLURM_NTASKS may be the job's (`srun --export`, `-E`).
+    #[test]
+    fn a_step_meets_on_its_own_first_host_with_its_own_task_count() {
+        let r = rdv(SLURM_STEP).unwrap().unwrap();
+        assert_eq!(
+            (
+                r.master_addr.as_str(),
+                r.master_from,
+                r.world_size,
+                r.world_from
+            ),
+            ("n3", "SLURM_STEP_NODELIST", 16, "SLURM_STEP_NUM_TASKS")
+        );
+        assert_eq!(
+            (r.rank, r.local_rank, r.local_world_size, r.nodes),
+            (9, 1, Some(8), Some(2))
+        );
+        assert_eq!(r.master_port, 23456);
+        assert_eq!(
+            r.master_named(),
+            "n3 (the first host of SLURM_STEP_NODELIST)"
+        );
+    }
+
+    /// The batch script's own process (or an salloc shell's) sees SLURM_PROCID=0 and the job's
+    /// SLURM_NTASKS but no step: it waited the whole rendezvous timeout (600 s) for tasks that
+    /// never come.
+    #[test]
+    fn the_batch_scripts_own_process_is_refused_at_once() {
+        let batch = [
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_JOB_NODELIST", "gnode[10,20]"),
+            ("SLURM_NTASKS", "16"),
+            ("SLURM_TASKS_PER_NODE", "8(x2)"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "0"),
+            ("SLURMD_NODENAME", "gnode10"),
+        ];
+        let e = err(&batch);
+        assert!(
+            e.contains("SLURM_PROCID=0 and SLURM_NTASKS=16 are set but SLURM_STEP_ID is not")
+                && e.contains("srun --ntasks-per-node=8")
+                && e.contains("mlperf-run launch"),
+            "{e}"
+        );
+        // in a job of one task, or of no task count (`sbatch -N1 --gpus-per-node=8`, whose
+        // batch process sees no SLURM_NTASKS), it is a process of its own, as without a
+        // launcher (it was refused: "SLURM_NTASKS is not set")
+        let one = set(
+            &batch,
+            &[("SLURM_NTASKS", "1"), ("SLURM_TASKS_PER_NODE", "1")],
+        );
+        assert_eq!(rdv(&one).unwrap(), None);
+        let no_count = set(
+            &batch,
+            &[("SLURM_NTASKS", ""), ("SLURM_TASKS_PER_NODE", "64")],
+        );
+        assert_eq!(rdv(&no_count).unwrap(), None);
+        let get = |k: &str| {
+            no_count
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        assert_eq!(
+            launcher(&get),
+            None,
+            "not under a launcher: it may start workers"
+        );
+        // old Slurm's SLURM_STEPID marks a step too
+        let old = set(&batch, &[("SLURM_STEPID", "3")]);
+        assert_eq!(rdv(&old).unwrap().unwrap().world_size, 16);
+    }
+
+    /// Rank 0 hosts the store; when it runs on another node than the first host of the list
+    /// (a distribution or heterogeneous step that places it elsewhere), every rank waited the
+    /// whole rendezvous timeout.
+    #[test]
+    fn rank_0_on_another_host_than_the_master_is_refused() {
+        let rank0 = set(
+            SLURM_STEP,
+            &[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_LOCALID", "0"),
+                ("SLURM_NODEID", "0"),
+            ],
+        );
+        let e = err(&set(&rank0, &[("SLURMD_NODENAME", "n4")]));
+        assert!(
+            e.contains("rank 0 (SLURM_PROCID=0) runs on n4 (SLURMD_NODENAME)")
+                && e.contains("the first host of SLURM_STEP_NODELIST")
+                && e.contains("Set MASTER_ADDR"),
+            "{e}"
+        );
+        assert!(rdv(&set(&rank0, &[("SLURMD_NODENAME", "N3")])).is_ok());
+        assert!(rdv(&set(
+            &rank0,
+            &[("SLURMD_NODENAME", "n4"), ("MASTER_ADDR", "n4")]
+        ))
+        .is_ok());
+    }
+
+    const OMPI: &[(&str, &str)] = &[
+        ("OMPI_COMM_WORLD_RANK", "3"),
+        ("OMPI_COMM_WORLD_SIZE", "8"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "3"),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "8"),
+    ];
+
+    /// Processes that mpirun started each trained alone as rank 0 of 1, over the same results.
+    #[test]
+    fn open_mpi_and_hydra_ranks_join_one_group() {
+        let r = rdv(OMPI).unwrap().unwrap();
+        assert_eq!(
+            (
+                r.source,
+                r.rank,
+                r.world_size,
+                r.local_rank,
+                r.local_world_size
+            ),
+            (Source::OpenMpi, 3, 8, 3, Some(8))
+        );
+        assert_eq!(
+            (r.master_addr.as_str(), r.master_port),
+            ("127.0.0.1", DEFAULT_PORT)
+        );
+        assert_eq!(r.master_named(), format!("127.0.0.1 ({ONE_NODE})"));
+        // across nodes mpirun names no master
+        let two_nodes = set(OMPI, &[("OMPI_COMM_WORLD_SIZE", "16")]);
+        let e = err(&two_nodes);
+        assert!(
+            e.contains("Open MPI's mpirun started this process as one of OMPI_COMM_WORLD_SIZE=16")
+                && e.contains("mpirun -x MASTER_ADDR="),
+            "{e}"
+        );
+        let given = set(
+            &two_nodes,
+            &[("MASTER_ADDR", "n1"), ("MASTER_PORT", "4000")],
+        );
+        let r = rdv(&given).unwrap().unwrap();
+        assert_eq!(
+            (r.master_addr.as_str(), r.master_port, r.nodes),
+            ("n1", 4000, Some(2))
+        );
+        let e = err(&set(OMPI, &[("OMPI_COMM_WORLD_LOCAL_RANK", "")]));
+        assert!(e.contains("OMPI_COMM_WORLD_LOCAL_RANK is not set"), "{e}");
+        let e = err(&set(OMPI, &[("OMPI_COMM_WORLD_RANK", "8")]));
+        assert!(
+            e.contains("OMPI_COMM_WORLD_RANK=8 is not below OMPI_COMM_WORLD_SIZE=8"),
+            "{e}"
+        );
+
+        let hydra = [
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "2"),
+            ("MPI_LOCALRANKID", "1"),
+            ("MPI_LOCALNRANKS", "2"),
+        ];
+        let r = rdv(&hydra).unwrap().unwrap();
+        assert_eq!((r.source, r.rank, r.world_size), (Source::Hydra, 1, 2));
+        let e = err(&set(&hydra, &[("MPI_LOCALNRANKS", "1")]));
+        assert!(e.contains("mpiexec -genv MASTER_ADDR"), "{e}");
+    }
+
+    /// mpirun inside a Slurm job starts its ranks through one srun task per node: their
+    /// SLURM_PROCID is the node's, and read as the rank every rank of a node was the same one.
+    /// srun's own MPI plugins set both, alike: then Slurm's variables (with the master) serve.
+    #[test]
+    fn an_mpi_launcher_wins_over_the_slurm_task_it_runs_in_unless_they_agree() {
+        let orted = set(
+            SLURM_STEP,
+            &[
+                ("SLURM_PROCID", "1"),
+                ("SLURM_LOCALID", "0"),
+                ("SLURM_STEP_NUM_TASKS", "2"),
+                ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+            ],
+        );
+        let mut vars = set(&orted, &[("MASTER_ADDR", "n3")]);
+        vars.extend(set(
+            OMPI,
+            &[
+                ("OMPI_COMM_WORLD_RANK", "11"),
+                ("OMPI_COMM_WORLD_SIZE", "16"),
+            ],
+        ));
+        let r = rdv(&vars).unwrap().unwrap();
+        assert_eq!(
+            (r.source, r.rank, r.world_size, r.local_rank),
+            (Source::OpenMpi, 11, 16, 3)
+        );
+        assert!(
+            r.not_read
+                .as_deref()
+                .unwrap()
+                .contains("SLURM_PROCID=1 (srun)"),
+            "{r:?}"
+        );
+
+        let mut pmi2 = SLURM_STEP.to_vec();
+        pmi2.extend([("PMI_RANK", "9"), ("PMI_SIZE", "16")]);
+        let r = rdv(&pmi2).unwrap().unwrap();
+        assert_eq!((r.source, r.master_addr.as_str()), (Source::Slurm, "n3"));
+    }
+
+    #[test]
+    fn a_pmix_rank_alone_is_refused() {
+        let e = err(&[("PMIX_RANK", "2")]);
+        assert!(
+            e.contains("PMIX_RANK=2 is set") && e.contains("no world size"),
+            "{e}"
+        );
+        // srun --mpi=pmix sets it beside Slurm's
+        let mut vars = SLURM_STEP.to_vec();
+        vars.push(("PMIX_RANK", "9"));
+        assert_eq!(rdv(&vars).unwrap().unwrap().source, Source::Slurm);
+    }
+
+    #[test]
+    fn the_master_address_is_a_host_alone() {
+        let addr = |a: &'static str| rdv(&set(TORCHRUN, &[("MASTER_ADDR", a)]));
+        assert_eq!(addr("[::1]").unwrap().unwrap().master_addr, "::1");
+        assert_eq!(addr("fd00::1").unwrap().unwrap().master_addr, "fd00::1");
+        assert_eq!(addr(" node1 ").unwrap().unwrap().master_addr, "node1");
+        for (bad, want) in [
+            ("10.0.0.1:29500", "the port in MASTER_PORT"),
+            ("[::1]:29500", "the port in MASTER_PORT"),
+            ("tcp://10.0.0.1", "without a scheme"),
+            ("a b", "holds a space"),
+        ] {
+            let e = format!("{:#}", addr(bad).unwrap_err());
+            assert!(
+                e.contains(&format!("MASTER_ADDR={bad} is not a host name")) && e.contains(want),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_below_a_millisecond_or_huge_are_named_with_the_range() {
+        let t = |v: &str| {
+            Timeouts::from_lookup(|k| (k == "MLPERF_RUN_DIST_TIMEOUT_S").then(|| v.to_string()))
+        };
+        for bad in ["0.0004", "1e12", "1e9"] {
+            let e = format!("{:#}", t(bad).unwrap_err());
+            assert!(
+                e.contains(&format!(
+                    "MLPERF_RUN_DIST_TIMEOUT_S=\"{bad}\" is not a number of seconds from 0.001 \
+                     to 1e9"
+                )),
+                "{e}"
+            );
+        }
+        assert_eq!(t("0.001").unwrap().collective, Duration::from_millis(1));
+        assert_eq!(
+            t("999999999").unwrap().collective,
+            Duration::from_secs(999_999_999)
+        );
+    }
+
+    /// Workers of `mlperf-run launch` inside an srun step see the step's variables too: the
+    /// node count is launch's (world / local world), not the allocation's.
+    #[test]
+    fn nodes_follow_the_launcher_that_started_the_process() {
+        let nodes = |vars: &[(&str, &str)]| {
+            let m: HashMap<&str, &str> = vars.iter().copied().collect();
+            nodes_from_lookup(|k| m.get(k).map(|v| v.to_string()))
+        };
+        let mut launch_in_srun = SLURM_STEP.to_vec();
+        launch_in_srun.extend(set(TORCHRUN, &[("LOCAL_WORLD_SIZE", "8")]));
+        launch_in_srun.push(("SLURM_JOB_NUM_NODES", "4"));
+        assert_eq!(nodes(&launch_in_srun), Some(2));
+        assert_eq!(nodes(SLURM_STEP), Some(2));
+        assert_eq!(nodes(&[("SLURM_JOB_NUM_NODES", "4")]), Some(4));
+        assert_eq!(nodes(&[]), None);
+    }
+
+    /// `mlperf-run launch` as a task of an srun step or of mpirun: its rank and task count.
+    #[test]
+    fn a_launch_task_of_srun_or_mpirun_is_found() {
+        let task = |vars: &[(&str, &str)]| {
+            let m: HashMap<&str, &str> = vars.iter().copied().collect();
+            launcher_task(&|k: &str| m.get(k).map(|v| v.to_string()))
+        };
+        assert_eq!(
+            task(SLURM_STEP),
+            Some(LauncherTask {
+                rank: 9,
+                tasks: 16,
+                on_this_node: Some(8),
+                vars: "SLURM_PROCID=9, SLURM_STEP_NUM_TASKS=16".to_string()
+            })
+        );
+        let t = task(OMPI).unwrap();
+        assert_eq!((t.rank, t.tasks, t.on_this_node), (3, 8, Some(8)));
+        // the batch script's own process is no task; torchrun's variables are not asked
+        let batch: Vec<_> = SLURM_STEP
+            .iter()
+            .copied()
+            .filter(|(k, _)| !k.starts_with("SLURM_STEP"))
+            .collect();
+        assert_eq!(task(&batch), None);
+        assert_eq!(task(TORCHRUN), None);
+    }
+
+    #[test]
+    fn torchrun_wins_over_slurm_and_says_so() {
+        let mut vars = TORCHRUN.to_vec();
+        vars.extend(SLURM_STEP.iter().copied());
+        let r = rdv(&vars).unwrap().unwrap();
+        assert_eq!((r.source, r.rank, r.world_size), (Source::Torchrun, 9, 16));
+        assert_eq!(r.not_read.as_deref(), Some("SLURM_PROCID=9 (srun)"));
     }
 }

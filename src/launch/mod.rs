@@ -222,12 +222,54 @@ fn node_layout(args: &LaunchArgs) -> Result<(String, usize, usize)> {
     Ok((addr, args.node_rank * n, world))
 }
 
+/// `launch` run as a task of an srun step or of mpirun: one task per node, each with its own
+/// node: the tasks are `--nnodes` and this task's rank is `--node-rank`. Otherwise every task
+/// started a job of its own (each training alone over the same results, or colliding on the
+/// port), or several tasks started the same ranks (`--node-rank $SLURM_PROCID` expanded once,
+/// by the batch script's shell).
+fn check_launcher_task(
+    args: &LaunchArgs,
+    task: Option<crate::distributed::LauncherTask>,
+) -> Result<()> {
+    let Some(t) = task.filter(|t| t.tasks > 1) else {
+        return Ok(());
+    };
+    let vars = &t.vars;
+    if let Some(here) = t.on_this_node.filter(|&n| n > 1) {
+        bail!(
+            "launch runs as one of {here} tasks on this node ({vars}): each would start \
+             --nproc-per-node workers of its own. Run one launch per node (srun \
+             --ntasks-per-node=1, mpirun --map-by ppr:1:node), or let srun start the workers \
+             themselves (srun --ntasks-per-node=8 mlperf-run resnet ...); no worker was started"
+        );
+    }
+    if args.nnodes != t.tasks || args.node_rank != t.rank {
+        bail!(
+            "launch runs as task {} of {} ({vars}) but was given --nnodes {} --node-rank {}: \
+             give every task --nnodes {} and its own rank as --node-rank (with srun: `srun \
+             --ntasks-per-node=1 bash -c 'mlperf-run launch --nnodes {} --node-rank \
+             $SLURM_PROCID ...'`, so that each task expands its own); no worker was started",
+            t.rank,
+            t.tasks,
+            args.nnodes,
+            args.node_rank,
+            t.tasks,
+            t.tasks
+        );
+    }
+    Ok(())
+}
+
 /// The longest `--grace-s`: a day.
 const MAX_GRACE_S: f64 = 86_400.0;
 
 pub fn run_launch(args: LaunchArgs) -> Result<ExitStatus> {
     let n = args.nproc_per_node;
     let (addr, first_rank, world) = node_layout(&args)?;
+    check_launcher_task(
+        &args,
+        crate::distributed::launcher_task(&|k: &str| std::env::var(k).ok()),
+    )?;
     // bounded: a Duration cannot hold 1e300 s (launch panicked after starting its workers)
     if !(args.grace_s >= 0.0 && args.grace_s <= MAX_GRACE_S) {
         bail!(
@@ -385,6 +427,56 @@ mod tests {
             .unwrap(),
             ("10.0.0.1".into(), 4, 6)
         );
+    }
+
+    /// Inside an srun step or under mpirun, a launch per node with its own --node-rank; each
+    /// task once started a job of its own (`srun -N2 mlperf-run launch --nproc-per-node 8`:
+    /// two 8-rank jobs writing the same results), or the same ranks twice.
+    #[test]
+    fn launch_as_a_task_of_srun_or_mpirun_must_be_one_node_of_them() {
+        use crate::distributed::LauncherTask;
+        let args = |flags: &[&str]| {
+            let mut argv = vec!["launch", "--nproc-per-node", "8", "--master-addr", "n1"];
+            argv.extend_from_slice(flags);
+            argv.extend_from_slice(&["--", "resnet"]);
+            Cli::try_parse_from(argv).unwrap().launch
+        };
+        let task = |rank, tasks, here| {
+            Some(LauncherTask {
+                rank,
+                tasks,
+                on_this_node: here,
+                vars: format!("SLURM_PROCID={rank}, SLURM_STEP_NUM_TASKS={tasks}"),
+            })
+        };
+        let check = |flags: &[&str], t| check_launcher_task(&args(flags), t);
+        assert!(check(&[], None).is_ok());
+        assert!(
+            check(&[], task(0, 1, Some(1))).is_ok(),
+            "a step of one task"
+        );
+        assert!(check(&["--nnodes", "2", "--node-rank", "1"], task(1, 2, Some(1))).is_ok());
+        let e = format!("{:#}", check(&[], task(1, 2, Some(1))).unwrap_err());
+        assert!(
+            e.contains("launch runs as task 1 of 2 (SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=2)")
+                && e.contains("--nnodes 1 --node-rank 0")
+                && e.contains("no worker was started"),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            check(&["--nnodes", "2", "--node-rank", "0"], task(1, 2, None)).unwrap_err()
+        );
+        assert!(e.contains("--node-rank $SLURM_PROCID"), "{e}");
+        let e = format!(
+            "{:#}",
+            check(
+                &["--nnodes", "16", "--node-rank", "9"],
+                task(9, 16, Some(8))
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("one of 8 tasks on this node"), "{e}");
     }
 
     #[test]

@@ -37,13 +37,15 @@ pub struct SetArgs {
     pub resume: bool,
 }
 
-/// True on the process that writes logs (rank 0 of a data-parallel job, or a lone process).
+/// True on the process that writes logs (rank 0 of a data-parallel job, or a lone process), by
+/// the launcher's variables ([`crate::distributed::Rendezvous`]: torchrun's, Slurm's or an MPI
+/// launcher's; it read RANK and SLURM_PROCID alone, so every rank that mpirun started wrote).
+/// Variables that are refused count as rank 0's: the command refuses them before a run.
 pub fn is_writer_rank() -> bool {
-    ["RANK", "SLURM_PROCID"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok())
-        .and_then(|r| r.trim().parse::<u64>().ok())
-        .is_none_or(|r| r == 0)
+    crate::distributed::Rendezvous::from_env()
+        .ok()
+        .flatten()
+        .is_none_or(|r| r.rank == 0)
 }
 
 /// Write this node's system description beside the set's results

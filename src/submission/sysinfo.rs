@@ -142,17 +142,13 @@ pub struct RunSetNode {
     pub cpu_only: bool,
 }
 
-/// Nodes of a data-parallel job from the launcher's environment (Slurm's node count, or
-/// WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun and `mlperf-run launch` set them).
+/// Nodes of a data-parallel job from the launcher's environment, as the launcher that started
+/// this process says ([`crate::distributed::nodes_from_lookup`]: WORLD_SIZE / LOCAL_WORLD_SIZE
+/// as torchrun and `mlperf-run launch` set them, a Slurm step's nodes, an MPI launcher's), else
+/// the Slurm allocation's node count. (It took the allocation's first, so `launch` on two nodes
+/// of a four-node job said four.)
 pub fn nodes_from_env(get: impl Fn(&str) -> Option<String>) -> Option<u64> {
-    let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
-    if let Some(n) = num("SLURM_JOB_NUM_NODES").or_else(|| num("SLURM_NNODES")) {
-        return Some(n.max(1));
-    }
-    match (num("WORLD_SIZE"), num("LOCAL_WORLD_SIZE")) {
-        (Some(world), Some(local)) if local > 0 => Some(world.div_ceil(local).max(1)),
-        _ => None,
-    }
+    crate::distributed::nodes_from_lookup(get).map(|n| n as u64)
 }
 
 /// Describe this node for a run set: detection (NVML included), then what the set knows
@@ -239,23 +235,31 @@ mod tests {
 
     #[test]
     fn node_count_from_launcher_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
+        let env = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
         };
         assert_eq!(
             nodes_from_env(env(&[("SLURM_JOB_NUM_NODES", "4")])),
             Some(4)
         );
-        assert_eq!(
-            nodes_from_env(env(&[("WORLD_SIZE", "16"), ("LOCAL_WORLD_SIZE", "8")])),
-            Some(2)
-        );
-        assert_eq!(nodes_from_env(env(&[("WORLD_SIZE", "16")])), None);
+        let torchrun = [
+            ("MASTER_ADDR", "n1"),
+            ("MASTER_PORT", "29500"),
+            ("RANK", "9"),
+            ("WORLD_SIZE", "16"),
+            ("LOCAL_RANK", "1"),
+        ];
+        let mut launch = torchrun.to_vec();
+        launch.push(("LOCAL_WORLD_SIZE", "8"));
+        assert_eq!(nodes_from_env(env(&launch)), Some(2));
+        assert_eq!(nodes_from_env(env(&torchrun)), None);
+        // launch's workers on 2 nodes of a 4-node allocation: launch's count
+        launch.push(("SLURM_JOB_NUM_NODES", "4"));
+        assert_eq!(nodes_from_env(env(&launch)), Some(2));
         assert_eq!(nodes_from_env(env(&[])), None);
     }
 

@@ -205,13 +205,12 @@ impl<'a> Command<'a> {
         let Some(available) = crate::util::memory::available_bytes() else {
             return Ok(());
         };
-        // the processes of the job share the batch; a launcher's world size not given as
-        // WORLD_SIZE leaves the split unknown, and then nothing is refused
-        let world = match std::env::var("WORLD_SIZE") {
-            Ok(v) => v.trim().parse::<u64>().ok(),
-            Err(_) if std::env::var_os("RANK").is_some() => None,
-            Err(_) if std::env::var_os("SLURM_PROCID").is_some() => None,
-            Err(_) => Some(1),
+        // the processes of the job share the batch; a launcher's variables that are refused
+        // leave the split unknown, and then nothing is refused here
+        let world = match crate::distributed::Rendezvous::from_env() {
+            Ok(Some(r)) => Some(r.world_size as u64),
+            Ok(None) => Some(1),
+            Err(_) => None,
         };
         let Some(world) = world else { return Ok(()) };
         config::check_memory(&floor(world), available).map_err(|e| self.in_config(e))

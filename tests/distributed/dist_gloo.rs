@@ -37,6 +37,49 @@ fn two_process_gloo_collectives() {
     }
 }
 
+/// Two processes as Open MPI's `mpirun -np 2` starts them on one node: OMPI_COMM_WORLD_* and
+/// no MASTER_ADDR. They meet as ranks 0 and 1 of 2 on this host; each trained alone as rank 0
+/// of 1 before, over the same results.
+#[test]
+fn processes_that_mpirun_started_form_one_group() {
+    let port = free_port().to_string();
+    let kids: Vec<Child> = (0..2)
+        .map(|r: usize| {
+            let mut cmd = Command::new(BIN);
+            for k in [
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE",
+                "MASTER_ADDR",
+            ] {
+                cmd.env_remove(k);
+            }
+            cmd.env_remove("SLURM_PROCID")
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "2")
+                .env("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+                .env("MASTER_PORT", &port)
+                .args(["dist-selftest", "--timeout-s", "60"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start mlperf-run dist-selftest")
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let out = finish(k, Duration::from_secs(120), &format!("rank {r}"));
+        assert!(out.status.success(), "rank {r}: {}", text(&out));
+        let s = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            s.contains(&format!("dist-selftest ok: rank {r} of 2 (gloo)")),
+            "{s}"
+        );
+    }
+}
+
 #[test]
 fn launch_runs_workers_and_prefixes_their_output() {
     let out = launch_command(2).arg("dist-selftest").output().unwrap();

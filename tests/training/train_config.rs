@@ -666,6 +666,9 @@ fn a_malformed_launcher_environment_is_refused_before_any_run() {
         ("SLURM_LOCALID", "0"),
         ("SLURM_JOB_NODELIST", "localhost"),
         ("SLURM_JOB_ID", "abc"),
+        // a task srun started (the batch script's own process in a job of one task is a
+        // process of its own, which reads no Slurm variable)
+        ("SLURM_STEP_ID", "0"),
     ]
     .iter()
     .map(|&(a, b)| (a.to_string(), b.to_string()))
@@ -694,6 +697,7 @@ fn a_malformed_launcher_environment_is_refused_before_any_run() {
             "MASTER_PORT",
             "SLURM_PROCID",
             "SLURM_JOB_ID",
+            "SLURM_STEP_ID",
         ] {
             cmd.env_remove(k);
         }
