@@ -560,14 +560,20 @@ fn unreachable_everywhere(
     Some(why.join("; it "))
 }
 
-/// With Slurm's variables: the commonest way to lose all ranks but one, a worker started by
-/// the batch script itself (it sees SLURM_PROCID 0 and the job's SLURM_NTASKS) instead of by
-/// `srun`, which starts one per task.
+/// With Slurm's variables, what can still keep the group from forming once the rendezvous
+/// variables were accepted (the batch script's own process, SLURM_PROCID 0 of a job of many
+/// tasks without a step, is refused before: [`Rendezvous::from_env`]): ranks that are tasks of
+/// different srun steps (one srun per node numbers each node's tasks from 0), a task that
+/// exited before the rendezvous, a master (the step's first host) that other nodes cannot
+/// reach by that name.
 fn slurm_hint(rdv: &Rendezvous) -> &'static str {
     match rdv.source {
         super::rendezvous::Source::Slurm if rdv.world_size > 1 => {
-            ". With Slurm, start the workers with `srun` (scripts/slurm/run.sub): a command run \
-             by the batch script itself is one process, not one per task"
+            ". With Slurm, every rank must be a task of one srun step: separate srun calls (one \
+             per node) each number their tasks from 0 and form no group together. A task that \
+             exited before the rendezvous says why in its own output (srun --label), and the \
+             master, the step's first host unless MASTER_ADDR is exported before srun, must \
+             answer on every node by that name"
         }
         _ => "",
     }
@@ -740,13 +746,19 @@ mod tests {
     }
 
     #[test]
-    fn a_slurm_group_that_does_not_form_says_to_start_workers_with_srun() {
+    fn a_slurm_group_that_does_not_form_names_what_can_still_go_wrong() {
         let rdv = Rendezvous {
             world_size: 8,
             source: super::super::rendezvous::Source::Slurm,
             ..Rendezvous::single()
         };
-        assert!(slurm_hint(&rdv).contains("start the workers with `srun`"));
+        let hint = slurm_hint(&rdv);
+        assert!(
+            hint.contains("every rank must be a task of one srun step")
+                && hint.contains("srun --label")
+                && !hint.contains("batch script"),
+            "{hint}"
+        );
         let one = Rendezvous {
             world_size: 1,
             ..rdv.clone()

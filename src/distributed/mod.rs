@@ -68,8 +68,8 @@ pub use sync::{GradSource, GradSync, NoSync};
 pub use test_mode::{TestMode, GROUP_OF_ONE, SHARE_GPU};
 
 /// The launcher's environment, read once before a training command's first run: the test
-/// modes, the rendezvous variables (torchrun's or Slurm's) and, for a multi-process job, the
-/// timeouts and MLPERF_RUN_GRAD_OVERLAP. A malformed or inconsistent one is refused here,
+/// modes, the rendezvous variables (of whichever launcher started it) and, for a multi-process
+/// job, the timeouts and MLPERF_RUN_GRAD_OVERLAP. A malformed or inconsistent one is refused here,
 /// naming the variable; found by each run instead, it was logged as that run's crash and the
 /// set went on, every run ending aborted. With `-v` it says which launcher's variables it
 /// read, and which others it found but did not read.

@@ -1,7 +1,9 @@
 //! Where and who: the rendezvous address, this process's rank, the world size and the local
 //! rank (which GPU), from the variables of the launcher that started this process: torchrun's
-//! (also `mlperf-run launch`'s), Slurm's (`srun`), Open MPI's `mpirun` or MPICH's and Intel
-//! MPI's `mpiexec` (Hydra). docs/distributed.md ("Starting the processes") lists what is read.
+//! (also `mlperf-run launch`'s), Slurm's (`srun`), Open MPI's `mpirun`, IBM LSF's `jsrun`,
+//! Flux's `flux run`, HPE PALS's `mpiexec` or MPICH's and Intel MPI's `mpiexec` (Hydra); a
+//! launcher that gives no world size or local rank (Cray ALPS's `aprun`, PMIx alone) is refused.
+//! docs/distributed.md ("Starting the processes") lists what is read.
 use super::hostlist;
 use anyhow::{bail, Context, Result};
 use std::time::Duration;
@@ -27,6 +29,135 @@ pub enum Source {
     /// PMI_RANK, PMI_SIZE, MPI_LOCALRANKID (MPICH's and Intel MPI's `mpiexec`, Hydra), with
     /// MASTER_ADDR.
     Hydra,
+    /// FLUX_TASK_RANK, FLUX_JOB_SIZE, FLUX_TASK_LOCAL_ID, FLUX_JOB_NNODES (`flux run`), with
+    /// MASTER_ADDR.
+    Flux,
+    /// PALS_RANKID, PMI_SIZE (PALS itself names no world size: HPE's `mpiexec` sets Cray PMI's
+    /// beside it), PALS_LOCAL_RANKID, PALS_LOCAL_SIZE (HPE PALS's `mpiexec`, Cray PBS), with
+    /// MASTER_ADDR.
+    Pals,
+    /// JSM_NAMESPACE_RANK, JSM_NAMESPACE_SIZE, JSM_NAMESPACE_LOCAL_RANK,
+    /// JSM_NAMESPACE_LOCAL_SIZE (IBM LSF's `jsrun`), with MASTER_ADDR.
+    Jsm,
+}
+
+/// A launcher that gives every task its rank, the world size and its local rank in variables
+/// of its own, read alike ([`mpi_launcher`]): one row each, in the order they are asked.
+struct TaskVars {
+    source: Source,
+    /// Any of these set: this launcher started the process.
+    marks: &'static [&'static str],
+    rank: &'static str,
+    world: &'static str,
+    local: &'static str,
+    /// Its tasks on this node, where it says.
+    local_world: Option<&'static str>,
+    /// Its nodes, where it says.
+    nodes: Option<&'static str>,
+    /// A job of one task is the batch script's own process (`flux batch`), which may start
+    /// the tasks of another launcher that keep its variables: read as no launcher, as Slurm's
+    /// ([`batch_process_of_one`]).
+    one_task_is_no_launcher: bool,
+    /// How to give every task MASTER_ADDR, for the message that asks for it.
+    pass: &'static str,
+    /// Said when the world size is missing, where the launcher itself does not give one.
+    world_note: &'static str,
+}
+
+/// The MPI-like launchers, in the order they are asked: Open MPI first (its `mpirun` may run in
+/// a Flux or LSF job, whose variables its ranks keep); Flux before PALS and Hydra, whose
+/// PALS_RANKID and PMI_RANK a Flux task may carry too (Flux's PMI and cray-pals plugins);
+/// PALS before Hydra (HPE's `mpiexec` sets PMI_RANK and PMI_SIZE beside its own).
+const TASK_LAUNCHERS: [TaskVars; 5] = [
+    TaskVars {
+        source: Source::OpenMpi,
+        marks: &["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"],
+        rank: "OMPI_COMM_WORLD_RANK",
+        world: "OMPI_COMM_WORLD_SIZE",
+        local: "OMPI_COMM_WORLD_LOCAL_RANK",
+        local_world: Some("OMPI_COMM_WORLD_LOCAL_SIZE"),
+        nodes: None,
+        one_task_is_no_launcher: false,
+        pass: "mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=29500 ...",
+        world_note: "",
+    },
+    TaskVars {
+        source: Source::Jsm,
+        marks: &["JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE"],
+        rank: "JSM_NAMESPACE_RANK",
+        world: "JSM_NAMESPACE_SIZE",
+        local: "JSM_NAMESPACE_LOCAL_RANK",
+        local_world: Some("JSM_NAMESPACE_LOCAL_SIZE"),
+        nodes: None,
+        one_task_is_no_launcher: false,
+        pass: "jsrun -E MASTER_ADDR=<host of rank 0> -E MASTER_PORT=29500 ...",
+        world_note: "",
+    },
+    TaskVars {
+        source: Source::Flux,
+        marks: &["FLUX_TASK_RANK", "FLUX_JOB_SIZE"],
+        rank: "FLUX_TASK_RANK",
+        world: "FLUX_JOB_SIZE",
+        local: "FLUX_TASK_LOCAL_ID",
+        local_world: None,
+        nodes: Some("FLUX_JOB_NNODES"),
+        one_task_is_no_launcher: true,
+        pass: "flux run --env=MASTER_ADDR=<host of rank 0> --env=MASTER_PORT=29500 ...",
+        world_note: "",
+    },
+    TaskVars {
+        source: Source::Pals,
+        marks: &["PALS_RANKID"],
+        rank: "PALS_RANKID",
+        world: "PMI_SIZE",
+        local: "PALS_LOCAL_RANKID",
+        local_world: Some("PALS_LOCAL_SIZE"),
+        nodes: None,
+        one_task_is_no_launcher: false,
+        pass: "export MASTER_ADDR=$(head -n1 $PBS_NODEFILE) MASTER_PORT=29500 before mpiexec",
+        world_note: "; PALS itself puts no world size in the environment (HPE's mpiexec sets \
+                     Cray PMI's PMI_SIZE beside PALS_RANKID; a launcher that only sets PALS's \
+                     variables, such as Flux's cray-pals plugin, may not)",
+    },
+    TaskVars {
+        source: Source::Hydra,
+        marks: &["PMI_RANK", "PMI_SIZE"],
+        rank: "PMI_RANK",
+        world: "PMI_SIZE",
+        local: "MPI_LOCALRANKID",
+        local_world: Some("MPI_LOCALNRANKS"),
+        nodes: None,
+        one_task_is_no_launcher: false,
+        pass: "mpiexec -genv MASTER_ADDR <host of rank 0> -genv MASTER_PORT 29500 ...",
+        world_note: "",
+    },
+];
+
+/// Variables of launchers that say too little to read: their processes are refused (each
+/// would train alone over the same results), with the launcher and what it lacks.
+const REFUSED: [(&str, &str, &str); 2] = [
+    (
+        "PMIX_RANK",
+        "a PMIx launcher",
+        "gives no world size that mlperf-run reads",
+    ),
+    (
+        "ALPS_APP_PE",
+        "Cray ALPS's aprun",
+        "gives each process its rank alone, with no world size and no local rank",
+    ),
+];
+
+impl TaskVars {
+    fn of(source: Source) -> Option<&'static TaskVars> {
+        TASK_LAUNCHERS.iter().find(|t| t.source == source)
+    }
+
+    /// Whether its variables describe this process.
+    fn started(&self, get: &impl Fn(&str) -> Option<String>) -> bool {
+        self.marks.iter().any(|k| get(k).is_some())
+            && !(self.one_task_is_no_launcher && get(self.world).is_some_and(|n| n.trim() == "1"))
+    }
 }
 
 impl Source {
@@ -42,13 +173,15 @@ impl Source {
                 "SLURM_LOCALID",
                 "SLURM_STEP_TASKS_PER_NODE",
             ],
-            Source::OpenMpi => [
-                "OMPI_COMM_WORLD_RANK",
-                "OMPI_COMM_WORLD_SIZE",
-                "OMPI_COMM_WORLD_LOCAL_RANK",
-                "OMPI_COMM_WORLD_LOCAL_SIZE",
-            ],
-            Source::Hydra => ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"],
+            task => {
+                let t = TaskVars::of(task).expect("every other source has a TASK_LAUNCHERS row");
+                [
+                    t.rank,
+                    t.world,
+                    t.local,
+                    t.local_world.unwrap_or("its tasks on this node"),
+                ]
+            }
         }
     }
 
@@ -59,6 +192,9 @@ impl Source {
             Source::Slurm => "srun",
             Source::OpenMpi => "Open MPI's mpirun",
             Source::Hydra => "mpiexec (MPICH or Intel MPI)",
+            Source::Flux => "Flux's flux run",
+            Source::Pals => "HPE PALS's mpiexec (Cray PBS)",
+            Source::Jsm => "IBM LSF's jsrun",
         }
     }
 }
@@ -128,9 +264,10 @@ impl Rendezvous {
     /// script's own process in a Slurm job of one task). A blank value counts as unset. Which
     /// launcher ([`launcher`]): torchrun's variables when RANK or WORLD_SIZE is set (then
     /// MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK are all required); else an MPI
-    /// launcher's (Open MPI's OMPI_COMM_WORLD_*, Hydra's PMI_RANK and
+    /// launcher's (the task launchers' table: Open MPI's OMPI_COMM_WORLD_*, LSF's JSM_NAMESPACE_*,
+    /// Flux's FLUX_TASK_RANK and FLUX_JOB_SIZE, PALS's PALS_RANKID, Hydra's PMI_RANK and
     /// PMI_SIZE) unless they are the Slurm step's own; else Slurm's when SLURM_PROCID is set.
-    /// PMIX_RANK alone, which says no world size, is an error. Every value is checked against
+    /// PMIX_RANK or ALPS's ALPS_APP_PE alone, which say no world size, are an error. Every value is checked against
     /// the others; an error names the variable, its value and what to do.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Rendezvous>> {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
@@ -191,19 +328,21 @@ impl Rendezvous {
 }
 
 /// Which launcher's variables describe this process, `None` without any: torchrun's (RANK or
-/// WORLD_SIZE set), else an MPI launcher's (OMPI_COMM_WORLD_RANK or _SIZE; PMI_RANK or
-/// PMI_SIZE) unless a Slurm task's SLURM_PROCID is set and agrees with them (`srun --mpi=pmi2`
-/// sets both: Slurm's also name the master), else Slurm's (SLURM_PROCID). An MPI launcher run
-/// inside a Slurm job starts its ranks through one srun task per node, whose Slurm variables
-/// describe that task (rank = node), not the rank.
+/// WORLD_SIZE set), else the first MPI-like launcher's of Open MPI (OMPI_COMM_WORLD_RANK or
+/// _SIZE), LSF's jsrun (JSM_NAMESPACE_RANK or _SIZE), Flux (FLUX_TASK_RANK or FLUX_JOB_SIZE,
+/// not of a job of one task: a `flux batch` script's own process), HPE PALS (PALS_RANKID) and
+/// Hydra (PMI_RANK or PMI_SIZE), unless a Slurm task's SLURM_PROCID is set and agrees with
+/// them (`srun --mpi=pmi2` sets both: Slurm's also name the master), else Slurm's
+/// (SLURM_PROCID). An MPI launcher run inside a Slurm job starts its ranks through one srun
+/// task per node, whose Slurm variables describe that task (rank = node), not the rank.
 pub fn launcher(get: &impl Fn(&str) -> Option<String>) -> Option<Source> {
     if get("RANK").is_some() || get("WORLD_SIZE").is_some() {
         return Some(Source::Torchrun);
     }
-    let mpi = [Source::OpenMpi, Source::Hydra].into_iter().find(|s| {
-        let [rank, world, ..] = s.vars();
-        get(rank).is_some() || get(world).is_some()
-    });
+    let mpi = TASK_LAUNCHERS
+        .iter()
+        .find(|t| t.started(get))
+        .map(|t| t.source);
     let slurm = get("SLURM_PROCID").is_some() && !batch_process_of_one(get);
     match mpi {
         Some(m) if !(slurm && slurm_agrees_with(get, m)) => Some(m),
@@ -215,7 +354,7 @@ pub fn launcher(get: &impl Fn(&str) -> Option<String>) -> Option<Source> {
 /// True when a launcher started this process (or its variables are there but malformed, which
 /// the command then refuses): it runs its own rank and starts no workers of its own.
 pub fn under_a_launcher() -> bool {
-    launcher(&launcher_var).is_some() || launcher_var("PMIX_RANK").is_some()
+    launcher(&launcher_var).is_some() || REFUSED.iter().any(|(k, ..)| launcher_var(k).is_some())
 }
 
 /// The batch script's own process (or an salloc shell's: SLURM_PROCID without SLURM_STEP_ID,
@@ -241,14 +380,13 @@ fn slurm_agrees_with(get: &impl Fn(&str) -> Option<String>, mpi: Source) -> bool
 
 /// No launcher: a variable of one set alone is an error, not a silent single process.
 fn no_launcher(get: &impl Fn(&str) -> Option<String>) -> Result<()> {
-    if let Some(v) = get("PMIX_RANK") {
-        bail!(
-            "PMIX_RANK={v} is set: a PMIx launcher started this process, but it gives no world \
-             size that mlperf-run reads, and alone each process would train a run of its own \
-             over the same results. Start the workers with srun, Open MPI's mpirun, torchrun or \
-             `mlperf-run launch`, or give each the torchrun variables (MASTER_ADDR, \
-             MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK)"
-        );
+    for (k, launcher, lacks) in REFUSED {
+        if let Some(v) = get(k) {
+            bail!(
+                "{k}={v} is set: {launcher} started this process, but it {lacks}, and alone \
+                 each process would train a run of its own over the same results. {WHAT_TO_DO}"
+            );
+        }
     }
     for k in ["MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"] {
         if get(k).is_some() {
@@ -261,21 +399,23 @@ fn no_launcher(get: &impl Fn(&str) -> Option<String>) -> Result<()> {
     Ok(())
 }
 
+/// What to do where a launcher's variables do not give every process its place.
+const WHAT_TO_DO: &str = "Start the workers with srun, torchrun or `mlperf-run launch` (one per \
+                          node), or give every process the torchrun variables (RANK, \
+                          WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)";
+
 /// Launchers whose variables are set besides `used`'s, for `-v` to say they are not read.
 fn not_read(get: &impl Fn(&str) -> Option<String>, used: Source) -> Option<String> {
-    let others: Vec<String> = [
-        Source::Torchrun,
-        Source::OpenMpi,
-        Source::Hydra,
-        Source::Slurm,
-    ]
-    .into_iter()
-    .filter(|&s| s != used)
-    .filter_map(|s| {
-        let var = s.vars()[0];
-        get(var).map(|v| format!("{var}={v} ({})", s.launcher()))
-    })
-    .collect();
+    let others: Vec<String> = [Source::Torchrun]
+        .into_iter()
+        .chain(TASK_LAUNCHERS.iter().map(|t| t.source))
+        .chain([Source::Slurm])
+        .filter(|&s| s != used)
+        .filter_map(|s| {
+            let var = s.vars()[0];
+            get(var).map(|v| format!("{var}={v} ({})", s.launcher()))
+        })
+        .collect();
     (!others.is_empty()).then(|| others.join(", "))
 }
 
@@ -304,39 +444,56 @@ fn torchrun(get: &impl Fn(&str) -> Option<String>) -> Result<Rendezvous> {
     })
 }
 
-/// Open MPI's or Hydra's variables: rank, size and local rank required; the master is
-/// MASTER_ADDR, or this host when every rank runs here; the port MASTER_PORT, else 29500.
+/// An MPI-like launcher's variables ([`TASK_LAUNCHERS`]): rank, size and local rank required;
+/// the master is MASTER_ADDR, or this host when every rank runs here (its tasks on this node
+/// are the world size, or its nodes are 1); the port MASTER_PORT, else 29500.
 fn mpi_launcher(get: &impl Fn(&str) -> Option<String>, source: Source) -> Result<Rendezvous> {
-    let [rank_var, world_var, local_var, local_world_var] = source.vars();
+    let t = TaskVars::of(source).expect("mpi_launcher reads a TASK_LAUNCHERS row");
+    let (rank_var, world_var, local_var) = (t.rank, t.world, t.local);
     let launcher = source.launcher();
     let need = |k: &str| {
         get(k).with_context(|| {
+            let mark = t
+                .marks
+                .iter()
+                .find_map(|m| get(m).map(|v| format!("{m}={v}")));
             format!(
-                "{k} is not set: {launcher} started this process ({} is set) and gives every \
-                 rank {rank_var}, {world_var} and {local_var}",
-                [rank_var, world_var]
-                    .into_iter()
-                    .find(|v| get(v).is_some())
-                    .unwrap_or(rank_var)
+                "{k} is not set: {launcher} started this process ({} is set){}, and without \
+                 {rank_var}, {world_var} and {local_var} each process would train a run of its \
+                 own over the same results. {WHAT_TO_DO}",
+                mark.unwrap_or_else(|| rank_var.to_string()),
+                if k == world_var { t.world_note } else { "" }
             )
         })
     };
     let world_size = parse_num(world_var, &need(world_var)?)?;
-    let local_world_size = get(local_world_var)
-        .map(|v| parse_positive(local_world_var, &v, "the processes on this node"))
-        .transpose()?;
-    let pass = match source {
-        Source::Hydra => "mpiexec -genv MASTER_ADDR <host of rank 0> -genv MASTER_PORT 29500 ...",
-        _ => "mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=29500 ...",
+    let rank = parse_num(rank_var, &need(rank_var)?)?;
+    let local_rank = parse_num(local_var, &need(local_var)?)?;
+    let counted = |var: Option<&'static str>, what: &str| -> Result<Option<(&str, usize)>> {
+        var.and_then(|k| get(k).map(|v| (k, v)))
+            .map(|(k, v)| parse_positive(k, &v, what).map(|n| (k, n)))
+            .transpose()
     };
-    let (master_addr, master_from) = match (get("MASTER_ADDR"), local_world_size) {
-        (Some(a), _) => (master_addr(&a), "MASTER_ADDR"),
-        (None, Some(l)) if l == world_size => ("127.0.0.1".to_string(), ONE_NODE),
-        (None, local) => bail!(
-            "{launcher} started this process as one of {world_var}={world_size} ranks, {} on \
-             this node, and names no host for the rendezvous: set MASTER_ADDR (and \
-             MASTER_PORT) for every rank to the host of rank 0, e.g. `{pass}`",
-            local.map_or_else(|| format!("{local_world_var} not set"), |l| l.to_string())
+    let local_world = counted(t.local_world, "the processes on this node")?;
+    let nodes_said = counted(t.nodes, "the nodes of the job")?;
+    let local_world_size = local_world.map(|(_, n)| n);
+    let one_node = local_world_size == Some(world_size) || nodes_said.is_some_and(|(_, n)| n == 1);
+    let (master_addr, master_from) = match get("MASTER_ADDR") {
+        Some(a) => (master_addr(&a), "MASTER_ADDR"),
+        None if one_node => ("127.0.0.1".to_string(), ONE_NODE),
+        None => bail!(
+            "{launcher} started this process as one of {world_var}={world_size} ranks, {}, \
+             and names no host for the rendezvous: set MASTER_ADDR (and MASTER_PORT) for every \
+             rank to the host of rank 0, e.g. `{}`",
+            match (nodes_said, local_world) {
+                (Some((k, n)), _) => format!("on {k}={n} nodes"),
+                (None, Some((_, l))) => format!("{l} on this node"),
+                (None, None) => format!(
+                    "{} not set",
+                    t.local_world.unwrap_or("its tasks on this node")
+                ),
+            },
+            t.pass
         ),
     };
     Ok(Rendezvous {
@@ -345,14 +502,16 @@ fn mpi_launcher(get: &impl Fn(&str) -> Option<String>, source: Source) -> Result
             Some(p) => parse_port("MASTER_PORT", &p)?,
             None => DEFAULT_PORT,
         },
-        rank: parse_num(rank_var, &need(rank_var)?)?,
+        rank,
         world_size,
-        local_rank: parse_num(local_var, &need(local_var)?)?,
+        local_rank,
         source,
         master_from,
         world_from: world_var,
         local_world_size,
-        nodes: local_world_size.map(|l| world_size.div_ceil(l).max(1)),
+        nodes: nodes_said
+            .map(|(_, n)| n)
+            .or_else(|| local_world_size.map(|l| world_size.div_ceil(l).max(1))),
         not_read: None,
     })
 }
@@ -525,18 +684,15 @@ pub struct LauncherTask {
 }
 
 /// The task of another launcher that `mlperf-run launch` runs as, when a Slurm step (SLURM_STEP_ID
-/// set) or an MPI launcher started it. torchrun's variables are not asked: `launch` gives its
+/// set) or an MPI-like launcher (Open MPI, jsrun, Flux, PALS, Hydra) started it. torchrun's variables are not asked: `launch` gives its
 /// workers their own, and a shell may keep ones set by hand.
 pub fn launcher_task(get: &impl Fn(&str) -> Option<String>) -> Option<LauncherTask> {
     let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     let num = |k: &str| get(k)?.trim().parse::<usize>().ok();
-    let mpi = [Source::OpenMpi, Source::Hydra]
-        .into_iter()
-        .find(|s| get(s.vars()[0]).is_some());
+    let mpi = TASK_LAUNCHERS.iter().find(|t| t.started(&get));
     let (rank_var, world_var, on_this_node) = match mpi {
-        Some(m) if !(get("SLURM_PROCID").is_some() && slurm_agrees_with(&get, m)) => {
-            let [r, w, _, l] = m.vars();
-            (r, w, num(l))
+        Some(t) if !(get("SLURM_PROCID").is_some() && slurm_agrees_with(&get, t.source)) => {
+            (t.rank, t.world, t.local_world.and_then(num))
         }
         _ if get("SLURM_STEP_ID")
             .or_else(|| get("SLURM_STEPID"))
@@ -1279,6 +1435,192 @@ mod tests {
         pmi2.extend([("PMI_RANK", "9"), ("PMI_SIZE", "16")]);
         let r = rdv(&pmi2).unwrap().unwrap();
         assert_eq!((r.source, r.master_addr.as_str()), (Source::Slurm, "n3"));
+    }
+
+    /// Task 5 of `flux run -N1 -n8`.
+    const FLUX: &[(&str, &str)] = &[
+        ("FLUX_JOB_ID", "f2oLkTLb"),
+        ("FLUX_TASK_RANK", "5"),
+        ("FLUX_TASK_LOCAL_ID", "5"),
+        ("FLUX_JOB_SIZE", "8"),
+        ("FLUX_JOB_NNODES", "1"),
+    ];
+
+    /// Processes that `flux run` started each trained alone as rank 0 of 1 (no variable of
+    /// theirs was read), all over the same results.
+    #[test]
+    fn flux_tasks_join_one_group() {
+        let r = rdv(FLUX).unwrap().unwrap();
+        assert_eq!(
+            (r.source, r.rank, r.world_size, r.local_rank, r.nodes),
+            (Source::Flux, 5, 8, 5, Some(1))
+        );
+        assert_eq!(
+            (r.master_addr.as_str(), r.master_from, r.world_from),
+            ("127.0.0.1", ONE_NODE, "FLUX_JOB_SIZE")
+        );
+        // across nodes Flux names no master
+        let two = set(FLUX, &[("FLUX_JOB_SIZE", "16"), ("FLUX_JOB_NNODES", "2")]);
+        let e = err(&two);
+        assert!(
+            e.contains("Flux's flux run started this process as one of FLUX_JOB_SIZE=16 ranks, on FLUX_JOB_NNODES=2 nodes")
+                && e.contains("flux run --env=MASTER_ADDR="),
+            "{e}"
+        );
+        let r = rdv(&set(&two, &[("MASTER_ADDR", "n1")])).unwrap().unwrap();
+        assert_eq!((r.master_addr.as_str(), r.nodes), ("n1", Some(2)));
+        let e = err(&set(FLUX, &[("FLUX_TASK_LOCAL_ID", "")]));
+        assert!(
+            e.contains("FLUX_TASK_LOCAL_ID is not set: Flux's flux run started this process")
+                && e.contains("RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT"),
+            "{e}"
+        );
+        let e = err(&set(FLUX, &[("FLUX_TASK_RANK", "8")]));
+        assert!(
+            e.contains("FLUX_TASK_RANK=8 is not below FLUX_JOB_SIZE=8"),
+            "{e}"
+        );
+        // Flux's PMI and cray-pals plugins set PMI_RANK, PMI_SIZE, PALS_RANKID beside: Flux's
+        // are read (Hydra's asked for MPI_LOCALRANKID), and -v names the others
+        let mut plugins = FLUX.to_vec();
+        plugins.extend([("PMI_RANK", "5"), ("PMI_SIZE", "8"), ("PALS_RANKID", "5")]);
+        let r = rdv(&plugins).unwrap().unwrap();
+        assert_eq!(r.source, Source::Flux);
+        let not_read = r.not_read.unwrap();
+        assert!(
+            not_read.contains("PALS_RANKID=5 (HPE PALS's mpiexec (Cray PBS))")
+                && not_read.contains("PMI_RANK=5"),
+            "{not_read}"
+        );
+        // `launch` as a Flux task (one per node) is found
+        let m: HashMap<&str, &str> = two.iter().copied().collect();
+        let task = launcher_task(&|k: &str| m.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!((task.rank, task.tasks, task.on_this_node), (5, 16, None));
+    }
+
+    /// The script of `flux batch` is the one task of its job: a process of its own, as without
+    /// a launcher (it may start the node's workers), and what it starts is read by its own
+    /// launcher's variables, not by the FLUX_TASK_RANK=0 they keep.
+    #[test]
+    fn a_flux_job_of_one_task_is_no_launcher() {
+        let batch = set(
+            FLUX,
+            &[
+                ("FLUX_TASK_RANK", "0"),
+                ("FLUX_TASK_LOCAL_ID", "0"),
+                ("FLUX_JOB_SIZE", "1"),
+            ],
+        );
+        assert_eq!(rdv(&batch).unwrap(), None);
+        let mut hydra = batch.clone();
+        hydra.extend([
+            ("PMI_RANK", "3"),
+            ("PMI_SIZE", "4"),
+            ("MPI_LOCALRANKID", "3"),
+            ("MPI_LOCALNRANKS", "4"),
+        ]);
+        let r = rdv(&hydra).unwrap().unwrap();
+        assert_eq!((r.source, r.rank, r.world_size), (Source::Hydra, 3, 4));
+    }
+
+    /// Rank 3 of `mpiexec -n 8 --ppn 4` under PBS with HPE PALS.
+    const PALS: &[(&str, &str)] = &[
+        ("PALS_APID", "a1b2"),
+        ("PALS_NODEID", "0"),
+        ("PALS_RANKID", "3"),
+        ("PALS_LOCAL_RANKID", "3"),
+        ("PALS_LOCAL_SIZE", "4"),
+        ("PALS_DEPTH", "1"),
+        ("PMI_RANK", "3"),
+        ("PMI_SIZE", "8"),
+        ("PMI_LOCAL_RANK", "3"),
+        ("PMI_LOCAL_SIZE", "4"),
+    ];
+
+    /// PALS's ranks each trained alone; with Cray PMI's PMI_RANK and PMI_SIZE beside, they
+    /// were taken for Hydra's and refused for its MPI_LOCALRANKID.
+    #[test]
+    fn pals_ranks_join_one_group_with_pmi_size_and_are_refused_without() {
+        let across = err(PALS);
+        assert!(
+            across.contains("HPE PALS's mpiexec (Cray PBS) started this process as one of PMI_SIZE=8 ranks, 4 on this node")
+                && across.contains("$PBS_NODEFILE"),
+            "{across}"
+        );
+        let r = rdv(&set(PALS, &[("MASTER_ADDR", "x1000c0s0b0n0")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                r.source,
+                r.rank,
+                r.world_size,
+                r.local_rank,
+                r.local_world_size,
+                r.nodes
+            ),
+            (Source::Pals, 3, 8, 3, Some(4), Some(2))
+        );
+        let one_node = rdv(&set(PALS, &[("PMI_SIZE", "4")])).unwrap().unwrap();
+        assert_eq!(one_node.master_from, ONE_NODE);
+        // PALS alone names no world size: refused, never one process of its own
+        let pals_only: Vec<_> = PALS
+            .iter()
+            .copied()
+            .filter(|(k, _)| k.starts_with("PALS_"))
+            .collect();
+        let e = err(&pals_only);
+        assert!(
+            e.contains("PMI_SIZE is not set: HPE PALS's mpiexec (Cray PBS) started this process (PALS_RANKID=3 is set)")
+                && e.contains("PALS itself puts no world size")
+                && e.contains("`mlperf-run launch`"),
+            "{e}"
+        );
+    }
+
+    /// Task 7 of `jsrun -n12 -a1 -r6` (two hosts, six tasks each).
+    #[test]
+    fn jsrun_tasks_join_one_group() {
+        let jsm = [
+            ("JSM_NAMESPACE_RANK", "7"),
+            ("JSM_NAMESPACE_SIZE", "12"),
+            ("JSM_NAMESPACE_LOCAL_RANK", "1"),
+            ("JSM_NAMESPACE_LOCAL_SIZE", "6"),
+            ("PMIX_RANK", "7"),
+        ];
+        let e = err(&jsm);
+        assert!(
+            e.contains("IBM LSF's jsrun started this process as one of JSM_NAMESPACE_SIZE=12 ranks, 6 on this node")
+                && e.contains("jsrun -E MASTER_ADDR="),
+            "{e}"
+        );
+        let r = rdv(&set(
+            &jsm,
+            &[("MASTER_ADDR", "h1"), ("MASTER_PORT", "4000")],
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (r.source, r.rank, r.world_size, r.local_rank, r.nodes),
+            (Source::Jsm, 7, 12, 1, Some(2))
+        );
+        let e = err(&set(&jsm, &[("JSM_NAMESPACE_SIZE", "")]));
+        assert!(
+            e.contains("JSM_NAMESPACE_SIZE is not set: IBM LSF's jsrun started this process (JSM_NAMESPACE_RANK=7 is set)"),
+            "{e}"
+        );
+    }
+
+    /// aprun gives each process ALPS_APP_PE, its rank, and nothing of the world or the node.
+    #[test]
+    fn an_alps_rank_alone_is_refused() {
+        let e = err(&[("ALPS_APP_PE", "5"), ("ALPS_APP_ID", "123")]);
+        assert!(
+            e.contains("ALPS_APP_PE=5 is set: Cray ALPS's aprun started this process")
+                && e.contains("no world size and no local rank")
+                && e.contains("torchrun variables"),
+            "{e}"
+        );
     }
 
     #[test]
