@@ -4,7 +4,7 @@
 //! compare their GPUs' models and claim each its own GPU before the first run
 //! (`crate::train::job`).
 use crate::shim::cudart::{
-    Cudart, DEVICE_PROP_BYTES, PROP_NAME_BYTES, PROP_TOTAL_MEM_OFFSET, PROP_UUID_OFFSET,
+    ordinal_beyond, prop_name, Cudart, DEVICE_PROP_BYTES, PROP_TOTAL_MEM_OFFSET, PROP_UUID_OFFSET,
 };
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -50,10 +50,8 @@ pub fn identify(ordinal: usize) -> Result<GpuIdentity, String> {
     if rc != 0 {
         return Err(ctx("cudaGetDeviceCount", rc));
     }
-    if ordinal >= count.max(0) as usize {
-        return Err(format!(
-            "CUDA device {ordinal} asked for, but this process sees {count} (CUDA_VISIBLE_DEVICES?)"
-        ));
+    if let Some(why) = ordinal_beyond(ordinal, count) {
+        return Err(why);
     }
     let device = ordinal as c_int;
     let mut bus = [0 as c_char; 64];
@@ -102,9 +100,7 @@ pub fn driver_cuda_version() -> Result<String, String> {
 /// The name, UUID and memory in a cudaDeviceProp (`v2`: the CUDA 11-13 layout, whose UUID and
 /// memory are read; otherwise the name alone, the one field every layout starts with).
 fn parse_props(props: &[u8], v2: bool) -> (String, Option<String>, Option<u64>) {
-    let name = &props[..PROP_NAME_BYTES.min(props.len())];
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    let name = String::from_utf8_lossy(&name[..end]).trim().to_string();
+    let name = prop_name(props);
     if !v2 || props.len() < PROP_TOTAL_MEM_OFFSET + 8 {
         return (name, None, None);
     }
@@ -130,14 +126,7 @@ fn parse_props(props: &[u8], v2: bool) -> (String, Option<String>, Option<u64>) 
 }
 
 fn error_string(rt: &Cudart, rc: c_int) -> String {
-    // SAFETY: cudaGetErrorString returns a static string for any code.
-    let p = unsafe { (rt.error_string)(rc) };
-    if p.is_null() {
-        format!("CUDA error {rc}")
-    } else {
-        // SAFETY: non-null static NUL-terminated string.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
+    crate::shim::cudart::error_string(rt.error_string, rc)
 }
 
 #[cfg(test)]

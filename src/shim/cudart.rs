@@ -5,7 +5,7 @@
 //! dependency: a CPU run never loads it).
 use super::cuda_libs::{open_cudart, symbol};
 use libloading::Library;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::PathBuf;
 
 /// cudaDeviceProp is about 1 KB (CUDA 12/13): a buffer of this size holds any release's.
@@ -59,4 +59,32 @@ impl Cudart {
             _lib: lib,
         })
     }
+}
+
+/// The runtime's words for error `rc` (cudaGetErrorString through `f`), or "CUDA error N".
+pub(crate) fn error_string(f: FnErrorString, rc: c_int) -> String {
+    // SAFETY: cudaGetErrorString returns a static string for any code.
+    let p = unsafe { f(rc) };
+    if p.is_null() {
+        format!("CUDA error {rc}")
+    } else {
+        // SAFETY: non-null static NUL-terminated string.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// The device name a cudaDeviceProp starts with (`char name[256]`, NUL-terminated).
+pub(crate) fn prop_name(props: &[u8]) -> String {
+    let name = &props[..PROP_NAME_BYTES.min(props.len())];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    String::from_utf8_lossy(&name[..end]).trim().to_string()
+}
+
+/// Why CUDA device `ordinal` cannot be used by a process that sees `count` devices, or None.
+pub(crate) fn ordinal_beyond(ordinal: usize, count: c_int) -> Option<String> {
+    (ordinal >= count.max(0) as usize).then(|| {
+        format!(
+            "CUDA device {ordinal} asked for, but this process sees {count} (CUDA_VISIBLE_DEVICES?)"
+        )
+    })
 }

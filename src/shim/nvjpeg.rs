@@ -5,7 +5,7 @@
 //! all the same).
 use super::cuda_libs::symbol;
 use libloading::Library;
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::path::Path;
 
 pub(crate) type Status = c_int;
@@ -22,7 +22,10 @@ pub(crate) const NVJPEG_BACKEND_DEFAULT: c_int = 0;
 pub(crate) const NVJPEG_BACKEND_HARDWARE: c_int = 3;
 pub(crate) const NVJPEG_OUTPUT_RGBI: c_int = 5;
 pub(crate) const CUDA_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
-pub(crate) use super::cudart::DEVICE_PROP_BYTES;
+pub(crate) use super::cudart::{
+    FnDeviceCount as FnCudaDeviceCount, FnDeviceProps as FnCudaDeviceProps,
+    FnErrorString as FnCudaErrorString, DEVICE_PROP_BYTES,
+};
 
 /// nvjpegImage_t: up to four planes; interleaved RGB uses channel[0] only.
 #[repr(C)]
@@ -55,10 +58,8 @@ pub(crate) type FnSupportedEx =
     unsafe extern "C" fn(Handle, JpegStream, Params, *mut c_int) -> Status;
 pub(crate) type FnCudaMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 pub(crate) type FnCudaFree = unsafe extern "C" fn(*mut c_void) -> c_int;
-pub(crate) type FnCudaDeviceCount = unsafe extern "C" fn(*mut c_int) -> c_int;
 pub(crate) type FnCudaGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 pub(crate) type FnCudaSetDevice = unsafe extern "C" fn(c_int) -> c_int;
-pub(crate) type FnCudaErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 pub(crate) type FnCudaEventCreate = unsafe extern "C" fn(*mut CudaEvent, c_uint) -> c_int;
 pub(crate) type FnCudaEventRecord = unsafe extern "C" fn(CudaEvent, CudaStream) -> c_int;
 pub(crate) type FnCudaEventOp = unsafe extern "C" fn(CudaEvent) -> c_int;
@@ -73,7 +74,6 @@ pub(crate) type FnCudaMemcpy2DAsync = unsafe extern "C" fn(
     c_int,
     CudaStream,
 ) -> c_int;
-pub(crate) type FnCudaDeviceProps = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 pub(crate) type FnBatched = unsafe extern "C" fn(
     Handle,
     State,

@@ -16,8 +16,9 @@
 
 use super::region::RegionPlan;
 use crate::shim::cuda_libs::{candidates, open_cudart, open_first};
+use crate::shim::cudart::{error_string, ordinal_beyond, prop_name};
 use crate::shim::nvjpeg::*;
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -200,11 +201,8 @@ impl Nvjpeg {
         }
         let gpu: c_int = match gpu {
             Some(g) => {
-                if g >= devices as usize {
-                    return Err(format!(
-                        "CUDA device {g} asked for, but this process sees {devices} \
-                         (CUDA_VISIBLE_DEVICES?)"
-                    ));
+                if let Some(why) = ordinal_beyond(g, devices) {
+                    return Err(why);
                 }
                 g as c_int
             }
@@ -720,19 +718,11 @@ fn device_name(api: &Api, gpu: c_int) -> String {
     if rc != 0 {
         return "unknown GPU".to_string();
     }
-    let end = buf.iter().take(256).position(|&b| b == 0).unwrap_or(0);
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    prop_name(&buf)
 }
 
 fn cuda_error(api: &Api, rc: c_int) -> String {
-    // SAFETY: cudaGetErrorString returns a static string for any code.
-    let p = unsafe { (api.cuda_error_string)(rc) };
-    if p.is_null() {
-        format!("CUDA error {rc}")
-    } else {
-        // SAFETY: non-null static NUL-terminated string.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
+    error_string(api.cuda_error_string, rc)
 }
 
 impl Drop for Nvjpeg {
